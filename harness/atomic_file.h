@@ -1,0 +1,15 @@
+// atomic_file.h: write a file so that a reader sees the old content or the new, never a torn one.
+#pragma once
+
+#include <string>
+
+namespace nibble {
+
+/** Write `content` to `path` via a temp file in the same folder, fsync, rename. Creates missing
+ *  parent folders. Throws std::runtime_error naming the path and the OS error. */
+void write_file_atomic(const std::string& path, const std::string& content);
+
+/** Read a whole file; throws std::runtime_error naming the path when it cannot. */
+std::string read_file(const std::string& path);
+
+}  // namespace nibble

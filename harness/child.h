@@ -1,0 +1,38 @@
+// child.h: what runs inside the grader's child processes.
+//
+// The parent never loads a candidate: `nibble __run` opens one solution (candidate, reference or
+// variant alike) in a fresh process, runs the checked steps and, for a candidate, the timed
+// steps, and leaves result.json (+ outputs.safetensors) in its output folder. `nibble __probe`
+// reads the device's facts and measures its copy bandwidth.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace nibble {
+
+struct RunOptions {
+  std::string solution;     // .so path
+  std::string fixture_dir;  // holds model.safetensors
+  std::string config;       // "full" | "tiny"
+  std::string out_dir;      // result.json, outputs.safetensors
+  int checked_steps = 8;    // consecutive steps from pos = prefill, outputs saved
+  bool timing = false;
+  uint64_t timing_seed = 0;     // seeds the timed calls' token ids
+  int steps_per_round = 32;     // one round = the seed's 32 decode steps from pos = prefill
+  int min_rounds = 3, max_rounds = 20;
+  double max_timing_seconds = 120;
+  double stable_fraction = 0.005;  // stop once the median moves less than this between rounds
+};
+
+/** Child entry points; return the process exit code (0 = completed; result.json says more). */
+int child_run_main(const RunOptions& opt);
+int child_probe_main(const std::string& out_file, bool measure_bandwidth);
+
+/** result.json's "error.kind" values. */
+inline constexpr const char* kErrLoad = "load";          // SolutionLibrary refused the .so
+inline constexpr const char* kErrSolution = "solution";  // an entry point returned an error status
+inline constexpr const char* kErrCuda = "cuda";          // a CUDA error surfaced after a solution call
+inline constexpr const char* kErrHarness = "harness";    // fixture unreadable, out of memory, ...
+
+}  // namespace nibble

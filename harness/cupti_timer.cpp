@@ -1,0 +1,140 @@
+// cupti_timer.cpp
+#include "harness/cupti_timer.h"
+
+#include <cupti.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace nibble {
+
+namespace {
+
+std::mutex g_mutex;
+std::vector<ActivityRecord> g_records;
+bool g_active = false;
+
+constexpr size_t kBufferBytes = 8 << 20;
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* rec = nullptr;
+  std::vector<ActivityRecord> got;
+  while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    switch (rec->kind) {
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
+        got.push_back({ActivityRecord::Kernel, k->start, k->end, k->streamId});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        auto* m = reinterpret_cast<CUpti_ActivityMemcpy6*>(rec);
+        got.push_back({ActivityRecord::Memcpy, m->start, m->end, m->streamId});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        auto* m = reinterpret_cast<CUpti_ActivityMemset4*>(rec);
+        got.push_back({ActivityRecord::Memset, m->start, m->end, m->streamId});
+        break;
+      }
+      default: break;
+    }
+  }
+  std::free(buffer);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_records.insert(g_records.end(), got.begin(), got.end());
+}
+
+void check(CUptiResult r, const char* call) {
+  if (r == CUPTI_SUCCESS) return;
+  const char* msg = nullptr;
+  cuptiGetResultString(r, &msg);
+  throw std::runtime_error(std::string("CUPTI ") + call + " failed: " + (msg ? msg : "unknown error"));
+}
+
+}  // namespace
+
+SpanStats span_of(const std::vector<ActivityRecord>& records) {
+  SpanStats s;
+  if (records.empty()) {
+    s.invalid_reason = "no GPU activity recorded during the call";
+    return s;
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> iv;
+  uint64_t first = UINT64_MAX, last = 0;
+  for (const auto& r : records) {
+    if (r.end_ns <= r.start_ns) {
+      s.invalid_reason = "an activity record has zero or negative duration";
+      return s;
+    }
+    first = std::min(first, r.start_ns);
+    last = std::max(last, r.end_ns);
+    iv.emplace_back(r.start_ns, r.end_ns);
+    (r.kind == ActivityRecord::Kernel ? s.kernels : r.kind == ActivityRecord::Memcpy ? s.memcpys : s.memsets)++;
+  }
+  std::sort(iv.begin(), iv.end());
+  uint64_t cur_s = iv[0].first, cur_e = iv[0].second;
+  for (size_t i = 1; i < iv.size(); ++i) {
+    if (iv[i].first > cur_e) {
+      s.busy_ns += cur_e - cur_s;
+      cur_s = iv[i].first;
+      cur_e = iv[i].second;
+    } else {
+      cur_e = std::max(cur_e, iv[i].second);
+    }
+  }
+  s.busy_ns += cur_e - cur_s;
+  s.span_ns = last - first;
+  s.valid = true;
+  return s;
+}
+
+CuptiTimer::CuptiTimer() {
+  if (g_active) throw std::runtime_error("only one CuptiTimer may exist per process");
+  check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
+  check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable CONCURRENT_KERNEL");
+  check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable MEMCPY");
+  check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET), "enable MEMSET");
+  g_active = true;
+}
+
+CuptiTimer::~CuptiTimer() {
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_records.clear();
+  g_active = false;
+}
+
+uint64_t CuptiTimer::now() const {
+  uint64_t t = 0;
+  check(cuptiGetTimestamp(&t), "cuptiGetTimestamp");
+  return t;
+}
+
+std::vector<ActivityRecord> CuptiTimer::collect(uint64_t t0, uint64_t t1) {
+  check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::vector<ActivityRecord> out;
+  for (const auto& r : g_records)
+    if (r.start_ns >= t0 && r.start_ns <= t1) out.push_back(r);
+  g_records.clear();
+  return out;
+}
+
+uint32_t CuptiTimer::version() {
+  uint32_t v = 0;
+  cuptiGetVersion(&v);
+  return v;
+}
+
+}  // namespace nibble

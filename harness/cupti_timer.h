@@ -1,0 +1,52 @@
+// cupti_timer.h: GPU activity records (kernels, memcpy, memset, on every stream and every launch
+// path) collected through CUPTI's activity API, so a timed call is measured by what the GPU did,
+// not by what the candidate chose to tell us.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace nibble {
+
+struct ActivityRecord {
+  enum Kind { Kernel, Memcpy, Memset } kind;
+  uint64_t start_ns, end_ns;  // CUPTI timestamps (same clock as CuptiTimer::now)
+  uint32_t stream_id;
+};
+
+/** What the GPU did inside one timed window. */
+struct SpanStats {
+  uint64_t span_ns = 0;  // last record's end - first record's start (the GPU span)
+  uint64_t busy_ns = 0;  // length of the union of the records' intervals
+  int kernels = 0, memcpys = 0, memsets = 0;
+  bool valid = false;    // false when no record fell in the window or a record had end <= start
+  std::string invalid_reason;
+};
+
+/** Summarise the records of one window. */
+SpanStats span_of(const std::vector<ActivityRecord>& records);
+
+/**
+ * Owns the process's CUPTI activity subscription (CUPTI's callbacks are process-global, so at most
+ * one instance may exist). Constructing enables CONCURRENT_KERNEL, MEMCPY and MEMSET records;
+ * destroying disables them. Throws std::runtime_error with CUPTI's message on failure.
+ */
+class CuptiTimer {
+ public:
+  CuptiTimer();
+  ~CuptiTimer();
+  CuptiTimer(const CuptiTimer&) = delete;
+  CuptiTimer& operator=(const CuptiTimer&) = delete;
+
+  /** CUPTI's timestamp in ns. */
+  uint64_t now() const;
+  /** Flush CUPTI's buffers and return (and forget) every record whose start lies in [t0, t1];
+   *  records outside the window are dropped. Call after the device is synchronised. */
+  std::vector<ActivityRecord> collect(uint64_t t0, uint64_t t1);
+  /** CUPTI's API version. */
+  static uint32_t version();
+};
+
+}  // namespace nibble

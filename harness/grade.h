@@ -1,0 +1,53 @@
+// grade.h: `nibble grade`: verify a candidate against the reference, time it, write the report.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nibble {
+
+/** Exit codes of `nibble grade` (also in the README). */
+enum GradeExit : int {
+  kExitPassed = 0,        // graded: disposition Passed
+  kExitNotPassed = 1,     // graded: any other disposition (the report says which and why)
+  kExitUsage = 2,         // bad arguments or input, or no GPU: nothing was graded
+  kExitGraderFailed = 3,  // the grader itself could not finish (reference failed, I/O error)
+};
+
+struct GradeOptions {
+  std::string task = "megakernel-int4-weight-decode";
+  std::string config = "full";
+  std::string solution;
+  std::string reference;             // default: <dir of nibble>/../lib/libnibble_reference.so
+  std::vector<uint64_t> seeds{0, 1};
+  std::string fixture_dir;           // one seed only; default: the fixture cache, built if missing
+  std::string out = "nibble-report.json";
+  std::string dump_dir;              // reference and candidate outputs of every checked step
+  double timeout_seconds = 900;      // per child process
+  bool timing = true;
+  std::optional<uint64_t> timing_seed;  // default: drawn from the OS, recorded in the report
+  int min_rounds = 3, max_rounds = 20;
+  double max_timing_seconds = 120;
+  bool verify_fixture = true;
+  int threads = 0;                   // fixture build threads (0 = all cores)
+  bool quiet = false;
+  std::vector<std::string> argv;     // recorded in the report
+};
+
+/** Runs the whole grade; returns a GradeExit. Never throws for anything a candidate does. */
+int grade_main(const GradeOptions& opt);
+
+/** Dispositions (after CUTLASS's profiler): exactly one per graded candidate, with a reason. */
+inline constexpr const char* kPassed = "Passed";
+inline constexpr const char* kIncorrect = "Incorrect";
+inline constexpr const char* kCrashed = "Crashed";
+inline constexpr const char* kTimedOut = "TimedOut";
+inline constexpr const char* kInvalidTiming = "InvalidTiming";
+inline constexpr const char* kAbiMismatch = "AbiMismatch";
+inline constexpr const char* kMissingSymbol = "MissingSymbol";
+inline constexpr const char* kNotSupported = "NotSupported";
+inline constexpr const char* kNotLoadable = "NotLoadable";
+
+}  // namespace nibble

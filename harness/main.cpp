@@ -1,0 +1,153 @@
+// main.cpp: the `nibble` command line (CLI11).
+//
+//   nibble grade --task T --solution X.so [--config full|tiny] [--seeds 0,1] [--fixture DIR] [--out R.json] [--dump DIR]
+//   nibble fixture build --task T --config C --seed S [--out DIR] [--threads N]
+//   nibble fixture verify DIR
+// Hidden: `nibble __run` and `nibble __probe`, the grader's child processes.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <unistd.h>
+
+#include "fixtures/fixture.h"
+#include "fixtures/task.h"
+#include "harness/child.h"
+#include "harness/grade.h"
+
+using namespace nibble;
+
+namespace {
+
+int fixture_build(const std::string& task, const std::string& config, uint64_t seed, std::string out, int threads,
+                  bool quiet) {
+  try {
+    check_task(task);
+    const DecodeConfig cfg = decode_config(config);
+    if (out.empty()) out = default_fixture_dir(task, config, seed);
+    const bool tty = !quiet && isatty(STDERR_FILENO);
+    ProgressFn progress;
+    if (tty) {
+      progress = [](const std::string& phase, double f) {
+        std::fprintf(stderr, "\r  %-24s %5.1f%%", phase.c_str(), 100.0 * f);
+        std::fflush(stderr);
+      };
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const FixtureManifest m = build_decode_fixture(cfg, seed, out, threads, progress);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (tty) std::fprintf(stderr, "\n");
+    std::printf("fixture %s / %s seed %llu -> %s\n  %lld bytes, SHA-256 %s, built in %.2f s with %d threads\n",
+                task.c_str(), config.c_str(), (unsigned long long)seed, out.c_str(), (long long)m.file_bytes,
+                m.file_sha256.c_str(), s, m.threads);
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "nibble fixture build: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble fixture build: %s\n", e.what());
+    return 3;
+  }
+}
+
+int fixture_verify(const std::string& dir) {
+  try {
+    const FixtureManifest m = read_manifest(dir);
+    verify_fixture(dir, m);
+    std::printf("fixture %s: %s / %s seed %llu, generator %d, SHA-256 %s: OK\n", dir.c_str(), m.task.c_str(),
+                m.config.c_str(), (unsigned long long)m.seed, m.generator_version, m.file_sha256.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble fixture verify: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI"};
+  app.require_subcommand(1);
+
+  GradeOptions g;
+  for (int i = 0; i < argc; ++i) g.argv.push_back(argv[i]);
+  auto* grade = app.add_subcommand("grade", "Check a solution .so against the reference and time it; write a JSON report");
+  grade->add_option("--task", g.task, "Task to grade")->capture_default_str();
+  grade->add_option("--solution", g.solution, "Solution shared object (C ABI of include/nibble/nibble.h)")->required();
+  grade->add_option("--config", g.config, "Task config: full | tiny")->capture_default_str();
+  grade->add_option("--seeds", g.seeds, "Fixture seeds, comma separated")->delimiter(',')->capture_default_str();
+  grade->add_option("--fixture", g.fixture_dir, "Fixture folder (one seed); default: the cache, built when missing");
+  grade->add_option("--out", g.out, "Report path (written atomically)")->capture_default_str();
+  grade->add_option("--dump", g.dump_dir, "Write reference and candidate logits + appended K/V of every checked step here");
+  grade->add_option("--reference", g.reference, "Reference .so (default: the bundled fp32 cuBLAS reference)");
+  grade->add_option("--timeout", g.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str();
+  grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed calls' token ids (default: from the OS)");
+  grade->add_option("--min-rounds", g.min_rounds, "Rounds of 32 timed steps at least")->capture_default_str();
+  grade->add_option("--max-rounds", g.max_rounds, "Rounds of 32 timed steps at most")->capture_default_str();
+  grade->add_option("--max-timing-seconds", g.max_timing_seconds, "Stop timing after this long")->capture_default_str();
+  grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->capture_default_str();
+  bool no_timing = false, no_verify = false;
+  grade->add_flag("--no-timing", no_timing, "Check correctness only");
+  grade->add_flag("--no-verify-fixture", no_verify, "Skip re-hashing cached fixtures");
+  grade->add_flag("-q,--quiet", g.quiet, "No progress lines");
+
+  auto* fixture = app.add_subcommand("fixture", "Build or verify task fixtures");
+  fixture->require_subcommand(1);
+  std::string f_task = kDecodeTask, f_config = "tiny", f_out;
+  uint64_t f_seed = 0;
+  int f_threads = 0;
+  bool f_quiet = false;
+  auto* fbuild = fixture->add_subcommand("build", "Build a fixture: same (task, config, seed) -> same bytes on any machine");
+  fbuild->add_option("--task", f_task, "Task")->capture_default_str();
+  fbuild->add_option("--config", f_config, "Config: full | tiny")->capture_default_str();
+  fbuild->add_option("--seed", f_seed, "Seed")->required();
+  fbuild->add_option("--out", f_out, "Output folder (default: the fixture cache)");
+  fbuild->add_option("--threads", f_threads, "Threads (0 = all cores)")->capture_default_str();
+  fbuild->add_flag("-q,--quiet", f_quiet, "No progress");
+  std::string v_dir;
+  auto* fverify = fixture->add_subcommand("verify", "Re-hash a fixture and compare with its manifest");
+  fverify->add_option("dir", v_dir, "Fixture folder")->required();
+
+  RunOptions r;
+  auto* run = app.add_subcommand("__run", "(internal) run one solution in this process");
+  run->group("");
+  run->add_option("--solution", r.solution)->required();
+  run->add_option("--fixture", r.fixture_dir)->required();
+  run->add_option("--config", r.config)->required();
+  run->add_option("--out", r.out_dir)->required();
+  run->add_option("--checked-steps", r.checked_steps);
+  run->add_flag("--timing", r.timing);
+  run->add_option("--timing-seed", r.timing_seed);
+  run->add_option("--min-rounds", r.min_rounds);
+  run->add_option("--max-rounds", r.max_rounds);
+  run->add_option("--max-timing-seconds", r.max_timing_seconds);
+  std::string probe_out;
+  bool probe_no_bw = false;
+  auto* probe = app.add_subcommand("__probe", "(internal) device facts and copy bandwidth");
+  probe->group("");
+  probe->add_option("--out", probe_out)->required();
+  probe->add_flag("--no-bandwidth", probe_no_bw);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+
+  if (grade->parsed()) {
+    g.timing = !no_timing;
+    g.verify_fixture = !no_verify;
+    return grade_main(g);
+  }
+  if (fbuild->parsed()) return fixture_build(f_task, f_config, f_seed, f_out, f_threads, f_quiet);
+  if (fverify->parsed()) return fixture_verify(v_dir);
+  if (run->parsed()) return child_run_main(r);
+  if (probe->parsed()) return child_probe_main(probe_out, !probe_no_bw);
+  return 2;
+}

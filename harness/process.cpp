@@ -1,0 +1,114 @@
+// process.cpp: child processes for the grader (each solution runs in its own).
+#include "harness/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+namespace nibble {
+
+std::string ChildExit::describe() const {
+  switch (kind) {
+    case Exited: return "exit status " + std::to_string(code);
+    case Signaled: return "killed by signal " + std::to_string(code) + " (" + strsignal(code) + ")";
+    case TimedOut: return "timed out after " + std::to_string(int(seconds)) + " s and was killed";
+    case SpawnFailed: return "could not be started";
+  }
+  return "?";
+}
+
+ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path, double timeout_seconds) {
+  ChildExit r;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) throw std::runtime_error("cannot open child log " + log_path + ": " + strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(log_fd);
+    return r;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);  // own process group: the watchdog kills whatever the solution spawned too
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "execv %s failed: %s\n", args[0], strerror(errno));
+    _exit(127);
+  }
+  close(log_fd);
+  setpgid(pid, pid);
+  int status = 0;
+  for (;;) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (w == pid) {
+      r.seconds = el;
+      if (WIFEXITED(status)) {
+        r.kind = ChildExit::Exited;
+        r.code = WEXITSTATUS(status);
+      } else {
+        r.kind = ChildExit::Signaled;
+        r.code = WTERMSIG(status);
+      }
+      kill(-pid, SIGKILL);  // stragglers the solution left in the group
+      return r;
+    }
+    if (w < 0 && errno != EINTR) throw std::runtime_error(std::string("waitpid: ") + strerror(errno));
+    if (timeout_seconds > 0 && el > timeout_seconds) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      r.kind = ChildExit::TimedOut;
+      r.seconds = el;
+      return r;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string file_tail(const std::string& path, size_t max_bytes) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return "";
+  const std::streamoff size = f.tellg();
+  const std::streamoff start = size > std::streamoff(max_bytes) ? size - std::streamoff(max_bytes) : 0;
+  f.seekg(start);
+  std::string s(size_t(size - start), '\0');
+  f.read(s.data(), std::streamsize(s.size()));
+  return s;
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error("cannot resolve /proc/self/exe");
+  return std::string(buf, size_t(n));
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp " + tmpl + ": " + strerror(errno));
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  if (keep_) return;
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+}  // namespace nibble

@@ -1,0 +1,44 @@
+// process.h: run a child process with a watchdog; its end becomes data, never a dead parent.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace nibble {
+
+/** How a child ended. */
+struct ChildExit {
+  enum Kind { Exited, Signaled, TimedOut, SpawnFailed } kind = SpawnFailed;
+  int code = -1;         // exit status (Exited) or signal number (Signaled)
+  double seconds = 0;    // wall time from spawn to reap
+  std::string describe() const;  // "exit status 3", "killed by signal 11 (Segmentation fault)", ...
+};
+
+/**
+ * fork + execv(argv[0], argv) with stdout and stderr appended to `log_path`; waits at most
+ * `timeout_seconds` (<= 0: no limit), then SIGKILLs the child's whole process group.
+ */
+ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path, double timeout_seconds);
+
+/** The last `max_bytes` of a text file ("" when unreadable). */
+std::string file_tail(const std::string& path, size_t max_bytes = 4000);
+
+/** Path of the running executable (/proc/self/exe). */
+std::string self_exe();
+
+/** A temporary directory removed (recursively) when this object dies, unless keep() was called. */
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "nibble");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  void keep() { keep_ = true; }
+
+ private:
+  std::string path_;
+  bool keep_ = false;
+};
+
+}  // namespace nibble

@@ -1,0 +1,52 @@
+// provenance.cpp
+#include "harness/provenance.h"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+namespace nibble {
+
+namespace {
+/** stdout of a shell command, trailing newline stripped; "" on failure. */
+std::string capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  std::array<char, 256> buf{};
+  while (fgets(buf.data(), int(buf.size()), p)) out += buf.data();
+  if (pclose(p) != 0) return "";
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+}  // namespace
+
+nlohmann::ordered_json git_provenance() {
+  nlohmann::ordered_json j;
+  const std::string src = NIBBLE_SOURCE_DIR;
+  const std::string git = "git -C '" + src + "' ";
+  const std::string sha = capture(git + "rev-parse HEAD 2>/dev/null");
+  j["source_dir"] = src;
+  j["commit"] = sha.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(sha);
+  if (!sha.empty()) j["dirty"] = !capture(git + "status --porcelain --untracked-files=no 2>/dev/null").empty();
+  j["build_commit"] = NIBBLE_BUILD_COMMIT;
+  return j;
+}
+
+nlohmann::ordered_json host_provenance() {
+  nlohmann::ordered_json j;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  struct utsname u {};
+  uname(&u);
+  j["hostname"] = host;
+  j["os"] = std::string(u.sysname) + " " + u.release + " " + u.machine;
+  j["cpus"] = std::thread::hardware_concurrency();
+  return j;
+}
+
+}  // namespace nibble

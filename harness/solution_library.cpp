@@ -1,0 +1,57 @@
+// solution_library.cpp: dlopen a solution and resolve its decode entry points.
+#include "harness/solution_library.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+namespace nibble {
+
+SolutionLibrary::SolutionLibrary(const std::string& path) : path_(path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0)
+    throw LoadError(LoadError::NotFound, "solution '" + path + "' does not exist; pass the path of a built .so");
+  // A path without a slash would make dlopen search the library path instead of this file.
+  const std::string open_path = path.find('/') == std::string::npos ? "./" + path : path;
+  handle_ = dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) {
+    const char* why = dlerror();
+    throw LoadError(LoadError::NotLoadable, "cannot load solution '" + path + "': " + (why ? why : "unknown") +
+                                                "; is it a shared object built for this machine?");
+  }
+  auto sym = [&](const char* name, bool required) -> void* {
+    dlerror();
+    void* p = dlsym(handle_, name);
+    if (!p && required)
+      throw LoadError(LoadError::MissingSymbol, "solution '" + path + "' does not export '" + name +
+                                                    "' (extern \"C\", see include/nibble/nibble.h)");
+    return p;
+  };
+  try {
+    auto version = reinterpret_cast<nibble_abi_version_fn>(sym("nibble_abi_version", true));
+    const int32_t v = version();
+    if (v != NIBBLE_ABI_VERSION)
+      throw LoadError(LoadError::AbiMismatch, "solution '" + path + "' was built against nibble ABI version " +
+                                                  std::to_string(v) + "; this grader speaks version " +
+                                                  std::to_string(NIBBLE_ABI_VERSION) + ": rebuild it against this include/nibble/nibble.h");
+    build_model = reinterpret_cast<nibble_decode_build_model_fn>(sym("nibble_decode_build_model", true));
+    decode_step = reinterpret_cast<nibble_decode_step_fn>(sym("nibble_decode_step", true));
+    teardown = reinterpret_cast<nibble_decode_teardown_fn>(sym("nibble_decode_teardown", true));
+    auto name_fn = reinterpret_cast<nibble_solution_name_fn>(sym("nibble_solution_name", false));
+    const char* n = name_fn ? name_fn() : nullptr;
+    name_ = n ? n : path.substr(path.find_last_of('/') + 1);
+    auto numerics_fn = reinterpret_cast<nibble_solution_name_fn>(sym("nibble_reference_numerics", false));
+    const char* num = numerics_fn ? numerics_fn() : nullptr;
+    numerics_ = num ? num : "";
+  } catch (...) {
+    dlclose(handle_);
+    handle_ = nullptr;
+    throw;
+  }
+}
+
+SolutionLibrary::~SolutionLibrary() {
+  // Never dlclose a library whose kernels may still be registered with the CUDA runtime: the
+  // process is about to exit anyway, and unloading a module mid-teardown has crashed drivers.
+}
+
+}  // namespace nibble

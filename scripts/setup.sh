@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# setup.sh: install what a fresh Debian/Ubuntu machine lacks to build and test nibble.
+# Skips whatever is already present (the GPU machines have everything and no network).
+set -euo pipefail
+
+need_pkgs=()
+for p in cmake g++ nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libbenchmark-dev python3 python3-pip; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    # python3/pip may come from elsewhere (pyenv, a venv): only ask apt when the command is missing.
+    case "$p" in
+      python3) command -v python3 >/dev/null && continue ;;
+      python3-pip) python3 -m pip --version >/dev/null 2>&1 && continue ;;
+      cmake) command -v cmake >/dev/null && continue ;;
+      g++) command -v g++ >/dev/null && continue ;;
+    esac
+    need_pkgs+=("$p")
+  fi
+done
+if ((${#need_pkgs[@]})); then
+  echo "setup: installing ${need_pkgs[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"
+else
+  echo "setup: system packages present"
+fi
+
+# The tests cross-check fixtures with numpy + safetensors (independent of the C++).
+if ! python3 -c 'import numpy, safetensors' 2>/dev/null; then
+  echo "setup: installing numpy and safetensors for python3"
+  python3 -m pip install -q numpy safetensors || python3 -m pip install -q --break-system-packages numpy safetensors
+fi
+
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: the CUDA toolkit (nvcc, cuBLAS, CUPTI) is required and was not found." >&2
+  echo "       Install NVIDIA's CUDA toolkit (12.4 or later; 13.0 is what nibble is tested with) and re-run." >&2
+  exit 1
+fi

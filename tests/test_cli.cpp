@@ -1,0 +1,100 @@
+// test_cli.cpp: the `nibble` command's answers to bad input: a clear message, the documented exit
+// code, nothing half-written.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "gpu_test_util.h"
+#include "harness/atomic_file.h"
+#include "harness/process.h"
+
+using namespace nibble;
+namespace fs = std::filesystem;
+
+namespace {
+std::string bindir() {
+  const char* b = std::getenv("NIBBLE_BINARY_DIR");
+  return b ? b : ".";
+}
+std::string nibble_exe() { return bindir() + "/bin/nibble"; }
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+Result run_nibble(std::vector<std::string> args, const TempDir& t) {
+  args.insert(args.begin(), nibble_exe());
+  const std::string log = t.path() + "/cli.log";
+  std::error_code ec;
+  fs::remove(log, ec);
+  const ChildExit e = run_child(args, log, 120);
+  EXPECT_EQ(e.kind, ChildExit::Exited) << e.describe();
+  return {e.code, file_tail(log, 1 << 16)};
+}
+}  // namespace
+
+TEST(Cli, MissingSolutionIsAUsageError) {
+  TempDir t;
+  const Result r = run_nibble({"grade", "--solution", "/nonexistent/libmine.so", "--out", t.path() + "/r.json"}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/r.json"));
+}
+
+TEST(Cli, UnknownTaskListsTheValidOnes) {
+  TempDir t;
+  const Result r = run_nibble({"grade", "--task", "matmul-fp8", "--solution", nibble_exe()}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("unknown task 'matmul-fp8'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("megakernel-int4-weight-decode"), std::string::npos) << r.output;
+}
+
+TEST(Cli, UnknownConfigListsTheValidOnes) {
+  TempDir t;
+  const Result r = run_nibble({"grade", "--config", "huge", "--solution", nibble_exe()}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("valid configs: full, tiny"), std::string::npos) << r.output;
+}
+
+TEST(Cli, MissingRequiredOptionIsAUsageError) {
+  TempDir t;
+  const Result r = run_nibble({"grade"}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--solution"), std::string::npos) << r.output;
+}
+
+TEST(Cli, FixtureBuildVerifyAndDetectCorruption) {
+  TempDir t;
+  const std::string dir = t.path() + "/fx";
+  Result r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "3", "--out", dir, "--quiet"}, t);
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_nibble({"fixture", "verify", dir}, t);
+  EXPECT_EQ(r.code, 0) << r.output;
+  {
+    // Flip one byte deep in the data section.
+    std::fstream f(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(500000);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(500000);
+    c = char(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  r = run_nibble({"fixture", "verify", dir}, t);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("nibble fixture build"), std::string::npos) << "the message should say how to rebuild: " << r.output;
+}
+
+TEST(Cli, GradeOnAMachineWithoutAGpuSaysSoAndExits2) {
+  std::string why;
+  if (test::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: the no-GPU answer cannot be observed here";
+  TempDir t;
+  const Result r = run_nibble({"grade", "--config", "tiny", "--solution", bindir() + "/tests/lib/libbad_nothing.so",
+                           "--out", t.path() + "/r.json"}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("no usable NVIDIA GPU"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/r.json"));
+}

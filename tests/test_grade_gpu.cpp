@@ -1,0 +1,111 @@
+// test_grade_gpu.cpp: whole grades on the tiny config. Every candidate, however broken, ends in
+// exactly one disposition, a report, and the documented exit code; the grader never crashes.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "gpu_test_util.h"
+#include "harness/atomic_file.h"
+#include "harness/process.h"
+
+using namespace nibble;
+using json = nlohmann::json;
+
+namespace {
+std::string bindir() {
+  const char* b = std::getenv("NIBBLE_BINARY_DIR");
+  return b ? b : ".";
+}
+
+struct Graded {
+  int code;
+  json report;
+  std::string output;
+};
+
+Graded grade(const std::string& so, std::vector<std::string> extra = {"--no-timing"}, int timeout = 120) {
+  static TempDir fixtures("nibble-grade-test-fixtures");  // shared cache: built once per run
+  TempDir t;
+  std::vector<std::string> args = {bindir() + "/bin/nibble", "grade", "--config", "tiny", "--solution", so,
+                                   "--out", t.path() + "/report.json", "--timeout", std::to_string(timeout), "-q"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  setenv("NIBBLE_CACHE_DIR", fixtures.path().c_str(), 1);
+  const ChildExit e = run_child(args, t.path() + "/log", 300);
+  Graded g;
+  g.code = e.kind == ChildExit::Exited ? e.code : -1;
+  g.output = file_tail(t.path() + "/log", 1 << 15);
+  try {
+    g.report = json::parse(read_file(t.path() + "/report.json"));
+  } catch (const std::exception&) {
+  }
+  return g;
+}
+std::string lib(const std::string& n) { return bindir() + "/lib/lib" + n + ".so"; }
+std::string bad(const std::string& n) { return bindir() + "/tests/lib/libbad_" + n + ".so"; }
+}  // namespace
+
+TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
+  NIBBLE_REQUIRE_GPU();
+  const Graded g = grade(lib("nibble_reference"), {"--min-rounds", "2", "--max-rounds", "3"});
+  ASSERT_EQ(g.code, 0) << g.output;
+  EXPECT_EQ(g.report["disposition"], "Passed");
+  EXPECT_LT(g.report["correctness"]["worst_rel_err"].get<double>(), 1e-5);
+  const json& t = g.report["timing"];
+  EXPECT_GE(t["gpu_span_us"]["n"].get<int>(), 64);
+  EXPECT_GT(t["gpu_span_us"]["median"].get<double>(), 0.0);
+  EXPECT_GE(t["kernels_per_step"]["min"].get<double>(), 1.0);
+  EXPECT_FALSE(g.report["device"]["name"].get<std::string>().empty());
+  EXPECT_EQ(g.report["fixtures"].size(), 2u);
+  std::cout << g.output;
+}
+
+TEST(GradeGpu, UnfusedPasses) {
+  NIBBLE_REQUIRE_GPU();
+  const Graded g = grade(lib("nibble_unfused"), {"--min-rounds", "2", "--max-rounds", "3"});
+  ASSERT_EQ(g.code, 0) << g.output;
+  EXPECT_EQ(g.report["disposition"], "Passed");
+  EXPECT_LT(g.report["correctness"]["worst_rel_err"].get<double>(), 1e-1);
+  std::cout << g.output;
+}
+
+TEST(GradeGpu, UnwrittenLogitsAreIncorrect) {
+  NIBBLE_REQUIRE_GPU();
+  const Graded g = grade(bad("nothing"));
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_EQ(g.report["disposition"], "Incorrect");
+  EXPECT_NE(g.report["reason"].get<std::string>().find("NaN"), std::string::npos);
+}
+
+TEST(GradeGpu, SegfaultIsCrashed) {
+  NIBBLE_REQUIRE_GPU();
+  const Graded g = grade(bad("segfault"));
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_EQ(g.report["disposition"], "Crashed");
+  EXPECT_NE(g.report["reason"].get<std::string>().find("signal 11"), std::string::npos) << g.report["reason"];
+}
+
+TEST(GradeGpu, HangIsTimedOut) {
+  NIBBLE_REQUIRE_GPU();
+  const Graded g = grade(bad("hang"), {"--no-timing"}, 15);
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_EQ(g.report["disposition"], "TimedOut");
+}
+
+TEST(GradeGpu, DeclinedConfigIsNotSupported) {
+  NIBBLE_REQUIRE_GPU();
+  const Graded g = grade(bad("not_supported"));
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_EQ(g.report["disposition"], "NotSupported");
+  EXPECT_NE(g.report["reason"].get<std::string>().find("batch 64"), std::string::npos);
+}
+
+TEST(GradeGpu, AbiMismatchAndMissingSymbol) {
+  NIBBLE_REQUIRE_GPU();
+  Graded g = grade(bad("abi_version"));
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_EQ(g.report["disposition"], "AbiMismatch");
+  g = grade(bad("missing_teardown"));
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_EQ(g.report["disposition"], "MissingSymbol");
+}

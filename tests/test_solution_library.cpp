@@ -1,0 +1,63 @@
+// test_solution_library.cpp: a .so that is missing, not a library, of another ABI version, or
+// missing an entry point is refused with the matching reason and a message saying what to fix.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "harness/atomic_file.h"
+#include "harness/process.h"
+#include "harness/solution_library.h"
+
+using namespace nibble;
+
+namespace {
+std::string bad(const std::string& name) {
+  const char* b = std::getenv("NIBBLE_BINARY_DIR");
+  return std::string(b ? b : ".") + "/tests/lib/libbad_" + name + ".so";
+}
+
+LoadError::Kind load_kind(const std::string& path, std::string* msg) {
+  try {
+    SolutionLibrary lib(path);
+  } catch (const LoadError& e) {
+    *msg = e.what();
+    return e.kind;
+  }
+  ADD_FAILURE() << path << " loaded but should not have";
+  return LoadError::NotFound;
+}
+}  // namespace
+
+TEST(SolutionLibrary, LoadsAWellFormedSolution) {
+  SolutionLibrary lib(bad("nothing"));
+  EXPECT_EQ(lib.name(), "bad-nothing");
+  EXPECT_NE(lib.build_model, nullptr);
+  EXPECT_NE(lib.decode_step, nullptr);
+  EXPECT_NE(lib.teardown, nullptr);
+}
+
+TEST(SolutionLibrary, AbiMismatch) {
+  std::string msg;
+  EXPECT_EQ(load_kind(bad("abi_version"), &msg), LoadError::AbiMismatch);
+  EXPECT_NE(msg.find("version 42"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rebuild"), std::string::npos) << msg;
+}
+
+TEST(SolutionLibrary, MissingSymbol) {
+  std::string msg;
+  EXPECT_EQ(load_kind(bad("missing_teardown"), &msg), LoadError::MissingSymbol);
+  EXPECT_NE(msg.find("nibble_decode_teardown"), std::string::npos) << msg;
+}
+
+TEST(SolutionLibrary, NotFound) {
+  std::string msg;
+  EXPECT_EQ(load_kind("/nonexistent/libx.so", &msg), LoadError::NotFound);
+  EXPECT_NE(msg.find("/nonexistent/libx.so"), std::string::npos) << msg;
+}
+
+TEST(SolutionLibrary, NotASharedObject) {
+  TempDir t;
+  write_file_atomic(t.path() + "/libtext.so", "this is not an ELF file\n");
+  std::string msg;
+  EXPECT_EQ(load_kind(t.path() + "/libtext.so", &msg), LoadError::NotLoadable);
+}

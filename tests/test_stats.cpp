@@ -1,0 +1,93 @@
+// test_stats.cpp: summary statistics, relative error and GPU-span arithmetic, checked by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "fixtures/bf16.h"
+#include "harness/cupti_timer.h"
+#include "harness/stats.h"
+
+using namespace nibble;
+
+TEST(Stats, QuartilesOfFourValuesByHand) {
+  // Type-7 quantiles of {1,2,3,4}: h = 3p; q1 = 1 + 0.75 = 1.75, median 2.5, q3 = 3.25.
+  const Summary s = summarize({4, 1, 3, 2});
+  EXPECT_EQ(s.n, 4u);
+  EXPECT_DOUBLE_EQ(s.median, 2.5);
+  EXPECT_DOUBLE_EQ(s.q1, 1.75);
+  EXPECT_DOUBLE_EQ(s.q3, 3.25);
+  EXPECT_DOUBLE_EQ(s.min, 1);
+  EXPECT_DOUBLE_EQ(s.max, 4);
+  EXPECT_DOUBLE_EQ(s.mean, 2.5);
+  EXPECT_NEAR(s.stdev, std::sqrt(5.0 / 3.0), 1e-15);  // sum of squares 5, n-1 = 3
+}
+
+TEST(Stats, OddCountMedianIsTheMiddleValue) {
+  const Summary s = summarize({10, 30, 20, 50, 40});
+  EXPECT_DOUBLE_EQ(s.median, 30);
+  EXPECT_DOUBLE_EQ(s.q1, 20);
+  EXPECT_DOUBLE_EQ(s.q3, 40);
+}
+
+TEST(Stats, EmptySampleSetIsAnError) { EXPECT_THROW(summarize({}), std::invalid_argument); }
+
+TEST(RelativeError, ByHand) {
+  const float out[3] = {1, 2, 2};
+  const float ref[3] = {1, 2, 3};
+  EXPECT_NEAR(relative_error(out, ref, 3), 1.0 / std::sqrt(14.0), 1e-15);
+  const double refd[3] = {1, 2, 3};
+  EXPECT_NEAR(relative_error(out, refd, 3), 1.0 / std::sqrt(14.0), 1e-15);
+  EXPECT_EQ(relative_error(ref, ref, 3), 0.0);
+}
+
+TEST(RelativeError, NaNOrInfAnywhereFails) {
+  const float ref[3] = {1, 2, 3};
+  float out[3] = {1, 2, 3};
+  out[2] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(relative_error(out, ref, 3)));
+  out[2] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isnan(relative_error(out, ref, 3)));
+  EXPECT_FALSE(all_finite(out, 3));
+}
+
+TEST(RelativeError, ZeroReferenceGivesInfUnlessOutIsZeroToo) {
+  const float zero[2] = {0, 0}, one[2] = {1, 0};
+  EXPECT_TRUE(std::isinf(relative_error(one, zero, 2)));
+  EXPECT_EQ(relative_error(zero, zero, 2), 0.0);
+}
+
+TEST(RelativeError, Bf16BitPatterns) {
+  // 1.0 = 0x3F80, 2.0 = 0x4000, 3.0 = 0x4040: same numbers as the fp32 case above.
+  const uint16_t out[3] = {0x3F80, 0x4000, 0x4000}, ref[3] = {0x3F80, 0x4000, 0x4040};
+  EXPECT_NEAR(relative_error_bf16(out, ref, 3), 1.0 / std::sqrt(14.0), 1e-15);
+}
+
+TEST(Bf16, RoundToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3F80);
+  // 1 + 2^-8 is exactly half way between bf16 1.0 and 1 + 2^-7: ties go to the even mantissa (1.0).
+  EXPECT_EQ(f32_to_bf16(1.0f + 1.0f / 256), 0x3F80);
+  // 1 + 3*2^-8 is half way between 1 + 2^-7 (odd) and 1 + 2^-6 (even): rounds up to even.
+  EXPECT_EQ(f32_to_bf16(1.0f + 3.0f / 256), 0x3F82);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(GpuSpan, UnionAndSpanByHand) {
+  std::vector<ActivityRecord> r = {{ActivityRecord::Kernel, 100, 110, 7},
+                                   {ActivityRecord::Memcpy, 105, 112, 8},
+                                   {ActivityRecord::Kernel, 120, 130, 7}};
+  const SpanStats s = span_of(r);
+  ASSERT_TRUE(s.valid);
+  EXPECT_EQ(s.span_ns, 30u);  // 100 .. 130
+  EXPECT_EQ(s.busy_ns, 22u);  // [100,112] + [120,130]
+  EXPECT_EQ(s.kernels, 2);
+  EXPECT_EQ(s.memcpys, 1);
+  EXPECT_EQ(s.memsets, 0);
+}
+
+TEST(GpuSpan, NoRecordOrZeroDurationIsInvalid) {
+  EXPECT_FALSE(span_of({}).valid);
+  const SpanStats s = span_of({{ActivityRecord::Kernel, 100, 100, 1}});
+  EXPECT_FALSE(s.valid);
+  EXPECT_NE(s.invalid_reason.find("zero"), std::string::npos);
+}
