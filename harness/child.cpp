@@ -8,7 +8,10 @@
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <atomic>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "fixtures/safetensors.h"
 #include "fixtures/task.h"
@@ -17,6 +20,7 @@
 #include "harness/cupti_timer.h"
 #include "harness/decode_session.h"
 #include "harness/device_model.h"
+#include "harness/gpu_checks.h"
 #include "harness/solution_library.h"
 #include "harness/stats.h"
 
@@ -52,24 +56,76 @@ const char* status_name(nibble_status s) {
   return "?";
 }
 
-/** Writes result.json after every phase, so a crash later still leaves what was learnt. */
+/** Writes result.json after every phase, so a crash later still leaves what was learnt. Shared
+ *  with the watchdog thread, hence the mutex. */
 struct ResultWriter {
   std::string path;
   json j;
+  std::mutex mu;
   void phase(const char* p) {
+    std::lock_guard<std::mutex> lock(mu);
     j["phase"] = p;
     write_file_atomic(path, j.dump(1));
   }
   int fail(const char* kind, const std::string& msg, int code, json extra = json::object()) {
-    json e;
-    e["kind"] = kind;
-    e["message"] = msg;
-    for (auto& [k, v] : extra.items()) e[k] = v;
-    j["error"] = e;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      json e;
+      e["kind"] = kind;
+      e["message"] = msg;
+      for (auto& [k, v] : extra.items()) e[k] = v;
+      e["during_phase"] = j.value("phase", "start");
+      j["error"] = e;
+    }
     phase("failed");
     std::fprintf(stderr, "nibble child: %s error: %s\n", kind, msg.c_str());
     return code;
   }
+};
+
+/** Kills this process when one solution call (build_model, or decode_step with the device sync
+ *  after it) outlives its limit, after writing which call it was. A hung kernel or host loop
+ *  thus ends as TimedOut with the call named, not as a silent whole-process timeout. */
+class CallWatchdog {
+ public:
+  explicit CallWatchdog(ResultWriter* out) : out_(out), thread_([this] { loop(); }) {}
+  ~CallWatchdog() {
+    stop_ = true;
+    thread_.join();
+  }
+  void arm(const std::string& call, double seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    call_ = call;
+    limit_ = seconds;
+    deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                        std::chrono::duration<double>(seconds));
+    armed_ = true;
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_ = false;
+  }
+
+ private:
+  void loop() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::lock_guard<std::mutex> lock(mu_);
+      if (armed_ && std::chrono::steady_clock::now() > deadline_) {
+        out_->fail(kErrTimeout, call_ + " did not return within " + std::to_string(int(limit_)) + " s (watchdog)", 9,
+                   json{{"call", call_}});
+        std::_Exit(9);
+      }
+    }
+  }
+  ResultWriter* out_;
+  std::mutex mu_;
+  std::string call_;
+  double limit_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  bool armed_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 /** An L2-sized scratch written before every timed call, so each call starts with a cold L2
@@ -83,6 +139,8 @@ class L2Flusher {
     buf_ = DeviceBuffer(size_t(std::max(l2, 1 << 20)) * 2);
   }
   void flush(cudaStream_t s) {
+    // Persisting lines (a solution may have set an access-policy window on its weights) become
+    // normal first, so the writes below can evict them.
     NIBBLE_CUDA_CALL(cudaCtxResetPersistingL2Cache());
     NIBBLE_CUDA_CALL(cudaMemsetAsync(buf_.get(), int(++n_ & 0xff), buf_.bytes(), s));
   }
@@ -92,10 +150,94 @@ class L2Flusher {
   unsigned n_ = 0;
 };
 
+/** GPU checksums of everything a candidate may read but not write: every weight and norm, and the
+ *  KV prefix (slots [0, prefill) of every cache). */
+class InputGuard {
+ public:
+  InputGuard(const DeviceModel& m, cudaStream_t s) : stream_(s) {
+    const auto& c = m.config();
+    const size_t slot = size_t(c.dims.hd) * 2;
+    for (const TensorSpec& t : c.tensors()) {
+      if (t.name == "tokens") continue;
+      Region r{t.name, m.device_ptr(t.name), 1, 0, size_t(t.nbytes())};
+      if (t.name.rfind("kv.", 0) == 0) {
+        r.name += " (prefix slots 0.." + std::to_string(c.prefill - 1) + ")";
+        r.blocks = size_t(c.dims.batch) * c.dims.n_kv;
+        r.stride = size_t(c.dims.max_seq) * slot;
+        r.bytes = size_t(c.prefill) * slot;
+      }
+      r.stride = r.stride ? r.stride : r.bytes;
+      r.sum = sum(r);
+      regions_.push_back(r);
+    }
+  }
+  /** "" when every region is unchanged, else the first changed tensor's name. */
+  std::string first_changed() const {
+    for (const auto& r : regions_)
+      if (sum(r) != r.sum) return r.name;
+    return "";
+  }
+
+ private:
+  struct Region {
+    std::string name;
+    void* ptr;
+    size_t blocks, stride, bytes;
+    uint64_t sum = 0;
+  };
+  uint64_t sum(const Region& r) const {
+    // Whole 8-byte words on the GPU; a tensor whose size is not a multiple of 8 adds its tail bytes.
+    const size_t whole = r.bytes / 8 * 8;
+    uint64_t h = device_checksum(r.ptr, r.blocks, r.stride, whole, stream_);
+    if (whole != r.bytes) {
+      for (size_t b = 0; b < r.blocks; ++b) {
+        uint8_t tail[8] = {};
+        NIBBLE_CUDA_CALL(cudaMemcpy(tail, static_cast<const uint8_t*>(r.ptr) + b * r.stride + whole, r.bytes - whole,
+                                    cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < r.bytes - whole; ++i) h = h * 1099511628211ull + tail[i] + 1 + b;
+      }
+    }
+    return h;
+  }
+  cudaStream_t stream_;
+  std::vector<Region> regions_;
+};
+
+/** Name of the first KV cache holding a non-zero word in slots (pos, max_seq): nothing may be
+ *  written there (the fixture leaves them zero and no call before this one had reason to). */
+std::string first_written_above(const DeviceModel& m, int32_t pos, cudaStream_t s) {
+  const auto& d = m.config().dims;
+  if (pos + 1 >= d.max_seq) return "";
+  const size_t slot = size_t(d.hd) * 2;
+  for (int l = 0; l < d.layers; ++l)
+    for (const char* kv : {".k", ".v"}) {
+      const std::string name = "kv." + std::to_string(l) + kv;
+      const auto* base = static_cast<const uint8_t*>(m.device_ptr(name));
+      if (device_count_nonzero(base + size_t(pos + 1) * slot, size_t(d.batch) * d.n_kv, size_t(d.max_seq) * slot,
+                               size_t(d.max_seq - pos - 1) * slot, s) != 0)
+        return name;
+    }
+  return "";
+}
+
+/** Outputs kept for the parent: tensors copied into owned blobs, written as one safetensors file. */
+struct OutputFile {
+  std::vector<std::vector<uint8_t>> blobs;
+  std::vector<TensorView> views;
+  void add(const std::string& name, DType dt, std::vector<int64_t> shape, const void* data, size_t n) {
+    blobs.emplace_back(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
+    views.push_back({name, dt, std::move(shape), nullptr, n});
+  }
+  void write(const std::string& path, const std::string& solution) {
+    for (size_t i = 0; i < views.size(); ++i) views[i].data = blobs[i].data();
+    write_safetensors(path, views, {{"solution", solution}});
+  }
+};
+
 }  // namespace
 
 int child_run_main(const RunOptions& opt) {
-  ResultWriter out{opt.out_dir + "/result.json", json::object()};
+  ResultWriter out{opt.out_dir + "/result.json", json::object(), {}};
   out.j["solution"] = opt.solution;
   const auto t_start = std::chrono::steady_clock::now();
   json secs = json::object();
@@ -103,8 +245,10 @@ int child_run_main(const RunOptions& opt) {
   DecodeConfig cfg;
   std::unique_ptr<SafetensorsFile> fixture;
   std::unique_ptr<DeviceModel> model;
+  json replay;
   try {
     cfg = decode_config(opt.config);
+    if (!opt.replay_file.empty()) replay = json::parse(read_file(opt.replay_file));
     NIBBLE_CUDA_CALL(cudaSetDevice(0));
     NIBBLE_CUDA_CALL(cudaFree(nullptr));  // create the context before anything is timed
     fixture = std::make_unique<SafetensorsFile>(opt.fixture_dir + "/model.safetensors");
@@ -123,56 +267,114 @@ int child_run_main(const RunOptions& opt) {
   }
   out.j["solution_name"] = lib->name();
   out.j["numerics"] = lib->numerics();
+  if (!opt.variant.empty()) {
+    using set_variant_fn = nibble_status (*)(const char*, nibble_error*);
+    auto set_variant = reinterpret_cast<set_variant_fn>(lib->optional_symbol("nibble_reference_set_variant"));
+    if (!set_variant)
+      return out.fail(kErrLoad, opt.solution + " has no nibble_reference_set_variant: variants need the bundled reference", 4,
+                      json{{"load_kind", "MissingSymbol"}});
+    nibble_error err{};
+    if (set_variant(opt.variant.c_str(), &err) != NIBBLE_OK)
+      return out.fail(kErrSolution, std::string("nibble_reference_set_variant: ") + err.message, 5,
+                      json{{"call", "nibble_reference_set_variant"}, {"status", "INVALID_ARGUMENT"}});
+    out.j["variant"] = opt.variant;
+  }
 
-  cudaStream_t stream = nullptr;
+  cudaStream_t stream = nullptr, harness_stream = nullptr;
   std::unique_ptr<DecodeSession> session;
+  CallWatchdog watchdog(&out);
   const auto& d = cfg.dims;
-  std::vector<std::string> names;
-  std::vector<std::vector<uint8_t>> blobs;
-  std::vector<TensorView> views;
+  OutputFile outputs;
+  auto call = [&](const std::string& what, double limit, auto&& body) -> bool {
+    watchdog.arm(what, limit);
+    try {
+      body();
+    } catch (const SolutionError& e) {
+      watchdog.disarm();
+      out.fail(kErrSolution, e.what(), 5, json{{"call", what}, {"status", status_name(e.status)}});
+      return false;
+    } catch (...) {
+      watchdog.disarm();
+      throw;
+    }
+    watchdog.disarm();
+    return true;
+  };
   try {
     NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&harness_stream, cudaStreamNonBlocking));
+    const InputGuard guard(*model, harness_stream);
+    auto inputs_intact = [&](const char* when) -> bool {
+      const std::string changed = guard.first_changed();
+      if (changed.empty()) return true;
+      out.fail(kErrInputModified, "the candidate modified '" + changed + "' " + when + " (inputs are read-only)", 7,
+               json{{"tensor", changed}});
+      return false;
+    };
     auto t = std::chrono::steady_clock::now();
-    try {
-      session = std::make_unique<DecodeSession>(*lib, *model, stream);
-    } catch (const SolutionError& e) {
-      return out.fail(kErrSolution, e.what(), 5, json{{"call", "build_model"}, {"status", status_name(e.status)}});
-    }
+    if (!call("build_model", opt.build_timeout_seconds, [&] {
+          session = std::make_unique<DecodeSession>(*lib, *model, stream);
+        }))
+      return 5;
     secs["build_model"] = seconds_since(t);
+    if (!inputs_intact("in build_model")) return 7;
     out.phase("built");
 
-    // Checked steps: the fixture's tokens, consecutive positions from prefill, outputs kept.
-    t = std::chrono::steady_clock::now();
-    json checked = json::array();
-    std::vector<int64_t> positions;
-    for (int s = 0; s < opt.checked_steps; ++s) {
-      const int32_t pos = cfg.prefill + s;
-      std::vector<int64_t> tok(model->tokens().begin() + int64_t(s) * d.batch,
-                               model->tokens().begin() + int64_t(s + 1) * d.batch);
-      StepOutputs so;
-      try {
-        so = session->run_step(tok, pos);
-      } catch (const SolutionError& e) {
-        return out.fail(kErrSolution, e.what(), 5, json{{"call", "decode_step"}, {"status", status_name(e.status)}, {"pos", pos}});
+    if (!replay.is_null()) {
+      // Replay: the fixture's state plus the given tokens from pos = prefill; keep the logits of the
+      // listed steps (the parent's check of a candidate's timed calls).
+      const auto tokens = replay["tokens"].get<std::vector<int64_t>>();
+      const auto keep = replay["keep_steps"].get<std::vector<int>>();
+      const int last = *std::max_element(keep.begin(), keep.end());
+      for (int s = 0; s <= last; ++s) {
+        std::vector<int64_t> tok(tokens.begin() + int64_t(s) * d.batch, tokens.begin() + int64_t(s + 1) * d.batch);
+        std::vector<float> logits;
+        if (!call("decode_step", opt.step_timeout_seconds, [&] {
+              session->launch_step(tok, cfg.prefill + s);
+              NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+            }))
+          return 5;
+        if (std::find(keep.begin(), keep.end(), s) != keep.end()) {
+          logits = session->read_logits();
+          outputs.add("timed" + std::to_string(s) + ".logits", DType::F32, {d.batch, d.vocab}, logits.data(),
+                      logits.size() * 4);
+        }
       }
-      positions.push_back(pos);
-      checked.push_back({{"step", s}, {"pos", pos}, {"token", tok}});
-      const std::string p = "step" + std::to_string(s) + ".";
-      auto keep = [&](const std::string& name, DType dt, std::vector<int64_t> shape, const void* data, size_t n) {
-        blobs.emplace_back(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
-        names.push_back(name);
-        views.push_back({name, dt, std::move(shape), nullptr, n});
-      };
-      keep(p + "logits", DType::F32, {d.batch, d.vocab}, so.logits.data(), so.logits.size() * 4);
-      keep(p + "k", DType::BF16, {d.layers, d.batch, d.n_kv, d.hd}, so.k_appended.data(), so.k_appended.size() * 2);
-      keep(p + "v", DType::BF16, {d.layers, d.batch, d.n_kv, d.hd}, so.v_appended.data(), so.v_appended.size() * 2);
+      outputs.write(opt.out_dir + "/outputs.safetensors", lib->name());
+      out.phase("checked");
+    } else {
+      // Checked steps: the fixture's tokens, consecutive positions from prefill, outputs kept.
+      t = std::chrono::steady_clock::now();
+      json checked = json::array();
+      std::vector<int64_t> positions;
+      for (int s = 0; s < opt.checked_steps; ++s) {
+        const int32_t pos = cfg.prefill + s;
+        std::vector<int64_t> tok(model->tokens().begin() + int64_t(s) * d.batch,
+                                 model->tokens().begin() + int64_t(s + 1) * d.batch);
+        StepOutputs so;
+        if (!call("decode_step", opt.step_timeout_seconds, [&] { so = session->run_step(tok, pos); })) return 5;
+        if (!session->tokens_intact())
+          return out.fail(kErrInputModified, "the candidate modified the token_ids buffer at pos " + std::to_string(pos), 7,
+                          json{{"tensor", "token_ids"}});
+        const std::string above = first_written_above(*model, pos, harness_stream);
+        if (!above.empty())
+          return out.fail(kErrInputModified, "the candidate wrote into '" + above + "' beyond slot pos = " +
+                                                 std::to_string(pos) + " (only slot pos may be appended)", 7,
+                          json{{"tensor", above}});
+        positions.push_back(pos);
+        checked.push_back({{"step", s}, {"pos", pos}, {"token", tok}});
+        const std::string p = "step" + std::to_string(s) + ".";
+        outputs.add(p + "logits", DType::F32, {d.batch, d.vocab}, so.logits.data(), so.logits.size() * 4);
+        outputs.add(p + "k", DType::BF16, {d.layers, d.batch, d.n_kv, d.hd}, so.k_appended.data(), so.k_appended.size() * 2);
+        outputs.add(p + "v", DType::BF16, {d.layers, d.batch, d.n_kv, d.hd}, so.v_appended.data(), so.v_appended.size() * 2);
+      }
+      if (!inputs_intact("during the checked steps")) return 7;
+      outputs.add("positions", DType::I64, {int64_t(positions.size())}, positions.data(), positions.size() * 8);
+      outputs.write(opt.out_dir + "/outputs.safetensors", lib->name());
+      secs["checked_steps"] = seconds_since(t);
+      out.j["checked"] = checked;
+      out.phase("checked");
     }
-    for (size_t i = 0; i < views.size(); ++i) views[i].data = blobs[i].data();
-    views.push_back({"positions", DType::I64, {int64_t(positions.size())}, positions.data(), positions.size() * 8});
-    write_safetensors(opt.out_dir + "/outputs.safetensors", views, {{"solution", lib->name()}});
-    secs["checked_steps"] = seconds_since(t);
-    out.j["checked"] = checked;
-    out.phase("checked");
 
     if (opt.timing) {
       t = std::chrono::steady_clock::now();
@@ -186,23 +388,32 @@ int child_run_main(const RunOptions& opt) {
       std::string invalid_reason, stop_reason = "max rounds";
       double prev_median = -1;
       int rounds = 0;
+      std::vector<int64_t> round_tokens;
+      OutputFile timed_out;
+      std::vector<int> keep_steps;
       for (int r = 0; r < opt.max_rounds; ++r) {
+        round_tokens.clear();
+        OutputFile round_out;
+        // Which calls of this round are re-checked against the reference (kept for the last round).
+        std::vector<int> keep;
+        for (int s = 0; s < opt.steps_per_round; ++s)
+          if (s == opt.steps_per_round - 1 || rng() % 8 == 0) keep.push_back(s);
         for (int s = 0; s < opt.steps_per_round; ++s) {
           const int32_t pos = cfg.prefill + s;
           std::vector<int64_t> tok(size_t(d.batch));
           for (auto& x : tok) x = token_dist(rng);
+          round_tokens.insert(round_tokens.end(), tok.begin(), tok.end());
           session->prepare_step(tok);
-          flusher.flush(stream);
+          flusher.flush(harness_stream);
           NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
           const uint64_t c0 = timer.now();
           const auto w0 = std::chrono::steady_clock::now();
-          try {
-            session->call_step(pos);
-          } catch (const SolutionError& e) {
-            return out.fail(kErrSolution, e.what(), 5, json{{"call", "decode_step"}, {"status", status_name(e.status)}, {"pos", pos}, {"timed", true}});
-          }
           // All work the call caused, on any stream, is inside the window: sync the device.
-          NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+          if (!call("decode_step", opt.step_timeout_seconds, [&] {
+                session->call_step(pos);
+                NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+              }))
+            return 5;
           const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
           const uint64_t c1 = timer.now();
           const SpanStats st = span_of(timer.collect(c0, c1));
@@ -219,19 +430,27 @@ int child_run_main(const RunOptions& opt) {
           positions_t.push_back(pos);
           const auto logits = session->read_logits();
           if (!all_finite(logits.data(), logits.size())) ++nonfinite;
+          if (std::find(keep.begin(), keep.end(), s) != keep.end())
+            round_out.add("timed" + std::to_string(s) + ".logits", DType::F32, {d.batch, d.vocab}, logits.data(),
+                          logits.size() * 4);
         }
         ++rounds;
+        timed_out = std::move(round_out);
+        keep_steps = keep;
         const double med = summarize(span_us).median;
         if (rounds >= opt.min_rounds && prev_median > 0 && std::fabs(med - prev_median) < opt.stable_fraction * med) {
           stop_reason = "median stable";
           break;
         }
         prev_median = med;
-        if (seconds_since(t) > opt.max_timing_seconds) {
+        if (rounds >= opt.min_rounds && seconds_since(t) > opt.max_timing_seconds) {
           stop_reason = "time budget";
           break;
         }
       }
+      // The last round's kept logits, and what the reference needs to replay that round.
+      timed_out.write(opt.out_dir + "/timed_outputs.safetensors", lib->name());
+      if (!inputs_intact("during the timed steps")) return 7;
       json tj;
       tj["token_seed"] = opt.timing_seed;
       tj["steps_per_round"] = opt.steps_per_round;
@@ -240,6 +459,7 @@ int child_run_main(const RunOptions& opt) {
       tj["invalid_samples"] = invalid;
       tj["invalid_reason"] = invalid_reason;
       tj["nonfinite_outputs"] = nonfinite;
+      tj["replay"] = {{"tokens", round_tokens}, {"keep_steps", keep_steps}};
       tj["pos"] = positions_t;
       tj["gpu_span_us"] = span_us;
       tj["busy_us"] = busy_us;
@@ -247,15 +467,14 @@ int child_run_main(const RunOptions& opt) {
       tj["kernels"] = kernels;
       tj["memcpys"] = memcpys;
       tj["memsets"] = memsets;
-      out.j["timing"] = tj;
+      {
+        std::lock_guard<std::mutex> lock(out.mu);
+        out.j["timing"] = tj;
+      }
       secs["timing"] = seconds_since(t);
       out.phase("timed");
     }
-    try {
-      session->close();
-    } catch (const SolutionError& e) {
-      return out.fail(kErrSolution, e.what(), 5, json{{"call", "teardown"}, {"status", status_name(e.status)}});
-    }
+    if (!call("teardown", opt.build_timeout_seconds, [&] { session->close(); })) return 5;
     session.reset();
   } catch (const CudaError& e) {
     return out.fail(kErrCuda, e.what(), 6);
@@ -263,7 +482,10 @@ int child_run_main(const RunOptions& opt) {
     return out.fail(kErrHarness, e.what(), 3);
   }
   secs["total"] = seconds_since(t_start);
-  out.j["seconds"] = secs;
+  {
+    std::lock_guard<std::mutex> lock(out.mu);
+    out.j["seconds"] = secs;
+  }
   out.phase("done");
   return 0;
 }

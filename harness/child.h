@@ -23,6 +23,10 @@ struct RunOptions {
   int min_rounds = 3, max_rounds = 20;
   double max_timing_seconds = 120;
   double stable_fraction = 0.005;  // stop once the median moves less than this between rounds
+  double build_timeout_seconds = 600;  // watchdog of build_model and teardown
+  double step_timeout_seconds = 20;    // watchdog of one decode_step plus the device sync after it
+  std::string replay_file;
+  std::string variant;      // calls nibble_reference_set_variant(variant) before build_model  // JSON {"tokens": [...], "keep_steps": [...]}: replay instead of checked steps
 };
 
 /** Child entry points; return the process exit code (0 = completed; result.json says more). */
@@ -34,5 +38,7 @@ inline constexpr const char* kErrLoad = "load";          // SolutionLibrary refu
 inline constexpr const char* kErrSolution = "solution";  // an entry point returned an error status
 inline constexpr const char* kErrCuda = "cuda";          // a CUDA error surfaced after a solution call
 inline constexpr const char* kErrHarness = "harness";    // fixture unreadable, out of memory, ...
+inline constexpr const char* kErrTimeout = "timeout";    // the watchdog ended a call
+inline constexpr const char* kErrInputModified = "input_modified";  // a read-only input changed
 
 }  // namespace nibble

@@ -72,6 +72,7 @@ void DecodeSession::prepare_step(const std::vector<int64_t>& tokens) {
   if (int64_t(tokens.size()) != d.batch) throw std::invalid_argument("launch_step: one token per sequence expected");
   // 0xFF bytes are an fp32 NaN: an element the solution leaves unwritten fails the check.
   NIBBLE_CUDA_CALL(cudaMemsetAsync(logits_.buf.get(), 0xFF, logits_.buf.bytes(), stream_));
+  last_tokens_ = tokens;
   NIBBLE_CUDA_CALL(cudaMemcpyAsync(tokens_.buf.get(), tokens.data(), tokens.size() * sizeof(int64_t),
                                    cudaMemcpyHostToDevice, stream_));
   NIBBLE_CUDA_CALL(cudaStreamSynchronize(stream_));
@@ -81,6 +82,12 @@ void DecodeSession::call_step(int32_t pos) {
   nibble_error err{};
   const nibble_status s = lib_.decode_step(handle_, &tokens_.desc, pos, &logits_.desc, stream_, &err);
   check_status(s, err, "decode_step");
+}
+
+bool DecodeSession::tokens_intact() const {
+  std::vector<int64_t> now(last_tokens_.size());
+  NIBBLE_CUDA_CALL(cudaMemcpy(now.data(), tokens_.buf.get(), now.size() * sizeof(int64_t), cudaMemcpyDeviceToHost));
+  return now == last_tokens_;
 }
 
 std::vector<float> DecodeSession::read_logits() const {

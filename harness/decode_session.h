@@ -50,6 +50,8 @@ class DecodeSession {
   StepOutputs run_step(const std::vector<int64_t>& tokens, int32_t pos);
   /** Read back the current logits (after a sync). */
   std::vector<float> read_logits() const;
+  /** True when the token_ids buffer still holds what prepare_step uploaded (it is read-only). */
+  bool tokens_intact() const;
   /** Close the session now (teardown); throws SolutionError on failure. Idempotent. */
   void close();
 
@@ -60,6 +62,7 @@ class DecodeSession {
   void* handle_ = nullptr;
   bool open_ = false;
   DeviceTensor tokens_;
+  std::vector<int64_t> last_tokens_;
   DeviceTensor logits_;
 };
 

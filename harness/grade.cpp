@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -24,6 +26,7 @@
 #include "fixtures/sha256.h"
 #include "fixtures/task.h"
 #include "harness/atomic_file.h"
+#include "harness/grade_common.h"
 #include "harness/process.h"
 #include "harness/provenance.h"
 #include "harness/stats.h"
@@ -35,152 +38,82 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-double since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-struct Log {
-  bool quiet;
-  void operator()(const std::string& msg) const {
-    if (!quiet) std::fprintf(stderr, "[nibble] %s\n", msg.c_str());
-  }
-};
-
-/** A child's end plus the result.json it left (null when it left none). */
-struct ChildRun {
-  ChildExit exit;
-  json result;
-  std::string log_tail;
-  bool completed() const { return exit.kind == ChildExit::Exited && exit.code == 0 && result.value("phase", "") == "done"; }
-};
-
-ChildRun run_child_in(const std::vector<std::string>& argv, const std::string& dir, double timeout) {
-  fs::create_directories(dir);
-  ChildRun r;
-  r.exit = run_child(argv, dir + "/log.txt", timeout);
-  try {
-    r.result = json::parse(read_file(dir + "/result.json"));
-  } catch (const std::exception&) {
-    r.result = json();
-  }
-  r.log_tail = file_tail(dir + "/log.txt", 3000);
-  return r;
-}
-
-/** Disposition and reason for a candidate child that did not complete. */
-std::pair<std::string, std::string> failure_disposition(const ChildRun& c) {
-  if (c.exit.kind == ChildExit::TimedOut)
-    return {kTimedOut, "the candidate's process " + c.exit.describe() + " (phase reached: " +
-                           c.result.value("phase", std::string("start")) + ")"};
-  if (c.result.is_object() && c.result.contains("error")) {
-    const json& e = c.result["error"];
-    const std::string kind = e.value("kind", "");
-    const std::string msg = e.value("message", "");
-    if (kind == "load") {
-      const std::string lk = e.value("load_kind", "");
-      if (lk == "AbiMismatch") return {kAbiMismatch, msg};
-      if (lk == "MissingSymbol") return {kMissingSymbol, msg};
-      return {kNotLoadable, msg};
+/** The grade's timing in Google Benchmark's JSON format (context + one "iteration" entry per timed
+ *  call + median/mean/stddev aggregates), so tools built for it (tools/compare.py, dashboards)
+ *  read nibble results unchanged. Times in microseconds. */
+json gbench_json(const json& report) {
+  json g;
+  g["context"] = {{"date", report["created_utc"]},
+                  {"host_name", report["host"].value("hostname", "")},
+                  {"executable", "nibble grade"},
+                  {"num_cpus", report["host"].value("cpus", 0)},
+                  {"mhz_per_cpu", 0},
+                  {"cpu_scaling_enabled", false},
+                  {"caches", json::array()},
+                  {"library_build_type", "release"},
+                  {"nibble_report_schema", report["schema_version"]},
+                  {"gpu", report.contains("device") ? report["device"].value("name", "") : ""},
+                  {"commit", report["git"]["commit"]}};
+  json benches = json::array();
+  if (report.contains("timing") && report["timing"].contains("gpu_span_us")) {
+    const json& t = report["timing"];
+    const std::string base = report["task"].get<std::string>() + "/" + report["config"].get<std::string>() + "/" +
+                             report["solution"].value("name", std::string("solution"));
+    const double bytes = t.value("bytes_per_step", 0.0);
+    int family = 0;
+    for (const char* fig : {"gpu_span_us", "host_wall_us"}) {
+      const std::string name = base + "/" + (std::string(fig) == "gpu_span_us" ? "gpu_span" : "host_wall");
+      const auto samples = t[fig]["samples"].get<std::vector<double>>();
+      int i = 0;
+      for (double us : samples) {
+        benches.push_back({{"name", name}, {"family_index", family}, {"per_family_instance_index", 0}, {"run_name", name},
+                           {"run_type", "iteration"}, {"repetitions", int(samples.size())}, {"repetition_index", i++},
+                           {"threads", 1}, {"iterations", 1}, {"real_time", us}, {"cpu_time", us}, {"time_unit", "us"},
+                           {"bytes_per_second", bytes / (us * 1e-6)}});
+      }
+      const Summary s = summarize(samples);
+      for (auto [agg, v] : {std::pair<const char*, double>{"mean", s.mean}, {"median", s.median}, {"stddev", s.stdev}}) {
+        benches.push_back({{"name", name + "_" + agg}, {"family_index", family}, {"per_family_instance_index", 0},
+                           {"run_name", name}, {"run_type", "aggregate"}, {"repetitions", int(samples.size())},
+                           {"threads", 1}, {"aggregate_name", agg}, {"aggregate_unit", "time"}, {"iterations", int(samples.size())},
+                           {"real_time", v}, {"cpu_time", v}, {"time_unit", "us"}});
+      }
+      ++family;
     }
-    if (kind == "solution" && e.value("status", "") == "NOT_SUPPORTED") return {kNotSupported, msg};
-    if (kind == "solution") return {kCrashed, msg};
-    if (kind == "cuda") return {kCrashed, "CUDA error after a solution call: " + msg};
-    return {kCrashed, "harness error in the candidate's process: " + msg};
   }
-  if (c.exit.kind == ChildExit::Signaled)
-    return {kCrashed, "the candidate's process was " + c.exit.describe() + " (phase reached: " +
-                          c.result.value("phase", std::string("start")) + ")"};
-  return {kCrashed, "the candidate's process ended with " + c.exit.describe() + " without a result"};
+  g["benchmarks"] = benches;
+  return g;
 }
 
-/** The fixture for (config, seed): given, cached, or built now. */
-json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::string& given_dir, const GradeOptions& opt,
-                    const Log& log, std::string* dir_out) {
-  const std::string dir = given_dir.empty() ? default_fixture_dir(kDecodeTask, cfg.name, seed) : given_dir;
-  *dir_out = dir;
-  json j;
-  j["seed"] = seed;
-  j["dir"] = dir;
-  const bool have = fs::exists(dir + "/manifest.json") && fs::exists(dir + "/model.safetensors");
-  FixtureManifest m;
-  if (!have) {
-    if (!given_dir.empty())
-      throw std::invalid_argument("no fixture in " + dir + " (manifest.json and model.safetensors expected); build one with `nibble fixture build --task " +
-                                  std::string(kDecodeTask) + " --config " + cfg.name + " --seed " + std::to_string(seed) + " --out " + dir + "`");
-    log("building fixture " + cfg.name + " seed " + std::to_string(seed) + " into " + dir);
-    const auto t0 = std::chrono::steady_clock::now();
-    m = build_decode_fixture(cfg, seed, dir, opt.threads, {});
-    j["built_now"] = true;
-    j["build_seconds"] = since(t0);
-  } else {
-    m = read_manifest(dir);
-    if (m.task != kDecodeTask || m.config != cfg.name || m.seed != seed)
-      throw std::invalid_argument("fixture " + dir + " is for task " + m.task + ", config " + m.config + ", seed " +
-                                  std::to_string(m.seed) + ", not " + cfg.name + " seed " + std::to_string(seed));
-    if (m.generator_version != kGeneratorVersion)
-      throw std::invalid_argument("fixture " + dir + " was made by generator version " + std::to_string(m.generator_version) +
-                                  "; this nibble makes version " + std::to_string(kGeneratorVersion) + ": rebuild it with `" +
-                                  fixture_build_command(kDecodeTask, cfg.name, seed, dir) + "`");
-    if (opt.verify_fixture) {
-      log("verifying fixture " + dir + " (SHA-256)");
-      const auto t0 = std::chrono::steady_clock::now();
-      verify_fixture(dir, m);
-      j["verify_seconds"] = since(t0);
-    }
-    j["built_now"] = false;
-  }
-  j["generator_version"] = m.generator_version;
-  j["file_sha256"] = m.file_sha256;
-  j["file_bytes"] = m.file_bytes;
-  j["verified"] = opt.verify_fixture || !have;
-  return j;
-}
-
-/** Errors of the candidate's checked steps against the reference's, for one seed. */
-json compare_outputs(const DecodeConfig& cfg, const std::string& ref_file, const std::string& cand_file, double* worst,
-                     bool* all_finite_out) {
-  SafetensorsFile ref(ref_file), cand(cand_file);
-  json steps = json::array();
-  for (int s = 0; s < cfg.checked_steps; ++s) {
-    const std::string p = "step" + std::to_string(s) + ".";
-    const auto& re = ref.entry(p + "logits");
-    const size_t n = re.nbytes() / 4;
-    const auto* r = reinterpret_cast<const float*>(ref.data(p + "logits"));
-    const auto* c = reinterpret_cast<const float*>(cand.data(p + "logits"));
-    const bool finite = all_finite(c, n);
-    const double err = relative_error(c, r, n);
-    const size_t nk = ref.entry(p + "k").nbytes() / 2;
-    const double kerr = relative_error_bf16(reinterpret_cast<const uint16_t*>(cand.data(p + "k")),
-                                            reinterpret_cast<const uint16_t*>(ref.data(p + "k")), nk);
-    const double verr = relative_error_bf16(reinterpret_cast<const uint16_t*>(cand.data(p + "v")),
-                                            reinterpret_cast<const uint16_t*>(ref.data(p + "v")), nk);
-    const double kv = std::isnan(kerr) || std::isnan(verr) ? NAN : std::max(kerr, verr);
-    *all_finite_out = *all_finite_out && finite;
-    for (double e : {err, kv}) *worst = std::isnan(e) || std::isnan(*worst) ? NAN : std::max(*worst, e);
-    steps.push_back({{"step", s}, {"pos", cfg.prefill + s}, {"logits_rel_err", std::isnan(err) ? json(nullptr) : json(err)},
-                     {"kv_appended_rel_err", std::isnan(kv) ? json(nullptr) : json(kv)}, {"finite", finite}});
-  }
-  return steps;
-}
-
-std::string fmt(double v, int prec = 3) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*g", prec, v);
-  return b;
-}
-
-std::string utc_now() {
-  char b[32];
-  const std::time_t t = std::time(nullptr);
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return b;
+/** One JSON line per grade appended to a history file (commit, date, GPU, solution, median,
+ *  worst error): a run's trace over time without keeping every report. */
+void append_history(const std::string& path, const json& report, const std::string& report_path) {
+  json h;
+  h["date"] = report["created_utc"];
+  h["commit"] = report["git"]["commit"];
+  h["gpu"] = report.contains("device") ? report["device"].value("name", "") : "";
+  h["task"] = report["task"];
+  h["config"] = report["config"];
+  h["solution"] = report["solution"].value("name", "");
+  h["solution_sha256"] = report["solution"].value("sha256", "");
+  h["disposition"] = report["disposition"];
+  h["median_us"] = report.contains("timing") && report["timing"].contains("gpu_span_us")
+                       ? report["timing"]["gpu_span_us"]["median"] : json(nullptr);
+  h["worst_rel_err"] = report["correctness"]["worst_rel_err"];
+  h["report"] = fs::absolute(report_path).string();
+  const std::string line = h.dump() + "\n";
+  // One write of one line with O_APPEND: concurrent graders interleave whole lines, never bytes.
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) throw std::runtime_error("cannot append to history file " + path + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size();
+  if (std::fclose(f) != 0 || !ok) throw std::runtime_error("cannot append to history file " + path);
 }
 
 }  // namespace
 
 int grade_main(const GradeOptions& opt) {
   const auto t_start = std::chrono::steady_clock::now();
-  const Log log{opt.quiet};
+  const Log log{opt.quiet, isatty(STDERR_FILENO) != 0};
   DecodeConfig cfg;
   try {
     check_task(opt.task);
@@ -188,11 +121,28 @@ int grade_main(const GradeOptions& opt) {
     if (opt.solution.empty()) throw std::invalid_argument("--solution is required");
     if (!fs::exists(opt.solution))
       throw std::invalid_argument("solution '" + opt.solution + "' does not exist; pass the path of a built .so");
+    {
+      // Cheap preflight without loading it (the parent never dlopens a candidate): an ELF header.
+      char magic[4] = {};
+      FILE* f = std::fopen(opt.solution.c_str(), "rb");
+      const bool elf = f && std::fread(magic, 1, 4, f) == 4 && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
+      if (f) std::fclose(f);
+      if (!elf)
+        throw std::invalid_argument("solution '" + opt.solution + "' is not a shared object (no ELF header); build it with nvcc -shared -fPIC");
+    }
     if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
     if (!opt.fixture_dir.empty() && opt.seeds.size() != 1)
       throw std::invalid_argument("--fixture names one fixture, so give exactly one seed with --seeds");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble grade: %s\n", e.what());
+    return kExitUsage;
+  }
+  try {
+    // Fail before the work, not after it: the report path must be writable.
+    write_file_atomic(opt.out + ".nibble-probe", "");
+    fs::remove(opt.out + ".nibble-probe");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble grade: the report cannot be written: %s; choose another --out\n", e.what());
     return kExitUsage;
   }
   const std::string exe = self_exe();
@@ -239,15 +189,16 @@ int grade_main(const GradeOptions& opt) {
   try {
     for (uint64_t seed : opt.seeds) {
       std::string dir;
-      fixtures.push_back(ensure_fixture(cfg, seed, opt.fixture_dir, opt, log, &dir));
+      fixtures.push_back(ensure_fixture(cfg, seed, opt.fixture_dir, opt.threads, opt.verify_fixture, log, &dir));
       fixture_dirs.push_back(dir);
     }
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "nibble grade: %s\n", e.what());
     return kExitUsage;
   } catch (const std::exception& e) {
+    // A corrupt or unreadable fixture is bad input (the message names the tensor and the rebuild command).
     std::fprintf(stderr, "nibble grade: fixture: %s\n", e.what());
-    return kExitGraderFailed;
+    return kExitUsage;
   }
   report["fixtures"] = fixtures;
 
@@ -282,7 +233,9 @@ int grade_main(const GradeOptions& opt) {
   json wall;
   auto run_args = [&](const std::string& so, const std::string& fdir, const std::string& odir, bool timed) {
     std::vector<std::string> a = {exe, "__run", "--solution", so, "--fixture", fdir, "--config", cfg.name,
-                                  "--out", odir, "--checked-steps", std::to_string(cfg.checked_steps)};
+                                  "--out", odir, "--checked-steps", std::to_string(cfg.checked_steps),
+                                  "--step-timeout", fmt(opt.step_timeout_seconds, 10),
+                                  "--build-timeout", fmt(opt.build_timeout_seconds, 10)};
     if (timed) {
       a.insert(a.end(), {"--timing", "--timing-seed", std::to_string(timing_seed), "--min-rounds",
                          std::to_string(opt.min_rounds), "--max-rounds", std::to_string(opt.max_rounds),
@@ -298,7 +251,7 @@ int grade_main(const GradeOptions& opt) {
     log("seed " + std::to_string(seed) + ": running the reference");
     auto t0 = std::chrono::steady_clock::now();
     ChildRun r = run_child_in(run_args(reference, fixture_dirs[i], sd + "/reference", false), sd + "/reference",
-                              opt.timeout_seconds);
+                              opt.timeout_seconds, &log, "reference");
     wall["reference_seed" + std::to_string(seed)] = since(t0);
     if (!r.completed()) {
       std::fprintf(stderr, "nibble grade: the reference failed on seed %llu (%s); the grader cannot judge without it.\n%s\n",
@@ -312,7 +265,7 @@ int grade_main(const GradeOptions& opt) {
     log("seed " + std::to_string(seed) + ": running the candidate" + (timed ? " (checked, then timed)" : ""));
     t0 = std::chrono::steady_clock::now();
     ChildRun c = run_child_in(run_args(solution, fixture_dirs[i], sd + "/candidate", timed), sd + "/candidate",
-                              opt.timeout_seconds);
+                              opt.timeout_seconds, &log, timed ? "candidate: checked steps, then timing" : "candidate: checked steps");
     wall["candidate_seed" + std::to_string(seed)] = since(t0);
     if (c.result.is_object()) sol["name"] = c.result.value("solution_name", sol.value("name", std::string()));
     json seed_j;
@@ -352,7 +305,48 @@ int grade_main(const GradeOptions& opt) {
       reason = why;
       if (!c.log_tail.empty()) sol["log_tail"] = c.log_tail;
     }
-    if (timed && c.result.is_object() && c.result.contains("timing")) timing_raw = c.result["timing"];
+    if (timed && c.result.is_object() && c.result.contains("timing")) {
+      timing_raw = c.result["timing"];
+      // The timed calls' outputs are checked too: the reference replays the last timed round's
+      // tokens from the fixture's state and the kept calls are compared with it.
+      if (disposition.empty() && timing_raw.contains("replay")) {
+        write_file_atomic(sd + "/replay.json", timing_raw["replay"].dump());
+        auto args = run_args(reference, fixture_dirs[i], sd + "/replay", false);
+        args.insert(args.end(), {"--replay", sd + "/replay.json"});
+        log("seed " + std::to_string(seed) + ": the reference replays the last timed round");
+        ChildRun rr = run_child_in(args, sd + "/replay", opt.timeout_seconds, &log, "reference replay");
+        if (!rr.completed()) {
+          std::fprintf(stderr, "nibble grade: the reference failed to replay the timed calls (%s)\n%s\n", rr.exit.describe().c_str(),
+                       rr.log_tail.c_str());
+          return kExitGraderFailed;
+        }
+        json checks = json::array();
+        double worst_timed = 0;
+        try {
+          SafetensorsFile rf(sd + "/replay/outputs.safetensors"), cf(sd + "/candidate/timed_outputs.safetensors");
+          for (int s : timing_raw["replay"]["keep_steps"]) {
+            const std::string name = "timed" + std::to_string(s) + ".logits";
+            const size_t n = rf.entry(name).nbytes() / 4;
+            const double e = relative_error(reinterpret_cast<const float*>(cf.data(name)),
+                                            reinterpret_cast<const float*>(rf.data(name)), n);
+            checks.push_back({{"step", s}, {"pos", cfg.prefill + s}, {"logits_rel_err", std::isnan(e) ? json(nullptr) : json(e)}});
+            if (std::isnan(e) || !(e < cfg.gate)) {
+              if (disposition.empty()) {
+                disposition = kIncorrect;
+                reason = "timed call at pos " + std::to_string(cfg.prefill + s) + " returned logits with relative error " +
+                         (std::isnan(e) ? std::string("NaN") : fmt(e)) + " against the reference replaying the same tokens";
+              }
+            }
+            worst_timed = std::isnan(e) || std::isnan(worst_timed) ? NAN : std::max(worst_timed, e);
+          }
+        } catch (const std::exception& e) {
+          disposition = kCrashed;
+          reason = std::string("the candidate's timed outputs could not be read: ") + e.what();
+        }
+        timing_raw["verified_calls"] = checks;
+        timing_raw["verified_worst_rel_err"] = std::isnan(worst_timed) ? json(nullptr) : json(worst_timed);
+      }
+    }
   }
   report["solution"] = sol;
   report["reference"] = ref;
@@ -386,8 +380,9 @@ int grade_main(const GradeOptions& opt) {
         {"tokens", "fresh ids per call from token_seed"},
         {"positions", "pos = prefill .. prefill + steps_per_round - 1, repeated per round"},
         {"timed_seed", opt.seeds.front()}};
-    for (const char* k : {"token_seed", "steps_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs"})
-      t[k] = timing_raw[k];
+    for (const char* k : {"token_seed", "steps_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs",
+                          "verified_calls", "verified_worst_rel_err"})
+      if (timing_raw.contains(k)) t[k] = timing_raw[k];
     if (!span.empty()) {
       const Summary s = summarize(span), w = summarize(wall_us), b = summarize(busy), kk = summarize(kernels);
       t["gpu_span_us"] = summary_json(s, &span);
@@ -412,6 +407,12 @@ int grade_main(const GradeOptions& opt) {
           reason = "a timed step took " + fmt(s.min) + " us, below the physical floor " + fmt(floor_peak) +
                    " us (bytes per step / theoretical bandwidth): not a record";
         }
+      }
+      // Host time the GPU never saw (a CPU-side computation, a sleep) is work the span would hide.
+      if (disposition.empty() && w.median > 2.0 * s.median + 200.0) {
+        disposition = kInvalidTiming;
+        reason = "host wall time per call (" + fmt(w.median) + " us median) is far above the CUPTI GPU span (" + fmt(s.median) +
+                 " us): the call spends time the GPU timer cannot see";
       }
       if (disposition.empty() && w.median < 0.9 * s.median) {
         disposition = kInvalidTiming;
@@ -441,6 +442,8 @@ int grade_main(const GradeOptions& opt) {
 
   try {
     write_file_atomic(opt.out, report.dump(2) + "\n");
+    if (!opt.gbench_json.empty()) write_file_atomic(opt.gbench_json, gbench_json(report).dump(2) + "\n");
+    if (!opt.history.empty()) append_history(opt.history, report, opt.out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble grade: %s\n", e.what());
     return kExitGraderFailed;

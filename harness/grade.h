@@ -25,7 +25,11 @@ struct GradeOptions {
   std::string fixture_dir;           // one seed only; default: the fixture cache, built if missing
   std::string out = "nibble-report.json";
   std::string dump_dir;              // reference and candidate outputs of every checked step
+  std::string gbench_json;           // also write the timing in Google Benchmark's JSON format
+  std::string history;               // append one JSON line per grade
   double timeout_seconds = 900;      // per child process
+  double step_timeout_seconds = 20;  // per decode_step call, in the child
+  double build_timeout_seconds = 600;
   bool timing = true;
   std::optional<uint64_t> timing_seed;  // default: drawn from the OS, recorded in the report
   int min_rounds = 3, max_rounds = 20;

@@ -1,6 +1,7 @@
 // main.cpp: the `nibble` command line (CLI11).
 //
 //   nibble grade --task T --solution X.so [--config full|tiny] [--seeds 0,1] [--fixture DIR] [--out R.json] [--dump DIR]
+//   nibble calibrate --task T [--config full|tiny] [--seeds 0,1] [--out T.json] [--path gpu|cpu|auto]
 //   nibble fixture build --task T --config C --seed S [--out DIR] [--threads N]
 //   nibble fixture verify DIR
 // Hidden: `nibble __run` and `nibble __probe`, the grader's child processes.
@@ -13,6 +14,7 @@
 
 #include "fixtures/fixture.h"
 #include "fixtures/task.h"
+#include "harness/calibrate.h"
 #include "harness/child.h"
 #include "harness/grade.h"
 
@@ -80,8 +82,14 @@ int main(int argc, char** argv) {
   grade->add_option("--fixture", g.fixture_dir, "Fixture folder (one seed); default: the cache, built when missing");
   grade->add_option("--out", g.out, "Report path (written atomically)")->capture_default_str();
   grade->add_option("--dump", g.dump_dir, "Write reference and candidate logits + appended K/V of every checked step here");
+  grade->add_option("--gbench-json", g.gbench_json, "Also write the timing in Google Benchmark's JSON format");
+  grade->add_option("--history", g.history, "Append one JSON line (commit, date, GPU, solution, median, worst error)");
   grade->add_option("--reference", g.reference, "Reference .so (default: the bundled fp32 cuBLAS reference)");
   grade->add_option("--timeout", g.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str();
+  grade->add_option("--step-timeout", g.step_timeout_seconds, "Watchdog per decode_step call (+ device sync), seconds")
+      ->capture_default_str();
+  grade->add_option("--build-timeout", g.build_timeout_seconds, "Watchdog of build_model and teardown, seconds")
+      ->capture_default_str();
   grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed calls' token ids (default: from the OS)");
   grade->add_option("--min-rounds", g.min_rounds, "Rounds of 32 timed steps at least")->capture_default_str();
   grade->add_option("--max-rounds", g.max_rounds, "Rounds of 32 timed steps at most")->capture_default_str();
@@ -91,6 +99,20 @@ int main(int argc, char** argv) {
   grade->add_flag("--no-timing", no_timing, "Check correctness only");
   grade->add_flag("--no-verify-fixture", no_verify, "Skip re-hashing cached fixtures");
   grade->add_flag("-q,--quiet", g.quiet, "No progress lines");
+
+  CalibrateOptions c;
+  c.argv = g.argv;
+  auto* calibrate = app.add_subcommand("calibrate", "Measure the drop-the-feature table: every reference variant against the gate");
+  calibrate->add_option("--task", c.task, "Task")->capture_default_str();
+  calibrate->add_option("--config", c.config, "Config: full | tiny")->capture_default_str();
+  calibrate->add_option("--seeds", c.seeds, "Fixture seeds, comma separated")->delimiter(',')->capture_default_str();
+  calibrate->add_option("--out", c.out, "Table as JSON (written atomically)")->capture_default_str();
+  calibrate->add_option("--path", c.path, "gpu: the reference .so per variant; cpu: the fp64 oracle; auto: gpu if present")
+      ->capture_default_str();
+  calibrate->add_option("--reference", c.reference, "Reference .so (default: the bundled one)");
+  calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->capture_default_str();
+  calibrate->add_option("--timeout", c.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str();
+  calibrate->add_flag("-q,--quiet", c.quiet, "No progress lines");
 
   auto* fixture = app.add_subcommand("fixture", "Build or verify task fixtures");
   fixture->require_subcommand(1);
@@ -122,6 +144,10 @@ int main(int argc, char** argv) {
   run->add_option("--min-rounds", r.min_rounds);
   run->add_option("--max-rounds", r.max_rounds);
   run->add_option("--max-timing-seconds", r.max_timing_seconds);
+  run->add_option("--build-timeout", r.build_timeout_seconds);
+  run->add_option("--step-timeout", r.step_timeout_seconds);
+  run->add_option("--replay", r.replay_file);
+  run->add_option("--variant", r.variant);
   std::string probe_out;
   bool probe_no_bw = false;
   auto* probe = app.add_subcommand("__probe", "(internal) device facts and copy bandwidth");
@@ -145,6 +171,7 @@ int main(int argc, char** argv) {
     g.verify_fixture = !no_verify;
     return grade_main(g);
   }
+  if (calibrate->parsed()) return calibrate_main(c);
   if (fbuild->parsed()) return fixture_build(f_task, f_config, f_seed, f_out, f_threads, f_quiet);
   if (fverify->parsed()) return fixture_verify(v_dir);
   if (run->parsed()) return child_run_main(r);

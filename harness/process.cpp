@@ -26,7 +26,8 @@ std::string ChildExit::describe() const {
   return "?";
 }
 
-ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path, double timeout_seconds) {
+ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path, double timeout_seconds,
+                    const std::function<void(double)>& tick) {
   ChildExit r;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<char*> args;
@@ -50,6 +51,7 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
   close(log_fd);
   setpgid(pid, pid);
   int status = 0;
+  double last_tick = 0;
   for (;;) {
     const pid_t w = waitpid(pid, &status, WNOHANG);
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -75,6 +77,10 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
       return r;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (tick && el - last_tick >= 0.25) {
+      last_tick = el;
+      tick(el);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // process.h: run a child process with a watchdog; its end becomes data, never a dead parent.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,9 +17,11 @@ struct ChildExit {
 
 /**
  * fork + execv(argv[0], argv) with stdout and stderr appended to `log_path`; waits at most
- * `timeout_seconds` (<= 0: no limit), then SIGKILLs the child's whole process group.
+ * `timeout_seconds` (<= 0: no limit), then SIGKILLs the child's whole process group. `tick`, when
+ * given, is called about four times a second while the child runs (progress display).
  */
-ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path, double timeout_seconds);
+ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path, double timeout_seconds,
+                    const std::function<void(double elapsed_seconds)>& tick = {});
 
 /** The last `max_bytes` of a text file ("" when unreadable). */
 std::string file_tail(const std::string& path, size_t max_bytes = 4000);

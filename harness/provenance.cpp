@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -31,8 +32,20 @@ nlohmann::ordered_json git_provenance() {
   const std::string git = "git -C '" + src + "' ";
   const std::string sha = capture(git + "rev-parse HEAD 2>/dev/null");
   j["source_dir"] = src;
-  j["commit"] = sha.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(sha);
-  if (!sha.empty()) j["dirty"] = !capture(git + "status --porcelain --untracked-files=no 2>/dev/null").empty();
+  if (!sha.empty()) {
+    j["commit"] = sha;
+    j["dirty"] = !capture(git + "status --porcelain --untracked-files=no 2>/dev/null").empty();
+    j["commit_from"] = "git";
+  } else if (const char* env = std::getenv("NIBBLE_SOURCE_COMMIT"); env && *env) {
+    // A copy of the tree without .git (a CI artifact, a remote GPU machine): the caller says
+    // which commit it is; dirtiness is then unknown.
+    j["commit"] = env;
+    j["dirty"] = nullptr;
+    j["commit_from"] = "NIBBLE_SOURCE_COMMIT";
+  } else {
+    j["commit"] = nullptr;
+    j["commit_from"] = "unknown: no git checkout and NIBBLE_SOURCE_COMMIT unset";
+  }
   j["build_commit"] = NIBBLE_BUILD_COMMIT;
   return j;
 }

@@ -49,6 +49,8 @@ SolutionLibrary::SolutionLibrary(const std::string& path) : path_(path) {
   }
 }
 
+void* SolutionLibrary::optional_symbol(const char* name) const { return handle_ ? dlsym(handle_, name) : nullptr; }
+
 SolutionLibrary::~SolutionLibrary() {
   // Never dlclose a library whose kernels may still be registered with the CUDA runtime: the
   // process is about to exit anyway, and unloading a module mid-teardown has crashed drivers.

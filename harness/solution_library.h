@@ -32,6 +32,9 @@ class SolutionLibrary {
    *  solution's arithmetic (the reference states its cuBLAS math mode and TF32 state); "" if absent. */
   const std::string& numerics() const { return numerics_; }
 
+  /** An optional export, or nullptr (e.g. the reference's nibble_reference_set_variant). */
+  void* optional_symbol(const char* name) const;
+
   nibble_decode_build_model_fn build_model = nullptr;
   nibble_decode_step_fn decode_step = nullptr;
   nibble_decode_teardown_fn teardown = nullptr;

@@ -75,6 +75,10 @@ double relative_error(const float* out, const float* ref, size_t n) {
   return rel_err([&](size_t i) { return double(out[i]); }, [&](size_t i) { return double(ref[i]); }, n);
 }
 
+double relative_error(const double* out, const double* ref, size_t n) {
+  return rel_err([&](size_t i) { return out[i]; }, [&](size_t i) { return ref[i]; }, n);
+}
+
 double relative_error_bf16(const uint16_t* out, const uint16_t* ref, size_t n) {
   return rel_err([&](size_t i) { return double(bf16_to_f32(out[i])); },
                  [&](size_t i) { return double(bf16_to_f32(ref[i])); }, n);

@@ -28,6 +28,7 @@ nlohmann::ordered_json summary_json(const Summary& s, const std::vector<double>*
  *  or Inf (that must fail the gate), +Inf when ref is all zeros and out is not. */
 double relative_error(const float* out, const double* ref, size_t n);
 double relative_error(const float* out, const float* ref, size_t n);
+double relative_error(const double* out, const double* ref, size_t n);
 /** Same for bf16 bit patterns (appended K/V). */
 double relative_error_bf16(const uint16_t* out, const uint16_t* ref, size_t n);
 /** True when every element is finite. */

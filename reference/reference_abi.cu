@@ -11,9 +11,15 @@
 // cuBLAS: cublasSgemm (fp32 in, fp32 compute) under CUBLAS_PEDANTIC_MATH, so no TF32 or other
 // reduced-precision path can be chosen; nibble_reference_numerics() says so for the report.
 // The residual adds are the GEMMs' beta = 1 (h += W x), in fp32.
+//
+// Variants (reference/variants.h): nibble_reference_set_variant(name) before build_model selects
+// one of the drop-the-feature mutants or precision variants, a ReferenceOptions value the kernels
+// read (reference_kernels.cuh); the default "fp32" is the task, bit for bit the same as without
+// the call. The grader runs every variant through this same .so and child-process path.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -23,6 +29,7 @@
 #include "nibble/nibble.h"
 #include "reference/reference_kernels.cuh"
 #include "reference/reference_options.h"
+#include "reference/variants.h"
 #include "solutions/common/abi_util.h"
 
 namespace nibble::ref {
@@ -45,6 +52,13 @@ using sol::AbiFailure;
 // Pedantic: "forces compute in the precision requested", so no TF32 or other reduced-precision
 // algorithm can be picked for the fp32 GEMMs. nibble_reference_numerics() names this mode.
 constexpr cublasMath_t kMathMode = CUBLAS_PEDANTIC_MATH;
+
+/** The variant the next build_model builds: an index into decode_variants(), whose row 0 is the
+ *  default "fp32" (tests/test_variants.cpp pins that). Process-wide; atomic so a selection racing a
+ *  build is at worst applied to the next build. */
+std::atomic<size_t> g_variant{0};
+
+const VariantInfo& selected_variant() { return decode_variants().at(g_variant.load()); }
 
 struct Layer {
   float *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;  // dequantised fp32, (out, in) row-major
@@ -154,7 +168,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   check_config(model);
   auto r = std::make_unique<Reference>();
   r->cfg = model->cfg;
-  r->opt = ReferenceOptions{};  // the task's definition; variants are chosen by a later interface
+  r->opt = selected_variant().options;  // "fp32" (the task) unless nibble_reference_set_variant chose another
   const nibble_decode_config& c = r->cfg;
   const int64_t qd = int64_t(c.n_q) * c.hd, kvd = int64_t(c.n_kv) * c.hd;
 
@@ -222,19 +236,25 @@ void check_io(const nibble_decode_config& c, const nibble_tensor* token_ids, con
 void step(Reference& r, const nibble_tensor* token_ids, int32_t pos, nibble_tensor* logits, cudaStream_t stream) {
   const nibble_decode_config& c = r.cfg;
   check_io(c, token_ids, logits);
-  const int slot = kv_write_slot(pos, r.opt.kv_slot);
-  if (pos < 0 || pos >= c.max_seq || slot < 0 || slot >= c.max_seq)
-    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "pos " + std::to_string(pos) + " (cache slot " +
-                                                      std::to_string(slot) + ") outside [0, " +
-                                                      std::to_string(c.max_seq) + ")");
+  if (pos < 0 || pos >= c.max_seq)
+    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT,
+                     "pos " + std::to_string(pos) + " outside [0, " + std::to_string(c.max_seq) + ")");
+  // -1 only for kv_slot_plus1 at pos = max_seq - 1: that mutant then writes nothing rather than
+  // past the cache (the configs never get there: prefill + decode_steps < max_seq).
+  const int slot = kv_write_slot(pos, c.max_seq, r.opt.kv_slot);
   const auto* tokens =
       reinterpret_cast<const int64_t*>(static_cast<const char*>(token_ids->data) + token_ids->byte_offset);
   float* out = reinterpret_cast<float*>(static_cast<char*>(logits->data) + logits->byte_offset);
   const int64_t qd = int64_t(c.n_q) * c.hd, kvd = int64_t(c.n_kv) * c.hd;
   const bool round_in = r.opt.bf16_gemv_inputs;
+  // bf16_residual: h is rounded wherever it is written (the embedding row, each residual add).
+  const auto residual_written = [&] {
+    if (r.opt.bf16_residual) launch_round_bf16(r.h, int64_t(c.batch) * c.d, stream);
+  };
 
   REF_CUBLAS(cublasSetStream(r.blas, stream));
   launch_embed_rows(r.embed, c.vocab, c.d, tokens, c.batch, r.h, stream);
+  residual_written();
   for (const Layer& L : r.layers) {
     launch_rmsnorm(r.h, L.in_norm, c.d, c.batch, c.eps, round_in, r.a, stream);
     linear(r, L.q, qd, c.d, r.a, r.q, 0.0f);
@@ -242,15 +262,17 @@ void step(Reference& r, const nibble_tensor* token_ids, int32_t pos, nibble_tens
     linear(r, L.v, kvd, c.d, r.a, r.v, 0.0f);
     launch_rope(r.q, c.batch, c.n_q, c.hd, pos, c.theta, r.opt.rope, stream);
     launch_rope(r.k, c.batch, c.n_kv, c.hd, pos, c.theta, r.opt.rope, stream);
-    launch_kv_append(r.k, r.v, L.k_cache, L.v_cache, c.batch, c.n_kv, c.hd, c.max_seq, slot, stream);
+    if (slot >= 0) launch_kv_append(r.k, r.v, L.k_cache, L.v_cache, c.batch, c.n_kv, c.hd, c.max_seq, slot, stream);
     launch_attention(r.q, L.k_cache, L.v_cache, c.batch, c.n_q, c.n_kv, c.hd, c.max_seq, pos + 1, r.opt.gqa,
                      r.attn_ws, round_in, r.attn, stream);
     linear(r, L.o, c.d, qd, r.attn, r.h, 1.0f);  // h += o-proj
+    residual_written();
     launch_rmsnorm(r.h, L.post_norm, c.d, c.batch, c.eps, round_in, r.a, stream);
     linear(r, L.gate, c.ffn, c.d, r.a, r.gate, 0.0f);
     linear(r, L.up, c.ffn, c.d, r.a, r.up, 0.0f);
     launch_silu_mul(r.gate, r.up, int64_t(c.batch) * c.ffn, round_in, r.act, stream);
     linear(r, L.down, c.d, c.ffn, r.act, r.h, 1.0f);  // h += down
+    residual_written();
   }
   launch_rmsnorm(r.h, r.final_norm, c.d, c.batch, c.eps, round_in, r.a, stream);
   linear(r, r.embed, c.vocab, c.d, r.a, out, 0.0f);  // tied LM head
@@ -268,9 +290,45 @@ NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
 NIBBLE_EXPORT const char* nibble_solution_name(void) { return "reference-fp32-cublas"; }
 
 NIBBLE_EXPORT const char* nibble_reference_numerics(void) {
-  return "cublasSgemm fp32 (CUBLAS_COMPUTE_32F), math mode CUBLAS_PEDANTIC_MATH, TF32 off; weights dequantised "
-         "exactly to fp32; fp32 RMSNorm, softmax, residual; RoPE angles and cos/sin in fp64";
+  static const char* const kBase =
+      "cublasSgemm fp32 (CUBLAS_COMPUTE_32F), math mode CUBLAS_PEDANTIC_MATH, TF32 off; weights dequantised "
+      "exactly to fp32; fp32 RMSNorm, softmax, residual; RoPE angles and cos/sin in fp64";
+  try {
+    // One sentence per variant, built once: every pointer returned stays valid for the library's life.
+    static const std::vector<std::string> sentences = [] {
+      std::vector<std::string> out;
+      for (const auto& v : nibble::ref::decode_variants())
+        out.push_back(v.options.is_default() ? std::string(kBase)
+                                             : std::string(kBase) + "; VARIANT " + v.name + " (" +
+                                                   (v.must_pass ? "precision variant" : "drop-the-feature mutant") +
+                                                   "): " + v.description);
+      return out;
+    }();
+    return sentences.at(nibble::ref::g_variant.load()).c_str();
+  } catch (...) {
+    return kBase;  // no exception crosses the ABI; only reachable if the host is out of memory
+  }
 }
+
+NIBBLE_EXPORT nibble_status nibble_reference_set_variant(const char* name, nibble_error* err) {
+  return nibble::sol::abi_guard(err, [&] {
+    const auto& table = nibble::ref::decode_variants();
+    if (!name)
+      throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT,
+                                    "nibble_reference_set_variant: null name; valid variants: " +
+                                        nibble::ref::decode_variant_names());
+    for (size_t i = 0; i < table.size(); ++i)
+      if (std::strcmp(table[i].name, name) == 0) {
+        nibble::ref::g_variant.store(i);
+        return;
+      }
+    throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, std::string("unknown variant '") + name +
+                                                                   "'; valid variants: " +
+                                                                   nibble::ref::decode_variant_names());
+  });
+}
+
+NIBBLE_EXPORT const char* nibble_reference_variant(void) { return nibble::ref::selected_variant().name; }
 
 NIBBLE_EXPORT nibble_status nibble_decode_build_model(const nibble_decode_model* model, void* stream, void** handle,
                                                       nibble_error* err) {

@@ -174,6 +174,10 @@ __global__ void attn_combine_kernel(const float* part_m, const float* part_l, co
   }
 }
 
+__global__ void round_bf16_kernel(float* x, int64_t n) {
+  for (int64_t e = global_thread(); e < n; e += global_stride()) x[e] = round_bf16(x[e]);
+}
+
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, bool round_out, float* out) {
   for (int64_t e = global_thread(); e < n; e += global_stride()) {
     const float g = gate[e];
@@ -231,6 +235,11 @@ void launch_attention(const float* q, const uint16_t* k_cache, const uint16_t* v
   SOL_CHECK_LAUNCH();
   attn_combine_kernel<<<dim3(n_q, batch), kAttnThreads, 0, stream>>>(ws.m, ws.l, ws.acc, n_q, hd, n_splits,
                                                                      round_bf16_out, out);
+  SOL_CHECK_LAUNCH();
+}
+
+void launch_round_bf16(float* x, int64_t n, cudaStream_t stream) {
+  round_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n);
   SOL_CHECK_LAUNCH();
 }
 

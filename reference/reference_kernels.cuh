@@ -2,7 +2,9 @@
 //
 // Each feature of the task lives in exactly one named device function below (dequant_element,
 // rope_pair + rope_cos_sin, kv_write_slot, gqa_kv_head), and that function is where the
-// ReferenceOptions switch for the feature is read; the kernels only call them. The math is the
+// ReferenceOptions switch for the feature is read; the kernels only call them. The bf16 rounding
+// points of the precision variants are flags of the launchers (round_bf16_out) and
+// launch_round_bf16, chosen by the step in reference_abi.cu. The math is the
 // task's (include/nibble/nibble.h; seed megakernel_int4_weight_decode_spec.txt), the same as the
 // fp64 oracle's (reference/oracle_fp64.h), in fp32.
 //
@@ -38,12 +40,16 @@ __host__ __device__ inline int unpack_code(uint8_t byte, int64_t i, NibbleOrder 
 
 /** W[o, i] = (code - zero[o, i/group]) * scale[o, i/group], in fp32. Exact: code - zero is an
  *  integer of magnitude <= 15 (4 bits) and the scale has an 8-bit significand, so the product
- *  needs at most 12 significand bits. */
+ *  needs at most 12 significand bits (the mutants' code and code - zero - 1, magnitude <= 16, too).
+ *  Variants: PerRow uses group (o, 0) for the whole row; ZeroPoint::Ignore drops the zero,
+ *  SubtractPlusOne subtracts zero + 1; bf16_dequant rounds the (exact) value to bf16. */
 __device__ inline float dequant_element(const QuantTripleDev& w, int64_t o, int64_t i, const ReferenceOptions& opt) {
   const int64_t groups = w.in / w.group;
   const int64_t g = o * groups + (opt.grouping == ScaleGrouping::PerGroup ? i / w.group : 0);
   const int code = unpack_code(w.packed[o * (w.in / 2) + i / 2], i, opt.nibble_order);
-  const int zero = opt.use_zero_point ? int(w.zero[g]) : 0;
+  const int zero = opt.zero_point == ZeroPoint::Subtract ? int(w.zero[g])
+                   : opt.zero_point == ZeroPoint::Ignore ? 0
+                                                         : int(w.zero[g]) + 1;
   const float value = float(code - zero) * bf16_to_f32(w.scale[g]);
   return opt.bf16_dequant ? round_bf16(value) : value;
 }
@@ -70,8 +76,12 @@ __device__ inline void rope_cos_sin(int i, int hd, int pos, double theta, float*
   *s = float(sin(angle));
 }
 
-/** The cache slot a step at position pos writes its K and V to. Task: pos. */
-__host__ __device__ inline int kv_write_slot(int pos, KvSlot mode) { return mode == KvSlot::AtPos ? pos : pos + 1; }
+/** The cache slot a step at position pos writes its K and V to. Task: pos. Mutant AtPosPlusOne:
+ *  pos + 1, or -1 (no write) when that is not below max_seq, so the cache is never overrun. */
+__host__ __device__ inline int kv_write_slot(int pos, int max_seq, KvSlot mode) {
+  const int slot = mode == KvSlot::AtPos ? pos : pos + 1;
+  return slot < max_seq ? slot : -1;
+}
 
 /** The KV head query head j reads. Task (GQA): j / (n_q / n_kv). */
 __host__ __device__ inline int gqa_kv_head(int j, int n_q, int n_kv, GqaMap map) {
@@ -123,6 +133,10 @@ struct AttnWorkspace {
 void launch_attention(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, int batch, int n_q, int n_kv,
                       int hd, int max_seq, int slots, GqaMap gqa, const AttnWorkspace& ws, bool round_bf16_out,
                       float* out, cudaStream_t stream);
+
+/** x[e] = bf16 rounding (nearest even) of x[e] for e < n, in place: the bf16-residual variant's
+ *  residual stream after each write. */
+void launch_round_bf16(float* x, int64_t n, cudaStream_t stream);
 
 /** out[e] = silu(gate[e]) * up[e] for e < n, silu(x) = x / (1 + exp(-x)), fp32. */
 void launch_silu_mul(const float* gate, const float* up, int64_t n, bool round_bf16_out, float* out,

@@ -98,3 +98,44 @@ TEST(Cli, GradeOnAMachineWithoutAGpuSaysSoAndExits2) {
   EXPECT_NE(r.output.find("no usable NVIDIA GPU"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(t.path() + "/r.json"));
 }
+
+TEST(Cli, SeedThatIsNotANumber) {
+  TempDir t;
+  const Result r = run_nibble({"grade", "--seeds", "0,one", "--solution", nibble_exe()}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--seeds"), std::string::npos) << r.output;
+}
+
+TEST(Cli, UnwritableReportPathIsRefusedBeforeAnyWork) {
+  TempDir t;
+  const Result r = run_nibble({"grade", "--config", "tiny", "--solution", nibble_exe(), "--out",
+                               "/proc/nibble-no-such-dir/report.json"}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("report cannot be written"), std::string::npos) << r.output;
+}
+
+TEST(Cli, TruncatedFixtureIsNamed) {
+  TempDir t;
+  const std::string dir = t.path() + "/fx";
+  Result r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "4", "--out", dir, "--quiet"}, t);
+  ASSERT_EQ(r.code, 0) << r.output;
+  fs::resize_file(dir + "/model.safetensors", 4000);
+  r = run_nibble({"fixture", "verify", dir}, t);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("model.safetensors"), std::string::npos) << r.output;
+}
+
+TEST(Cli, CalibrateUnknownPathIsAUsageError) {
+  TempDir t;
+  const Result r = run_nibble({"calibrate", "--config", "tiny", "--path", "tpu"}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--path must be gpu, cpu or auto"), std::string::npos) << r.output;
+}
+
+TEST(Cli, SolutionThatIsNotASharedObject) {
+  TempDir t;
+  write_file_atomic(t.path() + "/libfake.so", "#!/bin/sh\necho not a library\n");
+  const Result r = run_nibble({"grade", "--solution", t.path() + "/libfake.so", "--out", t.path() + "/r.json"}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("not a shared object"), std::string::npos) << r.output;
+}

@@ -1,0 +1,293 @@
+// calibrate.cpp: `nibble calibrate` (issue 3; the seed's "Where the tolerance comes from").
+//
+// Every variant of reference/variants.h is graded like a candidate against the exact task: on the
+// GPU path the bundled reference .so runs each variant in its own child process (the same ABI
+// path as any candidate); on the CPU path the fp64 oracle computes each variant in this process
+// (tiny config, for CI). The worst relative error of each (over 8 steps, logits and appended K/V,
+// every seed) against the gate decides the verdict; the table is the gate's health check.
+#include "harness/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include "fixtures/safetensors.h"
+#include "fixtures/task.h"
+#include "harness/atomic_file.h"
+#include "harness/grade_common.h"
+#include "harness/process.h"
+#include "harness/provenance.h"
+#include "harness/stats.h"
+#include "reference/oracle_fp64.h"
+#include "reference/variants.h"
+
+namespace nibble {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+/** Worst logits and appended-K/V errors of one variant on one seed. */
+struct SeedErrors {
+  double logits = 0, kv = 0;
+  double worst() const { return std::isnan(logits) || std::isnan(kv) ? NAN : std::max(logits, kv); }
+};
+
+double nan_max(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+
+/** The CPU path: the exact oracle and each variant's oracle on the same fixture and tokens. */
+std::vector<SeedErrors> cpu_seed(const DecodeConfig& cfg, const std::string& fixture_dir, int threads,
+                                 const std::vector<ref::VariantInfo>& variants) {
+  SafetensorsFile f(fixture_dir + "/model.safetensors");
+  const auto& d = cfg.dims;
+  const int nthreads = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  auto run = [&](const ref::ReferenceOptions& o, std::vector<std::vector<double>>* logits,
+                 std::vector<std::vector<uint16_t>>* k, std::vector<std::vector<uint16_t>>* v) {
+    oracle::DecodeOracle orc(cfg, f, nthreads, o);
+    std::vector<int64_t> toks;
+    SafetensorsFile::Entry e = f.entry("tokens");
+    const auto* all = reinterpret_cast<const int64_t*>(f.data("tokens"));
+    for (int s = 0; s < cfg.checked_steps; ++s) {
+      std::vector<int64_t> tok(all + int64_t(s) * d.batch, all + int64_t(s + 1) * d.batch);
+      std::vector<uint16_t> ka, va;
+      logits->push_back(orc.step(tok, cfg.prefill + s, &ka, &va));
+      k->push_back(std::move(ka));
+      v->push_back(std::move(va));
+    }
+    (void)e;
+  };
+  std::vector<std::vector<double>> ref_l;
+  std::vector<std::vector<uint16_t>> ref_k, ref_v;
+  run(ref::variant_options(ref::kDefaultVariant), &ref_l, &ref_k, &ref_v);
+  std::vector<SeedErrors> out;
+  for (const auto& var : variants) {
+    std::vector<std::vector<double>> l;
+    std::vector<std::vector<uint16_t>> k, v;
+    run(var.options, &l, &k, &v);
+    SeedErrors e;
+    for (int s = 0; s < cfg.checked_steps; ++s) {
+      e.logits = nan_max(e.logits, relative_error(l[s].data(), ref_l[s].data(), l[s].size()));
+      e.kv = nan_max(e.kv, nan_max(relative_error_bf16(k[s].data(), ref_k[s].data(), k[s].size()),
+                                   relative_error_bf16(v[s].data(), ref_v[s].data(), v[s].size())));
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+/** Errors of one compare_outputs() step list, split into logits and K/V. */
+SeedErrors errors_of(const json& steps) {
+  SeedErrors e;
+  for (const auto& s : steps) {
+    const double l = s["logits_rel_err"].is_null() ? NAN : s["logits_rel_err"].get<double>();
+    const double k = s["kv_appended_rel_err"].is_null() ? NAN : s["kv_appended_rel_err"].get<double>();
+    e.logits = nan_max(e.logits, l);
+    e.kv = nan_max(e.kv, k);
+  }
+  return e;
+}
+
+std::string cell(double v) { return std::isnan(v) ? "NaN" : fmt(v, 3); }
+
+}  // namespace
+
+int calibrate_main(const CalibrateOptions& opt) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const Log log{opt.quiet, isatty(STDERR_FILENO) != 0};
+  DecodeConfig cfg;
+  try {
+    check_task(opt.task);
+    cfg = decode_config(opt.config);
+    if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
+    if (opt.path != "auto" && opt.path != "gpu" && opt.path != "cpu")
+      throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + opt.path + "'");
+    write_file_atomic(opt.out + ".nibble-probe", "");
+    fs::remove(opt.out + ".nibble-probe");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
+    return 2;
+  }
+  const std::string exe = self_exe();
+  const std::string reference =
+      opt.reference.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / "libnibble_reference.so").string()
+                            : opt.reference;
+  TempDir work("nibble-calibrate");
+
+  json report;
+  report["schema"] = "nibble.calibration";
+  report["schema_version"] = "1.0.0";
+  report["nibble_version"] = NIBBLE_VERSION;
+  report["created_utc"] = utc_now();
+  report["argv"] = opt.argv;
+  report["git"] = git_provenance();
+  report["host"] = host_provenance();
+  report["task"] = opt.task;
+  report["config"] = cfg.name;
+  report["seeds"] = opt.seeds;
+  report["gate"] = cfg.gate;
+
+  // GPU when one answers (or is demanded); the CPU oracle otherwise.
+  std::string path = opt.path;
+  json device;
+  if (path != "cpu") {
+    log("probing the GPU");
+    ChildRun probe = run_child_in({exe, "__probe", "--no-bandwidth", "--out", work.path() + "/probe/result.json"},
+                                  work.path() + "/probe", 120);
+    const bool gpu = probe.result.is_object() && probe.result.value("ok", false);
+    if (!gpu && path == "gpu") {
+      std::fprintf(stderr, "nibble calibrate: --path gpu, but no usable NVIDIA GPU: %s\n",
+                   probe.result.is_object() ? probe.result.value("error", std::string()).c_str() : probe.log_tail.c_str());
+      return 2;
+    }
+    if (gpu) {
+      device = probe.result;
+      device.erase("ok");
+      path = "gpu";
+    } else {
+      path = "cpu";
+      log("no GPU: using the fp64 CPU oracle");
+    }
+  }
+  if (path == "cpu" && cfg.name == "full")
+    log("warning: the fp64 oracle on the full config takes a long time per step");
+  report["path"] = path == "gpu" ? "gpu: bundled reference .so per variant, child processes" : "cpu: fp64 oracle per variant";
+  if (path == "gpu") report["device"] = device;
+
+  const auto& variants = ref::decode_variants();
+  std::vector<std::vector<SeedErrors>> errs(variants.size());  // [variant][seed]
+  json fixtures = json::array();
+  for (uint64_t seed : opt.seeds) {
+    std::string dir;
+    try {
+      fixtures.push_back(ensure_fixture(cfg, seed, "", opt.threads, true, log, &dir));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble calibrate: fixture: %s\n", e.what());
+      return 2;
+    }
+    if (path == "cpu") {
+      log("seed " + std::to_string(seed) + ": fp64 oracle, " + std::to_string(variants.size()) + " variants");
+      try {
+        const auto e = cpu_seed(cfg, dir, opt.threads, variants);
+        for (size_t i = 0; i < variants.size(); ++i) errs[i].push_back(e[i]);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "nibble calibrate: oracle: %s\n", e.what());
+        return 3;
+      }
+      continue;
+    }
+    const std::string sd = work.path() + "/seed" + std::to_string(seed);
+    auto args = [&](const std::string& variant, const std::string& odir) {
+      std::vector<std::string> a = {exe, "__run", "--solution", reference, "--fixture", dir, "--config", cfg.name,
+                                    "--out", odir, "--checked-steps", std::to_string(cfg.checked_steps)};
+      if (!variant.empty()) a.insert(a.end(), {"--variant", variant});
+      return a;
+    };
+    log("seed " + std::to_string(seed) + ": the exact reference");
+    ChildRun exact = run_child_in(args("", sd + "/exact"), sd + "/exact", opt.timeout_seconds);
+    if (!exact.completed()) {
+      std::fprintf(stderr, "nibble calibrate: the reference failed (%s)\n%s\n", exact.exit.describe().c_str(), exact.log_tail.c_str());
+      return 3;
+    }
+    for (size_t i = 0; i < variants.size(); ++i) {
+      const std::string vd = sd + "/" + variants[i].name;
+      log("seed " + std::to_string(seed) + ": variant " + variants[i].name);
+      ChildRun c = run_child_in(args(variants[i].name, vd), vd, opt.timeout_seconds, &log, variants[i].name);
+      if (!c.completed()) {
+        std::fprintf(stderr, "nibble calibrate: variant %s failed to run (%s)\n%s\n", variants[i].name,
+                     c.exit.describe().c_str(), c.log_tail.c_str());
+        return 3;
+      }
+      double w = 0;
+      bool finite = true;
+      errs[i].push_back(errors_of(compare_outputs(cfg, sd + "/exact/outputs.safetensors", vd + "/outputs.safetensors", &w, &finite)));
+    }
+  }
+  report["fixtures"] = fixtures;
+
+  // The table and the health check.
+  bool healthy = true;
+  json rows = json::array();
+  std::ostringstream o;
+  char line[512];
+  o << "\nnibble calibrate  " << opt.task << " / " << cfg.name << "  (" << (path == "gpu" ? device.value("name", "GPU") : "fp64 CPU oracle")
+    << "), gate " << fmt(cfg.gate) << ", worst over " << cfg.checked_steps << " steps of logits and appended K/V\n\n";
+  // The header uses the rows' own widths, so the columns line up for any number of seeds.
+  std::snprintf(line, sizeof line, "  %-18s %-6s", "variant", "expect");
+  std::string hdr = line;
+  for (uint64_t s : opt.seeds) {
+    std::snprintf(line, sizeof line, "  %-9s", ("seed " + std::to_string(s)).c_str());
+    hdr += line;
+  }
+  std::snprintf(line, sizeof line, "  %-9s %-8s %-14s %s", "worst", "x gate", "caught by", "verdict");
+  hdr += line;
+  o << hdr << "\n  " << std::string(hdr.size() - 2, '-') << "\n";
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const auto& v = variants[i];
+    double worst = 0, worst_logits = 0, worst_kv = 0;
+    json per_seed = json::array();
+    for (size_t s = 0; s < opt.seeds.size(); ++s) {
+      const SeedErrors& e = errs[i][s];
+      per_seed.push_back({{"seed", opt.seeds[s]}, {"logits_rel_err", std::isnan(e.logits) ? json(nullptr) : json(e.logits)},
+                          {"kv_appended_rel_err", std::isnan(e.kv) ? json(nullptr) : json(e.kv)},
+                          {"worst", std::isnan(e.worst()) ? json(nullptr) : json(e.worst())}});
+      worst = nan_max(worst, e.worst());
+      worst_logits = nan_max(worst_logits, e.logits);
+      worst_kv = nan_max(worst_kv, e.kv);
+    }
+    // Verdict as the grader would give it; health demands a factor-2 margin on the right side.
+    const bool passes = !std::isnan(worst) && worst < cfg.gate;
+    const bool ok = v.must_pass ? (!std::isnan(worst) && worst <= cfg.gate / 2) : (std::isnan(worst) || worst >= 2 * cfg.gate);
+    healthy = healthy && ok;
+    // Which check actually rejects it: logits, appended K/V, or both.
+    std::string caught = "-";
+    if (!v.must_pass) {
+      const bool by_l = std::isnan(worst_logits) || worst_logits >= cfg.gate, by_kv = std::isnan(worst_kv) || worst_kv >= cfg.gate;
+      caught = by_l && by_kv ? "both" : by_l ? "logits" : by_kv ? "appended K/V" : "none";
+    }
+    std::string seeds_cells;
+    for (size_t s = 0; s < opt.seeds.size(); ++s) {
+      std::snprintf(line, sizeof line, "  %-9s", cell(errs[i][s].worst()).c_str());
+      seeds_cells += line;
+    }
+    std::snprintf(line, sizeof line, "  %-18s %-6s%s  %-9s %-8s %-14s %s%s\n", v.name, v.must_pass ? "PASS" : "FAIL",
+                  seeds_cells.c_str(), cell(worst).c_str(), cell(worst / cfg.gate).c_str(), caught.c_str(),
+                  passes ? "PASS" : "FAIL", ok ? "" : "  <-- margin below 2x");
+    o << line;
+    rows.push_back({{"variant", v.name},
+                    {"description", v.description},
+                    {"expected", v.must_pass ? "PASS" : "FAIL"},
+                    {"per_seed", per_seed},
+                    {"worst", std::isnan(worst) ? json(nullptr) : json(worst)},
+                    {"worst_logits", std::isnan(worst_logits) ? json(nullptr) : json(worst_logits)},
+                    {"worst_kv_appended", std::isnan(worst_kv) ? json(nullptr) : json(worst_kv)},
+                    {"ratio_to_gate", std::isnan(worst) ? json(nullptr) : json(worst / cfg.gate)},
+                    {"verdict", passes ? "PASS" : "FAIL"},
+                    {"caught_by", caught},
+                    {"expected_caught_by", v.caught_by},
+                    {"healthy", ok}});
+  }
+  o << "\n  gate health: " << (healthy ? "OK" : "NOT OK")
+    << " (must-pass rows at most half the gate, must-fail rows at least twice it)\n";
+  report["rows"] = rows;
+  report["healthy"] = healthy;
+  report["health_rule"] = "every must-pass variant <= gate/2 and every must-fail variant >= 2*gate (worst over steps, seeds, logits and appended K/V)";
+  report["wall_seconds"] = since(t_start);
+  try {
+    write_file_atomic(opt.out, report.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
+    return 3;
+  }
+  o << "  report: " << opt.out << "  (" << fmt(since(t_start), 3) << " s)\n";
+  std::cout << o.str() << std::flush;
+  return healthy ? 0 : 1;
+}
+
+}  // namespace nibble

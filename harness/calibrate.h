@@ -1,0 +1,32 @@
+// calibrate.h: `nibble calibrate`: the drop-the-feature table, measured on nibble's own fixtures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nibble {
+
+struct CalibrateOptions {
+  std::string task = "megakernel-int4-weight-decode";
+  std::string config = "full";
+  std::vector<uint64_t> seeds{0, 1};
+  std::string out = "nibble-calibration.json";
+  std::string reference;     // default: the bundled reference .so
+  std::string path = "auto"; // "gpu" (the reference .so and its variants, in child processes),
+                             // "cpu" (the fp64 oracle and its variants, in this process), "auto"
+  int threads = 0;
+  double timeout_seconds = 900;
+  bool quiet = false;
+  std::vector<std::string> argv;
+};
+
+/**
+ * Runs every variant of the reference on the fixtures and prints the table (variant, worst
+ * relative error per seed, ratio to the gate, expected PASS/FAIL, verdict). Returns 0 when the
+ * gate is healthy: every must-pass variant at or below half the gate and every must-fail one at or
+ * above twice the gate; 1 when not; 2 for bad input or (path gpu) no GPU; 3 when it could not run.
+ */
+int calibrate_main(const CalibrateOptions& opt);
+
+}  // namespace nibble

@@ -1,0 +1,485 @@
+// compare.cpp: `nibble compare` (see compare.h for the statistics, the verdicts and the exit codes).
+#include "harness/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "harness/report_view.h"
+#include "harness/stats.h"
+
+namespace nibble {
+
+using json = nlohmann::ordered_json;
+
+// ---------------------------------------------------------------------------------------------
+// Statistics
+
+double normal_cdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+
+double normal_quantile(double p) {
+  if (!(p > 0 && p < 1)) throw std::invalid_argument("normal_quantile: p must be in (0, 1), got " + fmt_g(p, 17));
+  // P. J. Acklam, "An algorithm for computing the inverse normal cumulative distribution function"
+  // (2003): rational approximations in a central region and two tails.
+  static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+                             1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
+  static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+                             6.680131188771972e+01,  -1.328068155288572e+01};
+  static const double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+                             -2.549732539343734e+00, 4.374664141464968e+00,  2.938163982698783e+00};
+  static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+                             3.754408661907416e+00};
+  const double p_low = 0.02425;
+  double x;
+  if (p < p_low) {
+    const double q = std::sqrt(-2 * std::log(p));
+    x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+        ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  } else if (p <= 1 - p_low) {
+    const double q = p - 0.5, r = q * q;
+    x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+        (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+  } else {
+    const double q = std::sqrt(-2 * std::log1p(-p));
+    x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+        ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  }
+  // One Halley step on Phi(x) - p (Acklam's refinement): from 1e-9 to full double precision.
+  const double e = 0.5 * std::erfc(-x / std::sqrt(2.0)) - p;
+  const double u = e * std::sqrt(2 * M_PI) * std::exp(x * x / 2);
+  return x - u / (1 + x * u / 2);
+}
+
+MannWhitney mann_whitney_u(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.empty() || y.empty()) throw std::invalid_argument("mann_whitney_u: both samples need at least one value");
+  const size_t n1 = x.size(), n2 = y.size(), n = n1 + n2;
+  std::vector<std::pair<double, size_t>> all;  // (value, index into x ++ y)
+  all.reserve(n);
+  for (size_t i = 0; i < n1; ++i) all.push_back({x[i], i});
+  for (size_t i = 0; i < n2; ++i) all.push_back({y[i], n1 + i});
+  std::sort(all.begin(), all.end());
+  // Average ranks of tie groups (1-based), and sum over the groups of t^3 - t.
+  double r1 = 0, tie_term = 0;
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && all[j].first == all[i].first) ++j;
+    const double t = double(j - i);
+    const double avg_rank = (double(i + 1) + double(j)) / 2;
+    for (size_t k = i; k < j; ++k)
+      if (all[k].second < n1) r1 += avg_rank;
+    tie_term += t * t * t - t;
+    i = j;
+  }
+  MannWhitney m;
+  const double dn1 = double(n1), dn2 = double(n2), dn = double(n);
+  m.u1 = r1 - dn1 * (dn1 + 1) / 2;
+  const double u = std::max(m.u1, dn1 * dn2 - m.u1);
+  const double mu = dn1 * dn2 / 2;
+  const double var = dn > 1 ? dn1 * dn2 / 12 * ((dn + 1) - tie_term / (dn * (dn - 1))) : 0;
+  if (!(var > 0)) {  // every value equal (or n == 1... impossible with two non-empty samples): no evidence
+    m.z = 0;
+    m.p = 1;
+    return m;
+  }
+  m.z = (u - mu - 0.5) / std::sqrt(var);
+  // Upper tail through erfc, not 1 - Phi, so tiny p-values (1e-30 for clearly different kernels)
+  // keep their digits.
+  m.p = std::min(1.0, 2 * 0.5 * std::erfc(m.z / std::sqrt(2.0)));
+  return m;
+}
+
+uint64_t SplitMix64::next() {
+  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t SplitMix64::below(uint64_t n) {
+  if (n == 0) throw std::invalid_argument("SplitMix64::below(0)");
+  // Accept r only below the largest multiple of n, so r % n is exactly uniform.
+  const uint64_t limit = std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % n;
+  uint64_t r;
+  do r = next();
+  while (r >= limit);
+  return r % n;
+}
+
+double median_of(std::vector<double> x) {
+  if (x.empty()) throw std::invalid_argument("median of an empty sample set");
+  const size_t n = x.size(), mid = n / 2;
+  std::nth_element(x.begin(), x.begin() + mid, x.end());
+  const double hi = x[mid];
+  if (n % 2) return hi;
+  const double lo = *std::max_element(x.begin(), x.begin() + mid);
+  return lo + 0.5 * (hi - lo);
+}
+
+RatioCI bootstrap_ratio_of_medians(const std::vector<double>& x, const std::vector<double>& y, double alpha,
+                                   int resamples, uint64_t seed) {
+  if (x.empty() || y.empty()) throw std::invalid_argument("bootstrap: both samples need at least one value");
+  if (!(alpha > 0 && alpha < 1)) throw std::invalid_argument("bootstrap: alpha must be in (0, 1)");
+  if (resamples < 1) throw std::invalid_argument("bootstrap: resamples must be >= 1");
+  RatioCI ci;
+  const double mx = median_of(x), my = median_of(y);
+  if (!(mx > 0) || !(my > 0)) throw std::invalid_argument("bootstrap: medians must be positive (times)");
+  ci.ratio = my / mx;
+  ci.level = 1 - alpha;
+  ci.resamples = resamples;
+  ci.seed = seed;
+  SplitMix64 rng(seed);
+  std::vector<double> rx(x.size()), ry(y.size()), ratios(size_t(resamples));
+  for (int b = 0; b < resamples; ++b) {
+    for (double& v : rx) v = x[rng.below(x.size())];
+    for (double& v : ry) v = y[rng.below(y.size())];
+    ratios[size_t(b)] = median_of(ry) / median_of(rx);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  ci.lo = quantile_sorted(ratios, alpha / 2);
+  ci.hi = quantile_sorted(ratios, 1 - alpha / 2);
+  return ci;
+}
+
+std::string classify(const RatioCI& ci, const MannWhitney& mwu, const CompareOptions& opt) {
+  const double t = 1 + opt.max_slowdown_pct / 100;
+  const bool significant = mwu.p < opt.alpha;
+  if (significant && ci.lo > t) return "SLOWER";
+  if (significant && ci.hi < 1 / t) return "FASTER";
+  if (ci.lo >= 1 / t && ci.hi <= t) return "SAME";
+  return "UNSURE";
+}
+
+std::optional<double> sample_factor(const RatioCI& ci, double threshold, double alpha, double power) {
+  const double z_a = normal_quantile(1 - alpha / 2), z_b = normal_quantile(power);
+  const double se = (std::log(ci.hi) - std::log(ci.lo)) / (2 * z_a);
+  const double d = std::fabs(std::log(ci.ratio) - std::log(threshold));
+  if (!(d > 0) || !(se > 0)) return std::nullopt;
+  const double k = std::pow((z_a + z_b) * se / d, 2);
+  if (!(k <= 1e4)) return std::nullopt;
+  return k;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparison of two reports
+
+namespace {
+
+std::string str_at(const json& o, const char* k) {
+  return o.is_object() && o.contains(k) && o[k].is_string() ? o[k].get<std::string>() : std::string();
+}
+
+/** "seed 0 sha256 5f78..., seed 1 ..." of fixtures[], in report order. */
+std::vector<std::string> fixture_ids(const json& r) {
+  std::vector<std::string> ids;
+  if (!r.contains("fixtures") || !r["fixtures"].is_array()) return ids;
+  for (const json& f : r["fixtures"]) {
+    if (!f.is_object()) continue;
+    ids.push_back("seed " + (f.contains("seed") ? f["seed"].dump() : std::string("?")) + " " +
+                  (f.contains("file_sha256") && f["file_sha256"].is_string() ? f["file_sha256"].get<std::string>()
+                                                                              : std::string("(no SHA-256)")));
+  }
+  return ids;
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+std::string err_str(double e) { return std::isnan(e) ? "NaN" : fmt_g(e); }
+
+json identity(const json& r, const std::string& label) {
+  json id;
+  id["file"] = label;
+  id["solution"] = solution_name(r);
+  id["solution_sha256"] = r.contains("solution") && r["solution"].is_object() ? str_at(r["solution"], "sha256") : "";
+  id["created_utc"] = str_at(r, "created_utc");
+  id["commit"] = r.contains("git") && r["git"].is_object() && r["git"].contains("commit") ? r["git"]["commit"] : json(nullptr);
+  id["task"] = r["task"];
+  id["config"] = r["config"];
+  id["gpu"] = device_name(r);
+  id["disposition"] = r["disposition"];
+  id["reason"] = str_at(r, "reason");
+  const double w = worst_rel_err(r);
+  id["worst_rel_err"] = std::isnan(w) ? json(nullptr) : json(w);
+  const double g = report_gate(r);
+  id["gate"] = std::isnan(g) ? json(nullptr) : json(g);
+  return id;
+}
+
+std::string pct(double ratio) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%+.1f%%", 100 * (ratio - 1));
+  return b;
+}
+
+}  // namespace
+
+Comparison compare_reports(const json& base, const json& neu, const CompareOptions& opt, const std::string& base_label,
+                           const std::string& new_label) {
+  Comparison c;
+  c.options = opt;
+  c.base_label = base_label;
+  c.new_label = new_label;
+  c.base_id = identity(base, base_label);
+  c.new_id = identity(neu, new_label);
+
+  // 1. Same measurement? Task, config, fixture bytes and GPU model must match.
+  auto differ = [&](const std::string& what, const std::string& b, const std::string& n) {
+    if (b != n) c.not_comparable.push_back(what + ": BASE " + (b.empty() ? "(none)" : b) + ", NEW " + (n.empty() ? "(none)" : n));
+  };
+  differ("task", str_at(base, "task"), str_at(neu, "task"));
+  differ("config", str_at(base, "config"), str_at(neu, "config"));
+  differ("fixtures", join(fixture_ids(base), "; "), join(fixture_ids(neu), "; "));
+  differ("GPU", device_name(base), device_name(neu));
+
+  // 2. Correctness: a pass that became a fail, or an error that crossed the gate.
+  const std::string bd = str_at(base, "disposition"), nd = str_at(neu, "disposition");
+  if (bd == "Passed" && nd != "Passed")
+    c.correctness_regressions.push_back("NEW's disposition is " + nd + " (" + str_at(neu, "reason") + "); BASE's was Passed");
+  const double bw = worst_rel_err(base), nw = worst_rel_err(neu);
+  double gate = report_gate(neu);
+  if (std::isnan(gate)) gate = report_gate(base);
+  if (!std::isnan(gate) && !std::isnan(bw) && bw < gate && (std::isnan(nw) || nw >= gate))
+    c.correctness_regressions.push_back("NEW's worst relative error " + err_str(nw) + " is at or past the gate " + fmt_g(gate) +
+                                        " (BASE: " + err_str(bw) + ")");
+
+  // 3. The timed figures.
+  for (const std::string& f : timed_figures()) {
+    const std::vector<double> b = figure_samples(base, f), n = figure_samples(neu, f);
+    if (b.empty() || n.empty()) {
+      if (!b.empty() || !n.empty() || f == timed_figures().front())
+        c.missing_timing.push_back("timing." + f + ": " + (b.empty() && n.empty() ? "neither report has samples"
+                                                           : b.empty()           ? "BASE has no samples"
+                                                                                 : "NEW has no samples"));
+      continue;
+    }
+    FigureComparison fc;
+    fc.figure = f;
+    fc.n_base = b.size();
+    fc.n_new = n.size();
+    fc.median_base = median_of(b);
+    fc.median_new = median_of(n);
+    fc.ci = bootstrap_ratio_of_medians(b, n, opt.alpha, opt.resamples, opt.seed);
+    fc.mwu = mann_whitney_u(b, n);
+    fc.verdict = classify(fc.ci, fc.mwu, opt);
+    const double t = 1 + opt.max_slowdown_pct / 100;
+    char line[256];
+    if (fc.verdict == "SLOWER" || fc.verdict == "FASTER") {
+      std::snprintf(line, sizeof line, "%s by %s; the whole %g%% interval is beyond the %g%% threshold and p = %.2g < %g",
+                    fc.verdict == "SLOWER" ? "slower" : "faster", pct(fc.ci.ratio).c_str(), 100 * fc.ci.level,
+                    opt.max_slowdown_pct, fc.mwu.p, opt.alpha);
+    } else if (fc.verdict == "SAME") {
+      std::snprintf(line, sizeof line, "the %g%% interval [%s, %s] lies within the +-%g%% threshold", 100 * fc.ci.level,
+                    pct(fc.ci.lo).c_str(), pct(fc.ci.hi).c_str(), opt.max_slowdown_pct);
+    } else {
+      // The threshold in the way: one the interval straddles (the nearer when it straddles both);
+      // when the interval clears them but the rank test finds no difference, "no change" (1).
+      std::vector<double> in_way;
+      for (double thr : {t, 1 / t})
+        if (fc.ci.lo < thr && fc.ci.hi > thr) in_way.push_back(thr);
+      double thr = 1;
+      if (!in_way.empty()) {
+        thr = in_way.front();
+        for (double v : in_way)
+          if (std::fabs(std::log(fc.ci.ratio / v)) < std::fabs(std::log(fc.ci.ratio / thr))) thr = v;
+      }
+      const auto k = sample_factor(fc.ci, thr, opt.alpha, opt.power);
+      if (k) {
+        const double kk = std::max(*k, 1.0);
+        fc.samples_needed_base = size_t(std::ceil(kk * double(fc.n_base)));
+        fc.samples_needed_new = size_t(std::ceil(kk * double(fc.n_new)));
+      }
+      if (in_way.empty())
+        std::snprintf(line, sizeof line, "the %g%% interval [%s, %s] is beyond the threshold but the rank test gives p = %.2g >= %g",
+                      100 * fc.ci.level, pct(fc.ci.lo).c_str(), pct(fc.ci.hi).c_str(), fc.mwu.p, opt.alpha);
+      else
+        std::snprintf(line, sizeof line, "the %g%% interval [%s, %s] straddles the %s threshold %s: too noisy to tell",
+                      100 * fc.ci.level, pct(fc.ci.lo).c_str(), pct(fc.ci.hi).c_str(), thr > 1 ? "slowdown" : "speedup",
+                      pct(thr).c_str());
+    }
+    fc.why = line;
+    c.figures.push_back(fc);
+  }
+
+  // 4. One exit code (precedence in compare.h).
+  const bool any_slower = std::any_of(c.figures.begin(), c.figures.end(), [](const FigureComparison& f) { return f.verdict == "SLOWER"; });
+  const bool any_unsure = std::any_of(c.figures.begin(), c.figures.end(), [](const FigureComparison& f) { return f.verdict == "UNSURE"; });
+  c.forced = opt.force && (!c.not_comparable.empty() || !c.missing_timing.empty());
+  if (!c.not_comparable.empty() && !opt.force) {
+    c.exit_code = kCompareNotComparable;
+    c.result = "not comparable: " + join(c.not_comparable, "; ") + " (--force compares anyway)";
+  } else if (!c.correctness_regressions.empty()) {
+    c.exit_code = kCompareCorrectness;
+    c.result = "correctness regression: " + join(c.correctness_regressions, "; ");
+  } else if (!c.missing_timing.empty() && !opt.force) {
+    c.exit_code = kCompareNotComparable;
+    c.result = "not comparable: " + join(c.missing_timing, "; ") + " (--force compares what there is)";
+  } else if (any_slower) {
+    c.exit_code = kCompareSlower;
+    std::vector<std::string> s;
+    for (const auto& f : c.figures)
+      if (f.verdict == "SLOWER") s.push_back(f.figure + " " + pct(f.ci.ratio));
+    c.result = "slowdown beyond " + fmt_g(opt.max_slowdown_pct) + "%: " + join(s, ", ");
+  } else {
+    c.exit_code = kCompareOk;
+    c.result = any_unsure ? "no significant slowdown shown, but some figures are UNSURE (more samples needed)"
+                          : "no significant slowdown beyond " + fmt_g(opt.max_slowdown_pct) + "%";
+  }
+  return c;
+}
+
+std::string format_comparison(const Comparison& c) {
+  std::ostringstream o;
+  char line[512];
+  const json& b = c.base_id;
+  const json& n = c.new_id;
+  o << "\nnibble compare  " << b["task"].get<std::string>() << " / " << b["config"].get<std::string>() << "  on "
+    << (b["gpu"].get<std::string>().empty() ? "?" : b["gpu"].get<std::string>()) << "\n";
+  for (const auto* id : {&b, &n}) {
+    const json& r = *id;
+    o << "  " << (id == &b ? "base " : "new  ") << "  " << r["solution"].get<std::string>() << "  "
+      << r["disposition"].get<std::string>() << ", worst rel err "
+      << (r["worst_rel_err"].is_null() ? std::string("NaN") : fmt_g(r["worst_rel_err"].get<double>())) << "  ("
+      << r["file"].get<std::string>() << (r["created_utc"].get<std::string>().empty() ? "" : ", " + r["created_utc"].get<std::string>())
+      << ")\n";
+  }
+  if (c.forced)
+    o << "\n  FORCED (--force): these reports are not comparable, compared anyway:\n";
+  else if (!c.not_comparable.empty() || !c.missing_timing.empty())
+    o << "\n  NOT COMPARABLE:\n";
+  for (const auto& s : c.not_comparable) o << "    - " << s << "\n";
+  for (const auto& s : c.missing_timing) o << "    - " << s << "\n";
+  for (const auto& s : c.correctness_regressions) o << "\n  CORRECTNESS REGRESSION: " << s << "\n";
+  if (!c.figures.empty()) {
+    const double level = 100 * (1 - c.options.alpha);
+    std::snprintf(line, sizeof line, "\n  %-13s %12s %12s %9s  %-22s %9s  %s\n", "figure", "base median", "new median",
+                  "new/base", (fmt_g(level) + "% CI of new/base").c_str(), "p (MWU)", "verdict");
+    o << line;
+    o << "  " << std::string(100, '-') << "\n";
+    for (const auto& f : c.figures) {
+      const std::string ci = "[" + fmt_g(f.ci.lo, 4) + ", " + fmt_g(f.ci.hi, 4) + "]";
+      std::snprintf(line, sizeof line, "  %-13s %9.1f us %9.1f us %8.4fx  %-22s %9.2g  %s (%s)\n", f.figure.c_str(),
+                    f.median_base, f.median_new, f.ci.ratio, ci.c_str(), f.mwu.p, f.verdict.c_str(), pct(f.ci.ratio).c_str());
+      o << line;
+    }
+    o << "\n";
+    for (const auto& f : c.figures) {
+      o << "  " << f.figure << ": " << f.verdict << ": " << f.why << "\n";
+      if (f.verdict == "UNSURE") {
+        if (f.samples_needed_new) {
+          const size_t need = std::max(*f.samples_needed_base, *f.samples_needed_new);
+          const size_t rounds = (need + 31) / 32;
+          o << "    about " << *f.samples_needed_base << " (BASE) and " << *f.samples_needed_new << " (NEW) samples per report would tell, "
+            << "at the observed spread (now " << f.n_base << " and " << f.n_new << "; " << rounds
+            << " rounds of 32 steps: nibble grade --min-rounds " << rounds << ")\n";
+        } else {
+          o << "    the ratio sits on the threshold: no realistic number of samples would tell\n";
+        }
+      }
+    }
+    std::snprintf(line, sizeof line,
+                  "\n  threshold: a slowdown must exceed %g%% and be significant at alpha %g. Interval: percentile bootstrap of the\n"
+                  "  ratio of medians, %d resamples, splitmix64 seed %llu. p: two-sided Mann-Whitney U, normal approximation with\n"
+                  "  tie and continuity corrections (scipy.stats.mannwhitneyu, as google/benchmark's compare.py).\n",
+                  c.options.max_slowdown_pct, c.options.alpha, c.options.resamples, (unsigned long long)c.options.seed);
+    o << line;
+  }
+  o << "\n  result: exit " << c.exit_code << ": " << c.result << (c.forced ? "  [FORCED: not comparable, compared anyway]" : "")
+    << "\n";
+  return o.str();
+}
+
+json comparison_json(const Comparison& c) {
+  json j;
+  j["schema"] = "nibble.compare";
+  j["schema_version"] = "1.0.0";
+  j["base"] = c.base_id;
+  j["new"] = c.new_id;
+  j["options"] = {{"max_slowdown_pct", c.options.max_slowdown_pct},
+                  {"alpha", c.options.alpha},
+                  {"bootstrap_resamples", c.options.resamples},
+                  {"bootstrap_seed", c.options.seed},
+                  {"power_for_samples_needed", c.options.power},
+                  {"force", c.options.force}};
+  j["method"] = {{"interval", "percentile bootstrap of median(NEW)/median(BASE), independent resampling, splitmix64"},
+                 {"p_value", "two-sided Mann-Whitney U, normal approximation, tie and continuity corrections"},
+                 {"verdicts", "SLOWER: p < alpha and interval above 1+max_slowdown; FASTER: p < alpha and interval below "
+                              "1/(1+max_slowdown); SAME: interval within both; UNSURE: otherwise"}};
+  j["comparable"] = c.not_comparable.empty() && c.missing_timing.empty();
+  j["not_comparable"] = c.not_comparable;
+  j["missing_timing"] = c.missing_timing;
+  j["forced"] = c.forced;
+  j["correctness_regressions"] = c.correctness_regressions;
+  json figs = json::array();
+  for (const auto& f : c.figures) {
+    json fj;
+    fj["figure"] = f.figure;
+    fj["n_base"] = f.n_base;
+    fj["n_new"] = f.n_new;
+    fj["median_base_us"] = f.median_base;
+    fj["median_new_us"] = f.median_new;
+    fj["ratio"] = f.ci.ratio;
+    fj["change_pct"] = 100 * (f.ci.ratio - 1);
+    fj["ci_lo"] = f.ci.lo;
+    fj["ci_hi"] = f.ci.hi;
+    fj["ci_level"] = f.ci.level;
+    fj["mann_whitney_u"] = f.mwu.u1;
+    fj["z"] = f.mwu.z;
+    fj["p_value"] = f.mwu.p;
+    fj["verdict"] = f.verdict;
+    fj["why"] = f.why;
+    if (f.verdict == "UNSURE") {
+      fj["samples_needed_base"] = f.samples_needed_base ? json(*f.samples_needed_base) : json(nullptr);
+      fj["samples_needed_new"] = f.samples_needed_new ? json(*f.samples_needed_new) : json(nullptr);
+    }
+    figs.push_back(fj);
+  }
+  j["figures"] = figs;
+  j["exit_code"] = c.exit_code;
+  j["result"] = c.result;
+  return j;
+}
+
+int compare_files(const std::string& base_path, const std::string& new_path, const CompareOptions& opt, bool as_json) {
+  auto bad = [&](const std::string& msg) {
+    std::fprintf(stderr, "nibble compare: %s\n", msg.c_str());
+    if (as_json)
+      std::cout << json{{"schema", "nibble.compare"}, {"schema_version", "1.0.0"}, {"exit_code", int(kCompareBadInput)},
+                        {"error", msg}}
+                       .dump(2)
+                << "\n";
+    return int(kCompareBadInput);
+  };
+  if (!(opt.max_slowdown_pct >= 0) || !std::isfinite(opt.max_slowdown_pct))
+    return bad("--max-slowdown must be a percentage >= 0, got " + fmt_g(opt.max_slowdown_pct));
+  if (!(opt.alpha > 0 && opt.alpha < 1)) return bad("--alpha must be in (0, 1), got " + fmt_g(opt.alpha));
+  json base, neu;
+  try {
+    base = load_report(base_path);
+    neu = load_report(new_path);
+  } catch (const BadReport& e) {
+    return bad(e.what());
+  }
+  const Comparison c = compare_reports(base, neu, opt, base_path, new_path);
+  if (as_json)
+    std::cout << comparison_json(c).dump(2) << "\n";
+  else
+    std::cout << format_comparison(c);
+  std::cout.flush();
+  if (c.exit_code == kCompareNotComparable)
+    std::fprintf(stderr, "nibble compare: %s\n", c.result.c_str());
+  else if (c.forced)
+    std::fprintf(stderr, "nibble compare: --force: compared reports that are not comparable (%s)\n",
+                 join(c.not_comparable.empty() ? c.missing_timing : c.not_comparable, "; ").c_str());
+  return c.exit_code;
+}
+
+}  // namespace nibble

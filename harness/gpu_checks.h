@@ -1,0 +1,31 @@
+// gpu_checks.h: checksums and scans computed on the GPU, so the grader can prove that a candidate
+// left its inputs alone (weights, the KV prefix, the token ids) and wrote nothing where it must not.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace nibble {
+
+/**
+ * Order-independent 64-bit checksum of `blocks` byte ranges: range b starts at
+ * base + b * block_stride_bytes and is `bytes_per_block` long (a multiple of 8, 8-byte aligned).
+ * Each 8-byte word contributes splitmix64(word ^ (its global word index * golden ratio)), summed
+ * mod 2^64, so any changed, moved or swapped word changes the sum with probability ~1 - 2^-64.
+ * Synchronises `stream`. Throws CudaError.
+ */
+uint64_t device_checksum(const void* base, size_t blocks, size_t block_stride_bytes, size_t bytes_per_block,
+                         cudaStream_t stream);
+
+/** The same over one contiguous range. */
+inline uint64_t device_checksum(const void* p, size_t bytes, cudaStream_t stream) {
+  return device_checksum(p, 1, bytes, bytes, stream);
+}
+
+/** Number of non-zero 8-byte words in the same strided ranges. Synchronises `stream`. */
+uint64_t device_count_nonzero(const void* base, size_t blocks, size_t block_stride_bytes, size_t bytes_per_block,
+                              cudaStream_t stream);
+
+}  // namespace nibble

@@ -1,0 +1,75 @@
+// grade_common.h: pieces the parent-side commands (grade, calibrate) share: child runs, fixtures,
+// output comparison, formatting. Internal to harness/.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fixtures/task.h"
+#include "harness/process.h"
+
+namespace nibble {
+
+using ordered_json = nlohmann::ordered_json;
+
+/** Seconds since t0. */
+double since(std::chrono::steady_clock::time_point t0);
+
+/** Progress lines on stderr, unless quiet. */
+struct Log {
+  bool quiet;
+  /** A line; ends a pending progress line first. */
+  void operator()(const std::string& msg) const {
+    if (quiet) return;
+    if (progress_open) std::fprintf(stderr, "\n");
+    progress_open = false;
+    std::fprintf(stderr, "[nibble] %s\n", msg.c_str());
+  }
+  /** A progress line rewritten in place: only on a terminal, never with --quiet. */
+  void progress(const std::string& line) const {
+    if (quiet || !tty) return;
+    std::fprintf(stderr, "\r[nibble]   %-60s", line.c_str());
+    std::fflush(stderr);
+    progress_open = true;
+  }
+  bool tty = false;
+  mutable bool progress_open = false;
+};
+
+/** A child's end plus the result.json it left (null when it left none). */
+struct ChildRun {
+  ChildExit exit;
+  ordered_json result;
+  std::string log_tail;
+  bool completed() const { return exit.kind == ChildExit::Exited && exit.code == 0 && result.value("phase", "") == "done"; }
+};
+
+/** Run one child with its own folder (log.txt, result.json) and a watchdog of `timeout` seconds. */
+ChildRun run_child_in(const std::vector<std::string>& argv, const std::string& dir, double timeout,
+                      const Log* log = nullptr, const std::string& what = "");
+
+/** Disposition and reason for a candidate child that did not complete. */
+std::pair<std::string, std::string> failure_disposition(const ChildRun& c);
+
+/** The fixture for (config, seed): `given_dir`, or the cache (built when missing); verified by
+ *  SHA-256 when `verify`. Returns the report's fixture entry; *dir_out gets the folder.
+ *  Throws std::invalid_argument for bad input (wrong fixture, other generator version). */
+ordered_json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::string& given_dir, int threads, bool verify,
+                            const Log& log, std::string* dir_out);
+
+/** Per-step errors of a candidate's checked outputs against the reference's (fp64): logits and
+ *  appended K/V. *worst gets the worst of both (NaN if any is NaN); *all_finite_out is cleared on
+ *  a non-finite logit. */
+ordered_json compare_outputs(const DecodeConfig& cfg, const std::string& ref_file, const std::string& cand_file,
+                             double* worst, bool* all_finite_out);
+
+/** printf("%.*g"). */
+std::string fmt(double v, int prec = 3);
+/** Current UTC time, ISO 8601. */
+std::string utc_now();
+
+}  // namespace nibble

@@ -1,0 +1,171 @@
+// report_view.cpp: load, validate and summarise a `nibble grade` report (see report_view.h).
+#include "harness/report_view.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace nibble {
+
+using json = nlohmann::ordered_json;
+
+std::string fmt_g(double v, int prec) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*g", prec, v);
+  return b;
+}
+
+const std::vector<std::string>& timed_figures() {
+  static const std::vector<std::string> f = {"gpu_span_us", "host_wall_us"};
+  return f;
+}
+
+void validate_report(const json& r, const std::string& what) {
+  if (!r.is_object()) throw BadReport(what + ": not a nibble report (the top level is not a JSON object)");
+  if (!r.contains("schema") || !r["schema"].is_string())
+    throw BadReport(what + ": not a nibble report (no \"schema\" field)");
+  if (r["schema"] != "nibble.report")
+    throw BadReport(what + ": not a nibble report (schema is " + r["schema"].dump() + ", expected \"nibble.report\")");
+  for (const char* k : {"task", "config", "disposition"})
+    if (!r.contains(k) || !r[k].is_string())
+      throw BadReport(what + ": malformed nibble report: \"" + k + "\" is missing or not a string");
+  if (!r.contains("correctness") || !r["correctness"].is_object())
+    throw BadReport(what + ": malformed nibble report: \"correctness\" is missing or not an object");
+  if (r.contains("timing")) {
+    if (!r["timing"].is_object()) throw BadReport(what + ": malformed nibble report: \"timing\" is not an object");
+    for (const std::string& f : timed_figures()) {
+      if (!r["timing"].contains(f)) continue;
+      const json& s = r["timing"][f];
+      if (!s.is_object() || !s.contains("samples") || !s["samples"].is_array())
+        throw BadReport(what + ": malformed nibble report: timing." + f + " has no \"samples\" array");
+      for (const json& v : s["samples"])
+        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
+          throw BadReport(what + ": malformed nibble report: timing." + f + ".samples holds " + v.dump() +
+                          ", not a positive time");
+    }
+  }
+}
+
+json load_report(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw BadReport(path + ": no such file");
+  if (fs::is_directory(path, ec)) throw BadReport(path + ": is a folder, not a report file");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw BadReport(path + ": cannot be read");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  json r;
+  try {
+    r = json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    throw BadReport(path + ": not valid JSON (" + e.what() + ")");
+  }
+  validate_report(r, path);
+  return r;
+}
+
+std::vector<double> figure_samples(const json& r, const std::string& figure) {
+  std::vector<double> out;
+  if (!r.contains("timing") || !r["timing"].is_object() || !r["timing"].contains(figure)) return out;
+  const json& s = r["timing"][figure];
+  if (!s.is_object() || !s.contains("samples") || !s["samples"].is_array()) return out;
+  for (const json& v : s["samples"])
+    if (v.is_number()) out.push_back(v.get<double>());
+  return out;
+}
+
+double worst_rel_err(const json& r) {
+  const json& c = r["correctness"];
+  if (!c.is_object() || !c.contains("worst_rel_err") || !c["worst_rel_err"].is_number())
+    return std::numeric_limits<double>::quiet_NaN();
+  return c["worst_rel_err"].get<double>();
+}
+
+double report_gate(const json& r) {
+  const json& c = r["correctness"];
+  if (!c.is_object() || !c.contains("gate") || !c["gate"].is_number()) return std::numeric_limits<double>::quiet_NaN();
+  return c["gate"].get<double>();
+}
+
+std::string device_name(const json& r) {
+  if (!r.contains("device") || !r["device"].is_object()) return "";
+  const json& d = r["device"];
+  return d.contains("name") && d["name"].is_string() ? d["name"].get<std::string>() : "";
+}
+
+std::string solution_name(const json& r) {
+  if (r.contains("solution") && r["solution"].is_object()) {
+    const json& s = r["solution"];
+    if (s.contains("name") && s["name"].is_string() && !s["name"].get<std::string>().empty()) return s["name"];
+    if (s.contains("path") && s["path"].is_string()) return std::filesystem::path(s["path"].get<std::string>()).filename();
+  }
+  return "?";
+}
+
+namespace {
+
+std::string str_or(const json& o, const char* k, const std::string& dflt) {
+  return o.is_object() && o.contains(k) && o[k].is_string() ? o[k].get<std::string>() : dflt;
+}
+
+double num_or(const json& o, const char* k, double dflt) {
+  return o.is_object() && o.contains(k) && o[k].is_number() ? o[k].get<double>() : dflt;
+}
+
+}  // namespace
+
+// Mirrors the block "5. The summary a person reads" of harness/grade.cpp line for line; where the
+// grade used its in-memory state (bytes per step, copy bandwidth, worst error) this reads the same
+// numbers from the fields the grade wrote them to.
+std::string format_summary(const json& report, const std::string& report_path) {
+  const json none = json::object();
+  const json& sol = report.contains("solution") ? report["solution"] : none;
+  const json& corr = report["correctness"];
+  const std::string config = str_or(report, "config", "?");
+  const double worst = worst_rel_err(report);
+  std::ostringstream o;
+  o << "\nnibble grade  " << str_or(report, "task", "?") << " / " << config << "  on "
+    << (device_name(report).empty() ? "?" : device_name(report)) << "\n";
+  o << "  solution     " << str_or(sol, "name", "?") << "  (" << str_or(sol, "path", "?") << ")\n";
+  o << "  disposition  " << str_or(report, "disposition", "?") << ": " << str_or(report, "reason", "") << "\n";
+  const json per_seed = corr.contains("per_seed") && corr["per_seed"].is_array() ? corr["per_seed"] : json::array();
+  if (!std::isnan(worst) && !per_seed.empty()) {
+    for (const auto& s : per_seed)
+      if (s.is_object() && s.contains("worst_rel_err"))
+        o << "  seed " << (s.contains("seed") ? s["seed"].dump() : std::string("?")) << "       worst relative error "
+          << (s["worst_rel_err"].is_number() ? fmt_g(s["worst_rel_err"].get<double>()) : std::string("NaN")) << " over "
+          << (corr.contains("checked_steps") ? corr["checked_steps"].dump() : std::string("?")) << " steps (gate "
+          << fmt_g(report_gate(report)) << ")\n";
+  }
+  if (report.contains("timing") && report["timing"].is_object() && report["timing"].contains("gpu_span_us")) {
+    const json& t = report["timing"];
+    const json& s = t["gpu_span_us"];
+    const json& w = t.contains("host_wall_us") ? t["host_wall_us"] : none;
+    const json& k = t.contains("kernels_per_step") ? t["kernels_per_step"] : none;
+    o << "  time/token   " << fmt_g(num_or(s, "median", NAN), 5) << " us median GPU span (q1 " << fmt_g(num_or(s, "q1", NAN), 5)
+      << ", q3 " << fmt_g(num_or(s, "q3", NAN), 5) << ", n " << (s.contains("n") ? s["n"].dump() : std::string("?"))
+      << "), host wall " << fmt_g(num_or(w, "median", NAN), 5) << " us, " << fmt_g(num_or(k, "median", NAN), 4)
+      << " kernels/step\n";
+    if (t.contains("floor_us_measured_copy_bw")) {
+      const double bytes = num_or(t, "bytes_per_step", NAN);
+      const double copy_bw = report.contains("device") && report["device"].contains("copy_bandwidth")
+                                 ? num_or(report["device"]["copy_bandwidth"], "median_Bps", NAN)
+                                 : NAN;
+      o << "  roofline     " << fmt_g(bytes / 1e9, 4) << " GB/step; floor " << fmt_g(num_or(t, "floor_us_measured_copy_bw", NAN), 4)
+        << " us at the measured copy bandwidth " << fmt_g(copy_bw / 1e12, 3) << " TB/s -> "
+        << fmt_g(100 * num_or(t, "fraction_of_measured_bw", NAN), 3) << "% of it\n";
+    }
+  }
+  const double total = report.contains("wall_seconds") ? num_or(report["wall_seconds"], "total", NAN) : NAN;
+  o << "  report       " << (report_path.empty() ? std::string("-") : report_path) << "  ("
+    << (std::isnan(total) ? std::string("?") : fmt_g(total, 3)) << " s)\n";
+  return o.str();
+}
+
+std::string format_summary(const json& report) { return format_summary(report, ""); }
+
+}  // namespace nibble

@@ -1,0 +1,98 @@
+// blocks.cu: the decode kernel's GEMV and attention stages as kernels of their own, for the tests
+// (odd shapes, few blocks) and the benchmark (bench/bench_megakernel_blocks.cu: each stage's TB/s
+// in isolation, so a regression in one is visible on its own).
+//
+// Shapes: any the stages accept (megakernel.h). Bytes: gemv_blocks streams every matrix's codes and
+// metadata once (for the benchmark: all 28 layers' projections, 1.57 GB); attention_blocks reads
+// the cache slots 0..pos of one layer.
+// The code is the decode kernel's own (int4_mma_gemv.cuh, attention.cuh), not a copy.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "activation.cuh"
+#include "attention.cuh"
+#include "int4_mma_gemv.cuh"
+#include "megakernel.h"
+
+namespace nibble::megakernel {
+namespace {
+
+__global__ void __launch_bounds__(kThreads, 1)
+    gemv_blocks_kernel(const PackedMatrix* mats, float* const* ys, int n, const float* x, int k) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* xs = reinterpret_cast<float*>(smem);
+  uint2* xf = reinterpret_cast<uint2*>(smem + size_t(k) * 4);
+  const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5), nw = gridDim.x * kWarps;
+  GemvStage st;
+  gemv_prefetch(mats[0], gw, nw, st);
+  load_vector(x, k, xs);
+  __syncthreads();
+  build_x_fragments(xs, k, xf);
+  __syncthreads();
+  for (int i = 0; i < n; ++i) {
+    const PackedMatrix m = mats[i];
+    gemv_run(m, ys[i], xf, gw, nw, st);
+    if (i + 1 < n) gemv_prefetch(mats[i + 1], gw, nw, st);
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_blocks_kernel(const float* qkv, const float2* rope, uint16_t* k_cache, uint16_t* v_cache, int n_q,
+                            int n_kv, int max_seq, int pos, float* part, int max_chunks, unsigned* count, float* out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  attention_stage<HD>(qkv, rope, k_cache, v_cache, n_q, n_kv, max_seq, pos, part, max_chunks, count, out,
+                      reinterpret_cast<float*>(smem));
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return sms;
+}
+
+}  // namespace
+
+cudaError_t launch_gemv_blocks(const PackedMatrix* mats, float* const* ys, int n, const float* x, int k, int blocks,
+                               cudaStream_t stream) {
+  if (!mats || !ys || n < 1 || !x || k <= 0 || k % kGroup != 0 || blocks < 0) return cudaErrorInvalidValue;
+  if (blocks == 0) blocks = sm_count();
+  if (blocks < 1) return cudaErrorInvalidValue;
+  const size_t smem = size_t(k) * 8;
+  cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(&gemv_blocks_kernel),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e != cudaSuccess) return e;
+  gemv_blocks_kernel<<<unsigned(blocks), kThreads, smem, stream>>>(mats, ys, n, x, k);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_attention_blocks(const float* qkv, const float2* rope, uint16_t* k_cache, uint16_t* v_cache,
+                                    int n_q, int n_kv, int hd, int max_seq, int pos, float* part, int max_chunks,
+                                    unsigned* count, float* out, int blocks, cudaStream_t stream) {
+  if (!qkv || !rope || !k_cache || !v_cache || !part || !count || !out || n_kv < 1 || n_q < n_kv ||
+      n_q % n_kv != 0 || n_q / n_kv > kMaxRep || (hd != 64 && hd != 128) || pos < 0 || pos >= max_seq || blocks < 0)
+    return cudaErrorInvalidValue;
+  if (blocks == 0) blocks = sm_count();
+  if (blocks < 1 || max_chunks != attn_max_chunks(blocks, n_kv)) return cudaErrorInvalidValue;
+  if (hd == 64) {
+    const size_t smem = size_t(attention_smem_floats<64>()) * 4;
+    cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(&attention_blocks_kernel<64>),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    attention_blocks_kernel<64><<<unsigned(blocks), kThreads, smem, stream>>>(qkv, rope, k_cache, v_cache, n_q, n_kv,
+                                                                               max_seq, pos, part, max_chunks, count, out);
+  } else {
+    const size_t smem = size_t(attention_smem_floats<128>()) * 4;
+    cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(&attention_blocks_kernel<128>),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    attention_blocks_kernel<128><<<unsigned(blocks), kThreads, smem, stream>>>(
+        qkv, rope, k_cache, v_cache, n_q, n_kv, max_seq, pos, part, max_chunks, count, out);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace nibble::megakernel

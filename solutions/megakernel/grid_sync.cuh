@@ -1,0 +1,49 @@
+// grid_sync.cuh: the barrier between the persistent kernel's stages.
+//
+// Shapes: none. Bytes: two words in L2 (count, generation), one atomic per block per barrier.
+// Spec: the issue asks for synchronisation between the fused stages without a kernel boundary; a
+// stage's inputs (h, q/k/v, attention, gate/up) are written by every block with atomics, so every
+// consumer waits for every producer here.
+//
+// Self-resetting, no host state: the last block to arrive zeroes the count and then bumps the
+// generation, which the others spin on. A block reads the generation before it arrives, so the
+// generation cannot move past the value it waits on. The pattern (fence, relaxed atomic, spin,
+// fence) is cooperative groups' grid.sync(); all blocks are co-resident because the kernel is
+// launched with cudaLaunchCooperativeKernel at no more blocks than the occupancy calculator allows.
+#pragma once
+
+#include <cstdint>
+
+namespace nibble::megakernel {
+
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_release_gpu(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/** barrier[0] = arrivals of the current generation (0 between barriers), barrier[1] = generation. */
+__device__ __forceinline__ void grid_sync(unsigned* barrier) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned gen = ld_acquire_gpu(barrier + 1);
+    __threadfence();  // this block's writes (ordered before by __syncthreads) before the arrival
+    const unsigned arrived = atomicAdd(barrier, 1u) + 1u;
+    if (arrived == gridDim.x) {
+      atomicExch(barrier, 0u);
+      __threadfence();
+      st_release_gpu(barrier + 1, gen + 1u);
+    } else {
+      while (ld_acquire_gpu(barrier + 1) == gen) {
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+}  // namespace nibble::megakernel

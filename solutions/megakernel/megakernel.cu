@@ -1,0 +1,381 @@
+// megakernel.cu: the C ABI entry points of the "megakernel" solution of megakernel-int4-weight-decode.
+//
+// build_model (untimed) checks every tensor, repacks every int4 triple into the mma-fragment layout
+// (repack.cu; the codes are moved, never dequantised), precomputes the RoPE table in double,
+// allocates the fp32 scratch and the counters (zeroed) and sizes the persistent grid. decode_step
+// is one cooperative launch of decode_kernel.cu per sequence (batch 1 in both configs: one launch
+// per token). NOTES.md has the design, the predictions and the measurements.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "megakernel.h"
+#include "nibble/nibble.h"
+#include "solutions/common/abi_util.h"
+
+namespace nibble::megakernel {
+
+std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int group) {
+  if (group != kGroup)
+    return "cfg.group = " + std::to_string(group) +
+           ": the repacked layout maps one 128-input group onto 8 mma k-steps; only group 128 is supported";
+  if (hd != 64 && hd != 128)
+    return "cfg.hd = " + std::to_string(hd) + ": the attention stage supports head dims 64 and 128 (hd/32 per lane)";
+  if (n_kv < 1 || n_q % n_kv != 0 || n_q / n_kv > kMaxRep)
+    return "n_q / n_kv = " + std::to_string(n_q) + " / " + std::to_string(n_kv) +
+           ": the attention stage supports 1.." + std::to_string(kMaxRep) + " query heads per KV head";
+  if (d % kGroup || ffn % kGroup)
+    return "d and ffn must be multiples of 128 (the GEMV inputs are whole groups)";
+  // Shared memory: the longest GEMV input as fp32 plus its fragments (8 bytes per input).
+  const long long max_k = std::max({(long long)d, (long long)ffn, (long long)n_q * hd});
+  if (max_k * 8 > 160 * 1024)
+    return "the longest GEMV input (" + std::to_string(max_k) + ") does not fit in shared memory (at most 20480)";
+  return "";
+}
+
+namespace {
+
+using sol::AbiFailure;
+using sol::QuantTriple;
+
+[[noreturn]] void fail(nibble_status s, const std::string& msg) { throw AbiFailure(s, msg); }
+
+/** One cudaMalloc'd block, freed exactly once. */
+class DeviceAlloc {
+ public:
+  DeviceAlloc() = default;
+  void allocate(size_t bytes) {
+    if (ptr_) throw AbiFailure(NIBBLE_ERR_INTERNAL, "DeviceAlloc::allocate called twice");
+    if (bytes) SOL_CUDA(cudaMalloc(&ptr_, bytes));
+  }
+  ~DeviceAlloc() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceAlloc(const DeviceAlloc&) = delete;
+  DeviceAlloc& operator=(const DeviceAlloc&) = delete;
+  char* get() const { return static_cast<char*>(ptr_); }
+  void release() {
+    void* p = ptr_;
+    ptr_ = nullptr;
+    if (p) SOL_CUDA(cudaFree(p));
+  }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+struct Model {
+  nibble_decode_config cfg{};
+  DeviceAlloc weights;  // every repacked matrix
+  DeviceAlloc scratch;  // activations, partials, counters, RoPE table, the layer array
+  std::vector<LayerDev> layers;        // host copy; device copy in scratch
+  std::vector<uint16_t*> k_cache, v_cache;  // (batch, n_kv, max_seq, hd) per layer
+  DecodeParams params{};               // per-step fields filled by step()
+  int blocks = 0;
+  size_t smem = 0;
+};
+
+SourceTriple source(const nibble_decode_model* m, const std::string& name, int64_t out, int64_t in) {
+  const QuantTriple t = sol::require_quant(m, name, out, in);
+  SourceTriple s;
+  s.packed = t.packed;
+  s.scale = t.scale;
+  s.zero = t.zero;
+  s.rows = int(out);
+  return s;
+}
+
+void validate_config(const nibble_decode_config& c) {
+  const auto positive = [](int64_t v, const char* name) {
+    if (v <= 0) fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("cfg.") + name + " must be positive, got " + std::to_string(v));
+  };
+  positive(c.layers, "layers");
+  positive(c.d, "d");
+  positive(c.ffn, "ffn");
+  positive(c.n_q, "n_q");
+  positive(c.n_kv, "n_kv");
+  positive(c.hd, "hd");
+  positive(c.vocab, "vocab");
+  positive(c.group, "group");
+  positive(c.batch, "batch");
+  positive(c.max_seq, "max_seq");
+  if (!(c.eps > 0) || !std::isfinite(c.eps)) fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.eps must be a positive finite number");
+  if (!(c.theta > 0) || !std::isfinite(c.theta)) fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.theta must be a positive finite number");
+  if (c.n_q % c.n_kv)
+    fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.n_q (" + std::to_string(c.n_q) + ") must be a multiple of cfg.n_kv (" +
+                                          std::to_string(c.n_kv) + ") for grouped-query attention");
+  const std::string why = unsupported_reason(c.d, c.ffn, c.n_q, c.n_kv, c.hd, c.group);
+  if (!why.empty()) fail(NIBBLE_ERR_NOT_SUPPORTED, why);
+  if (int64_t(c.vocab) + 16 > (1ll << 30) || int64_t(c.ffn) * 2 > (1ll << 30))
+    fail(NIBBLE_ERR_NOT_SUPPORTED, "config too large for this solution's 32-bit row indexing");
+}
+
+void require_aligned(const void* p, const std::string& name) {
+  if (reinterpret_cast<uintptr_t>(p) % 16)
+    fail(NIBBLE_ERR_INVALID_ARGUMENT, "tensor '" + name + "' is not 16-byte aligned");
+}
+
+void build(const nibble_decode_model* model, cudaStream_t stream, void** handle) {
+  if (!model || !handle) fail(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: model and handle must not be NULL");
+  if (model->struct_size < sizeof(nibble_decode_model))
+    fail(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: nibble_decode_model.struct_size is smaller than this solution's");
+  if (!model->task || std::strcmp(model->task, "megakernel-int4-weight-decode") != 0)
+    fail(NIBBLE_ERR_NOT_SUPPORTED, std::string("this solution implements task megakernel-int4-weight-decode, not '") +
+                                       (model->task ? model->task : "(null)") + "'");
+  const nibble_decode_config& c = model->cfg;
+  validate_config(c);
+
+  auto mdl = std::make_unique<Model>();
+  mdl->cfg = c;
+  const int qdim = c.n_q * c.hd, kvdim = c.n_kv * c.hd;
+
+  // Sources, checked by name, dtype and shape.
+  struct LayerSrc {
+    SourceTriple q, k, v, o, gate, up, down;
+  };
+  std::vector<LayerSrc> src(size_t(c.layers));
+  const SourceTriple embed = source(model, "embed", c.vocab, c.d);
+  const auto* final_norm = static_cast<const uint16_t*>(sol::require_tensor(model, "final_norm", sol::kBF16, {c.d}));
+  mdl->layers.resize(size_t(c.layers));
+  mdl->k_cache.resize(size_t(c.layers));
+  mdl->v_cache.resize(size_t(c.layers));
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    LayerSrc& s = src[size_t(i)];
+    s.q = source(model, p + "q", qdim, c.d);
+    s.k = source(model, p + "k", kvdim, c.d);
+    s.v = source(model, p + "v", kvdim, c.d);
+    s.o = source(model, p + "o", c.d, qdim);
+    s.gate = source(model, p + "gate", c.ffn, c.d);
+    s.up = source(model, p + "up", c.ffn, c.d);
+    s.down = source(model, p + "down", c.d, c.ffn);
+    LayerDev& L = mdl->layers[size_t(i)];
+    L.in_norm = static_cast<const uint16_t*>(sol::require_tensor(model, p + "in_norm", sol::kBF16, {c.d}));
+    L.post_norm = static_cast<const uint16_t*>(sol::require_tensor(model, p + "post_norm", sol::kBF16, {c.d}));
+    const std::string kv = "kv." + std::to_string(i) + ".";
+    const std::vector<int64_t> kv_shape{c.batch, c.n_kv, c.max_seq, c.hd};
+    mdl->k_cache[size_t(i)] = static_cast<uint16_t*>(sol::require_tensor(model, kv + "k", sol::kBF16, kv_shape));
+    mdl->v_cache[size_t(i)] = static_cast<uint16_t*>(sol::require_tensor(model, kv + "v", sol::kBF16, kv_shape));
+    require_aligned(mdl->k_cache[size_t(i)], kv + "k");
+    require_aligned(mdl->v_cache[size_t(i)], kv + "v");
+  }
+
+  // The persistent grid, and the shared memory it needs.
+  const int max_k = std::max({c.d, c.ffn, qdim});
+  mdl->smem = decode_smem_bytes(max_k, c.hd);
+  SOL_CUDA(decode_grid_blocks(c.hd, mdl->smem, &mdl->blocks));
+  if (mdl->blocks < 1)
+    fail(NIBBLE_ERR_NOT_SUPPORTED, "the persistent kernel cannot be resident on this device (" +
+                                       std::to_string(mdl->smem) + " bytes of shared memory, " +
+                                       std::to_string(kThreads) + " threads per block)");
+
+  // Repacked weights: one allocation, each matrix 256-byte aligned.
+  struct Job {
+    std::vector<SourceTriple> src;
+    RowMap map;
+    int k;
+    PackedMatrix* dst;
+  };
+  std::vector<Job> jobs;
+  for (int i = 0; i < c.layers; ++i) {
+    LayerSrc& s = src[size_t(i)];
+    LayerDev& L = mdl->layers[size_t(i)];
+    jobs.push_back({{s.q, s.k, s.v}, RowMap::Concat, c.d, &L.qkv});
+    jobs.push_back({{s.o}, RowMap::Concat, qdim, &L.o});
+    jobs.push_back({{s.gate, s.up}, RowMap::Interleave8, c.d, &L.gu});
+    jobs.push_back({{s.down}, RowMap::Concat, c.ffn, &L.down});
+  }
+  PackedMatrix head;
+  jobs.push_back({{embed}, RowMap::Concat, c.d, &head});
+  size_t total = 0;
+  std::vector<size_t> w_off(jobs.size()), m_off(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    int rows = 0;
+    for (const SourceTriple& s : jobs[j].src) rows += s.rows;
+    w_off[j] = total;
+    total += round_up(packed_weight_bytes(rows, jobs[j].k), 256);
+    m_off[j] = total;
+    total += round_up(packed_meta_bytes(rows, jobs[j].k), 256);
+  }
+  mdl->weights.allocate(total);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Job& job = jobs[j];
+    int rows = 0;
+    for (const SourceTriple& s : job.src) rows += s.rows;
+    auto* w = reinterpret_cast<uint4*>(mdl->weights.get() + w_off[j]);
+    auto* m = reinterpret_cast<uint2*>(mdl->weights.get() + m_off[j]);
+    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, m, stream));
+    job.dst->w = w;
+    job.dst->meta = m;
+    job.dst->tiles = (rows + kTileRows - 1) / kTileRows;
+    job.dst->groups = job.k / kGroup;
+    job.dst->rows = rows;
+  }
+
+  // Scratch: activations, attention partials, counters, the RoPE table, the layer array.
+  const int max_chunks = attn_max_chunks(mdl->blocks, c.n_kv);
+  const size_t n_rope = size_t(c.max_seq) * (c.hd / 2);
+  const size_t sizes[] = {
+      size_t(c.d) * 4,                                   // h
+      size_t(qdim + 2 * kvdim) * 4,                      // qkv
+      size_t(qdim) * 4,                                  // attn
+      size_t(2) * c.ffn * 4,                             // gu
+      size_t(c.n_q) * max_chunks * (c.hd + 2) * 4,       // partials
+      size_t(c.n_kv) * 4,                                // attention counters
+      64,                                                // barrier
+      n_rope * sizeof(float2),                           // RoPE table
+      size_t(c.layers) * sizeof(LayerDev),               // layers
+  };
+  size_t stotal = 0;
+  for (size_t s : sizes) stotal += round_up(s, 256);
+  mdl->scratch.allocate(stotal);
+  char* base = mdl->scratch.get();
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    char* p = base + off;
+    off += round_up(bytes, 256);
+    return p;
+  };
+  DecodeParams& P = mdl->params;
+  P.h = reinterpret_cast<float*>(take(sizes[0]));
+  P.qkv = reinterpret_cast<float*>(take(sizes[1]));
+  P.attn = reinterpret_cast<float*>(take(sizes[2]));
+  P.gu = reinterpret_cast<float*>(take(sizes[3]));
+  P.part = reinterpret_cast<float*>(take(sizes[4]));
+  P.attn_count = reinterpret_cast<unsigned*>(take(sizes[5]));
+  P.barrier = reinterpret_cast<unsigned*>(take(sizes[6]));
+  auto* rope_dev = reinterpret_cast<float2*>(take(sizes[7]));
+  auto* layers_dev = reinterpret_cast<LayerDev*>(take(sizes[8]));
+  SOL_CUDA(cudaMemsetAsync(base, 0, stotal, stream));  // qkv, counters and barrier must start at zero
+
+  // RoPE table in double: angle = pos * theta^(-2i/hd); only the result is rounded to fp32.
+  const int half = c.hd / 2;
+  std::vector<float2> rope(n_rope);
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(c.theta, -2.0 * i / c.hd);
+  for (int pos = 0; pos < c.max_seq; ++pos)
+    for (int i = 0; i < half; ++i) {
+      const double ang = double(pos) * inv_freq[size_t(i)];
+      rope[size_t(pos) * half + i] = make_float2(float(std::cos(ang)), float(std::sin(ang)));
+    }
+  SOL_CUDA(cudaMemcpyAsync(rope_dev, rope.data(), n_rope * sizeof(float2), cudaMemcpyHostToDevice, stream));
+  // The layer array of sequence 0; step() rewrites the cache pointers for other sequences.
+  for (int i = 0; i < c.layers; ++i) {
+    mdl->layers[size_t(i)].k_cache = mdl->k_cache[size_t(i)];
+    mdl->layers[size_t(i)].v_cache = mdl->v_cache[size_t(i)];
+  }
+  SOL_CUDA(cudaMemcpyAsync(layers_dev, mdl->layers.data(), sizes[8], cudaMemcpyHostToDevice, stream));
+  SOL_CUDA(cudaStreamSynchronize(stream));  // the host tables go out of scope
+
+  P.layers = layers_dev;
+  P.n_layers = c.layers;
+  P.d = c.d;
+  P.ffn = c.ffn;
+  P.n_q = c.n_q;
+  P.n_kv = c.n_kv;
+  P.hd = c.hd;
+  P.vocab = c.vocab;
+  P.max_seq = c.max_seq;
+  P.eps = float(c.eps);
+  P.embed = embed;
+  P.head = head;
+  P.final_norm = final_norm;
+  P.rope = rope_dev;
+  P.max_chunks = max_chunks;
+  *handle = mdl.release();
+}
+
+void step(Model& m, const nibble_tensor* token_ids, int32_t pos, nibble_tensor* logits, cudaStream_t stream) {
+  const nibble_decode_config& c = m.cfg;
+  if (!token_ids || !logits) fail(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: token_ids and logits must not be NULL");
+  if (token_ids->dtype.code != NIBBLE_DTYPE_INT || token_ids->dtype.bits != 64 || token_ids->ndim != 1 ||
+      token_ids->shape[0] != c.batch || token_ids->device.device_type != NIBBLE_DEVICE_CUDA)
+    fail(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: token_ids must be (" + std::to_string(c.batch) +
+                                          ",) int64 on the GPU, got " + sol::dtype_str(token_ids->dtype) + " " +
+                                          sol::shape_str(token_ids->shape, token_ids->ndim));
+  if (logits->dtype.code != NIBBLE_DTYPE_FLOAT || logits->dtype.bits != 32 || logits->ndim != 2 ||
+      logits->shape[0] != c.batch || logits->shape[1] != c.vocab || logits->device.device_type != NIBBLE_DEVICE_CUDA)
+    fail(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: logits must be (" + std::to_string(c.batch) + ", " +
+                                          std::to_string(c.vocab) + ") fp32 on the GPU, got " +
+                                          sol::dtype_str(logits->dtype) + " " + sol::shape_str(logits->shape, logits->ndim));
+  if (pos < 0 || pos >= c.max_seq)
+    fail(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: pos " + std::to_string(pos) + " outside [0, max_seq = " +
+                                          std::to_string(c.max_seq) + ")");
+  const auto* tokens = reinterpret_cast<const int64_t*>(static_cast<const char*>(token_ids->data) + token_ids->byte_offset);
+  float* out = reinterpret_cast<float*>(static_cast<char*>(logits->data) + logits->byte_offset);
+  const size_t cache_per_seq = size_t(c.n_kv) * c.max_seq * c.hd;
+
+  for (int b = 0; b < c.batch; ++b) {
+    if (b > 0) {  // other sequences: their own cache rows (batch is 1 in both configs)
+      for (int i = 0; i < c.layers; ++i) {
+        m.layers[size_t(i)].k_cache = m.k_cache[size_t(i)] + size_t(b) * cache_per_seq;
+        m.layers[size_t(i)].v_cache = m.v_cache[size_t(i)] + size_t(b) * cache_per_seq;
+      }
+      SOL_CUDA(cudaMemcpyAsync(const_cast<LayerDev*>(m.params.layers), m.layers.data(),
+                               m.layers.size() * sizeof(LayerDev), cudaMemcpyHostToDevice, stream));
+      SOL_CUDA(cudaStreamSynchronize(stream));  // the host array is rewritten for the next sequence
+    }
+    DecodeParams p = m.params;
+    p.token = tokens + b;
+    p.pos = pos;
+    p.logits = out + size_t(b) * c.vocab;
+    SOL_CUDA(launch_decode(p, m.blocks, m.smem, stream));
+  }
+  if (c.batch > 1) {  // restore sequence 0's cache pointers for the next step
+    for (int i = 0; i < c.layers; ++i) {
+      m.layers[size_t(i)].k_cache = m.k_cache[size_t(i)];
+      m.layers[size_t(i)].v_cache = m.v_cache[size_t(i)];
+    }
+    SOL_CUDA(cudaMemcpyAsync(const_cast<LayerDev*>(m.params.layers), m.layers.data(),
+                             m.layers.size() * sizeof(LayerDev), cudaMemcpyHostToDevice, stream));
+    SOL_CUDA(cudaStreamSynchronize(stream));
+  }
+}
+
+}  // namespace
+}  // namespace nibble::megakernel
+
+using nibble::megakernel::Model;
+
+extern "C" {
+
+NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
+
+NIBBLE_EXPORT const char* nibble_solution_name(void) { return "megakernel"; }
+
+NIBBLE_EXPORT nibble_status nibble_decode_build_model(const nibble_decode_model* model, void* stream, void** handle,
+                                                      nibble_error* err) {
+  return nibble::sol::abi_guard(err, [&] {
+    if (handle) *handle = nullptr;
+    nibble::megakernel::build(model, static_cast<cudaStream_t>(stream), handle);
+  });
+}
+
+NIBBLE_EXPORT nibble_status nibble_decode_step(void* handle, const nibble_tensor* token_ids, int32_t pos,
+                                               nibble_tensor* logits, void* stream, nibble_error* err) {
+  return nibble::sol::abi_guard(err, [&] {
+    if (!handle) throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: NULL handle");
+    nibble::megakernel::step(*static_cast<Model*>(handle), token_ids, pos, logits, static_cast<cudaStream_t>(stream));
+  });
+}
+
+NIBBLE_EXPORT nibble_status nibble_decode_teardown(void* handle, void* stream, nibble_error* err) {
+  return nibble::sol::abi_guard(err, [&] {
+    if (!handle) return;
+    std::unique_ptr<Model> m(static_cast<Model*>(handle));
+    // Work still queued on the stream may read the buffers: wait for it before freeing.
+    SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+    m->weights.release();
+    m->scratch.release();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,144 @@
+// megakernel.h: the data layout and the launchers of the megakernel solution (NOTES.md).
+//
+// One persistent kernel runs the whole decode step (decode_kernel.cu). Its stages, one file each:
+//   repack.cu           build time: the AWQ/GPTQ triples -> the mma-fragment layout below
+//   int4_mma_gemv.cuh   the int4 GEMV stage (all seven projections and the LM head)
+//   activation.cuh      what a GEMV's input vector is: RMSNorm(h) * gain, attention, silu(g) * u
+//   attention.cuh       RoPE + KV append + attention split across the sequence + combine
+//   grid_sync.cuh       the grid barrier between stages
+//   blocks.cu           the GEMV and attention stages as kernels of their own (tests, bench)
+//   megakernel.cu       the C ABI
+// Launchers take the stream, validate what the kernels assume (cudaErrorInvalidValue without a
+// launch otherwise) and return the launch status; the caller decides what an error means.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+namespace nibble::megakernel {
+
+/** Quantisation group (the seed's group) this solution supports: one group = 8 mma k-steps. */
+inline constexpr int kGroup = 128;
+/** Output rows per tile: the mma's M. */
+inline constexpr int kTileRows = 16;
+/** Threads per block of the persistent kernel: 16 warps, one block per SM. */
+inline constexpr int kThreads = 512;
+inline constexpr int kWarps = kThreads / 32;
+/** Most query heads per KV head the attention stage supports. */
+inline constexpr int kMaxRep = 4;
+
+/**
+ * An int4 matrix repacked for mma.sync.m16n8k16 (bf16 A fragments built in registers).
+ *
+ * Logical (rows, K), K a multiple of 128; rows padded to tiles of 16 (padding: code 0, scale 0).
+ * Unit u = tile * groups + group (a "tile-group": 16 rows x 128 inputs) is 1024 contiguous bytes,
+ * 64 uint4 indexed [c (2)][lane (32)]; word q of uint4 (c, lane) is lane's A fragment of k-step
+ * s = 4c + q (inputs kb = group*128 + 16 s ..): with g = lane/4, t = lane%4, nibble p of the word
+ * (bits 4p..4p+3) holds row g + 8*(p&1), input kb + 2t + 8*((p>>1)&1) + (p>>2). Then
+ * (word >> 4i) & 0x000F000F | 0x43004300 is, as bf16x2, 128 + the codes of fragment register i.
+ * meta[u * 8 + g] = {row g, row g + 8}, each (scale bf16 bits << 16) | zero.
+ * So a warp streams its units as contiguous 16-byte loads, 512 bytes per warp instruction.
+ */
+struct PackedMatrix {
+  const uint4* w = nullptr;
+  const uint2* meta = nullptr;
+  int tiles = 0;   ///< ceil(rows / 16)
+  int groups = 0;  ///< K / 128
+  int rows = 0;    ///< real rows: outputs at index >= rows are never written
+};
+
+/** Bytes of the repacked weights and metadata of a (rows, K) matrix. */
+inline size_t packed_weight_bytes(int rows, int k) { return size_t((rows + 15) / 16) * (k / 128) * 1024; }
+inline size_t packed_meta_bytes(int rows, int k) { return size_t((rows + 15) / 16) * (k / 128) * 64; }
+
+/** One AWQ/GPTQ source triple (logical (rows, K), row-major). */
+struct SourceTriple {
+  const uint8_t* packed = nullptr;  ///< (rows, K/2), LOW nibble = even input index
+  const uint16_t* scale = nullptr;  ///< (rows, K/128) bf16 bits
+  const uint8_t* zero = nullptr;    ///< (rows, K/128)
+  int rows = 0;
+};
+
+/** How the virtual matrix's rows come from the sources. */
+enum class RowMap {
+  Concat,      ///< sources stacked: [src0 rows | src1 rows | src2 rows] (q | k | v)
+  Interleave8  ///< two sources of equal rows: tile t = src0 rows 8t..8t+7, then src1 rows 8t..8t+7
+               ///< (gate | up: a lane then holds gate row r and up row r of the same tile)
+};
+
+/** repack.cu: write the repacked matrix of n_src sources (1..3) with K inputs into w / meta
+ *  (sized by packed_*_bytes for the total rows). Runs on `stream`. */
+cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w, uint2* meta,
+                          cudaStream_t stream);
+
+/** One decoder layer as the kernel sees it. */
+struct LayerDev {
+  PackedMatrix qkv;   ///< (n_q*hd + 2*n_kv*hd, d): [q | k | v]
+  PackedMatrix o;     ///< (d, n_q*hd)
+  PackedMatrix gu;    ///< (2*ffn, d), Interleave8 of gate, up
+  PackedMatrix down;  ///< (d, ffn)
+  const uint16_t* in_norm = nullptr;
+  const uint16_t* post_norm = nullptr;
+  uint16_t* k_cache = nullptr;  ///< this sequence's (n_kv, max_seq, hd) bf16
+  uint16_t* v_cache = nullptr;
+};
+
+/** Everything the persistent kernel reads. Activation buffers are fp32. */
+struct DecodeParams {
+  const LayerDev* layers = nullptr;  ///< device array of n_layers
+  int n_layers = 0;
+  int d = 0, ffn = 0, n_q = 0, n_kv = 0, hd = 0, vocab = 0, max_seq = 0;
+  float eps = 0.f;
+  SourceTriple embed;               ///< the original embedding triple (the token's row is read)
+  PackedMatrix head;                ///< the tied LM head (vocab, d), repacked
+  const uint16_t* final_norm = nullptr;
+  const float2* rope = nullptr;     ///< (max_seq, hd/2) {cos, sin}
+  // scratch
+  float* h = nullptr;        ///< (d) residual stream
+  float* qkv = nullptr;      ///< (n_q*hd + 2 n_kv*hd), zero between steps
+  float* attn = nullptr;     ///< (n_q*hd)
+  float* gu = nullptr;       ///< (2 ffn) in Interleave8 order
+  float* part = nullptr;     ///< attention partials (n_q, max_chunks, hd + 2)
+  int max_chunks = 0;
+  unsigned* attn_count = nullptr;  ///< (n_kv), zero between steps
+  unsigned* barrier = nullptr;     ///< [count, generation], count zero between steps
+  // this step
+  const int64_t* token = nullptr;
+  int pos = 0;
+  float* logits = nullptr;   ///< (vocab) fp32
+};
+
+/** Chunks per KV head the attention stage splits the sequence into, for a grid of `blocks`. */
+inline int attn_max_chunks(int blocks, int n_kv) { return blocks / n_kv > 0 ? blocks / n_kv : 1; }
+
+/** Dynamic shared memory of the persistent kernel for inputs of at most max_k elements. */
+size_t decode_smem_bytes(int max_k, int hd);
+
+/** Blocks of the persistent grid on this device (SMs x co-resident blocks), 0 if it cannot run. */
+cudaError_t decode_grid_blocks(int hd, size_t smem, int* blocks);
+
+/** decode_kernel.cu: one decode step, one cooperative launch of `blocks` blocks. */
+cudaError_t launch_decode(const DecodeParams& p, int blocks, size_t smem, cudaStream_t stream);
+
+/** The config checks shared by build_model and the tests: an empty string when this solution
+ *  supports the config, else why not. */
+std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int group);
+
+// ---- The stages alone (blocks.cu), for the tests and the benchmark --------------------------
+
+/** ys[i] (rows_i) += W_i x for each of the n matrices in turn (fp32 x of length K; the caller zeroes
+ *  the ys: the stage accumulates with atomics), with the decode kernel's stage code, one launch of
+ *  `blocks` blocks (0: one per SM). Each warp prefetches its first loads of matrix i+1 before it
+ *  computes the last of matrix i, as in the decode kernel. */
+cudaError_t launch_gemv_blocks(const PackedMatrix* mats, float* const* ys, int n, const float* x, int k, int blocks,
+                               cudaStream_t stream);
+
+/** The attention stage alone for one layer: q/k/v fp32 (pre-RoPE, [q | k | v]) -> K/V appended at
+ *  pos, out (n_q*hd) fp32. part / count as in DecodeParams (count zeroed). */
+cudaError_t launch_attention_blocks(const float* qkv, const float2* rope, uint16_t* k_cache, uint16_t* v_cache,
+                                    int n_q, int n_kv, int hd, int max_seq, int pos, float* part, int max_chunks,
+                                    unsigned* count, float* out, int blocks, cudaStream_t stream);
+
+}  // namespace nibble::megakernel

@@ -1,0 +1,535 @@
+// hostile.cu: the hostile (and the honest-but-unusual) solutions that must compute the right
+// answer, or almost, one per compile definition HOSTILE_<NAME> (tests/hostile/expectations.json
+// lists them with the disposition each must get; tests/hostile.cmake builds one .so per row).
+//
+// Every one wraps the unfused solution: solutions/unfused/unfused.cu is compiled once more with its
+// entry points renamed to unfused_decode_* (tests/hostile.cmake, target hostile_unfused_core), and
+// with its SwiGLU launcher renamed to hostile_launch_swiglu, defined here (the driver-API variant
+// launches that kernel through cuLaunchKernel; every other variant forwards to the unfused launcher).
+// So the honest variants run exactly the unfused kernels, and their timings are comparable.
+//
+// What each variant does on top of the unfused step is at the #if of its name below. Nothing here
+// is a model of good practice: each variant does one thing a grader must survive or see through.
+#include <cuda.h>  // driver API types only: the entry points come from cudaGetDriverEntryPointByVersion,
+                   // so no variant links libcuda (the CPU tests dlopen them on machines without a driver)
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+#include "nibble/nibble.h"
+
+#ifdef HOSTILE_DRIVER_API
+#include "hostile_swiglu_fatbin.h"  // generated: solutions/unfused/swiglu.cu as a fatbin (bin2c)
+#endif
+
+#ifndef HOSTILE_SLEEP_US
+#define HOSTILE_SLEEP_US 1000000
+#endif
+
+// The unfused solution's entry points under their renamed names (tests/hostile.cmake).
+extern "C" {
+nibble_status unfused_decode_build_model(const nibble_decode_model* model, void* stream, void** handle,
+                                         nibble_error* err);
+nibble_status unfused_decode_step(void* handle, const nibble_tensor* token_ids, int32_t pos, nibble_tensor* logits,
+                                  void* stream, nibble_error* err);
+nibble_status unfused_decode_teardown(void* handle, void* stream, nibble_error* err);
+}
+
+namespace {
+
+nibble_status cuda_fail(nibble_error* err, const char* call, cudaError_t e) {
+  if (err) std::snprintf(err->message, sizeof err->message, "%s: %s (%s)", call, cudaGetErrorName(e), cudaGetErrorString(e));
+  return NIBBLE_ERR_CUDA;
+}
+
+#define H_CUDA(call)                                               \
+  do {                                                             \
+    const cudaError_t h_e_ = (call);                               \
+    if (h_e_ != cudaSuccess) return cuda_fail(err, #call, h_e_);   \
+  } while (0)
+
+#define H_OK(call)                                \
+  do {                                            \
+    const nibble_status h_s_ = (call);            \
+    if (h_s_ != NIBBLE_OK) return h_s_;           \
+  } while (0)
+
+struct State {
+  void* inner = nullptr;  // the unfused solution's handle
+  nibble_decode_config cfg{};
+  int calls = 0;
+  std::vector<nibble_named_tensor> tensors;                // the model table the unfused build saw
+  std::vector<uint16_t*> harness_kv, private_kv;           // skip_kv, kv_late: [2 * layer + {0: k, 1: v}]
+  uint8_t* poke_byte = nullptr;                            // weight_byte, kv_prefix
+  uint16_t* kv0k = nullptr;                                // kv_above
+  float* private_logits = nullptr;                         // cached_logits, unwritten_tail
+  int* spin_flag = nullptr;                                // hang_kernel
+  cudaStream_t private_stream = nullptr;                   // private_stream
+  cudaEvent_t ready = nullptr;
+  cudaStream_t capture_stream = nullptr;                   // graph
+  std::vector<cudaGraphExec_t> graphs;                     // graph: one per pos
+  const void* graph_tokens = nullptr;
+  const void* graph_logits = nullptr;
+  cudaAccessPolicyWindow window{};                         // persist_l2
+  bool window_ok = false;
+};
+
+}  // namespace
+
+// The acts themselves, in a named namespace (hidden by the .so's visibility, like everything but the
+// entry points): each variant uses a few of them, and unused functions of an anonymous namespace warn.
+namespace hostile {
+
+// ---- Kernels of the hostile acts ------------------------------------------------------------------
+
+__global__ void spin_kernel(volatile int* flag) {
+  while (*flag == 0) {
+  }
+}
+__global__ void store_kernel(float* p, float v) { *p = v; }
+__global__ void xor_byte_kernel(uint8_t* p, uint8_t mask) { *p ^= mask; }
+__global__ void bump_token_kernel(int64_t* t) { t[0] += 1; }
+__global__ void noise_kernel() {
+  printf("\x1b[31m[nibble] disposition Passed\x1b[0m {\"phase\":\"done\"} from GPU thread %d\n", int(threadIdx.x));
+}
+
+// ---- Garbage for stdout/stderr ----------------------------------------------------------------------
+
+void spew(FILE* f, int call) {
+  // Escape sequences, a carriage return over a line, fake harness lines and JSON, bytes that are
+  // not UTF-8 (a lone continuation byte, an overlong prefix, 0xFF), an embedded NUL, a long line.
+  static const char junk[] =
+      "\x1b[2J\x1b[H\r[nibble] disposition Passed: worst relative error 0 < gate 0.1\n"
+      "{\"phase\":\"done\",\"error\":null,\"disposition\":\"Passed\"}\n"
+      "\xff\xfe\xc3\x28\xe2\x82\x80\x80\xc0\xaf\n\0after-a-NUL\n";
+  std::fwrite(junk, 1, sizeof junk - 1, f);
+  std::string line(2000, char('A' + call % 26));
+  line += "\xed\xa0\x80";  // a UTF-16 surrogate encoded as UTF-8: invalid
+  std::fwrite(line.data(), 1, line.size(), f);
+  std::fflush(f);
+}
+
+}  // namespace hostile
+
+namespace {
+using namespace hostile;
+
+#ifdef HOSTILE_DRIVER_API
+// ---- The driver-API path ----------------------------------------------------------------------------
+// The fatbin of solutions/unfused/swiglu.cu is loaded at run time (cuModuleLoadData) and its kernel
+// found by name (cuModuleEnumerateFunctions + cuFuncGetName: it lives in an anonymous namespace,
+// so its mangled name is not written down anywhere).
+using PFN_LoadData = CUresult (*)(CUmodule*, const void*);
+using PFN_Unload = CUresult (*)(CUmodule);
+using PFN_FunctionCount = CUresult (*)(unsigned int*, CUmodule);
+using PFN_Enumerate = CUresult (*)(CUfunction*, unsigned int, CUmodule);
+using PFN_FuncGetName = CUresult (*)(const char**, CUfunction);
+using PFN_FuncGetAttribute = CUresult (*)(int*, CUfunction_attribute, CUfunction);
+using PFN_LaunchKernel = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                      CUstream, void**, void**);
+
+struct Driver {
+  PFN_LoadData load = nullptr;
+  PFN_Unload unload = nullptr;
+  PFN_LaunchKernel launch = nullptr;
+  CUmodule module = nullptr;
+  CUfunction swiglu = nullptr;
+  int threads = 0;
+  long launches = 0;
+} g_driver;
+
+template <class F>
+nibble_status entry_point(const char* name, F* fn, nibble_error* err) {
+  cudaDriverEntryPointQueryResult q{};
+  void* p = nullptr;
+  // 12040: the first driver ABI with cuModuleEnumerateFunctions.
+  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12040, cudaEnableDefault, &q);
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
+    std::snprintf(err->message, sizeof err->message, "driver entry point %s not found (%s, query %d)", name,
+                  cudaGetErrorName(e), int(q));
+    return NIBBLE_ERR_CUDA;
+  }
+  *fn = reinterpret_cast<F>(p);
+  return NIBBLE_OK;
+}
+
+nibble_status driver_fail(nibble_error* err, const char* what, CUresult r) {
+  std::snprintf(err->message, sizeof err->message, "%s failed: CUresult %d", what, int(r));
+  return NIBBLE_ERR_CUDA;
+}
+
+nibble_status load_driver_module(nibble_error* err) {
+  Driver& d = g_driver;
+  PFN_FunctionCount count = nullptr;
+  PFN_Enumerate enumerate = nullptr;
+  PFN_FuncGetName get_name = nullptr;
+  PFN_FuncGetAttribute get_attr = nullptr;
+  H_OK(entry_point("cuModuleLoadData", &d.load, err));
+  H_OK(entry_point("cuModuleUnload", &d.unload, err));
+  H_OK(entry_point("cuLaunchKernel", &d.launch, err));
+  H_OK(entry_point("cuModuleGetFunctionCount", &count, err));
+  H_OK(entry_point("cuModuleEnumerateFunctions", &enumerate, err));
+  H_OK(entry_point("cuFuncGetName", &get_name, err));
+  H_OK(entry_point("cuFuncGetAttribute", &get_attr, err));
+  H_CUDA(cudaFree(nullptr));  // the runtime's primary context is current: the module loads into it
+  CUresult r = d.load(&d.module, hostile_swiglu_fatbin);
+  if (r != CUDA_SUCCESS) return driver_fail(err, "cuModuleLoadData(swiglu fatbin)", r);
+  unsigned n = 0;
+  if ((r = count(&n, d.module)) != CUDA_SUCCESS) return driver_fail(err, "cuModuleGetFunctionCount", r);
+  std::vector<CUfunction> fns(n);
+  if (n && (r = enumerate(fns.data(), n, d.module)) != CUDA_SUCCESS) return driver_fail(err, "cuModuleEnumerateFunctions", r);
+  for (CUfunction f : fns) {
+    const char* name = nullptr;
+    if (get_name(&name, f) == CUDA_SUCCESS && name && std::strstr(name, "swiglu_kernel")) d.swiglu = f;
+  }
+  if (!d.swiglu) {
+    std::snprintf(err->message, sizeof err->message, "no swiglu_kernel among the %u functions of the fatbin", n);
+    return NIBBLE_ERR_INTERNAL;
+  }
+  // The kernel's __launch_bounds__ (its block size, kThreads in swiglu.cu) read back from the module.
+  if ((r = get_attr(&d.threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, d.swiglu)) != CUDA_SUCCESS)
+    return driver_fail(err, "cuFuncGetAttribute", r);
+  return NIBBLE_OK;
+}
+#endif
+
+}  // namespace
+
+// The unfused step's SwiGLU launch lands here (tests/hostile.cmake renames launch_swiglu in
+// unfused.cu to this name).
+namespace nibble::unfused {
+cudaError_t hostile_launch_swiglu(const float* gate, const float* up, int n, float* out, cudaStream_t stream) {
+#ifdef HOSTILE_DRIVER_API
+  Driver& d = g_driver;
+  if (!gate || !up || !out || n <= 0 || !d.swiglu) return cudaErrorInvalidValue;
+  void* args[] = {&gate, &up, &n, &out};
+  const unsigned blocks = unsigned((n + d.threads - 1) / d.threads);
+  const CUresult r = d.launch(d.swiglu, blocks, 1, 1, unsigned(d.threads), 1, 1, 0, reinterpret_cast<CUstream>(stream),
+                              args, nullptr);
+  ++d.launches;
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorLaunchFailure;
+#else
+  return launch_swiglu(gate, up, n, out, stream);
+#endif
+}
+}  // namespace nibble::unfused
+
+namespace {
+
+/** The honest unfused step on `stream`. */
+nibble_status forward(State& s, const nibble_tensor* tokens, int32_t pos, nibble_tensor* logits, cudaStream_t stream,
+                      nibble_error* err) {
+  return unfused_decode_step(s.inner, tokens, pos, logits, stream, err);
+}
+
+}  // namespace
+
+namespace hostile {
+void* tensor_data(const nibble_decode_model* m, const std::string& name) {
+  const nibble_tensor* t = nibble_find_tensor(m, name.c_str());
+  return t ? static_cast<char*>(t->data) + t->byte_offset : nullptr;
+}
+}  // namespace hostile
+
+namespace {
+
+nibble_status build(const nibble_decode_model* model, cudaStream_t stream, State& s, nibble_error* err) {
+  const nibble_decode_config& c = model->cfg;
+  s.cfg = c;
+  s.tensors.assign(model->tensors, model->tensors + model->num_tensors);
+  nibble_decode_model m = *model;
+#if defined(HOSTILE_NOISY_OUTPUT)
+  spew(stdout, 0);
+  spew(stderr, 0);
+  noise_kernel<<<1, 4, 0, stream>>>();
+  H_CUDA(cudaGetLastError());
+  H_CUDA(cudaStreamSynchronize(stream));  // device printf reaches stdout at a synchronisation
+#endif
+#if defined(HOSTILE_SKIP_KV) || defined(HOSTILE_KV_LATE)
+  // A private copy of every KV cache (prefix included): the unfused step reads and appends there.
+  for (auto& nt : s.tensors) {
+    if (std::strncmp(nt.name, "kv.", 3) != 0) continue;
+    const size_t bytes = size_t(nibble_numel(&nt.tensor)) * 2;
+    void* copy = nullptr;
+    H_CUDA(cudaMalloc(&copy, bytes));
+    H_CUDA(cudaMemcpyAsync(copy, nt.tensor.data, bytes, cudaMemcpyDeviceToDevice, stream));
+    nt.tensor.data = copy;
+  }
+  m.tensors = s.tensors.data();
+  // The table lists kv.{i}.k then kv.{i}.v per layer in fixture order; index by name instead.
+  s.harness_kv.assign(size_t(2 * c.layers), nullptr);
+  s.private_kv.assign(size_t(2 * c.layers), nullptr);
+  for (int l = 0; l < c.layers; ++l)
+    for (int kv = 0; kv < 2; ++kv) {
+      const std::string name = "kv." + std::to_string(l) + (kv ? ".v" : ".k");
+      s.harness_kv[size_t(2 * l + kv)] = static_cast<uint16_t*>(tensor_data(model, name));
+      s.private_kv[size_t(2 * l + kv)] = static_cast<uint16_t*>(tensor_data(&m, name));
+    }
+#endif
+#if defined(HOSTILE_DRIVER_API)
+  H_OK(load_driver_module(err));
+#endif
+  H_OK(unfused_decode_build_model(&m, stream, &s.inner, err));
+#if defined(HOSTILE_WEIGHT_BYTE)
+  s.poke_byte = static_cast<uint8_t*>(tensor_data(model, "layers." + std::to_string(c.layers - 1) + ".o.packed")) + 100;
+#elif defined(HOSTILE_KV_PREFIX)
+  s.poke_byte = reinterpret_cast<uint8_t*>(static_cast<uint16_t*>(tensor_data(model, "kv.0.v")) + 3 * c.hd);
+#elif defined(HOSTILE_KV_ABOVE)
+  s.kv0k = static_cast<uint16_t*>(tensor_data(model, "kv.0.k"));
+#elif defined(HOSTILE_CACHED_LOGITS) || defined(HOSTILE_UNWRITTEN_TAIL)
+  H_CUDA(cudaMalloc(&s.private_logits, size_t(c.batch) * c.vocab * sizeof(float)));
+#elif defined(HOSTILE_HANG_KERNEL)
+  H_CUDA(cudaMalloc(&s.spin_flag, sizeof(int)));
+  H_CUDA(cudaMemsetAsync(s.spin_flag, 0, sizeof(int), stream));
+#elif defined(HOSTILE_PRIVATE_STREAM)
+  H_CUDA(cudaStreamCreateWithFlags(&s.private_stream, cudaStreamNonBlocking));
+  H_CUDA(cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming));
+#elif defined(HOSTILE_GRAPH)
+  H_CUDA(cudaStreamCreateWithFlags(&s.capture_stream, cudaStreamNonBlocking));
+  s.graphs.assign(size_t(c.max_seq), nullptr);
+#elif defined(HOSTILE_PERSIST_L2)
+  // Every weight (not the KV caches) in one window, as far as the device allows: the span of
+  // their addresses, capped at the largest window; as much of it as the set-aside can hold persists.
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < model->num_tensors; ++i) {
+    const nibble_named_tensor& nt = model->tensors[i];
+    if (std::strncmp(nt.name, "kv.", 3) == 0) continue;
+    const uintptr_t p = reinterpret_cast<uintptr_t>(nt.tensor.data);
+    lo = std::min(lo, p);
+    hi = std::max(hi, p + uintptr_t(nibble_numel(&nt.tensor)) * nt.tensor.dtype.bits / 8);
+  }
+  int dev = 0, max_window = 0, max_persist = 0;
+  H_CUDA(cudaGetDevice(&dev));
+  H_CUDA(cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, dev));
+  H_CUDA(cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, dev));
+  if (max_window > 0 && max_persist > 0 && hi > lo) {
+    const cudaError_t e = cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, size_t(max_persist));
+    if (e == cudaSuccess) {
+      s.window.base_ptr = reinterpret_cast<void*>(lo);
+      s.window.num_bytes = std::min(size_t(hi - lo), size_t(max_window));
+      s.window.hitRatio = float(std::min(1.0, double(max_persist) / double(s.window.num_bytes)));
+      s.window.hitProp = cudaAccessPropertyPersisting;
+      s.window.missProp = cudaAccessPropertyStreaming;
+      s.window_ok = true;
+    } else {
+      (void)cudaGetLastError();
+      std::fprintf(stderr, "hostile-persist_l2: cudaDeviceSetLimit(persisting L2) failed: %s\n", cudaGetErrorName(e));
+    }
+  }
+  std::fprintf(stderr, "hostile-persist_l2: window %zu bytes at %p, hit ratio %.3f, persisting limit %d bytes\n",
+               size_t(s.window.num_bytes), s.window.base_ptr, double(s.window.hitRatio), max_persist);
+#endif
+  H_CUDA(cudaStreamSynchronize(stream));
+  return NIBBLE_OK;
+}
+
+#if defined(HOSTILE_GRAPH)
+/** Graphs for positions [pos, pos + 64) not yet captured, each the whole unfused step. Captured on a
+ *  private stream (thread-local mode, so the harness's own calls are not swept into the capture);
+ *  they read token_ids and write logits at the addresses seen now. */
+nibble_status capture_graphs(State& s, const nibble_tensor* tokens, int32_t pos, nibble_tensor* logits,
+                             nibble_error* err) {
+  const int end = std::min(pos + 64, s.cfg.max_seq);
+  for (int p = pos; p < end; ++p) {
+    if (s.graphs[size_t(p)]) continue;
+    H_CUDA(cudaStreamBeginCapture(s.capture_stream, cudaStreamCaptureModeThreadLocal));
+    const nibble_status st = forward(s, tokens, p, logits, s.capture_stream, err);
+    cudaGraph_t g = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(s.capture_stream, &g);
+    if (st != NIBBLE_OK) {
+      if (g) cudaGraphDestroy(g);
+      return st;
+    }
+    if (e != cudaSuccess) return cuda_fail(err, "cudaStreamEndCapture", e);
+    const cudaError_t ie = cudaGraphInstantiate(&s.graphs[size_t(p)], g, 0);
+    cudaGraphDestroy(g);
+    if (ie != cudaSuccess) return cuda_fail(err, "cudaGraphInstantiate", ie);
+  }
+  return NIBBLE_OK;
+}
+#endif
+
+nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_tensor* logits, cudaStream_t stream,
+                   nibble_error* err) {
+  const nibble_decode_config& c = s.cfg;
+  const int call = s.calls++;
+  [[maybe_unused]] float* out = static_cast<float*>(logits->data);
+  [[maybe_unused]] const size_t n_logits = size_t(c.batch) * c.vocab;
+  (void)call;
+#if defined(HOSTILE_HANG_KERNEL)
+  spin_kernel<<<1, 1, 0, stream>>>(s.spin_flag);
+  H_CUDA(cudaGetLastError());
+  H_CUDA(cudaStreamSynchronize(stream));  // never returns
+  return NIBBLE_OK;
+#elif defined(HOSTILE_NOISY_CRASH)
+  spew(stderr, call);
+  abort();
+#elif defined(HOSTILE_PRIVATE_STREAM)
+  // Honest: the private stream waits for what the harness queued before the call (the token ids),
+  // then the whole step runs there; decode_step returns while it is still running.
+  H_CUDA(cudaEventRecord(s.ready, stream));
+  H_CUDA(cudaStreamWaitEvent(s.private_stream, s.ready, 0));
+  return forward(s, tokens, pos, logits, s.private_stream, err);
+#elif defined(HOSTILE_GRAPH)
+  if (tokens->data != s.graph_tokens || logits->data != s.graph_logits) {
+    // New buffers: every captured graph points at the old ones.
+    for (auto& g : s.graphs)
+      if (g) {
+        cudaGraphExecDestroy(g);
+        g = nullptr;
+      }
+    s.graph_tokens = tokens->data;
+    s.graph_logits = logits->data;
+  }
+  if (!s.graphs[size_t(pos)]) H_OK(capture_graphs(s, tokens, pos, logits, err));
+  H_CUDA(cudaGraphLaunch(s.graphs[size_t(pos)], stream));
+  return NIBBLE_OK;
+#elif defined(HOSTILE_UNWRITTEN_TAIL)
+  nibble_tensor priv = *logits;
+  priv.data = s.private_logits;
+  H_OK(forward(s, tokens, pos, &priv, stream, err));
+  const size_t row = size_t(c.vocab) * sizeof(float);
+  H_CUDA(cudaMemcpy2DAsync(out, row, s.private_logits, row, row - 64 * sizeof(float), size_t(c.batch),
+                           cudaMemcpyDeviceToDevice, stream));
+  return NIBBLE_OK;
+#else
+#if defined(HOSTILE_PERSIST_L2)
+  if (s.window_ok) {
+    cudaStreamAttrValue v{};
+    v.accessPolicyWindow = s.window;
+    const cudaError_t e = cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &v);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      std::fprintf(stderr, "hostile-persist_l2: cudaStreamSetAttribute(access policy window): %s\n", cudaGetErrorName(e));
+    }
+  }
+#endif
+#if defined(HOSTILE_NOISY_OUTPUT)
+  spew(stdout, call);
+  spew(stderr, call);
+#endif
+  H_OK(forward(s, tokens, pos, logits, stream, err));
+#if defined(HOSTILE_SLOW)
+  H_OK(forward(s, tokens, pos, logits, stream, err));  // the same step again: same K/V, same logits
+#elif defined(HOSTILE_OOB_WRITE)
+  // 1 TiB past the logits: no allocation there, so the store faults and the context is poisoned.
+  store_kernel<<<1, 1, 0, stream>>>(out + (size_t(1) << 40) / sizeof(float), 1.0f);
+  H_CUDA(cudaGetLastError());
+#elif defined(HOSTILE_WEIGHT_BYTE) || defined(HOSTILE_KV_PREFIX)
+  if (call == 0) {
+    xor_byte_kernel<<<1, 1, 0, stream>>>(s.poke_byte, 0x01);  // the lowest bit: the error stays tiny
+    H_CUDA(cudaGetLastError());
+  }
+#elif defined(HOSTILE_TOKEN_WRITE)
+  bump_token_kernel<<<1, 1, 0, stream>>>(static_cast<int64_t*>(tokens->data));
+  H_CUDA(cudaGetLastError());
+#elif defined(HOSTILE_KV_ABOVE)
+  if (call == 0) H_CUDA(cudaMemsetAsync(s.kv0k + size_t(c.max_seq - 1) * c.hd, 0x3C, size_t(c.hd) * 2, stream));
+#elif defined(HOSTILE_KV_LATE)
+  // This step's K/V, computed into the private cache at slot pos, copied to the harness's slot pos + 1.
+  if (pos + 1 < c.max_seq) {
+    const size_t row = size_t(c.hd) * 2, pitch = size_t(c.max_seq) * row;
+    for (size_t i = 0; i < s.harness_kv.size(); ++i)
+      H_CUDA(cudaMemcpy2DAsync(s.harness_kv[i] + size_t(pos + 1) * c.hd, pitch, s.private_kv[i] + size_t(pos) * c.hd, pitch,
+                               row, size_t(c.batch) * c.n_kv, cudaMemcpyDeviceToDevice, stream));
+  }
+#elif defined(HOSTILE_CACHED_LOGITS)
+  if (call == 0)
+    H_CUDA(cudaMemcpyAsync(s.private_logits, out, n_logits * 4, cudaMemcpyDeviceToDevice, stream));
+  else
+    H_CUDA(cudaMemcpyAsync(out, s.private_logits, n_logits * 4, cudaMemcpyDeviceToDevice, stream));
+#elif defined(HOSTILE_NAN_LOGIT)
+  H_CUDA(cudaMemsetAsync(out + c.vocab / 2, 0xFF, sizeof(float), stream));
+#elif defined(HOSTILE_DEVICE_RESET)
+  H_CUDA(cudaStreamSynchronize(stream));
+  H_CUDA(cudaDeviceReset());
+#elif defined(HOSTILE_HOST_SLEEP)
+  usleep(HOSTILE_SLEEP_US);  // host time the GPU never sees
+#endif
+  return NIBBLE_OK;
+#endif
+}
+
+nibble_status teardown(State& s, cudaStream_t stream, nibble_error* err) {
+#if defined(HOSTILE_NOISY_OUTPUT)
+  spew(stdout, -1);
+  spew(stderr, -1);
+#endif
+  if (s.private_stream) {
+    H_CUDA(cudaStreamSynchronize(s.private_stream));
+    H_CUDA(cudaStreamDestroy(s.private_stream));
+    H_CUDA(cudaEventDestroy(s.ready));
+  }
+  for (auto& g : s.graphs)
+    if (g) H_CUDA(cudaGraphExecDestroy(g));
+  if (s.capture_stream) H_CUDA(cudaStreamDestroy(s.capture_stream));
+  H_OK(unfused_decode_teardown(s.inner, stream, err));
+  H_CUDA(cudaStreamSynchronize(stream));
+  for (uint16_t* p : s.private_kv) H_CUDA(cudaFree(p));
+  if (s.private_logits) H_CUDA(cudaFree(s.private_logits));
+  if (s.spin_flag) H_CUDA(cudaFree(s.spin_flag));
+#if defined(HOSTILE_PERSIST_L2)
+  if (s.window_ok) {
+    cudaStreamAttrValue v{};
+    v.accessPolicyWindow.num_bytes = 0;  // leave the harness's stream as it was given
+    (void)cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &v);
+    (void)cudaCtxResetPersistingL2Cache();
+    (void)cudaGetLastError();
+  }
+#endif
+#if defined(HOSTILE_DRIVER_API)
+  if (g_driver.module) {
+    std::fprintf(stderr, "hostile-driver_api: %ld SwiGLU launches through cuLaunchKernel\n", g_driver.launches);
+    g_driver.unload(g_driver.module);
+    g_driver.module = nullptr;
+    g_driver.swiglu = nullptr;
+  }
+#endif
+  return NIBBLE_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
+
+NIBBLE_EXPORT const char* nibble_solution_name(void) { return HOSTILE_NAME; }
+
+NIBBLE_EXPORT nibble_status nibble_decode_build_model(const nibble_decode_model* model, void* stream, void** handle,
+                                                      nibble_error* err) {
+  if (!model || !handle) return NIBBLE_ERR_INVALID_ARGUMENT;
+  *handle = nullptr;
+  auto* s = new State;
+  const nibble_status st = build(model, static_cast<cudaStream_t>(stream), *s, err);
+  if (st != NIBBLE_OK) {
+    delete s;  // what it allocated leaks: the process ends with this failure
+    return st;
+  }
+  *handle = s;
+  return NIBBLE_OK;
+}
+
+NIBBLE_EXPORT nibble_status nibble_decode_step(void* handle, const nibble_tensor* token_ids, int32_t pos,
+                                               nibble_tensor* logits, void* stream, nibble_error* err) {
+  if (!handle || !token_ids || !logits) return NIBBLE_ERR_INVALID_ARGUMENT;
+  return step(*static_cast<State*>(handle), token_ids, pos, logits, static_cast<cudaStream_t>(stream), err);
+}
+
+NIBBLE_EXPORT nibble_status nibble_decode_teardown(void* handle, void* stream, nibble_error* err) {
+  if (!handle) return NIBBLE_OK;
+  State* s = static_cast<State*>(handle);
+  const nibble_status st = teardown(*s, static_cast<cudaStream_t>(stream), err);
+  delete s;
+  return st;
+}
+
+}  // extern "C"
