@@ -278,6 +278,10 @@ int child_run_main(const RunOptions& opt) {
       return out.fail(kErrSolution, std::string("nibble_reference_set_variant: ") + err.message, 5,
                       json{{"call", "nibble_reference_set_variant"}, {"status", "INVALID_ARGUMENT"}});
     out.j["variant"] = opt.variant;
+    // The numerics string names the variant once one is selected.
+    using numerics_fn = const char* (*)(void);
+    if (auto num = reinterpret_cast<numerics_fn>(lib->optional_symbol("nibble_reference_numerics")))
+      out.j["numerics"] = num() ? num() : "";
   }
 
   cudaStream_t stream = nullptr, harness_stream = nullptr;
@@ -356,7 +360,9 @@ int child_run_main(const RunOptions& opt) {
         if (!session->tokens_intact())
           return out.fail(kErrInputModified, "the candidate modified the token_ids buffer at pos " + std::to_string(pos), 7,
                           json{{"tensor", "token_ids"}});
-        const std::string above = first_written_above(*model, pos, harness_stream);
+        // Variants (calibrate) are our own reference measured for their error, not policed: the
+        // kv_slot_plus1 variant must be allowed to write slot pos + 1 so its error can be measured.
+        const std::string above = opt.variant.empty() ? first_written_above(*model, pos, harness_stream) : "";
         if (!above.empty())
           return out.fail(kErrInputModified, "the candidate wrote into '" + above + "' beyond slot pos = " +
                                                  std::to_string(pos) + " (only slot pos may be appended)", 7,

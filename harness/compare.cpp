@@ -25,6 +25,8 @@ double normal_cdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
 
 double normal_quantile(double p) {
   if (!(p > 0 && p < 1)) throw std::invalid_argument("normal_quantile: p must be in (0, 1), got " + fmt_g(p, 17));
+  // Upper half by symmetry: 1 - p is exact there (Sterbenz), while Phi(x) - p below would cancel.
+  if (p > 0.5) return -normal_quantile(1 - p);
   // P. J. Acklam, "An algorithm for computing the inverse normal cumulative distribution function"
   // (2003): rational approximations in a central region and two tails.
   static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
@@ -134,7 +136,7 @@ RatioCI bootstrap_ratio_of_medians(const std::vector<double>& x, const std::vect
   ci.resamples = resamples;
   ci.seed = seed;
   SplitMix64 rng(seed);
-  std::vector<double> rx(x.size()), ry(y.size()), ratios(size_t(resamples));
+  std::vector<double> rx(x.size()), ry(y.size()), ratios(static_cast<size_t>(resamples));
   for (int b = 0; b < resamples; ++b) {
     for (double& v : rx) v = x[rng.below(x.size())];
     for (double& v : ry) v = y[rng.below(y.size())];
@@ -273,12 +275,13 @@ Comparison compare_reports(const json& base, const json& neu, const CompareOptio
     const double t = 1 + opt.max_slowdown_pct / 100;
     char line[256];
     if (fc.verdict == "SLOWER" || fc.verdict == "FASTER") {
-      std::snprintf(line, sizeof line, "%s by %s; the whole %g%% interval is beyond the %g%% threshold and p = %.2g < %g",
-                    fc.verdict == "SLOWER" ? "slower" : "faster", pct(fc.ci.ratio).c_str(), 100 * fc.ci.level,
-                    opt.max_slowdown_pct, fc.mwu.p, opt.alpha);
+      const bool slower = fc.verdict == "SLOWER";
+      std::snprintf(line, sizeof line, "NEW takes %s time; the whole %g%% interval [%s, %s] is %s the %s threshold and p = %.2g < %g",
+                    pct(fc.ci.ratio).c_str(), 100 * fc.ci.level, pct(fc.ci.lo).c_str(), pct(fc.ci.hi).c_str(),
+                    slower ? "above" : "below", pct(slower ? t : 1 / t).c_str(), fc.mwu.p, opt.alpha);
     } else if (fc.verdict == "SAME") {
-      std::snprintf(line, sizeof line, "the %g%% interval [%s, %s] lies within the +-%g%% threshold", 100 * fc.ci.level,
-                    pct(fc.ci.lo).c_str(), pct(fc.ci.hi).c_str(), opt.max_slowdown_pct);
+      std::snprintf(line, sizeof line, "the %g%% interval [%s, %s] lies within the thresholds [%s, %s]", 100 * fc.ci.level,
+                    pct(fc.ci.lo).c_str(), pct(fc.ci.hi).c_str(), pct(1 / t).c_str(), pct(t).c_str());
     } else {
       // The threshold in the way: one the interval straddles (the nearer when it straddles both);
       // when the interval clears them but the rank test finds no difference, "no change" (1).

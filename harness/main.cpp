@@ -17,6 +17,7 @@
 #include "harness/calibrate.h"
 #include "harness/child.h"
 #include "harness/grade.h"
+#include "harness/report_cli.h"
 
 using namespace nibble;
 
@@ -113,6 +114,11 @@ int main(int argc, char** argv) {
   calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->capture_default_str();
   calibrate->add_option("--timeout", c.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str();
   calibrate->add_flag("-q,--quiet", c.quiet, "No progress lines");
+
+  // nibble compare BASE.json NEW.json | nibble report show|html REPORT.json: they parse their own
+  // arguments and exit from their callbacks with their own codes (compare exits 4 on a bad command
+  // line, not 2, which is its "correctness regression"); see harness/report_cli.h.
+  add_report_commands(app);
 
   auto* fixture = app.add_subcommand("fixture", "Build or verify task fixtures");
   fixture->require_subcommand(1);

@@ -22,8 +22,8 @@
 // ---- The reference's exports beyond the ABI (libnibble_reference.so), all optional to a loader ----
 
 /** A sentence on the reference's numerics (cuBLAS math mode, TF32 off, what is fp64, and the
- *  variant when it is not the default) for the grader to record in reports. The string stays valid
- *  until the next nibble_reference_set_variant. */
+ *  selected variant when it is not the default: "...; VARIANT <name> (...): <description>") for the
+ *  grader to record in reports. Static string (each stays valid for the library's lifetime). */
 extern "C" NIBBLE_EXPORT const char* nibble_reference_numerics(void);
 typedef const char* (*nibble_reference_numerics_fn)(void);
 

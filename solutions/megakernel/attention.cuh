@@ -31,7 +31,7 @@
 
 namespace nibble::megakernel {
 
-constexpr int kAttnBatch = 8;  // cache rows per warp in flight
+constexpr int kAttnBatch = 6;  // cache rows per warp in flight (8 spills the decode kernel at 128 registers)
 
 /** Shared memory (floats) of attention_stage<HD>. */
 template <int HD>
@@ -218,12 +218,15 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
         pp[1] = L;
       }
     }
-    __threadfence();  // release this block's partials before the count
     __syncthreads();
-    if (threadIdx.x == 0) *last_s = (atomicAdd(count + kvh, 1u) == unsigned(n_chunks - 1)) ? 1u : 0u;
+    if (threadIdx.x == 0) {
+      __threadfence();  // release the block's partials (ordered before by the barrier) before the count
+      const bool last = atomicAdd(count + kvh, 1u) == unsigned(n_chunks - 1);
+      if (last) __threadfence();  // acquire the other blocks' partials (the barrier below passes it on)
+      *last_s = last ? 1u : 0u;
+    }
     __syncthreads();
     if (*last_s) {
-      __threadfence();  // acquire the other blocks' partials
       for (int idx = threadIdx.x; idx < rep * HD; idx += blockDim.x) {
         const int j = idx / HD, e = idx % HD;
         const float* pp = part + size_t(kvh * rep + j) * max_chunks * (HD + 2);

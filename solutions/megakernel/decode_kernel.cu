@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "activation.cuh"
 #include "attention.cuh"
@@ -51,6 +52,21 @@ __device__ __forceinline__ void zero_grid_stride(float* p, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = 0.f;
 }
 
+/** Tracing (DecodeParams::trace): this block's clock at mark k. */
+__device__ __forceinline__ void mark(const DecodeParams& p, int k) {
+  if (p.trace && threadIdx.x == 0) p.trace[size_t(blockIdx.x) * trace_marks(p.n_layers) + k] = clock64();
+}
+
+/** The barrier after stage `stage` (0-based over the whole step), traced. */
+__device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage) {
+  if (p.trace) {
+    __syncthreads();
+    mark(p, 1 + 2 * stage);
+  }
+  grid_sync(p.barrier);
+  mark(p, 2 + 2 * stage);
+}
+
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -63,6 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   float* att = reinterpret_cast<float*>(smem + lay.att);
 
   const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5), nw = gridDim.x * kWarps;
+  mark(p, 0);
   GemvStage st;
   gemv_prefetch(p.layers[0].qkv, gw, nw, st);
 
@@ -84,13 +101,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     build_x_fragments(xs, p.d, xf);
     __syncthreads();
     gemv_run(L->qkv, p.qkv, xf, gw, nw, st);
-    grid_sync(p.barrier);
+    stage_barrier(p, 5 * li + 0);
 
     // 2. RoPE, KV append, attention -> attn.
     attention_stage<HD>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,
                         p.attn_count, p.attn, att);
     gemv_prefetch(L->o, gw, nw, st);
-    grid_sync(p.barrier);
+    stage_barrier(p, 5 * li + 1);
 
     // 3. h += W_o attn.
     load_vector(p.attn, qdim, xs);
@@ -100,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     gemv_run(L->o, p.h, xf, gw, nw, st);
     gemv_prefetch(L->gu, gw, nw, st);
-    grid_sync(p.barrier);
+    stage_barrier(p, 5 * li + 2);
 
     // 4. gu = [W_gate | W_up] RMSNorm(h) * post_norm.
     load_vector(p.h, p.d, xs);
@@ -111,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     gemv_run(L->gu, p.gu, xf, gw, nw, st);
     gemv_prefetch(L->down, gw, nw, st);
-    grid_sync(p.barrier);
+    stage_barrier(p, 5 * li + 3);
 
     // 5. h += W_down (silu(g) * u).
     load_swiglu(p.gu, p.ffn, xs);
@@ -120,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     gemv_run(L->down, p.h, xf, gw, nw, st);
     gemv_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].qkv : p.head, gw, nw, st);
-    grid_sync(p.barrier);
+    stage_barrier(p, 5 * li + 4);
   }
 
   // LM head: logits = W_embed RMSNorm(h) * final_norm.
@@ -131,6 +148,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   build_x_fragments(xs, p.d, xf);
   __syncthreads();
   gemv_run(p.head, p.logits, xf, gw, nw, st);
+  if (p.trace) {
+    __syncthreads();
+    mark(p, 1 + 10 * p.n_layers);
+  }
 }
 
 const void* kernel_for(int hd) {
@@ -152,6 +173,24 @@ cudaError_t decode_grid_blocks(int hd, size_t smem, int* blocks) {
   if (e != cudaSuccess) return e;
   *blocks = sms * std::min(per_sm, 1);  // one block per SM: the work split assumes 16 warps per SM
   return cudaSuccess;
+}
+
+std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int group) {
+  if (group != kGroup)
+    return "cfg.group = " + std::to_string(group) +
+           ": the repacked layout maps one 128-input group onto 8 mma k-steps; only group 128 is supported";
+  if (hd != 64 && hd != 128)
+    return "cfg.hd = " + std::to_string(hd) + ": the attention stage supports head dims 64 and 128 (hd/32 per lane)";
+  if (n_kv < 1 || n_q % n_kv != 0 || n_q / n_kv > kMaxRep)
+    return "n_q / n_kv = " + std::to_string(n_q) + " / " + std::to_string(n_kv) +
+           ": the attention stage supports 1.." + std::to_string(kMaxRep) + " query heads per KV head";
+  if (d % kGroup || ffn % kGroup)
+    return "d and ffn must be multiples of 128 (the GEMV inputs are whole groups)";
+  // Shared memory: the longest GEMV input as fp32 plus its fragments (8 bytes per input).
+  const long long max_k = std::max({(long long)d, (long long)ffn, (long long)n_q * hd});
+  if (max_k * 8 > 160 * 1024)
+    return "the longest GEMV input (" + std::to_string(max_k) + ") does not fit in shared memory (at most 20480)";
+  return "";
 }
 
 cudaError_t launch_decode(const DecodeParams& p, int blocks, size_t smem, cudaStream_t stream) {

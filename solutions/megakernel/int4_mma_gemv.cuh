@@ -24,9 +24,9 @@
 // warp of the grid, balanced to one unit, so every warp streams its range as consecutive 512-byte
 // warp loads; a tile split between warps is summed with fp32 atomics into out (which the caller
 // zeroes, or which holds the residual: h += W x is the epilogue for free).
-// Loads in flight: a stage is kUnits units = 4 uint4 per lane; the next stage is issued before the
-// current one is computed (8 x 16 B per lane, 64 KB per 16-warp SM), and the first stage of the
-// next matrix can be issued before the grid barrier that precedes it (gemv_prefetch).
+// Loads in flight: a stage is kUnits units = 6 uint4 per lane; the next stage is issued before the
+// current one is computed (up to 12 x 16 B per lane, 96 KB per 16-warp SM), and the first stage of
+// the next matrix can be issued before the grid barrier that precedes it (gemv_prefetch).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -38,7 +38,7 @@
 namespace nibble::megakernel {
 
 /** Units per pipeline stage. */
-constexpr int kUnits = 2;
+constexpr int kUnits = 3;
 
 struct GemvStage {
   uint4 w[kUnits][2];
@@ -147,8 +147,9 @@ __device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, lo
 }
 
 /**
- * This warp's share of out += M x. `st` holds the first stage (gemv_prefetch with the same gw, nw);
- * xf holds x's B fragments for all K (build_x_fragments). Every lane of the warp calls this.
+ * This warp's share of out += M x. `st` holds the first stage (gemv_prefetch with the same gw, nw)
+ * and is used as a pipeline register afterwards; xf holds x's B fragments for all K
+ * (build_x_fragments). Every lane of the warp calls this.
  */
 __device__ __forceinline__ void gemv_run(const PackedMatrix& M, float* out, const uint2* xf, int gw, int nw,
                                          GemvStage& st) {
@@ -159,10 +160,7 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& M, float* out, cons
   long long tile = r.u0 / G;
   int j = int(r.u0 % G);
   float acc0 = 0.f, acc1 = 0.f;
-  GemvStage cur = st;
-  for (long long u = r.u0; u < r.u1; u += kUnits) {
-    GemvStage nxt;
-    gemv_load(M, u + kUnits, r.u1, lane, nxt);
+  const auto compute = [&](const GemvStage& cur, long long u) {
 #pragma unroll
     for (int i = 0; i < kUnits; ++i) {
       if (u + i < r.u1) {
@@ -175,7 +173,16 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& M, float* out, cons
         }
       }
     }
-    cur = nxt;
+  };
+  // Two named stages, unrolled by hand: a copy `cur = next` of registers that loads are still
+  // filling would make the copy wait for them, leaving one stage in flight instead of two.
+  GemvStage b;
+  for (long long u = r.u0; u < r.u1; u += 2 * kUnits) {
+    gemv_load(M, u + kUnits, r.u1, lane, b);
+    compute(st, u);
+    if (u + kUnits >= r.u1) break;
+    gemv_load(M, u + 2 * kUnits, r.u1, lane, st);
+    compute(b, u + kUnits);
   }
   if (j != 0) gemv_flush(M, out, tile, lane, acc0, acc1);
 }

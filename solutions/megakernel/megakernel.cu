@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -20,24 +22,6 @@
 #include "solutions/common/abi_util.h"
 
 namespace nibble::megakernel {
-
-std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int group) {
-  if (group != kGroup)
-    return "cfg.group = " + std::to_string(group) +
-           ": the repacked layout maps one 128-input group onto 8 mma k-steps; only group 128 is supported";
-  if (hd != 64 && hd != 128)
-    return "cfg.hd = " + std::to_string(hd) + ": the attention stage supports head dims 64 and 128 (hd/32 per lane)";
-  if (n_kv < 1 || n_q % n_kv != 0 || n_q / n_kv > kMaxRep)
-    return "n_q / n_kv = " + std::to_string(n_q) + " / " + std::to_string(n_kv) +
-           ": the attention stage supports 1.." + std::to_string(kMaxRep) + " query heads per KV head";
-  if (d % kGroup || ffn % kGroup)
-    return "d and ffn must be multiples of 128 (the GEMV inputs are whole groups)";
-  // Shared memory: the longest GEMV input as fp32 plus its fragments (8 bytes per input).
-  const long long max_k = std::max({(long long)d, (long long)ffn, (long long)n_q * hd});
-  if (max_k * 8 > 160 * 1024)
-    return "the longest GEMV input (" + std::to_string(max_k) + ") does not fit in shared memory (at most 20480)";
-  return "";
-}
 
 namespace {
 
@@ -81,7 +65,53 @@ struct Model {
   DecodeParams params{};               // per-step fields filled by step()
   int blocks = 0;
   size_t smem = 0;
+  DeviceAlloc trace;                   // NIBBLE_MK_TRACE: per-block stage clocks of the last step
+  std::string trace_path;
 };
+
+/** NIBBLE_MK_TRACE=<file>: at teardown, write where the last step's time went, per stage kind:
+ *  work = a block's time from the previous barrier's release to its arrival (max and mean over
+ *  blocks), wait = arrival to release (min over blocks: the barrier's own latency, seen by the last
+ *  block to arrive). Clocks are SM cycles (per-block differences only); us at 1.98 GHz. */
+void write_trace(const Model& m) {
+  const int L = m.cfg.layers, K = trace_marks(L), B = m.blocks;
+  std::vector<long long> t(size_t(B) * K);
+  SOL_CUDA(cudaMemcpy(t.data(), m.trace.get(), t.size() * 8, cudaMemcpyDeviceToHost));
+  const char* names[5] = {"qkv", "attn", "o", "gate/up", "down"};
+  double work_max[5] = {}, work_mean[5] = {}, wait_min[5] = {}, wait_mean[5] = {};
+  for (int s = 0; s < 5 * L; ++s) {
+    double wmax = 0, wsum = 0, amin = 1e30, asum = 0;
+    for (int b = 0; b < B; ++b) {
+      const long long* tb = t.data() + size_t(b) * K;
+      const double prev = double(tb[s == 0 ? 0 : 2 * s]), arr = double(tb[1 + 2 * s]), rel = double(tb[2 + 2 * s]);
+      wmax = std::max(wmax, arr - prev);
+      wsum += arr - prev;
+      amin = std::min(amin, rel - arr);
+      asum += rel - arr;
+    }
+    work_max[s % 5] += wmax / L;
+    work_mean[s % 5] += wsum / B / L;
+    wait_min[s % 5] += amin / L;
+    wait_mean[s % 5] += asum / B / L;
+  }
+  double head_max = 0, total_max = 0;
+  for (int b = 0; b < B; ++b) {
+    const long long* tb = t.data() + size_t(b) * K;
+    head_max = std::max(head_max, double(tb[K - 1] - tb[K - 2]));
+    total_max = std::max(total_max, double(tb[K - 1] - tb[0]));
+  }
+  FILE* f = std::fopen(m.trace_path.c_str(), "w");
+  if (!f) return;
+  const double us = 1.0 / 1980.0;
+  std::fprintf(f, "megakernel trace: %d blocks, %d layers; cycles per layer (us at 1.98 GHz)\n", B, L);
+  std::fprintf(f, "%-8s %12s %12s %12s %12s\n", "stage", "work max", "work mean", "wait min", "wait mean");
+  for (int k = 0; k < 5; ++k)
+    std::fprintf(f, "%-8s %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f\n", names[k], work_max[k], work_max[k] * us,
+                 work_mean[k], work_mean[k] * us, wait_min[k], wait_min[k] * us, wait_mean[k], wait_mean[k] * us);
+  std::fprintf(f, "head     %6.0f %5.2f\ntotal    %8.0f cycles %8.2f us\n", head_max, head_max * us, total_max,
+               total_max * us);
+  std::fclose(f);
+}
 
 SourceTriple source(const nibble_decode_model* m, const std::string& name, int64_t out, int64_t in) {
   const QuantTriple t = sol::require_quant(m, name, out, in);
@@ -290,6 +320,11 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   P.final_norm = final_norm;
   P.rope = rope_dev;
   P.max_chunks = max_chunks;
+  if (const char* tp = std::getenv("NIBBLE_MK_TRACE"); tp && *tp) {
+    mdl->trace_path = tp;
+    mdl->trace.allocate(size_t(mdl->blocks) * trace_marks(c.layers) * 8);
+    P.trace = reinterpret_cast<long long*>(mdl->trace.get());
+  }
   *handle = mdl.release();
 }
 
@@ -373,6 +408,8 @@ NIBBLE_EXPORT nibble_status nibble_decode_teardown(void* handle, void* stream, n
     std::unique_ptr<Model> m(static_cast<Model*>(handle));
     // Work still queued on the stream may read the buffers: wait for it before freeing.
     SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+    if (m->trace.get()) nibble::megakernel::write_trace(*m);
+    m->trace.release();
     m->weights.release();
     m->scratch.release();
   });

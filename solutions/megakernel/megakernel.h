@@ -108,7 +108,14 @@ struct DecodeParams {
   const int64_t* token = nullptr;
   int pos = 0;
   float* logits = nullptr;   ///< (vocab) fp32
+  /** Optional (NIBBLE_MK_TRACE): clock64() per block at every stage's arrival at and release from
+   *  its barrier, trace_stride values per block (trace_marks(n_layers)). nullptr: no tracing. */
+  long long* trace = nullptr;
 };
+
+/** Values per block of DecodeParams::trace: the start, (arrival, release) for 5 stages per layer,
+ *  the end. */
+inline int trace_marks(int n_layers) { return 2 + 10 * n_layers; }
 
 /** Chunks per KV head the attention stage splits the sequence into, for a grid of `blocks`. */
 inline int attn_max_chunks(int blocks, int n_kv) { return blocks / n_kv > 0 ? blocks / n_kv : 1; }

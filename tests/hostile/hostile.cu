@@ -224,15 +224,15 @@ cudaError_t hostile_launch_swiglu(const float* gate, const float* up, int n, flo
 
 namespace {
 
+}  // namespace
+
+namespace hostile {
 /** The honest unfused step on `stream`. */
 nibble_status forward(State& s, const nibble_tensor* tokens, int32_t pos, nibble_tensor* logits, cudaStream_t stream,
                       nibble_error* err) {
   return unfused_decode_step(s.inner, tokens, pos, logits, stream, err);
 }
 
-}  // namespace
-
-namespace hostile {
 void* tensor_data(const nibble_decode_model* m, const std::string& name) {
   const nibble_tensor* t = nibble_find_tensor(m, name.c_str());
   return t ? static_cast<char*>(t->data) + t->byte_offset : nullptr;

@@ -1,0 +1,629 @@
+// html_report.cpp: the self-contained HTML report (see html_report.h). Charts are hand-written SVG
+// (no script, no fonts, no network), laid out for a 1000 px wide column.
+#include "harness/html_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "harness/report_view.h"
+#include "harness/stats.h"
+
+namespace nibble {
+
+using json = nlohmann::ordered_json;
+
+std::string html_escape(const std::string& s) {
+  std::string o;
+  o.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&#39;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+std::vector<ErrorAnchor> error_anchors(const json& report) {
+  std::vector<ErrorAnchor> a;
+  if (report.contains("calibration") && report["calibration"].is_object() && report["calibration"].contains("rows") &&
+      report["calibration"]["rows"].is_array()) {
+    for (const json& r : report["calibration"]["rows"]) {
+      if (!r.is_object() || !r.contains("worst") || !r["worst"].is_number()) continue;
+      const std::string name = r.contains("variant") && r["variant"].is_string() ? r["variant"].get<std::string>() : "?";
+      const bool pass = r.contains("expected") && r["expected"] == "PASS";
+      a.push_back({name, r["worst"].get<double>(), pass});
+    }
+    if (!a.empty()) return a;
+  }
+  // The seed's drop-the-feature table (megakernel_int4_weight_decode_spec.txt), for context only.
+  return {{"most precise legitimate variant", 4.9e-2, true},
+          {"nibble order swapped", 1.43, false},
+          {"one scale/zero per row", 1.51, false},
+          {"zero point ignored", 10.2, false}};
+}
+
+std::vector<TimeAnchor> time_anchors(const json& report) {
+  if (report["task"] != "megakernel-int4-weight-decode" || report["config"] != "full") return {};
+  const std::string gpu = device_name(report);
+  if (gpu.find("H200") == std::string::npos) return {};
+  // shared/GPU-FACTS.md, "The decode task's numbers": PyTorch, same shapes, batch 1, KV at 2048.
+  return {{"PyTorch int4 tinygemm, CUDA graph", 4160}, {"PyTorch dense bf16, CUDA graph", 5340}};
+}
+
+namespace {
+
+std::string f1(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
+std::string fixed(double v, int digits) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+/** Times in microseconds: one decimal (CUPTI's resolution is finer, the noise is not). */
+std::string us_str(double v) {
+  if (std::isnan(v)) return "n/a";
+  return v >= 100 ? fixed(v, 1) : fmt_g(v, 4);
+}
+
+std::string err_str(double e) {
+  if (std::isnan(e)) return "NaN";
+  if (e == 0) return "0";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", e);
+  return b;
+}
+
+double num(const json& o, const char* k, double dflt = NAN) {
+  return o.is_object() && o.contains(k) && o[k].is_number() ? o[k].get<double>() : dflt;
+}
+
+std::string str(const json& o, const char* k, const std::string& dflt = "") {
+  return o.is_object() && o.contains(k) && o[k].is_string() ? o[k].get<std::string>() : dflt;
+}
+
+/** Round tick values, about `target` of them, covering [lo, hi] (1, 2, 5 x 10^k steps). */
+std::vector<double> nice_ticks(double lo, double hi, int target = 6) {
+  std::vector<double> t;
+  if (!(hi > lo)) {
+    t.push_back(lo);
+    return t;
+  }
+  const double raw = (hi - lo) / target;
+  const double mag = std::pow(10, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * mag >= raw) {
+      step = m * mag;
+      break;
+    }
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
+  return t;
+}
+
+std::string tick_label(double v) {
+  if (std::fabs(v) >= 1e5 || (v != 0 && std::fabs(v) < 1e-3)) return fmt_g(v, 3);
+  std::string s = fixed(v, 3);
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+
+// --- SVG primitives: every element closed, every attribute quoted, every text escaped. ---
+std::string svg_open(int w, int h, const std::string& label) {
+  return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(w) + "\" height=\"" + std::to_string(h) +
+         "\" viewBox=\"0 0 " + std::to_string(w) + " " + std::to_string(h) + "\" role=\"img\" aria-label=\"" +
+         html_escape(label) + "\">\n";
+}
+std::string line(double x1, double y1, double x2, double y2, const std::string& stroke, double width = 1,
+                 const std::string& extra = "") {
+  return "<line x1=\"" + f1(x1) + "\" y1=\"" + f1(y1) + "\" x2=\"" + f1(x2) + "\" y2=\"" + f1(y2) + "\" stroke=\"" + stroke +
+         "\" stroke-width=\"" + fmt_g(width) + "\"" + (extra.empty() ? "" : " " + extra) + "/>\n";
+}
+std::string rect(double x, double y, double w, double h, const std::string& fill, const std::string& extra = "") {
+  return "<rect x=\"" + f1(x) + "\" y=\"" + f1(y) + "\" width=\"" + f1(std::max(0.0, w)) + "\" height=\"" + f1(std::max(0.0, h)) +
+         "\" fill=\"" + fill + "\"" + (extra.empty() ? "" : " " + extra) + "/>\n";
+}
+std::string circle(double x, double y, double r, const std::string& fill, const std::string& extra = "") {
+  return "<circle cx=\"" + f1(x) + "\" cy=\"" + f1(y) + "\" r=\"" + fmt_g(r) + "\" fill=\"" + fill + "\"" +
+         (extra.empty() ? "" : " " + extra) + "/>\n";
+}
+std::string text(double x, double y, const std::string& s, const std::string& anchor = "start", int size = 12,
+                 const std::string& fill = "#222", const std::string& extra = "") {
+  return "<text x=\"" + f1(x) + "\" y=\"" + f1(y) + "\" text-anchor=\"" + anchor + "\" font-size=\"" + std::to_string(size) +
+         "\" fill=\"" + fill + "\"" + (extra.empty() ? "" : " " + extra) + ">" + html_escape(s) + "</text>\n";
+}
+std::string title(const std::string& s) { return "<title>" + html_escape(s) + "</title>"; }
+
+const char* kPass = "#2e7d32";
+const char* kFail = "#c62828";
+const char* kCand = "#1565c0";
+const char* kBase = "#ef6c00";
+const char* kFloor = "#616161";
+const char* kAnchor = "#6a1b9a";
+
+/** Width of a label in px at font-size 11, near enough to keep labels apart. */
+double label_width(const std::string& s, int size = 11) { return 0.58 * size * double(s.size()); }
+
+// --- 1. The error against the gate, log scale. ---
+std::string error_chart(const json& report) {
+  const double gate = report_gate(report);
+  const double w = worst_rel_err(report);
+  const bool nan = std::isnan(w) && report["correctness"].contains("worst_rel_err");  // null: NaN/Inf output
+  const auto anchors = error_anchors(report);
+  double lo_e = -7, hi_e = 2;  // decades
+  auto decade = [](double v) { return std::log10(v); };
+  if (w > 0 && std::isfinite(w)) lo_e = std::min(lo_e, std::floor(decade(w))), hi_e = std::max(hi_e, std::ceil(decade(w)));
+  for (const auto& a : anchors)
+    if (a.worst_rel_err > 0 && std::isfinite(a.worst_rel_err)) hi_e = std::max(hi_e, std::ceil(decade(a.worst_rel_err)));
+  const int W = 1000, H = 200, L = 60, R = 940;
+  const double axis_y = 100;
+  auto X = [&](double v) {
+    if (!(v > 0)) return double(L);
+    if (!std::isfinite(v)) return double(R);
+    return L + (std::log10(v) - lo_e) / (hi_e - lo_e) * (R - L);
+  };
+  std::ostringstream o;
+  o << svg_open(W, H, "worst relative error against the gate, log scale");
+  if (!std::isnan(gate)) {
+    o << rect(L, axis_y - 34, X(gate) - L, 34, kPass, "fill-opacity=\"0.10\"");
+    o << rect(X(gate), axis_y - 34, R - X(gate), 34, kFail, "fill-opacity=\"0.10\"");
+    o << text((L + X(gate)) / 2, axis_y - 40, "passes the gate", "middle", 11, kPass);
+    o << text((X(gate) + R) / 2, axis_y - 40, "fails the gate", "middle", 11, kFail);
+  }
+  o << line(L, axis_y, R, axis_y, "#444");
+  for (int e = int(lo_e); e <= int(hi_e); ++e) {
+    const double x = X(std::pow(10, e));
+    o << line(x, axis_y, x, axis_y + 5, "#444");
+    o << text(x, axis_y + 18, "1e" + std::to_string(e), "middle", 10, "#555");
+  }
+  o << text((L + R) / 2.0, axis_y + 34, "worst relative error ||out - ref|| / ||ref|| (log scale)", "middle", 11, "#555");
+  if (!std::isnan(gate)) {
+    o << line(X(gate), axis_y - 52, X(gate), axis_y + 5, kFail, 2, "stroke-dasharray=\"4 3\"");
+    o << text(X(gate) + 4, axis_y - 54, "gate " + err_str(gate), "start", 11, kFail, "font-weight=\"bold\"");
+  }
+  // Reference points under the axis, labels spread over rows so they never overlap.
+  std::vector<double> row_end;
+  std::vector<size_t> order(anchors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return anchors[a].worst_rel_err < anchors[b].worst_rel_err; });
+  for (size_t i : order) {
+    const auto& a = anchors[i];
+    const double x = X(a.worst_rel_err);
+    const std::string lab = a.name + " " + err_str(a.worst_rel_err);
+    const double lw = label_width(lab, 10);
+    const double start = std::min(std::max(x - lw / 2, 2.0), W - lw - 2);
+    size_t row = 0;
+    while (row < row_end.size() && start < row_end[row] + 6) ++row;
+    if (row == row_end.size()) row_end.push_back(0);
+    row_end[row] = start + lw;
+    const double ly = axis_y + 52 + 14.0 * double(row);
+    const char* col = a.must_pass ? kPass : kFail;
+    o << line(x, axis_y, x, ly - 10, col, 1, "stroke-opacity=\"0.5\"");
+    o << "<path d=\"M " << f1(x) << " " << f1(axis_y - 5) << " l 5 5 l -5 5 l -5 -5 z\" fill=\"" << col << "\">"
+      << title(lab + (a.must_pass ? " (must pass)" : " (must fail)")) << "</path>\n";
+    o << text(start + lw / 2, ly, lab, "middle", 10, col);
+  }
+  // The candidate, above the axis.
+  const double cx = nan ? R : X(w);
+  const std::string clab = nan ? "this solution: NaN/Inf" : w == 0 ? "this solution: 0 (bit-exact)"
+                                                                    : "this solution: " + err_str(w) +
+                                                                          (std::isnan(gate) ? "" : " (" + fmt_g(w / gate, 2) + "x the gate)");
+  o << circle(cx, axis_y - 14, 7, kCand, "stroke=\"#fff\" stroke-width=\"2\"");
+  const double clw = label_width(clab, 12);
+  const double cstart = std::min(std::max(cx - clw / 2, 2.0), W - clw - 2);
+  o << text(cstart + clw / 2, axis_y - 70, clab, "middle", 12, kCand, "font-weight=\"bold\"");
+  o << line(cx, axis_y - 66, cx, axis_y - 22, kCand, 1);
+  o << "</svg>\n";
+  return o.str();
+}
+
+/** Median per position: (position, median of the samples there), in position order. */
+std::vector<std::pair<double, double>> per_position_median(const json& report) {
+  const auto samples = figure_samples(report, "gpu_span_us");
+  std::map<long long, std::vector<double>> by;
+  const json& t = report["timing"];
+  if (!t.contains("positions") || !t["positions"].is_array() || t["positions"].size() != samples.size()) return {};
+  for (size_t i = 0; i < samples.size(); ++i)
+    if (t["positions"][i].is_number()) by[t["positions"][i].get<long long>()].push_back(samples[i]);
+  std::vector<std::pair<double, double>> out;
+  for (auto& [p, v] : by) out.push_back({double(p), median_of(v)});
+  return out;
+}
+
+// --- 2. Time per decode step across the positions. ---
+std::string positions_chart(const json& report, const json* base) {
+  const auto samples = figure_samples(report, "gpu_span_us");
+  const json& t = report["timing"];
+  const auto med = per_position_median(report);
+  if (med.empty()) return "<p class=\"note\">The report has no per-position samples.</p>\n";
+  std::vector<std::pair<double, double>> bmed;
+  if (base && base->contains("timing")) bmed = per_position_median(*base);
+  double lo = *std::min_element(samples.begin(), samples.end()), hi = *std::max_element(samples.begin(), samples.end());
+  // BASE shares the scale only when that keeps the candidate readable (a 2x gap would flatten both).
+  bool show_base = false;
+  if (!bmed.empty()) {
+    double blo = bmed.front().second, bhi = blo;
+    for (auto& [p, m] : bmed) blo = std::min(blo, m), bhi = std::max(bhi, m);
+    const double nlo = std::min(lo, blo), nhi = std::max(hi, bhi);
+    if ((nhi - nlo) <= 3 * (hi - lo) + 0.05 * hi) {
+      show_base = true;
+      lo = nlo;
+      hi = nhi;
+    }
+  }
+  const double pad = std::max((hi - lo) * 0.08, hi * 0.002);
+  lo -= pad;
+  hi += pad;
+  const double p0 = med.front().first, p1 = std::max(med.back().first, p0 + 1);
+  const int W = 1000, H = 300, L = 70, R = 970, T = 20, B = 250;
+  auto X = [&](double p) { return L + (p - p0) / (p1 - p0) * (R - L); };
+  auto Y = [&](double us) { return B - (us - lo) / (hi - lo) * (B - T); };
+  std::ostringstream o;
+  o << svg_open(W, H, "GPU span per decode step against the KV position");
+  for (double v : nice_ticks(lo, hi, 6)) {
+    o << line(L, Y(v), R, Y(v), "#e0e0e0");
+    o << text(L - 6, Y(v) + 4, tick_label(v), "end", 10, "#555");
+  }
+  for (double p : nice_ticks(p0, p1, 8)) {
+    o << line(X(p), B, X(p), B + 5, "#444");
+    o << text(X(p), B + 18, tick_label(p), "middle", 10, "#555");
+  }
+  o << line(L, B, R, B, "#444") << line(L, T, L, B, "#444");
+  o << text((L + R) / 2.0, B + 38, "position of the decoded token (KV length)", "middle", 11, "#555");
+  o << text(14, (T + B) / 2.0, "GPU span per step (us)", "middle", 11, "#555", "transform=\"rotate(-90 14 " + f1((T + B) / 2.0) + ")\"");
+  for (size_t i = 0; i < samples.size(); ++i)
+    if (t["positions"][i].is_number())
+      o << circle(X(t["positions"][i].get<double>()), Y(samples[i]), 2.2, kCand, "fill-opacity=\"0.30\"");
+  auto polyline = [&](const std::vector<std::pair<double, double>>& m, const char* col, const std::string& name) {
+    std::string pts;
+    for (auto& [p, v] : m) pts += f1(X(p)) + "," + f1(Y(v)) + " ";
+    o << "<polyline points=\"" << pts << "\" fill=\"none\" stroke=\"" << col << "\" stroke-width=\"2\">" << title(name)
+      << "</polyline>\n";
+  };
+  if (show_base) polyline(bmed, kBase, "BASE median per position");
+  polyline(med, kCand, "median per position");
+  // Legend.
+  o << circle(L + 20, T + 8, 3, kCand, "fill-opacity=\"0.4\"") << text(L + 28, T + 12, "each timed call", "start", 11);
+  o << line(L + 140, T + 8, L + 165, T + 8, kCand, 2) << text(L + 170, T + 12, "median per position", "start", 11);
+  if (show_base)
+    o << line(L + 310, T + 8, L + 335, T + 8, kBase, 2) << text(L + 340, T + 12, "BASE median per position", "start", 11);
+  o << "</svg>\n";
+  if (!bmed.empty() && !show_base) {
+    const auto bs = figure_samples(*base, "gpu_span_us");
+    return o.str() + "<p class=\"note\">BASE (median " + html_escape(us_str(median_of(bs))) +
+           " us) is off this scale; the comparison below has it.</p>\n";
+  }
+  return o.str();
+}
+
+// --- 3. The distribution of the samples: a histogram, and with a base a strip plot on one axis. ---
+std::string histogram_chart(const json& report) {
+  std::vector<double> s = figure_samples(report, "gpu_span_us");
+  std::sort(s.begin(), s.end());
+  const Summary sm = summarize(s);
+  const int bins = std::clamp(int(std::ceil(std::sqrt(double(s.size())))), 8, 40);
+  double lo = sm.min, hi = sm.max;
+  if (!(hi > lo)) lo -= 0.5, hi += 0.5;
+  const double bw = (hi - lo) / bins;
+  std::vector<int> count(size_t(bins), 0);
+  for (double v : s) count[size_t(std::min(bins - 1, int((v - lo) / bw)))]++;
+  const int cmax = *std::max_element(count.begin(), count.end());
+  const int W = 1000, H = 260, L = 70, R = 970, T = 30, B = 210;
+  auto X = [&](double v) { return L + (v - lo) / (hi - lo) * (R - L); };
+  auto Y = [&](double c) { return B - c / cmax * (B - T); };
+  std::ostringstream o;
+  o << svg_open(W, H, "histogram of the GPU span samples");
+  o << rect(X(sm.q1), T - 6, X(sm.q3) - X(sm.q1), B - T + 6, kCand, "fill-opacity=\"0.08\"");
+  for (int i = 0; i < bins; ++i) {
+    const double x0 = X(lo + i * bw), x1 = X(lo + (i + 1) * bw);
+    o << "<rect x=\"" << f1(x0 + 1) << "\" y=\"" << f1(Y(count[size_t(i)])) << "\" width=\"" << f1(std::max(0.0, x1 - x0 - 2))
+      << "\" height=\"" << f1(B - Y(count[size_t(i)])) << "\" fill=\"" << kCand << "\" fill-opacity=\"0.75\">"
+      << title(us_str(lo + i * bw) + " - " + us_str(lo + (i + 1) * bw) + " us: " + std::to_string(count[size_t(i)]) + " calls")
+      << "</rect>\n";
+  }
+  for (double v : nice_ticks(0, cmax, 4)) {
+    o << line(L - 4, Y(v), L, Y(v), "#444") << text(L - 6, Y(v) + 4, tick_label(v), "end", 10, "#555");
+  }
+  for (double v : nice_ticks(lo, hi, 8)) {
+    o << line(X(v), B, X(v), B + 5, "#444") << text(X(v), B + 18, tick_label(v), "middle", 10, "#555");
+  }
+  o << line(L, B, R, B, "#444") << line(L, T - 6, L, B, "#444");
+  o << line(X(sm.median), T - 10, X(sm.median), B, "#0d2c54", 2);
+  o << text(X(sm.median) + 4, T - 14, "median " + us_str(sm.median) + " us", X(sm.median) > (L + R) / 2.0 ? "end" : "start", 11,
+            "#0d2c54", "font-weight=\"bold\"");
+  o << text((L + R) / 2.0, B + 38, "GPU span per step (us); shaded: q1 " + us_str(sm.q1) + " to q3 " + us_str(sm.q3) + ", n " +
+                                       std::to_string(sm.n),
+            "middle", 11, "#555");
+  o << text(14, (T + B) / 2.0, "calls", "middle", 11, "#555", "transform=\"rotate(-90 14 " + f1((T + B) / 2.0) + ")\"");
+  o << "</svg>\n";
+  return o.str();
+}
+
+std::string strip_chart(const json& report, const json& base) {
+  const auto n = figure_samples(report, "gpu_span_us"), b = figure_samples(base, "gpu_span_us");
+  if (n.empty() || b.empty()) return "";
+  double lo = std::min(*std::min_element(n.begin(), n.end()), *std::min_element(b.begin(), b.end()));
+  double hi = std::max(*std::max_element(n.begin(), n.end()), *std::max_element(b.begin(), b.end()));
+  const double pad = std::max((hi - lo) * 0.04, 1.0);
+  lo -= pad;
+  hi += pad;
+  const int W = 1000, H = 170, L = 70, R = 970;
+  auto X = [&](double v) { return L + (v - lo) / (hi - lo) * (R - L); };
+  std::ostringstream o;
+  o << svg_open(W, H, "GPU span samples of BASE and NEW on one axis");
+  struct Row {
+    const char* name;
+    const std::vector<double>* v;
+    const char* col;
+    double y;
+  };
+  for (const Row& r : {Row{"BASE", &b, kBase, 40}, Row{"NEW", &n, kCand, 90}}) {
+    o << text(L - 8, r.y + 4, r.name, "end", 12, r.col, "font-weight=\"bold\"");
+    for (size_t i = 0; i < r.v->size(); ++i) {
+      // Deterministic jitter (a hash of the index), so the page is the same every time.
+      const double j = double((i * 2654435761u) % 1000) / 1000.0 - 0.5;
+      o << circle(X((*r.v)[i]), r.y + 26 * j, 2.4, r.col, "fill-opacity=\"0.35\"");
+    }
+    const double m = median_of(*r.v);
+    o << line(X(m), r.y - 18, X(m), r.y + 18, "#111", 2.5);
+    o << text(X(m) + 6, r.y - 8, "median " + us_str(m) + " us", "start", 11, "#111");
+  }
+  for (double v : nice_ticks(lo, hi, 8))
+    o << line(X(v), 125, X(v), 130, "#444") << text(X(v), 143, tick_label(v), "middle", 10, "#555");
+  o << line(L, 125, R, 125, "#444");
+  o << text((L + R) / 2.0, 162, "GPU span per step (us), every timed call", "middle", 11, "#555");
+  o << "</svg>\n";
+  return o.str();
+}
+
+// --- 4. The roofline bar. ---
+std::string roofline_chart(const json& report, const json* base, const std::string& base_name) {
+  const json& t = report["timing"];
+  struct Bar {
+    std::string name;
+    double us;
+    const char* col;
+    bool bold;
+  };
+  std::vector<Bar> bars;
+  const double fm = num(t, "floor_us_measured_copy_bw"), ft = num(t, "floor_us_theoretical_bw");
+  if (!std::isnan(ft)) bars.push_back({"floor at datasheet bandwidth", ft, kFloor, false});
+  if (!std::isnan(fm)) bars.push_back({"floor at measured copy bandwidth", fm, kFloor, false});
+  const auto s = figure_samples(report, "gpu_span_us");
+  if (!s.empty()) bars.push_back({"this solution (" + solution_name(report) + ")", median_of(s), kCand, true});
+  if (base) {
+    const auto bs = figure_samples(*base, "gpu_span_us");
+    if (!bs.empty()) bars.push_back({"BASE (" + base_name + ")", median_of(bs), kBase, false});
+  }
+  for (const auto& a : time_anchors(report)) bars.push_back({a.name + " (GPU-FACTS)", a.us, kAnchor, false});
+  if (bars.empty()) return "";
+  std::stable_sort(bars.begin(), bars.end(), [](const Bar& a, const Bar& b) { return a.us < b.us; });
+  double mx = 0;
+  for (auto& b : bars) mx = std::max(mx, b.us);
+  const int W = 1000, L = 290, R = 830, rowh = 30, T = 10;
+  const int H = T + rowh * int(bars.size()) + 40;
+  auto X = [&](double us) { return L + us / (mx * 1.02) * (R - L); };
+  std::ostringstream o;
+  o << svg_open(W, H, "time per step against the bandwidth floor");
+  for (double v : nice_ticks(0, mx * 1.02, 8)) {
+    o << line(X(v), T, X(v), H - 30, "#eeeeee");
+    o << text(X(v), H - 14, tick_label(v), "middle", 10, "#555");
+  }
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const Bar& b = bars[i];
+    const double y = T + rowh * double(i);
+    o << text(L - 8, y + 19, b.name, "end", 12, b.bold ? "#0d2c54" : "#333", b.bold ? "font-weight=\"bold\"" : "");
+    o << rect(L, y + 5, X(b.us) - L, rowh - 10, b.col, b.bold ? "" : "fill-opacity=\"0.75\"");
+    std::string lab = us_str(b.us) + " us";
+    if (!std::isnan(fm) && fm > 0 && b.col != kFloor) lab += "  (" + fixed(b.us / fm, 2) + "x the measured floor)";
+    o << text(X(b.us) + 6, y + 19, lab, "start", 11, "#222", b.bold ? "font-weight=\"bold\"" : "");
+  }
+  o << line(L, T, L, H - 30, "#444");
+  if (!std::isnan(fm)) o << line(X(fm), T, X(fm), H - 30, kFloor, 1, "stroke-dasharray=\"3 3\"");
+  o << text((L + R) / 2.0, H - 1, "microseconds per decode step (median GPU span; shorter is better)", "middle", 11, "#555");
+  o << "</svg>\n";
+  return o.str();
+}
+
+std::string row(const std::string& k, const std::string& v_html) {
+  return "<tr><th>" + html_escape(k) + "</th><td>" + v_html + "</td></tr>\n";
+}
+
+std::string comparison_section(const Comparison& c) {
+  std::ostringstream o;
+  o << "<h2>Comparison with BASE</h2>\n";
+  if (c.forced)
+    o << "<p class=\"warn\">FORCED: these reports are not comparable; compared anyway.</p>\n";
+  if (!c.not_comparable.empty() || !c.missing_timing.empty()) {
+    o << "<ul class=\"warn\">\n";
+    for (const auto& s : c.not_comparable) o << "<li>not comparable: " << html_escape(s) << "</li>\n";
+    for (const auto& s : c.missing_timing) o << "<li>" << html_escape(s) << "</li>\n";
+    o << "</ul>\n";
+  }
+  for (const auto& s : c.correctness_regressions)
+    o << "<p class=\"bad\">Correctness regression: " << html_escape(s) << "</p>\n";
+  o << "<table class=\"grid\">\n<tr><th></th><th>BASE</th><th>NEW (this report)</th></tr>\n";
+  auto idrow = [&](const std::string& k, const std::string& f) {
+    auto v = [&](const json& id) {
+      const json& x = id[f];
+      return html_escape(x.is_string() ? x.get<std::string>() : x.is_null() ? std::string("n/a") : x.is_number() ? err_str(x.get<double>()) : x.dump());
+    };
+    o << "<tr><th>" << html_escape(k) << "</th><td>" << v(c.base_id) << "</td><td>" << v(c.new_id) << "</td></tr>\n";
+  };
+  idrow("file", "file");
+  idrow("solution", "solution");
+  idrow("disposition", "disposition");
+  idrow("worst relative error", "worst_rel_err");
+  idrow("created (UTC)", "created_utc");
+  o << "</table>\n";
+  if (!c.figures.empty()) {
+    const std::string level = fmt_g(100 * (1 - c.options.alpha));
+    o << "<table class=\"grid\" id=\"compare-table\">\n<tr><th>figure</th><th>BASE median</th><th>NEW median</th><th>NEW/BASE</th><th>"
+      << level << "% interval</th><th>p (Mann-Whitney U)</th><th>verdict</th></tr>\n";
+    for (const auto& f : c.figures) {
+      const std::string cls = f.verdict == "SLOWER" ? "bad" : f.verdict == "FASTER" ? "good" : f.verdict == "UNSURE" ? "warn" : "";
+      o << "<tr><td>" << html_escape(f.figure) << "</td><td>" << us_str(f.median_base) << " us</td><td>" << us_str(f.median_new)
+        << " us</td><td>" << fixed(f.ci.ratio, 4) << "x</td><td>[" << fixed(f.ci.lo, 4) << ", " << fixed(f.ci.hi, 4) << "]</td><td>"
+        << html_escape(fmt_g(f.mwu.p, 2)) << "</td><td class=\"verdict " << cls << "\" data-figure=\"" << html_escape(f.figure)
+        << "\">" << html_escape(f.verdict) << "</td></tr>\n";
+    }
+    o << "</table>\n<ul class=\"why\">\n";
+    for (const auto& f : c.figures) {
+      o << "<li><b>" << html_escape(f.figure) << "</b>: " << html_escape(f.why);
+      if (f.verdict == "UNSURE") {
+        if (f.samples_needed_new)
+          o << "; about " << *f.samples_needed_base << " (BASE) and " << *f.samples_needed_new
+            << " (NEW) samples per report would tell";
+        else
+          o << "; no realistic number of samples would tell";
+      }
+      o << "</li>\n";
+    }
+    o << "</ul>\n";
+  }
+  o << "<p>nibble compare would exit <b id=\"compare-exit\">" << c.exit_code << "</b>: " << html_escape(c.result) << "</p>\n";
+  o << "<p class=\"note\">Threshold: a slowdown must exceed " << html_escape(fmt_g(c.options.max_slowdown_pct))
+    << "% and be significant at alpha " << html_escape(fmt_g(c.options.alpha))
+    << ". Interval: percentile bootstrap of the ratio of medians (" << c.options.resamples
+    << " resamples). p: two-sided Mann-Whitney U, normal approximation with tie and continuity corrections.</p>\n";
+  return o.str();
+}
+
+const char* kCss = R"CSS(
+body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222; margin: 0; background: #fafafa; }
+main { max-width: 1040px; margin: 0 auto; padding: 16px 20px 40px; background: #fff; }
+h1 { font-size: 22px; margin: 8px 0 2px; }
+h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+.sub { color: #555; font-size: 13px; margin: 0 0 12px; }
+.verdict-box { border-radius: 6px; padding: 12px 16px; margin: 12px 0; font-size: 16px; }
+.verdict-box.pass { background: #e8f5e9; border: 2px solid #2e7d32; }
+.verdict-box.fail { background: #ffebee; border: 2px solid #c62828; }
+.verdict-box .disp { font-size: 22px; font-weight: bold; margin-right: 10px; }
+.pass .disp { color: #2e7d32; } .fail .disp { color: #c62828; }
+.figures { display: flex; flex-wrap: wrap; gap: 10px; margin: 10px 0; }
+.fig { border: 1px solid #ddd; border-radius: 6px; padding: 8px 12px; min-width: 150px; }
+.fig .k { color: #666; font-size: 12px; } .fig .v { font-size: 20px; font-weight: bold; }
+table { border-collapse: collapse; font-size: 13px; }
+table.grid td, table.grid th { border: 1px solid #ddd; padding: 4px 8px; text-align: left; }
+table.kv th { text-align: left; padding: 2px 12px 2px 0; color: #555; font-weight: normal; vertical-align: top; }
+table.kv td { padding: 2px 0; word-break: break-all; }
+.good { color: #2e7d32; font-weight: bold; } .bad { color: #c62828; font-weight: bold; } .warn { color: #b26a00; font-weight: bold; }
+.note { color: #666; font-size: 12px; }
+svg { display: block; max-width: 100%; height: auto; font-family: system-ui, Helvetica, Arial, sans-serif; }
+code { font-size: 12px; }
+)CSS";
+
+}  // namespace
+
+std::string render_html_report(const json& report, const std::string& report_label, const json* base, const std::string& base_label,
+                               const Comparison* cmp) {
+  const std::string disp = str(report, "disposition", "?");
+  const bool passed = disp == "Passed";
+  const json& t = report.contains("timing") && report["timing"].is_object() ? report["timing"] : json::object();
+  const json& corr = report["correctness"];
+  const auto span = figure_samples(report, "gpu_span_us");
+  const std::string gpu = device_name(report).empty() ? "no GPU recorded" : device_name(report);
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>nibble report: "
+    << html_escape(solution_name(report)) << ", " << html_escape(str(report, "task")) << " / " << html_escape(str(report, "config"))
+    << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n<main>\n";
+  o << "<h1>nibble report: " << html_escape(solution_name(report)) << "</h1>\n";
+  o << "<p class=\"sub\">" << html_escape(str(report, "task")) << " / " << html_escape(str(report, "config")) << " on "
+    << html_escape(gpu) << ", graded " << html_escape(str(report, "created_utc", "?")) << " by nibble "
+    << html_escape(str(report, "nibble_version", "?")) << " &middot; " << html_escape(report_label) << "</p>\n";
+
+  // The verdict.
+  o << "<div class=\"verdict-box " << (passed ? "pass" : "fail") << "\"><span class=\"disp\" id=\"disposition\">" << html_escape(disp)
+    << "</span> <span id=\"reason\">" << html_escape(str(report, "reason")) << "</span></div>\n";
+
+  // Key figures.
+  const double w = worst_rel_err(report), gate = report_gate(report);
+  const double fm = num(t, "floor_us_measured_copy_bw"), ft = num(t, "floor_us_theoretical_bw");
+  auto fig = [&](const std::string& k, const std::string& id, const std::string& v, const std::string& unit) {
+    o << "<div class=\"fig\"><div class=\"k\">" << html_escape(k) << "</div><div class=\"v\"><span id=\"" << id << "\">" << html_escape(v)
+      << "</span>" << (unit.empty() ? "" : " " + html_escape(unit)) << "</div></div>\n";
+  };
+  o << "<div class=\"figures\">\n";
+  fig("median GPU span per step", "median-us", span.empty() ? "n/a" : us_str(median_of(span)), span.empty() ? "" : "us");
+  fig("floor at measured copy bandwidth", "floor-measured-us", us_str(fm), std::isnan(fm) ? "" : "us");
+  fig("floor at datasheet bandwidth", "floor-theoretical-us", us_str(ft), std::isnan(ft) ? "" : "us");
+  const double frac = num(t, "fraction_of_measured_bw");
+  fig("of measured copy bandwidth", "fraction-measured-bw", std::isnan(frac) ? "n/a" : fixed(100 * frac, 1), std::isnan(frac) ? "" : "%");
+  fig("worst relative error", "worst-rel-err", corr.contains("worst_rel_err") ? err_str(w) : "not run", "");
+  fig("gate", "gate", err_str(gate), "");
+  o << "</div>\n";
+
+  o << "<h2>Error against the gate</h2>\n"
+    << "<p class=\"note\">Worst relative error of the logits and the appended K/V over the checked steps and seeds. "
+    << "Diamonds: the drop-the-feature variants"
+    << (report.contains("calibration") ? " of this report's calibration" : " of the task's seed (for context)")
+    << "; green must pass, red must fail.</p>\n";
+  o << error_chart(report);
+
+  if (!span.empty()) {
+    o << "<h2>Time per decode step across the positions</h2>\n<p class=\"note\">"
+      << html_escape(t.contains("steps_per_round") ? t["steps_per_round"].dump() : std::string("?"))
+      << " steps per round, " << (t.contains("rounds") ? t["rounds"].dump() : std::string("?"))
+      << " rounds; every call at its KV position (the attention work grows with it).</p>\n";
+    o << positions_chart(report, base);
+    o << "<h2>Distribution of the samples</h2>\n";
+    o << histogram_chart(report);
+    if (base) o << strip_chart(report, *base);
+    o << "<h2>Against the roofline</h2>\n<p class=\"note\">Bytes a step must move: "
+      << html_escape(fmt_g(num(t, "bytes_per_step") / 1e9, 4)) << " GB. Floors: those bytes at the copy bandwidth measured in this run and at "
+      << "the datasheet bandwidth. Anchors: published times for the same work on the same GPU.</p>\n";
+    o << roofline_chart(report, base, base ? (base->is_object() ? solution_name(*base) : "") : "");
+  } else {
+    o << "<h2>Timing</h2>\n<p class=\"note\">This report has no timing (not timed, or the grade stopped before it).</p>\n";
+  }
+
+  if (base && cmp) o << comparison_section(*cmp);
+
+  // Provenance.
+  o << "<h2>How this report was made</h2>\n<table class=\"kv\">\n";
+  const json& sol = report.contains("solution") ? report["solution"] : json::object();
+  const json& ref = report.contains("reference") ? report["reference"] : json::object();
+  o << row("solution", html_escape(str(sol, "name", "?")) + " <code>" + html_escape(str(sol, "path")) + "</code>");
+  o << row("solution SHA-256", "<code>" + html_escape(str(sol, "sha256", "?")) + "</code>");
+  o << row("reference", html_escape(str(ref, "name", "?")) + " &middot; " + html_escape(str(ref, "numerics")));
+  if (report.contains("fixtures") && report["fixtures"].is_array())
+    for (const json& f : report["fixtures"])
+      o << row("fixture seed " + (f.contains("seed") ? f["seed"].dump() : std::string("?")),
+               "<code>" + html_escape(str(f, "file_sha256", "?")) + "</code>");
+  if (report.contains("device") && report["device"].is_object()) {
+    const json& d = report["device"];
+    o << row("GPU", html_escape(str(d, "name", "?")) + ", compute capability " + html_escape(str(d, "compute_capability", "?")) +
+                        ", " + (d.contains("sms") ? html_escape(d["sms"].dump()) : std::string("?")) + " SMs, driver " +
+                        (d.contains("driver_version") ? html_escape(d["driver_version"].dump()) : std::string("?")));
+  }
+  if (t.contains("protocol") && t["protocol"].is_object())
+    o << row("timing", html_escape(str(t["protocol"], "metric")) + "; " + html_escape(str(t["protocol"], "before_each_call")));
+  if (t.contains("stop_reason")) o << row("timing stopped", html_escape(t["stop_reason"].is_string() ? t["stop_reason"].get<std::string>() : t["stop_reason"].dump()));
+  if (report.contains("git") && report["git"].is_object())
+    o << row("git", html_escape(report["git"].dump()));
+  if (report.contains("host") && report["host"].is_object()) o << row("host", html_escape(report["host"].dump()));
+  if (report.contains("argv") && report["argv"].is_array()) {
+    std::string a;
+    for (const json& x : report["argv"]) a += (a.empty() ? "" : " ") + (x.is_string() ? x.get<std::string>() : x.dump());
+    o << row("command", "<code>" + html_escape(a) + "</code>");
+  }
+  if (base) o << row("BASE report", html_escape(base_label));
+  o << "</table>\n<p class=\"note\">Written by <code>nibble report html</code>; self-contained: no script, no network.</p>\n";
+  o << "</main>\n</body>\n</html>\n";
+  return o.str();
+}
+
+}  // namespace nibble

@@ -1,0 +1,138 @@
+// report_cli.cpp: `nibble compare` and `nibble report` argument parsing (see report_cli.h).
+#include "harness/report_cli.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "harness/atomic_file.h"
+#include "harness/compare.h"
+#include "harness/html_report.h"
+#include "harness/report_view.h"
+
+namespace nibble {
+
+namespace {
+
+/** Parses `args` (in order) with `app`. Returns -1 to go on, else the exit code: 0 after --help,
+ *  kCompareBadInput (4) for a bad command line. */
+int parse_own(CLI::App& app, std::vector<std::string> args) {
+  std::reverse(args.begin(), args.end());  // CLI11 takes the vector back to front
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp& e) {
+    app.exit(e);
+    return 0;
+  } catch (const CLI::CallForAllHelp& e) {
+    app.exit(e);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kCompareBadInput;
+  }
+  return -1;
+}
+
+[[noreturn]] void finish(int code) {
+  std::cout.flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::exit(code);
+}
+
+}  // namespace
+
+int compare_command(std::vector<std::string> args) {
+  CLI::App app{"Is NEW slower than BASE beyond noise? Per timed figure: the ratio of medians NEW/BASE with a bootstrap "
+               "interval, a Mann-Whitney U p-value, and a verdict SAME / FASTER / SLOWER / UNSURE.",
+               "nibble compare"};
+  std::string base, neu;
+  CompareOptions opt;
+  bool as_json = false;
+  app.add_option("BASE", base, "Baseline report (nibble grade --out)")->required();
+  app.add_option("NEW", neu, "New report")->required();
+  app.add_option("--max-slowdown", opt.max_slowdown_pct, "Tolerated slowdown, percent")->capture_default_str();
+  app.add_option("--alpha", opt.alpha, "Significance level (the interval is at 1 - alpha)")->capture_default_str();
+  app.add_option("--resamples", opt.resamples, "Bootstrap resamples")->capture_default_str();
+  app.add_flag("--force", opt.force, "Compare reports that are not comparable (different task, config, fixture, GPU; no timing); the output says so");
+  app.add_flag("--json", as_json, "Print the comparison as JSON (schema nibble.compare) instead of the table");
+  app.footer(
+      "Exit codes: 0 no significant slowdown beyond --max-slowdown; 1 a figure is SLOWER; 2 correctness regression "
+      "(BASE Passed and NEW not, or NEW's worst error crossed the gate); 3 not comparable (task, config, fixture "
+      "SHA-256, GPU model, or no timing) unless --force; 4 bad input (missing file, not a nibble report, bad arguments).");
+  if (const int rc = parse_own(app, std::move(args)); rc >= 0) return rc;
+  if (opt.resamples < 1) {
+    std::fprintf(stderr, "nibble compare: --resamples must be at least 1\n");
+    return kCompareBadInput;
+  }
+  return compare_files(base, neu, opt, as_json);
+}
+
+int report_command(std::vector<std::string> args) {
+  CLI::App app{"Read a nibble report back: its summary, or a self-contained HTML page.", "nibble report"};
+  app.require_subcommand(1);
+  std::string show_path;
+  auto* show = app.add_subcommand("show", "Print the summary nibble grade printed at its end, from the report alone");
+  show->add_option("REPORT", show_path, "Report (nibble grade --out)")->required();
+  std::string html_path, html_base, html_out;
+  CompareOptions opt;
+  auto* html = app.add_subcommand("html", "Write one self-contained HTML page (inline CSS and SVG; no script, no network)");
+  html->add_option("REPORT", html_path, "Report to show")->required();
+  html->add_option("BASE", html_base, "Optional baseline report: adds nibble compare's table");
+  html->add_option("-o,--out", html_out, "HTML file to write (atomically)")->required();
+  html->add_option("--max-slowdown", opt.max_slowdown_pct, "With BASE: tolerated slowdown, percent")->capture_default_str();
+  html->add_option("--alpha", opt.alpha, "With BASE: significance level")->capture_default_str();
+  app.footer("Exit codes: 0 done; 1 the HTML file could not be written; 4 bad input (missing file, not a nibble report, bad arguments).");
+  if (const int rc = parse_own(app, std::move(args)); rc >= 0) return rc;
+
+  if (show->parsed()) {
+    try {
+      std::cout << format_summary(load_report(show_path), show_path);
+    } catch (const BadReport& e) {
+      std::fprintf(stderr, "nibble report show: %s\n", e.what());
+      return kCompareBadInput;
+    }
+    return 0;
+  }
+  if (!(opt.max_slowdown_pct >= 0) || !(opt.alpha > 0 && opt.alpha < 1)) {
+    std::fprintf(stderr, "nibble report html: --max-slowdown must be >= 0 and --alpha in (0, 1)\n");
+    return kCompareBadInput;
+  }
+  nlohmann::ordered_json report, base;
+  try {
+    report = load_report(html_path);
+    if (!html_base.empty()) base = load_report(html_base);
+  } catch (const BadReport& e) {
+    std::fprintf(stderr, "nibble report html: %s\n", e.what());
+    return kCompareBadInput;
+  }
+  std::string page;
+  if (html_base.empty()) {
+    page = render_html_report(report, html_path);
+  } else {
+    const Comparison c = compare_reports(base, report, opt, html_base, html_path);
+    page = render_html_report(report, html_path, &base, html_base, &c);
+  }
+  try {
+    write_file_atomic(html_out, page);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble report html: %s\n", e.what());
+    return 1;
+  }
+  std::printf("nibble report html: wrote %s (%zu bytes)\n", html_out.c_str(), page.size());
+  return 0;
+}
+
+void add_report_commands(CLI::App& app) {
+  auto* compare = app.add_subcommand("compare", "Compare two reports: is NEW slower than BASE beyond noise? (exit 0-4; compare --help)");
+  auto* report = app.add_subcommand("report", "Show a report's summary, or write it as one HTML page (report show|html)");
+  for (CLI::App* sub : {compare, report}) {
+    sub->prefix_command();  // everything after the name goes to the command's own parser
+    sub->set_help_flag();   // ... --help included
+  }
+  compare->callback([compare] { finish(compare_command(compare->remaining())); });
+  report->callback([report] { finish(report_command(report->remaining())); });
+}
+
+}  // namespace nibble

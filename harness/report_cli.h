@@ -1,0 +1,32 @@
+// report_cli.h: the command lines of `nibble compare` and `nibble report show|html`.
+//
+// Their exit codes are a CI contract (compare.h), so a bad command line must exit 4 like any other
+// bad input, not with the code the rest of the CLI uses for a usage error. Hence each parses its
+// own arguments with its own CLI11 parser: main() only registers the names (add_report_commands).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace nibble {
+
+/**
+ * Registers `compare` and `report` on the nibble command line. Each takes everything after its name
+ * unparsed, runs from its callback and ends the process with its own exit code (std::exit after
+ * flushing), so main() needs no dispatch line for them.
+ */
+void add_report_commands(CLI::App& app);
+
+/** `nibble compare BASE.json NEW.json [--max-slowdown PCT] [--alpha A] [--force] [--json]` on the
+ *  arguments after "compare"; returns its exit code (0-4, see compare.h). */
+int compare_command(std::vector<std::string> args);
+
+/**
+ * `nibble report show REPORT.json` (the grade's summary, rebuilt from the report) and
+ * `nibble report html REPORT.json [BASE.json] -o report.html` on the arguments after "report".
+ * Returns 0 when done, 1 when the output cannot be written, 4 for bad input or a bad command line.
+ */
+int report_command(std::vector<std::string> args);
+
+}  // namespace nibble

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# gpu_run.sh: one call on the GPU machine for the megakernel: build, the stage tests, the tiny
+# decode test, grades (tiny, full seeds 0,1), the block benchmark. Everything it prints goes to
+# $OUT/log.txt too; reports to $OUT/mk-<config>.json, the benchmark to $OUT/bench.json.
+#   STEPS=build,stages,tiny,gtiny,gfull,bench (default all)  TIMING_S=seconds of timing per grade
+set -u
+OUT=${OUT:-/tmp/mk-out}
+mkdir -p "$OUT"
+STEPS=${STEPS:-build,stages,tiny,gtiny,gfull,bench}
+TIMING_S=${TIMING_S:-5}
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+log() { echo "[$(date +%T)] $*" | tee -a "$OUT/log.txt"; }
+run() {  # run <seconds> <cmd...>: output appended to the log, last lines echoed
+  local t=$1; shift
+  log "\$ $*"
+  timeout "$t" "$@" >>"$OUT/log.txt" 2>&1
+  local rc=$?
+  log "rc=$rc"
+  return $rc
+}
+B=build-hopper
+export NIBBLE_BINARY_DIR=$PWD/$B NIBBLE_SOURCE_DIR=$PWD
+if has build; then
+  run 150 bash -c "cmake --preset hopper -DNIBBLE_BUILD_BENCH=ON >/dev/null && cmake --build --preset hopper -j16 --target nibble nibble_reference nibble_megakernel test_megakernel_stages test_megakernel_decode_tiny bench_megakernel_blocks 2>&1 | grep -E 'error|warning|Linking' " || { tail -40 "$OUT/log.txt"; exit 1; }
+fi
+has stages && run 90 $B/tests/test_megakernel_stages --gtest_brief=1
+has tiny && run 60 $B/tests/test_megakernel_decode_tiny
+has gtiny && run 60 $B/bin/nibble grade --config tiny --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-tiny.json" --max-timing-seconds 2
+has gfull && NIBBLE_MK_TRACE="$OUT/trace.txt" run 170 $B/bin/nibble grade --config full --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-full.json" --max-timing-seconds "$TIMING_S"
+has bench && run 60 $B/bin/bench_megakernel_blocks --benchmark_min_time=0.3s --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
+log done

@@ -1,0 +1,10 @@
+# Tests of reading reports back: nibble compare (statistics against scipy's numbers, verdicts and
+# exit codes on recorded H200 reports), nibble report show, nibble report html (+ headless Chromium).
+nibble_add_gtest(compare SOURCES test_compare.cpp LIBS nibble_reports LABELS cpu)
+add_dependencies(test_compare nibble)
+nibble_add_gtest(html_report SOURCES test_html_report.cpp LIBS nibble_reports LABELS cpu)
+add_dependencies(test_html_report nibble)
+# So the executables also find tests/data/ when run by hand, outside CTest.
+target_compile_definitions(test_compare PRIVATE NIBBLE_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                           NIBBLE_TEST_BINARY_DIR="${PROJECT_BINARY_DIR}")
+target_compile_definitions(test_html_report PRIVATE NIBBLE_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -1,0 +1,17 @@
+# Tests of solutions/megakernel, included by tests/CMakeLists.txt.
+
+# megakernel: the GEMV and attention stages alone at shapes that break them (odd rows, one group,
+# partial tiles split between warps, few blocks; chunk edges, 1..4 query heads per KV head) against
+# fp64, and the configs the solution declines.
+nibble_add_gtest(megakernel_stages
+  SOURCES test_megakernel_stages.cpp
+  LIBS nibble_megakernel_kernels CUDA::cudart
+  LABELS gpu)
+# megakernel: the whole .so through the C ABI on the tiny fixture, against the fp64 oracle.
+nibble_add_gtest(megakernel_decode_tiny
+  SOURCES test_megakernel_decode_tiny.cpp
+  LIBS nibble_runtime nibble_oracle nibble_fixtures
+  LABELS gpu)
+# The test dlopens ${PROJECT_BINARY_DIR}/lib/libnibble_megakernel.so: build it with the test.
+add_dependencies(test_megakernel_decode_tiny nibble_megakernel)
+set_target_properties(test_megakernel_stages test_megakernel_decode_tiny PROPERTIES CUDA_RUNTIME_LIBRARY Shared)

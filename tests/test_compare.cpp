@@ -1,0 +1,578 @@
+// test_compare.cpp: `nibble compare`: its statistics against numbers computed independently
+// (scipy; tests/data/compare/make_expected.py reproduces every constant below), its verdicts on two
+// real H200 reports (tests/data/reports/), and every exit code, in process and through the binary.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+
+#include "harness/atomic_file.h"
+#include "harness/compare.h"
+#include "harness/process.h"
+#include "harness/report_view.h"
+
+using namespace nibble;
+using json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string source_dir() {
+  const char* s = std::getenv("NIBBLE_SOURCE_DIR");
+  return s ? s : NIBBLE_TEST_SOURCE_DIR;
+}
+std::string data(const std::string& name) { return source_dir() + "/tests/data/" + name; }
+json unfused() { return load_report(data("reports/h200-unfused-full.json")); }
+json reference() { return load_report(data("reports/h200-reference-full.json")); }
+
+const FigureComparison& figure(const Comparison& c, const std::string& name) {
+  for (const auto& f : c.figures)
+    if (f.figure == name) return f;
+  throw std::runtime_error("no figure " + name);
+}
+
+/** A report whose GPU span and host wall samples are `span` and `span` * 1.005. */
+json with_samples(json r, const std::vector<double>& span) {
+  std::vector<double> wall;
+  for (double v : span) wall.push_back(v * 1.005);
+  r["timing"]["gpu_span_us"]["samples"] = span;
+  r["timing"]["host_wall_us"]["samples"] = wall;
+  r["timing"]["gpu_span_us"]["n"] = span.size();
+  r["timing"]["host_wall_us"]["n"] = wall.size();
+  return r;
+}
+
+/** n values around `center`, spread +-`spread` (a deterministic pseudo-random walk). */
+std::vector<double> noisy(double center, double spread, size_t n, uint64_t seed) {
+  SplitMix64 g(seed);
+  std::vector<double> v;
+  for (size_t i = 0; i < n; ++i) v.push_back(center + spread * (double(g.next() >> 11) / double(1ull << 53) * 2 - 1));
+  return v;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The statistics against scipy
+
+TEST(MannWhitney, MatchesScipyAsymptoticTwoSided) {
+  struct Case {
+    const char* name;
+    std::vector<double> x, y;
+    double u1, p;
+  };
+  // scipy.stats.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic"), scipy 1.17.1.
+  const Case cases[] = {
+      // By hand too: U1 = 0, U = 4, mu = 2, sigma^2 = 2*2/12 * 5 = 5/3,
+      // z = (4 - 2 - 0.5) / sqrt(5/3) = 1.161895, p = 2 (1 - Phi(z)) = 0.245278.
+      {"hand_2v2", {1, 2}, {3, 4}, 0.0, 0.2452781168067728},
+      {"no_ties_5v5", {1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}, 0.0, 0.012185780355344813},
+      {"ties_8v9", {1, 2, 2, 3, 3, 3, 4, 5}, {2, 3, 4, 4, 5, 6, 6, 7, 8}, 13.0, 0.028372715346028934},
+      {"overlap_12v10",
+       {101.2, 99.8, 100.5, 102.3, 98.7, 100.1, 101.9, 99.4, 100.0, 103.1, 98.2, 100.7},
+       {100.9, 102.5, 101.7, 103.8, 100.2, 102.2, 104.0, 101.1, 100.6, 102.9},
+       26.0,
+       0.027179886800582677},
+      {"all_equal", {5, 5, 5}, {5, 5}, 3.0, 1.0},
+  };
+  for (const Case& c : cases) {
+    const MannWhitney m = mann_whitney_u(c.x, c.y);
+    EXPECT_DOUBLE_EQ(m.u1, c.u1) << c.name;
+    EXPECT_NEAR(m.p, c.p, 1e-12 * std::max(1.0, c.p)) << c.name;
+    EXPECT_NEAR(m.p, c.p, 1e-10 * c.p) << c.name;
+  }
+  // Symmetric: swapping the samples keeps p and mirrors U.
+  const MannWhitney a = mann_whitney_u(cases[2].x, cases[2].y), b = mann_whitney_u(cases[2].y, cases[2].x);
+  EXPECT_DOUBLE_EQ(a.p, b.p);
+  EXPECT_DOUBLE_EQ(a.u1 + b.u1, double(cases[2].x.size() * cases[2].y.size()));
+}
+
+TEST(MannWhitney, MatchesScipyOnTheH200Reports) {
+  const json u = unfused(), r = reference();
+  // x = reference, y = unfused (96 each): fully separated, so the tail p keeps its digits via erfc.
+  const MannWhitney span = mann_whitney_u(figure_samples(r, "gpu_span_us"), figure_samples(u, "gpu_span_us"));
+  EXPECT_DOUBLE_EQ(span.u1, 9216.0);
+  EXPECT_NEAR(span.p, 5.2536846851596044e-33, 1e-9 * 5.25e-33);
+  const MannWhitney wall = mann_whitney_u(figure_samples(r, "host_wall_us"), figure_samples(u, "host_wall_us"));
+  EXPECT_NEAR(wall.p, 5.254326993995392e-33, 1e-9 * 5.25e-33);
+  // Overlapping: the unfused run's first 40 calls against its last 40.
+  const auto s = figure_samples(u, "gpu_span_us"), w = figure_samples(u, "host_wall_us");
+  const MannWhitney a = mann_whitney_u({s.begin(), s.begin() + 40}, {s.end() - 40, s.end()});
+  EXPECT_DOUBLE_EQ(a.u1, 656.0);
+  EXPECT_NEAR(a.p, 0.16732893475783828, 1e-12);
+  const MannWhitney b = mann_whitney_u({w.begin(), w.begin() + 40}, {w.end() - 40, w.end()});
+  EXPECT_DOUBLE_EQ(b.u1, 617.0);
+  EXPECT_NEAR(b.p, 0.07907012836877947, 1e-12);
+}
+
+TEST(MannWhitney, RejectsEmptySamples) {
+  EXPECT_THROW(mann_whitney_u({}, {1.0}), std::invalid_argument);
+  EXPECT_THROW(mann_whitney_u({1.0}, {}), std::invalid_argument);
+}
+
+TEST(NormalQuantile, MatchesScipyNormPpf) {
+  const std::pair<double, double> cases[] = {
+      {1e-10, -6.361340902404056}, {0.001, -3.090232306167813}, {0.02, -2.053748910631823},
+      {0.025, -1.9599639845400545}, {0.3, -0.5244005127080409}, {0.5, 0.0},
+      {0.8, 0.8416212335729143},   {0.975, 1.959963984540054},  {0.99, 2.3263478740408408},
+      {0.999999, 4.753424308817087},
+  };
+  for (auto [p, z] : cases) EXPECT_NEAR(normal_quantile(p), z, 1e-12 * std::max(1.0, std::fabs(z))) << "p = " << p;
+  for (double p : {0.01, 0.2, 0.6, 0.95}) EXPECT_NEAR(normal_cdf(normal_quantile(p)), p, 1e-15);
+  EXPECT_THROW(normal_quantile(0.0), std::invalid_argument);
+  EXPECT_THROW(normal_quantile(1.0), std::invalid_argument);
+}
+
+TEST(Bootstrap, ReproducesAnIndependentImplementationExactly) {
+  // make_expected.py re-implements the resampling (splitmix64, rejection draw, x's draws then
+  // y's) in Python with numpy's median and linear percentile.
+  const std::vector<double> x = {101.2, 99.8, 100.5, 102.3, 98.7, 100.1, 101.9, 99.4, 100.0, 103.1, 98.2, 100.7};
+  const std::vector<double> y = {100.9, 102.5, 101.7, 103.8, 100.2, 102.2, 104.0, 101.1, 100.6, 102.9};
+  const RatioCI ci = bootstrap_ratio_of_medians(x, y, 0.05, 2000, 42);
+  EXPECT_NEAR(ci.ratio, 1.0164506480558326, 1e-14);
+  EXPECT_NEAR(ci.lo, 0.9990118577075098, 1e-13);
+  EXPECT_NEAR(ci.hi, 1.0296780684104627, 1e-13);
+  EXPECT_DOUBLE_EQ(ci.level, 0.95);
+
+  const json u = unfused(), r = reference();
+  const RatioCI g = bootstrap_ratio_of_medians(figure_samples(r, "gpu_span_us"), figure_samples(u, "gpu_span_us"), 0.05);
+  EXPECT_NEAR(g.ratio, 0.4294709141355339, 1e-14);
+  EXPECT_NEAR(g.lo, 0.4288583273202732, 1e-13);
+  EXPECT_NEAR(g.hi, 0.43056841681052876, 1e-13);
+}
+
+TEST(Bootstrap, AgreesWithScipyBootstrapWithinMonteCarloError) {
+  // scipy.stats.bootstrap(method="percentile", n_resamples=20000), its own RNG: the intervals must
+  // agree to Monte Carlo error (a few parts in 1e4 of the ratio here).
+  const std::vector<double> x = {101.2, 99.8, 100.5, 102.3, 98.7, 100.1, 101.9, 99.4, 100.0, 103.1, 98.2, 100.7};
+  const std::vector<double> y = {100.9, 102.5, 101.7, 103.8, 100.2, 102.2, 104.0, 101.1, 100.6, 102.9};
+  const RatioCI ci = bootstrap_ratio_of_medians(x, y, 0.05, 20000, 7);
+  EXPECT_NEAR(ci.lo, 0.9995085327422284, 2e-3);
+  EXPECT_NEAR(ci.hi, 1.0296780684104627, 2e-3);
+  const json u = unfused(), r = reference();
+  const RatioCI g = bootstrap_ratio_of_medians(figure_samples(r, "gpu_span_us"), figure_samples(u, "gpu_span_us"), 0.05, 20000, 7);
+  EXPECT_NEAR(g.lo, 0.42886490445300096, 3e-4);
+  EXPECT_NEAR(g.hi, 0.4305788879108684, 3e-4);
+}
+
+TEST(Bootstrap, CoversTheTrueRatioAtAboutItsLevel) {
+  // Both samples from one distribution (true ratio 1): a 90% interval should cover 1 in about 90%
+  // of trials. 300 trials: the binomial standard error is 1.7%, so [0.82, 0.97] is a wide band
+  // that still catches an interval of the wrong width (the median's percentile bootstrap is known
+  // to run slightly wide or narrow at small n, hence not a tight band).
+  int covered = 0;
+  const int trials = 300;
+  for (int t = 0; t < trials; ++t) {
+    const auto x = noisy(100, 10, 31, 1000 + t), y = noisy(100, 10, 31, 5000 + t);
+    const RatioCI ci = bootstrap_ratio_of_medians(x, y, 0.10, 400, uint64_t(t));
+    covered += ci.lo <= 1 && 1 <= ci.hi;
+  }
+  const double rate = double(covered) / trials;
+  EXPECT_GT(rate, 0.82);
+  EXPECT_LT(rate, 0.97);
+}
+
+TEST(Bootstrap, IsDeterministicAndChecksItsInput) {
+  const auto x = noisy(100, 5, 20, 1), y = noisy(103, 5, 20, 2);
+  const RatioCI a = bootstrap_ratio_of_medians(x, y, 0.05, 500, 9), b = bootstrap_ratio_of_medians(x, y, 0.05, 500, 9);
+  EXPECT_EQ(a.lo, b.lo);
+  EXPECT_EQ(a.hi, b.hi);
+  const RatioCI c = bootstrap_ratio_of_medians(x, y, 0.05, 500, 10);
+  EXPECT_TRUE(c.lo != a.lo || c.hi != a.hi);
+  EXPECT_LE(a.lo, a.ratio);
+  EXPECT_GE(a.hi, a.ratio);
+  EXPECT_THROW(bootstrap_ratio_of_medians({}, y, 0.05), std::invalid_argument);
+  EXPECT_THROW(bootstrap_ratio_of_medians(x, y, 0.0), std::invalid_argument);
+  EXPECT_THROW(bootstrap_ratio_of_medians(x, y, 0.05, 0), std::invalid_argument);
+  EXPECT_THROW(bootstrap_ratio_of_medians({-1.0}, y, 0.05), std::invalid_argument);
+}
+
+TEST(Median, EvenAndOddCounts) {
+  EXPECT_DOUBLE_EQ(median_of({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(median_of({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(median_of({7}), 7);
+  EXPECT_THROW(median_of({}), std::invalid_argument);
+}
+
+TEST(SplitMix64, KnownSequenceAndUnbiasedRange) {
+  // splitmix64 from seed 0: the reference values of Vigna's splitmix64.c.
+  SplitMix64 g(0);
+  EXPECT_EQ(g.next(), 0xE220A8397B1DCDAFull);
+  EXPECT_EQ(g.next(), 0x6E789E6AA1B965F4ull);
+  SplitMix64 h(1);
+  std::vector<int> counts(7, 0);
+  for (int i = 0; i < 70000; ++i) counts[h.below(7)]++;
+  for (int c : counts) EXPECT_NEAR(c, 10000, 400);
+}
+
+TEST(SampleFactor, StandardSampleSizeFormula) {
+  // make_expected.py: ((z_.975 + z_.8) se / d)^2 with se from the interval, d to the threshold.
+  RatioCI ci;
+  ci.ratio = 1.02;
+  ci.lo = 0.98;
+  ci.hi = 1.06;
+  const auto k = sample_factor(ci, 1.05, 0.05, 0.8);
+  ASSERT_TRUE(k.has_value());
+  EXPECT_NEAR(*k, 3.743295046057968, 1e-12);
+  ci.ratio = 1.05;  // on the threshold: nothing settles it
+  EXPECT_FALSE(sample_factor(ci, 1.05, 0.05, 0.8).has_value());
+}
+
+TEST(Classify, VerdictRules) {
+  CompareOptions o;  // 5%, alpha 0.05
+  MannWhitney sig, ns;
+  sig.p = 1e-6;
+  ns.p = 0.4;
+  auto ci = [](double lo, double hi) {
+    RatioCI c;
+    c.lo = lo;
+    c.hi = hi;
+    c.ratio = std::sqrt(lo * hi);
+    return c;
+  };
+  EXPECT_EQ(classify(ci(1.08, 1.12), sig, o), "SLOWER");
+  EXPECT_EQ(classify(ci(0.80, 0.90), sig, o), "FASTER");
+  EXPECT_EQ(classify(ci(0.99, 1.01), ns, o), "SAME");
+  EXPECT_EQ(classify(ci(1.01, 1.03), sig, o), "SAME");    // significant but within the threshold
+  EXPECT_EQ(classify(ci(1.03, 1.08), sig, o), "UNSURE");  // straddles 1.05
+  EXPECT_EQ(classify(ci(0.90, 1.10), ns, o), "UNSURE");
+  EXPECT_EQ(classify(ci(1.08, 1.12), ns, o), "UNSURE");   // interval beyond, rank test unconvinced
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reports: verdicts and exit codes
+
+TEST(CompareReports, UnfusedAgainstReferenceIsFaster) {
+  const Comparison c = compare_reports(reference(), unfused(), CompareOptions{});
+  EXPECT_EQ(c.exit_code, kCompareOk) << c.result;
+  ASSERT_EQ(c.figures.size(), 2u);
+  for (const auto& f : c.figures) {
+    EXPECT_EQ(f.verdict, "FASTER") << f.figure << ": " << f.why;
+    EXPECT_LT(f.ci.hi, 0.44);
+    EXPECT_LT(f.mwu.p, 1e-30);
+  }
+  EXPECT_NEAR(figure(c, "gpu_span_us").median_base, 6148.038, 1e-6);
+  EXPECT_NEAR(figure(c, "gpu_span_us").median_new, 2640.4035, 1e-6);
+  EXPECT_TRUE(c.not_comparable.empty());
+  EXPECT_FALSE(c.forced);
+}
+
+TEST(CompareReports, ReferenceAgainstUnfusedIsASlowdown) {
+  const Comparison c = compare_reports(unfused(), reference(), CompareOptions{});
+  EXPECT_EQ(c.exit_code, kCompareSlower) << c.result;
+  for (const auto& f : c.figures) EXPECT_EQ(f.verdict, "SLOWER") << f.figure << ": " << f.why;
+  EXPECT_NEAR(figure(c, "gpu_span_us").ci.ratio, 6148.038 / 2640.4035, 1e-9);
+  const std::string table = format_comparison(c);
+  EXPECT_NE(table.find("SLOWER (+132.8%)"), std::string::npos) << table;
+  EXPECT_NE(table.find("result: exit 1"), std::string::npos) << table;
+}
+
+TEST(CompareReports, SameReportTwiceIsSame) {
+  const json u = unfused();
+  const Comparison c = compare_reports(u, u, CompareOptions{});
+  EXPECT_EQ(c.exit_code, kCompareOk);
+  for (const auto& f : c.figures) {
+    EXPECT_EQ(f.verdict, "SAME") << f.figure << ": " << f.why;
+    EXPECT_DOUBLE_EQ(f.ci.ratio, 1.0);
+    EXPECT_DOUBLE_EQ(f.mwu.p, 1.0);
+  }
+}
+
+TEST(CompareReports, ANoisySampleSetIsUnsureAndSaysHowManyMoreSamples) {
+  // 32 calls each, +-25% noise, NEW 4% slower: the interval straddles the 5% threshold.
+  const json base = with_samples(unfused(), noisy(2640, 660, 32, 11));
+  const json neu = with_samples(unfused(), noisy(2640 * 1.04, 660, 32, 12));
+  const Comparison c = compare_reports(base, neu, CompareOptions{});
+  const FigureComparison& f = figure(c, "gpu_span_us");
+  EXPECT_EQ(f.verdict, "UNSURE") << f.why;
+  EXPECT_LT(f.ci.lo, 1.05);
+  EXPECT_GT(f.ci.hi, 1.05);
+  ASSERT_TRUE(f.samples_needed_new.has_value());
+  EXPECT_GT(*f.samples_needed_new, 32u);
+  EXPECT_EQ(c.exit_code, kCompareOk) << "UNSURE is not a proven slowdown";
+  const std::string table = format_comparison(c);
+  EXPECT_NE(table.find("UNSURE"), std::string::npos);
+  EXPECT_NE(table.find("samples per report would tell"), std::string::npos) << table;
+  EXPECT_NE(table.find("--min-rounds"), std::string::npos) << table;
+  const json j = comparison_json(c);
+  EXPECT_TRUE(j["figures"][0]["samples_needed_new"].is_number());
+}
+
+TEST(CompareReports, ANoisyButLargeSameSetIsSame) {
+  // Same distribution, 640 calls each, 1% noise: the interval is narrow around 1.
+  const json base = with_samples(unfused(), noisy(2640, 26, 640, 21));
+  const json neu = with_samples(unfused(), noisy(2640, 26, 640, 22));
+  const Comparison c = compare_reports(base, neu, CompareOptions{});
+  EXPECT_EQ(figure(c, "gpu_span_us").verdict, "SAME") << figure(c, "gpu_span_us").why;
+  EXPECT_EQ(c.exit_code, kCompareOk);
+}
+
+TEST(CompareReports, ThresholdDecidesASmallSignificantSlowdown) {
+  // NEW 3% slower with tight samples: significant, but below a 5% threshold; above a 1% one.
+  const json base = with_samples(unfused(), noisy(2640, 10, 96, 31));
+  const json neu = with_samples(unfused(), noisy(2640 * 1.03, 10, 96, 32));
+  EXPECT_EQ(compare_reports(base, neu, CompareOptions{}).exit_code, kCompareOk);
+  CompareOptions strict;
+  strict.max_slowdown_pct = 1;
+  const Comparison c = compare_reports(base, neu, strict);
+  EXPECT_EQ(c.exit_code, kCompareSlower) << c.result;
+  EXPECT_EQ(figure(c, "gpu_span_us").verdict, "SLOWER");
+}
+
+TEST(CompareReports, CorrectnessRegressionExits2) {
+  const json base = unfused();
+  json neu = unfused();
+  neu["disposition"] = "Incorrect";
+  neu["reason"] = "worst relative error 1.43 is above the gate 0.1";
+  neu["correctness"]["worst_rel_err"] = 1.43;
+  Comparison c = compare_reports(base, neu, CompareOptions{});
+  EXPECT_EQ(c.exit_code, kCompareCorrectness) << c.result;
+  EXPECT_EQ(c.correctness_regressions.size(), 2u);  // the disposition and the gate crossing
+
+  // The error crossing the gate alone (a report whose disposition says Passed regardless).
+  json past_gate = unfused();
+  past_gate["correctness"]["worst_rel_err"] = 0.25;
+  c = compare_reports(base, past_gate, CompareOptions{});
+  EXPECT_EQ(c.exit_code, kCompareCorrectness) << c.result;
+  EXPECT_NE(c.result.find("at or past the gate 0.1"), std::string::npos) << c.result;
+
+  // NaN in the outputs (worst_rel_err null), and a crash with no timing: still 2, not 3.
+  json crashed = unfused();
+  crashed["disposition"] = "Crashed";
+  crashed["reason"] = "killed by signal 11";
+  crashed["correctness"]["worst_rel_err"] = nullptr;
+  crashed.erase("timing");
+  c = compare_reports(base, crashed, CompareOptions{});
+  EXPECT_EQ(c.exit_code, kCompareCorrectness) << c.result;
+
+  // A fail that stays a fail is no regression.
+  c = compare_reports(crashed, crashed, CompareOptions{});
+  EXPECT_NE(c.exit_code, kCompareCorrectness);
+}
+
+TEST(CompareReports, NotComparableExits3AndForceSaysSo) {
+  const json base = unfused();
+  struct Case {
+    const char* what;
+    std::function<void(json&)> change;
+  };
+  const Case cases[] = {
+      {"task", [](json& r) { r["task"] = "gemm-w4a16-nvfp4"; }},
+      {"config", [](json& r) { r["config"] = "tiny"; }},
+      {"fixtures", [](json& r) { r["fixtures"][1]["file_sha256"] = std::string(64, '0'); }},
+      {"GPU", [](json& r) { r["device"]["name"] = "NVIDIA H100 80GB HBM3"; }},
+  };
+  for (const Case& k : cases) {
+    json neu = reference();  // slower: forced, it must come out 1
+    k.change(neu);
+    Comparison c = compare_reports(base, neu, CompareOptions{});
+    EXPECT_EQ(c.exit_code, kCompareNotComparable) << k.what;
+    ASSERT_EQ(c.not_comparable.size(), 1u) << k.what;
+    EXPECT_EQ(c.not_comparable[0].rfind(k.what, 0), 0u) << c.not_comparable[0];
+    CompareOptions force;
+    force.force = true;
+    c = compare_reports(base, neu, force);
+    EXPECT_EQ(c.exit_code, kCompareSlower) << k.what;
+    EXPECT_TRUE(c.forced);
+    EXPECT_NE(format_comparison(c).find("FORCED (--force)"), std::string::npos);
+    EXPECT_TRUE(comparison_json(c)["forced"].get<bool>());
+    // Forced and faster: 0, still stated.
+    json faster = base;
+    k.change(faster);
+    c = compare_reports(reference(), faster, force);
+    EXPECT_EQ(c.exit_code, kCompareOk) << k.what;
+    EXPECT_TRUE(c.forced);
+  }
+}
+
+TEST(CompareReports, MissingTimingExits3UnlessForced) {
+  json neu = unfused();
+  neu.erase("timing");  // graded with --no-timing: passes, but nothing to compare
+  Comparison c = compare_reports(unfused(), neu, CompareOptions{});
+  EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
+  EXPECT_TRUE(c.figures.empty());
+  CompareOptions force;
+  force.force = true;
+  c = compare_reports(unfused(), neu, force);
+  EXPECT_EQ(c.exit_code, kCompareOk);
+  EXPECT_TRUE(c.forced);
+}
+
+TEST(CompareReports, IdentityDifferenceOutranksCorrectness) {
+  json neu = unfused();
+  neu["config"] = "tiny";
+  neu["disposition"] = "Incorrect";
+  EXPECT_EQ(compare_reports(unfused(), neu, CompareOptions{}).exit_code, kCompareNotComparable);
+  CompareOptions force;
+  force.force = true;
+  EXPECT_EQ(compare_reports(unfused(), neu, force).exit_code, kCompareCorrectness);
+}
+
+TEST(LoadReport, BadInputIsBadReport) {
+  TempDir t;
+  EXPECT_THROW(load_report(t.path() + "/missing.json"), BadReport);
+  EXPECT_THROW(load_report(t.path()), BadReport);
+  write_file_atomic(t.path() + "/notjson.json", "{\"schema\": \"nibble.report\", ");
+  EXPECT_THROW(load_report(t.path() + "/notjson.json"), BadReport);
+  write_file_atomic(t.path() + "/calib.json", R"({"schema": "nibble.calibration", "rows": []})");
+  try {
+    load_report(t.path() + "/calib.json");
+    FAIL() << "a calibration table is not a report";
+  } catch (const BadReport& e) {
+    EXPECT_NE(std::string(e.what()).find("not a nibble report"), std::string::npos) << e.what();
+  }
+  json r = unfused();
+  r["timing"]["gpu_span_us"]["samples"][3] = "fast";
+  write_file_atomic(t.path() + "/bad-samples.json", r.dump());
+  EXPECT_THROW(load_report(t.path() + "/bad-samples.json"), BadReport);
+  r = unfused();
+  r.erase("correctness");
+  write_file_atomic(t.path() + "/no-correctness.json", r.dump());
+  EXPECT_THROW(load_report(t.path() + "/no-correctness.json"), BadReport);
+  EXPECT_EQ(compare_files(t.path() + "/missing.json", data("reports/h200-unfused-full.json"), CompareOptions{}, false),
+            kCompareBadInput);
+  EXPECT_EQ(compare_files(data("reports/h200-unfused-full.json"), t.path() + "/calib.json", CompareOptions{}, true),
+            kCompareBadInput);
+}
+
+// ---------------------------------------------------------------------------------------------
+// `nibble report show`: the grade's summary from the report
+
+TEST(ReportShow, ReproducesTheGradeSummary) {
+  // What `nibble grade` printed for this run (harness/grade.cpp, "5. The summary a person reads").
+  const std::string expected =
+      "\nnibble grade  megakernel-int4-weight-decode / full  on NVIDIA H200\n"
+      "  solution     unfused  (/work/main/build-hopper/lib/libnibble_unfused.so)\n"
+      "  disposition  Passed: worst relative error 0.000224 < gate 0.1 (0.0022x the gate)\n"
+      "  seed 0       worst relative error 0.000139 over 8 steps (gate 0.1)\n"
+      "  seed 1       worst relative error 0.000224 over 8 steps (gate 0.1)\n"
+      "  time/token   2640.4 us median GPU span (q1 2633.3, q3 2651.7, n 96), host wall 2652.9 us, 283 kernels/step\n"
+      "  roofline     1.921 GB/step; floor 458.9 us at the measured copy bandwidth 4.19 TB/s -> 17.4% of it\n"
+      "  report       r.json  (8.35 s)\n";
+  EXPECT_EQ(format_summary(unfused(), "r.json"), expected);
+}
+
+TEST(ReportShow, AFailedGradeWithoutTiming) {
+  json r = unfused();
+  r["disposition"] = "Crashed";
+  r["reason"] = "killed by signal 11 (Segmentation fault) in decode_step";
+  r["correctness"]["worst_rel_err"] = nullptr;
+  r.erase("timing");
+  const std::string s = format_summary(r);
+  EXPECT_NE(s.find("disposition  Crashed: killed by signal 11"), std::string::npos) << s;
+  EXPECT_EQ(s.find("time/token"), std::string::npos) << s;
+  EXPECT_EQ(s.find("seed 0"), std::string::npos) << "the grade prints no per-seed line when the worst error is NaN";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through the `nibble` binary: every exit code, the JSON, the usage errors
+
+namespace {
+std::string nibble_exe() {
+  const char* b = std::getenv("NIBBLE_BINARY_DIR");
+  return std::string(b ? b : NIBBLE_TEST_BINARY_DIR) + "/bin/nibble";
+}
+struct CliRun {
+  int code;
+  std::string out;
+};
+CliRun run_nibble(std::vector<std::string> args, const TempDir& t) {
+  args.insert(args.begin(), nibble_exe());
+  const std::string log = t.path() + "/out.log";
+  std::error_code ec;
+  fs::remove(log, ec);
+  const ChildExit e = run_child(args, log, 120);
+  EXPECT_EQ(e.kind, ChildExit::Exited) << e.describe();
+  return {e.code, file_tail(log, 1 << 20)};
+}
+}  // namespace
+
+TEST(CompareCli, EveryExitCode) {
+  if (!fs::exists(nibble_exe())) GTEST_SKIP() << "nibble binary not built at " << nibble_exe();
+  TempDir t;
+  const std::string u = data("reports/h200-unfused-full.json"), r = data("reports/h200-reference-full.json");
+  CliRun x = run_nibble({"compare", r, u}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("FASTER"), std::string::npos) << x.out;
+  x = run_nibble({"compare", u, u}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("SAME"), std::string::npos) << x.out;
+  x = run_nibble({"compare", u, r}, t);
+  EXPECT_EQ(x.code, 1) << x.out;
+  EXPECT_NE(x.out.find("SLOWER"), std::string::npos) << x.out;
+
+  json bad = load_report(u);
+  bad["disposition"] = "Incorrect";
+  write_file_atomic(t.path() + "/incorrect.json", bad.dump());
+  x = run_nibble({"compare", u, t.path() + "/incorrect.json"}, t);
+  EXPECT_EQ(x.code, 2) << x.out;
+
+  json h100 = load_report(r);
+  h100["device"]["name"] = "NVIDIA H100 80GB HBM3";
+  write_file_atomic(t.path() + "/h100.json", h100.dump());
+  x = run_nibble({"compare", u, t.path() + "/h100.json"}, t);
+  EXPECT_EQ(x.code, 3) << x.out;
+  EXPECT_NE(x.out.find("GPU: BASE NVIDIA H200, NEW NVIDIA H100"), std::string::npos) << x.out;
+  x = run_nibble({"compare", u, t.path() + "/h100.json", "--force"}, t);
+  EXPECT_EQ(x.code, 1) << x.out;
+  EXPECT_NE(x.out.find("FORCED"), std::string::npos) << x.out;
+
+  x = run_nibble({"compare", u, t.path() + "/nonexistent.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("no such file"), std::string::npos) << x.out;
+  write_file_atomic(t.path() + "/other.json", R"({"schema": "something.else"})");
+  x = run_nibble({"compare", t.path() + "/other.json", u}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("not a nibble report"), std::string::npos) << x.out;
+  // A bad command line is bad input too: 4, never 2 (which means a correctness regression).
+  x = run_nibble({"compare", u}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  x = run_nibble({"compare", u, r, "--alpha", "abc"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  x = run_nibble({"compare", u, r, "--alpha", "2"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  x = run_nibble({"compare", u, r, "--frobnicate"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  x = run_nibble({"compare", "--help"}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("Exit codes"), std::string::npos) << x.out;
+}
+
+TEST(CompareCli, JsonOutputParsesAndCarriesTheVerdicts) {
+  if (!fs::exists(nibble_exe())) GTEST_SKIP() << "nibble binary not built at " << nibble_exe();
+  TempDir t;
+  const std::string u = data("reports/h200-unfused-full.json"), r = data("reports/h200-reference-full.json");
+  const std::vector<std::string> args = {nibble_exe(), "compare", u, r, "--json", "--max-slowdown", "10"};
+  const ChildExit e = run_child(args, t.path() + "/json.out", 120);
+  ASSERT_EQ(e.kind, ChildExit::Exited);
+  EXPECT_EQ(e.code, 1);
+  const json j = json::parse(read_file(t.path() + "/json.out"));  // stdout only: no stderr line for a slowdown
+  EXPECT_EQ(j["schema"], "nibble.compare");
+  EXPECT_EQ(j["exit_code"], 1);
+  EXPECT_EQ(j["options"]["max_slowdown_pct"], 10.0);
+  ASSERT_EQ(j["figures"].size(), 2u);
+  EXPECT_EQ(j["figures"][0]["figure"], "gpu_span_us");
+  EXPECT_EQ(j["figures"][0]["verdict"], "SLOWER");
+  EXPECT_NEAR(j["figures"][0]["ratio"].get<double>(), 2.3284, 1e-4);
+}
+
+TEST(ReportCli, ShowAndHtml) {
+  if (!fs::exists(nibble_exe())) GTEST_SKIP() << "nibble binary not built at " << nibble_exe();
+  TempDir t;
+  const std::string u = data("reports/h200-unfused-full.json"), r = data("reports/h200-reference-full.json");
+  CliRun x = run_nibble({"report", "show", u}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("time/token   2640.4 us median GPU span"), std::string::npos) << x.out;
+  x = run_nibble({"report", "html", u, r, "-o", t.path() + "/r.html"}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_GT(fs::file_size(t.path() + "/r.html"), 10000u);
+  x = run_nibble({"report", "html", u}, t);  // no -o
+  EXPECT_EQ(x.code, 4) << x.out;
+  x = run_nibble({"report", "show", t.path() + "/nonexistent.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  x = run_nibble({"report"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+}

@@ -1,0 +1,276 @@
+// test_html_report.cpp: `nibble report html`: the page carries the key figures, its markup is
+// balanced (the SVG must be well-formed XML to render at all), every report string is escaped, and
+// headless Chromium renders it (Debian package `chromium`; skipped with the reason without it).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <unistd.h>
+
+#include "harness/atomic_file.h"
+#include "harness/compare.h"
+#include "harness/html_report.h"
+#include "harness/process.h"
+#include "harness/report_view.h"
+
+using namespace nibble;
+using json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string data(const std::string& name) {
+  const char* s = std::getenv("NIBBLE_SOURCE_DIR");
+  return std::string(s ? s : NIBBLE_TEST_SOURCE_DIR) + "/tests/data/" + name;
+}
+json unfused() { return load_report(data("reports/h200-unfused-full.json")); }
+json reference() { return load_report(data("reports/h200-reference-full.json")); }
+
+/** Text of the element with id="<id>" (no nested tags), or "" when absent. */
+std::string by_id(const std::string& html, const std::string& id) {
+  std::smatch m;
+  const std::regex re("id=\"" + id + "\">([^<]*)<");
+  return std::regex_search(html, m, re) ? m[1].str() : "";
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+/**
+ * Checks that every element is closed in order (void HTML elements and `<x/>` excepted), that no
+ * `<` or `&` stands loose in text, and that every attribute value is quoted. Returns "" when
+ * balanced, else what is wrong and where.
+ */
+std::string markup_problem(const std::string& s) {
+  static const std::set<std::string> void_elems = {"meta", "br", "hr", "img", "input", "link"};
+  std::vector<std::string> stack;
+  size_t i = 0;
+  while (i < s.size()) {
+    if (s[i] == '&') {
+      const size_t semi = s.find(';', i);
+      if (semi == std::string::npos || semi - i > 8) return "loose & at " + std::to_string(i);
+      i = semi + 1;
+      continue;
+    }
+    if (s[i] != '<') {
+      if (s[i] == '>') return "loose > at " + std::to_string(i);
+      ++i;
+      continue;
+    }
+    if (s.compare(i, 4, "<!--") == 0) {
+      i = s.find("-->", i);
+      if (i == std::string::npos) return "unclosed comment";
+      i += 3;
+      continue;
+    }
+    const size_t end = s.find('>', i);
+    if (end == std::string::npos) return "unclosed tag at " + std::to_string(i);
+    std::string tag = s.substr(i + 1, end - i - 1);
+    i = end + 1;
+    if (tag.rfind("!DOCTYPE", 0) == 0) continue;
+    if (tag.find('<') != std::string::npos) return "'<' inside tag <" + tag + ">";
+    // The content of <style> is CSS, not markup.
+    if (tag == "style") {
+      const size_t close = s.find("</style>", i);
+      if (close == std::string::npos) return "unclosed <style>";
+      i = close + 8;
+      continue;
+    }
+    if (!tag.empty() && tag[0] == '/') {
+      const std::string name = tag.substr(1);
+      if (stack.empty() || stack.back() != name)
+        return "</" + name + "> closes <" + (stack.empty() ? std::string("nothing") : stack.back()) + ">";
+      stack.pop_back();
+      continue;
+    }
+    const bool self_closing = !tag.empty() && tag.back() == '/';
+    const std::string name = tag.substr(0, tag.find_first_of(" \n/"));
+    // Attributes: name="value" pairs only (no unquoted values).
+    const std::string attrs = tag.substr(name.size(), tag.size() - name.size() - (self_closing ? 1 : 0));
+    static const std::regex attr_re(R"(^(\s+[A-Za-z_:][-A-Za-z0-9_:.]*="[^"]*")*\s*$)");
+    if (!std::regex_match(attrs, attr_re)) return "malformed attributes in <" + tag + ">";
+    if (self_closing || void_elems.count(name)) continue;
+    stack.push_back(name);
+  }
+  return stack.empty() ? "" : "unclosed <" + stack.back() + ">";
+}
+
+}  // namespace
+
+TEST(HtmlReport, KeyFiguresOfTheUnfusedReport) {
+  const std::string html = render_html_report(unfused(), "h200-unfused-full.json");
+  EXPECT_EQ(by_id(html, "disposition"), "Passed");
+  EXPECT_EQ(by_id(html, "reason"), "worst relative error 0.000224 &lt; gate 0.1 (0.0022x the gate)");
+  EXPECT_EQ(by_id(html, "median-us"), "2640.4");
+  EXPECT_EQ(by_id(html, "floor-measured-us"), "458.9");
+  EXPECT_EQ(by_id(html, "floor-theoretical-us"), "399.0");
+  EXPECT_EQ(by_id(html, "worst-rel-err"), "0.000224");
+  EXPECT_EQ(by_id(html, "gate"), "0.1");
+  EXPECT_EQ(by_id(html, "fraction-measured-bw"), "17.4");
+  // Four charts: error vs gate, per position, histogram, roofline.
+  EXPECT_EQ(count(html, "<svg "), 4u);
+  // The anchors: the seed's drop-the-feature points and GPU-FACTS' PyTorch times.
+  for (const char* s : {"nibble order swapped 1.43", "one scale/zero per row 1.51", "zero point ignored 10.2",
+                        "most precise legitimate variant 0.049", "4160.0 us", "5340.0 us", "x the measured floor"})
+    EXPECT_NE(html.find(s), std::string::npos) << s;
+  // Self-contained: nothing to fetch, nothing to run. (The SVG namespace URI names, never fetches.)
+  const std::string stripped = std::regex_replace(html, std::regex("http://www\\.w3\\.org/2000/svg"), "");
+  for (const char* s : {"<script", "http://", "https://", "src=", "<link", "url("}) EXPECT_EQ(stripped.find(s), std::string::npos) << s;
+}
+
+TEST(HtmlReport, MarkupIsBalancedAndSvgWellFormed) {
+  const json u = unfused(), r = reference();
+  const Comparison c = compare_reports(r, u, CompareOptions{});
+  for (const std::string& html : {render_html_report(u, "u.json"), render_html_report(u, "u.json", &r, "r.json", &c),
+                                  render_html_report(r, "r.json")}) {
+    EXPECT_EQ(markup_problem(html), "");
+    // Each SVG on its own, as an XML parser (the browser's, for an inline SVG's text) sees it.
+    for (size_t p = html.find("<svg "); p != std::string::npos; p = html.find("<svg ", p + 1)) {
+      const size_t e = html.find("</svg>", p);
+      ASSERT_NE(e, std::string::npos);
+      const std::string svg = html.substr(p, e + 6 - p);
+      EXPECT_EQ(markup_problem(svg), "") << svg.substr(0, 200);
+      EXPECT_EQ(count(svg, "<svg"), 1u);
+      EXPECT_EQ(svg.find("nan"), std::string::npos) << "a NaN coordinate: " << svg.substr(0, 300);
+      EXPECT_EQ(svg.find("inf"), std::string::npos) << "an infinite coordinate";
+    }
+  }
+}
+
+TEST(HtmlReport, WithABaseShowsTheComparison) {
+  const json u = unfused(), r = reference();
+  const Comparison c = compare_reports(r, u, CompareOptions{});
+  const std::string html = render_html_report(u, "u.json", &r, "r.json", &c);
+  EXPECT_EQ(by_id(html, "compare-exit"), "0");
+  EXPECT_EQ(count(html, "class=\"verdict good\" data-figure=\"gpu_span_us\">FASTER<"), 1u) << html.substr(html.find("compare-table"), 1500);
+  EXPECT_EQ(count(html, "data-figure=\"host_wall_us\">FASTER<"), 1u);
+  EXPECT_EQ(count(html, "<svg "), 5u);  // + the strip plot of both sample sets
+  EXPECT_NE(html.find("BASE (reference-fp32-cublas)"), std::string::npos);  // on the roofline bar
+  const Comparison slower = compare_reports(u, r, CompareOptions{});
+  const std::string h2 = render_html_report(r, "r.json", &u, "u.json", &slower);
+  EXPECT_EQ(by_id(h2, "compare-exit"), "1");
+  EXPECT_EQ(count(h2, ">SLOWER<"), 2u);
+}
+
+TEST(HtmlReport, EscapesEveryStringFromTheReport) {
+  json u = unfused();
+  const std::string evil = "<script>alert(\"x\")</script>&'";
+  u["solution"]["name"] = evil;
+  u["reason"] = evil;
+  u["device"]["name"] = evil;
+  u["argv"][0] = evil;
+  u["calibration"]["rows"] = json::array({{{"variant", evil}, {"worst", 1.5}, {"expected", "FAIL"}}});
+  const std::string html = render_html_report(u, evil);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_NE(html.find("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&#39;"), std::string::npos);
+  EXPECT_EQ(markup_problem(html), "");
+}
+
+TEST(HtmlReport, CalibrationRowsReplaceTheSeedPoints) {
+  json u = unfused();
+  u["calibration"]["rows"] = json::array({{{"variant", "bf16_dequant"}, {"worst", 0.031}, {"expected", "PASS"}},
+                                          {{"variant", "swap_nibbles"}, {"worst", 1.38}, {"expected", "FAIL"}}});
+  const auto a = error_anchors(u);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_TRUE(a[0].must_pass);
+  const std::string html = render_html_report(u, "u.json");
+  EXPECT_NE(html.find("swap_nibbles 1.38"), std::string::npos);
+  EXPECT_EQ(html.find("nibble order swapped"), std::string::npos);
+  EXPECT_EQ(error_anchors(unfused()).size(), 4u);
+}
+
+TEST(HtmlReport, AFailedGradeWithoutTimingStillRenders) {
+  json u = unfused();
+  u["disposition"] = "Crashed";
+  u["reason"] = "killed by signal 11 (Segmentation fault) in decode_step";
+  u["correctness"]["worst_rel_err"] = nullptr;
+  u.erase("timing");
+  const std::string html = render_html_report(u, "u.json");
+  EXPECT_EQ(by_id(html, "disposition"), "Crashed");
+  EXPECT_EQ(by_id(html, "median-us"), "n/a");
+  EXPECT_EQ(by_id(html, "worst-rel-err"), "NaN");
+  EXPECT_NE(html.find("verdict-box fail"), std::string::npos);
+  EXPECT_EQ(markup_problem(html), "");
+  EXPECT_TRUE(time_anchors(u).size() == 2u);
+  json tiny = unfused();
+  tiny["config"] = "tiny";
+  EXPECT_TRUE(time_anchors(tiny).empty()) << "the PyTorch anchors are for the full config only";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Headless Chromium
+
+namespace {
+std::string find_on_path(const std::string& exe) {
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "");
+  std::string dir;
+  while (std::getline(ss, dir, ':'))
+    if (!dir.empty() && access((dir + "/" + exe).c_str(), X_OK) == 0) return dir + "/" + exe;
+  return "";
+}
+
+/** PNG width and height from the IHDR chunk; {0, 0} when not a PNG. */
+std::pair<uint32_t, uint32_t> png_size(const std::string& bytes) {
+  static const std::string sig("\x89PNG\r\n\x1a\n", 8);
+  if (bytes.size() < 24 || bytes.compare(0, 8, sig) != 0 || bytes.compare(12, 4, "IHDR") != 0) return {0, 0};
+  auto be32 = [&](size_t o) {
+    return (uint32_t(uint8_t(bytes[o])) << 24) | (uint32_t(uint8_t(bytes[o + 1])) << 16) | (uint32_t(uint8_t(bytes[o + 2])) << 8) |
+           uint32_t(uint8_t(bytes[o + 3]));
+  };
+  return {be32(16), be32(20)};
+}
+}  // namespace
+
+TEST(HtmlReportChromium, RendersToAScreenshotAndTheDomHasTheFigures) {
+  const std::string chromium = find_on_path("chromium");
+  if (chromium.empty())
+    GTEST_SKIP() << "chromium is not on PATH (Debian package `chromium`; scripts/setup.sh installs it): "
+                    "the page is not rendered in a browser here";
+  TempDir t("nibble-chromium");
+  const json u = unfused(), r = reference();
+  const Comparison c = compare_reports(r, u, CompareOptions{});
+  write_file_atomic(t.path() + "/report.html", render_html_report(u, "h200-unfused-full.json", &r, "h200-reference-full.json", &c));
+  const std::string url = "file://" + t.path() + "/report.html";
+  const std::vector<std::string> common = {chromium, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
+                                           "--user-data-dir=" + t.path() + "/profile", "--hide-scrollbars"};
+
+  // The DOM as the browser parsed it: the ids must be there, with their values.
+  std::vector<std::string> dump = common;
+  dump.insert(dump.end(), {"--dump-dom", url});
+  const ChildExit d = run_child(dump, t.path() + "/dom.html", 120);
+  ASSERT_EQ(d.kind, ChildExit::Exited) << d.describe();
+  ASSERT_EQ(d.code, 0) << file_tail(t.path() + "/dom.html");
+  const std::string dom = read_file(t.path() + "/dom.html");
+  EXPECT_EQ(by_id(dom, "disposition"), "Passed");
+  EXPECT_EQ(by_id(dom, "median-us"), "2640.4");
+  EXPECT_EQ(by_id(dom, "floor-measured-us"), "458.9");
+  EXPECT_EQ(by_id(dom, "compare-exit"), "0");
+  EXPECT_EQ(count(dom, "</svg>"), 5u) << "every SVG parsed into the DOM";
+
+  std::vector<std::string> shot = common;
+  const std::string png = t.path() + "/report.png";
+  shot.insert(shot.end(), {"--screenshot=" + png, "--window-size=1200,1600", url});
+  const ChildExit s = run_child(shot, t.path() + "/shot.log", 120);
+  ASSERT_EQ(s.kind, ChildExit::Exited) << s.describe();
+  ASSERT_EQ(s.code, 0) << file_tail(t.path() + "/shot.log");
+  ASSERT_TRUE(fs::exists(png)) << file_tail(t.path() + "/shot.log");
+  const std::string bytes = read_file(png);
+  const auto [w, h] = png_size(bytes);
+  EXPECT_EQ(w, 1200u);
+  EXPECT_EQ(h, 1600u);
+  // A blank 1200x1600 page compresses to a few kB; text and charts take far more.
+  EXPECT_GT(bytes.size(), 60000u) << "the screenshot looks empty";
+  if (const char* keep = std::getenv("NIBBLE_SCREENSHOT_OUT")) {
+    fs::create_directories(fs::path(keep).parent_path());
+    fs::copy_file(png, keep, fs::copy_options::overwrite_existing);
+    std::printf("screenshot kept at %s\n", keep);
+  }
+}
