@@ -17,7 +17,7 @@ step build
 [ -x build-hopper/bin/nibble ] || { echo "build failed"; exit 1; }
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   step "gpu tests"
-  ctest --preset hopper -L "${TEST_LABEL:-gpu}" -j 1 --output-on-failure > "$out/ctest-gpu.log" 2>&1 || status=1
+  ctest --preset hopper -L "${TEST_LABEL:-gpu}" ${CTEST_ARGS:-} -j 1 --output-on-failure -V > "$out/ctest-gpu.log" 2>&1 || status=1
   grep -E "tests passed|Test +#|rel|error" "$out/ctest-gpu.log" | tail -40
 fi
 config=${NIBBLE_CONFIG:-full}
@@ -31,4 +31,8 @@ for sol in ${SOLUTIONS:-unfused reference}; do
   build-hopper/bin/nibble grade --config "$config" --seeds 0,1 -q \
     --solution "build-hopper/lib/libnibble_${sol}.so" --out "$out/${sol}-${config}.json" || status=1
 done
+if [ "${CALIBRATE:-0}" = 1 ]; then
+  step "calibrate ($config)"
+  build-hopper/bin/nibble calibrate --config "$config" --seeds 0,1 -q --out "$out/calibration-${config}.json" || status=1
+fi
 exit $status
