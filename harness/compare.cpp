@@ -6,8 +6,6 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
-#include <numeric>
-#include <set>
 #include <sstream>
 #include <stdexcept>
 

@@ -5,7 +5,7 @@
 // the pair google/benchmark's tools/compare.py reports (it calls scipy.stats.mannwhitneyu; C++ has
 // no such library here, so both are implemented below and tested against scipy's numbers).
 //
-// Exit codes (the CI contract; the README repeats them):
+// Exit codes (the CI contract):
 //   0  no significant slowdown beyond --max-slowdown (SAME, FASTER, or UNSURE)
 //   1  a figure is SLOWER
 //   2  a correctness regression: BASE Passed and NEW not, or NEW's worst relative error at or past

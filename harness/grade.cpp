@@ -360,6 +360,42 @@ int grade_main(const GradeOptions& opt) {
     reason = !finite || std::isnan(worst) ? "NaN or Inf in the candidate's logits or appended K/V"
                                           : "worst relative error " + fmt(worst) + " is above the gate " + fmt(cfg.gate);
   }
+  // Where the candidate sits in the drop-the-feature table: the newest committed calibration of
+  // this config (or --calibration FILE), so a reader sees whether a pass is comfortable or marginal.
+  json calib_ctx;
+  {
+    std::string cal = opt.calibration;
+    if (cal.empty()) {
+      std::error_code ec;
+      const fs::path reports = fs::path(NIBBLE_SOURCE_DIR) / "reports";
+      if (fs::is_directory(reports, ec))
+        for (const auto& dir : fs::directory_iterator(reports, ec)) {
+          const fs::path f = dir.path() / ("calibration-" + cfg.name + ".json");
+          if (fs::exists(f, ec)) cal = f.string();
+        }
+    }
+    if (!cal.empty()) {
+      try {
+        const json c = json::parse(read_file(cal));
+        double legit = 0, dropped = INFINITY;
+        for (const auto& row : c.at("rows")) {
+          if (row.at("worst").is_null()) continue;
+          const double w = row.at("worst").get<double>();
+          if (row.at("expected") == "PASS") legit = std::max(legit, w);
+          else dropped = std::min(dropped, w);
+        }
+        calib_ctx = {{"source", cal}, {"device", c.contains("device") ? c["device"].value("name", "") : "cpu oracle"},
+                     {"legitimate_variants_worst", legit}, {"dropped_feature_variants_best", dropped}};
+        if (!std::isnan(worst)) {
+          calib_ctx["candidate_worst"] = worst;
+          calib_ctx["candidate_over_legitimate_worst"] = legit > 0 ? worst / legit : INFINITY;
+        }
+      } catch (const std::exception& e) {
+        calib_ctx = {{"source", cal}, {"error", e.what()}};
+      }
+    }
+  }
+  if (!calib_ctx.is_null()) correctness["calibration"] = calib_ctx;
   report["correctness"] = correctness;
 
   // 4. Timing against the roofline floor.
@@ -454,6 +490,10 @@ int grade_main(const GradeOptions& opt) {
   o << "\nnibble grade  " << opt.task << " / " << cfg.name << "  on " << device.value("name", "?") << "\n";
   o << "  solution     " << sol.value("name", std::string("?")) << "  (" << solution << ")\n";
   o << "  disposition  " << disposition << ": " << reason << "\n";
+  if (calib_ctx.contains("legitimate_variants_worst"))
+    o << "  calibration  legitimate precision variants reach " << fmt(calib_ctx["legitimate_variants_worst"].get<double>())
+      << ", dropped features start at " << fmt(calib_ctx["dropped_feature_variants_best"].get<double>()) << " (gate "
+      << fmt(cfg.gate) << ")\n";
   if (!std::isnan(worst) && !per_seed.empty()) {
     for (const auto& s : per_seed)
       if (s.contains("worst_rel_err"))

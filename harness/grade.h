@@ -27,6 +27,7 @@ struct GradeOptions {
   std::string dump_dir;              // reference and candidate outputs of every checked step
   std::string gbench_json;           // also write the timing in Google Benchmark's JSON format
   std::string history;               // append one JSON line per grade
+  std::string calibration;           // calibrate JSON for the report's context (default: reports/*/calibration-<config>.json)
   double timeout_seconds = 900;      // per child process
   double step_timeout_seconds = 20;  // per decode_step call, in the child
   double build_timeout_seconds = 600;

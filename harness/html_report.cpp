@@ -217,8 +217,9 @@ std::string error_chart(const json& report) {
     o << text(start + lw / 2, ly, lab, "middle", 10, col);
   }
   // The candidate, above the axis.
-  const double cx = nan ? R : X(w);
-  const std::string clab = nan ? "this solution: NaN/Inf" : w == 0 ? "this solution: 0 (bit-exact)"
+  const bool unchecked = std::isnan(w) && !nan;  // no outputs were compared (the grade stopped before)
+  const double cx = nan ? R : unchecked ? L : X(w);
+  const std::string clab = unchecked ? "this solution: not checked" : nan ? "this solution: NaN/Inf" : w == 0 ? "this solution: 0 (bit-exact)"
                                                                     : "this solution: " + err_str(w) +
                                                                           (std::isnan(gate) ? "" : " (" + fmt_g(w / gate, 2) + "x the gate)");
   o << circle(cx, axis_y - 14, 7, kCand, "stroke=\"#fff\" stroke-width=\"2\"");
@@ -267,7 +268,8 @@ std::string positions_chart(const json& report, const json* base) {
   const double pad = std::max((hi - lo) * 0.08, hi * 0.002);
   lo -= pad;
   hi += pad;
-  const double p0 = med.front().first, p1 = std::max(med.back().first, p0 + 1);
+  // Half a position of margin each side, so the first and last calls sit off the axes.
+  const double p0 = med.front().first - 0.5, p1 = med.back().first + 0.5;
   const int W = 1000, H = 300, L = 70, R = 970, T = 20, B = 250;
   auto X = [&](double p) { return L + (p - p0) / (p1 - p0) * (R - L); };
   auto Y = [&](double us) { return B - (us - lo) / (hi - lo) * (B - T); };
@@ -304,7 +306,7 @@ std::string positions_chart(const json& report, const json* base) {
   if (!bmed.empty() && !show_base) {
     const auto bs = figure_samples(*base, "gpu_span_us");
     return o.str() + "<p class=\"note\">BASE (median " + html_escape(us_str(median_of(bs))) +
-           " us) is off this scale; the comparison below has it.</p>\n";
+           " us) is off this scale; the roofline bar and the comparison above have it.</p>\n";
   }
   return o.str();
 }
@@ -314,7 +316,8 @@ std::string histogram_chart(const json& report) {
   std::vector<double> s = figure_samples(report, "gpu_span_us");
   std::sort(s.begin(), s.end());
   const Summary sm = summarize(s);
-  const int bins = std::clamp(int(std::ceil(std::sqrt(double(s.size())))), 8, 40);
+  // About 2 sqrt(n) bins: the samples are mostly one tight mode plus a few slow outliers.
+  const int bins = std::clamp(int(std::ceil(2 * std::sqrt(double(s.size())))), 12, 48);
   double lo = sm.min, hi = sm.max;
   if (!(hi > lo)) lo -= 0.5, hi += 0.5;
   const double bw = (hi - lo) / bins;
@@ -379,7 +382,8 @@ std::string strip_chart(const json& report, const json& base) {
     }
     const double m = median_of(*r.v);
     o << line(X(m), r.y - 18, X(m), r.y + 18, "#111", 2.5);
-    o << text(X(m) + 6, r.y - 8, "median " + us_str(m) + " us", "start", 11, "#111");
+    const bool right = X(m) > (L + R) / 2.0;
+    o << text(X(m) + (right ? -8 : 8), r.y - 8, "median " + us_str(m) + " us", right ? "end" : "start", 11, "#111");
   }
   for (double v : nice_ticks(lo, hi, 8))
     o << line(X(v), 125, X(v), 130, "#444") << text(X(v), 143, tick_label(v), "middle", 10, "#555");
@@ -408,12 +412,12 @@ std::string roofline_chart(const json& report, const json* base, const std::stri
     const auto bs = figure_samples(*base, "gpu_span_us");
     if (!bs.empty()) bars.push_back({"BASE (" + base_name + ")", median_of(bs), kBase, false});
   }
-  for (const auto& a : time_anchors(report)) bars.push_back({a.name + " (GPU-FACTS)", a.us, kAnchor, false});
+  for (const auto& a : time_anchors(report)) bars.push_back({a.name, a.us, kAnchor, false});
   if (bars.empty()) return "";
   std::stable_sort(bars.begin(), bars.end(), [](const Bar& a, const Bar& b) { return a.us < b.us; });
   double mx = 0;
   for (auto& b : bars) mx = std::max(mx, b.us);
-  const int W = 1000, L = 290, R = 830, rowh = 30, T = 10;
+  const int W = 1000, L = 300, R = 730, rowh = 30, T = 10;
   const int H = T + rowh * int(bars.size()) + 40;
   auto X = [&](double us) { return L + us / (mx * 1.02) * (R - L); };
   std::ostringstream o;
@@ -514,7 +518,7 @@ h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid #ddd; padding
 .verdict-box .disp { font-size: 22px; font-weight: bold; margin-right: 10px; }
 .pass .disp { color: #2e7d32; } .fail .disp { color: #c62828; }
 .figures { display: flex; flex-wrap: wrap; gap: 10px; margin: 10px 0; }
-.fig { border: 1px solid #ddd; border-radius: 6px; padding: 8px 12px; min-width: 150px; }
+.fig { flex: 1 1 0; border: 1px solid #ddd; border-radius: 6px; padding: 8px 12px; min-width: 110px; }
 .fig .k { color: #666; font-size: 12px; } .fig .v { font-size: 20px; font-weight: bold; }
 table { border-collapse: collapse; font-size: 13px; }
 table.grid td, table.grid th { border: 1px solid #ddd; padding: 4px 8px; text-align: left; }
@@ -522,6 +526,7 @@ table.kv th { text-align: left; padding: 2px 12px 2px 0; color: #555; font-weigh
 table.kv td { padding: 2px 0; word-break: break-all; }
 .good { color: #2e7d32; font-weight: bold; } .bad { color: #c62828; font-weight: bold; } .warn { color: #b26a00; font-weight: bold; }
 .note { color: #666; font-size: 12px; }
+ul.why { font-size: 13px; } table.grid { margin: 8px 0; }
 svg { display: block; max-width: 100%; height: auto; font-family: system-ui, Helvetica, Arial, sans-serif; }
 code { font-size: 12px; }
 )CSS";
@@ -573,24 +578,26 @@ std::string render_html_report(const json& report, const std::string& report_lab
     << "; green must pass, red must fail.</p>\n";
   o << error_chart(report);
 
+  // Speed: against the floor and the anchors first, then the comparison, then the detail.
   if (!span.empty()) {
-    o << "<h2>Time per decode step across the positions</h2>\n<p class=\"note\">"
-      << html_escape(t.contains("steps_per_round") ? t["steps_per_round"].dump() : std::string("?"))
-      << " steps per round, " << (t.contains("rounds") ? t["rounds"].dump() : std::string("?"))
-      << " rounds; every call at its KV position (the attention work grows with it).</p>\n";
+    o << "<h2>Against the roofline</h2>\n<p class=\"note\">Bytes a step must move: "
+      << html_escape(fmt_g(num(t, "bytes_per_step") / 1e9, 4)) << " GB. Floors: those bytes at the copy bandwidth measured in this run and at "
+      << "the datasheet bandwidth." << (time_anchors(report).empty() ? "" : " Purple: PyTorch on the same GPU and shapes (shared/GPU-FACTS.md).")
+      << "</p>\n";
+    o << roofline_chart(report, base, base ? solution_name(*base) : "");
+  } else {
+    o << "<h2>Timing</h2>\n<p class=\"note\">This report has no timing (not timed, or the grade stopped before it).</p>\n";
+  }
+  if (base && cmp) o << comparison_section(*cmp);
+  if (!span.empty()) {
+    auto field = [&](const char* k) { return html_escape(t.contains(k) ? (t[k].is_string() ? t[k].get<std::string>() : t[k].dump()) : "?"); };
+    o << "<h2>Time per decode step across the positions</h2>\n<p class=\"note\">" << field("steps_per_round") << " steps per round, "
+      << field("rounds") << " rounds; every call at its KV position (the attention work grows with it).</p>\n";
     o << positions_chart(report, base);
     o << "<h2>Distribution of the samples</h2>\n";
     o << histogram_chart(report);
     if (base) o << strip_chart(report, *base);
-    o << "<h2>Against the roofline</h2>\n<p class=\"note\">Bytes a step must move: "
-      << html_escape(fmt_g(num(t, "bytes_per_step") / 1e9, 4)) << " GB. Floors: those bytes at the copy bandwidth measured in this run and at "
-      << "the datasheet bandwidth. Anchors: published times for the same work on the same GPU.</p>\n";
-    o << roofline_chart(report, base, base ? (base->is_object() ? solution_name(*base) : "") : "");
-  } else {
-    o << "<h2>Timing</h2>\n<p class=\"note\">This report has no timing (not timed, or the grade stopped before it).</p>\n";
   }
-
-  if (base && cmp) o << comparison_section(*cmp);
 
   // Provenance.
   o << "<h2>How this report was made</h2>\n<table class=\"kv\">\n";

@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
   grade->add_option("--out", g.out, "Report path (written atomically)")->capture_default_str();
   grade->add_option("--dump", g.dump_dir, "Write reference and candidate logits + appended K/V of every checked step here");
   grade->add_option("--gbench-json", g.gbench_json, "Also write the timing in Google Benchmark's JSON format");
+  grade->add_option("--calibration", g.calibration, "nibble calibrate JSON giving the report its context (default: the committed one)");
   grade->add_option("--history", g.history, "Append one JSON line (commit, date, GPU, solution, median, worst error)");
   grade->add_option("--reference", g.reference, "Reference .so (default: the bundled fp32 cuBLAS reference)");
   grade->add_option("--timeout", g.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str();

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "fixtures/safetensors.h"
 #include "gpu_test_util.h"
 #include "harness/atomic_file.h"
 #include "harness/process.h"
@@ -108,4 +109,32 @@ TEST(GradeGpu, AbiMismatchAndMissingSymbol) {
   g = grade(bad("missing_teardown"));
   EXPECT_EQ(g.code, 1) << g.output;
   EXPECT_EQ(g.report["disposition"], "MissingSymbol");
+}
+
+TEST(GradeGpu, DumpWritesBothSidesOfEveryCheckedStep) {
+  NIBBLE_REQUIRE_GPU();
+  TempDir dump;
+  const Graded g = grade(lib("nibble_unfused"), {"--no-timing", "--seeds", "0", "--dump", dump.path()});
+  ASSERT_EQ(g.code, 0) << g.output;
+  for (const char* who : {"reference", "candidate"}) {
+    SafetensorsFile f(dump.path() + "/seed0-" + who + ".safetensors");
+    for (int s = 0; s < 8; ++s)
+      for (const char* t : {".logits", ".k", ".v"}) EXPECT_TRUE(f.has("step" + std::to_string(s) + t)) << who << s << t;
+  }
+}
+
+TEST(GradeGpu, HistoryAndGoogleBenchmarkJson) {
+  NIBBLE_REQUIRE_GPU();
+  TempDir t;
+  const Graded g = grade(lib("nibble_unfused"), {"--seeds", "0", "--min-rounds", "1", "--max-rounds", "1", "--history",
+                                                 t.path() + "/h.jsonl", "--gbench-json", t.path() + "/gb.json"});
+  ASSERT_EQ(g.code, 0) << g.output;
+  const json h = json::parse(read_file(t.path() + "/h.jsonl"));
+  EXPECT_EQ(h["disposition"], "Passed");
+  EXPECT_GT(h["median_us"].get<double>(), 0.0);
+  const json gb = json::parse(read_file(t.path() + "/gb.json"));
+  ASSERT_TRUE(gb.contains("benchmarks"));
+  int iterations = 0;
+  for (const auto& b : gb["benchmarks"]) iterations += b["run_type"] == "iteration";
+  EXPECT_EQ(iterations, 2 * 32);  // gpu span and host wall, one entry per timed call
 }
