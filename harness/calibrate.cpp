@@ -22,7 +22,6 @@
 #include "harness/atomic_file.h"
 #include "harness/grade_common.h"
 #include "harness/process.h"
-#include "harness/provenance.h"
 #include "harness/stats.h"
 #include "reference/oracle_fp64.h"
 #include "reference/variants.h"
@@ -115,21 +114,10 @@ int calibrate_main(const CalibrateOptions& opt) {
     return 2;
   }
   const std::string exe = self_exe();
-  const std::string reference =
-      opt.reference.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / "libnibble_reference.so").string()
-                            : opt.reference;
+  const std::string reference = bundled_reference(exe, opt.reference);
   TempDir work("nibble-calibrate");
 
-  json report;
-  report["schema"] = "nibble.calibration";
-  report["schema_version"] = "1.0.0";
-  report["nibble_version"] = NIBBLE_VERSION;
-  report["created_utc"] = utc_now();
-  report["argv"] = opt.argv;
-  report["git"] = git_provenance();
-  report["host"] = host_provenance();
-  report["task"] = opt.task;
-  report["config"] = cfg.name;
+  json report = document_header("nibble.calibration", opt.argv, opt.task, cfg.name);
   report["seeds"] = opt.seeds;
   report["gate"] = cfg.gate;
 

@@ -28,7 +28,6 @@
 #include "harness/atomic_file.h"
 #include "harness/grade_common.h"
 #include "harness/process.h"
-#include "harness/provenance.h"
 #include "harness/stats.h"
 
 namespace nibble {
@@ -146,22 +145,11 @@ int grade_main(const GradeOptions& opt) {
     return kExitUsage;
   }
   const std::string exe = self_exe();
-  const std::string reference =
-      opt.reference.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / "libnibble_reference.so").string()
-                            : opt.reference;
+  const std::string reference = bundled_reference(exe, opt.reference);
   const std::string solution = fs::absolute(opt.solution).string();
   TempDir work("nibble-grade");
 
-  json report;
-  report["schema"] = "nibble.report";
-  report["schema_version"] = "1.0.0";
-  report["nibble_version"] = NIBBLE_VERSION;
-  report["created_utc"] = utc_now();
-  report["argv"] = opt.argv;
-  report["git"] = git_provenance();
-  report["host"] = host_provenance();
-  report["task"] = opt.task;
-  report["config"] = cfg.name;
+  json report = document_header("nibble.report", opt.argv, opt.task, cfg.name);
   const auto& d = cfg.dims;
   report["config_dims"] = {{"layers", d.layers}, {"d", d.d}, {"ffn", d.ffn}, {"n_q", d.n_q}, {"n_kv", d.n_kv},
                            {"hd", d.hd}, {"vocab", d.vocab}, {"group", d.group}, {"batch", d.batch},

@@ -10,6 +10,7 @@
 #include "fixtures/safetensors.h"
 #include "harness/atomic_file.h"
 #include "harness/grade.h"
+#include "harness/provenance.h"
 #include "harness/stats.h"
 
 namespace nibble {
@@ -152,5 +153,24 @@ std::string utc_now() {
   return b;
 }
 
+
+json document_header(const std::string& schema, const std::vector<std::string>& argv, const std::string& task,
+                     const std::string& config) {
+  json j;
+  j["schema"] = schema;
+  j["schema_version"] = "1.0.0";
+  j["nibble_version"] = NIBBLE_VERSION;
+  j["created_utc"] = utc_now();
+  j["argv"] = argv;
+  j["git"] = git_provenance();
+  j["host"] = host_provenance();
+  j["task"] = task;
+  j["config"] = config;
+  return j;
+}
+
+std::string bundled_reference(const std::string& exe, const std::string& given) {
+  return given.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / "libnibble_reference.so").string() : given;
+}
 
 }  // namespace nibble

@@ -67,6 +67,14 @@ ordered_json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::s
 ordered_json compare_outputs(const DecodeConfig& cfg, const std::string& ref_file, const std::string& cand_file,
                              double* worst, bool* all_finite_out);
 
+/** The provenance every nibble JSON document opens with (after nvbench's json_printer): schema
+ *  and version, nibble version, UTC time, argv, git commit and dirty flag, host, task, config. */
+ordered_json document_header(const std::string& schema, const std::vector<std::string>& argv, const std::string& task,
+                             const std::string& config);
+
+/** The bundled reference next to the nibble executable (<bin>/../lib), unless `given` names one. */
+std::string bundled_reference(const std::string& exe, const std::string& given);
+
 /** printf("%.*g"). */
 std::string fmt(double v, int prec = 3);
 /** Current UTC time, ISO 8601. */

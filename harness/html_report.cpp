@@ -168,7 +168,7 @@ std::string error_chart(const json& report) {
   if (w > 0 && std::isfinite(w)) lo_e = std::min(lo_e, std::floor(decade(w))), hi_e = std::max(hi_e, std::ceil(decade(w)));
   for (const auto& a : anchors)
     if (a.worst_rel_err > 0 && std::isfinite(a.worst_rel_err)) hi_e = std::max(hi_e, std::ceil(decade(a.worst_rel_err)));
-  const int W = 1000, H = 200, L = 60, R = 940;
+  const int W = 1000, L = 60, R = 940;
   const double axis_y = 100;
   auto X = [&](double v) {
     if (!(v > 0)) return double(L);
@@ -176,7 +176,6 @@ std::string error_chart(const json& report) {
     return L + (std::log10(v) - lo_e) / (hi_e - lo_e) * (R - L);
   };
   std::ostringstream o;
-  o << svg_open(W, H, "worst relative error against the gate, log scale");
   if (!std::isnan(gate)) {
     o << rect(L, axis_y - 34, X(gate) - L, 34, kPass, "fill-opacity=\"0.10\"");
     o << rect(X(gate), axis_y - 34, R - X(gate), 34, kFail, "fill-opacity=\"0.10\"");
@@ -195,7 +194,9 @@ std::string error_chart(const json& report) {
     o << text(X(gate) + 4, axis_y - 54, "gate " + err_str(gate), "start", 11, kFail, "font-weight=\"bold\"");
   }
   // Reference points under the axis, labels spread over rows so they never overlap.
+  // Connectors first, labels last with a white halo, so no line crosses a label's text.
   std::vector<double> row_end;
+  std::ostringstream labels;
   std::vector<size_t> order(anchors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return anchors[a].worst_rel_err < anchors[b].worst_rel_err; });
@@ -214,8 +215,9 @@ std::string error_chart(const json& report) {
     o << line(x, axis_y, x, ly - 10, col, 1, "stroke-opacity=\"0.5\"");
     o << "<path d=\"M " << f1(x) << " " << f1(axis_y - 5) << " l 5 5 l -5 5 l -5 -5 z\" fill=\"" << col << "\">"
       << title(lab + (a.must_pass ? " (must pass)" : " (must fail)")) << "</path>\n";
-    o << text(start + lw / 2, ly, lab, "middle", 10, col);
+    labels << text(start + lw / 2, ly, lab, "middle", 10, col, "stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\"");
   }
+  o << labels.str();
   // The candidate, above the axis.
   const bool unchecked = std::isnan(w) && !nan;  // no outputs were compared (the grade stopped before)
   const double cx = nan ? R : unchecked ? L : X(w);
@@ -227,8 +229,9 @@ std::string error_chart(const json& report) {
   const double cstart = std::min(std::max(cx - clw / 2, 2.0), W - clw - 2);
   o << text(cstart + clw / 2, axis_y - 70, clab, "middle", 12, kCand, "font-weight=\"bold\"");
   o << line(cx, axis_y - 66, cx, axis_y - 22, kCand, 1);
-  o << "</svg>\n";
-  return o.str();
+  // Tall enough for every row of labels (a calibration table puts several mutants near 1.4).
+  const int H = std::max(200, int(axis_y + 52 + 14.0 * double(row_end.size()) + 8));
+  return svg_open(W, H, "worst relative error against the gate, log scale") + o.str() + "</svg>\n";
 }
 
 /** Median per position: (position, median of the samples there), in position order. */
@@ -574,7 +577,12 @@ std::string render_html_report(const json& report, const std::string& report_lab
   o << "<h2>Error against the gate</h2>\n"
     << "<p class=\"note\">Worst relative error of the logits and the appended K/V over the checked steps and seeds. "
     << "Diamonds: the drop-the-feature variants"
-    << (report.contains("calibration") ? " of this report's calibration" : " of the task's seed (for context)")
+    << (report.contains("calibration") && report["calibration"].is_object()
+            ? " measured by nibble calibrate" + html_escape(report["calibration"].contains("device") && report["calibration"]["device"].is_object()
+                                                                ? " on " + str(report["calibration"]["device"], "name", "?")
+                                                                : std::string()) +
+                  html_escape(str(report["calibration"], "created_utc").empty() ? "" : ", " + str(report["calibration"], "created_utc"))
+            : " of the task's seed (for context)")
     << "; green must pass, red must fail.</p>\n";
   o << error_chart(report);
 

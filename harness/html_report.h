@@ -29,7 +29,8 @@ struct ErrorAnchor {
 
 /**
  * The points drawn beside the candidate's error: the report's "calibration"."rows" (variant, worst,
- * expected) when it has them, else the seed's drop-the-feature table for the decode task: most
+ * expected) when it has them (`nibble report html --calibration CAL.json` puts a `nibble calibrate`
+ * table there), else the seed's drop-the-feature table for the decode task: most
  * precise legitimate variant 4.9e-2, nibble order swapped 1.43, one scale/zero per row 1.51, zero
  * point ignored 10.2.
  */

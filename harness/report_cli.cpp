@@ -34,6 +34,22 @@ int parse_own(CLI::App& app, std::vector<std::string> args) {
   return -1;
 }
 
+/** A `nibble calibrate` table for `report`'s task and config; BadReport otherwise. */
+nlohmann::ordered_json load_calibration(const std::string& path, const nlohmann::ordered_json& report) {
+  nlohmann::ordered_json c;
+  try {
+    c = nlohmann::ordered_json::parse(read_file(path));
+  } catch (const std::exception& e) {
+    throw BadReport(path + ": not a readable JSON file (" + e.what() + ")");
+  }
+  if (!c.is_object() || c.value("schema", "") != "nibble.calibration" || !c.contains("rows") || !c["rows"].is_array())
+    throw BadReport(path + ": not a nibble calibration table (schema \"nibble.calibration\" with \"rows\")");
+  if (c.value("task", "") != report["task"] || c.value("config", "") != report["config"])
+    throw BadReport(path + ": calibrated for " + c.value("task", "?") + " / " + c.value("config", "?") + ", the report is " +
+                    report["task"].get<std::string>() + " / " + report["config"].get<std::string>());
+  return c;
+}
+
 [[noreturn]] void finish(int code) {
   std::cout.flush();
   std::fflush(stdout);
@@ -75,12 +91,14 @@ int report_command(std::vector<std::string> args) {
   std::string show_path;
   auto* show = app.add_subcommand("show", "Print the summary nibble grade printed at its end, from the report alone");
   show->add_option("REPORT", show_path, "Report (nibble grade --out)")->required();
-  std::string html_path, html_base, html_out;
+  std::string html_path, html_base, html_out, html_calibration;
   CompareOptions opt;
   auto* html = app.add_subcommand("html", "Write one self-contained HTML page (inline CSS and SVG; no script, no network)");
   html->add_option("REPORT", html_path, "Report to show")->required();
   html->add_option("BASE", html_base, "Optional baseline report: adds nibble compare's table");
   html->add_option("-o,--out", html_out, "HTML file to write (atomically)")->required();
+  html->add_option("--calibration", html_calibration,
+                   "nibble calibrate's table (same task and config): its variants become the error chart's reference points");
   html->add_option("--max-slowdown", opt.max_slowdown_pct, "With BASE: tolerated slowdown, percent")->capture_default_str();
   html->add_option("--alpha", opt.alpha, "With BASE: significance level")->capture_default_str();
   app.footer("Exit codes: 0 done; 1 the HTML file could not be written; 4 bad input (missing file, not a nibble report, bad arguments).");
@@ -103,6 +121,7 @@ int report_command(std::vector<std::string> args) {
   try {
     report = load_report(html_path);
     if (!html_base.empty()) base = load_report(html_base);
+    if (!html_calibration.empty()) report["calibration"] = load_calibration(html_calibration, report);
   } catch (const BadReport& e) {
     std::fprintf(stderr, "nibble report html: %s\n", e.what());
     return kCompareBadInput;
