@@ -27,6 +27,7 @@
 #include "fixtures/task.h"
 #include "harness/atomic_file.h"
 #include "harness/grade_common.h"
+#include "harness/report_view.h"
 #include "harness/process.h"
 #include "harness/stats.h"
 
@@ -372,8 +373,11 @@ int grade_main(const GradeOptions& opt) {
           if (row.at("expected") == "PASS") legit = std::max(legit, w);
           else dropped = std::min(dropped, w);
         }
+        json rows = json::array();
+        for (const auto& row : c.at("rows"))
+          rows.push_back({{"variant", row.at("variant")}, {"worst", row.at("worst")}, {"expected", row.at("expected")}});
         calib_ctx = {{"source", cal}, {"device", c.contains("device") ? c["device"].value("name", "") : "cpu oracle"},
-                     {"legitimate_variants_worst", legit}, {"dropped_feature_variants_best", dropped}};
+                     {"legitimate_variants_worst", legit}, {"dropped_feature_variants_best", dropped}, {"rows", rows}};
         if (!std::isnan(worst)) {
           calib_ctx["candidate_worst"] = worst;
           calib_ctx["candidate_over_legitimate_worst"] = legit > 0 ? worst / legit : INFINITY;
@@ -473,36 +477,8 @@ int grade_main(const GradeOptions& opt) {
     return kExitGraderFailed;
   }
 
-  // 5. The summary a person reads.
-  std::ostringstream o;
-  o << "\nnibble grade  " << opt.task << " / " << cfg.name << "  on " << device.value("name", "?") << "\n";
-  o << "  solution     " << sol.value("name", std::string("?")) << "  (" << solution << ")\n";
-  o << "  disposition  " << disposition << ": " << reason << "\n";
-  if (calib_ctx.contains("legitimate_variants_worst"))
-    o << "  calibration  legitimate precision variants reach " << fmt(calib_ctx["legitimate_variants_worst"].get<double>())
-      << ", dropped features start at " << fmt(calib_ctx["dropped_feature_variants_best"].get<double>()) << " (gate "
-      << fmt(cfg.gate) << ")\n";
-  if (!std::isnan(worst) && !per_seed.empty()) {
-    for (const auto& s : per_seed)
-      if (s.contains("worst_rel_err"))
-        o << "  seed " << s["seed"].get<uint64_t>() << "       worst relative error "
-          << (s["worst_rel_err"].is_null() ? std::string("NaN") : fmt(s["worst_rel_err"].get<double>())) << " over "
-          << cfg.checked_steps << " steps (gate " << fmt(cfg.gate) << ")\n";
-  }
-  if (report.contains("timing") && report["timing"].contains("gpu_span_us")) {
-    const json& t = report["timing"];
-    const json& s = t["gpu_span_us"];
-    o << "  time/token   " << fmt(s["median"].get<double>(), 5) << " us median GPU span (q1 " << fmt(s["q1"].get<double>(), 5)
-      << ", q3 " << fmt(s["q3"].get<double>(), 5) << ", n " << s["n"].get<size_t>() << "), host wall "
-      << fmt(t["host_wall_us"]["median"].get<double>(), 5) << " us, " << fmt(t["kernels_per_step"]["median"].get<double>(), 4)
-      << " kernels/step\n";
-    if (t.contains("floor_us_measured_copy_bw"))
-      o << "  roofline     " << fmt(double(bytes) / 1e9, 4) << " GB/step; floor " << fmt(t["floor_us_measured_copy_bw"].get<double>(), 4)
-        << " us at the measured copy bandwidth " << fmt(copy_bw / 1e12, 3) << " TB/s -> "
-        << fmt(100 * t["fraction_of_measured_bw"].get<double>(), 3) << "% of it\n";
-  }
-  o << "  report       " << opt.out << "  (" << fmt(since(t_start), 3) << " s)\n";
-  std::cout << o.str() << std::flush;
+  // 5. The summary a person reads (the same text `nibble report show` prints from the JSON).
+  std::cout << format_summary(report, opt.out) << std::flush;
   return disposition == kPassed ? kExitPassed : kExitNotPassed;
 }
 

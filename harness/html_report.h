@@ -28,13 +28,17 @@ struct ErrorAnchor {
 };
 
 /**
- * The points drawn beside the candidate's error: the report's "calibration"."rows" (variant, worst,
- * expected) when it has them (`nibble report html --calibration CAL.json` puts a `nibble calibrate`
- * table there), else the seed's drop-the-feature table for the decode task: most
- * precise legitimate variant 4.9e-2, nibble order swapped 1.43, one scale/zero per row 1.51, zero
- * point ignored 10.2.
+ * The points drawn beside the candidate's error: the rows (variant, worst, expected) of the report's
+ * "calibration" (`nibble report html --calibration CAL.json` puts a `nibble calibrate` table
+ * there) or of correctness.calibration; else the two points nibble grade records in
+ * correctness.calibration (worst legitimate variant, best dropped-feature variant); else the
+ * seed's drop-the-feature table for the decode task: most precise legitimate variant 4.9e-2,
+ * nibble order swapped 1.43, one scale/zero per row 1.51, zero point ignored 10.2.
  */
 std::vector<ErrorAnchor> error_anchors(const nlohmann::ordered_json& report);
+
+/** Where error_anchors() took its points from, in words, for the chart's caption. */
+std::string error_anchor_source(const nlohmann::ordered_json& report);
 
 /** A published time for the same work, drawn on the roofline bar. */
 struct TimeAnchor {

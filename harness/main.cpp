@@ -4,6 +4,8 @@
 //   nibble calibrate --task T [--config full|tiny] [--seeds 0,1] [--out T.json] [--path gpu|cpu|auto]
 //   nibble fixture build --task T --config C --seed S [--out DIR] [--threads N]
 //   nibble fixture verify DIR
+//   nibble compare BASE.json NEW.json [--max-slowdown PCT] [--alpha A] [--force] [--json]
+//   nibble report show R.json | nibble report html R.json [BASE.json] -o R.html
 // Hidden: `nibble __run` and `nibble __probe`, the grader's child processes.
 #include <CLI/CLI.hpp>
 

@@ -132,6 +132,15 @@ std::string format_summary(const json& report, const std::string& report_path) {
     << (device_name(report).empty() ? "?" : device_name(report)) << "\n";
   o << "  solution     " << str_or(sol, "name", "?") << "  (" << str_or(sol, "path", "?") << ")\n";
   o << "  disposition  " << str_or(report, "disposition", "?") << ": " << str_or(report, "reason", "") << "\n";
+  // correctness.calibration: where the drop-the-feature table puts the gate's neighbours.
+  const json& cc = corr.contains("calibration") ? corr["calibration"] : none;
+  if (cc.is_object() && cc.contains("legitimate_variants_worst")) {
+    // No must-fail row leaves +inf, which JSON stores as null.
+    const json& d = cc.contains("dropped_feature_variants_best") ? cc["dropped_feature_variants_best"] : none;
+    o << "  calibration  legitimate precision variants reach " << fmt_g(num_or(cc, "legitimate_variants_worst", NAN))
+      << ", dropped features start at " << (d.is_number() ? fmt_g(d.get<double>()) : std::string("inf")) << " (gate "
+      << fmt_g(report_gate(report)) << ")\n";
+  }
   const json per_seed = corr.contains("per_seed") && corr["per_seed"].is_array() ? corr["per_seed"] : json::array();
   if (!std::isnan(worst) && !per_seed.empty()) {
     for (const auto& s : per_seed)

@@ -26,6 +26,18 @@ else
   echo "setup: system packages present"
 fi
 
+# Optional: headless Chromium renders the HTML report in a test (skipped, with the reason, without
+# it). Machines without network (the GPU hosts) simply go without.
+if ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  if { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium; } >/dev/null 2>&1; then
+    echo "setup: installed chromium (HTML report rendering test)"
+  else
+    echo "setup: chromium not installable here; the HTML rendering test will skip"
+  fi
+fi
+
 # The tests cross-check fixtures with numpy + safetensors (independent of the C++).
 if ! python3 -c 'import numpy, safetensors' 2>/dev/null; then
   echo "setup: installing numpy and safetensors for python3"

@@ -3,7 +3,6 @@
 nibble_add_gtest(compare SOURCES test_compare.cpp LIBS nibble_reports LABELS cpu)
 add_dependencies(test_compare nibble)
 nibble_add_gtest(html_report SOURCES test_html_report.cpp LIBS nibble_reports LABELS cpu)
-add_dependencies(test_html_report nibble)
 # So the executables also find tests/data/ when run by hand, outside CTest.
 target_compile_definitions(test_compare PRIVATE NIBBLE_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
                            NIBBLE_TEST_BINARY_DIR="${PROJECT_BINARY_DIR}")

@@ -455,6 +455,19 @@ TEST(ReportShow, ReproducesTheGradeSummary) {
   EXPECT_EQ(format_summary(unfused(), "r.json"), expected);
 }
 
+TEST(ReportShow, CalibrationContextLine) {
+  json r = unfused();
+  r["correctness"]["calibration"] = {{"source", "reports/h200/calibration-full.json"}, {"device", "NVIDIA H200"},
+                                     {"legitimate_variants_worst", 0.028604363236744437},
+                                     {"dropped_feature_variants_best", 1.4203777056362472}};
+  const std::string s = format_summary(r, "r.json");
+  EXPECT_NE(s.find("  disposition  Passed: worst relative error 0.000224 < gate 0.1 (0.0022x the gate)\n"
+                   "  calibration  legitimate precision variants reach 0.0286, dropped features start at 1.42 (gate 0.1)\n"
+                   "  seed 0 "),
+            std::string::npos)
+      << s;
+}
+
 TEST(ReportShow, AFailedGradeWithoutTiming) {
   json r = unfused();
   r["disposition"] = "Crashed";
@@ -569,6 +582,20 @@ TEST(ReportCli, ShowAndHtml) {
   x = run_nibble({"report", "html", u, r, "-o", t.path() + "/r.html"}, t);
   EXPECT_EQ(x.code, 0) << x.out;
   EXPECT_GT(fs::file_size(t.path() + "/r.html"), 10000u);
+  // A calibration table's variants as the error chart's reference points; one for another config is refused.
+  json cal = {{"schema", "nibble.calibration"}, {"task", "megakernel-int4-weight-decode"}, {"config", "full"},
+              {"rows", json::array({{{"variant", "swap_nibbles_measured"}, {"worst", 1.43}, {"expected", "FAIL"}}})}};
+  write_file_atomic(t.path() + "/cal.json", cal.dump());
+  x = run_nibble({"report", "html", u, "--calibration", t.path() + "/cal.json", "-o", t.path() + "/c.html"}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(read_file(t.path() + "/c.html").find("swap_nibbles_measured 1.43"), std::string::npos);
+  cal["config"] = "tiny";
+  write_file_atomic(t.path() + "/cal-tiny.json", cal.dump());
+  x = run_nibble({"report", "html", u, "--calibration", t.path() + "/cal-tiny.json", "-o", t.path() + "/c.html"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("calibrated for megakernel-int4-weight-decode / tiny"), std::string::npos) << x.out;
+  x = run_nibble({"report", "html", u, "--calibration", r, "-o", t.path() + "/c.html"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
   x = run_nibble({"report", "html", u}, t);  // no -o
   EXPECT_EQ(x.code, 4) << x.out;
   x = run_nibble({"report", "show", t.path() + "/nonexistent.json"}, t);

@@ -184,6 +184,31 @@ TEST(HtmlReport, CalibrationRowsReplaceTheSeedPoints) {
   EXPECT_NE(html.find("swap_nibbles 1.38"), std::string::npos);
   EXPECT_EQ(html.find("nibble order swapped"), std::string::npos);
   EXPECT_EQ(error_anchors(unfused()).size(), 4u);
+  // Many mutants near one error (measured: swap, RoPE, KV slot, GQA all at 1.42-1.43): the labels
+  // stack in rows and the chart grows to hold them.
+  for (const char* v : {"rope_interleaved", "kv_slot_plus1", "gqa_modulo", "row_scale"})
+    u["calibration"]["rows"].push_back({{"variant", v}, {"worst", 1.42}, {"expected", "FAIL"}});
+  const std::string tall = render_html_report(u, "u.json");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(tall, m, std::regex("<svg [^>]*height=\"([0-9]+)\"[^>]*aria-label=\"worst relative error")));
+  EXPECT_GT(std::stoi(m[1].str()), 200);
+  EXPECT_EQ(markup_problem(tall), "");
+}
+
+TEST(HtmlReport, GradesCalibrationSummaryGivesTwoPoints) {
+  // What nibble grade records: the two variants either side of the gate, and where they came from.
+  json u = unfused();
+  u["correctness"]["calibration"] = {{"source", "reports/h200/calibration-full.json"}, {"device", "NVIDIA H200"},
+                                     {"legitimate_variants_worst", 0.0286}, {"dropped_feature_variants_best", 1.42}};
+  const auto a = error_anchors(u);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_TRUE(a[0].must_pass);
+  EXPECT_FALSE(a[1].must_pass);
+  const std::string html = render_html_report(u, "u.json");
+  EXPECT_NE(html.find("worst legitimate variant 0.0286"), std::string::npos);
+  EXPECT_NE(html.find("best dropped-feature variant 1.42"), std::string::npos);
+  EXPECT_NE(html.find("measured by nibble calibrate on NVIDIA H200 (reports/h200/calibration-full.json)"), std::string::npos);
+  EXPECT_NE(error_anchor_source(unfused()).find("seed"), std::string::npos);
 }
 
 TEST(HtmlReport, AFailedGradeWithoutTimingStillRenders) {
@@ -192,11 +217,19 @@ TEST(HtmlReport, AFailedGradeWithoutTimingStillRenders) {
   u["reason"] = "killed by signal 11 (Segmentation fault) in decode_step";
   u["correctness"]["worst_rel_err"] = nullptr;
   u.erase("timing");
-  const std::string html = render_html_report(u, "u.json");
+  std::string html = render_html_report(u, "u.json");
   EXPECT_EQ(by_id(html, "disposition"), "Crashed");
   EXPECT_EQ(by_id(html, "median-us"), "n/a");
   EXPECT_EQ(by_id(html, "worst-rel-err"), "NaN");
   EXPECT_NE(html.find("verdict-box fail"), std::string::npos);
+  EXPECT_EQ(markup_problem(html), "");
+  EXPECT_NE(html.find("this solution: NaN/Inf"), std::string::npos);
+  // Stopped before any output was compared: no worst error at all.
+  u["correctness"].erase("worst_rel_err");
+  html = render_html_report(u, "u.json");
+  EXPECT_EQ(by_id(html, "worst-rel-err"), "not run");
+  EXPECT_NE(html.find("this solution: not checked"), std::string::npos);
+  EXPECT_EQ(html.find("nan"), std::string::npos);
   EXPECT_EQ(markup_problem(html), "");
   EXPECT_TRUE(time_anchors(u).size() == 2u);
   json tiny = unfused();
@@ -236,7 +269,7 @@ TEST(HtmlReportChromium, RendersToAScreenshotAndTheDomHasTheFigures) {
                     "the page is not rendered in a browser here";
   TempDir t("nibble-chromium");
   const json u = unfused(), r = reference();
-  const Comparison c = compare_reports(r, u, CompareOptions{});
+  const Comparison c = compare_reports(r, u, CompareOptions{}, "h200-reference-full.json", "h200-unfused-full.json");
   write_file_atomic(t.path() + "/report.html", render_html_report(u, "h200-unfused-full.json", &r, "h200-reference-full.json", &c));
   const std::string url = "file://" + t.path() + "/report.html";
   const std::vector<std::string> common = {chromium, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
