@@ -268,7 +268,7 @@ int calibrate_main(const CalibrateOptions& opt) {
   report["health_rule"] = "every must-pass variant <= gate/2 and every must-fail variant >= 2*gate (worst over steps, seeds, logits and appended K/V)";
   report["wall_seconds"] = since(t_start);
   try {
-    write_file_atomic(opt.out, report.dump(2) + "\n");
+    write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
     return 3;

@@ -65,7 +65,7 @@ struct ResultWriter {
   void phase(const char* p) {
     std::lock_guard<std::mutex> lock(mu);
     j["phase"] = p;
-    write_file_atomic(path, j.dump(1));
+    write_file_atomic(path, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   int fail(const char* kind, const std::string& msg, int code, json extra = json::object()) {
     {
@@ -563,11 +563,11 @@ int child_probe_main(const std::string& out_file, bool measure_bandwidth) {
   } catch (const std::exception& e) {
     j["ok"] = false;
     j["error"] = e.what();
-    write_file_atomic(out_file, j.dump(1));
+    write_file_atomic(out_file, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
     std::fprintf(stderr, "nibble probe: %s\n", e.what());
     return 3;
   }
-  write_file_atomic(out_file, j.dump(1));
+  write_file_atomic(out_file, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
   return 0;
 }
 

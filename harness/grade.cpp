@@ -101,7 +101,7 @@ void append_history(const std::string& path, const json& report, const std::stri
                        ? report["timing"]["gpu_span_us"]["median"] : json(nullptr);
   h["worst_rel_err"] = report["correctness"]["worst_rel_err"];
   h["report"] = fs::absolute(report_path).string();
-  const std::string line = h.dump() + "\n";
+  const std::string line = h.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   // One write of one line with O_APPEND: concurrent graders interleave whole lines, never bytes.
   FILE* f = std::fopen(path.c_str(), "a");
   if (!f) throw std::runtime_error("cannot append to history file " + path + ": " + std::strerror(errno));
@@ -216,7 +216,7 @@ int grade_main(const GradeOptions& opt) {
   correctness["metric"] = "||out - ref||_2 / ||ref||_2 in fp64 over (batch, vocab) logits; K/V appended at slot pos likewise";
   correctness["checked_steps"] = cfg.checked_steps;
   json per_seed = json::array();
-  double worst = 0;
+  double worst = 0, worst_logits = 0, worst_kv = 0;
   bool finite = true;
   json timing_raw;
   json wall;
@@ -237,25 +237,27 @@ int grade_main(const GradeOptions& opt) {
   for (size_t i = 0; i < opt.seeds.size() && disposition.empty(); ++i) {
     const uint64_t seed = opt.seeds[i];
     const std::string sd = work.path() + "/seed" + std::to_string(seed);
-    log("seed " + std::to_string(seed) + ": running the reference");
+    // The candidate runs first: the reference's outputs do not exist while it (or anything it
+    // left running, which run_child kills) could read or rewrite them.
+    const bool timed = opt.timing && i == 0;
+    log("seed " + std::to_string(seed) + ": running the candidate" + (timed ? " (checked, then timed)" : ""));
     auto t0 = std::chrono::steady_clock::now();
+    ChildRun c = run_child_in(run_args(solution, fixture_dirs[i], sd + "/candidate", timed), sd + "/candidate",
+                              opt.timeout_seconds, &log, timed ? "candidate: checked steps, then timing" : "candidate: checked steps");
+    wall["candidate_seed" + std::to_string(seed)] = since(t0);
+    log("seed " + std::to_string(seed) + ": running the reference");
+    t0 = std::chrono::steady_clock::now();
     ChildRun r = run_child_in(run_args(reference, fixture_dirs[i], sd + "/reference", false), sd + "/reference",
                               opt.timeout_seconds, &log, "reference");
     wall["reference_seed" + std::to_string(seed)] = since(t0);
     if (!r.completed()) {
       std::fprintf(stderr, "nibble grade: the reference failed on seed %llu (%s); the grader cannot judge without it.\n%s\n",
                    (unsigned long long)seed, r.exit.describe().c_str(),
-                   r.result.is_object() && r.result.contains("error") ? r.result["error"].dump().c_str() : r.log_tail.c_str());
+                   r.result.is_object() && r.result.contains("error") ? r.result["error"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str() : r.log_tail.c_str());
       return kExitGraderFailed;
     }
     ref["name"] = r.result.value("solution_name", "");
     ref["numerics"] = r.result.value("numerics", "");
-    const bool timed = opt.timing && i == 0;
-    log("seed " + std::to_string(seed) + ": running the candidate" + (timed ? " (checked, then timed)" : ""));
-    t0 = std::chrono::steady_clock::now();
-    ChildRun c = run_child_in(run_args(solution, fixture_dirs[i], sd + "/candidate", timed), sd + "/candidate",
-                              opt.timeout_seconds, &log, timed ? "candidate: checked steps, then timing" : "candidate: checked steps");
-    wall["candidate_seed" + std::to_string(seed)] = since(t0);
     if (c.result.is_object()) sol["name"] = c.result.value("solution_name", sol.value("name", std::string()));
     json seed_j;
     seed_j["seed"] = seed;
@@ -278,7 +280,8 @@ int grade_main(const GradeOptions& opt) {
       double w = 0;
       bool f = true;
       try {
-        seed_j["steps"] = compare_outputs(cfg, sd + "/reference/outputs.safetensors", sd + "/candidate/outputs.safetensors", &w, &f);
+        seed_j["steps"] = compare_outputs(cfg, sd + "/reference/outputs.safetensors", sd + "/candidate/outputs.safetensors", &w, &f,
+                                          &worst_logits, &worst_kv);
       } catch (const std::exception& e) {
         disposition = kCrashed;
         reason = std::string("the candidate's outputs could not be read: ") + e.what();
@@ -341,13 +344,18 @@ int grade_main(const GradeOptions& opt) {
   report["reference"] = ref;
   correctness["per_seed"] = per_seed;
   correctness["worst_rel_err"] = std::isnan(worst) ? json(nullptr) : json(worst);
+  correctness["worst_logits_rel_err"] = std::isnan(worst_logits) ? json(nullptr) : json(worst_logits);
+  correctness["worst_kv_appended_rel_err"] = std::isnan(worst_kv) ? json(nullptr) : json(worst_kv);
   correctness["ratio_to_gate"] = std::isnan(worst) ? json(nullptr) : json(worst / cfg.gate);
   const bool within_gate = !std::isnan(worst) && finite && worst < cfg.gate;
   correctness["verdict"] = per_seed.empty() || !per_seed.back().contains("steps") ? "not run" : within_gate ? "pass" : "fail";
   if (disposition.empty() && !within_gate) {
     disposition = kIncorrect;
     reason = !finite || std::isnan(worst) ? "NaN or Inf in the candidate's logits or appended K/V"
-                                          : "worst relative error " + fmt(worst) + " is above the gate " + fmt(cfg.gate);
+                                          : "worst relative error " + fmt(worst) + " (" +
+                                                (!(worst_kv < cfg.gate) ? "appended K/V " + fmt(worst_kv) + ", logits " + fmt(worst_logits)
+                                                                        : "logits " + fmt(worst_logits) + ", appended K/V " + fmt(worst_kv)) +
+                                                ") is above the gate " + fmt(cfg.gate);
   }
   // Where the candidate sits in the drop-the-feature table: the newest committed calibration of
   // this config (or --calibration FILE), so a reader sees whether a pass is comfortable or marginal.
@@ -469,8 +477,8 @@ int grade_main(const GradeOptions& opt) {
   report["wall_seconds"] = wall;
 
   try {
-    write_file_atomic(opt.out, report.dump(2) + "\n");
-    if (!opt.gbench_json.empty()) write_file_atomic(opt.gbench_json, gbench_json(report).dump(2) + "\n");
+    write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    if (!opt.gbench_json.empty()) write_file_atomic(opt.gbench_json, gbench_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     if (!opt.history.empty()) append_history(opt.history, report, opt.out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble grade: %s\n", e.what());

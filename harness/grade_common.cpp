@@ -115,7 +115,7 @@ json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::string& g
 
 /** Errors of the candidate's checked steps against the reference's, for one seed. */
 json compare_outputs(const DecodeConfig& cfg, const std::string& ref_file, const std::string& cand_file, double* worst,
-                     bool* all_finite_out) {
+                     bool* all_finite_out, double* worst_logits, double* worst_kv) {
   SafetensorsFile ref(ref_file), cand(cand_file);
   json steps = json::array();
   for (int s = 0; s < cfg.checked_steps; ++s) {
@@ -133,7 +133,13 @@ json compare_outputs(const DecodeConfig& cfg, const std::string& ref_file, const
                                             reinterpret_cast<const uint16_t*>(ref.data(p + "v")), nk);
     const double kv = std::isnan(kerr) || std::isnan(verr) ? NAN : std::max(kerr, verr);
     *all_finite_out = *all_finite_out && finite;
-    for (double e : {err, kv}) *worst = std::isnan(e) || std::isnan(*worst) ? NAN : std::max(*worst, e);
+    auto acc = [](double* w, double e) {
+      if (w) *w = std::isnan(e) || std::isnan(*w) ? NAN : std::max(*w, e);
+    };
+    acc(worst, err);
+    acc(worst, kv);
+    acc(worst_logits, err);
+    acc(worst_kv, kv);
     steps.push_back({{"step", s}, {"pos", cfg.prefill + s}, {"logits_rel_err", std::isnan(err) ? json(nullptr) : json(err)},
                      {"kv_appended_rel_err", std::isnan(kv) ? json(nullptr) : json(kv)}, {"finite", finite}});
   }

@@ -65,7 +65,8 @@ ordered_json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::s
  *  appended K/V. *worst gets the worst of both (NaN if any is NaN); *all_finite_out is cleared on
  *  a non-finite logit. */
 ordered_json compare_outputs(const DecodeConfig& cfg, const std::string& ref_file, const std::string& cand_file,
-                             double* worst, bool* all_finite_out);
+                             double* worst, bool* all_finite_out, double* worst_logits = nullptr,
+                             double* worst_kv = nullptr);
 
 /** The provenance every nibble JSON document opens with (after nvbench's json_printer): schema
  *  and version, nibble version, UTC time, argv, git commit and dirty flag, host, task, config. */

@@ -1,7 +1,9 @@
 // process.cpp: child processes for the grader (each solution runs in its own).
 #include "harness/process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,8 +28,53 @@ std::string ChildExit::describe() const {
   return "?";
 }
 
+namespace {
+
+/** Every process whose parent is this one (orphans reparent here once we are a subreaper). */
+std::vector<pid_t> own_children() {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (!end || *end != '\0' || pid <= 0) continue;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE* f = std::fopen(path, "r");
+    if (!f) continue;
+    char buf[512] = {};
+    const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    // "pid (comm) state ppid ...": comm may hold spaces or ')', so parse after the last ')'.
+    const char* rp = std::strrchr(buf, ')');
+    if (!rp || n == 0) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(rp + 1, " %c %ld", &state, &ppid) == 2 && ppid == long(getpid())) out.push_back(pid_t(pid));
+  }
+  closedir(d);
+  return out;
+}
+
+}  // namespace
+
+void reap_descendants() {
+  // A daemon a solution started (setsid, double fork) outlives its process group. As a child
+  // subreaper, every such orphan is reparented to us: kill and reap all of them, repeatedly,
+  // until none is left, so nothing a candidate started can touch files after it ended.
+  for (int round = 0; round < 50; ++round) {
+    const auto kids = own_children();
+    if (kids.empty()) return;
+    for (pid_t k : kids) kill(k, SIGKILL);
+    for (pid_t k : kids) waitpid(k, nullptr, 0);
+  }
+}
+
 ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path, double timeout_seconds,
                     const std::function<void(double)>& tick) {
+  static const bool subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+  (void)subreaper;
   ChildExit r;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<char*> args;
@@ -65,6 +112,7 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
         r.code = WTERMSIG(status);
       }
       kill(-pid, SIGKILL);  // stragglers the solution left in the group
+      reap_descendants();
       return r;
     }
     if (w < 0 && errno != EINTR) throw std::runtime_error(std::string("waitpid: ") + strerror(errno));
@@ -72,6 +120,7 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
       kill(-pid, SIGKILL);
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
+      reap_descendants();
       r.kind = ChildExit::TimedOut;
       r.seconds = el;
       return r;

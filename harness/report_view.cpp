@@ -28,7 +28,7 @@ void validate_report(const json& r, const std::string& what) {
   if (!r.contains("schema") || !r["schema"].is_string())
     throw BadReport(what + ": not a nibble report (no \"schema\" field)");
   if (r["schema"] != "nibble.report")
-    throw BadReport(what + ": not a nibble report (schema is " + r["schema"].dump() + ", expected \"nibble.report\")");
+    throw BadReport(what + ": not a nibble report (schema is " + r["schema"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ", expected \"nibble.report\")");
   for (const char* k : {"task", "config", "disposition"})
     if (!r.contains(k) || !r[k].is_string())
       throw BadReport(what + ": malformed nibble report: \"" + k + "\" is missing or not a string");
@@ -43,7 +43,7 @@ void validate_report(const json& r, const std::string& what) {
         throw BadReport(what + ": malformed nibble report: timing." + f + " has no \"samples\" array");
       for (const json& v : s["samples"])
         if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
-          throw BadReport(what + ": malformed nibble report: timing." + f + ".samples holds " + v.dump() +
+          throw BadReport(what + ": malformed nibble report: timing." + f + ".samples holds " + v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
                           ", not a positive time");
     }
   }
@@ -145,9 +145,9 @@ std::string format_summary(const json& report, const std::string& report_path) {
   if (!std::isnan(worst) && !per_seed.empty()) {
     for (const auto& s : per_seed)
       if (s.is_object() && s.contains("worst_rel_err"))
-        o << "  seed " << (s.contains("seed") ? s["seed"].dump() : std::string("?")) << "       worst relative error "
+        o << "  seed " << (s.contains("seed") ? s["seed"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : std::string("?")) << "       worst relative error "
           << (s["worst_rel_err"].is_number() ? fmt_g(s["worst_rel_err"].get<double>()) : std::string("NaN")) << " over "
-          << (corr.contains("checked_steps") ? corr["checked_steps"].dump() : std::string("?")) << " steps (gate "
+          << (corr.contains("checked_steps") ? corr["checked_steps"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : std::string("?")) << " steps (gate "
           << fmt_g(report_gate(report)) << ")\n";
   }
   if (report.contains("timing") && report["timing"].is_object() && report["timing"].contains("gpu_span_us")) {
@@ -156,7 +156,7 @@ std::string format_summary(const json& report, const std::string& report_path) {
     const json& w = t.contains("host_wall_us") ? t["host_wall_us"] : none;
     const json& k = t.contains("kernels_per_step") ? t["kernels_per_step"] : none;
     o << "  time/token   " << fmt_g(num_or(s, "median", NAN), 5) << " us median GPU span (q1 " << fmt_g(num_or(s, "q1", NAN), 5)
-      << ", q3 " << fmt_g(num_or(s, "q3", NAN), 5) << ", n " << (s.contains("n") ? s["n"].dump() : std::string("?"))
+      << ", q3 " << fmt_g(num_or(s, "q3", NAN), 5) << ", n " << (s.contains("n") ? s["n"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : std::string("?"))
       << "), host wall " << fmt_g(num_or(w, "median", NAN), 5) << " us, " << fmt_g(num_or(k, "median", NAN), 4)
       << " kernels/step\n";
     if (t.contains("floor_us_measured_copy_bw")) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # grade-default.sh: the main job. Build nibble, build the default fixtures (full config, seeds 0
-# and 1; cached), grade the best bundled solution on megakernel-int4-weight-decode, print the
+# and 1; cached), grade the best bundled solution (the megakernel, sm_90a) on megakernel-int4-weight-decode, print the
 # summary and write the report to reports/latest.json. Needs an NVIDIA GPU; says so and exits 2
 # without one.
 set -euo pipefail
@@ -9,7 +9,7 @@ bash scripts/setup.sh
 source scripts/env.sh
 preset=${NIBBLE_PRESET:-release}
 cmake --preset "$preset" >/dev/null
-cmake --build --preset "$preset" -j "$NIBBLE_JOBS" --target nibble nibble_reference nibble_unfused
+cmake --build --preset "$preset" -j "$NIBBLE_JOBS" --target nibble nibble_reference nibble_megakernel
 case "$preset" in hopper) bindir=build-hopper ;; debug) bindir=build-debug ;; *) bindir=build ;; esac
 exec "$bindir/bin/nibble" grade --task megakernel-int4-weight-decode --config "${NIBBLE_CONFIG:-full}" \
-  --solution "$bindir/lib/libnibble_unfused.so" --seeds 0,1 --out "${NIBBLE_REPORT:-reports/latest.json}" "$@"
+  --solution "$bindir/lib/libnibble_megakernel.so" --seeds 0,1 --out "${NIBBLE_REPORT:-reports/latest.json}" "$@"

@@ -7,11 +7,20 @@ nibble_add_gtest(megakernel_stages
   SOURCES test_megakernel_stages.cpp
   LIBS nibble_megakernel_kernels CUDA::cudart
   LABELS gpu)
+# megakernel: the .so's name and the configs it declines, through the C ABI (no GPU needed: the
+# config is checked before any CUDA call).
+nibble_add_gtest(megakernel_abi
+  SOURCES test_megakernel_abi.cpp
+  LIBS nibble_runtime
+  LABELS cpu)
+add_dependencies(test_megakernel_abi nibble_megakernel)
 # megakernel: the whole .so through the C ABI on the tiny fixture, against the fp64 oracle.
 nibble_add_gtest(megakernel_decode_tiny
-  SOURCES test_megakernel_decode_tiny.cpp
+  SOURCES test_solution_decode_tiny.cpp
   LIBS nibble_runtime nibble_oracle nibble_fixtures
   LABELS gpu)
 # The test dlopens ${PROJECT_BINARY_DIR}/lib/libnibble_megakernel.so: build it with the test.
 add_dependencies(test_megakernel_decode_tiny nibble_megakernel)
-set_target_properties(test_megakernel_stages test_megakernel_decode_tiny PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
+target_compile_definitions(test_megakernel_decode_tiny PRIVATE NIBBLE_SOLUTION="megakernel")
+set_target_properties(test_megakernel_stages test_megakernel_decode_tiny test_megakernel_abi PROPERTIES
+  CUDA_RUNTIME_LIBRARY Shared)

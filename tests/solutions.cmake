@@ -12,10 +12,11 @@ nibble_add_gtest(unfused_ops
   LABELS gpu)
 # unfused: the whole .so through the C ABI on the tiny fixture, against the fp64 oracle.
 nibble_add_gtest(unfused_decode_tiny
-  SOURCES test_unfused_decode_tiny.cpp
+  SOURCES test_solution_decode_tiny.cpp
   LIBS nibble_runtime nibble_oracle nibble_fixtures
   LABELS gpu)
 # The test dlopens ${PROJECT_BINARY_DIR}/lib/libnibble_unfused.so: build it with the test.
 add_dependencies(test_unfused_decode_tiny nibble_unfused)
+target_compile_definitions(test_unfused_decode_tiny PRIVATE NIBBLE_SOLUTION="unfused")
 # One (shared) CUDA runtime per process, as in the grader's children.
 set_target_properties(test_unfused_gemv test_unfused_ops test_unfused_decode_tiny PROPERTIES CUDA_RUNTIME_LIBRARY Shared)

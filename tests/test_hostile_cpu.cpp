@@ -73,7 +73,7 @@ TEST(HostileCpu, LoadTimeDispositions) {
     try {
       SolutionLibrary lib(so_path(name));
       EXPECT_FALSE(refused_at_load) << "loaded, but the grade must be " << disp;
-      EXPECT_EQ(lib.name(), "hostile-" + name);
+      EXPECT_EQ(lib.name().rfind("hostile-" + name, 0), 0u) << lib.name();  // bad_name goes on with non-UTF-8 bytes
       EXPECT_NE(lib.build_model, nullptr);
       EXPECT_NE(lib.decode_step, nullptr);
       EXPECT_NE(lib.teardown, nullptr);

@@ -54,12 +54,6 @@ const std::vector<Row>& rows() {
   return r;
 }
 
-const Row& row(const std::string& name) {
-  for (const auto& r : rows())
-    if (r.name == name) return r;
-  throw std::runtime_error("no row '" + name + "' in expectations.json");
-}
-
 struct Graded {
   ChildExit exit;
   json report;  // null when no report was written
@@ -104,7 +98,8 @@ std::string command_line(const Graded& g) {
 /** Per row: what it got, for the summary. */
 struct Outcome {
   std::string got;
-  bool caught = false;
+  bool caught = false;  // disposition, reason, report and exit code as expected
+  int timing = -1;      // rows compared on time: -1 not compared (yet), 0 out of bounds, 1 within
 };
 std::map<std::string, Outcome>& outcomes() {
   static std::map<std::string, Outcome> o;
@@ -121,10 +116,14 @@ class Summary : public ::testing::Environment {
     for (const auto& r : rows()) {
       auto it = outcomes().find(r.name);
       if (it == outcomes().end()) continue;
-      caught += it->second.caught;
+      // A timed row is caught only when its time also agrees (forge_timing passes with a forged time).
+      const bool compared = !r.compare.empty() && r.compare != "baseline";
+      const bool ok = it->second.caught && (!compared || it->second.timing == 1);
+      caught += ok;
       char line[512];
-      std::snprintf(line, sizeof line, "  %-16s expected %-14s got %-14s %s\n", r.name.c_str(), r.disposition.c_str(),
-                    it->second.got.c_str(), it->second.caught ? "ok" : "MISSED");
+      std::snprintf(line, sizeof line, "  %-16s expected %-14s got %-14s %s%s\n", r.name.c_str(), r.disposition.c_str(),
+                    it->second.got.c_str(), ok ? "ok" : "MISSED",
+                    !compared ? "" : it->second.timing == 1 ? " (time agrees)" : it->second.timing == 0 ? " (time disagrees)" : " (time not compared)");
       o << line;
     }
     o << outcomes().size() << " hostile behaviours tried, " << caught << " caught as expected\n";
@@ -154,9 +153,11 @@ TEST_P(Hostile, GetsItsDisposition) {
   for (const char* k : {"schema", "schema_version", "created_utc", "argv", "device", "task", "config", "solution",
                         "correctness", "disposition", "reason", "wall_seconds"})
     EXPECT_TRUE(g.report.contains(k)) << "the report lacks '" << k << "'";
-  if (r.disposition != "MissingSymbol" && r.disposition != "AbiMismatch")
-    EXPECT_EQ(g.report.value("solution", json::object()).value("name", std::string()), "hostile-" + r.name)
-        << "the report does not name the solution it graded";
+  if (r.disposition != "MissingSymbol" && r.disposition != "AbiMismatch") {
+    // A prefix: bad_name's name goes on with bytes that are not UTF-8 (replaced in the JSON).
+    const std::string name = g.report.value("solution", json::object()).value("name", std::string());
+    EXPECT_EQ(name.rfind("hostile-" + r.name, 0), 0u) << "the report names the solution '" << name << "'";
+  }
 
   EXPECT_EQ(got, r.disposition) << "reason: " << g.report.value("reason", std::string()) << "\n" << g.output;
   const std::string reason = g.report.value("reason", std::string());
@@ -218,22 +219,27 @@ TEST(HostileTiming, HonestLaunchPathsAgree) {
     }
     const double rs = t.span / base.span, rb = t.busy / base.busy;
     std::printf("  %-16s %10.2f %7.3f %10.2f %7.3f %9.0f %10.2f\n", r.name.c_str(), t.span, rs, t.busy, rb, t.kernels, t.wall);
+    bool ok = true;
+    auto check = [&](bool cond, const std::string& what) {
+      EXPECT_TRUE(cond) << what << " (span ratio " << rs << ", busy ratio " << rb << ", kernels " << t.kernels
+                        << " vs " << base.kernels << ")";
+      ok = ok && cond;
+    };
     if (r.compare == "same") {
-      EXPECT_EQ(t.kernels, base.kernels) << "the timer saw a different number of kernels per step";
-      EXPECT_NEAR(rb, 1.0, 0.25) << "busy time";
-      if (r.name == "graph") {
-        EXPECT_LT(rs, 1.25) << "GPU span";
-      } else {
-        EXPECT_NEAR(rs, 1.0, 0.25) << "GPU span";
-      }
+      check(t.kernels == base.kernels, "the timer saw a different number of kernels per step");
+      check(std::fabs(rb - 1.0) < 0.25, "busy time differs from the control's by 25% or more");
+      if (r.name == "graph")
+        check(rs < 1.25, "the graph's GPU span is 25% or more above the control's");
+      else
+        check(std::fabs(rs - 1.0) < 0.25, "GPU span differs from the control's by 25% or more");
     } else if (r.compare == "double") {
-      EXPECT_EQ(t.kernels, 2 * base.kernels);
-      EXPECT_GT(rs, 1.5) << "GPU span";
-      EXPECT_LT(rs, 2.6) << "GPU span";
+      check(t.kernels == 2 * base.kernels, "twice the control's kernels expected");
+      check(rs > 1.5 && rs < 2.6, "GPU span should be about twice the control's");
     } else if (r.compare == "no_faster") {
-      EXPECT_EQ(t.kernels, base.kernels);
-      EXPECT_GT(rs, 0.75) << "persisting L2 made the step faster: the reset before each call did not hold";
+      check(t.kernels == base.kernels, "the timer saw a different number of kernels per step");
+      check(rs > 0.75, "persisting L2 made the step faster: the reset before each call did not hold");
     }
+    outcomes()[r.name].timing = ok ? 1 : 0;
   }
   std::fflush(stdout);
 }

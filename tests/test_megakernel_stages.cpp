@@ -176,7 +176,9 @@ void run_and_check(const std::vector<mk::PackedMatrix>& mats, const std::vector<
       if (!std::isnan(y[o]) && bad++ < 5) ADD_FAILURE() << what << ": wrote past the end at " << o;
     // Over many rows the relative error is far below the per-element bound; one or three rows may
     // cancel to a small |ref|, so the vector check applies from one full tile up.
-    if (len >= 16) EXPECT_LT(std::sqrt(num / (den > 0 ? den : 1)), 1e-5) << what << " matrix " << i;
+    if (len >= 16) {
+      EXPECT_LT(std::sqrt(num / (den > 0 ? den : 1)), 1e-5) << what << " matrix " << i;
+    }
     EXPECT_EQ(bad, 0) << what << " matrix " << i;
     delete ys[size_t(i)];
   }

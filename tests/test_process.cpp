@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "harness/atomic_file.h"
 #include "harness/process.h"
@@ -75,4 +76,17 @@ TEST(TempDir, RemovedOnDestruction) {
     EXPECT_TRUE(fs::exists(p));
   }
   EXPECT_FALSE(fs::exists(p));
+}
+
+TEST(RunChild, DaemonsTheChildLeftBehindAreKilled) {
+  // A setsid daemon escapes the child's process group; it must still be dead when run_child
+  // returns, or it could rewrite the child's results afterwards.
+  TempDir t;
+  const std::string marker = t.path() + "/written-after-exit";
+  const ChildExit e =
+      run_child({"/bin/sh", "-c", "setsid /bin/sh -c 'sleep 1; touch " + marker + "' </dev/null >/dev/null 2>&1 & exit 0"},
+                t.path() + "/log", 10);
+  EXPECT_EQ(e.kind, ChildExit::Exited);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1800));
+  EXPECT_FALSE(fs::exists(marker)) << "the daemon outlived run_child";
 }

@@ -24,17 +24,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(16) unsigned char smem[];
   float* xs = reinterpret_cast<float*>(smem);
   uint2* xf = reinterpret_cast<uint2*>(smem + size_t(k) * 4);
+  auto* bars = reinterpret_cast<unsigned long long*>(smem + size_t(k) * 8);
+  Ring ring = ring_init(smem + size_t(k) * 8 + kRingBarrierBytes, bars);
   const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5), nw = gridDim.x * kWarps;
-  GemvStage st;
-  gemv_prefetch(mats[0], gw, nw, st);
+  ring_prefetch(mats[0], gw, nw, ring);
   load_vector(x, k, xs);
   __syncthreads();
   build_x_fragments(xs, k, xf);
   __syncthreads();
   for (int i = 0; i < n; ++i) {
     const PackedMatrix m = mats[i];
-    gemv_run(m, ys[i], xf, gw, nw, st);
-    if (i + 1 < n) gemv_prefetch(mats[i + 1], gw, nw, st);
+    const PackedMatrix next = mats[i + 1 < n ? i + 1 : i];
+    gemv_run(m, ys[i], xf, gw, nw, ring, next, i + 1 < n);
+    if (i + 1 < n) ring_prefetch(next, gw, nw, ring);
   }
 }
 
@@ -61,7 +63,7 @@ cudaError_t launch_gemv_blocks(const PackedMatrix* mats, float* const* ys, int n
   if (!mats || !ys || n < 1 || !x || k <= 0 || k % kGroup != 0 || blocks < 0) return cudaErrorInvalidValue;
   if (blocks == 0) blocks = sm_count();
   if (blocks < 1) return cudaErrorInvalidValue;
-  const size_t smem = size_t(k) * 8;
+  const size_t smem = size_t(k) * 8 + kRingBarrierBytes + kRingBytes;
   cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(&gemv_blocks_kernel),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;

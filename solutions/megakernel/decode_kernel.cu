@@ -15,9 +15,10 @@
 //   3 o     h += W_o attn (the residual add is the atomic accumulation into h)
 //   4 gu    gu += W_gu RMSNorm(h) * post_norm (gate and up rows interleaved per tile)
 //   5 down  h += W_down (silu(g) * u), silu applied while the vector is loaded
-// then the LM head into the (zeroed) logits. Before each barrier every warp issues the loads of
-// its first weights of the next GEMV stage (they do not depend on the activations), so the DRAM
-// latency of a stage's start overlaps the barrier.
+// then the LM head into the (zeroed) logits. Each warp's weight ring (int4_mma_gemv.cuh) goes on
+// with the next GEMV stage's first weights as soon as the current stage's are all issued (they do
+// not depend on the activations), so they are in flight during the barrier, the input build and,
+// for o-proj, the attention stage. Measured (NOTES.md): 1677 us/token on the H200.
 // Buffers zeroed for the next atomics: logits in stage 1 of layer 0, gu in stage 1 of every layer,
 // qkv in stage 3 (so qkv is zero again when the kernel returns; build_model zeroes it first).
 #include <cuda_runtime.h>
@@ -37,14 +38,17 @@ namespace {
 
 /** Shared memory carve-up; max_k = the longest GEMV input. */
 struct SmemLayout {
-  size_t xs, xf, red, att, total;
+  size_t xs, xf, red, bars, ring, att, total;
   __host__ __device__ SmemLayout(int max_k, int hd) {
     xs = 0;                                       // max_k fp32: the GEMV input vector
     xf = xs + size_t(max_k) * 4;                  // max_k/16 k-steps x 8 uint2: its B fragments
     red = xf + size_t(max_k) * 4;                 // kWarps fp32: block reductions
-    att = red + 32 * 4;                           // attention scratch
-    const size_t att_floats = hd == 64 ? attention_smem_floats<64>() : attention_smem_floats<128>();
-    total = att + att_floats * 4;
+    bars = red + 32 * 4;                          // the rings' mbarriers
+    ring = bars + kRingBarrierBytes;              // the weight rings (16-byte aligned)
+    att = ring + kRingBytes;                      // attention scratch: apart from the rings, which
+                                                  // stream o-proj weights during the attention
+    const size_t att_bytes = (hd == 64 ? attention_smem_floats<64>() : attention_smem_floats<128>()) * size_t(4);
+    total = att + att_bytes;
   }
 };
 
@@ -63,7 +67,10 @@ __device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage) 
     __syncthreads();
     mark(p, 1 + 2 * stage);
   }
-  grid_sync(p.barrier);
+  if (p.barrier_mode == 1)
+    grid_sync_counter(p.barrier, unsigned(stage + 1) * gridDim.x);
+  else
+    grid_sync(p.barrier);
   mark(p, 2 + 2 * stage);
 }
 
@@ -77,36 +84,38 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   uint2* xf = reinterpret_cast<uint2*>(smem + lay.xf);
   float* red = reinterpret_cast<float*>(smem + lay.red);
   float* att = reinterpret_cast<float*>(smem + lay.att);
+  Ring ring = ring_init(smem + lay.ring, reinterpret_cast<unsigned long long*>(smem + lay.bars));
 
   const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5), nw = gridDim.x * kWarps;
   mark(p, 0);
-  GemvStage st;
-  gemv_prefetch(p.layers[0].qkv, gw, nw, st);
+  ring_prefetch(p.layers[0].qkv, gw, nw, ring);
 
   for (int li = 0; li < p.n_layers; ++li) {
     // Fields are read where used (a copy of the struct would hold ~40 registers across the layer).
     const LayerDev* L = p.layers + li;
 
     // 1. qkv = W_qkv RMSNorm(h) * in_norm.
+    float* gs = reinterpret_cast<float*>(xf);  // the gain as fp32 until the fragments are built
     if (li == 0) {
       load_embed_row(p.embed, p.vocab, p.d, p.token, xs, blockIdx.x == 0 ? p.h : nullptr);
       zero_grid_stride(p.logits, p.vocab);
     } else {
       load_vector(p.h, p.d, xs);
     }
+    load_gain(L->in_norm, p.d, gs);
     zero_grid_stride(p.gu, 2 * p.ffn);
     __syncthreads();
-    rmsnorm_inplace(xs, L->in_norm, p.d, p.eps, red);
+    rmsnorm_inplace(xs, gs, p.d, p.eps, red);
     __syncthreads();
     build_x_fragments(xs, p.d, xf);
     __syncthreads();
-    gemv_run(L->qkv, p.qkv, xf, gw, nw, st);
+    gemv_run(L->qkv, p.qkv, xf, gw, nw, ring, L->o, true);
     stage_barrier(p, 5 * li + 0);
 
     // 2. RoPE, KV append, attention -> attn.
     attention_stage<HD>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,
                         p.attn_count, p.attn, att);
-    gemv_prefetch(L->o, gw, nw, st);
+    ring_prefetch(L->o, gw, nw, ring);
     stage_barrier(p, 5 * li + 1);
 
     // 3. h += W_o attn.
@@ -115,19 +124,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     build_x_fragments(xs, qdim, xf);
     __syncthreads();
-    gemv_run(L->o, p.h, xf, gw, nw, st);
-    gemv_prefetch(L->gu, gw, nw, st);
+    gemv_run(L->o, p.h, xf, gw, nw, ring, L->gu, true);
+    ring_prefetch(L->gu, gw, nw, ring);
     stage_barrier(p, 5 * li + 2);
 
     // 4. gu = [W_gate | W_up] RMSNorm(h) * post_norm.
     load_vector(p.h, p.d, xs);
+    load_gain(L->post_norm, p.d, gs);
     __syncthreads();
-    rmsnorm_inplace(xs, L->post_norm, p.d, p.eps, red);
+    rmsnorm_inplace(xs, gs, p.d, p.eps, red);
     __syncthreads();
     build_x_fragments(xs, p.d, xf);
     __syncthreads();
-    gemv_run(L->gu, p.gu, xf, gw, nw, st);
-    gemv_prefetch(L->down, gw, nw, st);
+    gemv_run(L->gu, p.gu, xf, gw, nw, ring, L->down, true);
+    ring_prefetch(L->down, gw, nw, ring);
     stage_barrier(p, 5 * li + 3);
 
     // 5. h += W_down (silu(g) * u).
@@ -135,19 +145,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     build_x_fragments(xs, p.ffn, xf);
     __syncthreads();
-    gemv_run(L->down, p.h, xf, gw, nw, st);
-    gemv_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].qkv : p.head, gw, nw, st);
+    const PackedMatrix& after = li + 1 < p.n_layers ? p.layers[li + 1].qkv : p.head;
+    gemv_run(L->down, p.h, xf, gw, nw, ring, after, true);
+    ring_prefetch(after, gw, nw, ring);
     stage_barrier(p, 5 * li + 4);
   }
 
   // LM head: logits = W_embed RMSNorm(h) * final_norm.
+  float* gs = reinterpret_cast<float*>(xf);
   load_vector(p.h, p.d, xs);
+  load_gain(p.final_norm, p.d, gs);
   __syncthreads();
-  rmsnorm_inplace(xs, p.final_norm, p.d, p.eps, red);
+  rmsnorm_inplace(xs, gs, p.d, p.eps, red);
   __syncthreads();
   build_x_fragments(xs, p.d, xf);
   __syncthreads();
-  gemv_run(p.head, p.logits, xf, gw, nw, st);
+  gemv_run(p.head, p.logits, xf, gw, nw, ring, p.head, false);
+  if (p.barrier_mode == 1) grid_sync_counter_done(p.barrier);
   if (p.trace) {
     __syncthreads();
     mark(p, 1 + 10 * p.n_layers);

@@ -26,6 +26,13 @@ fi
 has stages && run 90 $B/tests/test_megakernel_stages --gtest_brief=1
 has tiny && run 60 $B/tests/test_megakernel_decode_tiny
 has gtiny && run 60 $B/bin/nibble grade --config tiny --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-tiny.json" --max-timing-seconds 2
-has gfull && NIBBLE_MK_TRACE="$OUT/trace.txt" run 170 $B/bin/nibble grade --config full --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-full.json" --max-timing-seconds "$TIMING_S"
-has bench && run 60 $B/bin/bench_megakernel_blocks --benchmark_min_time=0.3s --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
+if has gfull; then
+  run 100 env NIBBLE_MK_BARRIER=1 NIBBLE_MK_TRACE="$OUT/trace.txt" $B/bin/nibble grade --config full --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-full.json" --max-timing-seconds "$TIMING_S"
+  cat "$OUT/trace.txt" | tee -a "$OUT/log.txt"
+fi
+if has gfull0; then  # the generation barrier, for comparison
+  run 100 env NIBBLE_MK_BARRIER=0 NIBBLE_MK_TRACE="$OUT/trace0.txt" $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-full-b0.json" --max-timing-seconds "$TIMING_S"
+  cat "$OUT/trace0.txt" | tee -a "$OUT/log.txt"
+fi
+has bench && run 60 $B/bin/bench_megakernel_blocks --benchmark_min_time=0.2s --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
 log done

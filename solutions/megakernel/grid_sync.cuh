@@ -46,4 +46,31 @@ __device__ __forceinline__ void grid_sync(unsigned* barrier) {
   __syncthreads();
 }
 
+/**
+ * The release/acquire barrier (CUTLASS's generic-barrier pattern): barrier k of a launch waits for
+ * barrier[0] >= (k + 1) * gridDim.x. One red.release per block and a polling ld.acquire, no fence.sc
+ * and no reset on the critical path: the count only grows during a launch and is zeroed by the last
+ * block to finish (grid_sync_counter_done), after every block has left its last barrier.
+ */
+__device__ __forceinline__ void grid_sync_counter(unsigned* barrier, unsigned target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    // Release: the block's writes (ordered before by __syncthreads) before the arrival.
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(barrier) : "memory");
+    while (ld_acquire_gpu(barrier) < target) {
+    }
+  }
+  __syncthreads();
+}
+
+/** End of a launch that used grid_sync_counter: the last block to get here zeroes the count. */
+__device__ __forceinline__ void grid_sync_counter_done(unsigned* barrier) {
+  if (threadIdx.x == 0) {
+    if (atomicAdd(barrier + 2, 1u) == gridDim.x - 1) {
+      atomicExch(barrier, 0u);
+      atomicExch(barrier + 2, 0u);
+    }
+  }
+}
+
 }  // namespace nibble::megakernel

@@ -21,12 +21,16 @@
 // per group and the integer products are exact in the mma.
 //
 // Work split: the units (tile-groups, 1 KB each) of a matrix are cut into one contiguous range per
-// warp of the grid, balanced to one unit, so every warp streams its range as consecutive 512-byte
-// warp loads; a tile split between warps is summed with fp32 atomics into out (which the caller
-// zeroes, or which holds the residual: h += W x is the epilogue for free).
-// Loads in flight: a stage is kUnits units = 6 uint4 per lane; the next stage is issued before the
-// current one is computed (up to 12 x 16 B per lane, 96 KB per 16-warp SM), and the first stage of
-// the next matrix can be issued before the grid barrier that precedes it (gemv_prefetch).
+// warp of the grid, balanced to one unit; a tile split between warps is summed with fp32 atomics
+// into out (which the caller zeroes, or which holds the residual: h += W x is the epilogue for free).
+// Loads: each warp owns a ring of kRingStages shared-memory stages of kStageUnits units (codes and
+// metadata); lane 0 fills a stage with two bulk copies (cp.async.bulk, the copy engine, L2
+// evict-first policy) completing on the stage's mbarrier, and the warp reads it back with 16-byte
+// LDS. The ring keeps 6 KB per warp (96 KB per SM) in flight without holding registers, and goes on
+// with the next matrix's first stages as soon as the current one's are all issued (gemv_run's
+// `next`), so the stream does not drain at stage boundaries: the next stage's first weights are in
+// flight during the grid barrier, the input build and the attention.
+// sm_90 (cp.async.bulk, mbarrier expect_tx).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,13 +41,14 @@
 
 namespace nibble::megakernel {
 
-/** Units per pipeline stage. */
-constexpr int kUnits = 3;
-
-struct GemvStage {
-  uint4 w[kUnits][2];
-  uint2 m[kUnits];
-};
+/** The per-warp ring: stages in flight and units per stage. */
+constexpr int kRingStages = 3;
+constexpr int kStageUnits = 2;
+constexpr int kUnitBytes = 1024, kUnitMetaBytes = 64;
+constexpr int kStageBytes = kStageUnits * (kUnitBytes + kUnitMetaBytes);
+/** Shared memory of one block's rings (16 warps) and of their mbarriers. */
+constexpr size_t kRingBytes = size_t(kWarps) * kRingStages * kStageBytes;
+constexpr size_t kRingBarrierBytes = size_t(kWarps) * kRingStages * 8;
 
 /** A warp's range of units of a matrix: [u0, u1). */
 struct UnitRange {
@@ -55,34 +60,93 @@ __device__ __forceinline__ UnitRange unit_range(const PackedMatrix& M, int gw, i
   return {total * gw / nw, total * (gw + 1) / nw};
 }
 
-__device__ __forceinline__ uint4 ld_stream_u4(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint2 ld_stream_u2(const uint2* p) {
-  uint2 v;
-  asm volatile("ld.global.cs.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
+/** This warp's ring; every lane holds the same values. */
+struct Ring {
+  unsigned char* buf;     // kRingStages stages of kStageBytes
+  uint32_t bar;           // shared address of the first of kRingStages mbarriers
+  uint32_t base;          // global stage number of the current matrix's first stage
+  uint32_t issued;        // stages of the current matrix issued so far
+  uint32_t next_issued;   // stages of the next matrix issued while the current one finished
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-/** Issue the loads of units [u, u + kUnits) that lie below u1. */
-__device__ __forceinline__ void gemv_load(const PackedMatrix& M, long long u, long long u1, int lane, GemvStage& st) {
-#pragma unroll
-  for (int i = 0; i < kUnits; ++i) {
-    if (u + i < u1) {
-      const uint4* p = M.w + (u + i) * 64 + lane;
-      st.w[i][0] = ld_stream_u4(p);
-      st.w[i][1] = ld_stream_u4(p + 32);
-      st.m[i] = ld_stream_u2(M.meta + (u + i) * 8 + (lane >> 2));
-    }
+/** Block-wide, once per kernel: carve the rings and initialise every mbarrier (count 1). */
+__device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned long long* bars) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  Ring r;
+  r.buf = ring_smem + size_t(warp) * kRingStages * kStageBytes;
+  r.bar = smem_addr(bars + warp * kRingStages);
+  r.base = 0;
+  r.issued = 0;
+  r.next_issued = 0;
+  if (lane == 0) {
+    for (int s = 0; s < kRingStages; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(r.bar + 8 * s) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
+  __syncwarp();
+  return r;
 }
 
-/** The first stage of this warp's range of M: may be issued before M's input exists. */
-__device__ __forceinline__ void gemv_prefetch(const PackedMatrix& M, int gw, int nw, GemvStage& st) {
-  const UnitRange r = unit_range(M, gw, nw);
-  gemv_load(M, r.u0, r.u1, threadIdx.x & 31, st);
+/** Lane 0: stage k of M's range [u0, u1), global stage number n, into ring slot n % kRingStages
+ *  (whose previous stage, n - kRingStages, has been consumed). */
+__device__ __forceinline__ void ring_issue(const PackedMatrix& M, const UnitRange& rg, const Ring& r, uint32_t k,
+                                           uint32_t gn) {
+  const long long u = rg.u0 + (long long)k * kStageUnits;
+  const int n = int(min((long long)kStageUnits, rg.u1 - u));
+  const uint32_t slot = gn % kRingStages;
+  unsigned char* dst = r.buf + slot * kStageBytes;
+  const uint32_t bar = r.bar + 8 * slot;
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  // The slot was last read through the generic proxy (LDS); the copy engine writes it next.
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(n * (kUnitBytes + kUnitMetaBytes))
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_addr(dst)),
+      "l"(M.w + u * 64), "r"(n * kUnitBytes), "r"(bar), "l"(policy)
+      : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_addr(dst + kStageUnits * kUnitBytes)),
+      "l"(M.meta + u * 8), "r"(n * kUnitMetaBytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ uint32_t ring_stages(const UnitRange& rg) {
+  return rg.u1 > rg.u0 ? uint32_t((rg.u1 - rg.u0 + kStageUnits - 1) / kStageUnits) : 0u;
+}
+
+/** Fill the ring with the first stages of this warp's range of M, counting those the previous
+ *  gemv_run already issued as its `next` (the weights do not depend on M's input, so this may run
+ *  before the barrier that makes the input ready). Every lane calls it. */
+__device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, int gw, int nw, Ring& r) {
+  const UnitRange rg = unit_range(M, gw, nw);
+  const uint32_t T = ring_stages(rg);
+  const uint32_t want = min(T, uint32_t(kRingStages));
+  if ((threadIdx.x & 31) == 0)
+    for (uint32_t k = r.next_issued; k < want; ++k) ring_issue(M, rg, r, k, r.base + k);
+  r.issued = max(want, r.next_issued);
+  r.next_issued = 0;
+  __syncwarp();
+}
+
+__device__ __forceinline__ void ring_wait(const Ring& r, uint32_t n) {
+  const uint32_t bar = r.bar + 8 * (n % kRingStages), parity = (n / kRingStages) & 1u;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 }
 
 __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -147,44 +211,57 @@ __device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, lo
 }
 
 /**
- * This warp's share of out += M x. `st` holds the first stage (gemv_prefetch with the same gw, nw)
- * and is used as a pipeline register afterwards; xf holds x's B fragments for all K
- * (build_x_fragments). Every lane of the warp calls this.
+ * This warp's share of out += M x. ring_prefetch(M, gw, nw, r) must have been called with the same
+ * gw, nw; xf holds x's B fragments for all K (build_x_fragments). Every lane of the warp calls this.
+ * As slots free up after M's last stages are issued, the ring goes on with the first stages of
+ * `next` (when has_next): the warp's weight stream does not drain at the end of a matrix, and the
+ * next stage's first loads are in flight during the barrier, the input build and the attention.
  */
-__device__ __forceinline__ void gemv_run(const PackedMatrix& M, float* out, const uint2* xf, int gw, int nw,
-                                         GemvStage& st) {
+__device__ __forceinline__ void gemv_run(const PackedMatrix& M, float* out, const uint2* xf, int gw, int nw, Ring& r,
+                                         const PackedMatrix& next, bool has_next) {
   const int lane = threadIdx.x & 31;
-  const UnitRange r = unit_range(M, gw, nw);
-  if (r.u0 >= r.u1) return;
-  const int G = M.groups;
-  long long tile = r.u0 / G;
-  int j = int(r.u0 % G);
-  float acc0 = 0.f, acc1 = 0.f;
-  const auto compute = [&](const GemvStage& cur, long long u) {
+  const UnitRange rg = unit_range(M, gw, nw);
+  const uint32_t T = ring_stages(rg);
+  const UnitRange rn = has_next ? unit_range(next, gw, nw) : UnitRange{0, 0};
+  const uint32_t Tn = ring_stages(rn);
+  if (T > 0) {
+    const int G = M.groups;
+    long long tile = rg.u0 / G;
+    int j = int(rg.u0 % G);
+    float acc0 = 0.f, acc1 = 0.f;
+    for (uint32_t k = 0; k < T; ++k) {
+      ring_wait(r, r.base + k);
+      const unsigned char* st = r.buf + ((r.base + k) % kRingStages) * kStageBytes;
+      const long long u = rg.u0 + (long long)k * kStageUnits;
 #pragma unroll
-    for (int i = 0; i < kUnits; ++i) {
-      if (u + i < r.u1) {
-        gemv_unit(cur.w[i], cur.m[i], xf + j * 64, lane, acc0, acc1);
-        if (++j == G) {
-          gemv_flush(M, out, tile, lane, acc0, acc1);
-          acc0 = acc1 = 0.f;
-          j = 0;
-          ++tile;
+      for (int i = 0; i < kStageUnits; ++i) {
+        if (u + i < rg.u1) {
+          const uint4* wp = reinterpret_cast<const uint4*>(st + i * kUnitBytes) + lane;
+          const uint4 w[2] = {wp[0], wp[32]};
+          const uint2 meta =
+              *reinterpret_cast<const uint2*>(st + kStageUnits * kUnitBytes + i * kUnitMetaBytes + (lane >> 2) * 8);
+          gemv_unit(w, meta, xf + j * 64, lane, acc0, acc1);
+          if (++j == G) {
+            gemv_flush(M, out, tile, lane, acc0, acc1);
+            acc0 = acc1 = 0.f;
+            j = 0;
+            ++tile;
+          }
         }
       }
+      __syncwarp();  // every lane has read the slot before lane 0 refills it
+      if (r.issued < T) {
+        if (lane == 0) ring_issue(M, rg, r, r.issued, r.base + r.issued);
+        ++r.issued;
+      } else if (r.next_issued < Tn) {
+        if (lane == 0) ring_issue(next, rn, r, r.next_issued, r.base + T + r.next_issued);
+        ++r.next_issued;
+      }
     }
-  };
-  // Two named stages, unrolled by hand: a copy `cur = next` of registers that loads are still
-  // filling would make the copy wait for them, leaving one stage in flight instead of two.
-  GemvStage b;
-  for (long long u = r.u0; u < r.u1; u += 2 * kUnits) {
-    gemv_load(M, u + kUnits, r.u1, lane, b);
-    compute(st, u);
-    if (u + kUnits >= r.u1) break;
-    gemv_load(M, u + 2 * kUnits, r.u1, lane, st);
-    compute(b, u + kUnits);
+    if (j != 0) gemv_flush(M, out, tile, lane, acc0, acc1);
   }
-  if (j != 0) gemv_flush(M, out, tile, lane, acc0, acc1);
+  r.base += T;
+  r.issued = 0;
 }
 
 /** bf16 bits of f, round to nearest even (finite f; NaN stays NaN). */

@@ -174,6 +174,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   std::vector<LayerSrc> src(size_t(c.layers));
   const SourceTriple embed = source(model, "embed", c.vocab, c.d);
   const auto* final_norm = static_cast<const uint16_t*>(sol::require_tensor(model, "final_norm", sol::kBF16, {c.d}));
+  require_aligned(final_norm, "final_norm");
   mdl->layers.resize(size_t(c.layers));
   mdl->k_cache.resize(size_t(c.layers));
   mdl->v_cache.resize(size_t(c.layers));
@@ -190,6 +191,8 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     LayerDev& L = mdl->layers[size_t(i)];
     L.in_norm = static_cast<const uint16_t*>(sol::require_tensor(model, p + "in_norm", sol::kBF16, {c.d}));
     L.post_norm = static_cast<const uint16_t*>(sol::require_tensor(model, p + "post_norm", sol::kBF16, {c.d}));
+    require_aligned(L.in_norm, p + "in_norm");  // read as 4 bf16 per load
+    require_aligned(L.post_norm, p + "post_norm");
     const std::string kv = "kv." + std::to_string(i) + ".";
     const std::vector<int64_t> kv_shape{c.batch, c.n_kv, c.max_seq, c.hd};
     mdl->k_cache[size_t(i)] = static_cast<uint16_t*>(sol::require_tensor(model, kv + "k", sol::kBF16, kv_shape));
@@ -198,6 +201,16 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     require_aligned(mdl->v_cache[size_t(i)], kv + "v");
   }
 
+  // The kernels are sm_90a code (cp.async.bulk, mbarrier transaction counts).
+  {
+    int dev = 0, major = 0, minor = 0;
+    SOL_CUDA(cudaGetDevice(&dev));
+    SOL_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    SOL_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major != 9 || minor != 0)
+      fail(NIBBLE_ERR_NOT_SUPPORTED, "this solution is built for sm_90a (Hopper: H100/H200) only; the device is sm_" +
+                                         std::to_string(major) + std::to_string(minor));
+  }
   // The persistent grid, and the shared memory it needs.
   const int max_k = std::max({c.d, c.ffn, qdim});
   mdl->smem = decode_smem_bytes(max_k, c.hd);
@@ -320,6 +333,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   P.final_norm = final_norm;
   P.rope = rope_dev;
   P.max_chunks = max_chunks;
+  if (const char* bm = std::getenv("NIBBLE_MK_BARRIER"); bm && *bm) P.barrier_mode = std::atoi(bm) == 0 ? 0 : 1;
   if (const char* tp = std::getenv("NIBBLE_MK_TRACE"); tp && *tp) {
     mdl->trace_path = tp;
     mdl->trace.allocate(size_t(mdl->blocks) * trace_marks(c.layers) * 8);

@@ -17,6 +17,12 @@
 #include <cstdint>
 #include <string>
 
+#if defined(__CUDACC__)
+#define NIBBLE_MK_HD __host__ __device__
+#else
+#define NIBBLE_MK_HD
+#endif
+
 namespace nibble::megakernel {
 
 /** Quantisation group (the seed's group) this solution supports: one group = 8 mma k-steps. */
@@ -103,7 +109,10 @@ struct DecodeParams {
   float* part = nullptr;     ///< attention partials (n_q, max_chunks, hd + 2)
   int max_chunks = 0;
   unsigned* attn_count = nullptr;  ///< (n_kv), zero between steps
-  unsigned* barrier = nullptr;     ///< [count, generation], count zero between steps
+  unsigned* barrier = nullptr;     ///< [count, generation, done], count and done zero between steps
+  /** 0: generation barrier (fence, atomic, spin; grid_sync), 1: release/acquire counter
+   *  (grid_sync_counter). NIBBLE_MK_BARRIER at build_model picks it. */
+  int barrier_mode = 1;
   // this step
   const int64_t* token = nullptr;
   int pos = 0;
@@ -115,7 +124,7 @@ struct DecodeParams {
 
 /** Values per block of DecodeParams::trace: the start, (arrival, release) for 5 stages per layer,
  *  the end. */
-inline int trace_marks(int n_layers) { return 2 + 10 * n_layers; }
+NIBBLE_MK_HD inline int trace_marks(int n_layers) { return 2 + 10 * n_layers; }
 
 /** Chunks per KV head the attention stage splits the sequence into, for a grid of `blocks`. */
 inline int attn_max_chunks(int blocks, int n_kv) { return blocks / n_kv > 0 ? blocks / n_kv : 1; }

@@ -13,6 +13,7 @@
 #include <cuda.h>  // driver API types only: the entry points come from cudaGetDriverEntryPointByVersion,
                    // so no variant links libcuda (the CPU tests dlopen them on machines without a driver)
 #include <cuda_runtime.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -80,6 +83,9 @@ struct State {
   const void* graph_logits = nullptr;
   cudaAccessPolicyWindow window{};                         // persist_l2
   bool window_ok = false;
+  std::string out_dir;                                     // forge_*, steal_reference: the child's --out
+  std::vector<int64_t> stolen_pos;                         // steal_reference: the reference's checked
+  std::vector<std::vector<uint8_t>> stolen_logits, stolen_k, stolen_v;  // steps, read from its folder
 };
 
 }  // namespace
@@ -115,6 +121,143 @@ void spew(FILE* f, int call) {
   line += "\xed\xa0\x80";  // a UTF-16 surrogate encoded as UTF-8: invalid
   std::fwrite(line.data(), 1, line.size(), f);
   std::fflush(f);
+}
+
+
+// ---- Files of the grader's child process ---------------------------------------------------------
+// The child is started as `nibble __run ... --out <dir>`: its result.json and outputs.safetensors
+// live there, and the reference's outputs of the same seed in <dir>/../reference. A solution runs
+// in that process, with its rights: it can read and write all of them.
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+bool write_atomic(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".hostile-tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!f) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+/** The value after `--out` in this process's command line ("" if none). */
+std::string child_out_dir() {
+  const std::string all = read_text("/proc/self/cmdline");
+  std::vector<std::string> argv;
+  for (size_t b = 0, e; b < all.size(); b = e + 1) {
+    e = all.find('\0', b);
+    if (e == std::string::npos) e = all.size();
+    argv.push_back(all.substr(b, e - b));
+  }
+  for (size_t i = 0; i + 1 < argv.size(); ++i)
+    if (argv[i] == "--out") return argv[i + 1];
+  return "";
+}
+
+/** Divide every number of the JSON array `"key": [...]` in `text` by `by`. */
+bool scale_array(std::string& text, const char* key, double by) {
+  const size_t k = text.find(std::string("\"") + key + "\"");
+  if (k == std::string::npos) return false;
+  const size_t b = text.find('[', k), e = text.find(']', b);
+  if (b == std::string::npos || e == std::string::npos) return false;
+  std::string out = "[";
+  const char* p = text.c_str() + b + 1;
+  const char* end = text.c_str() + e;
+  while (p < end) {
+    char* next = nullptr;
+    const double v = std::strtod(p, &next);
+    if (next == p) {
+      ++p;
+      continue;
+    }
+    char num[64];
+    std::snprintf(num, sizeof num, "%s%.17g", out.size() > 1 ? "," : "", v / by);
+    out += num;
+    p = next;
+  }
+  text.replace(b, e - b + 1, out + "]");
+  return true;
+}
+
+/** Where the grader's child writes its result, a detached process of ours waits for the final
+ *  result.json and halves the timings in it before the grader reads it. */
+void start_forger(const std::string& result) {
+  const pid_t pid = fork();
+  if (pid != 0) return;  // the solution's process (or fork failed): carry on
+  setsid();              // out of the child's process group: a group kill does not reach us
+  for (int i = 0; i < 600000; ++i) {  // at most ~5 min
+    usleep(500);
+    struct stat st {};
+    if (stat(result.c_str(), &st) != 0) {
+      if (i > 1000) break;  // the folder is gone: the grade is over
+      continue;
+    }
+    std::string text = read_text(result);
+    if (text.find("\"done\"") == std::string::npos || text.find("\"gpu_span_us\"") == std::string::npos) continue;
+    if (scale_array(text, "gpu_span_us", 2) && scale_array(text, "busy_us", 2) && scale_array(text, "host_wall_us", 2))
+      write_atomic(result, text);
+    break;
+  }
+  _exit(0);  // never back into the CUDA process image
+}
+
+/** A safetensors header nested 200000 arrays deep (a reader that recurses on it overflows its stack). */
+std::string deep_safetensors() {
+  const int depth = 200000;
+  std::string h = "{\"step0.logits\":{\"dtype\":";
+  h.append(size_t(depth), '[');
+  h.append(size_t(depth), ']');
+  h += ",\"shape\":[1],\"data_offsets\":[0,4]}}";
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[size_t(i)] = char((uint64_t(h.size()) >> (8 * i)) & 0xff);
+  return file + h + std::string(4, '\0');
+}
+
+/** The [begin, end) data offsets of tensor `name` in a safetensors header written by nibble
+ *  (compact JSON, sorted keys: "data_offsets" comes first). */
+bool find_offsets(const std::string& header, const std::string& name, uint64_t* b, uint64_t* e) {
+  const std::string key = "\"" + name + "\":{\"data_offsets\":[";
+  const size_t at = header.find(key);
+  if (at == std::string::npos) return false;
+  return std::sscanf(header.c_str() + at + key.size(), "%lu,%lu", reinterpret_cast<unsigned long*>(b),
+                     reinterpret_cast<unsigned long*>(e)) == 2;
+}
+
+/** The reference's checked steps (logits, appended K and V), read from its outputs file. */
+void steal_reference(State& s) {
+  const std::string file = read_text(s.out_dir + "/../reference/outputs.safetensors");
+  if (file.size() < 8) return;
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(file[size_t(i)])) << (8 * i);
+  if (n > file.size() - 8) return;
+  const std::string header = file.substr(8, n);
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(file.data()) + 8 + n;
+  const uint64_t data_size = file.size() - 8 - n;
+  auto tensor = [&](const std::string& name, std::vector<uint8_t>* out) {
+    uint64_t b = 0, e = 0;
+    if (!find_offsets(header, name, &b, &e) || b > e || e > data_size) return false;
+    out->assign(data + b, data + e);
+    return true;
+  };
+  std::vector<uint8_t> pos;
+  if (!tensor("positions", &pos)) return;
+  for (size_t i = 0; i < pos.size() / 8; ++i) {
+    std::vector<uint8_t> l, k, v;
+    const std::string p = "step" + std::to_string(i) + ".";
+    if (!tensor(p + "logits", &l) || !tensor(p + "k", &k) || !tensor(p + "v", &v)) return;
+    int64_t q = 0;
+    std::memcpy(&q, pos.data() + 8 * i, 8);
+    s.stolen_pos.push_back(q);
+    s.stolen_logits.push_back(std::move(l));
+    s.stolen_k.push_back(std::move(k));
+    s.stolen_v.push_back(std::move(v));
+  }
+  std::fprintf(stderr, "hostile-steal_reference: %zu steps of the reference's answers read from %s/../reference\n",
+               s.stolen_pos.size(), s.out_dir.c_str());
 }
 
 }  // namespace hostile
@@ -222,10 +365,6 @@ cudaError_t hostile_launch_swiglu(const float* gate, const float* up, int n, flo
 }
 }  // namespace nibble::unfused
 
-namespace {
-
-}  // namespace
-
 namespace hostile {
 /** The honest unfused step on `stream`. */
 nibble_status forward(State& s, const nibble_tensor* tokens, int32_t pos, nibble_tensor* logits, cudaStream_t stream,
@@ -245,7 +384,7 @@ nibble_status build(const nibble_decode_model* model, cudaStream_t stream, State
   const nibble_decode_config& c = model->cfg;
   s.cfg = c;
   s.tensors.assign(model->tensors, model->tensors + model->num_tensors);
-  nibble_decode_model m = *model;
+  [[maybe_unused]] nibble_decode_model m = *model;  // the table the unfused build sees
 #if defined(HOSTILE_NOISY_OUTPUT)
   spew(stdout, 0);
   spew(stderr, 0);
@@ -277,7 +416,21 @@ nibble_status build(const nibble_decode_model* model, cudaStream_t stream, State
 #if defined(HOSTILE_DRIVER_API)
   H_OK(load_driver_module(err));
 #endif
+  s.out_dir = child_out_dir();
+#if defined(HOSTILE_FORGE_TIMING)
+  if (!s.out_dir.empty()) start_forger(s.out_dir + "/result.json");
+#endif
+#if defined(HOSTILE_STEAL_REFERENCE)
+  // Computes nothing: it only needs the KV caches' addresses.
+  if (!s.out_dir.empty()) steal_reference(s);
+  s.harness_kv.assign(size_t(2 * c.layers), nullptr);
+  for (int l = 0; l < c.layers; ++l)
+    for (int kv = 0; kv < 2; ++kv)
+      s.harness_kv[size_t(2 * l + kv)] =
+          static_cast<uint16_t*>(tensor_data(model, "kv." + std::to_string(l) + (kv ? ".v" : ".k")));
+#else
   H_OK(unfused_decode_build_model(&m, stream, &s.inner, err));
+#endif
 #if defined(HOSTILE_WEIGHT_BYTE)
   s.poke_byte = static_cast<uint8_t*>(tensor_data(model, "layers." + std::to_string(c.layers - 1) + ".o.packed")) + 100;
 #elif defined(HOSTILE_KV_PREFIX)
@@ -392,6 +545,30 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   if (!s.graphs[size_t(pos)]) H_OK(capture_graphs(s, tokens, pos, logits, err));
   H_CUDA(cudaGraphLaunch(s.graphs[size_t(pos)], stream));
   return NIBBLE_OK;
+#elif defined(HOSTILE_STEAL_REFERENCE)
+  // The reference's answer where it has one (the checked steps), zeros elsewhere.
+  const size_t per_layer = size_t(c.batch) * c.n_kv * c.hd;  // bf16 elements of one layer's slot pos
+  const size_t row = size_t(c.hd) * 2, pitch = size_t(c.max_seq) * row;
+  size_t i = 0;
+  while (i < s.stolen_pos.size() && s.stolen_pos[i] != pos) ++i;
+  const bool have = i < s.stolen_pos.size() && s.stolen_logits[i].size() == n_logits * 4 &&
+                    s.stolen_k[i].size() == per_layer * c.layers * 2 && s.stolen_v[i].size() == per_layer * c.layers * 2;
+  if (have)
+    H_CUDA(cudaMemcpyAsync(out, s.stolen_logits[i].data(), n_logits * 4, cudaMemcpyHostToDevice, stream));
+  else
+    H_CUDA(cudaMemsetAsync(out, 0, n_logits * 4, stream));
+  for (int l = 0; l < c.layers; ++l)
+    for (int kv = 0; kv < 2; ++kv) {
+      uint16_t* dst = s.harness_kv[size_t(2 * l + kv)] + size_t(pos) * c.hd;
+      if (have) {
+        const uint8_t* src = (kv ? s.stolen_v[i] : s.stolen_k[i]).data() + size_t(l) * per_layer * 2;
+        H_CUDA(cudaMemcpy2DAsync(dst, pitch, src, row, row, size_t(c.batch) * c.n_kv, cudaMemcpyHostToDevice, stream));
+      } else {
+        H_CUDA(cudaMemset2DAsync(dst, pitch, 0, row, size_t(c.batch) * c.n_kv, stream));
+      }
+    }
+  H_CUDA(cudaStreamSynchronize(stream));  // the host copies are pageable
+  return NIBBLE_OK;
 #elif defined(HOSTILE_UNWRITTEN_TAIL)
   nibble_tensor priv = *logits;
   priv.data = s.private_logits;
@@ -471,7 +648,12 @@ nibble_status teardown(State& s, cudaStream_t stream, nibble_error* err) {
   for (auto& g : s.graphs)
     if (g) H_CUDA(cudaGraphExecDestroy(g));
   if (s.capture_stream) H_CUDA(cudaStreamDestroy(s.capture_stream));
-  H_OK(unfused_decode_teardown(s.inner, stream, err));
+#if defined(HOSTILE_FORGE_OUTPUTS)
+  // The checked steps' outputs are on disk by now; the parent grader parses them after we exit.
+  if (!s.out_dir.empty() && !write_atomic(s.out_dir + "/outputs.safetensors", deep_safetensors()))
+    std::fprintf(stderr, "hostile-forge_outputs: could not replace %s/outputs.safetensors\n", s.out_dir.c_str());
+#endif
+  if (s.inner) H_OK(unfused_decode_teardown(s.inner, stream, err));
   H_CUDA(cudaStreamSynchronize(stream));
   for (uint16_t* p : s.private_kv) H_CUDA(cudaFree(p));
   if (s.private_logits) H_CUDA(cudaFree(s.private_logits));
@@ -502,7 +684,12 @@ extern "C" {
 
 NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
 
+#ifdef HOSTILE_BAD_NAME
+// The name, then bytes that are not UTF-8: whoever writes it into JSON must escape or replace them.
+NIBBLE_EXPORT const char* nibble_solution_name(void) { return HOSTILE_NAME "\xff\xfe\xc3\x28\x80"; }
+#else
 NIBBLE_EXPORT const char* nibble_solution_name(void) { return HOSTILE_NAME; }
+#endif
 
 NIBBLE_EXPORT nibble_status nibble_decode_build_model(const nibble_decode_model* model, void* stream, void** handle,
                                                       nibble_error* err) {

@@ -7,11 +7,13 @@
  *   HOSTILE_MISSING_SYMBOL   exports no nibble_decode_step                          -> MissingSymbol
  *   HOSTILE_ABI_VERSION      nibble_abi_version() = NIBBLE_ABI_VERSION + 1           -> AbiMismatch
  *   HOSTILE_NOT_SUPPORTED    build_model declines with NIBBLE_ERR_NOT_SUPPORTED      -> NotSupported
+ *   HOSTILE_BAD_MESSAGE      the same, with a message of 1024 bytes, no NUL, not UTF-8 -> NotSupported
  *
  * Plain C99, no CUDA: the load-time cases also run in CI (tests/test_hostile_cpu.cpp). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nibble/nibble.h"
 
@@ -34,6 +36,19 @@ nibble_status nibble_decode_build_model(const nibble_decode_model* model, void* 
     /* volatile: the compiler may not prove the store away or turn it into a trap instruction. */
     int* volatile p = NULL;
     *p = model->cfg.layers;
+  }
+#endif
+#ifdef HOSTILE_BAD_MESSAGE
+  {
+    /* Every byte of the buffer used, none of them NUL; after the words, bytes no UTF-8 decoder
+     * accepts (0xFF, 0xFE, a lone continuation byte, a truncated sequence). */
+    static const char head[] = "hostile-bad_message declines this config: ";
+    static const unsigned char bad[] = {0xFF, 0xFE, 0x80, 0xC3, 0x28, 0xE2, 0x82, 0x1B, '[', '2', 'J'};
+    size_t i;
+    memcpy(err->message, head, sizeof head - 1);
+    for (i = sizeof head - 1; i < sizeof err->message; ++i) err->message[i] = (char)bad[i % sizeof bad];
+    (void)model;
+    return NIBBLE_ERR_NOT_SUPPORTED;
   }
 #endif
 #ifdef HOSTILE_NOT_SUPPORTED
