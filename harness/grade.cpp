@@ -445,7 +445,9 @@ int grade_main(const GradeOptions& opt) {
         }
       }
       // Host time the GPU never saw (a CPU-side computation, a sleep) is work the span would hide.
-      if (disposition.empty() && w.median > 2.0 * s.median + 200.0) {
+      // Launch-bound work legitimately shows some host time beyond the span (seen on the tiny
+      // config: 377 us wall for a 75 us span); hidden work worth hiding is far more than 1 ms.
+      if (disposition.empty() && w.median > 2.0 * s.median && w.median - s.median > 1000.0) {
         disposition = kInvalidTiming;
         reason = "host wall time per call (" + fmt(w.median) + " us median) is far above the CUPTI GPU span (" + fmt(s.median) +
                  " us): the call spends time the GPU timer cannot see";

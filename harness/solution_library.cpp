@@ -6,6 +6,19 @@
 
 namespace nibble {
 
+namespace {
+/** A solution's self-description as printable ASCII, at most 256 characters: it ends up in JSON
+ *  reports and safetensors headers, which need valid UTF-8. */
+std::string printable(const char* s) {
+  std::string out;
+  for (size_t i = 0; s[i] && out.size() < 256; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    out += (c >= 0x20 && c < 0x7f) ? char(c) : '?';
+  }
+  return out;
+}
+}  // namespace
+
 SolutionLibrary::SolutionLibrary(const std::string& path) : path_(path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0)
@@ -38,10 +51,10 @@ SolutionLibrary::SolutionLibrary(const std::string& path) : path_(path) {
     teardown = reinterpret_cast<nibble_decode_teardown_fn>(sym("nibble_decode_teardown", true));
     auto name_fn = reinterpret_cast<nibble_solution_name_fn>(sym("nibble_solution_name", false));
     const char* n = name_fn ? name_fn() : nullptr;
-    name_ = n ? n : path.substr(path.find_last_of('/') + 1);
+    name_ = printable(n ? n : path.substr(path.find_last_of('/') + 1).c_str());
     auto numerics_fn = reinterpret_cast<nibble_solution_name_fn>(sym("nibble_reference_numerics", false));
     const char* num = numerics_fn ? numerics_fn() : nullptr;
-    numerics_ = num ? num : "";
+    numerics_ = num ? printable(num) : "";
   } catch (...) {
     dlclose(handle_);
     handle_ = nullptr;

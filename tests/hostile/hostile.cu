@@ -337,6 +337,12 @@ nibble_status load_driver_module(nibble_error* err) {
     std::snprintf(err->message, sizeof err->message, "no swiglu_kernel among the %u functions of the fatbin", n);
     return NIBBLE_ERR_INTERNAL;
   }
+  // Enumerated functions of a lazily loaded module are not loaded yet (CUDA_ERROR_FUNCTION_NOT_LOADED,
+  // 913, from any query): load it explicitly first.
+  using PFN_FuncLoad = CUresult (*)(CUfunction);
+  PFN_FuncLoad func_load = nullptr;
+  H_OK(entry_point("cuFuncLoad", &func_load, err));
+  if ((r = func_load(d.swiglu)) != CUDA_SUCCESS) return driver_fail(err, "cuFuncLoad", r);
   // The kernel's __launch_bounds__ (its block size, kThreads in swiglu.cu) read back from the module.
   if ((r = get_attr(&d.threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, d.swiglu)) != CUDA_SUCCESS)
     return driver_fail(err, "cuFuncGetAttribute", r);
