@@ -2,6 +2,7 @@
 #include "harness/child.h"
 
 #include <cublas_v2.h>
+#include <sys/prctl.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "harness/decode_session.h"
 #include "harness/device_model.h"
 #include "harness/gpu_checks.h"
+#include "harness/process.h"
 #include "harness/solution_library.h"
 #include "harness/stats.h"
 
@@ -63,6 +65,9 @@ struct ResultWriter {
   json j;
   std::mutex mu;
   void phase(const char* p) {
+    // Nothing the solution started outside this process (a daemon reparented to us, the child
+    // subreaper) may outlive a write of our results and rewrite them afterwards.
+    reap_descendants();
     std::lock_guard<std::mutex> lock(mu);
     j["phase"] = p;
     write_file_atomic(path, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -237,6 +242,9 @@ struct OutputFile {
 }  // namespace
 
 int child_run_main(const RunOptions& opt) {
+  // Daemons the solution starts (setsid, double fork) reparent to this process, which kills them
+  // before every write of its results (ResultWriter::phase).
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   ResultWriter out{opt.out_dir + "/result.json", json::object(), {}};
   out.j["solution"] = opt.solution;
   const auto t_start = std::chrono::steady_clock::now();
@@ -267,6 +275,7 @@ int child_run_main(const RunOptions& opt) {
   }
   out.j["solution_name"] = lib->name();
   out.j["numerics"] = lib->numerics();
+  out.phase("opened");  // a crash in build_model still leaves the solution's name
   if (!opt.variant.empty()) {
     using set_variant_fn = nibble_status (*)(const char*, nibble_error*);
     auto set_variant = reinterpret_cast<set_variant_fn>(lib->optional_symbol("nibble_reference_set_variant"));

@@ -192,8 +192,8 @@ Times times_of(const Graded& g) {
 // The timer sees every launch path: the same kernels launched through the runtime API, from a
 // private stream that is still running when decode_step returns, through cuLaunchKernel from a
 // module loaded at run time, or as a CUDA graph, give the same kernel count and busy time, and a
-// span within 25% (tiny-config noise). A graph legitimately closes the launch gaps between kernels,
-// so its span may be shorter but its busy time may not. Persisting L2 must not make the step
+// busy time within 10% (the span of a launch-bound tiny step is host noise). A graph legitimately
+// closes the launch gaps between kernels, so its span may be shorter but its busy time may not. Persisting L2 must not make the step
 // faster (the harness resets it and flushes L2 before every call); the step run twice takes twice
 // the time.
 TEST(HostileTiming, HonestLaunchPathsAgree) {
@@ -225,19 +225,18 @@ TEST(HostileTiming, HonestLaunchPathsAgree) {
                         << " vs " << base.kernels << ")";
       ok = ok && cond;
     };
+    // On the tiny config a step is launch-bound: the GPU span swings with the host's launch speed
+    // (75 us for the control in one H200 run, 149 us in the next), while the busy time (the kernels'
+    // own time) is stable to a few percent. So the paths are compared on what the GPU did.
     if (r.compare == "same") {
       check(t.kernels == base.kernels, "the timer saw a different number of kernels per step");
-      check(std::fabs(rb - 1.0) < 0.25, "busy time differs from the control's by 25% or more");
-      if (r.name == "graph")
-        check(rs < 1.25, "the graph's GPU span is 25% or more above the control's");
-      else
-        check(std::fabs(rs - 1.0) < 0.25, "GPU span differs from the control's by 25% or more");
+      check(std::fabs(rb - 1.0) < 0.10, "busy time differs from the control's by 10% or more");
     } else if (r.compare == "double") {
       check(t.kernels == 2 * base.kernels, "twice the control's kernels expected");
-      check(rs > 1.5 && rs < 2.6, "GPU span should be about twice the control's");
+      check(rb > 1.7 && rb < 2.3, "busy time should be about twice the control's");
     } else if (r.compare == "no_faster") {
       check(t.kernels == base.kernels, "the timer saw a different number of kernels per step");
-      check(rs > 0.75, "persisting L2 made the step faster: the reset before each call did not hold");
+      check(rb > 0.9, "persisting L2 made the step faster: the reset before each call did not hold");
     }
     outcomes()[r.name].timing = ok ? 1 : 0;
   }
