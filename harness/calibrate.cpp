@@ -20,6 +20,8 @@
 #include "fixtures/safetensors.h"
 #include "fixtures/task.h"
 #include "harness/atomic_file.h"
+#include "fixtures/gemm_task.h"
+#include "harness/gemm_grade.h"
 #include "harness/grade_common.h"
 #include "harness/process.h"
 #include "harness/stats.h"
@@ -98,6 +100,7 @@ std::string cell(double v) { return std::isnan(v) ? "NaN" : fmt(v, 3); }
 }  // namespace
 
 int calibrate_main(const CalibrateOptions& opt) {
+  if (is_gemm_task(opt.task)) return calibrate_gemm_main(opt);
   const auto t_start = std::chrono::steady_clock::now();
   const Log log{opt.quiet, isatty(STDERR_FILENO) != 0};
   DecodeConfig cfg;
@@ -107,8 +110,7 @@ int calibrate_main(const CalibrateOptions& opt) {
     if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
     if (opt.path != "auto" && opt.path != "gpu" && opt.path != "cpu")
       throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + opt.path + "'");
-    write_file_atomic(opt.out + ".nibble-probe", "");
-    fs::remove(opt.out + ".nibble-probe");
+    check_writable(opt.out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
     return 2;

@@ -21,6 +21,7 @@
 #include "harness/cupti_timer.h"
 #include "harness/decode_session.h"
 #include "harness/device_model.h"
+#include "harness/child_support.h"
 #include "harness/gpu_checks.h"
 #include "harness/process.h"
 #include "harness/solution_library.h"
@@ -30,130 +31,7 @@ namespace nibble {
 
 namespace {
 
-using json = nlohmann::ordered_json;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-const char* load_kind_name(LoadError::Kind k) {
-  switch (k) {
-    case LoadError::NotFound: return "NotFound";
-    case LoadError::NotLoadable: return "NotLoadable";
-    case LoadError::MissingSymbol: return "MissingSymbol";
-    case LoadError::AbiMismatch: return "AbiMismatch";
-  }
-  return "?";
-}
-
-const char* status_name(nibble_status s) {
-  switch (s) {
-    case NIBBLE_OK: return "OK";
-    case NIBBLE_ERR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case NIBBLE_ERR_NOT_SUPPORTED: return "NOT_SUPPORTED";
-    case NIBBLE_ERR_CUDA: return "CUDA";
-    case NIBBLE_ERR_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
-    case NIBBLE_ERR_INTERNAL: return "INTERNAL";
-  }
-  return "?";
-}
-
-/** Writes result.json after every phase, so a crash later still leaves what was learnt. Shared
- *  with the watchdog thread, hence the mutex. */
-struct ResultWriter {
-  std::string path;
-  json j;
-  std::mutex mu;
-  void phase(const char* p) {
-    // Nothing the solution started outside this process (a daemon reparented to us, the child
-    // subreaper) may outlive a write of our results and rewrite them afterwards.
-    reap_descendants();
-    std::lock_guard<std::mutex> lock(mu);
-    j["phase"] = p;
-    write_file_atomic(path, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
-  }
-  int fail(const char* kind, const std::string& msg, int code, json extra = json::object()) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      json e;
-      e["kind"] = kind;
-      e["message"] = msg;
-      for (auto& [k, v] : extra.items()) e[k] = v;
-      e["during_phase"] = j.value("phase", "start");
-      j["error"] = e;
-    }
-    phase("failed");
-    std::fprintf(stderr, "nibble child: %s error: %s\n", kind, msg.c_str());
-    return code;
-  }
-};
-
-/** Kills this process when one solution call (build_model, or decode_step with the device sync
- *  after it) outlives its limit, after writing which call it was. A hung kernel or host loop
- *  thus ends as TimedOut with the call named, not as a silent whole-process timeout. */
-class CallWatchdog {
- public:
-  explicit CallWatchdog(ResultWriter* out) : out_(out), thread_([this] { loop(); }) {}
-  ~CallWatchdog() {
-    stop_ = true;
-    thread_.join();
-  }
-  void arm(const std::string& call, double seconds) {
-    std::lock_guard<std::mutex> lock(mu_);
-    call_ = call;
-    limit_ = seconds;
-    deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                        std::chrono::duration<double>(seconds));
-    armed_ = true;
-  }
-  void disarm() {
-    std::lock_guard<std::mutex> lock(mu_);
-    armed_ = false;
-  }
-
- private:
-  void loop() {
-    while (!stop_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      std::lock_guard<std::mutex> lock(mu_);
-      if (armed_ && std::chrono::steady_clock::now() > deadline_) {
-        out_->fail(kErrTimeout, call_ + " did not return within " + std::to_string(int(limit_)) + " s (watchdog)", 9,
-                   json{{"call", call_}});
-        std::_Exit(9);
-      }
-    }
-  }
-  ResultWriter* out_;
-  std::mutex mu_;
-  std::string call_;
-  double limit_ = 0;
-  std::chrono::steady_clock::time_point deadline_;
-  bool armed_ = false;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
-/** An L2-sized scratch written before every timed call, so each call starts with a cold L2
- *  (weights cannot stay resident between calls). Twice the L2: the replacement policy is not LRU. */
-class L2Flusher {
- public:
-  L2Flusher() {
-    int dev = 0, l2 = 0;
-    NIBBLE_CUDA_CALL(cudaGetDevice(&dev));
-    NIBBLE_CUDA_CALL(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    buf_ = DeviceBuffer(size_t(std::max(l2, 1 << 20)) * 2);
-  }
-  void flush(cudaStream_t s) {
-    // Persisting lines (a solution may have set an access-policy window on its weights) become
-    // normal first, so the writes below can evict them.
-    NIBBLE_CUDA_CALL(cudaCtxResetPersistingL2Cache());
-    NIBBLE_CUDA_CALL(cudaMemsetAsync(buf_.get(), int(++n_ & 0xff), buf_.bytes(), s));
-  }
-
- private:
-  DeviceBuffer buf_;
-  unsigned n_ = 0;
-};
+using namespace nibble::child;
 
 /** GPU checksums of everything a candidate may read but not write: every weight and norm, and the
  *  KV prefix (slots [0, prefill) of every cache). */
@@ -226,19 +104,6 @@ std::string first_written_above(const DeviceModel& m, int32_t pos, cudaStream_t 
 }
 
 /** Outputs kept for the parent: tensors copied into owned blobs, written as one safetensors file. */
-struct OutputFile {
-  std::vector<std::vector<uint8_t>> blobs;
-  std::vector<TensorView> views;
-  void add(const std::string& name, DType dt, std::vector<int64_t> shape, const void* data, size_t n) {
-    blobs.emplace_back(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
-    views.push_back({name, dt, std::move(shape), nullptr, n});
-  }
-  void write(const std::string& path, const std::string& solution) {
-    for (size_t i = 0; i < views.size(); ++i) views[i].data = blobs[i].data();
-    write_safetensors(path, views, {{"solution", solution}});
-  }
-};
-
 }  // namespace
 
 int child_run_main(const RunOptions& opt) {
@@ -276,22 +141,8 @@ int child_run_main(const RunOptions& opt) {
   out.j["solution_name"] = lib->name();
   out.j["numerics"] = lib->numerics();
   out.phase("opened");  // a crash in build_model still leaves the solution's name
-  if (!opt.variant.empty()) {
-    using set_variant_fn = nibble_status (*)(const char*, nibble_error*);
-    auto set_variant = reinterpret_cast<set_variant_fn>(lib->optional_symbol("nibble_reference_set_variant"));
-    if (!set_variant)
-      return out.fail(kErrLoad, opt.solution + " has no nibble_reference_set_variant: variants need the bundled reference", 4,
-                      json{{"load_kind", "MissingSymbol"}});
-    nibble_error err{};
-    if (set_variant(opt.variant.c_str(), &err) != NIBBLE_OK)
-      return out.fail(kErrSolution, std::string("nibble_reference_set_variant: ") + err.message, 5,
-                      json{{"call", "nibble_reference_set_variant"}, {"status", "INVALID_ARGUMENT"}});
-    out.j["variant"] = opt.variant;
-    // The numerics string names the variant once one is selected.
-    using numerics_fn = const char* (*)(void);
-    if (auto num = reinterpret_cast<numerics_fn>(lib->optional_symbol("nibble_reference_numerics")))
-      out.j["numerics"] = num() ? num() : "";
-  }
+  if (!opt.variant.empty())
+    if (const int code = select_variant(out, *lib, opt.solution, opt.variant)) return code;
 
   cudaStream_t stream = nullptr, harness_stream = nullptr;
   std::unique_ptr<DecodeSession> session;

@@ -26,7 +26,9 @@
 #include "fixtures/sha256.h"
 #include "fixtures/task.h"
 #include "harness/atomic_file.h"
+#include "harness/gemm_grade.h"
 #include "harness/grade_common.h"
+#include "fixtures/gemm_task.h"
 #include "harness/report_view.h"
 #include "harness/process.h"
 #include "harness/stats.h"
@@ -112,24 +114,14 @@ void append_history(const std::string& path, const json& report, const std::stri
 }  // namespace
 
 int grade_main(const GradeOptions& opt) {
+  if (is_gemm_task(opt.task)) return grade_gemm_main(opt);
   const auto t_start = std::chrono::steady_clock::now();
   const Log log{opt.quiet, isatty(STDERR_FILENO) != 0};
   DecodeConfig cfg;
   try {
     check_task(opt.task);
     cfg = decode_config(opt.config);
-    if (opt.solution.empty()) throw std::invalid_argument("--solution is required");
-    if (!fs::exists(opt.solution))
-      throw std::invalid_argument("solution '" + opt.solution + "' does not exist; pass the path of a built .so");
-    {
-      // Cheap preflight without loading it (the parent never dlopens a candidate): an ELF header.
-      char magic[4] = {};
-      FILE* f = std::fopen(opt.solution.c_str(), "rb");
-      const bool elf = f && std::fread(magic, 1, 4, f) == 4 && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
-      if (f) std::fclose(f);
-      if (!elf)
-        throw std::invalid_argument("solution '" + opt.solution + "' is not a shared object (no ELF header); build it with nvcc -shared -fPIC");
-    }
+    check_solution_file(opt.solution);
     if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
     if (!opt.fixture_dir.empty() && opt.seeds.size() != 1)
       throw std::invalid_argument("--fixture names one fixture, so give exactly one seed with --seeds");
@@ -139,8 +131,7 @@ int grade_main(const GradeOptions& opt) {
   }
   try {
     // Fail before the work, not after it: the report path must be writable.
-    write_file_atomic(opt.out + ".nibble-probe", "");
-    fs::remove(opt.out + ".nibble-probe");
+    check_writable(opt.out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble grade: the report cannot be written: %s; choose another --out\n", e.what());
     return kExitUsage;

@@ -179,4 +179,20 @@ std::string bundled_reference(const std::string& exe, const std::string& given) 
   return given.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / "libnibble_reference.so").string() : given;
 }
 
+void check_solution_file(const std::string& path) {
+  if (path.empty()) throw std::invalid_argument("--solution is required");
+  if (!fs::exists(path)) throw std::invalid_argument("solution '" + path + "' does not exist; pass the path of a built .so");
+  char magic[4] = {};
+  FILE* f = std::fopen(path.c_str(), "rb");
+  const bool elf = f && std::fread(magic, 1, 4, f) == 4 && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
+  if (f) std::fclose(f);
+  if (!elf)
+    throw std::invalid_argument("solution '" + path + "' is not a shared object (no ELF header); build it with nvcc -shared -fPIC");
+}
+
+void check_writable(const std::string& path) {
+  write_file_atomic(path + ".nibble-probe", "");
+  fs::remove(path + ".nibble-probe");
+}
+
 }  // namespace nibble

@@ -76,6 +76,13 @@ ordered_json document_header(const std::string& schema, const std::vector<std::s
 /** The bundled reference next to the nibble executable (<bin>/../lib), unless `given` names one. */
 std::string bundled_reference(const std::string& exe, const std::string& given);
 
+/** Throws std::invalid_argument unless `path` exists and starts with an ELF header (checked
+ *  without loading it: the parent never dlopens a candidate). */
+void check_solution_file(const std::string& path);
+
+/** Throws std::runtime_error unless a file can be written atomically at `path`. */
+void check_writable(const std::string& path);
+
 /** printf("%.*g"). */
 std::string fmt(double v, int prec = 3);
 /** Current UTC time, ISO 8601. */

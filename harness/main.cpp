@@ -18,7 +18,10 @@
 #include "fixtures/task.h"
 #include "harness/calibrate.h"
 #include "harness/child.h"
+#include "harness/gemm_grade.h"
 #include "harness/grade.h"
+#include "fixtures/gemm_fixture.h"
+#include "fixtures/gemm_task.h"
 #include "harness/report_cli.h"
 
 using namespace nibble;
@@ -29,7 +32,6 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
                   bool quiet) {
   try {
     check_task(task);
-    const DecodeConfig cfg = decode_config(config);
     if (out.empty()) out = default_fixture_dir(task, config, seed);
     const bool tty = !quiet && isatty(STDERR_FILENO);
     ProgressFn progress;
@@ -40,7 +42,8 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
       };
     }
     const auto t0 = std::chrono::steady_clock::now();
-    const FixtureManifest m = build_decode_fixture(cfg, seed, out, threads, progress);
+    const FixtureManifest m = is_gemm_task(task) ? build_gemm_fixture(gemm_config(task, config), seed, out, threads, progress)
+                                                 : build_decode_fixture(decode_config(config), seed, out, threads, progress);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (tty) std::fprintf(stderr, "\n");
     std::printf("fixture %s / %s seed %llu -> %s\n  %lld bytes, SHA-256 %s, built in %.2f s with %d threads\n",
@@ -157,6 +160,23 @@ int main(int argc, char** argv) {
   run->add_option("--step-timeout", r.step_timeout_seconds);
   run->add_option("--replay", r.replay_file);
   run->add_option("--variant", r.variant);
+  GemmRunOptions gr;
+  auto* run_gemm = app.add_subcommand("__run-gemm", "(internal) run one GEMM solution in this process");
+  run_gemm->group("");
+  run_gemm->add_option("--solution", gr.solution)->required();
+  run_gemm->add_option("--fixture", gr.fixture_dir)->required();
+  run_gemm->add_option("--task", gr.task)->required();
+  run_gemm->add_option("--config", gr.config)->required();
+  run_gemm->add_option("--out", gr.out_dir)->required();
+  run_gemm->add_option("--checked-calls", gr.checked_calls);
+  run_gemm->add_option("--variant", gr.variant);
+  run_gemm->add_flag("--timing", gr.timing);
+  run_gemm->add_option("--timing-seed", gr.timing_seed);
+  run_gemm->add_option("--min-rounds", gr.min_rounds);
+  run_gemm->add_option("--max-rounds", gr.max_rounds);
+  run_gemm->add_option("--max-timing-seconds", gr.max_timing_seconds);
+  run_gemm->add_option("--call-timeout", gr.call_timeout_seconds);
+  run_gemm->add_option("--prepare-timeout", gr.prepare_timeout_seconds);
   std::string probe_out;
   bool probe_no_bw = false;
   auto* probe = app.add_subcommand("__probe", "(internal) device facts and copy bandwidth");
@@ -184,6 +204,7 @@ int main(int argc, char** argv) {
   if (fbuild->parsed()) return fixture_build(f_task, f_config, f_seed, f_out, f_threads, f_quiet);
   if (fverify->parsed()) return fixture_verify(v_dir);
   if (run->parsed()) return child_run_main(r);
+  if (run_gemm->parsed()) return child_gemm_main(gr);
   if (probe->parsed()) return child_probe_main(probe_out, !probe_no_bw);
   return 2;
 }

@@ -19,7 +19,7 @@ std::string printable(const char* s) {
 }
 }  // namespace
 
-SolutionLibrary::SolutionLibrary(const std::string& path) : path_(path) {
+SolutionLibrary::SolutionLibrary(const std::string& path, Abi abi) : path_(path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0)
     throw LoadError(LoadError::NotFound, "solution '" + path + "' does not exist; pass the path of a built .so");
@@ -46,9 +46,27 @@ SolutionLibrary::SolutionLibrary(const std::string& path) : path_(path) {
       throw LoadError(LoadError::AbiMismatch, "solution '" + path + "' was built against nibble ABI version " +
                                                   std::to_string(v) + "; this grader speaks version " +
                                                   std::to_string(NIBBLE_ABI_VERSION) + ": rebuild it against this include/nibble/nibble.h");
-    build_model = reinterpret_cast<nibble_decode_build_model_fn>(sym("nibble_decode_build_model", true));
-    decode_step = reinterpret_cast<nibble_decode_step_fn>(sym("nibble_decode_step", true));
-    teardown = reinterpret_cast<nibble_decode_teardown_fn>(sym("nibble_decode_teardown", true));
+    if (abi == Abi::Decode) {
+      build_model = reinterpret_cast<nibble_decode_build_model_fn>(sym("nibble_decode_build_model", true));
+      decode_step = reinterpret_cast<nibble_decode_step_fn>(sym("nibble_decode_step", true));
+      teardown = reinterpret_cast<nibble_decode_teardown_fn>(sym("nibble_decode_teardown", true));
+    } else {
+      auto gv = reinterpret_cast<nibble_gemm_abi_version_fn>(sym("nibble_gemm_abi_version", true));
+      if (gv() != NIBBLE_GEMM_ABI_VERSION)
+        throw LoadError(LoadError::AbiMismatch, "solution '" + path + "' was built against nibble GEMM ABI version " +
+                                                    std::to_string(gv()) + "; this grader speaks version " +
+                                                    std::to_string(NIBBLE_GEMM_ABI_VERSION) +
+                                                    ": rebuild it against this include/nibble/nibble_gemm.h");
+      gemm_prepare = reinterpret_cast<nibble_gemm_prepare_fn>(sym("nibble_gemm_prepare", true));
+      gemm_run = reinterpret_cast<nibble_gemm_run_fn>(sym("nibble_gemm_run", true));
+      gemm_teardown = reinterpret_cast<nibble_gemm_teardown_fn>(sym("nibble_gemm_teardown", true));
+      if (auto od = reinterpret_cast<nibble_gemm_output_dtype_fn>(sym("nibble_gemm_output_dtype", false))) {
+        gemm_output_dtype = od();
+        if (gemm_output_dtype != NIBBLE_GEMM_OUTPUT_F32 && gemm_output_dtype != NIBBLE_GEMM_OUTPUT_BF16)
+          throw LoadError(LoadError::NotLoadable, "solution '" + path + "': nibble_gemm_output_dtype() returned " +
+                                                      std::to_string(gemm_output_dtype) + ", not F32 (0) or BF16 (1)");
+      }
+    }
     auto name_fn = reinterpret_cast<nibble_solution_name_fn>(sym("nibble_solution_name", false));
     const char* n = name_fn ? name_fn() : nullptr;
     name_ = printable(n ? n : path.substr(path.find_last_of('/') + 1).c_str());

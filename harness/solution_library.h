@@ -7,6 +7,7 @@
 #include <string>
 
 #include "nibble/nibble.h"
+#include "nibble/nibble_gemm.h"
 
 namespace nibble {
 
@@ -18,9 +19,13 @@ struct LoadError : std::runtime_error {
 
 class SolutionLibrary {
  public:
+  /** Which task family's entry points to resolve: the decode task's (nibble.h) or the FP4 GEMM
+   *  tasks' (nibble_gemm.h). */
+  enum class Abi { Decode, Gemm };
+
   /** dlopen(path, RTLD_NOW | RTLD_LOCAL), resolve the decode entry points, compare
    *  nibble_abi_version() with NIBBLE_ABI_VERSION. Throws LoadError saying what to fix. */
-  explicit SolutionLibrary(const std::string& path);
+  explicit SolutionLibrary(const std::string& path, Abi abi = Abi::Decode);
   ~SolutionLibrary();
   SolutionLibrary(const SolutionLibrary&) = delete;
   SolutionLibrary& operator=(const SolutionLibrary&) = delete;
@@ -38,6 +43,11 @@ class SolutionLibrary {
   nibble_decode_build_model_fn build_model = nullptr;
   nibble_decode_step_fn decode_step = nullptr;
   nibble_decode_teardown_fn teardown = nullptr;
+
+  nibble_gemm_prepare_fn gemm_prepare = nullptr;
+  nibble_gemm_run_fn gemm_run = nullptr;
+  nibble_gemm_teardown_fn gemm_teardown = nullptr;
+  int32_t gemm_output_dtype = NIBBLE_GEMM_OUTPUT_F32;  // what nibble_gemm_output_dtype() asked for
 
  private:
   std::string path_, name_, numerics_;

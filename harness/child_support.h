@@ -1,0 +1,188 @@
+// child_support.h: the pieces every child runner shares (decode and GEMM): result.json written
+// after every phase, the per-call watchdog, the L2 flush before timed calls, owned output tensors.
+// Internal to harness/.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fixtures/safetensors.h"
+#include "harness/atomic_file.h"
+#include "harness/child.h"
+#include "harness/cuda_check.h"
+#include "harness/device_model.h"
+#include "harness/process.h"
+#include "harness/solution_library.h"
+
+namespace nibble::child {
+
+using json = nlohmann::ordered_json;
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+inline const char* load_kind_name(LoadError::Kind k) {
+  switch (k) {
+    case LoadError::NotFound: return "NotFound";
+    case LoadError::NotLoadable: return "NotLoadable";
+    case LoadError::MissingSymbol: return "MissingSymbol";
+    case LoadError::AbiMismatch: return "AbiMismatch";
+  }
+  return "?";
+}
+
+inline const char* status_name(nibble_status s) {
+  switch (s) {
+    case NIBBLE_OK: return "OK";
+    case NIBBLE_ERR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case NIBBLE_ERR_NOT_SUPPORTED: return "NOT_SUPPORTED";
+    case NIBBLE_ERR_CUDA: return "CUDA";
+    case NIBBLE_ERR_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
+    case NIBBLE_ERR_INTERNAL: return "INTERNAL";
+  }
+  return "?";
+}
+
+/** Writes result.json after every phase, so a crash later still leaves what was learnt. Shared
+ *  with the watchdog thread, hence the mutex. */
+struct ResultWriter {
+  std::string path;
+  json j;
+  std::mutex mu;
+  void phase(const char* p) {
+    // Nothing the solution started outside this process (a daemon reparented to us, the child
+    // subreaper) may outlive a write of our results and rewrite them afterwards.
+    reap_descendants();
+    std::lock_guard<std::mutex> lock(mu);
+    j["phase"] = p;
+    write_file_atomic(path, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  int fail(const char* kind, const std::string& msg, int code, json extra = json::object()) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      json e;
+      e["kind"] = kind;
+      e["message"] = msg;
+      for (auto& [k, v] : extra.items()) e[k] = v;
+      e["during_phase"] = j.value("phase", "start");
+      j["error"] = e;
+    }
+    phase("failed");
+    std::fprintf(stderr, "nibble child: %s error: %s\n", kind, msg.c_str());
+    return code;
+  }
+};
+
+/** Kills this process when one solution call (build_model, or decode_step with the device sync
+ *  after it) outlives its limit, after writing which call it was. A hung kernel or host loop
+ *  thus ends as TimedOut with the call named, not as a silent whole-process timeout. */
+class CallWatchdog {
+ public:
+  explicit CallWatchdog(ResultWriter* out) : out_(out), thread_([this] { loop(); }) {}
+  ~CallWatchdog() {
+    stop_ = true;
+    thread_.join();
+  }
+  void arm(const std::string& call, double seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    call_ = call;
+    limit_ = seconds;
+    deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                        std::chrono::duration<double>(seconds));
+    armed_ = true;
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_ = false;
+  }
+
+ private:
+  void loop() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::lock_guard<std::mutex> lock(mu_);
+      if (armed_ && std::chrono::steady_clock::now() > deadline_) {
+        out_->fail(kErrTimeout, call_ + " did not return within " + std::to_string(int(limit_)) + " s (watchdog)", 9,
+                   json{{"call", call_}});
+        std::_Exit(9);
+      }
+    }
+  }
+  ResultWriter* out_;
+  std::mutex mu_;
+  std::string call_;
+  double limit_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  bool armed_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+/** An L2-sized scratch written before every timed call, so each call starts with a cold L2
+ *  (weights cannot stay resident between calls). Twice the L2: the replacement policy is not LRU. */
+class L2Flusher {
+ public:
+  L2Flusher() {
+    int dev = 0, l2 = 0;
+    NIBBLE_CUDA_CALL(cudaGetDevice(&dev));
+    NIBBLE_CUDA_CALL(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    buf_ = DeviceBuffer(size_t(std::max(l2, 1 << 20)) * 2);
+  }
+  void flush(cudaStream_t s) {
+    // Persisting lines (a solution may have set an access-policy window on its weights) become
+    // normal first, so the writes below can evict them.
+    NIBBLE_CUDA_CALL(cudaCtxResetPersistingL2Cache());
+    NIBBLE_CUDA_CALL(cudaMemsetAsync(buf_.get(), int(++n_ & 0xff), buf_.bytes(), s));
+  }
+
+ private:
+  DeviceBuffer buf_;
+  unsigned n_ = 0;
+};
+
+struct OutputFile {
+  std::vector<std::vector<uint8_t>> blobs;
+  std::vector<TensorView> views;
+  void add(const std::string& name, DType dt, std::vector<int64_t> shape, const void* data, size_t n) {
+    blobs.emplace_back(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
+    views.push_back({name, dt, std::move(shape), nullptr, n});
+  }
+  void write(const std::string& path, const std::string& solution) {
+    for (size_t i = 0; i < views.size(); ++i) views[i].data = blobs[i].data();
+    write_safetensors(path, views, {{"solution", solution}});
+  }
+};
+
+/** Select a variant of the bundled reference (nibble_reference_set_variant) before its build
+ *  call; returns 0, or the child's exit code after recording the failure. */
+inline int select_variant(ResultWriter& out, const SolutionLibrary& lib, const std::string& solution,
+                          const std::string& variant) {
+  using set_variant_fn = nibble_status (*)(const char*, nibble_error*);
+  auto set_variant = reinterpret_cast<set_variant_fn>(lib.optional_symbol("nibble_reference_set_variant"));
+  if (!set_variant)
+    return out.fail(kErrLoad, solution + " has no nibble_reference_set_variant: variants need the bundled reference", 4,
+                    json{{"load_kind", "MissingSymbol"}});
+  nibble_error err{};
+  if (set_variant(variant.c_str(), &err) != NIBBLE_OK)
+    return out.fail(kErrSolution, std::string("nibble_reference_set_variant: ") + err.message, 5,
+                    json{{"call", "nibble_reference_set_variant"}, {"status", "INVALID_ARGUMENT"}});
+  out.j["variant"] = variant;
+  // The numerics string names the variant once one is selected.
+  using numerics_fn = const char* (*)(void);
+  if (auto num = reinterpret_cast<numerics_fn>(lib.optional_symbol("nibble_reference_numerics")))
+    out.j["numerics"] = num() ? num() : "";
+  return 0;
+}
+
+}  // namespace nibble::child

@@ -1,0 +1,608 @@
+// gemm_grade.cpp: the FP4 dequant-GEMM tasks through the same machinery as the decode task
+// (issue 7): a child process per solution, the reference in its own, relative Frobenius error in
+// fp64 against kGemmGate, CUPTI GPU span per call, one disposition, an atomic report.
+//
+// Replay guard: a GEMM solution always sees the same shapes, so a cached C would pass. Every call
+// after the first negates a different, seeded subset of A's rows; negation is exact and commutes
+// with every rounding, so the expected C is the first call's with the same rows negated, and the
+// reference computes C once.
+#include "harness/gemm_grade.h"
+
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include "fixtures/bf16.h"
+#include "fixtures/fixture.h"
+#include "fixtures/gemm_fixture.h"
+#include "fixtures/gemm_task.h"
+#include "fixtures/sha256.h"
+#include "harness/child_support.h"
+#include "harness/cupti_timer.h"
+#include "harness/gpu_checks.h"
+#include "harness/grade_common.h"
+#include "harness/stats.h"
+#include "reference/gemm_oracle.h"
+
+namespace nibble {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+using namespace nibble::child;
+
+namespace {
+
+/** Which rows call `call` negates (call 0: none). splitmix64 of (seed, call, row): reproducible
+ *  by the parent from the seed alone. */
+std::vector<uint8_t> row_flips(uint64_t seed, int call, int64_t M) {
+  std::vector<uint8_t> f(size_t(M), 0);
+  if (call == 0) return f;
+  for (int64_t m = 0; m < M; ++m) {
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + uint64_t(call) * 0xbf58476d1ce4e5b9ull + uint64_t(m);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    f[size_t(m)] = uint8_t((x ^ (x >> 31)) & 1);
+  }
+  return f;
+}
+
+/** Expected C of a call: the unflipped C with the flipped rows negated (exact). */
+double flipped_error(const float* c, const float* c0, const uint8_t* flips, int64_t M, int64_t N) {
+  double num = 0, den = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const double r = flips[m] ? -double(c0[m * N + n]) : double(c0[m * N + n]);
+      const double o = c[m * N + n];
+      if (!std::isfinite(o)) return NAN;
+      num += (o - r) * (o - r);
+      den += r * r;
+    }
+  return den > 0 ? std::sqrt(num / den) : (num == 0 ? 0.0 : INFINITY);
+}
+
+std::string gemm_fixture_dir(const GemmConfig& cfg, uint64_t seed, const std::string& given) {
+  return given.empty() ? default_fixture_dir(cfg.task, cfg.name, seed) : given;
+}
+
+}  // namespace
+
+int child_gemm_main(const GemmRunOptions& opt) {
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  ResultWriter out{opt.out_dir + "/result.json", json::object(), {}};
+  out.j["solution"] = opt.solution;
+  const auto t_start = std::chrono::steady_clock::now();
+  json secs = json::object();
+  GemmConfig cfg;
+  std::unique_ptr<SafetensorsFile> fixture;
+  GemmFixtureView view;
+  try {
+    cfg = gemm_config(opt.task, opt.config);
+    NIBBLE_CUDA_CALL(cudaSetDevice(0));
+    NIBBLE_CUDA_CALL(cudaFree(nullptr));
+    fixture = std::make_unique<SafetensorsFile>(opt.fixture_dir + "/model.safetensors");
+    view = gemm_fixture_view(cfg, *fixture);
+  } catch (const std::exception& e) {
+    return out.fail(kErrHarness, e.what(), 3);
+  }
+  const bool nvfp4 = cfg.format == Fp4Format::Nvfp4;
+  const int64_t M = cfg.M, N = cfg.N, K = cfg.K, SC = cfg.scale_cols();
+
+  std::unique_ptr<SolutionLibrary> lib;
+  try {
+    lib = std::make_unique<SolutionLibrary>(opt.solution, SolutionLibrary::Abi::Gemm);
+  } catch (const LoadError& e) {
+    return out.fail(kErrLoad, e.what(), 4, json{{"load_kind", load_kind_name(e.kind)}});
+  }
+  out.j["solution_name"] = lib->name();
+  out.j["numerics"] = lib->numerics();
+  out.j["c_dtype"] = lib->gemm_output_dtype == NIBBLE_GEMM_OUTPUT_BF16 ? "bf16" : "fp32";
+  out.phase("opened");
+  if (!opt.variant.empty())
+    if (const int code = select_variant(out, *lib, opt.solution, opt.variant)) return code;
+
+  CallWatchdog watchdog(&out);
+  OutputFile outputs;
+  try {
+    cudaStream_t stream = nullptr;
+    NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // Device copies of the fixture, described for the ABI.
+    DeviceTensor A(DType::BF16, {M, K}), packed(DType::U8, {N, K / 2}), scale(DType::U8, {N, SC}),
+        global(DType::F32, {1});
+    const bool c_bf16 = lib->gemm_output_dtype == NIBBLE_GEMM_OUTPUT_BF16;
+    DeviceTensor C(c_bf16 ? DType::BF16 : DType::F32, {M, N});
+    NIBBLE_CUDA_CALL(cudaMemcpy(packed.buf.get(), view.packed, size_t(N * K / 2), cudaMemcpyHostToDevice));
+    NIBBLE_CUDA_CALL(cudaMemcpy(scale.buf.get(), view.scale, size_t(N * SC), cudaMemcpyHostToDevice));
+    NIBBLE_CUDA_CALL(cudaMemcpy(global.buf.get(), &view.global_scale, 4, cudaMemcpyHostToDevice));
+    std::vector<nibble_named_tensor> named = {{"W.packed", packed.desc}, {"W.scale", scale.desc}};
+    if (nvfp4) named.push_back({"W.global_scale", global.desc});
+    nibble_gemm_problem problem{};
+    problem.struct_size = sizeof(problem);
+    problem.task = cfg.task.c_str();
+    problem.config_name = cfg.name.c_str();
+    problem.M = M;
+    problem.N = N;
+    problem.K = K;
+    problem.block = cfg.block;
+    problem.scale_format = nvfp4 ? NIBBLE_GEMM_SCALE_E4M3FN : NIBBLE_GEMM_SCALE_E8M0;
+    problem.global_scale = view.global_scale;
+    problem.c_dtype = lib->gemm_output_dtype;
+    problem.tensors = named.data();
+    problem.num_tensors = int32_t(named.size());
+    // The weights are read-only: checksums before prepare, compared after every phase.
+    auto weights_sum = [&] {
+      return device_checksum(packed.buf.get(), size_t(N * K / 2) / 8 * 8, stream) * 3 +
+             device_checksum(scale.buf.get(), size_t(N * SC) / 8 * 8, stream);
+    };
+    const uint64_t w_sum = weights_sum();
+    auto weights_intact = [&](const char* when) -> bool {
+      if (weights_sum() == w_sum) return true;
+      out.fail(kErrInputModified, std::string("the candidate modified the weights (W.packed or W.scale) ") + when, 7,
+               json{{"tensor", "W"}});
+      return false;
+    };
+
+    void* handle = nullptr;
+    nibble_error err{};
+    auto t = std::chrono::steady_clock::now();
+    watchdog.arm("prepare", opt.prepare_timeout_seconds);
+    nibble_status st = lib->gemm_prepare(&problem, stream, &handle, &err);
+    if (st == NIBBLE_OK) NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+    watchdog.disarm();
+    auto status_fail = [&](const char* what, nibble_status s) {
+      return out.fail(kErrSolution, std::string(what) + " returned " + status_name(s) + ": " +
+                                        std::string(err.message, strnlen(err.message, sizeof err.message)),
+                      5, json{{"call", what}, {"status", status_name(s)}});
+    };
+    if (st != NIBBLE_OK) return status_fail("prepare", st);
+    secs["prepare"] = seconds_since(t);
+    if (!weights_intact("in prepare")) return 7;
+    out.phase("built");
+
+    // One call: A with `flips` applied uploaded, C NaN-filled (untimed), then run + device sync.
+    std::vector<uint16_t> a_host(view.A, view.A + M * K);
+    auto stage = [&](const std::vector<uint8_t>& flips) {
+      std::vector<uint16_t> a = a_host;
+      for (int64_t m = 0; m < M; ++m)
+        if (flips[size_t(m)])
+          for (int64_t k = 0; k < K; ++k) a[size_t(m * K + k)] ^= 0x8000;  // bf16 sign bit: exact negation
+      NIBBLE_CUDA_CALL(cudaMemcpy(A.buf.get(), a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+      NIBBLE_CUDA_CALL(cudaMemset(C.buf.get(), 0xFF, C.buf.bytes()));  // NaN in fp32 and in bf16
+      NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+      return device_checksum(A.buf.get(), size_t(M * K * 2) / 8 * 8, stream);
+    };
+    auto run = [&](const std::string& what) -> nibble_status {
+      watchdog.arm(what, opt.call_timeout_seconds);
+      const nibble_status s = lib->gemm_run(handle, &A.desc, &C.desc, stream, &err);
+      if (s == NIBBLE_OK) NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+      watchdog.disarm();
+      return s;
+    };
+    auto read_c = [&] {
+      std::vector<float> c(size_t(M * N));
+      if (c_bf16) {
+        std::vector<uint16_t> h(c.size());
+        NIBBLE_CUDA_CALL(cudaMemcpy(h.data(), C.buf.get(), h.size() * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < h.size(); ++i) c[i] = bf16_to_f32(h[i]);
+      } else {
+        NIBBLE_CUDA_CALL(cudaMemcpy(c.data(), C.buf.get(), c.size() * 4, cudaMemcpyDeviceToHost));
+      }
+      return c;
+    };
+
+    t = std::chrono::steady_clock::now();
+    for (int i = 0; i < opt.checked_calls; ++i) {
+      const auto flips = row_flips(opt.timing_seed ^ 0x5eedull, i, M);
+      const uint64_t a_sum = stage(flips);
+      const nibble_status s = run("run");
+      if (s != NIBBLE_OK) return status_fail("run", s);
+      if (device_checksum(A.buf.get(), size_t(M * K * 2) / 8 * 8, stream) != a_sum)
+        return out.fail(kErrInputModified, "the candidate modified A during run (inputs are read-only)", 7,
+                        json{{"tensor", "A"}});
+      const auto c = read_c();
+      outputs.add("call" + std::to_string(i) + ".C", DType::F32, {M, N}, c.data(), c.size() * 4);
+      outputs.add("call" + std::to_string(i) + ".flips", DType::U8, {M}, flips.data(), flips.size());
+    }
+    if (!weights_intact("during the checked calls")) return 7;
+    outputs.write(opt.out_dir + "/outputs.safetensors", lib->name());
+    secs["checked_calls"] = seconds_since(t);
+    out.phase("checked");
+
+    if (opt.timing) {
+      t = std::chrono::steady_clock::now();
+      L2Flusher flusher;
+      CuptiTimer timer;
+      std::mt19937_64 rng(opt.timing_seed);
+      std::vector<double> span_us, busy_us, wall_us;
+      std::vector<int> kernels;
+      int invalid = 0, nonfinite = 0, rounds = 0, call_no = 1000;
+      std::string invalid_reason, stop_reason = "max rounds";
+      double prev = -1;
+      OutputFile kept;
+      for (int r = 0; r < opt.max_rounds; ++r) {
+        const int keep = int(rng() % uint64_t(opt.calls_per_round));
+        OutputFile round_kept;
+        for (int s = 0; s < opt.calls_per_round; ++s) {
+          const auto flips = row_flips(opt.timing_seed, ++call_no, M);
+          stage(flips);
+          flusher.flush(stream);
+          NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+          const uint64_t c0 = timer.now();
+          const auto w0 = std::chrono::steady_clock::now();
+          const nibble_status st2 = run("run");
+          const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
+          const uint64_t c1 = timer.now();
+          if (st2 != NIBBLE_OK) return status_fail("run", st2);
+          const SpanStats ss = span_of(timer.collect(c0, c1));
+          if (!ss.valid) {
+            ++invalid;
+            invalid_reason = ss.invalid_reason;
+          }
+          span_us.push_back(double(ss.span_ns) / 1e3);
+          busy_us.push_back(double(ss.busy_ns) / 1e3);
+          wall_us.push_back(wall);
+          kernels.push_back(ss.kernels);
+          if (s == keep) {
+            const auto c = read_c();
+            if (!all_finite(c.data(), c.size())) ++nonfinite;
+            round_kept.add("timed.C", DType::F32, {M, N}, c.data(), c.size() * 4);
+            round_kept.add("timed.flips", DType::U8, {M}, flips.data(), flips.size());
+          }
+        }
+        ++rounds;
+        kept = std::move(round_kept);
+        const double med = summarize(span_us).median;
+        if (rounds >= opt.min_rounds && prev > 0 && std::fabs(med - prev) < 0.005 * med) {
+          stop_reason = "median stable";
+          break;
+        }
+        prev = med;
+        if (rounds >= opt.min_rounds && seconds_since(t) > opt.max_timing_seconds) {
+          stop_reason = "time budget";
+          break;
+        }
+      }
+      kept.write(opt.out_dir + "/timed_outputs.safetensors", lib->name());
+      if (!weights_intact("during the timed calls")) return 7;
+      json tj;
+      tj["flip_seed"] = opt.timing_seed;
+      tj["calls_per_round"] = opt.calls_per_round;
+      tj["rounds"] = rounds;
+      tj["stop_reason"] = stop_reason;
+      tj["invalid_samples"] = invalid;
+      tj["invalid_reason"] = invalid_reason;
+      tj["nonfinite_outputs"] = nonfinite;
+      tj["gpu_span_us"] = span_us;
+      tj["busy_us"] = busy_us;
+      tj["host_wall_us"] = wall_us;
+      tj["kernels"] = kernels;
+      {
+        std::lock_guard<std::mutex> lock(out.mu);
+        out.j["timing"] = tj;
+      }
+      secs["timing"] = seconds_since(t);
+      out.phase("timed");
+    }
+    watchdog.arm("teardown", opt.prepare_timeout_seconds);
+    st = lib->gemm_teardown(handle, stream, &err);
+    watchdog.disarm();
+    if (st != NIBBLE_OK) return status_fail("teardown", st);
+    NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+  } catch (const CudaError& e) {
+    return out.fail(kErrCuda, e.what(), 6);
+  } catch (const std::exception& e) {
+    return out.fail(kErrHarness, e.what(), 3);
+  }
+  secs["total"] = seconds_since(t_start);
+  {
+    std::lock_guard<std::mutex> lock(out.mu);
+    out.j["seconds"] = secs;
+  }
+  out.phase("done");
+  return 0;
+}
+
+namespace {
+
+std::vector<std::string> gemm_run_args(const std::string& exe, const std::string& so, const GemmConfig& cfg,
+                                       const std::string& fixture_dir, const std::string& out_dir, int checked,
+                                       bool timed, uint64_t seed, const GradeOptions* g) {
+  std::vector<std::string> a = {exe, "__run-gemm", "--solution", so, "--fixture", fixture_dir, "--task", cfg.task,
+                                "--config", cfg.name, "--out", out_dir, "--checked-calls", std::to_string(checked),
+                                "--timing-seed", std::to_string(seed)};
+  if (g) a.insert(a.end(), {"--call-timeout", fmt(g->step_timeout_seconds, 10), "--prepare-timeout", fmt(g->build_timeout_seconds, 10)});
+  if (timed && g)
+    a.insert(a.end(), {"--timing", "--min-rounds", std::to_string(g->min_rounds), "--max-rounds",
+                       std::to_string(g->max_rounds), "--max-timing-seconds", fmt(g->max_timing_seconds, 10)});
+  return a;
+}
+
+/** The candidate's calls of one outputs file against the reference's unflipped C. */
+json compare_gemm(const SafetensorsFile& cand, const SafetensorsFile& ref, const std::string& prefix, int calls,
+                  int64_t M, int64_t N, double* worst) {
+  json out = json::array();
+  const auto* c0 = reinterpret_cast<const float*>(ref.data("call0.C"));
+  for (int i = 0; i < calls; ++i) {
+    const std::string p = calls == 1 && prefix == "timed" ? "timed" : prefix + std::to_string(i);
+    const auto* c = reinterpret_cast<const float*>(cand.data(p + ".C"));
+    const auto* f = cand.data(p + ".flips");
+    int flipped = 0;
+    for (int64_t m = 0; m < M; ++m) flipped += f[m] != 0;
+    const double e = flipped_error(c, c0, f, M, N);
+    *worst = std::isnan(e) || std::isnan(*worst) ? NAN : std::max(*worst, e);
+    out.push_back({{"call", p}, {"rows_negated", flipped}, {"rel_err", std::isnan(e) ? json(nullptr) : json(e)}});
+  }
+  return out;
+}
+
+}  // namespace
+
+int grade_gemm_main(const GradeOptions& opt) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const Log log{opt.quiet, isatty(STDERR_FILENO) != 0};
+  GemmConfig cfg;
+  try {
+    cfg = gemm_config(opt.task, opt.config);
+    check_solution_file(opt.solution);
+    if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
+    if (!opt.fixture_dir.empty() && opt.seeds.size() != 1)
+      throw std::invalid_argument("--fixture names one fixture, so give exactly one seed with --seeds");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble grade: %s\n", e.what());
+    return kExitUsage;
+  }
+  try {
+    check_writable(opt.out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble grade: the report cannot be written: %s; choose another --out\n", e.what());
+    return kExitUsage;
+  }
+  const std::string exe = self_exe();
+  const std::string reference =
+      opt.reference.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / "libnibble_gemm_reference.so").string()
+                            : opt.reference;
+  const std::string solution = fs::absolute(opt.solution).string();
+  TempDir work("nibble-grade-gemm");
+  json report = document_header("nibble.report", opt.argv, opt.task, cfg.name);
+  report["config_dims"] = {{"M", cfg.M}, {"N", cfg.N}, {"K", cfg.K}, {"block", cfg.block}};
+  report["seeds"] = opt.seeds;
+
+  log("probing the GPU");
+  ChildRun probe = run_child_in({exe, "__probe", "--out", work.path() + "/probe/result.json"}, work.path() + "/probe", 120);
+  if (!probe.result.is_object() || !probe.result.value("ok", false)) {
+    std::fprintf(stderr, "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n",
+                 probe.result.is_object() ? probe.result.value("error", std::string()).c_str() : probe.log_tail.c_str());
+    return kExitUsage;
+  }
+  json device = probe.result;
+  device.erase("ok");
+  report["device"] = device;
+
+  std::vector<std::string> dirs;
+  json fixtures = json::array();
+  try {
+    for (uint64_t seed : opt.seeds) {
+      const std::string dir = gemm_fixture_dir(cfg, seed, opt.fixture_dir);
+      const auto t0 = std::chrono::steady_clock::now();
+      const FixtureManifest m = ensure_gemm_fixture(cfg, seed, dir, opt.threads, opt.verify_fixture, {});
+      fixtures.push_back({{"seed", seed}, {"dir", dir}, {"file_sha256", m.file_sha256}, {"file_bytes", m.file_bytes},
+                          {"generator_version", m.generator_version}, {"seconds", since(t0)}});
+      dirs.push_back(dir);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble grade: fixture: %s\n", e.what());
+    return kExitUsage;
+  }
+  report["fixtures"] = fixtures;
+  json sol = {{"path", solution}, {"sha256", sha256_file_hex(solution)}};
+  json ref = {{"path", reference}};
+  const uint64_t seed_t = opt.timing_seed ? *opt.timing_seed : std::random_device{}();
+
+  std::string disposition, reason;
+  double worst = 0;
+  json per_seed = json::array();
+  json timing_raw;
+  bool checked_any = false;
+  for (size_t i = 0; i < opt.seeds.size() && disposition.empty(); ++i) {
+    const std::string sd = work.path() + "/seed" + std::to_string(opt.seeds[i]);
+    const bool timed = opt.timing && i == 0;
+    log("seed " + std::to_string(opt.seeds[i]) + ": running the candidate");
+    ChildRun c = run_child_in(gemm_run_args(exe, solution, cfg, dirs[i], sd + "/candidate", 2, timed, seed_t, &opt),
+                              sd + "/candidate", opt.timeout_seconds, &log, "candidate");
+    log("seed " + std::to_string(opt.seeds[i]) + ": running the reference");
+    ChildRun r = run_child_in(gemm_run_args(exe, reference, cfg, dirs[i], sd + "/reference", 1, false, seed_t, nullptr),
+                              sd + "/reference", opt.timeout_seconds, &log, "reference");
+    if (!r.completed()) {
+      std::fprintf(stderr, "nibble grade: the reference failed (%s)\n%s\n", r.exit.describe().c_str(), r.log_tail.c_str());
+      return kExitGraderFailed;
+    }
+    ref["name"] = r.result.value("solution_name", "");
+    ref["numerics"] = r.result.value("numerics", "");
+    if (c.result.is_object()) {
+      sol["name"] = c.result.value("solution_name", std::string());
+      sol["c_dtype"] = c.result.value("c_dtype", std::string());
+    }
+    json sj = {{"seed", opt.seeds[i]}};
+    const std::string phase = c.result.is_object() ? c.result.value("phase", "") : "";
+    if (fs::exists(sd + "/candidate/outputs.safetensors") && (phase == "checked" || phase == "timed" || phase == "done")) {
+      try {
+        SafetensorsFile cf(sd + "/candidate/outputs.safetensors"), rf(sd + "/reference/outputs.safetensors");
+        double w = 0;
+        sj["calls"] = compare_gemm(cf, rf, "call", 2, cfg.M, cfg.N, &w);
+        if (timed && fs::exists(sd + "/candidate/timed_outputs.safetensors")) {
+          SafetensorsFile tf(sd + "/candidate/timed_outputs.safetensors");
+          sj["timed_call"] = compare_gemm(tf, rf, "timed", 1, cfg.M, cfg.N, &w);
+        }
+        sj["worst_rel_err"] = std::isnan(w) ? json(nullptr) : json(w);
+        worst = std::isnan(w) || std::isnan(worst) ? NAN : std::max(worst, w);
+        checked_any = true;
+      } catch (const std::exception& e) {
+        disposition = kCrashed;
+        reason = std::string("the candidate's outputs could not be read: ") + e.what();
+      }
+    }
+    per_seed.push_back(sj);
+    if (!c.completed() && disposition.empty()) {
+      auto [d, why] = failure_disposition(c);
+      disposition = d;
+      reason = why;
+    }
+    if (timed && c.result.is_object() && c.result.contains("timing")) timing_raw = c.result["timing"];
+  }
+  report["solution"] = sol;
+  report["reference"] = ref;
+  json corr = {{"gate", kGemmGate},
+               {"metric", "||C - C_ref||_F / ||C_ref||_F in fp64; every call after the first negates a seeded subset of A's rows"},
+               {"per_seed", per_seed},
+               {"worst_rel_err", std::isnan(worst) ? json(nullptr) : json(worst)},
+               {"ratio_to_gate", std::isnan(worst) ? json(nullptr) : json(worst / kGemmGate)}};
+  const bool within = checked_any && !std::isnan(worst) && worst < kGemmGate;
+  corr["verdict"] = !checked_any ? "not run" : within ? "pass" : "fail";
+  report["correctness"] = corr;
+  if (disposition.empty() && !within) {
+    disposition = kIncorrect;
+    reason = std::isnan(worst) ? "NaN or Inf in C" : "worst relative error " + fmt(worst) + " is above the gate " + fmt(kGemmGate);
+  }
+  const int c_bytes = sol.value("c_dtype", std::string("fp32")) == "bf16" ? 2 : 4;
+  const double bytes = double(cfg.bytes_per_call(c_bytes)), flops = double(cfg.flops());
+  const double copy_bw = device.contains("copy_bandwidth") ? device["copy_bandwidth"].value("median_Bps", 0.0) : 0.0;
+  const double peak_bw = device.value("theoretical_bandwidth_Bps", 0.0);
+  if (timing_raw.is_object() && !timing_raw["gpu_span_us"].empty()) {
+    const auto span = timing_raw["gpu_span_us"].get<std::vector<double>>();
+    const auto wall = timing_raw["host_wall_us"].get<std::vector<double>>();
+    std::vector<double> kern;
+    for (int k : timing_raw["kernels"]) kern.push_back(k);
+    const Summary s = summarize(span), w = summarize(wall);
+    json t;
+    t["protocol"] = "GPU span of all CUPTI records per run call (all streams), L2 flushed and persisting L2 reset before each, rows of A negated per call";
+    for (const char* k : {"flip_seed", "calls_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs"})
+      t[k] = timing_raw[k];
+    t["gpu_span_us"] = summary_json(s, &span);
+    t["host_wall_us"] = summary_json(w, &wall);
+    t["kernels_per_call"] = summary_json(summarize(kern));
+    t["bytes_per_call"] = bytes;
+    t["flops_per_call"] = flops;
+    t["tflops"] = flops / (s.median * 1e-6) / 1e12;
+    t["achieved_bandwidth_Bps"] = bytes / (s.median * 1e-6);
+    if (copy_bw > 0) t["floor_us_measured_copy_bw"] = bytes / copy_bw * 1e6;
+    if (peak_bw > 0) {
+      t["floor_us_theoretical_bw"] = bytes / peak_bw * 1e6;
+      if (disposition.empty() && s.min < bytes / peak_bw * 1e6) {
+        disposition = kInvalidTiming;
+        reason = "a timed call took " + fmt(s.min) + " us, below the bandwidth floor " + fmt(bytes / peak_bw * 1e6) + " us";
+      }
+    }
+    if (disposition.empty() && timing_raw.value("invalid_samples", 0) > 0) {
+      disposition = kInvalidTiming;
+      reason = timing_raw.value("invalid_reason", std::string("invalid GPU records"));
+    }
+    if (disposition.empty() && w.median > 2.0 * s.median && w.median - s.median > 1000.0) {
+      disposition = kInvalidTiming;
+      reason = "host wall time per call (" + fmt(w.median) + " us) is far above the GPU span (" + fmt(s.median) + " us)";
+    }
+    t["us_per_call"] = s.median;
+    report["timing"] = t;
+  }
+  if (disposition.empty()) {
+    disposition = kPassed;
+    reason = "worst relative error " + fmt(worst) + " < gate " + fmt(kGemmGate);
+  }
+  report["disposition"] = disposition;
+  report["reason"] = reason;
+  report["wall_seconds"] = {{"total", since(t_start)}};
+  try {
+    write_file_atomic(opt.out, report.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble grade: %s\n", e.what());
+    return kExitGraderFailed;
+  }
+  std::ostringstream o;
+  o << "\nnibble grade  " << opt.task << " / " << cfg.name << "  on " << device.value("name", "?") << "\n";
+  o << "  solution     " << sol.value("name", std::string("?")) << "  (" << solution << ")\n";
+  o << "  disposition  " << disposition << ": " << reason << "\n";
+  if (report.contains("timing")) {
+    const json& t = report["timing"];
+    o << "  time/call    " << fmt(t["gpu_span_us"]["median"].get<double>(), 5) << " us median GPU span (n "
+      << t["gpu_span_us"]["n"].get<size_t>() << "), " << fmt(t["tflops"].get<double>(), 4) << " TFLOP/s, "
+      << fmt(t["achieved_bandwidth_Bps"].get<double>() / 1e12, 3) << " TB/s\n";
+  }
+  o << "  report       " << opt.out << "\n";
+  std::cout << o.str() << std::flush;
+  return disposition == kPassed ? kExitPassed : kExitNotPassed;
+}
+
+int calibrate_gemm_main(const CalibrateOptions& opt) {
+  const auto t_start = std::chrono::steady_clock::now();
+  const Log log{opt.quiet, isatty(STDERR_FILENO) != 0};
+  GemmConfig cfg;
+  try {
+    cfg = gemm_config(opt.task, opt.config);
+    if (opt.path != "auto" && opt.path != "cpu")
+      throw std::invalid_argument("GEMM calibration runs on the fp64 oracle: --path cpu (or auto); the GPU reference's "
+                                  "variants are checked against it by tests/test_gemm_solutions_gpu.cpp");
+    check_writable(opt.out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
+    return 2;
+  }
+  json report = document_header("nibble.calibration", opt.argv, opt.task, cfg.name);
+  report["seeds"] = opt.seeds;
+  report["gate"] = kGemmGate;
+  report["path"] = "cpu: fp64 oracle per variant";
+  const auto variants = oracle::gemm_variants_for(opt.task);
+  json rows = json::array();
+  std::vector<std::vector<double>> errs(variants.size());
+  for (uint64_t seed : opt.seeds) {
+    const std::string dir = gemm_fixture_dir(cfg, seed, "");
+    try {
+      ensure_gemm_fixture(cfg, seed, dir, opt.threads, true, {});
+      SafetensorsFile f(dir + "/model.safetensors");
+      const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+      log("seed " + std::to_string(seed) + ": fp64 oracle, " + std::to_string(variants.size()) + " variants");
+      const auto exact = oracle::gemm_fixture(cfg, f, {}, threads);
+      for (size_t v = 0; v < variants.size(); ++v)
+        errs[v].push_back(oracle::relative_error(oracle::gemm_fixture(cfg, f, variants[v].options, threads), exact));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
+      return 3;
+    }
+  }
+  bool healthy = true;
+  std::ostringstream o;
+  char line[256];
+  o << "\nnibble calibrate  " << opt.task << " / " << cfg.name << "  (fp64 CPU oracle), gate " << fmt(kGemmGate) << "\n\n";
+  std::snprintf(line, sizeof line, "  %-22s %-6s  %-9s %-8s %s\n", "variant", "expect", "worst", "x gate", "verdict");
+  o << line;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    double w = 0;
+    for (double e : errs[v]) w = std::isnan(e) || std::isnan(w) ? NAN : std::max(w, e);
+    const bool passes = !std::isnan(w) && w < kGemmGate;
+    const bool ok = variants[v].must_pass ? (!std::isnan(w) && w <= kGemmGate / 2) : (std::isnan(w) || w >= 2 * kGemmGate);
+    healthy = healthy && ok;
+    std::snprintf(line, sizeof line, "  %-22s %-6s  %-9s %-8s %s%s\n", variants[v].name, variants[v].must_pass ? "PASS" : "FAIL",
+                  fmt(w).c_str(), fmt(w / kGemmGate).c_str(), passes ? "PASS" : "FAIL", ok ? "" : "  <-- margin below 2x");
+    o << line;
+    rows.push_back({{"variant", variants[v].name}, {"description", variants[v].description},
+                    {"expected", variants[v].must_pass ? "PASS" : "FAIL"}, {"per_seed", errs[v]},
+                    {"worst", std::isnan(w) ? json(nullptr) : json(w)}, {"verdict", passes ? "PASS" : "FAIL"}, {"healthy", ok}});
+  }
+  o << "\n  gate health: " << (healthy ? "OK" : "NOT OK") << "\n";
+  report["rows"] = rows;
+  report["healthy"] = healthy;
+  report["wall_seconds"] = since(t_start);
+  try {
+    write_file_atomic(opt.out, report.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
+    return 3;
+  }
+  std::cout << o.str() << "  report: " << opt.out << "\n" << std::flush;
+  return healthy ? 0 : 1;
+}
+
+}  // namespace nibble
