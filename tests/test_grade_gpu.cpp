@@ -138,3 +138,24 @@ TEST(GradeGpu, HistoryAndGoogleBenchmarkJson) {
   for (const auto& b : gb["benchmarks"]) iterations += b["run_type"] == "iteration";
   EXPECT_EQ(iterations, 2 * 32);  // gpu span and host wall, one entry per timed call
 }
+
+// The FP4 GEMM tasks through the same grader: the bundled reference graded as a candidate and the
+// baseline pass on the tiny config; a decode-ABI library is refused for a GEMM task.
+class GradeGemmGpu : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GradeGemmGpu, ReferenceAndBaselinePassADecodeLibraryIsRefused) {
+  NIBBLE_REQUIRE_GPU();
+  const std::vector<std::string> common = {"--task", GetParam(), "--seeds", "0", "--min-rounds", "1", "--max-rounds", "1"};
+  for (const char* so : {"nibble_gemm_reference", "nibble_gemm_baseline", "nibble_gemm_cublas_bf16"}) {
+    Graded g = grade(lib(so), common);
+    EXPECT_EQ(g.code, 0) << so << "\n" << g.output;
+    EXPECT_EQ(g.report["disposition"], "Passed") << so;
+    EXPECT_GT(g.report["timing"]["tflops"].get<double>(), 0.0) << so;
+    std::cout << g.output;
+  }
+  Graded g = grade(lib("nibble_unfused"), {"--task", GetParam(), "--seeds", "0", "--no-timing"});
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_EQ(g.report["disposition"], "MissingSymbol");
+}
+
+INSTANTIATE_TEST_SUITE_P(Tasks, GradeGemmGpu, ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"));

@@ -1,0 +1,417 @@
+// test_gemm_solutions_gpu.cpp: the FP4 GEMM .so's (issue 7) through their C ABI
+// (include/nibble/nibble_gemm.h) against the fp64 CPU oracle (reference/gemm_oracle.h), on the GPU.
+//
+// For both tasks and each config below, the fixture is built in a temporary folder, A and the
+// weight tensors are uploaded, and each library is dlopened (plain dlopen/dlsym: the harness's
+// SolutionLibrary is decode-specific) and driven like the grader does: prepare, C filled with NaN,
+// run, twice, teardown. Checks: every element of C written (finite), and
+//   ||C - C_oracle||_2 / ||C_oracle||_2 (fp64) below
+//     reference (libnibble_gemm_reference.so)        1e-5   exact fp32 weights, fp32 cuBLAS
+//     baseline (libnibble_gemm_baseline.so)          1e-5   exact weights decoded in registers,
+//                                                           fp32 sums (expected ~1e-6)
+//     cuBLAS bf16 (libnibble_gemm_cublas_bf16.so)    twice what the oracle's own must-pass
+//                                                           bf16_dequant_fp32_acc row measures on
+//                                                           the same fixture (at most 2e-2)
+// and, for the reference, each variant of the task (gemm_variants_for) selected through
+// nibble_reference_set_variant against the oracle with the same GemmOptions: 1e-4 (the same exact
+// arithmetic in fp32 and fp64), 1e-2 for bf16_dequant_fp32_acc (its bf16 output rounding of an fp32
+// sum: a value within fp32 error of a bf16 tie may land on either neighbour).
+//
+// Configs (every kernel at its smallest, an odd size and a residue case, STYLE.md):
+//   tiny            M = 3, N = 40, K = 200: partial last block (200 = 12 * 16 + 8 = 6 * 32 + 8)
+//   m3-n3000-k3080  N not a multiple of 64/128, K = 3080 with a partial last block (the official
+//                   residue shapes' N and K at a small M)
+//   m1-n129-k202    M = 1; K % 8 != 0 (the baseline's byte-wise path), rows of 101 bytes
+//   m67-n300-k3080  the baseline's tiled kernel with a partial tile in M, N and K
+//   m17-n65-k202    the tiled kernel's smallest M, K % 32 = 10
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fixtures/fixture.h"
+#include "fixtures/gemm_fixture.h"
+#include "fixtures/gemm_task.h"
+#include "fixtures/safetensors.h"
+#include "gpu_test_util.h"
+#include "nibble/nibble_gemm.h"
+#include "reference/gemm_oracle.h"
+#include "test_fixture_util.h"
+
+namespace nibble {
+namespace {
+
+constexpr double kExactTol = 1e-5;          // reference and baseline vs the oracle
+constexpr double kBf16CapTol = 2e-2;        // cuBLAS bf16: at most this
+constexpr double kVariantTol = 1e-4;        // reference variant vs the oracle's same variant
+constexpr double kBf16VariantTol = 1e-2;    // ... for bf16_dequant_fp32_acc
+constexpr uint64_t kSeed = 0;
+constexpr int kOracleThreads = 2;
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+/** One device allocation, freed once. */
+class DevBuf {
+ public:
+  explicit DevBuf(size_t bytes) { cuda_ok(cudaMalloc(&p_, std::max<size_t>(bytes, 1)), "cudaMalloc"); }
+  ~DevBuf() { cudaFree(p_); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void* get() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+};
+
+/** A non-blocking stream, destroyed once. */
+class Stream {
+ public:
+  Stream() { cuda_ok(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
+  ~Stream() { cudaStreamDestroy(s_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+/** A row-major nibble_tensor over device memory; owns its shape and strides. Not movable (the
+ *  descriptor points into itself). */
+class Tensor {
+ public:
+  Tensor(void* data, nibble_dtype dtype, std::vector<int64_t> shape) : shape_(std::move(shape)) {
+    strides_.assign(shape_.size(), 1);
+    for (int i = int(shape_.size()) - 2; i >= 0; --i) strides_[size_t(i)] = strides_[size_t(i) + 1] * shape_[size_t(i) + 1];
+    t_.data = data;
+    t_.device = {NIBBLE_DEVICE_CUDA, 0};
+    cuda_ok(cudaGetDevice(&t_.device.device_id), "cudaGetDevice");
+    t_.ndim = int32_t(shape_.size());
+    t_.dtype = dtype;
+    t_.shape = shape_.data();
+    t_.strides = strides_.data();
+    t_.byte_offset = 0;
+  }
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  nibble_tensor* get() { return &t_; }
+  const nibble_tensor& desc() const { return t_; }
+
+ private:
+  std::vector<int64_t> shape_, strides_;
+  nibble_tensor t_{};
+};
+
+constexpr nibble_dtype kU8{NIBBLE_DTYPE_UINT, 8, 1};
+constexpr nibble_dtype kBF16{NIBBLE_DTYPE_BFLOAT, 16, 1};
+constexpr nibble_dtype kF32{NIBBLE_DTYPE_FLOAT, 32, 1};
+
+/** A GEMM .so's entry points, resolved with dlsym. The library stays loaded for the process's life
+ *  (never dlclosed: cuBLAS and the CUDA runtime keep state that the library registered). */
+struct GemmLibrary {
+  std::string path;
+  void* lib = nullptr;
+  nibble_abi_version_fn abi_version = nullptr;
+  nibble_gemm_abi_version_fn gemm_abi_version = nullptr;
+  nibble_solution_name_fn name = nullptr;
+  nibble_gemm_prepare_fn prepare = nullptr;
+  nibble_gemm_run_fn run = nullptr;
+  nibble_gemm_teardown_fn teardown = nullptr;
+
+  explicit GemmLibrary(std::string p) : path(std::move(p)) {
+    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) throw std::runtime_error("dlopen " + path + ": " + dlerror());
+    abi_version = sym<nibble_abi_version_fn>("nibble_abi_version");
+    gemm_abi_version = sym<nibble_gemm_abi_version_fn>("nibble_gemm_abi_version");
+    name = sym<nibble_solution_name_fn>("nibble_solution_name");
+    prepare = sym<nibble_gemm_prepare_fn>("nibble_gemm_prepare");
+    run = sym<nibble_gemm_run_fn>("nibble_gemm_run");
+    teardown = sym<nibble_gemm_teardown_fn>("nibble_gemm_teardown");
+  }
+  template <class F>
+  F sym(const char* s) const {
+    void* f = dlsym(lib, s);
+    if (!f) throw std::runtime_error(path + ": missing symbol " + s);
+    return reinterpret_cast<F>(f);
+  }
+};
+
+[[maybe_unused]] std::string lib_path(const char* name) {
+  const char* bin = std::getenv("NIBBLE_BINARY_DIR");
+  return std::string(bin ? bin : ".") + "/lib/lib" + name + ".so";
+}
+
+std::string reference_so() {
+#ifdef NIBBLE_GEMM_REFERENCE_SO
+  return NIBBLE_GEMM_REFERENCE_SO;
+#else
+  return lib_path("nibble_gemm_reference");
+#endif
+}
+std::string baseline_so() {
+#ifdef NIBBLE_GEMM_BASELINE_SO
+  return NIBBLE_GEMM_BASELINE_SO;
+#else
+  return lib_path("nibble_gemm_baseline");
+#endif
+}
+std::string cublas_bf16_so() {
+#ifdef NIBBLE_GEMM_CUBLAS_BF16_SO
+  return NIBBLE_GEMM_CUBLAS_BF16_SO;
+#else
+  return lib_path("nibble_gemm_cublas_bf16");
+#endif
+}
+
+/** Each library loaded once per process. */
+GemmLibrary& library(const std::string& path) {
+  static std::vector<std::unique_ptr<GemmLibrary>> loaded;
+  for (auto& l : loaded)
+    if (l->path == path) return *l;
+  loaded.push_back(std::make_unique<GemmLibrary>(path));
+  return *loaded.back();
+}
+
+/** A GEMM fixture on the host (built in a temporary folder) and its weights on the GPU, with the
+ *  problem struct prepare receives. Not movable (the problem points into it). */
+class GpuGemmFixture {
+ public:
+  GpuGemmFixture(const std::string& task, const std::string& config) : cfg(gemm_config(task, config)) {
+    {
+      test::TempDir dir;
+      build_gemm_fixture(cfg, kSeed, dir.path(), kOracleThreads, nullptr);
+      SafetensorsFile f(dir / kFixtureModelFile);
+      const GemmFixtureView v = gemm_fixture_view(cfg, f);
+      A.assign(v.A, v.A + cfg.M * cfg.K);
+      packed.assign(v.packed, v.packed + cfg.N * (cfg.K / 2));
+      scale.assign(v.scale, v.scale + cfg.N * cfg.scale_cols());
+      global = v.global_scale;
+    }
+    dA_ = std::make_unique<DevBuf>(A.size() * 2);
+    dPacked_ = std::make_unique<DevBuf>(packed.size());
+    dScale_ = std::make_unique<DevBuf>(scale.size());
+    dGlobal_ = std::make_unique<DevBuf>(sizeof(float));
+    cuda_ok(cudaMemcpy(dA_->get(), A.data(), A.size() * 2, cudaMemcpyHostToDevice), "upload A");
+    cuda_ok(cudaMemcpy(dPacked_->get(), packed.data(), packed.size(), cudaMemcpyHostToDevice), "upload W.packed");
+    cuda_ok(cudaMemcpy(dScale_->get(), scale.data(), scale.size(), cudaMemcpyHostToDevice), "upload W.scale");
+    cuda_ok(cudaMemcpy(dGlobal_->get(), &global, sizeof(float), cudaMemcpyHostToDevice), "upload W.global_scale");
+    tPacked_ = std::make_unique<Tensor>(dPacked_->get(), kU8, std::vector<int64_t>{cfg.N, cfg.K / 2});
+    tScale_ = std::make_unique<Tensor>(dScale_->get(), kU8, std::vector<int64_t>{cfg.N, cfg.scale_cols()});
+    tGlobal_ = std::make_unique<Tensor>(dGlobal_->get(), kF32, std::vector<int64_t>{1});
+    tA_ = std::make_unique<Tensor>(dA_->get(), kBF16, std::vector<int64_t>{cfg.M, cfg.K});
+    named_.push_back({"W.packed", tPacked_->desc()});
+    named_.push_back({"W.scale", tScale_->desc()});
+    const bool nv = cfg.format == Fp4Format::Nvfp4;
+    if (nv) named_.push_back({"W.global_scale", tGlobal_->desc()});
+    problem.struct_size = sizeof(nibble_gemm_problem);
+    problem.task = cfg.task.c_str();
+    problem.config_name = cfg.name.c_str();
+    problem.M = cfg.M;
+    problem.N = cfg.N;
+    problem.K = cfg.K;
+    problem.block = cfg.block;
+    problem.scale_format = nv ? NIBBLE_GEMM_SCALE_E4M3FN : NIBBLE_GEMM_SCALE_E8M0;
+    problem.global_scale = nv ? global : 1.0f;
+    problem.c_dtype = NIBBLE_GEMM_OUTPUT_F32;
+    problem.tensors = named_.data();
+    problem.num_tensors = int32_t(named_.size());
+  }
+  GpuGemmFixture(const GpuGemmFixture&) = delete;
+  GpuGemmFixture& operator=(const GpuGemmFixture&) = delete;
+
+  /** The fp64 oracle's C with options `o`. */
+  std::vector<double> oracle_c(const oracle::GemmOptions& o = {}) const {
+    oracle::Fp4WeightView w;
+    w.format = cfg.format;
+    w.packed = packed.data();
+    w.scale = scale.data();
+    w.global_scale = global;
+    w.N = cfg.N;
+    w.K = cfg.K;
+    w.options = o;
+    return oracle::gemm(A.data(), cfg.M, w, kOracleThreads);
+  }
+
+  const nibble_tensor* a_tensor() const { return &tA_->desc(); }
+
+  GemmConfig cfg;
+  std::vector<uint16_t> A;
+  std::vector<uint8_t> packed, scale;
+  float global = 1.0f;
+  nibble_gemm_problem problem{};
+
+ private:
+  std::unique_ptr<DevBuf> dA_, dPacked_, dScale_, dGlobal_;
+  std::unique_ptr<Tensor> tPacked_, tScale_, tGlobal_, tA_;
+  std::vector<nibble_named_tensor> named_;
+};
+
+/** prepare, then `runs` x (C := NaN, run, read C back), teardown. outs gets each run's C. */
+void drive(GemmLibrary& lib, const GpuGemmFixture& fx, int runs, std::vector<std::vector<float>>* outs) {
+  Stream stream;
+  nibble_error err{};
+  void* handle = nullptr;
+  const nibble_status ps = lib.prepare(&fx.problem, stream.get(), &handle, &err);
+  ASSERT_EQ(ps, NIBBLE_OK) << lib.path << " prepare: " << err.message;
+  const size_t n = size_t(fx.cfg.M * fx.cfg.N);
+  DevBuf dC(n * sizeof(float));
+  Tensor C(dC.get(), kF32, {fx.cfg.M, fx.cfg.N});
+  for (int i = 0; i < runs; ++i) {
+    cuda_ok(cudaMemsetAsync(dC.get(), 0xFF, n * sizeof(float), stream.get()), "NaN-fill C");  // 0xFFFFFFFF: NaN
+    const nibble_status rs = lib.run(handle, fx.a_tensor(), C.get(), stream.get(), &err);
+    EXPECT_EQ(rs, NIBBLE_OK) << lib.path << " run: " << err.message;
+    cuda_ok(cudaStreamSynchronize(stream.get()), "run");
+    std::vector<float> out(n);
+    cuda_ok(cudaMemcpy(out.data(), dC.get(), n * sizeof(float), cudaMemcpyDeviceToHost), "read C");
+    outs->push_back(std::move(out));
+  }
+  const nibble_status ts = lib.teardown(handle, stream.get(), &err);
+  EXPECT_EQ(ts, NIBBLE_OK) << lib.path << " teardown: " << err.message;
+}
+
+/** Count the elements of C that are not finite (never written: NaN from the fill). */
+size_t non_finite(const std::vector<float>& c) {
+  return size_t(std::count_if(c.begin(), c.end(), [](float x) { return !std::isfinite(x); }));
+}
+
+double rel_err(const std::vector<float>& c, const std::vector<double>& ref) {
+  return oracle::relative_error(std::vector<double>(c.begin(), c.end()), ref);
+}
+
+// ---- parameterised over (task, config) ----------------------------------------------------------
+
+struct Case {
+  const char* task;
+  const char* config;
+};
+
+class GemmSolutions : public ::testing::TestWithParam<Case> {};
+
+const std::vector<const char*> kConfigs = {"tiny", "m3-n3000-k3080", "m1-n129-k202", "m67-n300-k3080",
+                                           "m17-n65-k202"};
+
+std::vector<Case> all_cases() {
+  std::vector<Case> out;
+  for (const char* task : {kGemmNvfp4Task, kGemmMxfp4Task})
+    for (const char* c : kConfigs) out.push_back({task, c});
+  return out;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string s = std::string(info.param.task) + "_" + info.param.config;
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+void check_solution(const std::string& so, const char* want_name, const GpuGemmFixture& fx,
+                    const std::vector<double>& ref, double tol, bool bitwise_repeatable) {
+  GemmLibrary& lib = library(so);
+  // The reference: its task definition, whatever a failed variant test may have left selected.
+  using set_variant_fn = nibble_status (*)(const char*, nibble_error*);
+  if (void* f = dlsym(lib.lib, "nibble_reference_set_variant")) {
+    nibble_error err{};
+    ASSERT_EQ(reinterpret_cast<set_variant_fn>(f)("fp32", &err), NIBBLE_OK) << err.message;
+  }
+  EXPECT_EQ(lib.abi_version(), NIBBLE_ABI_VERSION);
+  EXPECT_EQ(lib.gemm_abi_version(), NIBBLE_GEMM_ABI_VERSION);
+  EXPECT_STREQ(lib.name(), want_name);
+  std::vector<std::vector<float>> outs;
+  drive(lib, fx, 2, &outs);
+  if (::testing::Test::HasFatalFailure()) return;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    EXPECT_EQ(non_finite(outs[i]), 0u) << want_name << " run " << i << ": elements of C not written (or not finite)";
+    const double e = rel_err(outs[i], ref);
+    std::printf("%-26s %-17s %-15s run %zu relerr %.3e (tol %.1e)\n", want_name, fx.cfg.task.c_str(),
+                fx.cfg.name.c_str(), i, e, tol);
+    EXPECT_LT(e, tol) << want_name << " " << fx.cfg.task << " " << fx.cfg.name << " run " << i;
+  }
+  if (bitwise_repeatable && outs.size() == 2) {
+    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)), 0)
+        << want_name << ": two runs on the same A differ";
+  }
+}
+
+TEST_P(GemmSolutions, ReferenceBaselineAndCublasBf16MatchTheOracle) {
+  NIBBLE_REQUIRE_GPU();
+  const Case c = GetParam();
+  const GpuGemmFixture fx(c.task, c.config);
+  const std::vector<double> ref = fx.oracle_c();
+  // The cuBLAS bf16 bound: twice what the oracle's own bf16 tensor-core row measures here.
+  const double bf16_row =
+      oracle::relative_error(fx.oracle_c(oracle::find_gemm_variant(c.task, "bf16_dequant_fp32_acc").options), ref);
+  const double bf16_tol = std::min(kBf16CapTol, 2.0 * bf16_row);
+  std::printf("oracle bf16_dequant_fp32_acc vs fp32: %.3e -> cuBLAS bf16 bound %.3e\n", bf16_row, bf16_tol);
+
+  check_solution(reference_so(), "gemm-reference-fp32-cublas", fx, ref, kExactTol, false);
+  check_solution(baseline_so(), "gemm-baseline", fx, ref, kExactTol, true);
+  check_solution(cublas_bf16_so(), "cublas-bf16-predequantised", fx, ref, bf16_tol, false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, GemmSolutions, ::testing::ValuesIn(all_cases()), case_name);
+
+// ---- the reference's variants -------------------------------------------------------------------
+
+class GemmReferenceVariants : public ::testing::TestWithParam<Case> {};
+
+std::vector<Case> variant_cases() {
+  std::vector<Case> out;
+  for (const char* task : {kGemmNvfp4Task, kGemmMxfp4Task})
+    for (const char* c : {"tiny", "m3-n3000-k3080"}) out.push_back({task, c});
+  return out;
+}
+
+TEST_P(GemmReferenceVariants, EachVariantMatchesTheOraclesSameVariant) {
+  NIBBLE_REQUIRE_GPU();
+  const Case c = GetParam();
+  const GpuGemmFixture fx(c.task, c.config);
+  GemmLibrary& lib = library(reference_so());
+  using set_variant_fn = nibble_status (*)(const char*, nibble_error*);
+  using variant_fn = const char* (*)(void);
+  using numerics_fn = const char* (*)(void);
+  const auto set_variant = lib.sym<set_variant_fn>("nibble_reference_set_variant");
+  const auto variant = lib.sym<variant_fn>("nibble_reference_variant");
+  const auto numerics = lib.sym<numerics_fn>("nibble_reference_numerics");
+  nibble_error err{};
+  EXPECT_EQ(set_variant("no_such_variant", &err), NIBBLE_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("valid variants"), std::string::npos) << err.message;
+  const std::vector<double> exact = fx.oracle_c();
+  for (const auto& v : oracle::gemm_variants_for(c.task)) {
+    ASSERT_EQ(set_variant(v.name, &err), NIBBLE_OK) << err.message;
+    EXPECT_STREQ(variant(), v.name);
+    EXPECT_NE(numerics(), nullptr);
+    const bool bf16 = std::string(v.name) == "bf16_dequant_fp32_acc";
+    const double tol = bf16 ? kBf16VariantTol : kVariantTol;
+    std::vector<std::vector<float>> outs;
+    drive(lib, fx, 1, &outs);
+    if (HasFatalFailure()) break;
+    const std::vector<double> want = fx.oracle_c(v.options);
+    EXPECT_EQ(non_finite(outs[0]), 0u) << v.name;
+    const double e = rel_err(outs[0], want);
+    std::printf("reference variant %-22s %-17s %-15s relerr vs oracle variant %.3e (tol %.0e); vs exact %.3e "
+                "(oracle variant vs exact %.3e)\n",
+                v.name, c.task, c.config, e, tol, rel_err(outs[0], exact), oracle::relative_error(want, exact));
+    EXPECT_LT(e, tol) << v.name << " " << c.task << " " << c.config;
+  }
+  // Later tests in this process get the task's definition back.
+  EXPECT_EQ(set_variant("fp32", &err), NIBBLE_OK) << err.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, GemmReferenceVariants, ::testing::ValuesIn(variant_cases()), case_name);
+
+}  // namespace
+}  // namespace nibble
