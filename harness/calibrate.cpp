@@ -108,6 +108,10 @@ int calibrate_main(const CalibrateOptions& opt) {
     check_task(opt.task);
     cfg = decode_config(opt.config);
     if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
+    for (size_t i = 0; i < opt.seeds.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (opt.seeds[i] == opt.seeds[j])
+          throw std::invalid_argument("seed " + std::to_string(opt.seeds[i]) + " is given twice in --seeds");
     if (opt.path != "auto" && opt.path != "gpu" && opt.path != "cpu")
       throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + opt.path + "'");
     check_writable(opt.out);

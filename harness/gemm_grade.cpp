@@ -357,16 +357,23 @@ int grade_gemm_main(const GradeOptions& opt) {
     return kExitUsage;
   }
   try {
-    check_writable(opt.out);
+    check_grade_outputs(opt);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble grade: the report cannot be written: %s; choose another --out\n", e.what());
+    std::fprintf(stderr, "nibble grade: %s\n", e.what());
     return kExitUsage;
   }
+  if (!opt.calibration.empty())
+    std::fprintf(stderr, "nibble grade: --calibration is used by the decode task only; ignored for %s\n", opt.task.c_str());
   const std::string exe = self_exe();
   const std::string reference =
       opt.reference.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / "libnibble_gemm_reference.so").string()
                             : opt.reference;
   const std::string solution = fs::absolute(opt.solution).string();
+  if (!fs::exists(reference)) {
+    std::fprintf(stderr, "nibble grade: the reference %s does not exist; build the project (scripts/test.sh) or pass --reference\n",
+                 reference.c_str());
+    return kExitGraderFailed;
+  }
   TempDir work("nibble-grade-gemm");
   json report = document_header("nibble.report", opt.argv, opt.task, cfg.name);
   report["config_dims"] = {{"M", cfg.M}, {"N", cfg.N}, {"K", cfg.K}, {"block", cfg.block}};
@@ -375,7 +382,9 @@ int grade_gemm_main(const GradeOptions& opt) {
   log("probing the GPU");
   ChildRun probe = run_child_in({exe, "__probe", "--out", work.path() + "/probe/result.json"}, work.path() + "/probe", 120);
   if (!probe.result.is_object() || !probe.result.value("ok", false)) {
-    std::fprintf(stderr, "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n",
+    std::fprintf(stderr,
+                 "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n"
+                 "  Run nibble grade on a machine with a CUDA GPU and driver; the tests (scripts/test.sh) run without one.\n",
                  probe.result.is_object() ? probe.result.value("error", std::string()).c_str() : probe.log_tail.c_str());
     return kExitUsage;
   }
@@ -427,6 +436,13 @@ int grade_gemm_main(const GradeOptions& opt) {
       sol["name"] = c.result.value("solution_name", std::string());
       sol["c_dtype"] = c.result.value("c_dtype", std::string());
     }
+    if (!opt.dump_dir.empty())
+      for (const char* who : {"reference", "candidate"}) {
+        const std::string src = sd + "/" + who + "/outputs.safetensors";
+        if (fs::exists(src))
+          fs::copy_file(src, opt.dump_dir + "/seed" + std::to_string(opt.seeds[i]) + "-" + who + ".safetensors",
+                        fs::copy_options::overwrite_existing);
+      }
     json sj = {{"seed", opt.seeds[i]}};
     const std::string phase = c.result.is_object() ? c.result.value("phase", "") : "";
     if (fs::exists(sd + "/candidate/outputs.safetensors") && (phase == "checked" || phase == "timed" || phase == "done")) {
@@ -517,6 +533,9 @@ int grade_gemm_main(const GradeOptions& opt) {
   report["wall_seconds"] = {{"total", since(t_start)}};
   try {
     write_file_atomic(opt.out, report.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+    if (!opt.gbench_json.empty())
+      write_file_atomic(opt.gbench_json, gbench_json(report).dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+    if (!opt.history.empty()) append_history(opt.history, report, opt.out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble grade: %s\n", e.what());
     return kExitGraderFailed;
@@ -543,8 +562,8 @@ int calibrate_gemm_main(const CalibrateOptions& opt) {
   try {
     cfg = gemm_config(opt.task, opt.config);
     if (opt.path != "auto" && opt.path != "cpu")
-      throw std::invalid_argument("GEMM calibration runs on the fp64 oracle: --path cpu (or auto); the GPU reference's "
-                                  "variants are checked against it by tests/test_gemm_solutions_gpu.cpp");
+      throw std::invalid_argument("--path " + opt.path + ": GEMM calibration runs on the fp64 oracle, use --path cpu (or auto); "
+                                  "the GPU reference's variants are checked against it by tests/test_gemm_solutions_gpu.cpp");
     check_writable(opt.out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble calibrate: %s\n", e.what());

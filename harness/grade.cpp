@@ -38,81 +38,6 @@ namespace nibble {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
-namespace {
-
-/** The grade's timing in Google Benchmark's JSON format (context + one "iteration" entry per timed
- *  call + median/mean/stddev aggregates), so tools built for it (tools/compare.py, dashboards)
- *  read nibble results unchanged. Times in microseconds. */
-json gbench_json(const json& report) {
-  json g;
-  g["context"] = {{"date", report["created_utc"]},
-                  {"host_name", report["host"].value("hostname", "")},
-                  {"executable", "nibble grade"},
-                  {"num_cpus", report["host"].value("cpus", 0)},
-                  {"mhz_per_cpu", 0},
-                  {"cpu_scaling_enabled", false},
-                  {"caches", json::array()},
-                  {"library_build_type", "release"},
-                  {"nibble_report_schema", report["schema_version"]},
-                  {"gpu", report.contains("device") ? report["device"].value("name", "") : ""},
-                  {"commit", report["git"]["commit"]}};
-  json benches = json::array();
-  if (report.contains("timing") && report["timing"].contains("gpu_span_us")) {
-    const json& t = report["timing"];
-    const std::string base = report["task"].get<std::string>() + "/" + report["config"].get<std::string>() + "/" +
-                             report["solution"].value("name", std::string("solution"));
-    const double bytes = t.value("bytes_per_step", 0.0);
-    int family = 0;
-    for (const char* fig : {"gpu_span_us", "host_wall_us"}) {
-      const std::string name = base + "/" + (std::string(fig) == "gpu_span_us" ? "gpu_span" : "host_wall");
-      const auto samples = t[fig]["samples"].get<std::vector<double>>();
-      int i = 0;
-      for (double us : samples) {
-        benches.push_back({{"name", name}, {"family_index", family}, {"per_family_instance_index", 0}, {"run_name", name},
-                           {"run_type", "iteration"}, {"repetitions", int(samples.size())}, {"repetition_index", i++},
-                           {"threads", 1}, {"iterations", 1}, {"real_time", us}, {"cpu_time", us}, {"time_unit", "us"},
-                           {"bytes_per_second", bytes / (us * 1e-6)}});
-      }
-      const Summary s = summarize(samples);
-      for (auto [agg, v] : {std::pair<const char*, double>{"mean", s.mean}, {"median", s.median}, {"stddev", s.stdev}}) {
-        benches.push_back({{"name", name + "_" + agg}, {"family_index", family}, {"per_family_instance_index", 0},
-                           {"run_name", name}, {"run_type", "aggregate"}, {"repetitions", int(samples.size())},
-                           {"threads", 1}, {"aggregate_name", agg}, {"aggregate_unit", "time"}, {"iterations", int(samples.size())},
-                           {"real_time", v}, {"cpu_time", v}, {"time_unit", "us"}});
-      }
-      ++family;
-    }
-  }
-  g["benchmarks"] = benches;
-  return g;
-}
-
-/** One JSON line per grade appended to a history file (commit, date, GPU, solution, median,
- *  worst error): a run's trace over time without keeping every report. */
-void append_history(const std::string& path, const json& report, const std::string& report_path) {
-  json h;
-  h["date"] = report["created_utc"];
-  h["commit"] = report["git"]["commit"];
-  h["gpu"] = report.contains("device") ? report["device"].value("name", "") : "";
-  h["task"] = report["task"];
-  h["config"] = report["config"];
-  h["solution"] = report["solution"].value("name", "");
-  h["solution_sha256"] = report["solution"].value("sha256", "");
-  h["disposition"] = report["disposition"];
-  h["median_us"] = report.contains("timing") && report["timing"].contains("gpu_span_us")
-                       ? report["timing"]["gpu_span_us"]["median"] : json(nullptr);
-  h["worst_rel_err"] = report["correctness"]["worst_rel_err"];
-  h["report"] = fs::absolute(report_path).string();
-  const std::string line = h.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  // One write of one line with O_APPEND: concurrent graders interleave whole lines, never bytes.
-  FILE* f = std::fopen(path.c_str(), "a");
-  if (!f) throw std::runtime_error("cannot append to history file " + path + ": " + std::strerror(errno));
-  const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size();
-  if (std::fclose(f) != 0 || !ok) throw std::runtime_error("cannot append to history file " + path);
-}
-
-}  // namespace
-
 int grade_main(const GradeOptions& opt) {
   if (is_gemm_task(opt.task)) return grade_gemm_main(opt);
   const auto t_start = std::chrono::steady_clock::now();
@@ -130,16 +55,41 @@ int grade_main(const GradeOptions& opt) {
     return kExitUsage;
   }
   try {
-    // Fail before the work, not after it: the report path must be writable.
-    check_writable(opt.out);
+    // Fail before the work, not after it: every output must be writable, every option sane.
+    check_grade_outputs(opt);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble grade: the report cannot be written: %s; choose another --out\n", e.what());
+    std::fprintf(stderr, "nibble grade: %s\n", e.what());
     return kExitUsage;
   }
   const std::string exe = self_exe();
   const std::string reference = bundled_reference(exe, opt.reference);
   const std::string solution = fs::absolute(opt.solution).string();
+  if (!fs::exists(reference)) {
+    std::fprintf(stderr, "nibble grade: the reference %s does not exist; build the project (scripts/test.sh) or pass --reference\n",
+                 reference.c_str());
+    return kExitGraderFailed;
+  }
   TempDir work("nibble-grade");
+  // A fixture the user named is checked before anything else (the cache is filled after the GPU
+  // probe, so a machine without a GPU never builds 2 GB for nothing).
+  std::vector<std::string> fixture_dirs;
+  json fixtures = json::array();
+  auto fixtures_stage = [&]() -> int {
+    try {
+      for (uint64_t seed : opt.seeds) {
+        std::string dir;
+        fixtures.push_back(ensure_fixture(cfg, seed, opt.fixture_dir, opt.threads, opt.verify_fixture, log, &dir));
+        fixture_dirs.push_back(dir);
+      }
+    } catch (const std::exception& e) {
+      // Bad input: a wrong or corrupt fixture (the message names the tensor and the rebuild command).
+      std::fprintf(stderr, "nibble grade: fixture: %s\n", e.what());
+      return kExitUsage;
+    }
+    return 0;
+  };
+  if (!opt.fixture_dir.empty())
+    if (const int code = fixtures_stage()) return code;
 
   json report = document_header("nibble.report", opt.argv, opt.task, cfg.name);
   const auto& d = cfg.dims;
@@ -163,23 +113,9 @@ int grade_main(const GradeOptions& opt) {
   device.erase("ok");
   report["device"] = device;
 
-  // 2. Fixtures.
-  std::vector<std::string> fixture_dirs;
-  json fixtures = json::array();
-  try {
-    for (uint64_t seed : opt.seeds) {
-      std::string dir;
-      fixtures.push_back(ensure_fixture(cfg, seed, opt.fixture_dir, opt.threads, opt.verify_fixture, log, &dir));
-      fixture_dirs.push_back(dir);
-    }
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "nibble grade: %s\n", e.what());
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    // A corrupt or unreadable fixture is bad input (the message names the tensor and the rebuild command).
-    std::fprintf(stderr, "nibble grade: fixture: %s\n", e.what());
-    return kExitUsage;
-  }
+  // 2. Fixtures (the cache, when none was named).
+  if (opt.fixture_dir.empty())
+    if (const int code = fixtures_stage()) return code;
   report["fixtures"] = fixtures;
 
   json sol;
@@ -254,7 +190,6 @@ int grade_main(const GradeOptions& opt) {
     seed_j["seed"] = seed;
     if (c.result.is_object() && c.result.contains("seconds")) seed_j["candidate_seconds"] = c.result["seconds"];
     if (!opt.dump_dir.empty()) {
-      fs::create_directories(opt.dump_dir);
       for (const char* who : {"reference", "candidate"}) {
         const std::string src = sd + "/" + who + "/outputs.safetensors";
         if (fs::exists(src))

@@ -1,7 +1,10 @@
 // grade_common.cpp: see grade_common.h.
 #include "harness/grade_common.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <cerrno>
 #include <ctime>
 #include <filesystem>
 
@@ -191,8 +194,119 @@ void check_solution_file(const std::string& path) {
 }
 
 void check_writable(const std::string& path) {
+  if (path.empty()) throw std::runtime_error("an empty path");
+  if (fs::is_directory(path)) throw std::runtime_error(path + " is a folder; name a file");
   write_file_atomic(path + ".nibble-probe", "");
   fs::remove(path + ".nibble-probe");
 }
+
+void check_grade_outputs(const GradeOptions& opt) {
+  try {
+    check_writable(opt.out);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("the report cannot be written: ") + e.what() + "; choose another --out");
+  }
+  if (!opt.gbench_json.empty()) {
+    try {
+      check_writable(opt.gbench_json);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(std::string("--gbench-json cannot be written: ") + e.what());
+    }
+  }
+  if (!opt.history.empty()) {
+    if (fs::is_directory(opt.history)) throw std::invalid_argument("--history " + opt.history + " is a folder; name a file");
+    FILE* f = std::fopen(opt.history.c_str(), "a");
+    if (!f) throw std::invalid_argument("--history " + opt.history + " cannot be appended to: " + std::strerror(errno));
+    std::fclose(f);
+  }
+  if (!opt.dump_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(opt.dump_dir, ec);
+    if (ec || !fs::is_directory(opt.dump_dir))
+      throw std::invalid_argument("--dump " + opt.dump_dir + " is not a folder that can be created or written");
+  }
+  std::vector<uint64_t> seen;
+  for (uint64_t s : opt.seeds) {
+    if (std::find(seen.begin(), seen.end(), s) != seen.end())
+      throw std::invalid_argument("seed " + std::to_string(s) + " is given twice in --seeds");
+    seen.push_back(s);
+  }
+  if (opt.min_rounds < 1 || opt.max_rounds < opt.min_rounds)
+    throw std::invalid_argument("--min-rounds must be at least 1 and at most --max-rounds");
+  if (!(opt.timeout_seconds > 0) || !(opt.step_timeout_seconds > 0) || !(opt.build_timeout_seconds > 0))
+    throw std::invalid_argument("timeouts must be positive numbers of seconds");
+}
+
+/** The grade's timing in Google Benchmark's JSON format (context + one "iteration" entry per timed
+ *  call + median/mean/stddev aggregates), so tools built for it (tools/compare.py, dashboards)
+ *  read nibble results unchanged. Times in microseconds. */
+json gbench_json(const json& report) {
+  json g;
+  g["context"] = {{"date", report["created_utc"]},
+                  {"host_name", report["host"].value("hostname", "")},
+                  {"executable", "nibble grade"},
+                  {"num_cpus", report["host"].value("cpus", 0)},
+                  {"mhz_per_cpu", 0},
+                  {"cpu_scaling_enabled", false},
+                  {"caches", json::array()},
+                  {"library_build_type", "release"},
+                  {"nibble_report_schema", report["schema_version"]},
+                  {"gpu", report.contains("device") ? report["device"].value("name", "") : ""},
+                  {"commit", report["git"]["commit"]}};
+  json benches = json::array();
+  if (report.contains("timing") && report["timing"].contains("gpu_span_us")) {
+    const json& t = report["timing"];
+    const std::string base = report["task"].get<std::string>() + "/" + report["config"].get<std::string>() + "/" +
+                             report["solution"].value("name", std::string("solution"));
+    const double bytes = t.value("bytes_per_step", t.value("bytes_per_call", 0.0));
+    int family = 0;
+    for (const char* fig : {"gpu_span_us", "host_wall_us"}) {
+      const std::string name = base + "/" + (std::string(fig) == "gpu_span_us" ? "gpu_span" : "host_wall");
+      const auto samples = t[fig]["samples"].get<std::vector<double>>();
+      int i = 0;
+      for (double us : samples) {
+        benches.push_back({{"name", name}, {"family_index", family}, {"per_family_instance_index", 0}, {"run_name", name},
+                           {"run_type", "iteration"}, {"repetitions", int(samples.size())}, {"repetition_index", i++},
+                           {"threads", 1}, {"iterations", 1}, {"real_time", us}, {"cpu_time", us}, {"time_unit", "us"},
+                           {"bytes_per_second", bytes / (us * 1e-6)}});
+      }
+      const Summary s = summarize(samples);
+      for (auto [agg, v] : {std::pair<const char*, double>{"mean", s.mean}, {"median", s.median}, {"stddev", s.stdev}}) {
+        benches.push_back({{"name", name + "_" + agg}, {"family_index", family}, {"per_family_instance_index", 0},
+                           {"run_name", name}, {"run_type", "aggregate"}, {"repetitions", int(samples.size())},
+                           {"threads", 1}, {"aggregate_name", agg}, {"aggregate_unit", "time"}, {"iterations", int(samples.size())},
+                           {"real_time", v}, {"cpu_time", v}, {"time_unit", "us"}});
+      }
+      ++family;
+    }
+  }
+  g["benchmarks"] = benches;
+  return g;
+}
+
+/** One JSON line per grade appended to a history file (commit, date, GPU, solution, median,
+ *  worst error): a run's trace over time without keeping every report. */
+void append_history(const std::string& path, const json& report, const std::string& report_path) {
+  json h;
+  h["date"] = report["created_utc"];
+  h["commit"] = report["git"]["commit"];
+  h["gpu"] = report.contains("device") ? report["device"].value("name", "") : "";
+  h["task"] = report["task"];
+  h["config"] = report["config"];
+  h["solution"] = report["solution"].value("name", "");
+  h["solution_sha256"] = report["solution"].value("sha256", "");
+  h["disposition"] = report["disposition"];
+  h["median_us"] = report.contains("timing") && report["timing"].contains("gpu_span_us")
+                       ? report["timing"]["gpu_span_us"]["median"] : json(nullptr);
+  h["worst_rel_err"] = report["correctness"]["worst_rel_err"];
+  h["report"] = fs::absolute(report_path).string();
+  const std::string line = h.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  // One write of one line with O_APPEND: concurrent graders interleave whole lines, never bytes.
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) throw std::runtime_error("cannot append to history file " + path + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size();
+  if (std::fclose(f) != 0 || !ok) throw std::runtime_error("cannot append to history file " + path);
+}
+
 
 }  // namespace nibble

@@ -83,6 +83,20 @@ void check_solution_file(const std::string& path);
 /** Throws std::runtime_error unless a file can be written atomically at `path`. */
 void check_writable(const std::string& path);
 
+/** A report's timing in Google Benchmark's JSON format (context + one "iteration" entry per timed
+ *  call + mean/median/stddev aggregates; times in us), for tools built for Google Benchmark. */
+ordered_json gbench_json(const ordered_json& report);
+
+/** Append one JSON line (date, commit, GPU, task, config, solution, disposition, median, worst
+ *  error, report path) to a history file. Throws std::runtime_error when it cannot. */
+void append_history(const std::string& path, const ordered_json& report, const std::string& report_path);
+
+/** Everything about a grade's outputs and options that can be wrong, checked before any work:
+ *  report, --gbench-json and --history writable, --dump a folder, seeds distinct, rounds and
+ *  timeouts sane. Throws std::invalid_argument with the message for the user. */
+struct GradeOptions;
+void check_grade_outputs(const GradeOptions& opt);
+
 /** printf("%.*g"). */
 std::string fmt(double v, int prec = 3);
 /** Current UTC time, ISO 8601. */

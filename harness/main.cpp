@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "fixtures/fixture.h"
+#include "fixtures/safetensors.h"
 #include "fixtures/task.h"
 #include "harness/calibrate.h"
 #include "harness/child.h"
@@ -63,6 +64,18 @@ int fixture_verify(const std::string& dir) {
   try {
     const FixtureManifest m = read_manifest(dir);
     verify_fixture(dir, m);
+    // The hashes only say the bytes are the ones the manifest names: check they are a fixture of
+    // the task and config it claims (every tensor present with its dtype and shape).
+    check_task(m.task);
+    const std::vector<TensorSpec> specs =
+        is_gemm_task(m.task) ? gemm_config(m.task, m.config).tensors() : decode_config(m.config).tensors();
+    const SafetensorsFile f(dir + "/" + m.file);
+    for (const TensorSpec& t : specs) {
+      const auto& e = f.entry(t.name);
+      if (e.dtype != t.dtype || e.shape != t.shape)
+        throw std::runtime_error("tensor '" + t.name + "' has the wrong dtype or shape for " + m.task + " / " + m.config +
+                                 "; rebuild with `nibble fixture build`");
+    }
     std::printf("fixture %s: %s / %s seed %llu, generator %d, SHA-256 %s: OK\n", dir.c_str(), m.task.c_str(),
                 m.config.c_str(), (unsigned long long)m.seed, m.generator_version, m.file_sha256.c_str());
     return 0;
@@ -74,6 +87,16 @@ int fixture_verify(const std::string& dir) {
 
 }  // namespace
 
+/** A seed is a decimal non-negative integer below 10^19 (so it fits a uint64 without wrapping:
+ *  "-1" or 2^64 would otherwise turn into another seed silently). */
+const CLI::Validator kSeed(
+    [](std::string& s) -> std::string {
+      if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos)
+        return "a seed is a non-negative integer below 10^19, not '" + s + "'";
+      return "";
+    },
+    "SEED");
+
 int main(int argc, char** argv) {
   CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI"};
   app.require_subcommand(1);
@@ -83,8 +106,8 @@ int main(int argc, char** argv) {
   auto* grade = app.add_subcommand("grade", "Check a solution .so against the reference and time it; write a JSON report");
   grade->add_option("--task", g.task, "Task to grade")->capture_default_str();
   grade->add_option("--solution", g.solution, "Solution shared object (C ABI of include/nibble/nibble.h)")->required();
-  grade->add_option("--config", g.config, "Task config: full | tiny")->capture_default_str();
-  grade->add_option("--seeds", g.seeds, "Fixture seeds, comma separated")->delimiter(',')->capture_default_str();
+  grade->add_option("--config", g.config, "Task config: full | tiny (decode); tiny | m<M>-n<N>-k<K> (GEMM tasks)")->capture_default_str();
+  grade->add_option("--seeds", g.seeds, "Fixture seeds, comma separated")->delimiter(',')->check(kSeed)->capture_default_str();
   grade->add_option("--fixture", g.fixture_dir, "Fixture folder (one seed); default: the cache, built when missing");
   grade->add_option("--out", g.out, "Report path (written atomically)")->capture_default_str();
   grade->add_option("--dump", g.dump_dir, "Write reference and candidate logits + appended K/V of every checked step here");
@@ -101,7 +124,7 @@ int main(int argc, char** argv) {
   grade->add_option("--min-rounds", g.min_rounds, "Rounds of 32 timed steps at least")->capture_default_str();
   grade->add_option("--max-rounds", g.max_rounds, "Rounds of 32 timed steps at most")->capture_default_str();
   grade->add_option("--max-timing-seconds", g.max_timing_seconds, "Stop timing after this long")->capture_default_str();
-  grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->capture_default_str();
+  grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   bool no_timing = false, no_verify = false;
   grade->add_flag("--no-timing", no_timing, "Check correctness only");
   grade->add_flag("--no-verify-fixture", no_verify, "Skip re-hashing cached fixtures");
@@ -111,13 +134,13 @@ int main(int argc, char** argv) {
   c.argv = g.argv;
   auto* calibrate = app.add_subcommand("calibrate", "Measure the drop-the-feature table: every reference variant against the gate");
   calibrate->add_option("--task", c.task, "Task")->capture_default_str();
-  calibrate->add_option("--config", c.config, "Config: full | tiny")->capture_default_str();
-  calibrate->add_option("--seeds", c.seeds, "Fixture seeds, comma separated")->delimiter(',')->capture_default_str();
+  calibrate->add_option("--config", c.config, "Config: full | tiny (decode); tiny | m<M>-n<N>-k<K> (GEMM tasks)")->capture_default_str();
+  calibrate->add_option("--seeds", c.seeds, "Fixture seeds, comma separated")->delimiter(',')->check(kSeed)->capture_default_str();
   calibrate->add_option("--out", c.out, "Table as JSON (written atomically)")->capture_default_str();
   calibrate->add_option("--path", c.path, "gpu: the reference .so per variant; cpu: the fp64 oracle; auto: gpu if present")
       ->capture_default_str();
   calibrate->add_option("--reference", c.reference, "Reference .so (default: the bundled one)");
-  calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->capture_default_str();
+  calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   calibrate->add_option("--timeout", c.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str();
   calibrate->add_flag("-q,--quiet", c.quiet, "No progress lines");
 
@@ -134,10 +157,10 @@ int main(int argc, char** argv) {
   bool f_quiet = false;
   auto* fbuild = fixture->add_subcommand("build", "Build a fixture: same (task, config, seed) -> same bytes on any machine");
   fbuild->add_option("--task", f_task, "Task")->capture_default_str();
-  fbuild->add_option("--config", f_config, "Config: full | tiny")->capture_default_str();
-  fbuild->add_option("--seed", f_seed, "Seed")->required();
+  fbuild->add_option("--config", f_config, "Config: full | tiny (decode); tiny | m<M>-n<N>-k<K> (GEMM tasks)")->capture_default_str();
+  fbuild->add_option("--seed", f_seed, "Seed")->required()->check(kSeed);
   fbuild->add_option("--out", f_out, "Output folder (default: the fixture cache)");
-  fbuild->add_option("--threads", f_threads, "Threads (0 = all cores)")->capture_default_str();
+  fbuild->add_option("--threads", f_threads, "Threads (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   fbuild->add_flag("-q,--quiet", f_quiet, "No progress");
   std::string v_dir;
   auto* fverify = fixture->add_subcommand("verify", "Re-hash a fixture and compare with its manifest");

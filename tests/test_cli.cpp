@@ -139,3 +139,52 @@ TEST(Cli, SolutionThatIsNotASharedObject) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("not a shared object"), std::string::npos) << r.output;
 }
+
+TEST(Cli, OutputsAndOptionsAreCheckedBeforeAnyWork) {
+  TempDir t;
+  const std::string so = bindir() + "/tests/lib/libbad_nothing.so";
+  struct Case {
+    std::vector<std::string> args;
+    const char* says;
+  } cases[] = {
+      {{"--out", t.path()}, "is a folder"},
+      {{"--seeds", "0,0"}, "given twice"},
+      {{"--seeds", "-1"}, "non-negative integer"},
+      {{"--min-rounds", "5", "--max-rounds", "2"}, "--min-rounds"},
+      {{"--timeout", "-5"}, "positive"},
+      {{"--history", t.path()}, "--history"},
+      {{"--threads", "100000"}, "--threads"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"grade", "--config", "tiny", "--solution", so};
+    if (std::string(c.args[0]) != "--out") args.insert(args.end(), {"--out", t.path() + "/r.json"});
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Result r = run_nibble(args, t);
+    EXPECT_EQ(r.code, 2) << c.args[0] << ": " << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args[0] << ": " << r.output;
+  }
+}
+
+TEST(Cli, FixtureBuildCapsThreadsAndRejectsBadSeeds) {
+  TempDir t;
+  Result r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--threads", "4096", "--out", t.path() + "/a", "-q"}, t);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("2fd5f4c4149c4943560b4c31a53b31c6705b47f93271719132701b6a160a0489"), std::string::npos) << r.output;
+  r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "18446744073709551616", "--out", t.path() + "/b"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+}
+
+TEST(Cli, FixtureVerifyChecksTheTaskItClaims) {
+  TempDir t;
+  const std::string dir = t.path() + "/fx";
+  Result r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "5", "--out", dir, "-q"}, t);
+  ASSERT_EQ(r.code, 0) << r.output;
+  // A manifest that claims another task over the same bytes (hashes still match).
+  std::string m = read_file(dir + "/manifest.json");
+  const auto at = m.find("megakernel-int4-weight-decode");
+  ASSERT_NE(at, std::string::npos);
+  m.replace(at, std::string("megakernel-int4-weight-decode").size(), "gemm-w4a16-nvfp4");
+  write_file_atomic(dir + "/manifest.json", m);
+  r = run_nibble({"fixture", "verify", dir}, t);
+  EXPECT_EQ(r.code, 1) << r.output;
+}
