@@ -348,16 +348,7 @@ int grade_gemm_main(const GradeOptions& opt) {
   GemmConfig cfg;
   try {
     cfg = gemm_config(opt.task, opt.config);
-    check_solution_file(opt.solution);
-    if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
-    if (!opt.fixture_dir.empty() && opt.seeds.size() != 1)
-      throw std::invalid_argument("--fixture names one fixture, so give exactly one seed with --seeds");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble grade: %s\n", e.what());
-    return kExitUsage;
-  }
-  try {
-    check_grade_outputs(opt);
+    check_grade_options(opt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble grade: %s\n", e.what());
     return kExitUsage;

@@ -46,17 +46,7 @@ int grade_main(const GradeOptions& opt) {
   try {
     check_task(opt.task);
     cfg = decode_config(opt.config);
-    check_solution_file(opt.solution);
-    if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
-    if (!opt.fixture_dir.empty() && opt.seeds.size() != 1)
-      throw std::invalid_argument("--fixture names one fixture, so give exactly one seed with --seeds");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble grade: %s\n", e.what());
-    return kExitUsage;
-  }
-  try {
-    // Fail before the work, not after it: every output must be writable, every option sane.
-    check_grade_outputs(opt);
+    check_grade_options(opt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble grade: %s\n", e.what());
     return kExitUsage;

@@ -200,7 +200,11 @@ void check_writable(const std::string& path) {
   fs::remove(path + ".nibble-probe");
 }
 
-void check_grade_outputs(const GradeOptions& opt) {
+void check_grade_options(const GradeOptions& opt) {
+  check_solution_file(opt.solution);
+  if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
+  if (!opt.fixture_dir.empty() && opt.seeds.size() != 1)
+    throw std::invalid_argument("--fixture names one fixture, so give exactly one seed with --seeds");
   try {
     check_writable(opt.out);
   } catch (const std::exception& e) {

@@ -91,11 +91,12 @@ ordered_json gbench_json(const ordered_json& report);
  *  error, report path) to a history file. Throws std::runtime_error when it cannot. */
 void append_history(const std::string& path, const ordered_json& report, const std::string& report_path);
 
-/** Everything about a grade's outputs and options that can be wrong, checked before any work:
- *  report, --gbench-json and --history writable, --dump a folder, seeds distinct, rounds and
- *  timeouts sane. Throws std::invalid_argument with the message for the user. */
+/** Everything about a grade's options that can be wrong, checked before any work (both task
+ *  families): the solution file, seeds (present, distinct, one with --fixture), report,
+ *  --gbench-json and --history writable, --dump a folder, rounds and timeouts sane. Throws
+ *  std::invalid_argument with the message for the user. */
 struct GradeOptions;
-void check_grade_outputs(const GradeOptions& opt);
+void check_grade_options(const GradeOptions& opt);
 
 /** printf("%.*g"). */
 std::string fmt(double v, int prec = 3);
