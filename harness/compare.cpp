@@ -323,6 +323,10 @@ Comparison compare_reports(const json& base, const json& neu, const CompareOptio
   } else if (!c.missing_timing.empty() && !opt.force) {
     c.exit_code = kCompareNotComparable;
     c.result = "not comparable: " + join(c.missing_timing, "; ") + " (--force compares what there is)";
+  } else if (c.figures.empty()) {
+    // --force cannot make "no slowdown" out of nothing: a CI job that lost its timing must not pass.
+    c.exit_code = kCompareNotComparable;
+    c.result = "nothing to compare: no timed figure is in both reports (" + join(c.missing_timing, "; ") + ")";
   } else if (any_slower) {
     c.exit_code = kCompareSlower;
     std::vector<std::string> s;

@@ -29,6 +29,11 @@ void validate_report(const json& r, const std::string& what) {
     throw BadReport(what + ": not a nibble report (no \"schema\" field)");
   if (r["schema"] != "nibble.report")
     throw BadReport(what + ": not a nibble report (schema is " + r["schema"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ", expected \"nibble.report\")");
+  // Reports of a later major schema version may mean other things by the same fields.
+  if (r.contains("schema_version") &&
+      (!r["schema_version"].is_string() || r["schema_version"].get<std::string>().rfind("1.", 0) != 0))
+    throw BadReport(what + ": schema_version " + r["schema_version"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                    " is not one this nibble reads (1.x); use the nibble that wrote it");
   for (const char* k : {"task", "config", "disposition"})
     if (!r.contains(k) || !r[k].is_string())
       throw BadReport(what + ": malformed nibble report: \"" + k + "\" is missing or not a string");

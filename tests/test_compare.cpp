@@ -388,17 +388,27 @@ TEST(CompareReports, NotComparableExits3AndForceSaysSo) {
   }
 }
 
-TEST(CompareReports, MissingTimingExits3UnlessForced) {
+TEST(CompareReports, MissingTimingExits3EvenWhenForced) {
   json neu = unfused();
   neu.erase("timing");  // graded with --no-timing: passes, but nothing to compare
   Comparison c = compare_reports(unfused(), neu, CompareOptions{});
   EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
   EXPECT_TRUE(c.figures.empty());
+  // --force compares what there is; with nothing there, it is still not a pass.
   CompareOptions force;
   force.force = true;
   c = compare_reports(unfused(), neu, force);
-  EXPECT_EQ(c.exit_code, kCompareOk);
+  EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
+  EXPECT_NE(c.result.find("nothing to compare"), std::string::npos) << c.result;
   EXPECT_TRUE(c.forced);
+}
+
+TEST(CompareReports, LaterMajorSchemaVersionIsBadInput) {
+  json neu = unfused();
+  neu["schema_version"] = "9.0.0";
+  EXPECT_THROW(validate_report(neu, "new.json"), BadReport);
+  neu["schema_version"] = "1.4.0";
+  EXPECT_NO_THROW(validate_report(neu, "new.json"));
 }
 
 TEST(CompareReports, IdentityDifferenceOutranksCorrectness) {
