@@ -31,3 +31,8 @@ else()
   set_tests_properties(nibble.test.fp4_fixture_python PROPERTIES FAIL_REGULAR_EXPRESSION "python3 not found")
 endif()
 set_tests_properties(nibble.test.fp4_fixture_python PROPERTIES LABELS cpu)
+
+# gemm_fp4_sm90's repacked layout and register decode, run on the CPU (the kernels' own decode
+# functions, host build) against the exact weights.
+nibble_add_gtest(gemm_fp4_sm90_layout SOURCES test_gemm_fp4_sm90_layout.cpp LIBS nibble_fixtures CUDA::cudart
+                 LABELS cpu)

@@ -24,6 +24,14 @@
 //   m1-n129-k202    M = 1; K % 8 != 0 (the baseline's byte-wise path), rows of 101 bytes
 //   m67-n300-k3080  the baseline's tiled kernel with a partial tile in M, N and K
 //   m17-n65-k202    the tiled kernel's smallest M, K % 32 = 10
+//
+// The tuned sm_90a solution (libnibble_gemm_fp4_sm90.so, solutions/gemm_fp4_sm90) is checked the
+// same way (1e-4: exact weights, bf16 products, fp32 tensor-core sums; expected ~1e-6; two runs
+// bitwise equal) on every kernel it picks by M, each at a residue shape (N = 3000 or 300, not a
+// multiple of 128; K = 3080, a partial last block; K = 202, K % 8 != 0): M = 1 and 3 (mma.sync,
+// one n8 tile), M = 16 (two tiles), M = 17 with K = 202 (the kStd fallback), M = 67 and 128
+// (wgmma, 64 x 64 tiles), M = 300 (wgmma, 128 x 256 tiles, a partial tile in M). It skips (with
+// the reason) on a GPU other than sm_90.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -56,6 +64,7 @@ constexpr double kExactTol = 1e-5;          // reference and baseline vs the ora
 constexpr double kBf16CapTol = 2e-2;        // cuBLAS bf16: at most this
 constexpr double kVariantTol = 1e-4;        // reference variant vs the oracle's same variant
 constexpr double kBf16VariantTol = 1e-2;    // ... for bf16_dequant_fp32_acc
+constexpr double kFp4Sm90Tol = 1e-4;        // gemm_fp4_sm90 vs the oracle
 constexpr uint64_t kSeed = 0;
 constexpr int kOracleThreads = 2;
 
@@ -174,6 +183,14 @@ std::string cublas_bf16_so() {
   return NIBBLE_GEMM_CUBLAS_BF16_SO;
 #else
   return lib_path("nibble_gemm_cublas_bf16");
+#endif
+}
+
+std::string fp4_sm90_so() {
+#ifdef NIBBLE_GEMM_FP4_SM90_SO
+  return NIBBLE_GEMM_FP4_SM90_SO;
+#else
+  return lib_path("nibble_gemm_fp4_sm90");
 #endif
 }
 
@@ -363,6 +380,35 @@ TEST_P(GemmSolutions, ReferenceBaselineAndCublasBf16MatchTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, GemmSolutions, ::testing::ValuesIn(all_cases()), case_name);
+
+// ---- the tuned sm_90a solution ------------------------------------------------------------------
+
+class GemmFp4Sm90 : public ::testing::TestWithParam<Case> {};
+
+const std::vector<const char*> kSm90Configs = {"tiny",           "m1-n3000-k3080",  "m16-n3000-k3080",
+                                               "m17-n65-k202",   "m67-n300-k3080",  "m128-n3000-k3080",
+                                               "m300-n300-k3080"};
+
+std::vector<Case> sm90_cases() {
+  std::vector<Case> out;
+  for (const char* task : {kGemmNvfp4Task, kGemmMxfp4Task})
+    for (const char* c : kSm90Configs) out.push_back({task, c});
+  return out;
+}
+
+TEST_P(GemmFp4Sm90, MatchesTheOracle) {
+  NIBBLE_REQUIRE_GPU();
+  int dev = 0;
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
+  cuda_ok(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+  if (prop.major != 9) GTEST_SKIP() << "gemm_fp4_sm90 is built for sm_90a; this GPU is sm_" << prop.major << prop.minor;
+  const Case c = GetParam();
+  const GpuGemmFixture fx(c.task, c.config);
+  check_solution(fp4_sm90_so(), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, GemmFp4Sm90, ::testing::ValuesIn(sm90_cases()), case_name);
 
 // ---- the reference's variants -------------------------------------------------------------------
 
