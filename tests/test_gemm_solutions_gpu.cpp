@@ -45,6 +45,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -409,6 +410,49 @@ TEST_P(GemmFp4Sm90, MatchesTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, GemmFp4Sm90, ::testing::ValuesIn(sm90_cases()), case_name);
+
+// The kernel and split-K choices prepare would not make at these shapes (NIBBLE_FP4SM90_KIND /
+// _SPLIT, read by prepare), so that every variant is checked: wgmma 64 x 64 with K split 8 ways
+// (clusters of 8 summing through distributed shared memory), 64 x 128 split 4, 128 x 256 unsplit
+// with a partial tile in M, and mma.sync's kStd order at M = 128.
+struct Forced {
+  const char* config;
+  const char* kind;
+  const char* split;
+};
+
+class GemmFp4Sm90Forced : public ::testing::TestWithParam<std::tuple<const char*, Forced>> {};
+
+TEST_P(GemmFp4Sm90Forced, MatchesTheOracle) {
+  NIBBLE_REQUIRE_GPU();
+  int dev = 0;
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
+  cuda_ok(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+  if (prop.major != 9) GTEST_SKIP() << "gemm_fp4_sm90 is built for sm_90a; this GPU is sm_" << prop.major << prop.minor;
+  const char* task = std::get<0>(GetParam());
+  const Forced f = std::get<1>(GetParam());
+  const GpuGemmFixture fx(task, f.config);
+  ASSERT_EQ(setenv("NIBBLE_FP4SM90_KIND", f.kind, 1), 0);
+  ASSERT_EQ(setenv("NIBBLE_FP4SM90_SPLIT", f.split, 1), 0);
+  std::printf("forced kind %s split %s\n", f.kind, f.split);
+  check_solution(fp4_sm90_so(), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
+  unsetenv("NIBBLE_FP4SM90_KIND");
+  unsetenv("NIBBLE_FP4SM90_SPLIT");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, GemmFp4Sm90Forced,
+    ::testing::Combine(::testing::Values(kGemmNvfp4Task, kGemmMxfp4Task),
+                       ::testing::Values(Forced{"m128-n3000-k3080", "wg64", "8"}, Forced{"m128-n3000-k3080", "wg128", "4"},
+                                         Forced{"m300-n300-k3080", "wg256", "1"}, Forced{"m128-n3000-k3080", "mma", "1"})),
+    [](const ::testing::TestParamInfo<std::tuple<const char*, Forced>>& i) {
+      std::string s = std::string(std::get<0>(i.param)) + "_" + std::get<1>(i.param).kind + "_split" +
+                      std::get<1>(i.param).split;
+      for (char& ch : s)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return s;
+    });
 
 // ---- the reference's variants -------------------------------------------------------------------
 

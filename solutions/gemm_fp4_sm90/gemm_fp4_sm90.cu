@@ -33,10 +33,12 @@
 // Not supported: a NaN block scale; M > 16 with A not 16-byte aligned (the TMA needs it; cudaMalloc'd
 // A always is).
 #include <cuda.h>  // CUtensorMap (the encode function comes from the runtime's driver entry point)
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -164,8 +166,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
 
   for (int c0 = warp; c0 < nch; c0 += kMmaWarps * kMmaBatch) {
+    // Every load of the batch (codes, scales, activations) is issued before any use: the chain
+    // per warp is one memory latency per batch, not one per chunk (v1 waited on the activations
+    // of each chunk: 8 us at m16-n3072-k3072).
     uint4 q[kMmaBatch];
-    uint2 s[kMmaBatch];
+    uint32_t s[kMmaBatch][2];
+    uint32_t b[kMmaBatch][NT][8];  // step j's B fragment: words 2j, 2j + 1
 #pragma unroll
     for (int p = 0; p < kMmaBatch; ++p) {
       const int c = c0 + p * kMmaWarps;
@@ -173,11 +179,32 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
         q[p] = ld_stream(wp + size_t(c) * 32);
         const uint8_t* sr = sp + size_t(c) * kSb;
         if constexpr (PERM) {
-          s[p].x = __ldg(reinterpret_cast<const uint16_t*>(sr) + (NV ? t : t >> 1) * 8 + g);
+          s[p][0] = __ldg(reinterpret_cast<const uint16_t*>(sr) + (NV ? t : t >> 1) * 8 + g);
         } else if constexpr (NV) {
-          s[p] = __ldg(reinterpret_cast<const uint2*>(sr) + g);
+          const uint2 v = __ldg(reinterpret_cast<const uint2*>(sr) + g);
+          s[p][0] = v.x, s[p][1] = v.y;
         } else {
-          s[p].x = __ldg(reinterpret_cast<const uint32_t*>(sr) + g);
+          s[p][0] = __ldg(reinterpret_cast<const uint32_t*>(sr) + g);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if constexpr (PERM) {
+            // Lane (g, t): k 64c + 16t .. +15 of its row (K % 8 == 0: a 16-byte half is all in or out).
+            const int k0 = 64 * c + 16 * t;
+            const uint4 z = make_uint4(0, 0, 0, 0);
+            const uint4 lo = (avalid[nt] && k0 < K) ? __ldg(reinterpret_cast<const uint4*>(arow[nt] + k0)) : z;
+            const uint4 hi = (avalid[nt] && k0 + 8 < K) ? __ldg(reinterpret_cast<const uint4*>(arow[nt] + k0 + 8)) : z;
+            b[p][nt][0] = lo.x, b[p][nt][1] = lo.y, b[p][nt][2] = lo.z, b[p][nt][3] = lo.w;
+            b[p][nt][4] = hi.x, b[p][nt][5] = hi.y, b[p][nt][6] = hi.z, b[p][nt][7] = hi.w;
+          } else {
+            // kStd: step j's pairs k 64c + 16j + 2t and + 8 (K even: a pair is all in or out).
+            const uint32_t* ar = reinterpret_cast<const uint32_t*>(arow[nt]);
+#pragma unroll
+            for (int w = 0; w < 8; ++w) {
+              const int k = 64 * c + 16 * (w >> 1) + 2 * t + 8 * (w & 1);
+              b[p][nt][w] = (avalid[nt] && k < K) ? __ldg(ar + k / 2) : 0u;
+            }
+          }
         }
       }
     }
@@ -186,44 +213,22 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
       const int c = c0 + p * kMmaWarps;
       if (c >= nch) break;
       const uint32_t qw[4] = {q[p].x, q[p].y, q[p].z, q[p].w};
-      if constexpr (PERM) {
-        // Lane (g, t): activation k 64c + 16t .. +15 of its row, 8 words; step j uses words 2j, 2j+1.
-        uint32_t b[NT][8];
-        const int k0 = 64 * c + 16 * t;
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const uint4 lo = (avalid[nt] && k0 < K) ? __ldg(reinterpret_cast<const uint4*>(arow[nt] + k0)) : make_uint4(0, 0, 0, 0);
-          const uint4 hi =
-              (avalid[nt] && k0 + 8 < K) ? __ldg(reinterpret_cast<const uint4*>(arow[nt] + k0 + 8)) : make_uint4(0, 0, 0, 0);
-          b[nt][0] = lo.x, b[nt][1] = lo.y, b[nt][2] = lo.z, b[nt][3] = lo.w;
-          b[nt][4] = hi.x, b[nt][5] = hi.y, b[nt][6] = hi.z, b[nt][7] = hi.w;
-        }
-        const uint32_t s_lo = expand_scale<NV>(s[p].x, 0), s_hi = expand_scale<NV>(s[p].x, 1);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t a[4];
-          decode_step(qw[j], s_lo, s_hi, a);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[nt], a, b[nt][2 * j], b[nt][2 * j + 1]);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          // kStd: step j covers k 64c + 16j .. +15; NVFP4 block j, MXFP4 block j / 2.
+      for (int j = 0; j < 4; ++j) {
+        uint32_t s_lo, s_hi;
+        if constexpr (PERM) {  // one scale block per lane and chunk
+          s_lo = expand_scale<NV>(s[p][0], 0);
+          s_hi = expand_scale<NV>(s[p][0], 1);
+        } else {  // kStd: step j is NVFP4 block j, MXFP4 block j / 2
           const int bi = NV ? j : j >> 1;
-          const uint32_t sw = NV ? (bi < 2 ? s[p].x : s[p].y) : s[p].x;
-          const uint32_t s_lo = expand_scale<NV>(sw, (2 * bi) & 3), s_hi = expand_scale<NV>(sw, (2 * bi + 1) & 3);
-          uint32_t a[4];
-          decode_step(qw[j], s_lo, s_hi, a);
-          const int k = 64 * c + 16 * j + 2 * t;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const uint32_t* ar = reinterpret_cast<const uint32_t*>(arow[nt]);
-            const uint32_t b0 = (avalid[nt] && k < K) ? __ldg(ar + k / 2) : 0u;
-            const uint32_t b1 = (avalid[nt] && k + 8 < K) ? __ldg(ar + (k + 8) / 2) : 0u;
-            mma_bf16_16816(acc[nt], a, b0, b1);
-          }
+          const uint32_t sw = bi < 2 ? s[p][0] : s[p][1];
+          s_lo = expand_scale<NV>(sw, (2 * bi) & 3);
+          s_hi = expand_scale<NV>(sw, (2 * bi + 1) & 3);
         }
+        uint32_t a[4];
+        decode_step(qw[j], s_lo, s_hi, a);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[nt], a, b[p][nt][2 * j], b[p][nt][2 * j + 1]);
       }
     }
   }
@@ -246,28 +251,43 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
 
 // ---- M > 16: wgmma, A (weights) from registers, B (activations) from shared memory -------------
 
-constexpr int kPf = 4;  // weight chunks a consumer thread has in flight
+constexpr int kPf = 4;  // weight chunks a consumer thread has in flight (even: fragment buffers alternate)
 
+/** Warps 0 .. 4 NCONS - 1: consumer warpgroups (each 64 W rows); warp 4 NCONS: the TMA producer.
+ *  NCONS = 2 (128 x 256 tiles): the producer is a whole warpgroup so that setmaxnreg can move
+ *  registers to the consumers (40 / 232: 128 fp32 accumulators + two chunks of fragments); ptxas
+ *  budgets a 288-thread block as if it had 384 threads (168 registers) and spills. NCONS = 1: one
+ *  producer warp, two blocks per SM (split-K needs the company). */
 template <int BN, int NCONS>
 struct WgCfg {
-  static constexpr int kThreads = 128 * (NCONS + 1);
+  static constexpr int kProducerWarps = NCONS >= 2 ? 4 : 1;
+  static constexpr int kThreads = 128 * NCONS + 32 * kProducerWarps;
+  static constexpr int kMinBlocks = NCONS >= 2 ? 1 : 2;
+  static constexpr bool kSetRegs = NCONS >= 2;
   static constexpr int kStageBytes = BN * 128;  // BN rows x 64 k x 2 bytes
-  static constexpr int kStages = BN >= 256 ? 4 : 8;
-  static constexpr int kSmem = kStages * kStageBytes + 1024 /* alignment */ + 2 * kStages * 8;
-  static constexpr bool kSetRegs = NCONS >= 2;  // 384 threads: 168 registers each unless rebalanced
+  static constexpr int kStages = BN >= 256 ? 4 : (BN >= 128 ? 6 : 8);
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr int kRedBytes = BN / 2 * 128 * NCONS * 4;  // split-K partials (reuse the ring)
+  static_assert(kRedBytes <= kRingBytes, "the split-K partials live in the ring");
+  static constexpr int kSmem = kRingBytes + 1024 /* alignment */ + 2 * kStages * 8;
 };
 
-template <int BN, int NCONS, bool NV>
-__global__ void __launch_bounds__(WgCfg<BN, NCONS>::kThreads, 1)
+/**
+ * C^T tile (64 NCONS W rows) x (BN A rows) over chunks [z per, (z + 1) per) of K, z = blockIdx.z.
+ * SPLIT > 1: the SPLIT blocks of a (1, 1, SPLIT) cluster sum their partial tiles through
+ * distributed shared memory (each block reduces and writes 1/SPLIT of the tile; deterministic).
+ */
+template <int BN, int NCONS, int SPLIT, bool NV>
+__global__ void __launch_bounds__(WgCfg<BN, NCONS>::kThreads, WgCfg<BN, NCONS>::kMinBlocks)
     wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const uint4* __restrict__ wq, const uint8_t* __restrict__ sc,
                  const float* __restrict__ colmul, float* __restrict__ C, int M, int N, int nch) {
   using Cfg = WgCfg<BN, NCONS>;
   constexpr int kSb = scale_bytes_per_chunk(NV);
   extern __shared__ uint8_t smem_raw[];
   uint8_t* stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(stages + Cfg::kStages * Cfg::kStageBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + Cfg::kRingBytes);
   uint64_t* empty = full + Cfg::kStages;
-  const int wg = threadIdx.x / 128;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(&full[s], 1);
@@ -277,104 +297,144 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS>::kThreads, 1)
   }
   __syncthreads();
   const int m0 = blockIdx.y * BN;
+  const int per = (nch + SPLIT - 1) / SPLIT;
+  const int cb = int(blockIdx.z) * per, ce = min(nch, cb + per);
 
-  if (wg == 0) {  // producer
+  if (warp >= 4 * NCONS) {  // producer
     if constexpr (Cfg::kSetRegs) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (threadIdx.x == 0) {
+    if (warp == 4 * NCONS && lane == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmA)) : "memory");
-      for (int c = 0; c < nch; ++c) {
-        const int s = c % Cfg::kStages;
-        if (c >= Cfg::kStages) mbar_wait(&empty[s], ((c / Cfg::kStages) - 1) & 1);
+      for (int c = cb; c < ce; ++c) {
+        const int i = c - cb, s = i % Cfg::kStages;
+        if (i >= Cfg::kStages) mbar_wait(&empty[s], ((i / Cfg::kStages) - 1) & 1);
         mbar_expect_tx(&full[s], Cfg::kStageBytes);
         tma_load_2d(stages + s * Cfg::kStageBytes, &tmA, &full[s], 64 * c, m0);
       }
     }
-    return;
-  }
-  if constexpr (Cfg::kSetRegs) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  } else {  // consumers
+    if constexpr (Cfg::kSetRegs) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int g = lane >> 2;
+    const int slab = blockIdx.x * (NCONS * 4) + warp;
+    const uint4* wp = wq + size_t(slab) * nch * 32 + lane;
+    const uint8_t* sp = sc + size_t(slab) * nch * kSb + g * (kSb / 8);
+    const uint32_t stage0 = smem_addr(stages);
 
-  const int lane = threadIdx.x & 31, cwarp = threadIdx.x / 32 - 4, g = lane >> 2;
-  const int slab = blockIdx.x * (NCONS * 4) + cwarp;
-  const uint4* wp = wq + size_t(slab) * nch * 32 + lane;
-  const uint8_t* sp = sc + size_t(slab) * nch * kSb + g * (kSb / 8);
-  const uint32_t stage0 = smem_addr(stages);
-
-  float acc[BN / 2];
+    float acc[BN / 2];
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
 
-  uint4 qr[kPf];
-  uint2 sr[kPf];
-#pragma unroll
-  for (int p = 0; p < kPf; ++p) {
-    if (p < nch) {
-      qr[p] = ld_stream(wp + size_t(p) * 32);
-      if constexpr (NV)
-        sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(p) * kSb));
-      else
-        sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(p) * kSb));
-    }
-  }
-
-  for (int c0 = 0; c0 < nch; c0 += kPf) {
+    uint4 qr[kPf];
+    uint2 sr[kPf];
 #pragma unroll
     for (int p = 0; p < kPf; ++p) {
-      const int c = c0 + p;
-      if (c < nch) {
-        const int s = c % Cfg::kStages;
-        const uint32_t qw[4] = {qr[p].x, qr[p].y, qr[p].z, qr[p].w};
-        const uint2 sw = sr[p];
-        if (c + kPf < nch) {
-          qr[p] = ld_stream(wp + size_t(c + kPf) * 32);
-          if constexpr (NV)
-            sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(c + kPf) * kSb));
-          else
-            sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(c + kPf) * kSb));
-        }
-        mbar_wait(&full[s], (c / Cfg::kStages) & 1);
-        const uint32_t base = stage0 + s * Cfg::kStageBytes;
+      if (cb + p < ce) {
+        qr[p] = ld_stream(wp + size_t(cb + p) * 32);
+        if constexpr (NV)
+          sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(cb + p) * kSb));
+        else
+          sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(cb + p) * kSb));
+      }
+    }
+    // Two chunks' A fragments: chunk i decodes into fr[i & 1] while chunk i - 1's wgmma group runs.
+    uint32_t fr[2][4][4];
+    for (int c0 = cb; c0 < ce; c0 += kPf) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int bi = NV ? j : j >> 1;
-          const uint32_t w = NV ? (bi < 2 ? sw.x : sw.y) : sw.x;
-          uint32_t a[4];
-          decode_step(qw[j], expand_scale<NV>(w, (2 * bi) & 3), expand_scale<NV>(w, (2 * bi + 1) & 3), a);
+      for (int p = 0; p < kPf; ++p) {
+        const int c = c0 + p;
+        if (c < ce) {
+          const int i = c - cb, s = i % Cfg::kStages;
+          const uint32_t qw[4] = {qr[p].x, qr[p].y, qr[p].z, qr[p].w};
+          const uint2 sw = sr[p];
+          if (c + kPf < ce) {
+            qr[p] = ld_stream(wp + size_t(c + kPf) * 32);
+            if constexpr (NV)
+              sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(c + kPf) * kSb));
+            else
+              sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(c + kPf) * kSb));
+          }
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {  // kStd: step j is NVFP4 block j, MXFP4 block j / 2
+            const int bi = NV ? j : j >> 1;
+            const uint32_t w = NV ? (bi < 2 ? sw.x : sw.y) : sw.x;
+            decode_step(qw[j], expand_scale<NV>(w, (2 * bi) & 3), expand_scale<NV>(w, (2 * bi + 1) & 3), fr[p & 1][j]);
+          }
+          mbar_wait(&full[s], (i / Cfg::kStages) & 1);
+          const uint32_t base = stage0 + s * Cfg::kStageBytes;
           fence_acc(acc);
           wgmma_fence();
-          wgmma_rs<BN>(acc, a, desc_sw128(base + 32 * j));
+#pragma unroll
+          for (int j = 0; j < 4; ++j) wgmma_rs<BN>(acc, fr[p & 1][j], desc_sw128(base + 32 * j));
           wgmma_commit();
           fence_acc(acc);
-          wgmma_wait<1>();  // the previous step's group is done: its registers and (at j == 0) stage are free
-          if (j == 0 && c > 0 && lane == 0) mbar_arrive(&empty[(c - 1) % Cfg::kStages]);
+          wgmma_wait<1>();  // chunk i - 1's group is done: its fragments and its stage are free
+          if (i > 0 && lane == 0) mbar_arrive(&empty[(i - 1) % Cfg::kStages]);
         }
       }
     }
-  }
-  wgmma_wait<0>();
-  fence_acc(acc);
+    wgmma_wait<0>();
+    fence_acc(acc);
 
-  // acc[4 i + e]: W row 16 cwarp + g + 8 (e >> 1), A row 8 i + 2t + (e & 1) of the tile.
-  const int t = lane & 3;
-  const int n_lo = slab * kSlabRows + g, n_hi = n_lo + 8;
-  const float f_lo = n_lo < N ? colmul[n_lo] : 0.0f, f_hi = n_hi < N ? colmul[n_hi] : 0.0f;
+    // acc[4 q + e]: W row 16 warp + g + 8 (e >> 1), A row 8 q + 2t + (e & 1) of the tile.
+    const int t = lane & 3;
+    const int n_lo = slab * kSlabRows + g, n_hi = n_lo + 8;
+    if constexpr (SPLIT == 1) {
+      const float f_lo = n_lo < N ? colmul[n_lo] : 0.0f, f_hi = n_hi < N ? colmul[n_hi] : 0.0f;
 #pragma unroll
-  for (int i = 0; i < BN / 8; ++i) {
+      for (int q = 0; q < BN / 8; ++q) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int m = m0 + 8 * i + 2 * t + (e & 1);
-      const int n = (e >> 1) ? n_hi : n_lo;
-      if (m < M && n < N) C[size_t(m) * N + n] = acc[4 * i + e] * ((e >> 1) ? f_hi : f_lo);
+        for (int e = 0; e < 4; ++e) {
+          const int m = m0 + 8 * q + 2 * t + (e & 1);
+          const int n = (e >> 1) ? n_hi : n_lo;
+          if (m < M && n < N) C[size_t(m) * N + n] = acc[4 * q + e] * ((e >> 1) ? f_hi : f_lo);
+        }
+      }
+    } else {
+      // Partials into this block's ring, once every consumer warpgroup's wgmma reads of it are done:
+      // red[i][thread], conflict-free.
+      asm volatile("bar.sync 1, %0;" ::"n"(128 * NCONS) : "memory");
+      float* red = reinterpret_cast<float*>(stages);
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) red[i * (128 * NCONS) + threadIdx.x] = acc[i];
     }
+  }
+  if constexpr (SPLIT > 1) {
+    // Every ring read (TMA writes, wgmma reads) is complete in every block of the cluster: the
+    // consumers waited on their last group, and no chunk is loaded that they did not consume.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    if (warp < 4 * NCONS) {
+      const int rank = int(cluster.block_rank());
+      const float* parts[SPLIT];
+#pragma unroll
+      for (int r = 0; r < SPLIT; ++r) parts[r] = cluster.map_shared_rank(reinterpret_cast<float*>(stages), r);
+      const int g = lane >> 2, t = lane & 3;
+      const int slab = blockIdx.x * (NCONS * 4) + warp;
+      const int n_lo = slab * kSlabRows + g, n_hi = n_lo + 8;
+      const float f_lo = n_lo < N ? colmul[n_lo] : 0.0f, f_hi = n_hi < N ? colmul[n_hi] : 0.0f;
+      constexpr int kPer = (BN / 2 + SPLIT - 1) / SPLIT;
+      for (int i = rank * kPer; i < min(BN / 2, (rank + 1) * kPer); ++i) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int r = 0; r < SPLIT; ++r) sum += parts[r][i * (128 * NCONS) + threadIdx.x];
+        const int q = i / 4, e = i % 4;
+        const int m = m0 + 8 * q + 2 * t + (e & 1);
+        const int n = (e >> 1) ? n_hi : n_lo;
+        if (m < M && n < N) C[size_t(m) * N + n] = sum * ((e >> 1) ? f_hi : f_lo);
+      }
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
   }
 }
 
 // ---- Host side ----------------------------------------------------------------------------------
 
-enum class Kind { kMma, kWgmmaSmall, kWgmmaLarge };
+enum class Kind { kMma, kWg64, kWg128, kWg256 };
 
 struct Handle {
   sol::GemmProblem g;
   Kind kind = Kind::kMma;
+  int split = 1;  // wgmma: blocks (a cluster) splitting K
   KOrder order = KOrder::kStd;
   int64_t n_pad = 0, nch = 0;
   uint4* wq = nullptr;
@@ -441,27 +501,99 @@ void launch_mma_any(const Handle& h, const uint16_t* A, float* C, cudaStream_t s
   }
 }
 
-template <int BN, int NCONS, bool NV>
-void launch_wgmma(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
+template <int BN, int NCONS, int SPLIT, bool NV>
+void launch_wgmma_split(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
   using Cfg = WgCfg<BN, NCONS>;
-  encode_a_map(h, A, BN);
+  const auto kernel = wgmma_kernel<BN, NCONS, SPLIT, NV>;
   static bool attr_set = false;  // per instantiation; prepare/run are called from one thread at a time
   if (!attr_set) {
-    SOL_CUDA(cudaFuncSetAttribute(wgmma_kernel<BN, NCONS, NV>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+    SOL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
     attr_set = true;
   }
-  const dim3 grid(unsigned(h.n_pad / (64 * NCONS)), unsigned((h.g.M + BN - 1) / BN));
-  wgmma_kernel<BN, NCONS, NV><<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(h.map, h.wq, h.sc, h.colmul, C,
-                                                                           int(h.g.M), int(h.g.N), int(h.nch));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(h.n_pad / (64 * NCONS)), unsigned((h.g.M + BN - 1) / BN), unsigned(SPLIT));
+  cfg.blockDim = dim3(Cfg::kThreads);
+  cfg.dynamicSmemBytes = Cfg::kSmem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = SPLIT;
+  cfg.attrs = &attr;
+  cfg.numAttrs = SPLIT > 1 ? 1 : 0;
+  SOL_CUDA(cudaLaunchKernelEx(&cfg, kernel, h.map, static_cast<const uint4*>(h.wq), static_cast<const uint8_t*>(h.sc),
+                              static_cast<const float*>(h.colmul), C, int(h.g.M), int(h.g.N), int(h.nch)));
   SOL_CHECK_LAUNCH();
+}
+
+template <int BN, int NCONS, bool NV>
+void launch_wgmma(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
+  encode_a_map(h, A, BN);
+  switch (h.split) {
+    case 1: launch_wgmma_split<BN, NCONS, 1, NV>(h, A, C, stream); break;
+    case 2: launch_wgmma_split<BN, NCONS, 2, NV>(h, A, C, stream); break;
+    case 4:
+      if constexpr (BN <= 128) {
+        launch_wgmma_split<BN, NCONS, 4, NV>(h, A, C, stream);
+        break;
+      }
+      [[fallthrough]];
+    case 8:
+      if constexpr (BN <= 128) {
+        launch_wgmma_split<BN, NCONS, 8, NV>(h, A, C, stream);
+        break;
+      }
+      [[fallthrough]];
+    default: throw sol::AbiFailure(NIBBLE_ERR_INTERNAL, "bad split " + std::to_string(h.split));
+  }
 }
 
 template <bool NV>
 void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
   switch (h.kind) {
     case Kind::kMma: launch_mma_any<NV>(h, A, C, stream); break;
-    case Kind::kWgmmaSmall: launch_wgmma<64, 1, NV>(h, A, C, stream); break;
-    case Kind::kWgmmaLarge: launch_wgmma<256, 2, NV>(h, A, C, stream); break;
+    case Kind::kWg64: launch_wgmma<64, 1, NV>(h, A, C, stream); break;
+    case Kind::kWg128: launch_wgmma<128, 1, NV>(h, A, C, stream); break;
+    case Kind::kWg256: launch_wgmma<256, 2, NV>(h, A, C, stream); break;
+  }
+}
+
+/** Kernel and split-K for (M, N, K): see the file header. NIBBLE_FP4SM90_KIND (mma, wg64, wg128,
+ *  wg256) and NIBBLE_FP4SM90_SPLIT (1, 2, 4, 8) override the choice, for measuring alternatives. */
+void choose_kernel(Handle& h, int sms) {
+  const sol::GemmProblem& g = h.g;
+  const bool k8 = g.K % 8 == 0;
+  if (g.M <= 16 || !k8)
+    h.kind = Kind::kMma;
+  else
+    h.kind = g.M <= 64 ? Kind::kWg64 : (g.M <= 256 ? Kind::kWg128 : Kind::kWg256);
+  if (const char* e = std::getenv("NIBBLE_FP4SM90_KIND")) {
+    const std::string k = e;
+    if (k == "mma") h.kind = Kind::kMma;
+    else if (k == "wg64") h.kind = Kind::kWg64;
+    else if (k == "wg128") h.kind = Kind::kWg128;
+    else if (k == "wg256") h.kind = Kind::kWg256;
+    else throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_KIND: mma, wg64, wg128 or wg256");
+    if (h.kind != Kind::kMma && !k8) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "wgmma needs K % 8 == 0");
+  }
+  h.order = (h.kind == Kind::kMma && g.M <= 16 && k8) ? KOrder::kPerm : KOrder::kStd;
+  if (h.kind == Kind::kMma) return;
+  // Split K while the blocks still fit one wave at two per SM (one consumer warpgroup's chain of
+  // dependent steps cannot keep an SM's tensor cores busy: v1 took 42 us at m128-n4096-k4096 with
+  // 128 blocks of one warpgroup), keeping >= 4 chunks per block.
+  const int bn = h.kind == Kind::kWg64 ? 64 : (h.kind == Kind::kWg128 ? 128 : 256);
+  const int64_t rows = h.kind == Kind::kWg256 ? 128 : 64;
+  const int64_t blocks = ((g.N + rows - 1) / rows) * ((g.M + bn - 1) / bn);
+  const int64_t nch = (g.K + kChunkK - 1) / kChunkK;
+  const int max_split = bn == 256 ? 2 : 8;
+  h.split = 1;
+  while (h.split < max_split && blocks * 2 * h.split <= 2 * int64_t(sms) && nch / (2 * h.split) >= 4) h.split *= 2;
+  if (const char* e = std::getenv("NIBBLE_FP4SM90_SPLIT")) {
+    const int v = std::atoi(e);
+    if (v != 1 && v != 2 && !(bn <= 128 && (v == 4 || v == 8)))
+      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_SPLIT: 1, 2 (4, 8 below BN 256)");
+    h.split = v;
   }
 }
 
@@ -477,18 +609,9 @@ void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** han
   if (prop.major != 9)
     throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "built for sm_90a only (device is sm_" +
                                                         std::to_string(prop.major * 10 + prop.minor) + ")");
-  const bool k8 = g.K % 8 == 0;
-  if (g.M <= 16 || !k8) {
-    h->kind = Kind::kMma;
-    h->order = (g.M <= 16 && k8) ? KOrder::kPerm : KOrder::kStd;
-  } else {
-    h->kind = g.M <= 256 ? Kind::kWgmmaSmall : Kind::kWgmmaLarge;
-    h->order = KOrder::kStd;
-  }
-  if (h->kind != Kind::kMma && (g.M + 255) / 256 > 65535)
-    throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "M too large for the grid");
-  if (h->kind == Kind::kMma && (g.M + 15) / 16 > 65535)
-    throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "M too large for the grid");
+  choose_kernel(*h, prop.multiProcessorCount);
+  const int64_t m_tile = h->kind == Kind::kMma ? 16 : h->kind == Kind::kWg64 ? 64 : h->kind == Kind::kWg128 ? 128 : 256;
+  if ((g.M + m_tile - 1) / m_tile > 65535) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "M too large for the grid");
 
   // Repack on the host: copy the codes and scales down, rearrange, upload.
   const size_t pbytes = size_t(g.N * (g.K / 2)), sbytes = size_t(g.N * g.scale_cols);
