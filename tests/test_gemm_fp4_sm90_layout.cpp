@@ -8,7 +8,8 @@
 // kernels' own functions (decode_reg, expand_scale: the host build of the same code) and placed
 // back at the (row, k) the layout says they hold. Checks: each (n < N, k < K) decoded exactly once
 // and equal, times the epilogue's colmul[n], to the exact weight; padding decodes to 0; NaN scales
-// are declined. Shapes: K with a partial last block (200, 3080 - 3072 + 8 = 72) and N off 16 / 128.
+// are declined. Shapes: K with a partial last block (200, 136, 3080) and N off 16 / 128; slab groups
+// of 1, 4 and 8.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -62,11 +63,12 @@ void decode_all(bool nvfp4, KOrder order, const Weights& w, const Repacked& r, s
   hits->assign(size_t(w.N * w.K), 0);
   for (int64_t slab = 0; slab < r.n_pad / kSlabRows; ++slab)
     for (int64_t c = 0; c < r.nch; ++c) {
-      const uint8_t* sc = &r.s[size_t((slab * r.nch + c) * sbpc)];
+      const int64_t u = unit_index(slab, c, r.nch, r.group);
+      const uint8_t* sc = &r.s[size_t(u * sbpc)];
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane / 4, t = lane % 4;
         for (int j = 0; j < 4; ++j) {
-          const uint32_t q = r.w[size_t(((slab * r.nch + c) * 32 + lane) * kWordsPerLaneChunk + j)];
+          const uint32_t q = r.w[size_t((u * 32 + lane) * kWordsPerLaneChunk + j)];
           // The scale word and byte indices each kernel uses for this step.
           uint32_t sw = 0;
           int i_lo = 0, i_hi = 1;
@@ -104,6 +106,7 @@ struct Case {
   bool nvfp4;
   KOrder order;
   int64_t N, K;
+  int group;
 };
 
 class Fp4Sm90Layout : public ::testing::TestWithParam<Case> {};
@@ -112,7 +115,7 @@ TEST_P(Fp4Sm90Layout, EveryWeightDecodesExactly) {
   const Case cs = GetParam();
   const Weights w = random_weights(cs.nvfp4, cs.N, cs.K, 42 + uint64_t(cs.N));
   Repacked r;
-  ASSERT_EQ(repack(cs.nvfp4, w.N, w.K, w.packed.data(), w.scale.data(), w.global, cs.order, &r), "");
+  ASSERT_EQ(repack(cs.nvfp4, w.N, w.K, w.packed.data(), w.scale.data(), w.global, cs.order, cs.group, &r), "");
   EXPECT_EQ(r.n_pad % kRowAlign, 0);
   std::vector<double> got;
   std::vector<int> hits;
@@ -141,24 +144,25 @@ TEST_P(Fp4Sm90Layout, EveryWeightDecodesExactly) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, Fp4Sm90Layout,
-    ::testing::Values(Case{true, KOrder::kStd, 40, 200}, Case{true, KOrder::kPerm, 40, 200},
-                      Case{false, KOrder::kStd, 40, 200}, Case{false, KOrder::kPerm, 40, 200},
-                      Case{true, KOrder::kStd, 130, 136}, Case{true, KOrder::kPerm, 130, 136},
-                      Case{false, KOrder::kStd, 130, 136}, Case{false, KOrder::kPerm, 130, 136},
-                      Case{true, KOrder::kPerm, 17, 202}, Case{false, KOrder::kStd, 17, 202}),
+    ::testing::Values(Case{true, KOrder::kStd, 40, 200, 1}, Case{true, KOrder::kPerm, 40, 200, 4},
+                      Case{false, KOrder::kStd, 40, 200, 8}, Case{false, KOrder::kPerm, 40, 200, 1},
+                      Case{true, KOrder::kStd, 130, 136, 4}, Case{true, KOrder::kPerm, 130, 136, 8},
+                      Case{false, KOrder::kStd, 130, 136, 1}, Case{false, KOrder::kPerm, 130, 136, 4},
+                      Case{true, KOrder::kPerm, 17, 202, 1}, Case{false, KOrder::kStd, 17, 202, 8},
+                      Case{true, KOrder::kStd, 300, 3080, 8}, Case{false, KOrder::kPerm, 300, 3080, 4}),
     [](const ::testing::TestParamInfo<Case>& i) {
       return std::string(i.param.nvfp4 ? "nvfp4" : "mxfp4") + (i.param.order == KOrder::kStd ? "_std_" : "_perm_") +
-             "n" + std::to_string(i.param.N) + "_k" + std::to_string(i.param.K);
+             "n" + std::to_string(i.param.N) + "_k" + std::to_string(i.param.K) + "_g" + std::to_string(i.param.group);
     });
 
 TEST(Fp4Sm90Layout, NanScalesAreDeclined) {
   Weights w = random_weights(true, 16, 64, 1);
   w.scale[5] = 0x7F;
   Repacked r;
-  EXPECT_NE(repack(true, w.N, w.K, w.packed.data(), w.scale.data(), w.global, KOrder::kStd, &r), "");
+  EXPECT_NE(repack(true, w.N, w.K, w.packed.data(), w.scale.data(), w.global, KOrder::kStd, 1, &r), "");
   Weights m = random_weights(false, 16, 64, 1);
   m.scale[3] = 0xFF;
-  EXPECT_NE(repack(false, m.N, m.K, m.packed.data(), m.scale.data(), 1.0f, KOrder::kPerm, &r), "");
+  EXPECT_NE(repack(false, m.N, m.K, m.packed.data(), m.scale.data(), 1.0f, KOrder::kPerm, 4, &r), "");
 }
 
 }  // namespace

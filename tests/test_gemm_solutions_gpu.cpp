@@ -28,10 +28,11 @@
 // The tuned sm_90a solution (libnibble_gemm_fp4_sm90.so, solutions/gemm_fp4_sm90) is checked the
 // same way (1e-4: exact weights, bf16 products, fp32 tensor-core sums; expected ~1e-6; two runs
 // bitwise equal) on every kernel it picks by M, each at a residue shape (N = 3000 or 300, not a
-// multiple of 128; K = 3080, a partial last block; K = 202, K % 8 != 0): M = 1 and 3 (mma.sync,
-// one n8 tile), M = 16 (two tiles), M = 17 with K = 202 (the kStd fallback), M = 67 and 128
-// (wgmma, 64 x 64 tiles), M = 300 (wgmma, 128 x 256 tiles, a partial tile in M). It skips (with
-// the reason) on a GPU other than sm_90.
+// multiple of 128; K = 3080, a partial last block; K = 202, K % 8 != 0): M = 1 and 3 (mma.sync fed
+// by bulk copies, one n8 tile), M = 16 (two tiles), M = 17 with K = 202 (the kStd fallback),
+// M = 67 and 128 (wgmma, 64 x 128 tiles, K split), M = 300 (wgmma, 128 x 256 tiles, a partial tile
+// in M), and the variants prepare does not pick by itself (GemmFp4Sm90Forced). It skips (with the
+// reason) on a GPU other than sm_90.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -411,14 +412,17 @@ TEST_P(GemmFp4Sm90, MatchesTheOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Configs, GemmFp4Sm90, ::testing::ValuesIn(sm90_cases()), case_name);
 
-// The kernel and split-K choices prepare would not make at these shapes (NIBBLE_FP4SM90_KIND /
-// _SPLIT, read by prepare), so that every variant is checked: wgmma 64 x 64 with K split 8 ways
-// (clusters of 8 summing through distributed shared memory), 64 x 128 split 4, 128 x 256 unsplit
-// with a partial tile in M, and mma.sync's kStd order at M = 128.
+// The kernel, split-K and weight-path choices prepare would not make at these shapes
+// (NIBBLE_FP4SM90_KIND / _SPLIT / _WTMA, read by prepare), so that every variant is checked: the
+// bulk-copy mma.sync kernel unsplit (one block: all of K in shared memory) and split 8 and 2
+// (clusters summing through distributed shared memory); wgmma 64 x 64 split 8 with bulk-copied
+// weights, 64 x 128 split 4 with per-lane weight loads, 128 x 256 unsplit with bulk-copied weights
+// and a partial tile in M; mma.sync's kStd order at M = 128.
 struct Forced {
   const char* config;
   const char* kind;
   const char* split;
+  const char* wtma;
 };
 
 class GemmFp4Sm90Forced : public ::testing::TestWithParam<std::tuple<const char*, Forced>> {};
@@ -435,20 +439,28 @@ TEST_P(GemmFp4Sm90Forced, MatchesTheOracle) {
   const GpuGemmFixture fx(task, f.config);
   ASSERT_EQ(setenv("NIBBLE_FP4SM90_KIND", f.kind, 1), 0);
   ASSERT_EQ(setenv("NIBBLE_FP4SM90_SPLIT", f.split, 1), 0);
-  std::printf("forced kind %s split %s\n", f.kind, f.split);
+  ASSERT_EQ(setenv("NIBBLE_FP4SM90_WTMA", f.wtma, 1), 0);
+  std::printf("forced kind %s split %s wtma %s\n", f.kind, f.split, f.wtma);
   check_solution(fp4_sm90_so(), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
   unsetenv("NIBBLE_FP4SM90_KIND");
   unsetenv("NIBBLE_FP4SM90_SPLIT");
+  unsetenv("NIBBLE_FP4SM90_WTMA");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Variants, GemmFp4Sm90Forced,
     ::testing::Combine(::testing::Values(kGemmNvfp4Task, kGemmMxfp4Task),
-                       ::testing::Values(Forced{"m128-n3000-k3080", "wg64", "8"}, Forced{"m128-n3000-k3080", "wg128", "4"},
-                                         Forced{"m300-n300-k3080", "wg256", "1"}, Forced{"m128-n3000-k3080", "mma", "1"})),
+                       ::testing::Values(Forced{"m16-n3000-k3080", "mmatma", "1", "1"},
+                                         Forced{"m16-n3000-k3080", "mmatma", "8", "1"},
+                                         Forced{"m1-n3000-k3080", "mmatma", "2", "1"},
+                                         Forced{"m128-n3000-k3080", "wg64", "8", "1"},
+                                         Forced{"m128-n3000-k3080", "wg128", "4", "0"},
+                                         Forced{"m300-n300-k3080", "wg256", "1", "1"},
+                                         Forced{"m128-n3000-k3080", "mma", "1", "1"})),
     [](const ::testing::TestParamInfo<std::tuple<const char*, Forced>>& i) {
-      std::string s = std::string(std::get<0>(i.param)) + "_" + std::get<1>(i.param).kind + "_split" +
-                      std::get<1>(i.param).split;
+      const Forced& f = std::get<1>(i.param);
+      std::string s = std::string(std::get<0>(i.param)) + "_" + f.config + "_" + f.kind + "_split" + f.split + "_wtma" +
+                      f.wtma;
       for (char& ch : s)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return s;

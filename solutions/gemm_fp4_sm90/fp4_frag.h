@@ -11,6 +11,9 @@
 // Repacked weights: per slab and per chunk of 64 k, 512 bytes = 32 lanes x 16 bytes, lane-major,
 // so one 16-byte load per lane fetches its 4 k16 steps; word j of a lane is step j, and within it
 // reg r's low element is nibble 3 - r and its high element nibble 7 - r (the decode's shifts).
+// Units are ordered by groups of G slabs (the rows one block owns): unit (slab, c) is number
+// unit_index() = ((slab / G) nch + c) G + slab % G, so the G slabs' chunk c, and a block's run of
+// chunks, are one contiguous range: one bulk copy (the scale records follow the same order).
 // Two orders of k inside a chunk (prepare picks one per kernel):
 //   kStd   step j = physical k 16j .. 16j+15, logical k = physical: wgmma reads B (activations)
 //          from shared memory in plain k order.
@@ -56,6 +59,11 @@ inline constexpr int kChunkK = 64;         // k per chunk: one 16-byte load per 
 inline constexpr int kSlabRows = 16;       // W rows per warp
 inline constexpr int kRowAlign = 128;      // N padding: the widest CTA (two warpgroups of 64 rows)
 inline constexpr int kWordsPerLaneChunk = 4;
+
+/** The unit number of (slab, chunk c) with groups of G slabs (see the header). */
+__host__ __device__ constexpr int64_t unit_index(int64_t slab, int64_t c, int64_t nch, int G) {
+  return ((slab / G) * nch + c) * G + slab % G;
+}
 
 /** Scale bytes per slab and chunk: 16 rows x (64 / block) blocks. */
 __host__ __device__ constexpr int scale_bytes_per_chunk(bool nvfp4) { return nvfp4 ? 64 : 32; }
@@ -126,6 +134,7 @@ struct Repacked {
   std::vector<uint32_t> w;    // (n_pad / 16) slabs x nch chunks x 32 lanes x 4 words
   std::vector<uint8_t> s;     // (n_pad / 16) x nch x scale_bytes_per_chunk
   std::vector<float> colmul;  // n_pad: the epilogue's factor of each W row
+  int group = 1;              // G
 };
 
 /** Physical k (relative to the chunk) of element (reg r, half h) of step j for lane (g, t). */
@@ -140,11 +149,12 @@ inline int scale_offset(KOrder order, bool nvfp4, int b, int g, int h) {
 }
 
 /**
- * Repack W (N, K/2) codes and (N, ceil(K/block)) scales into the layout above.
+ * Repack W (N, K/2) codes and (N, ceil(K/block)) scales into the layout above, groups of `group`
+ * slabs (1, 2, 4 or 8: a divisor of kRowAlign / 16).
  * @return an empty string, or why the weights cannot be repacked (a NaN scale).
  */
 inline std::string repack(bool nvfp4, int64_t N, int64_t K, const uint8_t* packed, const uint8_t* scale,
-                          float global, KOrder order, Repacked* out) {
+                          float global, KOrder order, int group, Repacked* out) {
   const int block = nvfp4 ? 16 : 32;
   const int64_t scols = (K + block - 1) / block;
   const int64_t n_pad = (N + kRowAlign - 1) / kRowAlign * kRowAlign;
@@ -156,6 +166,7 @@ inline std::string repack(bool nvfp4, int64_t N, int64_t K, const uint8_t* packe
   r.w.assign(size_t(n_pad / kSlabRows * nch * 32 * kWordsPerLaneChunk), 0u);
   r.s.assign(size_t(n_pad / kSlabRows * nch * sbpc), 0u);
   r.colmul.assign(size_t(n_pad), 0.0f);
+  r.group = group;
   // Per (row, block): the re-encoded scale byte and what to do with the block's codes.
   const size_t nb = size_t(scols);
   std::vector<uint8_t> q(nb), flip(nb), zero(nb);
@@ -190,8 +201,9 @@ inline std::string repack(bool nvfp4, int64_t N, int64_t K, const uint8_t* packe
     const int64_t slab = n / kSlabRows;
     const int rin = int(n % kSlabRows), g = rin % 8, h = rin / 8;
     for (int64_t c = 0; c < nch; ++c) {
-      uint32_t* wchunk = &r.w[size_t((slab * nch + c) * 32 * kWordsPerLaneChunk)];
-      uint8_t* schunk = &r.s[size_t((slab * nch + c) * sbpc)];
+      const int64_t u = unit_index(slab, c, nch, group);
+      uint32_t* wchunk = &r.w[size_t(u * 32 * kWordsPerLaneChunk)];
+      uint8_t* schunk = &r.s[size_t(u * sbpc)];
       for (int b = 0; b < kChunkK / block; ++b) {
         const int64_t gb = c * (kChunkK / block) + b;
         if (gb < scols) schunk[scale_offset(order, nvfp4, b, g, h)] = q[size_t(gb)];

@@ -110,6 +110,27 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+/** Bulk copy (the TMA engine, no tensor map): `bytes` (a multiple of 16, both addresses 16-byte
+ *  aligned) from global src to shared dst, completing on bar. Evict-first in L2 when `stream`. */
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ uint64_t policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t policy_evict_last() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -130,7 +151,133 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
   return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
-// ---- M <= 16 (and the K % 8 != 0 fallback): mma.sync -------------------------------------------
+// ---- M <= 16: mma.sync fed by bulk copies --------------------------------------------------------
+
+constexpr int kTmaSlabs = 4;  // warps per block, one 16-row slab each (the layout's group G)
+
+/** Shared memory of mma_tma_kernel for `per` chunks per block. */
+struct MmaTmaSmem {
+  int w, s, a, a_pitch, red, bar, total;
+  __host__ __device__ MmaTmaSmem(int per, int rows, bool nv, int nt) {
+    w = 0;                                                      // [per][4 slabs][512]
+    s = w + per * kTmaSlabs * 512;                              // [per][4 slabs][scale record]
+    a = s + per * kTmaSlabs * scale_bytes_per_chunk(nv);        // [rows][a_pitch]: A's k range
+    a_pitch = per * kChunkK * 2 + 16;                           // +16: rows g spread over the banks
+    red = a + rows * a_pitch;                                   // [4 warps][NT * 4][32] fp32
+    bar = red + kTmaSlabs * nt * 4 * 32 * 4;
+    total = bar + 8;
+  }
+};
+
+/**
+ * M <= 16 (kPerm order, K % 8 == 0). Block (x, 0, z): the group of 4 slabs x (64 W rows), chunks
+ * [z per, (z + 1) per) of K. One thread issues the block's whole input as bulk copies on one
+ * mbarrier: its 4 slabs' codes and scales (one contiguous range each, the layout's groups) and the
+ * M rows of A over its k range, so all of a block's bytes are in flight at once and none of it
+ * occupies the SM's load slots (v2 issued 16-byte loads from each lane: 7.5 us at m16-n3072-k3072,
+ * 0.75 TB/s, whatever the batching). Each warp then computes its slab from shared memory. SPLIT > 1:
+ * the blocks of a (1, 1, SPLIT) cluster sum their partial tiles through distributed shared memory.
+ */
+template <int NT, bool NV, int SPLIT>
+__global__ void __launch_bounds__(kTmaSlabs * 32)
+    mma_tma_kernel(const uint8_t* __restrict__ wq, const uint8_t* __restrict__ sc, const float* __restrict__ colmul,
+                   const uint16_t* __restrict__ A, float* __restrict__ C, int M, int N, int K, int nch, int per) {
+  constexpr int kSb = scale_bytes_per_chunk(NV);
+  extern __shared__ __align__(128) uint8_t smem[];
+  const MmaTmaSmem L(per, M, NV, NT);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int cb = int(blockIdx.z) * per, ce = min(nch, cb + per), nc = max(0, ce - cb);
+  if (threadIdx.x == 0) {
+    mbar_init(bar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && nc > 0) {
+    const uint32_t wbytes = uint32_t(nc) * kTmaSlabs * 512, sbytes = uint32_t(nc) * kTmaSlabs * kSb;
+    const uint32_t abytes = uint32_t(min(K, ce * kChunkK) - cb * kChunkK) * 2;
+    mbar_expect_tx(bar, wbytes + sbytes + uint32_t(M) * abytes);
+    const int64_t u0 = unit_index(int64_t(blockIdx.x) * kTmaSlabs, cb, nch, kTmaSlabs);
+    const uint64_t stream = policy_evict_first(), keep = policy_evict_last();
+    bulk_load(smem + L.w, wq + u0 * 512, wbytes, bar, stream);   // read once per call
+    bulk_load(smem + L.s, sc + u0 * kSb, sbytes, bar, stream);
+    for (int m = 0; m < M; ++m)                                   // read by every block
+      bulk_load(smem + L.a + m * L.a_pitch, A + int64_t(m) * K + int64_t(cb) * kChunkK, abytes, bar, keep);
+  }
+  float acc[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+  if (nc > 0) {
+    mbar_wait(bar, 0);
+#pragma unroll 2
+    for (int cl = 0; cl < nc; ++cl) {
+      const uint4 q = *reinterpret_cast<const uint4*>(smem + L.w + (cl * kTmaSlabs + warp) * 512 + lane * 16);
+      const uint32_t sw =
+          *reinterpret_cast<const uint16_t*>(smem + L.s + (cl * kTmaSlabs + warp) * kSb + (NV ? t : t >> 1) * 16 + 2 * g);
+      // Lane (g, t): k 64 c + 16 t .. +15 of row 8 nt + g (K % 8 == 0: a 16-byte half is all in or out).
+      const int k0 = (cb + cl) * kChunkK + 16 * t;
+      uint32_t b[NT][8];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int row = 8 * nt + g;
+        const uint8_t* ap = smem + L.a + row * L.a_pitch + (cl * kChunkK + 16 * t) * 2;
+        const uint4 z = make_uint4(0, 0, 0, 0);
+        const uint4 lo = (row < M && k0 < K) ? *reinterpret_cast<const uint4*>(ap) : z;
+        const uint4 hi = (row < M && k0 + 8 < K) ? *reinterpret_cast<const uint4*>(ap + 16) : z;
+        b[nt][0] = lo.x, b[nt][1] = lo.y, b[nt][2] = lo.z, b[nt][3] = lo.w;
+        b[nt][4] = hi.x, b[nt][5] = hi.y, b[nt][6] = hi.z, b[nt][7] = hi.w;
+      }
+      const uint32_t s_lo = expand_scale<NV>(sw, 0), s_hi = expand_scale<NV>(sw, 1);
+      const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t a[4];
+        decode_step(qw[j], s_lo, s_hi, a);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[nt], a, b[nt][2 * j], b[nt][2 * j + 1]);
+      }
+    }
+  }
+  // acc[nt][i]: W row 16 slab + g + 8 (i >> 1), A row 8 nt + 2t + (i & 1).
+  const int slab = int(blockIdx.x) * kTmaSlabs + warp;
+  if constexpr (SPLIT == 1) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int n = slab * kSlabRows + g + 8 * (i >> 1), m = 8 * nt + 2 * t + (i & 1);
+        if (n < N && m < M) C[size_t(m) * N + n] = acc[nt][i] * colmul[n];
+      }
+  } else {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    float* red = reinterpret_cast<float*>(smem + L.red);  // [warp][nt * 4 + i][lane]
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[(warp * NT * 4 + nt * 4 + i) * 32 + lane] = acc[nt][i];
+    cluster.sync();
+    const int rank = int(cluster.block_rank());
+    const float* parts[SPLIT];
+#pragma unroll
+    for (int r = 0; r < SPLIT; ++r) parts[r] = cluster.map_shared_rank(red, r);
+    constexpr int kElems = kTmaSlabs * NT * 4 * 32, kPer = (kElems + SPLIT - 1) / SPLIT;
+    for (int e = rank * kPer + int(threadIdx.x); e < min(kElems, (rank + 1) * kPer); e += kTmaSlabs * 32) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int r = 0; r < SPLIT; ++r) sum += parts[r][e];
+      const int l = e % 32, idx = (e / 32) % (NT * 4), w = e / (32 * NT * 4), nt = idx / 4, i = idx % 4;
+      const int n = (int(blockIdx.x) * kTmaSlabs + w) * kSlabRows + (l >> 2) + 8 * (i >> 1);
+      const int m = 8 * nt + 2 * (l & 3) + (i & 1);
+      if (n < N && m < M) C[size_t(m) * N + n] = sum * colmul[n];
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
+  }
+}
+
+// ---- The K % 8 != 0 fallback: mma.sync, 16-byte loads from each lane ------------------------------
 
 constexpr int kMmaWarps = 8;  // warps per block, splitting K
 constexpr int kMmaBatch = 4;  // chunks a lane fetches before decoding
@@ -257,15 +404,21 @@ constexpr int kPf = 4;  // weight chunks a consumer thread has in flight (even: 
  *  NCONS = 2 (128 x 256 tiles): the producer is a whole warpgroup so that setmaxnreg can move
  *  registers to the consumers (40 / 232: 128 fp32 accumulators + two chunks of fragments); ptxas
  *  budgets a 288-thread block as if it had 384 threads (168 registers) and spills. NCONS = 1: one
- *  producer warp, two blocks per SM (split-K needs the company). */
-template <int BN, int NCONS>
+ *  producer warp, two blocks per SM (split-K needs the company).
+ *  WTMA: the block's codes and scales of each chunk travel with its activation tile (bulk copies on
+ *  the stage's mbarrier) instead of 16-byte loads from each consumer lane. */
+template <int BN, int NCONS, bool NV, bool WTMA>
 struct WgCfg {
   static constexpr int kProducerWarps = NCONS >= 2 ? 4 : 1;
   static constexpr int kThreads = 128 * NCONS + 32 * kProducerWarps;
   static constexpr int kMinBlocks = NCONS >= 2 ? 1 : 2;
   static constexpr bool kSetRegs = NCONS >= 2;
-  static constexpr int kStageBytes = BN * 128;  // BN rows x 64 k x 2 bytes
-  static constexpr int kStages = BN >= 256 ? 4 : (BN >= 128 ? 6 : 8);
+  static constexpr int kGroup = 4 * NCONS;                         // slabs per block: the layout's G
+  static constexpr int kABytes = BN * 128;                         // BN rows x 64 k x 2 bytes
+  static constexpr int kWBytes = WTMA ? kGroup * 512 : 0;          // codes of the block's chunk
+  static constexpr int kSBytes = WTMA ? kGroup * scale_bytes_per_chunk(NV) : 0;
+  static constexpr int kStageBytes = (kABytes + kWBytes + kSBytes + 1023) / 1024 * 1024;  // 128B swizzle: 1 KB aligned
+  static constexpr int kStages = BN >= 256 ? 4 : (BN >= 128 ? 5 : 8);
   static constexpr int kRingBytes = kStages * kStageBytes;
   static constexpr int kRedBytes = BN / 2 * 128 * NCONS * 4;  // split-K partials (reuse the ring)
   static_assert(kRedBytes <= kRingBytes, "the split-K partials live in the ring");
@@ -277,12 +430,12 @@ struct WgCfg {
  * SPLIT > 1: the SPLIT blocks of a (1, 1, SPLIT) cluster sum their partial tiles through
  * distributed shared memory (each block reduces and writes 1/SPLIT of the tile; deterministic).
  */
-template <int BN, int NCONS, int SPLIT, bool NV>
-__global__ void __launch_bounds__(WgCfg<BN, NCONS>::kThreads, WgCfg<BN, NCONS>::kMinBlocks)
+template <int BN, int NCONS, int SPLIT, bool NV, bool WTMA>
+__global__ void __launch_bounds__(WgCfg<BN, NCONS, NV, WTMA>::kThreads, WgCfg<BN, NCONS, NV, WTMA>::kMinBlocks)
     wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const uint4* __restrict__ wq, const uint8_t* __restrict__ sc,
                  const float* __restrict__ colmul, float* __restrict__ C, int M, int N, int nch) {
-  using Cfg = WgCfg<BN, NCONS>;
-  constexpr int kSb = scale_bytes_per_chunk(NV);
+  using Cfg = WgCfg<BN, NCONS, NV, WTMA>;
+  constexpr int kSb = scale_bytes_per_chunk(NV), kG = Cfg::kGroup;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(stages + Cfg::kRingBytes);
@@ -299,24 +452,34 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS>::kThreads, WgCfg<BN, NCONS>::
   const int m0 = blockIdx.y * BN;
   const int per = (nch + SPLIT - 1) / SPLIT;
   const int cb = int(blockIdx.z) * per, ce = min(nch, cb + per);
+  // The block's units: chunk c of its kG slabs is unit (blockIdx.x nch + c) kG + warp.
+  const int64_t ubase = int64_t(blockIdx.x) * nch * kG;
 
   if (warp >= 4 * NCONS) {  // producer
     if constexpr (Cfg::kSetRegs) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (warp == 4 * NCONS && lane == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmA)) : "memory");
+      uint64_t stream = 0;
+      if constexpr (WTMA) stream = policy_evict_first();
       for (int c = cb; c < ce; ++c) {
         const int i = c - cb, s = i % Cfg::kStages;
+        uint8_t* st = stages + s * Cfg::kStageBytes;
         if (i >= Cfg::kStages) mbar_wait(&empty[s], ((i / Cfg::kStages) - 1) & 1);
-        mbar_expect_tx(&full[s], Cfg::kStageBytes);
-        tma_load_2d(stages + s * Cfg::kStageBytes, &tmA, &full[s], 64 * c, m0);
+        mbar_expect_tx(&full[s], Cfg::kABytes + Cfg::kWBytes + Cfg::kSBytes);
+        tma_load_2d(st, &tmA, &full[s], 64 * c, m0);
+        if constexpr (WTMA) {
+          const int64_t u = ubase + int64_t(c) * kG;
+          bulk_load(st + Cfg::kABytes, reinterpret_cast<const uint8_t*>(wq) + u * 512, Cfg::kWBytes, &full[s], stream);
+          bulk_load(st + Cfg::kABytes + Cfg::kWBytes, sc + u * kSb, Cfg::kSBytes, &full[s], stream);
+        }
       }
     }
   } else {  // consumers
     if constexpr (Cfg::kSetRegs) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int g = lane >> 2;
-    const int slab = blockIdx.x * (NCONS * 4) + warp;
-    const uint4* wp = wq + size_t(slab) * nch * 32 + lane;
-    const uint8_t* sp = sc + size_t(slab) * nch * kSb + g * (kSb / 8);
+    const int slab = blockIdx.x * kG + warp;
+    const uint4* wp = wq + (ubase + warp) * 32 + lane;         // + c kG 32 for chunk c
+    const uint8_t* sp = sc + (ubase + warp) * kSb + g * (kSb / 8);  // + c kG kSb
     const uint32_t stage0 = smem_addr(stages);
 
     float acc[BN / 2];
@@ -325,14 +488,16 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS>::kThreads, WgCfg<BN, NCONS>::
 
     uint4 qr[kPf];
     uint2 sr[kPf];
+    if constexpr (!WTMA) {
 #pragma unroll
-    for (int p = 0; p < kPf; ++p) {
-      if (cb + p < ce) {
-        qr[p] = ld_stream(wp + size_t(cb + p) * 32);
-        if constexpr (NV)
-          sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(cb + p) * kSb));
-        else
-          sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(cb + p) * kSb));
+      for (int p = 0; p < kPf; ++p) {
+        if (cb + p < ce) {
+          qr[p] = ld_stream(wp + size_t(cb + p) * kG * 32);
+          if constexpr (NV)
+            sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(cb + p) * kG * kSb));
+          else
+            sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(cb + p) * kG * kSb));
+        }
       }
     }
     // Two chunks' A fragments: chunk i decodes into fr[i & 1] while chunk i - 1's wgmma group runs.
@@ -343,23 +508,37 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS>::kThreads, WgCfg<BN, NCONS>::
         const int c = c0 + p;
         if (c < ce) {
           const int i = c - cb, s = i % Cfg::kStages;
-          const uint32_t qw[4] = {qr[p].x, qr[p].y, qr[p].z, qr[p].w};
-          const uint2 sw = sr[p];
-          if (c + kPf < ce) {
-            qr[p] = ld_stream(wp + size_t(c + kPf) * 32);
+          const uint32_t base = stage0 + s * Cfg::kStageBytes;
+          uint4 q;
+          uint2 sw;
+          if constexpr (WTMA) {
+            mbar_wait(&full[s], (i / Cfg::kStages) & 1);
+            const uint8_t* st = stages + s * Cfg::kStageBytes;
+            q = *reinterpret_cast<const uint4*>(st + Cfg::kABytes + warp * 512 + lane * 16);
+            const uint8_t* ss = st + Cfg::kABytes + Cfg::kWBytes + warp * kSb + g * (kSb / 8);
             if constexpr (NV)
-              sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(c + kPf) * kSb));
+              sw = *reinterpret_cast<const uint2*>(ss);
             else
-              sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(c + kPf) * kSb));
+              sw.x = *reinterpret_cast<const uint32_t*>(ss);
+          } else {
+            q = qr[p];
+            sw = sr[p];
+            if (c + kPf < ce) {
+              qr[p] = ld_stream(wp + size_t(c + kPf) * kG * 32);
+              if constexpr (NV)
+                sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(c + kPf) * kG * kSb));
+              else
+                sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(c + kPf) * kG * kSb));
+            }
           }
+          const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
           for (int j = 0; j < 4; ++j) {  // kStd: step j is NVFP4 block j, MXFP4 block j / 2
             const int bi = NV ? j : j >> 1;
             const uint32_t w = NV ? (bi < 2 ? sw.x : sw.y) : sw.x;
             decode_step(qw[j], expand_scale<NV>(w, (2 * bi) & 3), expand_scale<NV>(w, (2 * bi + 1) & 3), fr[p & 1][j]);
           }
-          mbar_wait(&full[s], (i / Cfg::kStages) & 1);
-          const uint32_t base = stage0 + s * Cfg::kStageBytes;
+          if constexpr (!WTMA) mbar_wait(&full[s], (i / Cfg::kStages) & 1);
           fence_acc(acc);
           wgmma_fence();
 #pragma unroll
@@ -429,12 +608,15 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS>::kThreads, WgCfg<BN, NCONS>::
 
 // ---- Host side ----------------------------------------------------------------------------------
 
-enum class Kind { kMma, kWg64, kWg128, kWg256 };
+enum class Kind { kMmaTma, kMma, kWg64, kWg128, kWg256 };
 
 struct Handle {
   sol::GemmProblem g;
   Kind kind = Kind::kMma;
-  int split = 1;  // wgmma: blocks (a cluster) splitting K
+  int split = 1;      // mma_tma / wgmma: blocks (a cluster) splitting K
+  bool wtma = true;   // wgmma: codes and scales by bulk copy (else 16-byte loads per lane)
+  int group = 1;      // the layout's slabs per group
+  int smem_optin = 0;
   KOrder order = KOrder::kStd;
   int64_t n_pad = 0, nch = 0;
   uint4* wq = nullptr;
@@ -501,47 +683,95 @@ void launch_mma_any(const Handle& h, const uint16_t* A, float* C, cudaStream_t s
   }
 }
 
-template <int BN, int NCONS, int SPLIT, bool NV>
-void launch_wgmma_split(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
-  using Cfg = WgCfg<BN, NCONS>;
-  const auto kernel = wgmma_kernel<BN, NCONS, SPLIT, NV>;
-  static bool attr_set = false;  // per instantiation; prepare/run are called from one thread at a time
-  if (!attr_set) {
-    SOL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
-    attr_set = true;
-  }
+/** Launch with a (1, 1, split) cluster when split > 1. */
+template <class... P, class... Args>
+void launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, int smem, int split, cudaStream_t stream,
+                    Args... args) {
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(h.n_pad / (64 * NCONS)), unsigned((h.g.M + BN - 1) / BN), unsigned(SPLIT));
-  cfg.blockDim = dim3(Cfg::kThreads);
-  cfg.dynamicSmemBytes = Cfg::kSmem;
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = size_t(smem);
   cfg.stream = stream;
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = 1;
   attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = SPLIT;
+  attr.val.clusterDim.z = unsigned(split);
   cfg.attrs = &attr;
-  cfg.numAttrs = SPLIT > 1 ? 1 : 0;
-  SOL_CUDA(cudaLaunchKernelEx(&cfg, kernel, h.map, static_cast<const uint4*>(h.wq), static_cast<const uint8_t*>(h.sc),
-                              static_cast<const float*>(h.colmul), C, int(h.g.M), int(h.g.N), int(h.nch)));
+  cfg.numAttrs = split > 1 ? 1 : 0;
+  SOL_CUDA(cudaLaunchKernelEx(&cfg, kernel, args...));
   SOL_CHECK_LAUNCH();
+}
+
+/** Shared memory of mma_tma_kernel at (per, M, format); NT from M. */
+int mma_tma_smem(int per, int M, bool nv) { return MmaTmaSmem(per, M, nv, M <= 8 ? 1 : 2).total; }
+
+template <int NT, bool NV, int SPLIT>
+void launch_mma_tma_split(const Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
+  const auto kernel = mma_tma_kernel<NT, NV, SPLIT>;
+  static bool attr_set = false;  // per instantiation; prepare/run are called from one thread at a time
+  if (!attr_set) {
+    SOL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, h.smem_optin));
+    attr_set = true;
+  }
+  const int per = int((h.nch + SPLIT - 1) / SPLIT);
+  const dim3 grid(unsigned(h.n_pad / (16 * kTmaSlabs)), 1, unsigned(SPLIT));
+  launch_cluster(kernel, grid, dim3(kTmaSlabs * 32), mma_tma_smem(per, int(h.g.M), NV), SPLIT, stream,
+                 reinterpret_cast<const uint8_t*>(h.wq), static_cast<const uint8_t*>(h.sc),
+                 static_cast<const float*>(h.colmul), A, C, int(h.g.M), int(h.g.N), int(h.g.K), int(h.nch), per);
+}
+
+template <int NT, bool NV>
+void launch_mma_tma(const Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
+  if (reinterpret_cast<uintptr_t>(A) % 16 != 0)
+    throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "A is not 16-byte aligned (the bulk copies need it)");
+  switch (h.split) {
+    case 1: launch_mma_tma_split<NT, NV, 1>(h, A, C, stream); break;
+    case 2: launch_mma_tma_split<NT, NV, 2>(h, A, C, stream); break;
+    case 4: launch_mma_tma_split<NT, NV, 4>(h, A, C, stream); break;
+    case 8: launch_mma_tma_split<NT, NV, 8>(h, A, C, stream); break;
+    default: throw sol::AbiFailure(NIBBLE_ERR_INTERNAL, "bad split " + std::to_string(h.split));
+  }
+}
+
+template <int BN, int NCONS, int SPLIT, bool NV, bool WTMA>
+void launch_wgmma_split(Handle& h, float* C, cudaStream_t stream) {
+  using Cfg = WgCfg<BN, NCONS, NV, WTMA>;
+  const auto kernel = wgmma_kernel<BN, NCONS, SPLIT, NV, WTMA>;
+  static bool attr_set = false;  // per instantiation; prepare/run are called from one thread at a time
+  if (!attr_set) {
+    SOL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+    attr_set = true;
+  }
+  const dim3 grid(unsigned(h.n_pad / (64 * NCONS)), unsigned((h.g.M + BN - 1) / BN), unsigned(SPLIT));
+  launch_cluster(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmem, SPLIT, stream, h.map, static_cast<const uint4*>(h.wq),
+                 static_cast<const uint8_t*>(h.sc), static_cast<const float*>(h.colmul), C, int(h.g.M), int(h.g.N),
+                 int(h.nch));
+}
+
+template <int BN, int NCONS, int SPLIT, bool NV>
+void launch_wgmma_w(Handle& h, float* C, cudaStream_t stream) {
+  if (h.wtma)
+    launch_wgmma_split<BN, NCONS, SPLIT, NV, true>(h, C, stream);
+  else
+    launch_wgmma_split<BN, NCONS, SPLIT, NV, false>(h, C, stream);
 }
 
 template <int BN, int NCONS, bool NV>
 void launch_wgmma(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
   encode_a_map(h, A, BN);
   switch (h.split) {
-    case 1: launch_wgmma_split<BN, NCONS, 1, NV>(h, A, C, stream); break;
-    case 2: launch_wgmma_split<BN, NCONS, 2, NV>(h, A, C, stream); break;
+    case 1: launch_wgmma_w<BN, NCONS, 1, NV>(h, C, stream); break;
+    case 2: launch_wgmma_w<BN, NCONS, 2, NV>(h, C, stream); break;
     case 4:
       if constexpr (BN <= 128) {
-        launch_wgmma_split<BN, NCONS, 4, NV>(h, A, C, stream);
+        launch_wgmma_w<BN, NCONS, 4, NV>(h, C, stream);
         break;
       }
       [[fallthrough]];
     case 8:
       if constexpr (BN <= 128) {
-        launch_wgmma_split<BN, NCONS, 8, NV>(h, A, C, stream);
+        launch_wgmma_w<BN, NCONS, 8, NV>(h, C, stream);
         break;
       }
       [[fallthrough]];
@@ -552,6 +782,12 @@ void launch_wgmma(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
 template <bool NV>
 void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
   switch (h.kind) {
+    case Kind::kMmaTma:
+      if (h.g.M <= 8)
+        launch_mma_tma<1, NV>(h, A, C, stream);
+      else
+        launch_mma_tma<2, NV>(h, A, C, stream);
+      break;
     case Kind::kMma: launch_mma_any<NV>(h, A, C, stream); break;
     case Kind::kWg64: launch_wgmma<64, 1, NV>(h, A, C, stream); break;
     case Kind::kWg128: launch_wgmma<128, 1, NV>(h, A, C, stream); break;
@@ -559,42 +795,67 @@ void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
   }
 }
 
-/** Kernel and split-K for (M, N, K): see the file header. NIBBLE_FP4SM90_KIND (mma, wg64, wg128,
- *  wg256) and NIBBLE_FP4SM90_SPLIT (1, 2, 4, 8) override the choice, for measuring alternatives. */
+/** Kernel, split-K and weight path for (M, N, K): see the file header. For measuring alternatives:
+ *  NIBBLE_FP4SM90_KIND (mmatma, mma, wg64, wg128, wg256), NIBBLE_FP4SM90_SPLIT (1, 2, 4, 8; 4 and 8
+ *  not with wg256) and NIBBLE_FP4SM90_WTMA (0: wgmma's weights by 16-byte loads per lane). */
 void choose_kernel(Handle& h, int sms) {
   const sol::GemmProblem& g = h.g;
   const bool k8 = g.K % 8 == 0;
-  if (g.M <= 16 || !k8)
+  if (!k8)
     h.kind = Kind::kMma;
+  else if (g.M <= 16)
+    h.kind = Kind::kMmaTma;
   else
     h.kind = g.M <= 64 ? Kind::kWg64 : (g.M <= 256 ? Kind::kWg128 : Kind::kWg256);
   if (const char* e = std::getenv("NIBBLE_FP4SM90_KIND")) {
     const std::string k = e;
-    if (k == "mma") h.kind = Kind::kMma;
+    if (k == "mmatma") h.kind = Kind::kMmaTma;
+    else if (k == "mma") h.kind = Kind::kMma;
     else if (k == "wg64") h.kind = Kind::kWg64;
     else if (k == "wg128") h.kind = Kind::kWg128;
     else if (k == "wg256") h.kind = Kind::kWg256;
-    else throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_KIND: mma, wg64, wg128 or wg256");
-    if (h.kind != Kind::kMma && !k8) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "wgmma needs K % 8 == 0");
+    else throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_KIND: mmatma, mma, wg64, wg128 or wg256");
+    if (h.kind != Kind::kMma && !k8) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "K % 8 != 0 needs kind mma");
+    if (h.kind == Kind::kMmaTma && g.M > 16) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "mmatma needs M <= 16");
   }
-  h.order = (h.kind == Kind::kMma && g.M <= 16 && k8) ? KOrder::kPerm : KOrder::kStd;
+  h.order = (h.kind == Kind::kMmaTma || (h.kind == Kind::kMma && g.M <= 16 && k8)) ? KOrder::kPerm : KOrder::kStd;
+  h.group = h.kind == Kind::kMmaTma ? kTmaSlabs : h.kind == Kind::kMma ? 1 : h.kind == Kind::kWg256 ? 8 : 4;
+  const int64_t nch = (g.K + kChunkK - 1) / kChunkK;
+  const char* env_split = std::getenv("NIBBLE_FP4SM90_SPLIT");
+  h.split = 1;
   if (h.kind == Kind::kMma) return;
+  if (h.kind == Kind::kMmaTma) {
+    // Enough blocks to cover the SMs, and at most ~72 KB of shared memory each (three per SM), so
+    // that the whole weight matrix is in flight at once at these shapes.
+    const int64_t groups = (g.N + 16 * kTmaSlabs - 1) / (16 * kTmaSlabs);
+    const auto smem = [&](int s) { return mma_tma_smem(int((nch + s - 1) / s), int(g.M), g.nvfp4); };
+    while (h.split < 8 && (groups * h.split < sms || smem(h.split) > 72 * 1024) && nch / (2 * h.split) >= 2)
+      h.split *= 2;
+    if (env_split) h.split = std::atoi(env_split);
+    if (h.split != 1 && h.split != 2 && h.split != 4 && h.split != 8)
+      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_SPLIT: 1, 2, 4 or 8");
+    if (smem(h.split) > h.smem_optin)
+      throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "K too large for the shared memory of one block");
+    return;
+  }
   // Split K while the blocks still fit one wave at two per SM (one consumer warpgroup's chain of
   // dependent steps cannot keep an SM's tensor cores busy: v1 took 42 us at m128-n4096-k4096 with
   // 128 blocks of one warpgroup), keeping >= 4 chunks per block.
   const int bn = h.kind == Kind::kWg64 ? 64 : (h.kind == Kind::kWg128 ? 128 : 256);
   const int64_t rows = h.kind == Kind::kWg256 ? 128 : 64;
   const int64_t blocks = ((g.N + rows - 1) / rows) * ((g.M + bn - 1) / bn);
-  const int64_t nch = (g.K + kChunkK - 1) / kChunkK;
   const int max_split = bn == 256 ? 2 : 8;
-  h.split = 1;
   while (h.split < max_split && blocks * 2 * h.split <= 2 * int64_t(sms) && nch / (2 * h.split) >= 4) h.split *= 2;
-  if (const char* e = std::getenv("NIBBLE_FP4SM90_SPLIT")) {
-    const int v = std::atoi(e);
+  if (env_split) {
+    const int v = std::atoi(env_split);
     if (v != 1 && v != 2 && !(bn <= 128 && (v == 4 || v == 8)))
       throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_SPLIT: 1, 2 (4, 8 below BN 256)");
     h.split = v;
   }
+  // The 128 x 256 tiles keep v2's per-lane loads (0.91x cuBLAS at m4096-n8192-k3072); below, the
+  // weights come with the activation tile.
+  h.wtma = h.kind != Kind::kWg256;
+  if (const char* e = std::getenv("NIBBLE_FP4SM90_WTMA")) h.wtma = std::atoi(e) != 0;
 }
 
 void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** handle) {
@@ -609,8 +870,12 @@ void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** han
   if (prop.major != 9)
     throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "built for sm_90a only (device is sm_" +
                                                         std::to_string(prop.major * 10 + prop.minor) + ")");
+  h->smem_optin = int(prop.sharedMemPerBlockOptin);
   choose_kernel(*h, prop.multiProcessorCount);
-  const int64_t m_tile = h->kind == Kind::kMma ? 16 : h->kind == Kind::kWg64 ? 64 : h->kind == Kind::kWg128 ? 128 : 256;
+  const int64_t m_tile = h->kind == Kind::kMma || h->kind == Kind::kMmaTma ? 16
+                         : h->kind == Kind::kWg64                         ? 64
+                         : h->kind == Kind::kWg128                        ? 128
+                                                                          : 256;
   if ((g.M + m_tile - 1) / m_tile > 65535) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "M too large for the grid");
 
   // Repack on the host: copy the codes and scales down, rearrange, upload.
@@ -620,7 +885,7 @@ void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** han
   SOL_CUDA(cudaMemcpyAsync(scale.data(), g.scale, sbytes, cudaMemcpyDeviceToHost, stream));
   SOL_CUDA(cudaStreamSynchronize(stream));
   Repacked r;
-  const std::string why = repack(g.nvfp4, g.N, g.K, packed.data(), scale.data(), g.global_scale, h->order, &r);
+  const std::string why = repack(g.nvfp4, g.N, g.K, packed.data(), scale.data(), g.global_scale, h->order, h->group, &r);
   if (!why.empty()) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, why);
   h->n_pad = r.n_pad;
   h->nch = r.nch;
