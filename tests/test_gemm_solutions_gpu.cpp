@@ -416,13 +416,16 @@ INSTANTIATE_TEST_SUITE_P(Configs, GemmFp4Sm90, ::testing::ValuesIn(sm90_cases())
 // (NIBBLE_FP4SM90_KIND / _SPLIT / _WTMA, read by prepare), so that every variant is checked: the
 // bulk-copy mma.sync kernel unsplit (one block: all of K in shared memory) and split 8 and 2
 // (clusters summing through distributed shared memory); wgmma 64 x 64 split 8 with bulk-copied
-// weights, 64 x 128 split 4 with per-lane weight loads, 128 x 256 unsplit with bulk-copied weights
-// and a partial tile in M; mma.sync's kStd order at M = 128.
+// weights, 64 x 128 split 4 with per-lane weight loads, 64 x 128 unsplit on 5 persistent blocks
+// (10 tiles each), 128 x 256 unsplit with bulk-copied weights and a partial tile in M, one block per
+// tile and on 2 or 4 persistent blocks (3 and 2 tiles each: the ring's phases carry across tiles);
+// mma.sync's kStd order at M = 128.
 struct Forced {
   const char* config;
   const char* kind;
   const char* split;
   const char* wtma;
+  const char* grid;  // persistent blocks (0: one per tile)
 };
 
 class GemmFp4Sm90Forced : public ::testing::TestWithParam<std::tuple<const char*, Forced>> {};
@@ -440,27 +443,32 @@ TEST_P(GemmFp4Sm90Forced, MatchesTheOracle) {
   ASSERT_EQ(setenv("NIBBLE_FP4SM90_KIND", f.kind, 1), 0);
   ASSERT_EQ(setenv("NIBBLE_FP4SM90_SPLIT", f.split, 1), 0);
   ASSERT_EQ(setenv("NIBBLE_FP4SM90_WTMA", f.wtma, 1), 0);
-  std::printf("forced kind %s split %s wtma %s\n", f.kind, f.split, f.wtma);
+  ASSERT_EQ(setenv("NIBBLE_FP4SM90_GRID", f.grid, 1), 0);
+  std::printf("forced kind %s split %s wtma %s grid %s\n", f.kind, f.split, f.wtma, f.grid);
   check_solution(fp4_sm90_so(), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
   unsetenv("NIBBLE_FP4SM90_KIND");
   unsetenv("NIBBLE_FP4SM90_SPLIT");
   unsetenv("NIBBLE_FP4SM90_WTMA");
+  unsetenv("NIBBLE_FP4SM90_GRID");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Variants, GemmFp4Sm90Forced,
     ::testing::Combine(::testing::Values(kGemmNvfp4Task, kGemmMxfp4Task),
-                       ::testing::Values(Forced{"m16-n3000-k3080", "mmatma", "1", "1"},
-                                         Forced{"m16-n3000-k3080", "mmatma", "8", "1"},
-                                         Forced{"m1-n3000-k3080", "mmatma", "2", "1"},
-                                         Forced{"m128-n3000-k3080", "wg64", "8", "1"},
-                                         Forced{"m128-n3000-k3080", "wg128", "4", "0"},
-                                         Forced{"m300-n300-k3080", "wg256", "1", "1"},
-                                         Forced{"m128-n3000-k3080", "mma", "1", "1"})),
+                       ::testing::Values(Forced{"m16-n3000-k3080", "mmatma", "1", "1", "0"},
+                                         Forced{"m16-n3000-k3080", "mmatma", "8", "1", "0"},
+                                         Forced{"m1-n3000-k3080", "mmatma", "2", "1", "0"},
+                                         Forced{"m128-n3000-k3080", "wg64", "8", "1", "0"},
+                                         Forced{"m128-n3000-k3080", "wg128", "4", "0", "0"},
+                                         Forced{"m128-n3000-k3080", "wg128", "1", "1", "5"},
+                                         Forced{"m300-n300-k3080", "wg256", "1", "1", "0"},
+                                         Forced{"m300-n300-k3080", "wg256", "1", "0", "2"},
+                                         Forced{"m300-n300-k3080", "wg256", "1", "1", "4"},
+                                         Forced{"m128-n3000-k3080", "mma", "1", "1", "0"})),
     [](const ::testing::TestParamInfo<std::tuple<const char*, Forced>>& i) {
       const Forced& f = std::get<1>(i.param);
       std::string s = std::string(std::get<0>(i.param)) + "_" + f.config + "_" + f.kind + "_split" + f.split + "_wtma" +
-                      f.wtma;
+                      f.wtma + "_grid" + f.grid;
       for (char& ch : s)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return s;

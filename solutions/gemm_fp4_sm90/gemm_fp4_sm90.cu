@@ -154,6 +154,7 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
 // ---- M <= 16: mma.sync fed by bulk copies --------------------------------------------------------
 
 constexpr int kTmaSlabs = 4;  // warps per block, one 16-row slab each (the layout's group G)
+constexpr int kTmaParts = 4;  // mbarriers per block: the warps start on part 0 while 1.. arrive
 
 /** Shared memory of mma_tma_kernel for `per` chunks per block. */
 struct MmaTmaSmem {
@@ -164,19 +165,20 @@ struct MmaTmaSmem {
     a = s + per * kTmaSlabs * scale_bytes_per_chunk(nv);        // [rows][a_pitch]: A's k range
     a_pitch = per * kChunkK * 2 + 16;                           // +16: rows g spread over the banks
     red = a + rows * a_pitch;                                   // [4 warps][NT * 4][32] fp32
-    bar = red + kTmaSlabs * nt * 4 * 32 * 4;
-    total = bar + 8;
+    bar = red + kTmaSlabs * nt * 4 * 32 * 4;                    // kTmaParts mbarriers
+    total = bar + 8 * kTmaParts;
   }
 };
 
 /**
  * M <= 16 (kPerm order, K % 8 == 0). Block (x, 0, z): the group of 4 slabs x (64 W rows), chunks
- * [z per, (z + 1) per) of K. One thread issues the block's whole input as bulk copies on one
- * mbarrier: its 4 slabs' codes and scales (one contiguous range each, the layout's groups) and the
- * M rows of A over its k range, so all of a block's bytes are in flight at once and none of it
- * occupies the SM's load slots (v2 issued 16-byte loads from each lane: 7.5 us at m16-n3072-k3072,
- * 0.75 TB/s, whatever the batching). Each warp then computes its slab from shared memory. SPLIT > 1:
- * the blocks of a (1, 1, SPLIT) cluster sum their partial tiles through distributed shared memory.
+ * [z per, (z + 1) per) of K. One thread issues the block's whole input as bulk copies: its 4 slabs'
+ * codes and scales (contiguous: the layout's groups) in kTmaParts parts, each on its own mbarrier,
+ * and the M rows of A over its k range with part 0; so all of a block's bytes are in flight at once
+ * and none of it occupies the SM's load slots (v2 issued 16-byte loads from each lane: 7.5 us at
+ * m16-n3072-k3072, 0.75 TB/s, whatever the batching). Each warp computes its slab from shared
+ * memory, part by part as they land. SPLIT > 1: the blocks of a (1, 1, SPLIT) cluster sum their
+ * partial tiles through distributed shared memory.
  */
 template <int NT, bool NV, int SPLIT>
 __global__ void __launch_bounds__(kTmaSlabs * 32)
@@ -188,31 +190,40 @@ __global__ void __launch_bounds__(kTmaSlabs * 32)
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int cb = int(blockIdx.z) * per, ce = min(nch, cb + per), nc = max(0, ce - cb);
+  const int pq = (nc + kTmaParts - 1) / kTmaParts;  // chunks per part (the last ones may be empty)
   if (threadIdx.x == 0) {
-    mbar_init(bar, 1);
+    for (int p = 0; p < kTmaParts; ++p) mbar_init(&bar[p], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
   if (threadIdx.x == 0 && nc > 0) {
-    const uint32_t wbytes = uint32_t(nc) * kTmaSlabs * 512, sbytes = uint32_t(nc) * kTmaSlabs * kSb;
-    const uint32_t abytes = uint32_t(min(K, ce * kChunkK) - cb * kChunkK) * 2;
-    mbar_expect_tx(bar, wbytes + sbytes + uint32_t(M) * abytes);
     const int64_t u0 = unit_index(int64_t(blockIdx.x) * kTmaSlabs, cb, nch, kTmaSlabs);
     const uint64_t stream = policy_evict_first(), keep = policy_evict_last();
-    bulk_load(smem + L.w, wq + u0 * 512, wbytes, bar, stream);   // read once per call
-    bulk_load(smem + L.s, sc + u0 * kSb, sbytes, bar, stream);
-    for (int m = 0; m < M; ++m)                                   // read by every block
-      bulk_load(smem + L.a + m * L.a_pitch, A + int64_t(m) * K + int64_t(cb) * kChunkK, abytes, bar, keep);
+    const uint32_t abytes = uint32_t(min(K, ce * kChunkK) - cb * kChunkK) * 2;
+    for (int p = 0; p < kTmaParts; ++p) {
+      const int p0 = p * pq, p1 = min(nc, p0 + pq);
+      if (p0 >= p1) break;
+      const uint32_t wbytes = uint32_t(p1 - p0) * kTmaSlabs * 512, sbytes = uint32_t(p1 - p0) * kTmaSlabs * kSb;
+      mbar_expect_tx(&bar[p], wbytes + sbytes + (p == 0 ? uint32_t(M) * abytes : 0u));
+      if (p == 0)
+        for (int m = 0; m < M; ++m)  // read by every block: keep in L2
+          bulk_load(smem + L.a + m * L.a_pitch, A + int64_t(m) * K + int64_t(cb) * kChunkK, abytes, &bar[0], keep);
+      // Read once per call: evict first.
+      bulk_load(smem + L.w + p0 * kTmaSlabs * 512, wq + (u0 + p0 * kTmaSlabs) * 512, wbytes, &bar[p], stream);
+      bulk_load(smem + L.s + p0 * kTmaSlabs * kSb, sc + (u0 + p0 * kTmaSlabs) * kSb, sbytes, &bar[p], stream);
+    }
   }
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
-  if (nc > 0) {
-    mbar_wait(bar, 0);
+  for (int p = 0; p < kTmaParts; ++p) {
+    const int p0 = p * pq, p1 = min(nc, p0 + pq);
+    if (p0 >= p1) break;
+    mbar_wait(&bar[p], 0);
 #pragma unroll 2
-    for (int cl = 0; cl < nc; ++cl) {
+    for (int cl = p0; cl < p1; ++cl) {
       const uint4 q = *reinterpret_cast<const uint4*>(smem + L.w + (cl * kTmaSlabs + warp) * 512 + lane * 16);
       const uint32_t sw =
           *reinterpret_cast<const uint16_t*>(smem + L.s + (cl * kTmaSlabs + warp) * kSb + (NV ? t : t >> 1) * 16 + 2 * g);
@@ -426,14 +437,15 @@ struct WgCfg {
 };
 
 /**
- * C^T tile (64 NCONS W rows) x (BN A rows) over chunks [z per, (z + 1) per) of K, z = blockIdx.z.
+ * C^T tiles (64 NCONS W rows) x (BN A rows) over chunks [z per, (z + 1) per) of K, z = blockIdx.z;
+ * nblk = the tiles along N.
  * SPLIT > 1: the SPLIT blocks of a (1, 1, SPLIT) cluster sum their partial tiles through
  * distributed shared memory (each block reduces and writes 1/SPLIT of the tile; deterministic).
  */
 template <int BN, int NCONS, int SPLIT, bool NV, bool WTMA>
 __global__ void __launch_bounds__(WgCfg<BN, NCONS, NV, WTMA>::kThreads, WgCfg<BN, NCONS, NV, WTMA>::kMinBlocks)
     wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const uint4* __restrict__ wq, const uint8_t* __restrict__ sc,
-                 const float* __restrict__ colmul, float* __restrict__ C, int M, int N, int nch) {
+                 const float* __restrict__ colmul, float* __restrict__ C, int M, int N, int nch, int nblk) {
   using Cfg = WgCfg<BN, NCONS, NV, WTMA>;
   constexpr int kSb = scale_bytes_per_chunk(NV), kG = Cfg::kGroup;
   extern __shared__ uint8_t smem_raw[];
@@ -449,11 +461,13 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, NV, WTMA>::kThreads, WgCfg<BN
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  const int m0 = blockIdx.y * BN;
   const int per = (nch + SPLIT - 1) / SPLIT;
-  const int cb = int(blockIdx.z) * per, ce = min(nch, cb + per);
-  // The block's units: chunk c of its kG slabs is unit (blockIdx.x nch + c) kG + warp.
-  const int64_t ubase = int64_t(blockIdx.x) * nch * kG;
+  const int cb = int(blockIdx.z) * per, ce = min(nch, cb + per), nc = max(0, ce - cb);
+  // Tiles t = n block + nblk * m block, this block's t0, t0 + stride, ...: one per block when the grid
+  // covers them (always with SPLIT > 1), several when the grid is capped at the SMs (persistent:
+  // the producer loads the next tile's first stages while the consumers finish the last one).
+  const int tiles = nblk * ((M + BN - 1) / BN);
+  const int t0 = int(blockIdx.y * gridDim.x + blockIdx.x), tstride = int(gridDim.x * gridDim.y);
 
   if (warp >= 4 * NCONS) {  // producer
     if constexpr (Cfg::kSetRegs) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
@@ -461,119 +475,134 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, NV, WTMA>::kThreads, WgCfg<BN
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmA)) : "memory");
       uint64_t stream = 0;
       if constexpr (WTMA) stream = policy_evict_first();
-      for (int c = cb; c < ce; ++c) {
-        const int i = c - cb, s = i % Cfg::kStages;
-        uint8_t* st = stages + s * Cfg::kStageBytes;
-        if (i >= Cfg::kStages) mbar_wait(&empty[s], ((i / Cfg::kStages) - 1) & 1);
-        mbar_expect_tx(&full[s], Cfg::kABytes + Cfg::kWBytes + Cfg::kSBytes);
-        tma_load_2d(st, &tmA, &full[s], 64 * c, m0);
-        if constexpr (WTMA) {
-          const int64_t u = ubase + int64_t(c) * kG;
-          bulk_load(st + Cfg::kABytes, reinterpret_cast<const uint8_t*>(wq) + u * 512, Cfg::kWBytes, &full[s], stream);
-          bulk_load(st + Cfg::kABytes + Cfg::kWBytes, sc + u * kSb, Cfg::kSBytes, &full[s], stream);
+      int it = 0;  // chunks loaded by this block: the ring position
+      for (int tile = t0; tile < tiles; tile += tstride) {
+        const int m0 = (tile / nblk) * BN;
+        // The tile's units: chunk c of its kG slabs is unit (n block nch + c) kG + warp.
+        const int64_t ubase = int64_t(tile % nblk) * nch * kG;
+        for (int c = cb; c < ce; ++c, ++it) {
+          const int s = it % Cfg::kStages;
+          uint8_t* st = stages + s * Cfg::kStageBytes;
+          if (it >= Cfg::kStages) mbar_wait(&empty[s], ((it / Cfg::kStages) - 1) & 1);
+          mbar_expect_tx(&full[s], Cfg::kABytes + Cfg::kWBytes + Cfg::kSBytes);
+          tma_load_2d(st, &tmA, &full[s], 64 * c, m0);
+          if constexpr (WTMA) {
+            const int64_t u = ubase + int64_t(c) * kG;
+            bulk_load(st + Cfg::kABytes, reinterpret_cast<const uint8_t*>(wq) + u * 512, Cfg::kWBytes, &full[s], stream);
+            bulk_load(st + Cfg::kABytes + Cfg::kWBytes, sc + u * kSb, Cfg::kSBytes, &full[s], stream);
+          }
         }
       }
     }
   } else {  // consumers
     if constexpr (Cfg::kSetRegs) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    const int g = lane >> 2;
-    const int slab = blockIdx.x * kG + warp;
-    const uint4* wp = wq + (ubase + warp) * 32 + lane;         // + c kG 32 for chunk c
-    const uint8_t* sp = sc + (ubase + warp) * kSb + g * (kSb / 8);  // + c kG kSb
+    const int g = lane >> 2, t = lane & 3;
     const uint32_t stage0 = smem_addr(stages);
+    int it0 = 0;  // the ring position of the tile's first chunk
+    for (int tile = t0; tile < tiles; tile += tstride) {
+      const int m0 = (tile / nblk) * BN;
+      const int64_t ubase = int64_t(tile % nblk) * nch * kG;
+      const int slab = (tile % nblk) * kG + warp;
+      const uint4* wp = wq + (ubase + warp) * 32 + lane;              // + c kG 32 for chunk c
+      const uint8_t* sp = sc + (ubase + warp) * kSb + g * (kSb / 8);  // + c kG kSb
 
-    float acc[BN / 2];
+      float acc[BN / 2];
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
 
-    uint4 qr[kPf];
-    uint2 sr[kPf];
-    if constexpr (!WTMA) {
+      uint4 qr[kPf];
+      uint2 sr[kPf];
+      if constexpr (!WTMA) {
 #pragma unroll
-      for (int p = 0; p < kPf; ++p) {
-        if (cb + p < ce) {
-          qr[p] = ld_stream(wp + size_t(cb + p) * kG * 32);
-          if constexpr (NV)
-            sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(cb + p) * kG * kSb));
-          else
-            sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(cb + p) * kG * kSb));
-        }
-      }
-    }
-    // Two chunks' A fragments: chunk i decodes into fr[i & 1] while chunk i - 1's wgmma group runs.
-    uint32_t fr[2][4][4];
-    for (int c0 = cb; c0 < ce; c0 += kPf) {
-#pragma unroll
-      for (int p = 0; p < kPf; ++p) {
-        const int c = c0 + p;
-        if (c < ce) {
-          const int i = c - cb, s = i % Cfg::kStages;
-          const uint32_t base = stage0 + s * Cfg::kStageBytes;
-          uint4 q;
-          uint2 sw;
-          if constexpr (WTMA) {
-            mbar_wait(&full[s], (i / Cfg::kStages) & 1);
-            const uint8_t* st = stages + s * Cfg::kStageBytes;
-            q = *reinterpret_cast<const uint4*>(st + Cfg::kABytes + warp * 512 + lane * 16);
-            const uint8_t* ss = st + Cfg::kABytes + Cfg::kWBytes + warp * kSb + g * (kSb / 8);
+        for (int p = 0; p < kPf; ++p) {
+          if (cb + p < ce) {
+            qr[p] = ld_stream(wp + size_t(cb + p) * kG * 32);
             if constexpr (NV)
-              sw = *reinterpret_cast<const uint2*>(ss);
+              sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(cb + p) * kG * kSb));
             else
-              sw.x = *reinterpret_cast<const uint32_t*>(ss);
-          } else {
-            q = qr[p];
-            sw = sr[p];
-            if (c + kPf < ce) {
-              qr[p] = ld_stream(wp + size_t(c + kPf) * kG * 32);
+              sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(cb + p) * kG * kSb));
+          }
+        }
+      }
+      // Two chunks' A fragments: chunk i decodes into fr[i & 1] while chunk i - 1's wgmma group runs.
+      uint32_t fr[2][4][4];
+      for (int c0 = cb; c0 < ce; c0 += kPf) {
+#pragma unroll
+        for (int p = 0; p < kPf; ++p) {
+          const int c = c0 + p;
+          if (c < ce) {
+            const int i = c - cb, ri = it0 + i, s = ri % Cfg::kStages;
+            const uint32_t base = stage0 + s * Cfg::kStageBytes;
+            uint4 q;
+            uint2 sw;
+            if constexpr (WTMA) {
+              mbar_wait(&full[s], (ri / Cfg::kStages) & 1);
+              const uint8_t* st = stages + s * Cfg::kStageBytes;
+              q = *reinterpret_cast<const uint4*>(st + Cfg::kABytes + warp * 512 + lane * 16);
+              const uint8_t* ss = st + Cfg::kABytes + Cfg::kWBytes + warp * kSb + g * (kSb / 8);
               if constexpr (NV)
-                sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(c + kPf) * kG * kSb));
+                sw = *reinterpret_cast<const uint2*>(ss);
               else
-                sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(c + kPf) * kG * kSb));
+                sw.x = *reinterpret_cast<const uint32_t*>(ss);
+            } else {
+              q = qr[p];
+              sw = sr[p];
+              if (c + kPf < ce) {
+                qr[p] = ld_stream(wp + size_t(c + kPf) * kG * 32);
+                if constexpr (NV)
+                  sr[p] = __ldg(reinterpret_cast<const uint2*>(sp + size_t(c + kPf) * kG * kSb));
+                else
+                  sr[p].x = __ldg(reinterpret_cast<const uint32_t*>(sp + size_t(c + kPf) * kG * kSb));
+              }
             }
-          }
-          const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+            const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {  // kStd: step j is NVFP4 block j, MXFP4 block j / 2
-            const int bi = NV ? j : j >> 1;
-            const uint32_t w = NV ? (bi < 2 ? sw.x : sw.y) : sw.x;
-            decode_step(qw[j], expand_scale<NV>(w, (2 * bi) & 3), expand_scale<NV>(w, (2 * bi + 1) & 3), fr[p & 1][j]);
-          }
-          if constexpr (!WTMA) mbar_wait(&full[s], (i / Cfg::kStages) & 1);
-          fence_acc(acc);
-          wgmma_fence();
+            for (int j = 0; j < 4; ++j) {  // kStd: step j is NVFP4 block j, MXFP4 block j / 2
+              const int bi = NV ? j : j >> 1;
+              const uint32_t w = NV ? (bi < 2 ? sw.x : sw.y) : sw.x;
+              decode_step(qw[j], expand_scale<NV>(w, (2 * bi) & 3), expand_scale<NV>(w, (2 * bi + 1) & 3),
+                          fr[p & 1][j]);
+            }
+            if constexpr (!WTMA) mbar_wait(&full[s], (ri / Cfg::kStages) & 1);
+            fence_acc(acc);
+            wgmma_fence();
 #pragma unroll
-          for (int j = 0; j < 4; ++j) wgmma_rs<BN>(acc, fr[p & 1][j], desc_sw128(base + 32 * j));
-          wgmma_commit();
-          fence_acc(acc);
-          wgmma_wait<1>();  // chunk i - 1's group is done: its fragments and its stage are free
-          if (i > 0 && lane == 0) mbar_arrive(&empty[(i - 1) % Cfg::kStages]);
+            for (int j = 0; j < 4; ++j) wgmma_rs<BN>(acc, fr[p & 1][j], desc_sw128(base + 32 * j));
+            wgmma_commit();
+            fence_acc(acc);
+            wgmma_wait<1>();  // chunk i - 1's group is done: its fragments and its stage are free
+            if (i > 0 && lane == 0) mbar_arrive(&empty[(ri - 1) % Cfg::kStages]);
+          }
         }
       }
-    }
-    wgmma_wait<0>();
-    fence_acc(acc);
+      wgmma_wait<0>();
+      fence_acc(acc);
+      // The tile's last stage is free too: every stage is released exactly once, so the producer's
+      // ring positions stay in step across tiles.
+      if (nc > 0 && lane == 0) mbar_arrive(&empty[(it0 + nc - 1) % Cfg::kStages]);
+      it0 += nc;
 
-    // acc[4 q + e]: W row 16 warp + g + 8 (e >> 1), A row 8 q + 2t + (e & 1) of the tile.
-    const int t = lane & 3;
-    const int n_lo = slab * kSlabRows + g, n_hi = n_lo + 8;
-    if constexpr (SPLIT == 1) {
-      const float f_lo = n_lo < N ? colmul[n_lo] : 0.0f, f_hi = n_hi < N ? colmul[n_hi] : 0.0f;
+      // acc[4 q + e]: W row 16 warp + g + 8 (e >> 1), A row 8 q + 2t + (e & 1) of the tile.
+      const int n_lo = slab * kSlabRows + g, n_hi = n_lo + 8;
+      if constexpr (SPLIT == 1) {
+        const float f_lo = n_lo < N ? colmul[n_lo] : 0.0f, f_hi = n_hi < N ? colmul[n_hi] : 0.0f;
 #pragma unroll
-      for (int q = 0; q < BN / 8; ++q) {
+        for (int q = 0; q < BN / 8; ++q) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int m = m0 + 8 * q + 2 * t + (e & 1);
-          const int n = (e >> 1) ? n_hi : n_lo;
-          if (m < M && n < N) C[size_t(m) * N + n] = acc[4 * q + e] * ((e >> 1) ? f_hi : f_lo);
+          for (int e = 0; e < 4; ++e) {
+            const int m = m0 + 8 * q + 2 * t + (e & 1);
+            const int n = (e >> 1) ? n_hi : n_lo;
+            if (m < M && n < N) C[size_t(m) * N + n] = acc[4 * q + e] * ((e >> 1) ? f_hi : f_lo);
+          }
         }
-      }
-    } else {
-      // Partials into this block's ring, once every consumer warpgroup's wgmma reads of it are done:
-      // red[i][thread], conflict-free.
-      asm volatile("bar.sync 1, %0;" ::"n"(128 * NCONS) : "memory");
-      float* red = reinterpret_cast<float*>(stages);
+      } else {
+        // One tile per block here. Partials into this block's ring, once every consumer
+        // warpgroup's wgmma reads of it are done: red[i][thread], conflict-free.
+        asm volatile("bar.sync 1, %0;" ::"n"(128 * NCONS) : "memory");
+        float* red = reinterpret_cast<float*>(stages);
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) red[i * (128 * NCONS) + threadIdx.x] = acc[i];
+        for (int i = 0; i < BN / 2; ++i) red[i * (128 * NCONS) + threadIdx.x] = acc[i];
+      }
     }
   }
   if constexpr (SPLIT > 1) {
@@ -582,13 +611,14 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, NV, WTMA>::kThreads, WgCfg<BN
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
-    if (warp < 4 * NCONS) {
+    if (warp < 4 * NCONS && t0 < tiles) {
       const int rank = int(cluster.block_rank());
       const float* parts[SPLIT];
 #pragma unroll
       for (int r = 0; r < SPLIT; ++r) parts[r] = cluster.map_shared_rank(reinterpret_cast<float*>(stages), r);
       const int g = lane >> 2, t = lane & 3;
-      const int slab = blockIdx.x * (NCONS * 4) + warp;
+      const int m0 = (t0 / nblk) * BN;
+      const int slab = (t0 % nblk) * kG + warp;
       const int n_lo = slab * kSlabRows + g, n_hi = n_lo + 8;
       const float f_lo = n_lo < N ? colmul[n_lo] : 0.0f, f_hi = n_hi < N ? colmul[n_hi] : 0.0f;
       constexpr int kPer = (BN / 2 + SPLIT - 1) / SPLIT;
@@ -615,6 +645,7 @@ struct Handle {
   Kind kind = Kind::kMma;
   int split = 1;      // mma_tma / wgmma: blocks (a cluster) splitting K
   bool wtma = true;   // wgmma: codes and scales by bulk copy (else 16-byte loads per lane)
+  int grid_cap = 0;   // wgmma, no split: at most this many (persistent) blocks; 0: one per tile
   int group = 1;      // the layout's slabs per group
   int smem_optin = 0;
   KOrder order = KOrder::kStd;
@@ -743,10 +774,14 @@ void launch_wgmma_split(Handle& h, float* C, cudaStream_t stream) {
     SOL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
     attr_set = true;
   }
-  const dim3 grid(unsigned(h.n_pad / (64 * NCONS)), unsigned((h.g.M + BN - 1) / BN), unsigned(SPLIT));
+  const int nblk = int(h.n_pad / (64 * NCONS)), mblk = int((h.g.M + BN - 1) / BN);
+  // SPLIT == 1 with more tiles than fit at once: persistent blocks (h.grid_cap per the chooser).
+  const int64_t tiles = int64_t(nblk) * mblk;
+  const dim3 grid = (SPLIT == 1 && h.grid_cap > 0 && tiles > h.grid_cap) ? dim3(unsigned(h.grid_cap), 1, 1)
+                                                                         : dim3(unsigned(nblk), unsigned(mblk), SPLIT);
   launch_cluster(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmem, SPLIT, stream, h.map, static_cast<const uint4*>(h.wq),
                  static_cast<const uint8_t*>(h.sc), static_cast<const float*>(h.colmul), C, int(h.g.M), int(h.g.N),
-                 int(h.nch));
+                 int(h.nch), nblk);
 }
 
 template <int BN, int NCONS, int SPLIT, bool NV>
@@ -797,7 +832,9 @@ void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
 
 /** Kernel, split-K and weight path for (M, N, K): see the file header. For measuring alternatives:
  *  NIBBLE_FP4SM90_KIND (mmatma, mma, wg64, wg128, wg256), NIBBLE_FP4SM90_SPLIT (1, 2, 4, 8; 4 and 8
- *  not with wg256) and NIBBLE_FP4SM90_WTMA (0: wgmma's weights by 16-byte loads per lane). */
+ *  not with wg256), NIBBLE_FP4SM90_WTMA (0: wgmma's weights by 16-byte loads per lane, 1: by bulk
+ *  copy) and NIBBLE_FP4SM90_GRID (wgmma without split: at most this many persistent blocks; 0: one
+ *  block per tile). */
 void choose_kernel(Handle& h, int sms) {
   const sol::GemmProblem& g = h.g;
   const bool k8 = g.K % 8 == 0;
@@ -825,11 +862,12 @@ void choose_kernel(Handle& h, int sms) {
   h.split = 1;
   if (h.kind == Kind::kMma) return;
   if (h.kind == Kind::kMmaTma) {
-    // Enough blocks to cover the SMs, and at most ~72 KB of shared memory each (three per SM), so
-    // that the whole weight matrix is in flight at once at these shapes.
+    // Two blocks per SM or more (each warp's decode is a chain of dependent steps: the SM needs
+    // several to hide it), and at most ~72 KB of shared memory each (three per SM), so that the
+    // whole weight matrix is in flight at once at these shapes.
     const int64_t groups = (g.N + 16 * kTmaSlabs - 1) / (16 * kTmaSlabs);
     const auto smem = [&](int s) { return mma_tma_smem(int((nch + s - 1) / s), int(g.M), g.nvfp4); };
-    while (h.split < 8 && (groups * h.split < sms || smem(h.split) > 72 * 1024) && nch / (2 * h.split) >= 2)
+    while (h.split < 8 && (groups * h.split < 2 * sms || smem(h.split) > 72 * 1024) && nch / (2 * h.split) >= 2)
       h.split *= 2;
     if (env_split) h.split = std::atoi(env_split);
     if (h.split != 1 && h.split != 2 && h.split != 4 && h.split != 8)
@@ -856,6 +894,9 @@ void choose_kernel(Handle& h, int sms) {
   // weights come with the activation tile.
   h.wtma = h.kind != Kind::kWg256;
   if (const char* e = std::getenv("NIBBLE_FP4SM90_WTMA")) h.wtma = std::atoi(e) != 0;
+  // Persistent blocks (one wave: 1 per SM at 128 x 256, 2 below) when there are more tiles.
+  h.grid_cap = sms * (h.kind == Kind::kWg256 ? 1 : 2);
+  if (const char* e = std::getenv("NIBBLE_FP4SM90_GRID")) h.grid_cap = std::atoi(e);
 }
 
 void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** handle) {
