@@ -28,11 +28,11 @@
 // The tuned sm_90a solution (libnibble_gemm_fp4_sm90.so, solutions/gemm_fp4_sm90) is checked the
 // same way (1e-4: exact weights, bf16 products, fp32 tensor-core sums; expected ~1e-6; two runs
 // bitwise equal) on every kernel it picks by M, each at a residue shape (N = 3000 or 300, not a
-// multiple of 128; K = 3080, a partial last block; K = 202, K % 8 != 0): M = 1 and 3 (mma.sync fed
-// by bulk copies, one n8 tile), M = 16 (two tiles), M = 17 with K = 202 (the kStd fallback),
-// M = 67 and 128 (wgmma, 64 x 128 tiles, K split), M = 300 (wgmma, 128 x 256 tiles, a partial tile
-// in M), and the variants prepare does not pick by itself (GemmFp4Sm90Forced). It skips (with the
-// reason) on a GPU other than sm_90.
+// multiple of 128; K = 3080, a partial last block; K = 202, K % 8 != 0): M = 1 and 3 (mma.sync,
+// one n8 tile), M = 16 (two tiles), M = 17 with K = 202 (the kStd fallback), M = 67 and 128 (wgmma,
+// 64 x 64 tiles, K split), M = 300 (wgmma, 128 x 256 tiles, a partial tile in M, K split), and the
+// variants prepare does not pick by itself (GemmFp4Sm90Forced). It skips (with the reason) on a GPU
+// other than sm_90.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>

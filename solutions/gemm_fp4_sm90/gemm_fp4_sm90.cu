@@ -8,30 +8,33 @@
 // straight into A-fragment registers (fp4_frag.h: the code's bits placed in a bf16 and one bf16x2
 // multiply by the re-encoded block scale, exact), A's rows the N side. prepare repacks the codes
 // and scales on the host (untimed; nothing is dequantised to memory) into the layout of the kernel
-// it picks by M:
+// it picks by M (H200 figures: NOTES.md):
 //   M <= 16  mma_kernel: mma.sync m16n8k16 (not wgmma: at N-side 8 or 16 the kernel is a weight
 //            stream, and mma.sync needs no shared memory or warpgroup sync). One block per 16-row
-//            slab, 8 warps splitting K (summed in shared memory at the end); each lane fetches its
-//            4 chunks of 64 k (16 bytes each, evict-first: W is read once) before decoding any, so
-//            ~190 blocks x 8 warps x 2 KB keep the whole weight stream in flight. Activations: the
-//            kPerm k order gives a lane its B fragments as two 16-byte loads per chunk (L1/L2:
-//            A is 96 KB at M = 16). Bytes: N K / 2 + N K / 16 (NVFP4); at M = 16, N = K = 3072,
-//            5.3 MB: 1.3 us at 4 TB/s, ~3 us predicted with the ramp.
+//            slab, 8 warps splitting K (summed in shared memory at the end); each lane issues the
+//            loads of 4 chunks of 64 k (codes 16 bytes, evict-first: W is read once; scales; its
+//            activations) before decoding any. The kPerm k order gives a lane its B fragments as
+//            two 16-byte loads per chunk (A is 96 KB at M = 16: L1/L2). Bytes: N K / 2 + N K / 16
+//            (NVFP4); at M = 16, N = K = 3072, 5.3 MB: 1.3 us at 4 TB/s; measured 7.5 us.
 //            Also the fallback for any M when K % 8 != 0 (kStd order, 4-byte activation loads,
 //            16 rows of A per block row).
-//   M > 16   wgmma_kernel: one producer warpgroup (one thread: TMA of 64-k activation tiles, 128B
-//            swizzle, into a ring of stages on full/empty mbarriers) and NCONS consumer warpgroups,
-//            each 64 W rows x BN activation rows: per k16 step, decode 4 registers per thread, then
-//            wgmma m64nBNk16 with A from registers and B from the stage; one wgmma group in flight
-//            while the next step decodes (wait_group 1). The weights go global -> registers with a
-//            prefetch ring of kPf chunks, never through shared memory.
-//            BN = 256, NCONS = 2 (128 x 256 tile) for M > 256; BN = 64, NCONS = 1 for 16 < M <= 256
-//            (more blocks: at M = 128, N = 3072 a 128 x 256 tile would give 24).
+//            mma_tma_kernel (NIBBLE_FP4SM90_KIND=mmatma): the same math fed by bulk copies into
+//            shared memory; slower as measured (9.6 us), kept selectable for tuning.
+//   M > 16   wgmma_kernel: one producer warp (TMA of the 64-k activation tile, 128B swizzle, plus
+//            bulk copies of the block's codes and scales, into a ring of stages on full/empty
+//            mbarriers) and NCONS consumer warpgroups, each 64 W rows x BN activation rows: per
+//            chunk, decode 16 registers per thread from the stage, then 4 x wgmma m64nBNk16 with A
+//            from registers and B from the stage; the chunk's group runs while the next chunk
+//            decodes (wait_group 1).
+//            128 x 256 tiles (NCONS = 2, setmaxnreg 40 / 232) on persistent blocks, one per SM, for
+//            M > 256 (276.6 us at m4096-n8192-k3072, cuBLAS bf16 280.1); 64 x 64 tiles for
+//            16 < M <= 128 and 64 x 128 up to 256, K split over a cluster of blocks summed through
+//            distributed shared memory when the tiles alone do not fill the SMs.
 // The epilogue multiplies row n of C^T by colmul[n] (NVFP4: global x 2^8; MXFP4: 2^sh(n), fp4_frag.h).
 // Residues: N padded to 128 with zero codes (rows past N never written), K padded to 64 (zero codes;
 // the TMA zero-fills A past K and past M), the partial last scale block is an ordinary block.
-// Not supported: a NaN block scale; M > 16 with A not 16-byte aligned (the TMA needs it; cudaMalloc'd
-// A always is).
+// Not supported: a NaN block scale; A not 16-byte aligned when K % 8 == 0 (the vector loads and
+// the TMA need it; cudaMalloc'd A always is); M or K beyond the grid / one block's shared memory.
 #include <cuda.h>  // CUtensorMap (the encode function comes from the runtime's driver entry point)
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -838,12 +841,13 @@ void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
 void choose_kernel(Handle& h, int sms) {
   const sol::GemmProblem& g = h.g;
   const bool k8 = g.K % 8 == 0;
-  if (!k8)
+  // Measured on the H200 (NOTES.md, v3): at M <= 16 the per-lane-load mma kernel beats the
+  // bulk-copy one (7.5 against 9.6 us at m16-n3072-k3072); at M = 128 64 x 64 tiles beat 64 x 128
+  // (21.7 against 26.6 us at m128-n4096-k4096).
+  if (!k8 || g.M <= 16)
     h.kind = Kind::kMma;
-  else if (g.M <= 16)
-    h.kind = Kind::kMmaTma;
   else
-    h.kind = g.M <= 64 ? Kind::kWg64 : (g.M <= 256 ? Kind::kWg128 : Kind::kWg256);
+    h.kind = g.M <= 128 ? Kind::kWg64 : (g.M <= 256 ? Kind::kWg128 : Kind::kWg256);
   if (const char* e = std::getenv("NIBBLE_FP4SM90_KIND")) {
     const std::string k = e;
     if (k == "mmatma") h.kind = Kind::kMmaTma;
@@ -890,9 +894,9 @@ void choose_kernel(Handle& h, int sms) {
       throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_SPLIT: 1, 2 (4, 8 below BN 256)");
     h.split = v;
   }
-  // The 128 x 256 tiles keep v2's per-lane loads (0.91x cuBLAS at m4096-n8192-k3072); below, the
-  // weights come with the activation tile.
-  h.wtma = h.kind != Kind::kWg256;
+  // The weights come with the activation tile: 276.6 us at m4096-n8192-k3072 against 308.4 with
+  // per-lane loads (both persistent), 26.6 against 36.7 us at m128-n4096-k4096.
+  h.wtma = true;
   if (const char* e = std::getenv("NIBBLE_FP4SM90_WTMA")) h.wtma = std::atoi(e) != 0;
   // Persistent blocks (one wave: 1 per SM at 128 x 256, 2 below) when there are more tiles.
   h.grid_cap = sms * (h.kind == Kind::kWg256 ? 1 : 2);
