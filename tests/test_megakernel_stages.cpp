@@ -119,8 +119,9 @@ struct DeviceMatrix {
 struct Packed {
   DevBuf w, meta;
   mk::PackedMatrix m;
-  Packed(const std::vector<mk::SourceTriple>& src, int k)
+  Packed(const std::vector<mk::SourceTriple>& src, int k, bool group_major = false)
       : w(mk::packed_weight_bytes(total_rows(src), k)), meta(mk::packed_meta_bytes(total_rows(src), k)) {
+    m.group_major = group_major ? 1 : 0;
     m.w = w.as<uint4>();
     m.meta = meta.as<uint2>();
     m.rows = total_rows(src);
@@ -207,13 +208,16 @@ void reference(const std::vector<const HostMatrix*>& rows_of, const std::vector<
 TEST(MegakernelGemv, OddShapesAndGrids) {
   NIBBLE_REQUIRE_GPU();
   Rng rng(7);
-  for (int k : {128, 384, 3072}) {
-    for (int rows : {1, 3, 17, 733}) {
+  // Both unit orders: tile-major (a warp's range covers whole tiles) and group-major (a warp's
+  // consecutive units are different tiles of one group; o-proj and down use it).
+  for (int k : {128, 384, 3072})
+    for (int rows : {1, 3, 17, 733})
+      for (bool gm : {false, true}) {
       HostMatrix h(rows, k, rng);
       DeviceMatrix d(h);
       const mk::SourceTriple s = d.source(rows);
-      Packed p({s}, k);
-      CUDA_OK(mk::launch_repack(&s, 1, mk::RowMap::Concat, k, p.w.as<uint4>(), p.meta.as<uint2>(), nullptr));
+      Packed p({s}, k, gm);
+      CUDA_OK(mk::launch_repack(&s, 1, mk::RowMap::Concat, k, p.w.as<uint4>(), p.meta.as<uint2>(), nullptr, gm));
       const std::vector<float> x = random_x(k, rng);
       std::vector<const HostMatrix*> of(size_t(rows), &h);
       std::vector<int> idx(static_cast<size_t>(rows));
@@ -222,9 +226,9 @@ TEST(MegakernelGemv, OddShapesAndGrids) {
       reference(of, idx, x, &ref, &bound);
       for (int blocks : {1, 3, 0})
         run_and_check({p.m}, {ref}, {bound}, x, blocks,
-                      "rows " + std::to_string(rows) + " K " + std::to_string(k) + " blocks " + std::to_string(blocks));
-    }
-  }
+                      "rows " + std::to_string(rows) + " K " + std::to_string(k) + (gm ? " group-major" : "") +
+                          " blocks " + std::to_string(blocks));
+      }
 }
 
 TEST(MegakernelGemv, StackedInterleavedAndSeveralMatrices) {
@@ -260,8 +264,8 @@ TEST(MegakernelGemv, StackedInterleavedAndSeveralMatrices) {
   HostMatrix s(40, 128, rng);
   DeviceMatrix ds(s);
   const mk::SourceTriple ss = ds.source(40);
-  Packed ps({ss}, 128);
-  CUDA_OK(mk::launch_repack(&ss, 1, mk::RowMap::Concat, 128, ps.w.as<uint4>(), ps.meta.as<uint2>(), nullptr));
+  Packed ps({ss}, 128, true);  // group-major between two tile-major matrices
+  CUDA_OK(mk::launch_repack(&ss, 1, mk::RowMap::Concat, 128, ps.w.as<uint4>(), ps.meta.as<uint2>(), nullptr, true));
   std::vector<const HostMatrix*> of_s(40, &s);
   std::vector<int> idx_s(40);
   for (int r = 0; r < 40; ++r) idx_s[size_t(r)] = r;
@@ -273,6 +277,32 @@ TEST(MegakernelGemv, StackedInterleavedAndSeveralMatrices) {
   reference(of_s, idx_s, x, &r3, &b3);
   for (int blocks : {1, 2, 0}) run_and_check({pq.m, pg.m, ps.m}, {r1, r2, r3}, {b1, b2, b3}, x, blocks,
                                              "stacked/interleaved blocks " + std::to_string(blocks));
+}
+
+// x is scaled per 128-input group by a power of two and split into int8 limbs (build_x_limbs): a
+// group of zeros, groups 10^6 apart in magnitude, denormals and exact powers of two (where the
+// rounded |X| reaches 2^20) must all keep the per-element bound.
+TEST(MegakernelGemv, InputDynamicRangePerGroup) {
+  NIBBLE_REQUIRE_GPU();
+  Rng rng(13);
+  const int k = 896, rows = 37;
+  HostMatrix h(rows, k, rng);
+  DeviceMatrix d(h);
+  const mk::SourceTriple s = d.source(rows);
+  Packed p({s}, k);
+  CUDA_OK(mk::launch_repack(&s, 1, mk::RowMap::Concat, k, p.w.as<uint4>(), p.meta.as<uint2>(), nullptr));
+  std::vector<float> x = random_x(k, rng);
+  const float mag[7] = {0.f, 1e3f, 1e-3f, 1.f, 1e-40f, 3e4f, 1.f};
+  for (int g = 0; g < 7; ++g)
+    for (int i = 0; i < 128; ++i) x[size_t(g * 128 + i)] *= mag[g];
+  x[128 * 6] = 1.f;   // group 6: the maximum an exact power of two
+  x[128 * 6 + 5] = -1.f;
+  std::vector<const HostMatrix*> of(size_t(rows), &h);
+  std::vector<int> idx(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) idx[size_t(r)] = r;
+  std::vector<double> ref, bound;
+  reference(of, idx, x, &ref, &bound);
+  run_and_check({p.m}, {ref}, {bound}, x, 0, "dynamic range");
 }
 
 TEST(MegakernelGemv, RejectsBadArguments) {

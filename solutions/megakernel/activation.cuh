@@ -2,7 +2,7 @@
 //
 // Spec (nibble.h, the seed): h = dequant(embed)[token]; a = RMSNorm(h) * gain with
 // RMSNorm(x) = x / sqrt(mean(x^2) + eps), fp32 sums; m = silu(gate a) * up a, silu(x) = x/(1+e^-x).
-// Shapes: h (d) fp32, gains (d) bf16, gate|up (2 ffn) fp32 in Interleave8 order (megakernel.h).
+// Shapes: h (d) fp32, gains (d) bf16 (copied to shared memory a stage early), gate|up (2 ffn) fp32 in Interleave8 order (megakernel.h).
 // Bytes: each block reads the vector from L2 (12 KB for h, 64 KB for gate|up in the full config)
 // and the gain (6 KB): recomputing the norm in every block costs ~1.6 MB of L2 reads per norm,
 // where a separate norm stage would cost a grid barrier (~1 us).
@@ -81,51 +81,49 @@ __device__ __forceinline__ void load_vector(const float* src, int n, float* xs) 
   }
 }
 
-/** gs (d) = gain (d) as fp32 (d a multiple of 4, gain 8-byte aligned), loads issued together. */
-__device__ __forceinline__ void load_gain(const uint16_t* gain, int d, float* gs) {
-  const uint2* g4 = reinterpret_cast<const uint2*>(gain);
-  float4* o4 = reinterpret_cast<float4*>(gs);
-  const int n4 = d / 4;
-  for (int base = threadIdx.x; base < n4; base += blockDim.x * kVecPerThread) {
-    uint2 v[kVecPerThread];
-#pragma unroll
-    for (int k = 0; k < kVecPerThread; ++k) {
-      const int i = base + k * blockDim.x;
-      if (i < n4) v[k] = __ldg(g4 + i);
-    }
-#pragma unroll
-    for (int k = 0; k < kVecPerThread; ++k) {
-      const int i = base + k * blockDim.x;
-      if (i < n4)
-        o4[i] = make_float4(bf16_bits_to_float(v[k].x & 0xFFFFu), bf16_bits_to_float(v[k].x >> 16),
-                            bf16_bits_to_float(v[k].y & 0xFFFFu), bf16_bits_to_float(v[k].y >> 16));
-    }
-  }
+/** Start copying gain (d bf16, 16-byte aligned, d a multiple of 8) into gn (shared memory) with
+ *  cp.async: the copy holds no registers, so it is issued a stage early and waited for
+ *  (gain_wait) before the barrier that precedes its use, off the critical path. */
+__device__ __forceinline__ void gain_prefetch(const uint16_t* gain, int d, uint16_t* gn) {
+  // Not from lane 0 of a warp: it issues the weight ring's bulk copies, and their proxy fence would
+  // wait for these copies to land.
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) return;
+  const int n = (blockDim.x >> 5) * 31;
+  for (int i = (threadIdx.x >> 5) * 31 + lane - 1; i < d / 8; i += n)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(gn + 8 * i))),
+                 "l"(gain + 8 * i)
+                 : "memory");
+  asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-/** xs = xs / sqrt(mean(xs^2) + eps) * gs, in place (gs: the gain as fp32, load_gain); the
- *  reciprocal root in fp64 as the reference. The caller synchronises before (xs, gs written). */
-__device__ __forceinline__ void rmsnorm_inplace(float* xs, const float* gs, int d, float eps, float* red) {
+/** This thread's gain_prefetch copies have landed (a __syncthreads then makes them the block's). */
+__device__ __forceinline__ void gain_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+/** 1 / sqrt(mean(xs^2) + eps) over d (fp32 sum, the reciprocal root in fp64 as the reference);
+ *  RMSNorm(x) * gain is then applied as build_x_limbs reads x. The caller synchronises before. */
+__device__ __forceinline__ float rms_scale(const float* xs, int d, float eps, float* red) {
   float ss = 0.f;
   for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(xs[i], xs[i], ss);
   ss = block_sum(ss, red);
-  const float rinv = float(1.0 / sqrt(double(ss) / double(d) + double(eps)));
-  for (int i = threadIdx.x; i < d; i += blockDim.x) xs[i] = xs[i] * rinv * gs[i];
+  return float(1.0 / sqrt(double(ss) / double(d) + double(eps)));
 }
 
-/** xs (ffn) = silu(gate) * up from gu in Interleave8 order (tile t: gate rows 8t..8t+7, then up
- *  rows 8t..8t+7), silu(x) = x / (1 + e^-x); 2 float4 loads per 4 outputs, issued together. */
-__device__ __forceinline__ void load_swiglu(const float* gu, int ffn, float* xs) {
+/** xs[128 g0 .. 128 g1) = silu(gate) * up for the down-proj input groups [g0, g1), from gu in
+ *  Interleave8 order (tile t: gate rows 8t..8t+7, then up rows 8t..8t+7), silu(x) = x / (1 + e^-x);
+ *  2 float4 loads per 4 outputs, issued together. A block reads only the groups its units need
+ *  (down is group-major: one or two groups, 1-2 KB, instead of all 64 KB of gate|up). */
+__device__ __forceinline__ void load_swiglu(const float* gu, int g0, int g1, float* xs) {
   const float4* g4 = reinterpret_cast<const float4*>(gu);
   float4* x4 = reinterpret_cast<float4*>(xs);
-  const int n4 = ffn / 4;  // output float4s; output q covers rows 4q..4q+3 = tile q/2, half q%2
+  const int q0 = g0 * (kGroup / 4), q1 = g1 * (kGroup / 4);  // output float4s; q covers rows 4q..4q+3
   constexpr int V = kSwigluVec;
-  for (int base = threadIdx.x; base < n4; base += blockDim.x * V) {
+  for (int base = q0 + int(threadIdx.x); base < q1; base += blockDim.x * V) {
     float4 g[V], u[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const int q = base + k * blockDim.x;
-      if (q < n4) {
+      if (q < q1) {
         const int src = 4 * (q >> 1) + (q & 1);  // float4 index of the gate half; up is 2 further
         g[k] = __ldcg(g4 + src);
         u[k] = __ldcg(g4 + src + 2);
@@ -134,7 +132,7 @@ __device__ __forceinline__ void load_swiglu(const float* gu, int ffn, float* xs)
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const int q = base + k * blockDim.x;
-      if (q < n4)
+      if (q < q1)
         x4[q] = make_float4(g[k].x / (1.0f + expf(-g[k].x)) * u[k].x, g[k].y / (1.0f + expf(-g[k].y)) * u[k].y,
                             g[k].z / (1.0f + expf(-g[k].z)) * u[k].z, g[k].w / (1.0f + expf(-g[k].w)) * u[k].w);
     }

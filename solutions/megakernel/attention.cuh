@@ -81,12 +81,14 @@ __device__ __forceinline__ float row_elem(const RowBits<EPL>& r, int e) {
  * The attention of one layer for every query head, written to out. Block-wide, all blocks of the
  * grid call it; out is complete once every block has returned and passed a grid barrier.
  * part: (n_q, max_chunks, hd + 2) with max_chunks = attn_max_chunks(gridDim.x, n_kv); count: (n_kv)
- * zeroed (left zeroed). smem: attention_smem_floats<HD>() floats.
+ * zeroed (left zeroed). smem: attention_smem_floats<HD>() floats. done (optional, n_kv): the
+ * combining block adds 1 to done[kv head] once that head's query heads are in out (release), so a
+ * consumer may wait for the heads it reads instead of a grid barrier.
  */
 template <int HD>
 __device__ void attention_stage(const float* qkv, const float2* __restrict__ rope, uint16_t* k_cache,
                                 uint16_t* v_cache, int n_q, int n_kv, int max_seq, int pos, float* part,
-                                int max_chunks, unsigned* count, float* out, float* smem) {
+                                int max_chunks, unsigned* count, float* out, float* smem, unsigned* done = nullptr) {
   constexpr int EPL = HD / 32, HALF = HD / 2, WPL = EPL / 2;  // elements / words per lane
   const int rep = n_q / n_kv;
   const int slots = pos + 1;
@@ -298,6 +300,13 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
         out[size_t(kvh * rep + j) * HD + e] = O;
       }
       if (threadIdx.x == 0) atomicExch(count + kvh, 0u);
+      if (done) {
+        __syncthreads();  // every thread's out before the release
+        if (threadIdx.x == 0) {
+          __threadfence();
+          atomicAdd(done + kvh, 1u);
+        }
+      }
     }
   }
 }

@@ -23,19 +23,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     gemv_blocks_kernel(const PackedMatrix* mats, float* const* ys, int n, const float* x, int k) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* xs = reinterpret_cast<float*>(smem);
-  uint2* xf = reinterpret_cast<uint2*>(smem + size_t(k) * 4);
+  unsigned char* xf = smem + size_t(k) * 4;
   auto* bars = reinterpret_cast<unsigned long long*>(smem + size_t(k) * 8);
   Ring ring = ring_init(smem + size_t(k) * 8 + kRingBarrierBytes, bars);
   const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5), nw = gridDim.x * kWarps;
   ring_prefetch(mats[0], gw, nw, ring);
   load_vector(x, k, xs);
   __syncthreads();
-  build_x_fragments(xs, k, xf);
+  build_x_limbs(xs, k, xf);
   __syncthreads();
   for (int i = 0; i < n; ++i) {
     const PackedMatrix m = mats[i];
     const PackedMatrix next = mats[i + 1 < n ? i + 1 : i];
-    gemv_run(m, ys[i], xf, gw, nw, ring, next, i + 1 < n);
+    gemv_run(m, ys[i], xquant_view(xf, k), gw, nw, ring, next, i + 1 < n);
     if (i + 1 < n) ring_prefetch(next, gw, nw, ring);
   }
 }

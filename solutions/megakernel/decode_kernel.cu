@@ -9,18 +9,24 @@
 // 8.4 MB of KV per layer at pos 2048: ~1.93 GB (the repacked metadata is 4 bytes per row-group
 // where the fixture's is 3: +0.4%).
 //
-// One block per SM, 16 warps. Five stages per layer, a grid barrier after each (grid_sync.cuh):
-//   1 qkv   every block: h -> RMSNorm -> x fragments in smem; qkv += W_qkv x (atomics)
-//   2 attn  RoPE, KV append, split attention, last-block combine -> attn (attention.cuh)
-//   3 o     h += W_o attn (the residual add is the atomic accumulation into h)
+// One block per SM, 16 warps. Five stages per layer, a grid barrier after each but the attention
+// (grid_sync.cuh):
+//   1 qkv   every block: h -> RMSNorm * gain -> x as int8 limbs in smem; qkv += W_qkv x (atomics)
+//   2 attn  RoPE, KV append, split attention, last-block combine -> attn (attention.cuh), which
+//           releases a flag per KV head: o-proj waits for the heads it reads, not for the grid
+//   3 o     h += W_o attn (the residual add is the atomic accumulation into h); o is group-major,
+//           so a block reads only its one or two heads of attn
 //   4 gu    gu += W_gu RMSNorm(h) * post_norm (gate and up rows interleaved per tile)
-//   5 down  h += W_down (silu(g) * u), silu applied while the vector is loaded
+//   5 down  h += W_down (silu(g) * u); down is group-major, so a block computes silu(g) * u for
+//           only the one or two groups of 128 inputs its units read
 // then the LM head into the (zeroed) logits. Each warp's weight ring (int4_mma_gemv.cuh) goes on
 // with the next GEMV stage's first weights as soon as the current stage's are all issued (they do
 // not depend on the activations), so they are in flight during the barrier, the input build and,
-// for o-proj, the attention stage. Measured (NOTES.md): 1677 us/token on the H200.
-// Buffers zeroed for the next atomics: logits in stage 1 of layer 0, gu in stage 1 of every layer,
-// qkv in stage 3 (so qkv is zero again when the kernel returns; build_model zeroes it first).
+// for o-proj, the attention stage; the RMSNorm gains are copied a stage early (cp.async).
+// Measured (NOTES.md): 1487 us/token on the H200 (v5).
+// Buffers zeroed for the next atomics: logits in stage 1 of layer 0, qkv in stage 4 (every block is
+// past its attention), gu after the down barrier, so both are zero when the kernel returns
+// (build_model zeroes them first).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,11 +44,12 @@ namespace {
 
 /** Shared memory carve-up; max_k = the longest GEMV input. */
 struct SmemLayout {
-  size_t xs, xf, red, bars, ring, att, total;
+  size_t xs, xf, gn, red, bars, ring, att, total;
   __host__ __device__ SmemLayout(int max_k, int hd) {
     xs = 0;                                       // max_k fp32: the GEMV input vector
-    xf = xs + size_t(max_k) * 4;                  // max_k/16 k-steps x 8 uint2: its B fragments
-    red = xf + size_t(max_k) * 4;                 // kWarps fp32: block reductions
+    xf = xs + size_t(max_k) * 4;                  // its int8 limbs (XQuant), xquant_bytes(max_k) <= 4 max_k
+    gn = xf + size_t(max_k) * 4;                  // the next RMSNorm's gain, bf16 (d <= max_k)
+    red = gn + size_t(max_k) * 2;                 // kWarps fp32: block reductions
     bars = red + 32 * 4;                          // the rings' mbarriers
     ring = bars + kRingBarrierBytes;              // the weight rings (16-byte aligned)
     att = ring + kRingBytes;                      // attention scratch: apart from the rings, which
@@ -61,16 +68,44 @@ __device__ __forceinline__ void mark(const DecodeParams& p, int k) {
   if (p.trace && threadIdx.x == 0) p.trace[size_t(blockIdx.x) * trace_marks(p.n_layers) + k] = clock64();
 }
 
-/** The barrier after stage `stage` (0-based over the whole step), traced. */
-__device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage) {
+/** Tracing: the gemv_run counters of GEMV kind k (qkv, o, gate/up, down, head), or nullptr. */
+__device__ __forceinline__ unsigned long long* gemv_stats(const DecodeParams& p, int k) {
+  return p.trace_gemv ? p.trace_gemv + 4 * k : nullptr;
+}
+
+/** Tracing: stage `stage`'s input is built (or, for the attention, its work is done). */
+__device__ __forceinline__ void mark_ready(const DecodeParams& p, int stage) {
+  mark(p, trace_ready(p.n_layers, stage));
+}
+
+/** The grid barrier after stage `stage` (0-based over the whole step, traced), the `index`-th grid
+ *  barrier of the step (the counter barrier's target). */
+__device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, int index) {
   if (p.trace) {
     __syncthreads();
     mark(p, 1 + 2 * stage);
   }
   if (p.barrier_mode == 1)
-    grid_sync_counter(p.barrier, unsigned(stage + 1) * gridDim.x);
+    grid_sync_counter(p.barrier, unsigned(index + 1) * gridDim.x);
   else
     grid_sync(p.barrier);
+  mark(p, 2 + 2 * stage);
+}
+
+/** Instead of a grid barrier after the attention (stage `stage` of layer li): wait until the KV
+ *  heads whose query heads are o-proj inputs [128 g0, 128 g1) are combined (attention.cuh's done),
+ *  traced as that stage's arrival and release. */
+__device__ __forceinline__ void wait_heads(const DecodeParams& p, int stage, int li, int g0, int g1) {
+  if (p.trace) {
+    __syncthreads();
+    mark(p, 1 + 2 * stage);
+  }
+  if (g1 > g0) {
+    const int rep = p.n_q / p.n_kv;
+    const int h0 = g0 * kGroup / p.hd / rep, h1 = ((g1 * kGroup - 1) / p.hd) / rep;
+    for (int h = h0; h <= h1; ++h) wait_flag(p.attn_done + h, unsigned(li + 1));
+  }
+  __syncthreads();
   mark(p, 2 + 2 * stage);
 }
 
@@ -81,90 +116,102 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   const int max_k = max(max(p.d, p.ffn), qdim);
   const SmemLayout lay(max_k, HD);
   float* xs = reinterpret_cast<float*>(smem + lay.xs);
-  uint2* xf = reinterpret_cast<uint2*>(smem + lay.xf);
+  unsigned char* xf = smem + lay.xf;
+  uint16_t* gn = reinterpret_cast<uint16_t*>(smem + lay.gn);
   float* red = reinterpret_cast<float*>(smem + lay.red);
   float* att = reinterpret_cast<float*>(smem + lay.att);
-  Ring ring = ring_init(smem + lay.ring, reinterpret_cast<unsigned long long*>(smem + lay.bars));
+  Ring ring = ring_init(smem + lay.ring, reinterpret_cast<unsigned long long*>(smem + lay.bars), p.proxy_fence);
 
   const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5), nw = gridDim.x * kWarps;
   mark(p, 0);
   ring_prefetch(p.layers[0].qkv, gw, nw, ring);
+  gain_prefetch(p.layers[0].in_norm, p.d, gn);
 
+  // The gains are copied into gn a stage before their RMSNorm (cp.async, waited for before the
+  // barrier in between): in_norm during the previous layer's down stage, post_norm during qkv.
+  // Four grid barriers per layer: o-proj waits only for the attention heads it reads.
   for (int li = 0; li < p.n_layers; ++li) {
     // Fields are read where used (a copy of the struct would hold ~40 registers across the layer).
     const LayerDev* L = p.layers + li;
+    int g0, g1;
 
     // 1. qkv = W_qkv RMSNorm(h) * in_norm.
-    float* gs = reinterpret_cast<float*>(xf);  // the gain as fp32 until the fragments are built
     if (li == 0) {
       load_embed_row(p.embed, p.vocab, p.d, p.token, xs, blockIdx.x == 0 ? p.h : nullptr);
       zero_grid_stride(p.logits, p.vocab);
+      gain_wait();
     } else {
       load_vector(p.h, p.d, xs);
     }
-    load_gain(L->in_norm, p.d, gs);
-    zero_grid_stride(p.gu, 2 * p.ffn);
     __syncthreads();
-    rmsnorm_inplace(xs, gs, p.d, p.eps, red);
+    float rs = rms_scale(xs, p.d, p.eps, red);
+    build_x_limbs(xs, p.d, xf, gn, rs);
     __syncthreads();
-    build_x_fragments(xs, p.d, xf);
-    __syncthreads();
-    gemv_run(L->qkv, p.qkv, xf, gw, nw, ring, L->o, true);
-    stage_barrier(p, 5 * li + 0);
+    mark_ready(p, 5 * li + 0);
+    gain_prefetch(L->post_norm, p.d, gn);
+    gemv_run(L->qkv, p.qkv, xquant_view(xf, p.d), gw, nw, ring, L->o, true, gemv_stats(p, 0));
+    gain_wait();
+    stage_barrier(p, 5 * li + 0, 4 * li + 0);
 
-    // 2. RoPE, KV append, attention -> attn.
+    // 2. RoPE, KV append, attention -> attn; the last block of each KV head releases attn_done.
     attention_stage<HD>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,
-                        p.attn_count, p.attn, att);
+                        p.attn_count, p.attn, att, p.attn_done);
+    mark_ready(p, 5 * li + 1);
     ring_prefetch(L->o, gw, nw, ring);
-    stage_barrier(p, 5 * li + 1);
+    block_groups(L->o, nw, &g0, &g1);  // o is group-major: a group is 128 / hd query heads
+    wait_heads(p, 5 * li + 1, li, g0, g1);
 
-    // 3. h += W_o attn.
-    load_vector(p.attn, qdim, xs);
+    // 3. h += W_o attn, from this block's heads of attn only.
+    load_vector(p.attn + g0 * kGroup, (g1 - g0) * kGroup, xs + g0 * kGroup);
+    __syncthreads();
+    build_x_limbs(xs, qdim, xf, nullptr, 1.f, g0, g1);
+    __syncthreads();
+    mark_ready(p, 5 * li + 2);
+    gemv_run(L->o, p.h, xquant_view(xf, qdim), gw, nw, ring, L->gu, true, gemv_stats(p, 1));
+    ring_prefetch(L->gu, gw, nw, ring);
+    stage_barrier(p, 5 * li + 2, 4 * li + 1);
+
+    // 4. gu = [W_gate | W_up] RMSNorm(h) * post_norm. (Every block is past its attention: q|k|v
+    //    can be zeroed for the next layer's atomics, gate|up for this stage's were zeroed before.)
+    load_vector(p.h, p.d, xs);
     zero_grid_stride(p.qkv, qdim + 2 * p.n_kv * HD);
     __syncthreads();
-    build_x_fragments(xs, qdim, xf);
+    rs = rms_scale(xs, p.d, p.eps, red);
+    build_x_limbs(xs, p.d, xf, gn, rs);
     __syncthreads();
-    gemv_run(L->o, p.h, xf, gw, nw, ring, L->gu, true);
-    ring_prefetch(L->gu, gw, nw, ring);
-    stage_barrier(p, 5 * li + 2);
-
-    // 4. gu = [W_gate | W_up] RMSNorm(h) * post_norm.
-    load_vector(p.h, p.d, xs);
-    load_gain(L->post_norm, p.d, gs);
-    __syncthreads();
-    rmsnorm_inplace(xs, gs, p.d, p.eps, red);
-    __syncthreads();
-    build_x_fragments(xs, p.d, xf);
-    __syncthreads();
-    gemv_run(L->gu, p.gu, xf, gw, nw, ring, L->down, true);
+    mark_ready(p, 5 * li + 3);
+    gemv_run(L->gu, p.gu, xquant_view(xf, p.d), gw, nw, ring, L->down, true, gemv_stats(p, 2));
     ring_prefetch(L->down, gw, nw, ring);
-    stage_barrier(p, 5 * li + 3);
+    stage_barrier(p, 5 * li + 3, 4 * li + 2);
 
-    // 5. h += W_down (silu(g) * u).
-    load_swiglu(p.gu, p.ffn, xs);
+    // 5. h += W_down (silu(g) * u), from this block's groups of gate|up only (down is group-major).
+    gain_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].in_norm : p.final_norm, p.d, gn);
+    block_groups(L->down, nw, &g0, &g1);
+    load_swiglu(p.gu, g0, g1, xs);
     __syncthreads();
-    build_x_fragments(xs, p.ffn, xf);
+    build_x_limbs(xs, p.ffn, xf, nullptr, 1.f, g0, g1);
     __syncthreads();
+    mark_ready(p, 5 * li + 4);
     const PackedMatrix& after = li + 1 < p.n_layers ? p.layers[li + 1].qkv : p.head;
-    gemv_run(L->down, p.h, xf, gw, nw, ring, after, true);
+    gemv_run(L->down, p.h, xquant_view(xf, p.ffn), gw, nw, ring, after, true, gemv_stats(p, 3));
     ring_prefetch(after, gw, nw, ring);
-    stage_barrier(p, 5 * li + 4);
+    gain_wait();
+    // gate|up is read by every block before this barrier: zeroed for the next layer after it
+    stage_barrier(p, 5 * li + 4, 4 * li + 3);
+    zero_grid_stride(p.gu, 2 * p.ffn);
   }
 
   // LM head: logits = W_embed RMSNorm(h) * final_norm.
-  float* gs = reinterpret_cast<float*>(xf);
   load_vector(p.h, p.d, xs);
-  load_gain(p.final_norm, p.d, gs);
   __syncthreads();
-  rmsnorm_inplace(xs, gs, p.d, p.eps, red);
+  const float rs = rms_scale(xs, p.d, p.eps, red);
+  build_x_limbs(xs, p.d, xf, gn, rs);
   __syncthreads();
-  build_x_fragments(xs, p.d, xf);
-  __syncthreads();
-  gemv_run(p.head, p.logits, xf, gw, nw, ring, p.head, false);
-  if (p.barrier_mode == 1) grid_sync_counter_done(p.barrier);
+  gemv_run(p.head, p.logits, xquant_view(xf, p.d), gw, nw, ring, p.head, false, gemv_stats(p, 4));
+  kernel_done(p.barrier, p.attn_done, p.n_kv);
   if (p.trace) {
     __syncthreads();
-    mark(p, 1 + 10 * p.n_layers);
+    mark(p, 1 + 10 * p.n_layers);  // the end
   }
 }
 
@@ -192,7 +239,7 @@ cudaError_t decode_grid_blocks(int hd, size_t smem, int* blocks) {
 std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int group) {
   if (group != kGroup)
     return "cfg.group = " + std::to_string(group) +
-           ": the repacked layout maps one 128-input group onto 8 mma k-steps; only group 128 is supported";
+           ": the repacked layout maps one 128-input group onto 4 mma k-blocks of 32; only group 128 is supported";
   if (hd != 64 && hd != 128)
     return "cfg.hd = " + std::to_string(hd) + ": the attention stage supports head dims 64 and 128 (hd/32 per lane)";
   if (n_kv < 1 || n_q % n_kv != 0 || n_q / n_kv > kMaxRep)
@@ -200,10 +247,11 @@ std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int gr
            ": the attention stage supports 1.." + std::to_string(kMaxRep) + " query heads per KV head";
   if (d % kGroup || ffn % kGroup)
     return "d and ffn must be multiples of 128 (the GEMV inputs are whole groups)";
-  // Shared memory: the longest GEMV input as fp32 plus its fragments (8 bytes per input).
+  // Shared memory: the longest GEMV input as fp32, its limbs (at most 4 bytes per input) and a
+  // gain (2 bytes per input) beside the rings and the attention scratch.
   const long long max_k = std::max({(long long)d, (long long)ffn, (long long)n_q * hd});
-  if (max_k * 8 > 160 * 1024)
-    return "the longest GEMV input (" + std::to_string(max_k) + ") does not fit in shared memory (at most 20480)";
+  if (max_k * 10 > 160 * 1024)
+    return "the longest GEMV input (" + std::to_string(max_k) + ") does not fit in shared memory (at most 16384)";
   return "";
 }
 

@@ -63,14 +63,24 @@ __device__ __forceinline__ void grid_sync_counter(unsigned* barrier, unsigned ta
   __syncthreads();
 }
 
-/** End of a launch that used grid_sync_counter: the last block to get here zeroes the count. */
-__device__ __forceinline__ void grid_sync_counter_done(unsigned* barrier) {
+/** End of a launch: the last block to get here (every other block has left its last barrier and
+ *  its last wait) zeroes the barrier count and the n_flags flags that must start the next launch at
+ *  zero. */
+__device__ __forceinline__ void kernel_done(unsigned* barrier, unsigned* flags, int n_flags) {
   if (threadIdx.x == 0) {
     if (atomicAdd(barrier + 2, 1u) == gridDim.x - 1) {
       atomicExch(barrier, 0u);
       atomicExch(barrier + 2, 0u);
+      for (int i = 0; i < n_flags; ++i) atomicExch(flags + i, 0u);
     }
   }
+}
+
+/** Thread 0 waits until *flag >= target (acquire), then the block goes on. */
+__device__ __forceinline__ void wait_flag(const unsigned* flag, unsigned target) {
+  if (threadIdx.x == 0)
+    while (ld_acquire_gpu(flag) < target) {
+    }
 }
 
 }  // namespace nibble::megakernel

@@ -2,23 +2,23 @@
 //
 // Spec (seed, "The weight format"; issue 6 "What it must be"): value = (code - zero) * scale with
 // one (scale, zero) per 128 inputs; 128-bit evict-first weight loads; the codes converted in
-// registers (magic-number LOP3); the zero subtracted on small integers (exact) and the scale
-// applied once per group in fp32; fp32 accumulation.
+// registers; the zero subtracted on small integers (exact) and the scale applied once per group in
+// fp32; fp32 accumulation.
 // Shapes (full config): qkv 5120 x 3072, o 3072 x 3072, gate|up 16384 x 3072, down 3072 x 8192,
 // LM head 128256 x 3072. Bytes: rows*K/2 codes + rows*K/128*4 metadata (6.25% of the codes) once,
 // plus x from shared memory; 52.7 MB of codes per layer + 3.3 MB of metadata, 209 MB for the head.
 //
-// Per 32-bit word (8 codes of one lane's A fragment of one k-step):
-//   a_i = (word >> 4i) & 0x000F000F | 0x43004300        bf16x2 {128 + c, 128 + c'}   (LOP3)
-//   a_i = fma.bf16x2(a_i, 1.0, -(128 + zero))           {c - zero, c' - zero}, exact  (HFMA2)
-//   mma.m16n8k16 bf16 x bf16 -> fp32
-// so about 1.6 instructions per weight instead of the 4 of a CUDA-core FMA loop (which is at the
-// SM's issue limit at HBM speed: 128 lane-instructions per cycle vs ~32 weights per cycle per SM).
-// x enters as two bf16 columns of B, x_hi = bf16(x) and x_lo = bf16(x - x_hi): the product keeps
-// ~16 bits of x (the seed's "do not quantise the activations"), and C column 0 + column 1 is the
-// fp32 dot product. The other 6 columns are zero: the tensor cores have throughput to spare.
-// A group (8 k-steps) accumulates into a fresh C, then acc += scale * C: the scale is applied once
-// per group and the integer products are exact in the mma.
+// v5: integer tensor cores. x is written once per stage as three int8 limbs per input, exactly
+// scaled by a power of two per group (build_x_limbs: 20 bits of x relative to its group's maximum),
+// the limbs being three columns of the mma's B. Then per 32-bit word of codes (8 weights):
+//   lo = word & 0x0F0F0F0F    A register of an even k-block, 4 codes as u8            (LOP3)
+//   hi = word & 0xF0F0F0F0    A register of an odd k-block, 16 x 4 codes as u8        (LOP3)
+//   mma.m16n8k32 u8 x s8 -> s32, two chains (lo, hi) of 2 per unit
+// i.e. 0.25 instructions per weight (v4's bf16 path: LOP3 + shift + HFMA2 per 2 weights, ~1.6 in
+// all) and half the mma issue slots; the integer products and sums are exact, the zero is
+// subtracted exactly as zero * (sum of the limbs) in int32, and the scale is applied once per group
+// in fp32 (gemv_unit). The other B columns (3..7) are zero: the tensor cores have throughput to
+// spare.
 //
 // Work split: the units (tile-groups, 1 KB each) of a matrix are cut into one contiguous range per
 // warp of the grid, balanced to one unit; a tile split between warps is summed with fp32 atomics
@@ -67,6 +67,8 @@ struct Ring {
   uint32_t base;          // global stage number of the current matrix's first stage
   uint32_t issued;        // stages of the current matrix issued so far
   uint32_t next_issued;   // stages of the next matrix issued while the current one finished
+  uint64_t policy;        // L2 evict-first cache policy of the weight copies
+  int proxy_fence;        // 1: fence.proxy.async before each refill (NIBBLE_MK_PFENCE, NOTES.md)
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -74,7 +76,7 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 /** Block-wide, once per kernel: carve the rings and initialise every mbarrier (count 1). */
-__device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned long long* bars) {
+__device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned long long* bars, int proxy_fence = 1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   Ring r;
   r.buf = ring_smem + size_t(warp) * kRingStages * kStageBytes;
@@ -82,6 +84,8 @@ __device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned lon
   r.base = 0;
   r.issued = 0;
   r.next_issued = 0;
+  r.proxy_fence = proxy_fence;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(r.policy));
   if (lane == 0) {
     for (int s = 0; s < kRingStages; ++s)
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(r.bar + 8 * s) : "memory");
@@ -93,28 +97,28 @@ __device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned lon
 
 /** Lane 0: stage k of M's range [u0, u1), global stage number n, into ring slot n % kRingStages
  *  (whose previous stage, n - kRingStages, has been consumed). */
-__device__ __forceinline__ void ring_issue(const PackedMatrix& M, const UnitRange& rg, const Ring& r, uint32_t k,
+__device__ __forceinline__ void ring_issue(const uint4* w, const uint2* meta, const UnitRange& rg, const Ring& r, uint32_t k,
                                            uint32_t gn) {
   const long long u = rg.u0 + (long long)k * kStageUnits;
   const int n = int(min((long long)kStageUnits, rg.u1 - u));
   const uint32_t slot = gn % kRingStages;
   unsigned char* dst = r.buf + slot * kStageBytes;
   const uint32_t bar = r.bar + 8 * slot;
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  // The slot was last read through the generic proxy (LDS); the copy engine writes it next.
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  const uint64_t policy = r.policy;
+  // The slot was last read through the generic proxy (LDS); the copy engine writes it next. Those
+  // reads have completed (their values fed the mma before the __syncwarp that precedes this).
+  if (r.proxy_fence) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(n * (kUnitBytes + kUnitMetaBytes))
                : "memory");
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
           smem_addr(dst)),
-      "l"(M.w + u * 64), "r"(n * kUnitBytes), "r"(bar), "l"(policy)
+      "l"(w + u * 64), "r"(n * kUnitBytes), "r"(bar), "l"(policy)
       : "memory");
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
           smem_addr(dst + kStageUnits * kUnitBytes)),
-      "l"(M.meta + u * 8), "r"(n * kUnitMetaBytes), "r"(bar), "l"(policy)
+      "l"(meta + u * 8), "r"(n * kUnitMetaBytes), "r"(bar), "l"(policy)
       : "memory");
 }
 
@@ -130,7 +134,7 @@ __device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, int gw, int
   const uint32_t T = ring_stages(rg);
   const uint32_t want = min(T, uint32_t(kRingStages));
   if ((threadIdx.x & 31) == 0)
-    for (uint32_t k = r.next_issued; k < want; ++k) ring_issue(M, rg, r, k, r.base + k);
+    for (uint32_t k = r.next_issued; k < want; ++k) ring_issue(M.w, M.meta, rg, r, k, r.base + k);
   r.issued = max(want, r.next_issued);
   r.next_issued = 0;
   __syncwarp();
@@ -149,88 +153,243 @@ __device__ __forceinline__ void ring_wait(const Ring& r, uint32_t n) {
       : "memory");
 }
 
-__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+/** x prepared for the integer GEMV (build_x_limbs), per 128-input group gr:
+ *   frag[gr * 24 + 12 c + l]  lane l's (< 12) B fragments of k-blocks 2c and 2c+1 (c = 0, 1):
+ *                             {b0, b1} of block 2c, then {b0, b1} of block 2c+1 (mma m16n8k32, int8;
+ *                             B column n = l / 4 = limb n, t = l % 4)
+ *   sums[gr]                  {16 S_0, 16 S_1, 16 S_2, 0}, S_n = the sum of limb n over the group
+ *   inv[gr]                   2^-e: x = inv * (2^14 q_0 + 2^7 q_1 + q_2), NaN if x is not finite
+ * Lanes 12..31 hold zero B columns (3..7): their fragments are not stored. */
+struct XQuant {
+  const uint4* frag;
+  const int4* sums;
+  const float* inv;
+};
+
+/** Shared-memory bytes of an XQuant for k inputs (k a multiple of 128): ~3.2 bytes per input. */
+__host__ __device__ constexpr size_t xquant_bytes(int k) { return size_t(k / kGroup) * (24 * 16 + 16 + 4); }
+
+/** The XQuant views of a 16-byte-aligned region of xquant_bytes(k). */
+__device__ __forceinline__ XQuant xquant_view(const unsigned char* base, int k) {
+  const int groups = k / kGroup;
+  const uint4* frag = reinterpret_cast<const uint4*>(base);
+  const int4* sums = reinterpret_cast<const int4*>(base + size_t(groups) * 24 * 16);
+  const float* inv = reinterpret_cast<const float*>(base + size_t(groups) * (24 * 16 + 16));
+  return {frag, sums, inv};
+}
+
+/**
+ * xq (xquant_bytes(k) of shared memory) = x (k fp32 in shared memory) as 3 balanced base-128 int8
+ * limbs per 128-input group: X = round(x 2^e) with e chosen so |X| < 2^20 (a power of two: the
+ * scaling is exact), X = 2^14 q_0 + 2^7 q_1 + q_2, q_1, q_2 in [-64, 63], |q_0| <= 65. So x keeps
+ * 20 bits relative to its group's largest element (the bf16 hi + lo pair it replaces kept ~16).
+ * With `gain` (k bf16 in shared memory), x = xs * mul * gain (RMSNorm applied on the way: mul =
+ * rms_scale), else x = xs; only groups [g_begin, g_end) (default: all). Block-wide, one warp per
+ * group (lane l: inputs 4l..4l+3 = bytes 0..3 of one B register of k-block l/8); the caller
+ * synchronises before and after.
+ */
+__device__ __forceinline__ void build_x_limbs(const float* xs, int k, unsigned char* xq, const uint16_t* gain = nullptr,
+                                              float mul = 1.f, int g_begin = 0, int g_end = -1) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  const int groups = k / kGroup;
+  uint32_t* frag = reinterpret_cast<uint32_t*>(xq);
+  int4* sums = reinterpret_cast<int4*>(xq + size_t(groups) * 24 * 16);
+  float* inv = reinterpret_cast<float*>(xq + size_t(groups) * (24 * 16 + 16));
+  const int kb = lane >> 3, t = (lane & 7) & 3, half = (lane & 7) >> 2;
+  if (g_end < 0) g_end = groups;
+  for (int gr = g_begin + warp; gr < g_end; gr += nwarps) {
+    float4 v = reinterpret_cast<const float4*>(xs + size_t(gr) * kGroup)[lane];
+    if (gain) {
+      const uint2 gb = reinterpret_cast<const uint2*>(gain + size_t(gr) * kGroup)[lane];
+      v = make_float4(v.x * mul * __uint_as_float(gb.x << 16), v.y * mul * __uint_as_float(gb.x & 0xFFFF0000u),
+                      v.z * mul * __uint_as_float(gb.y << 16), v.w * mul * __uint_as_float(gb.y & 0xFFFF0000u));
+    }
+    const uint32_t a = max(max(__float_as_uint(v.x) & 0x7FFFFFFFu, __float_as_uint(v.y) & 0x7FFFFFFFu),
+                           max(__float_as_uint(v.z) & 0x7FFFFFFFu, __float_as_uint(v.w) & 0x7FFFFFFFu));
+    const uint32_t m = __reduce_max_sync(0xFFFFFFFFu, a);  // positive floats order as their bits
+    // max|x| < 2^(eb - 126) (eb its biased exponent), so x 2^(146 - eb) < 2^20; clamped so that both
+    // 2^e and 2^-e are normal floats (a group of zeros or denormals just keeps fewer bits).
+    const int e = min(max(146 - int(m >> 23), -126), 126);
+    const float scale = __int_as_float((127 + e) << 23);
+    const float r = m >= 0x7F800000u ? __int_as_float(0x7FC00000) : __int_as_float((127 - e) << 23);
+    const float xv[4] = {v.x, v.y, v.z, v.w};
+    uint32_t q[3] = {0u, 0u, 0u};
+    int s[3] = {0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      int X = __float2int_rn(xv[i] * scale);
+      const int d2 = ((X + 64) & 127) - 64;
+      X = (X - d2) >> 7;  // exact: X - d2 is a multiple of 128
+      const int d1 = ((X + 64) & 127) - 64;
+      const int d0 = (X - d1) >> 7;
+      q[0] |= uint32_t(d0 & 0xFF) << (8 * i);
+      q[1] |= uint32_t(d1 & 0xFF) << (8 * i);
+      q[2] |= uint32_t(d2 & 0xFF) << (8 * i);
+      s[0] += d0;
+      s[1] += d1;
+      s[2] += d2;
+    }
+#pragma unroll
+    for (int n = 0; n < 3; ++n) {
+      // limb n's four bytes are register b[half] of k-block kb for B lane 4n + t
+      frag[((size_t(gr) * 24 + 12 * (kb >> 1) + 4 * n + t) * 4) + 2 * (kb & 1) + half] = q[n];
+      s[n] = __reduce_add_sync(0xFFFFFFFFu, s[n]);
+    }
+    if (lane == 0) {
+      sums[gr] = make_int4(16 * s[0], 16 * s[1], 16 * s[2], 0);
+      inv[gr] = r;
+    }
+  }
+}
+
+/** c += A B, mma.m16n8k32 u8 (A: codes or 16 x codes) x s8 (B: x limbs) -> s32: exact. Not volatile,
+ *  so the compiler may interleave the independent chains. */
+__device__ __forceinline__ void imma_16832(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/** bf16x2 (128 + c) - (128 + zero), exact: fma(a, 1.0, nz) with nz = -(128 + zero) in both halves. */
-__device__ __forceinline__ uint32_t sub_zero(uint32_t magic_codes, uint32_t nz) {
-  uint32_t r;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(magic_codes), "r"(0x3F803F80u), "r"(nz));
-  return r;
-}
-
-/** -(128 + zero) as bf16x2 from a metadata word ((scale << 16) | zero). */
-__device__ __forceinline__ uint32_t neg_magic_zero(uint32_t meta) { return 0xC300C300u | ((meta & 0xFu) * 0x00010001u); }
-
-/** One unit (16 rows x 128 inputs) of this lane: acc0 += row g's dot, acc1 += row g+8's (the
- *  sums are complete in lanes with lane % 4 == 0; the other lanes' C columns are zero).
- *  xf: this group's 8 k-steps of B fragments in shared memory, 8 uint2 per k-step (lanes 0..7). */
-__device__ __forceinline__ void gemv_unit(const uint4 (&w)[2], uint2 meta, const uint2* xf, int lane, float& acc0,
-                                          float& acc1) {
-  const uint32_t nz0 = neg_magic_zero(meta.x), nz1 = neg_magic_zero(meta.y);
-  float ca[4] = {0.f, 0.f, 0.f, 0.f}, cb[4] = {0.f, 0.f, 0.f, 0.f};  // two chains: even / odd k-steps
-  const bool has_b = lane < 8;
+/**
+ * One unit (16 rows x 128 inputs = one group) of this lane. Lane (g = lane/4, t = lane%4) holds C
+ * rows g and g + 8, columns 2t and 2t + 1 = limbs 2t, 2t + 1 (columns 3..7 are zero or weighted 0
+ * by gemv_flush): acc[r][j] += scale_r 2^-e (16 sum (c - zero) q) for that row and limb.
+ * Per word of codes: lo = word & 0x0F0F0F0F is one A register of the even k-block (4 codes as u8),
+ * hi = word & 0xF0F0F0F0 the same register of the odd k-block as 16 x code: one LOP3 per 4 weights,
+ * no conversion. Then 16 C_lo + C_hi - 16 zero S is 16 sum (c - zero) q exactly in int32 (at most
+ * 16 * 15 * 65 * 128 < 2^24, so also exact as fp32), and the scale is applied once per group.
+ */
+__device__ __forceinline__ void gemv_unit(const uint4 (&w)[2], uint2 meta, const XQuant& xq, int gr, int lane,
+                                          float (&acc)[2][2]) {
+  uint4 b[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
+  if (lane < 12) {
+    b[0] = xq.frag[gr * 24 + lane];
+    b[1] = xq.frag[gr * 24 + 12 + lane];
+  }
+  int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
-    const uint32_t ws[4] = {w[c].x, w[c].y, w[c].z, w[c].w};
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int s = 4 * c + q;
-      uint2 b = make_uint2(0u, 0u);
-      if (has_b) b = xf[s * 8 + lane];
-      const uint32_t word = ws[q];
-      const uint32_t a0 = sub_zero((word & 0x000F000Fu) | 0x43004300u, nz0);
-      const uint32_t a1 = sub_zero(((word >> 4) & 0x000F000Fu) | 0x43004300u, nz1);
-      const uint32_t a2 = sub_zero(((word >> 8) & 0x000F000Fu) | 0x43004300u, nz0);
-      const uint32_t a3 = sub_zero(((word >> 12) & 0x000F000Fu) | 0x43004300u, nz1);
-      if (s & 1)
-        mma_bf16_16816(cb, a0, a1, a2, a3, b.x, b.y);
-      else
-        mma_bf16_16816(ca, a0, a1, a2, a3, b.x, b.y);
-    }
+    imma_16832(clo, w[c].x & 0x0F0F0F0Fu, w[c].y & 0x0F0F0F0Fu, w[c].z & 0x0F0F0F0Fu, w[c].w & 0x0F0F0F0Fu, b[c].x,
+               b[c].y);
+    imma_16832(chi, w[c].x & 0xF0F0F0F0u, w[c].y & 0xF0F0F0F0u, w[c].z & 0xF0F0F0F0u, w[c].w & 0xF0F0F0F0u, b[c].z,
+               b[c].w);
   }
-  const float s0 = __uint_as_float(meta.x & 0xFFFF0000u), s1 = __uint_as_float(meta.y & 0xFFFF0000u);
-  acc0 = fmaf(s0, (ca[0] + ca[1]) + (cb[0] + cb[1]), acc0);
-  acc1 = fmaf(s1, (ca[2] + ca[3]) + (cb[2] + cb[3]), acc1);
+  const int2 S = reinterpret_cast<const int2*>(xq.sums + gr)[lane & 1];  // limbs 2t, 2t + 1 (t even: 0, 1)
+  const float r = xq.inv[gr];
+  const int z0 = int(meta.x & 0xFu), z1 = int(meta.y & 0xFu);
+  const float s0 = __uint_as_float(meta.x & 0xFFFF0000u) * r, s1 = __uint_as_float(meta.y & 0xFFFF0000u) * r;
+  acc[0][0] = fmaf(s0, float(16 * clo[0] + chi[0] - z0 * S.x), acc[0][0]);
+  acc[0][1] = fmaf(s0, float(16 * clo[1] + chi[1] - z0 * S.y), acc[0][1]);
+  acc[1][0] = fmaf(s1, float(16 * clo[2] + chi[2] - z1 * S.x), acc[1][0]);
+  acc[1][1] = fmaf(s1, float(16 * clo[3] + chi[3] - z1 * S.y), acc[1][1]);
 }
 
-/** out[16 tile + g] += acc0, out[16 tile + g + 8] += acc1 from the lanes that hold the sums. */
-__device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, long long tile, int lane, float acc0,
-                                           float acc1) {
-  if ((lane & 3) == 0) {
-    const long long r = tile * kTileRows + (lane >> 2);
-    if (r < M.rows) atomicAdd(out + r, acc0);
-    if (r + 8 < M.rows) atomicAdd(out + r + 8, acc1);
+/** Limb weights of this lane's two C columns, with the 1/16 of gemv_unit: column 0 = q_0 (2^14),
+ *  1 = q_1 (2^7), 2 = q_2 (1), 3..7 = 0 (zero B columns; their acc is finite but meaningless). */
+__device__ __forceinline__ float2 limb_weights(int lane) {
+  const int t = lane & 3;
+  return make_float2(t == 0 ? 1024.f : (t == 1 ? 0.0625f : 0.f), t == 0 ? 8.f : 0.f);
+}
+
+/** out[r..r+3] += v with one vector reduction (sm_90 red.global.add.v4.f32; out 16-byte aligned). */
+__device__ __forceinline__ void red_add_v4(float* out, float4 v) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(out), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
+/** out[16 tile + 0..15] += this unit-run's row sums: the limbs weighted and summed over the 4 lanes
+ *  of a row (t = 0, 1 hold limbs 0, 1 and 2), then gathered so that lane 28 + t holds rows 4t..4t+3
+ *  and adds them with one 16-byte reduction (4 atomics per tile instead of 16; a partial last tile
+ *  or an unaligned out takes scalar atomics). Every lane of the warp calls it. */
+__device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, long long tile, int lane,
+                                          const float (&acc)[2][2], float2 wl) {
+  float r0 = fmaf(acc[0][0], wl.x, acc[0][1] * wl.y), r1 = fmaf(acc[1][0], wl.x, acc[1][1] * wl.y);
+  r0 += __shfl_xor_sync(0xFFFFFFFFu, r0, 1);
+  r1 += __shfl_xor_sync(0xFFFFFFFFu, r1, 1);
+  r0 += __shfl_xor_sync(0xFFFFFFFFu, r0, 2);
+  r1 += __shfl_xor_sync(0xFFFFFFFFu, r1, 2);
+  // Row 4t + i is row g = 4 (t & 1) + i of the quads: r0 of lane 4g for t < 2, r1 of lane 4g for t >= 2.
+  const int t = lane & 3;
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int src = 4 * (4 * (t & 1) + i);
+    const float a = __shfl_sync(0xFFFFFFFFu, r0, src), b = __shfl_sync(0xFFFFFFFFu, r1, src);
+    v[i] = t < 2 ? a : b;
   }
+  // Lanes 28..31 (t = 0..3) write: lane 0 issues the ring's bulk copies, whose proxy fence would
+  // otherwise wait for these reductions to reach L2 (~1 us per flush, measured v6).
+  if (lane >= 28) {
+    const long long r = tile * kTileRows + 4 * t;
+    float* dst = out + r;
+    if (M.vec_flush && r + 3 < M.rows && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
+      red_add_v4(dst, make_float4(v[0], v[1], v[2], v[3]));
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (r + i < M.rows) atomicAdd(dst + i, v[i]);
+    }
+  }
+}
+
+/** This block's groups of M, [*g0, *g1): for a group-major M, the inputs its warps' ranges read
+ *  (gw = blockIdx.x * kWarps + warp, as the decode kernel numbers warps). Empty when it has no unit. */
+__device__ __forceinline__ void block_groups(const PackedMatrix& M, int nw, int* g0, int* g1) {
+  if (!M.group_major) {  // a tile-major range reads every group
+    *g0 = 0;
+    *g1 = M.groups;
+    return;
+  }
+  const long long u0 = unit_range(M, blockIdx.x * kWarps, nw).u0;
+  const long long u1 = unit_range(M, blockIdx.x * kWarps + kWarps - 1, nw).u1;
+  if (u1 <= u0) {
+    *g0 = *g1 = 0;
+    return;
+  }
+  *g0 = int(u0 / M.tiles);
+  *g1 = int((u1 - 1) / M.tiles) + 1;
 }
 
 /**
  * This warp's share of out += M x. ring_prefetch(M, gw, nw, r) must have been called with the same
- * gw, nw; xf holds x's B fragments for all K (build_x_fragments). Every lane of the warp calls this.
+ * gw, nw; xq holds x for every group the range reads (build_x_limbs). Every lane of the warp calls
+ * this. The sums of consecutive units of one tile stay in registers; a tile change flushes them.
  * As slots free up after M's last stages are issued, the ring goes on with the first stages of
  * `next` (when has_next): the warp's weight stream does not drain at the end of a matrix, and the
  * next stage's first loads are in flight during the barrier, the input build and the attention.
  */
-__device__ __forceinline__ void gemv_run(const PackedMatrix& M, float* out, const uint2* xf, int gw, int nw, Ring& r,
-                                         const PackedMatrix& next, bool has_next) {
+__device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, const XQuant& xq, int gw, int nw, Ring& r,
+                                         const PackedMatrix& next, bool has_next,
+                                         unsigned long long* stats = nullptr) {
   const int lane = threadIdx.x & 31;
+  // Mg and next may live in global memory (the layer table): read once into registers, or every
+  // use after an asm "memory" clobber is an L2 round trip in the unit loop (v6 lost ~1 us per
+  // unit that way).
+  const PackedMatrix M = Mg;
+  const uint4* next_w = next.w;
+  const uint2* next_meta = next.meta;
+  // Tracing (stats: 4 counters): this warp's cycles in ring_wait, in flushes, in all, and its units.
+  long long t_wait = 0, t_flush = 0;
+  const long long t_begin = stats ? clock64() : 0;
   const UnitRange rg = unit_range(M, gw, nw);
   const uint32_t T = ring_stages(rg);
   const UnitRange rn = has_next ? unit_range(next, gw, nw) : UnitRange{0, 0};
   const uint32_t Tn = ring_stages(rn);
   if (T > 0) {
-    const int G = M.groups;
-    long long tile = rg.u0 / G;
-    int j = int(rg.u0 % G);
-    float acc0 = 0.f, acc1 = 0.f;
+    const float2 wl = limb_weights(lane);
+    long long tile;
+    int j;
+    unit_tile_group(M, rg.u0, &tile, &j);
+    float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     for (uint32_t k = 0; k < T; ++k) {
-      ring_wait(r, r.base + k);
+      if (stats) {
+        const long long t0 = clock64();
+        ring_wait(r, r.base + k);
+        t_wait += clock64() - t0;
+      } else {
+        ring_wait(r, r.base + k);
+      }
       const unsigned char* st = r.buf + ((r.base + k) % kRingStages) * kStageBytes;
       const long long u = rg.u0 + (long long)k * kStageUnits;
 #pragma unroll
@@ -240,52 +399,41 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& M, float* out, cons
           const uint4 w[2] = {wp[0], wp[32]};
           const uint2 meta =
               *reinterpret_cast<const uint2*>(st + kStageUnits * kUnitBytes + i * kUnitMetaBytes + (lane >> 2) * 8);
-          gemv_unit(w, meta, xf + j * 64, lane, acc0, acc1);
-          if (++j == G) {
-            gemv_flush(M, out, tile, lane, acc0, acc1);
-            acc0 = acc1 = 0.f;
-            j = 0;
-            ++tile;
+          gemv_unit(w, meta, xq, j, lane, acc);
+          long long nt = tile;
+          int nj = j;
+          if (M.group_major) {
+            if (++nt == M.tiles) nt = 0, ++nj;
+          } else if (++nj == M.groups) {
+            nj = 0, ++nt;
           }
+          if (nt != tile || u + i + 1 == rg.u1) {
+            const long long t0 = stats ? clock64() : 0;
+            gemv_flush(M, out, tile, lane, acc, wl);
+            if (stats) t_flush += clock64() - t0;
+            acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = 0.f;
+          }
+          tile = nt;
+          j = nj;
         }
       }
       __syncwarp();  // every lane has read the slot before lane 0 refills it
       if (r.issued < T) {
-        if (lane == 0) ring_issue(M, rg, r, r.issued, r.base + r.issued);
+        if (lane == 0) ring_issue(M.w, M.meta, rg, r, r.issued, r.base + r.issued);
         ++r.issued;
       } else if (r.next_issued < Tn) {
-        if (lane == 0) ring_issue(next, rn, r, r.next_issued, r.base + T + r.next_issued);
+        if (lane == 0) ring_issue(next_w, next_meta, rn, r, r.next_issued, r.base + T + r.next_issued);
         ++r.next_issued;
       }
     }
-    if (j != 0) gemv_flush(M, out, tile, lane, acc0, acc1);
   }
   r.base += T;
   r.issued = 0;
-}
-
-/** bf16 bits of f, round to nearest even (finite f; NaN stays NaN). */
-__device__ __forceinline__ uint32_t bf16_rn_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
-
-/**
- * xf (k/16 k-steps x 8 uint2) = the B fragments of x (k fp32 in shared memory): for k-step s and
- * lane l < 8 (column n = l/4: 0 = x_hi, 1 = x_lo; t = l%4): {x[16s+2t], x[16s+2t+1]} and
- * {x[16s+2t+8], x[16s+2t+9]} as bf16x2 (lower input in the low half). Block-wide; the caller
- * synchronises before and after.
- */
-__device__ __forceinline__ void build_x_fragments(const float* xs, int k, uint2* xf) {
-  const int n = (k / 16) * 8;
-  for (int idx = threadIdx.x; idx < n; idx += blockDim.x) {
-    const int s = idx >> 3, l = idx & 7, t = l & 3;
-    const int e = 16 * s + 2 * t;
-    const float v[4] = {xs[e], xs[e + 1], xs[e + 8], xs[e + 9]};
-    uint32_t b[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t hi = bf16_rn_bits(v[i]);
-      b[i] = (l < 4) ? hi : bf16_rn_bits(v[i] - __uint_as_float(hi << 16));
-    }
-    xf[idx] = make_uint2(b[0] | (b[1] << 16), b[2] | (b[3] << 16));
+  if (stats && lane == 0) {
+    atomicAdd(stats + 0, (unsigned long long)t_wait);
+    atomicAdd(stats + 1, (unsigned long long)t_flush);
+    atomicAdd(stats + 2, (unsigned long long)(clock64() - t_begin));
+    atomicAdd(stats + 3, (unsigned long long)(rg.u1 - rg.u0));
   }
 }
 

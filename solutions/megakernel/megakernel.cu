@@ -66,50 +66,73 @@ struct Model {
   int blocks = 0;
   size_t smem = 0;
   DeviceAlloc trace;                   // NIBBLE_MK_TRACE: per-block stage clocks of the last step
+  DeviceAlloc trace_gemv;              // and the GEMV counters summed over every step
   std::string trace_path;
 };
 
 /** NIBBLE_MK_TRACE=<file>: at teardown, write where the last step's time went, per stage kind:
  *  work = a block's time from the previous barrier's release to its arrival (max and mean over
- *  blocks), wait = arrival to release (min over blocks: the barrier's own latency, seen by the last
+ *  blocks), split into build (release to "ready": the input vector built; for the attention, its
+ *  whole work) and gemv (ready to arrival: the GEMV, its flush and the block's slowest warp), both
+ *  means; wait = arrival to release (min over blocks: the barrier's own latency, seen by the last
  *  block to arrive). Clocks are SM cycles (per-block differences only); us at 1.98 GHz. */
 void write_trace(const Model& m) {
   const int L = m.cfg.layers, K = trace_marks(L), B = m.blocks;
   std::vector<long long> t(size_t(B) * K);
   SOL_CUDA(cudaMemcpy(t.data(), m.trace.get(), t.size() * 8, cudaMemcpyDeviceToHost));
   const char* names[5] = {"qkv", "attn", "o", "gate/up", "down"};
-  double work_max[5] = {}, work_mean[5] = {}, wait_min[5] = {}, wait_mean[5] = {};
+  double work_max[5] = {}, work_mean[5] = {}, build_mean[5] = {}, wait_min[5] = {}, wait_mean[5] = {};
   for (int s = 0; s < 5 * L; ++s) {
-    double wmax = 0, wsum = 0, amin = 1e30, asum = 0;
+    double wmax = 0, wsum = 0, bsum = 0, amin = 1e30, asum = 0;
     for (int b = 0; b < B; ++b) {
       const long long* tb = t.data() + size_t(b) * K;
       const double prev = double(tb[s == 0 ? 0 : 2 * s]), arr = double(tb[1 + 2 * s]), rel = double(tb[2 + 2 * s]);
+      const double ready = double(tb[trace_ready(L, s)]);
       wmax = std::max(wmax, arr - prev);
       wsum += arr - prev;
+      bsum += ready - prev;
       amin = std::min(amin, rel - arr);
       asum += rel - arr;
     }
     work_max[s % 5] += wmax / L;
     work_mean[s % 5] += wsum / B / L;
+    build_mean[s % 5] += bsum / B / L;
     wait_min[s % 5] += amin / L;
     wait_mean[s % 5] += asum / B / L;
   }
+  const int end = 1 + 10 * L;  // the end mark; end - 1 is the last barrier's release
   double head_max = 0, total_max = 0;
   for (int b = 0; b < B; ++b) {
     const long long* tb = t.data() + size_t(b) * K;
-    head_max = std::max(head_max, double(tb[K - 1] - tb[K - 2]));
-    total_max = std::max(total_max, double(tb[K - 1] - tb[0]));
+    head_max = std::max(head_max, double(tb[end] - tb[end - 1]));
+    total_max = std::max(total_max, double(tb[end] - tb[0]));
   }
   FILE* f = std::fopen(m.trace_path.c_str(), "w");
   if (!f) return;
   const double us = 1.0 / 1980.0;
   std::fprintf(f, "megakernel trace: %d blocks, %d layers; cycles per layer (us at 1.98 GHz)\n", B, L);
-  std::fprintf(f, "%-8s %12s %12s %12s %12s\n", "stage", "work max", "work mean", "wait min", "wait mean");
-  for (int k = 0; k < 5; ++k)
-    std::fprintf(f, "%-8s %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f\n", names[k], work_max[k], work_max[k] * us,
-                 work_mean[k], work_mean[k] * us, wait_min[k], wait_min[k] * us, wait_mean[k], wait_mean[k] * us);
+  std::fprintf(f, "%-8s %12s %12s %12s %12s %12s %12s\n", "stage", "work max", "work mean", "build mean", "gemv mean",
+               "wait min", "wait mean");
+  for (int k = 0; k < 5; ++k) {
+    const double g = work_mean[k] - build_mean[k];
+    std::fprintf(f, "%-8s %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f\n", names[k],
+                 work_max[k], work_max[k] * us, work_mean[k], work_mean[k] * us, build_mean[k], build_mean[k] * us, g,
+                 g * us, wait_min[k], wait_min[k] * us, wait_mean[k], wait_mean[k] * us);
+  }
   std::fprintf(f, "head     %6.0f %5.2f\ntotal    %8.0f cycles %8.2f us\n", head_max, head_max * us, total_max,
                total_max * us);
+  // The GEMV counters: summed over all warps, layers and steps, so shown per warp and per call.
+  std::vector<unsigned long long> g(20);
+  SOL_CUDA(cudaMemcpy(g.data(), m.trace_gemv.get(), 20 * 8, cudaMemcpyDeviceToHost));
+  const char* gnames[5] = {"qkv", "o", "gate/up", "down", "head"};
+  const unsigned long long calls_head = g[4 * 4 + 3] ? g[4 * 4 + 3] / ((unsigned long long)m.params.head.tiles * m.params.head.groups) : 0;
+  std::fprintf(f, "gemv per warp per call: ring wait, flush, all (us); units per warp (%llu steps)\n", calls_head);
+  for (int k = 0; k < 5; ++k) {
+    const double per = double(B) * kWarps * double(calls_head) * (k == 4 ? 1 : L);
+    if (per <= 0) continue;
+    std::fprintf(f, "%-8s %6.2f %6.2f %6.2f  %6.2f\n", gnames[k], g[4 * k] / per * us, g[4 * k + 1] / per * us,
+                 g[4 * k + 2] / per * us, g[4 * k + 3] / per);
+  }
   std::fclose(f);
 }
 
@@ -226,15 +249,22 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     RowMap map;
     int k;
     PackedMatrix* dst;
+    bool group_major = false;  // o and down: a block's units read one or two groups of the input
   };
   std::vector<Job> jobs;
+  // A/B switches for the trace (NOTES.md): NIBBLE_MK_GM=0 keeps o and down tile-major (every block
+  // then builds their whole input), NIBBLE_MK_FLUSH=0 flushes with one atomic per row.
+  const char* gm_env = std::getenv("NIBBLE_MK_GM");
+  const bool gm = !(gm_env && *gm_env && std::atoi(gm_env) == 0);
+  const char* fl_env = std::getenv("NIBBLE_MK_FLUSH");
+  const int vec_flush = (fl_env && *fl_env && std::atoi(fl_env) == 0) ? 0 : 1;
   for (int i = 0; i < c.layers; ++i) {
     LayerSrc& s = src[size_t(i)];
     LayerDev& L = mdl->layers[size_t(i)];
     jobs.push_back({{s.q, s.k, s.v}, RowMap::Concat, c.d, &L.qkv});
-    jobs.push_back({{s.o}, RowMap::Concat, qdim, &L.o});
+    jobs.push_back({{s.o}, RowMap::Concat, qdim, &L.o, gm});
     jobs.push_back({{s.gate, s.up}, RowMap::Interleave8, c.d, &L.gu});
-    jobs.push_back({{s.down}, RowMap::Concat, c.ffn, &L.down});
+    jobs.push_back({{s.down}, RowMap::Concat, c.ffn, &L.down, gm});
   }
   PackedMatrix head;
   jobs.push_back({{embed}, RowMap::Concat, c.d, &head});
@@ -255,12 +285,14 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     for (const SourceTriple& s : job.src) rows += s.rows;
     auto* w = reinterpret_cast<uint4*>(mdl->weights.get() + w_off[j]);
     auto* m = reinterpret_cast<uint2*>(mdl->weights.get() + m_off[j]);
-    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, m, stream));
+    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, m, stream, job.group_major));
     job.dst->w = w;
     job.dst->meta = m;
     job.dst->tiles = (rows + kTileRows - 1) / kTileRows;
     job.dst->groups = job.k / kGroup;
     job.dst->rows = rows;
+    job.dst->group_major = job.group_major ? 1 : 0;
+    job.dst->vec_flush = vec_flush;
   }
 
   // Scratch: activations, attention partials, counters, the RoPE table, the layer array.
@@ -272,7 +304,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
       size_t(qdim) * 4,                                  // attn
       size_t(2) * c.ffn * 4,                             // gu
       size_t(c.n_q) * max_chunks * (c.hd + 2) * 4,       // partials
-      size_t(c.n_kv) * 4,                                // attention counters
+      size_t(c.n_kv) * 8,                                // attention counters and done flags
       64,                                                // barrier
       n_rope * sizeof(float2),                           // RoPE table
       size_t(c.layers) * sizeof(LayerDev),               // layers
@@ -294,6 +326,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   P.gu = reinterpret_cast<float*>(take(sizes[3]));
   P.part = reinterpret_cast<float*>(take(sizes[4]));
   P.attn_count = reinterpret_cast<unsigned*>(take(sizes[5]));
+  P.attn_done = P.attn_count + c.n_kv;
   P.barrier = reinterpret_cast<unsigned*>(take(sizes[6]));
   auto* rope_dev = reinterpret_cast<float2*>(take(sizes[7]));
   auto* layers_dev = reinterpret_cast<LayerDev*>(take(sizes[8]));
@@ -334,10 +367,14 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   P.rope = rope_dev;
   P.max_chunks = max_chunks;
   if (const char* bm = std::getenv("NIBBLE_MK_BARRIER"); bm && *bm) P.barrier_mode = std::atoi(bm) == 0 ? 0 : 1;
+  if (const char* pf = std::getenv("NIBBLE_MK_PFENCE"); pf && *pf) P.proxy_fence = std::atoi(pf) == 0 ? 0 : 1;
   if (const char* tp = std::getenv("NIBBLE_MK_TRACE"); tp && *tp) {
     mdl->trace_path = tp;
     mdl->trace.allocate(size_t(mdl->blocks) * trace_marks(c.layers) * 8);
     P.trace = reinterpret_cast<long long*>(mdl->trace.get());
+    mdl->trace_gemv.allocate(20 * 8);
+    SOL_CUDA(cudaMemsetAsync(mdl->trace_gemv.get(), 0, 20 * 8, stream));
+    P.trace_gemv = reinterpret_cast<unsigned long long*>(mdl->trace_gemv.get());
   }
   *handle = mdl.release();
 }
@@ -424,6 +461,7 @@ NIBBLE_EXPORT nibble_status nibble_decode_teardown(void* handle, void* stream, n
     SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
     if (m->trace.get()) nibble::megakernel::write_trace(*m);
     m->trace.release();
+    m->trace_gemv.release();
     m->weights.release();
     m->scratch.release();
   });

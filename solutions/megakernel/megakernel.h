@@ -25,7 +25,7 @@
 
 namespace nibble::megakernel {
 
-/** Quantisation group (the seed's group) this solution supports: one group = 8 mma k-steps. */
+/** Quantisation group (the seed's group) this solution supports: one group = 4 mma k-blocks of 32. */
 inline constexpr int kGroup = 128;
 /** Output rows per tile: the mma's M. */
 inline constexpr int kTileRows = 16;
@@ -36,16 +36,21 @@ inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kMaxRep = 4;
 
 /**
- * An int4 matrix repacked for mma.sync.m16n8k16 (bf16 A fragments built in registers).
+ * An int4 matrix repacked for mma.sync.m16n8k32 u8 x s8 (the codes are the A fragments as they are).
  *
  * Logical (rows, K), K a multiple of 128; rows padded to tiles of 16 (padding: code 0, scale 0).
- * Unit u = tile * groups + group (a "tile-group": 16 rows x 128 inputs) is 1024 contiguous bytes,
- * 64 uint4 indexed [c (2)][lane (32)]; word q of uint4 (c, lane) is lane's A fragment of k-step
- * s = 4c + q (inputs kb = group*128 + 16 s ..): with g = lane/4, t = lane%4, nibble p of the word
- * (bits 4p..4p+3) holds row g + 8*(p&1), input kb + 2t + 8*((p>>1)&1) + (p>>2). Then
- * (word >> 4i) & 0x000F000F | 0x43004300 is, as bf16x2, 128 + the codes of fragment register i.
+ * Unit u = tile * groups + group (a "tile-group": 16 rows x 128 inputs = 4 k-blocks of 32) is 1024
+ * contiguous bytes, 64 uint4 indexed [c (2)][lane (32)]; word q of uint4 (c, lane) holds lane's A
+ * register q of k-blocks 2c (even nibbles) and 2c + 1 (odd nibbles): with g = lane/4, t = lane%4,
+ * nibble p (bits 4p..4p+3) is row g + 8 (q&1), input group*128 + 32 (2c + (p&1)) + 16 (q>>1) + 4t
+ * + p/2. So word & 0x0F0F0F0F is register q of block 2c as four u8 codes and word & 0xF0F0F0F0 that
+ * of block 2c + 1 as four u8 (16 x code): one LOP3 per four weights.
  * meta[u * 8 + g] = {row g, row g + 8}, each (scale bf16 bits << 16) | zero.
- * So a warp streams its units as contiguous 16-byte loads, 512 bytes per warp instruction.
+ * Units are ordered tile-major (u = tile * groups + group: a warp's range covers a few tiles whole,
+ * one flush per tile) or group-major (u = group * tiles + tile: a block's range covers one or two
+ * groups of the input, so it needs only those 128-256 inputs of x, and, for o-proj, only the
+ * attention heads they are; a flush per unit). Either way a warp streams its units as contiguous
+ * 16-byte loads, 512 bytes per warp instruction.
  */
 struct PackedMatrix {
   const uint4* w = nullptr;
@@ -53,7 +58,22 @@ struct PackedMatrix {
   int tiles = 0;   ///< ceil(rows / 16)
   int groups = 0;  ///< K / 128
   int rows = 0;    ///< real rows: outputs at index >= rows are never written
+  int group_major = 0;  ///< 0: u = tile * groups + group; 1: u = group * tiles + tile
+  /** 1: a flush adds 4 rows per red.global.add.v4.f32 (4 per tile); 0: one atomicAdd per row (16).
+   *  NIBBLE_MK_FLUSH=0 at build_model picks the scalar one (an A/B switch for the trace). */
+  int vec_flush = 1;
 };
+
+/** Tile and group of unit u of M. */
+NIBBLE_MK_HD inline void unit_tile_group(const PackedMatrix& M, long long u, long long* tile, int* group) {
+  if (M.group_major) {
+    *tile = u % M.tiles;
+    *group = int(u / M.tiles);
+  } else {
+    *tile = u / M.groups;
+    *group = int(u % M.groups);
+  }
+}
 
 /** Bytes of the repacked weights and metadata of a (rows, K) matrix. */
 inline size_t packed_weight_bytes(int rows, int k) { return size_t((rows + 15) / 16) * (k / 128) * 1024; }
@@ -75,9 +95,10 @@ enum class RowMap {
 };
 
 /** repack.cu: write the repacked matrix of n_src sources (1..3) with K inputs into w / meta
- *  (sized by packed_*_bytes for the total rows). Runs on `stream`. */
+ *  (sized by packed_*_bytes for the total rows), units in group-major order when group_major
+ *  (PackedMatrix::group_major must then be 1). Runs on `stream`. */
 cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w, uint2* meta,
-                          cudaStream_t stream);
+                          cudaStream_t stream, bool group_major = false);
 
 /** One decoder layer as the kernel sees it. */
 struct LayerDev {
@@ -109,10 +130,15 @@ struct DecodeParams {
   float* part = nullptr;     ///< attention partials (n_q, max_chunks, hd + 2)
   int max_chunks = 0;
   unsigned* attn_count = nullptr;  ///< (n_kv), zero between steps
+  /** (n_kv) layers whose attention output of this KV head's query heads is complete (the combining
+   *  block's release); o-proj waits on it instead of a grid barrier. Zero between steps. */
+  unsigned* attn_done = nullptr;
   unsigned* barrier = nullptr;     ///< [count, generation, done], count and done zero between steps
   /** 0: generation barrier (fence, atomic, spin; grid_sync), 1: release/acquire counter
    *  (grid_sync_counter). NIBBLE_MK_BARRIER at build_model picks it. */
   int barrier_mode = 1;
+  /** 1: a proxy fence before each weight-ring refill; 0: none (NIBBLE_MK_PFENCE=0, an A/B switch). */
+  int proxy_fence = 1;
   // this step
   const int64_t* token = nullptr;
   int pos = 0;
@@ -120,11 +146,16 @@ struct DecodeParams {
   /** Optional (NIBBLE_MK_TRACE): clock64() per block at every stage's arrival at and release from
    *  its barrier, trace_stride values per block (trace_marks(n_layers)). nullptr: no tracing. */
   long long* trace = nullptr;
+  /** With trace: per GEMV kind (qkv, o, gate/up, down, head) 4 sums over warps and layers: cycles
+   *  waiting on the weight ring, cycles flushing, cycles in all, units (gemv_run's stats). */
+  unsigned long long* trace_gemv = nullptr;
 };
 
 /** Values per block of DecodeParams::trace: the start, (arrival, release) for 5 stages per layer,
- *  the end. */
-NIBBLE_MK_HD inline int trace_marks(int n_layers) { return 2 + 10 * n_layers; }
+ *  the end, then one "ready" mark per stage (input built, before the GEMV; after the attention). */
+NIBBLE_MK_HD inline int trace_marks(int n_layers) { return 2 + 15 * n_layers; }
+/** Index of stage s's "ready" mark (s over the whole step, 5 per layer). */
+NIBBLE_MK_HD inline int trace_ready(int n_layers, int s) { return 2 + 10 * n_layers + s; }
 
 /** Chunks per KV head the attention stage splits the sequence into, for a grid of `blocks`. */
 inline int attn_max_chunks(int blocks, int n_kv) { return blocks / n_kv > 0 ? blocks / n_kv : 1; }

@@ -25,6 +25,7 @@ struct RepackArgs {
   int rows;    // virtual rows (sum of the sources')
   int tiles;   // ceil(rows / 16)
   int groups;  // k / 128
+  int group_major;
 };
 
 /** Virtual row v -> (source, source row); false for padding. */
@@ -62,22 +63,23 @@ __device__ uint32_t meta_at(const RepackArgs& a, int v, int group) {
   return (uint32_t(a.src[s].scale[i]) << 16) | uint32_t(a.src[s].zero[i]);
 }
 
-// One thread per output word: unit u = tile * groups + group, word index (c, lane, q).
+// One thread per output word: unit u = tile * groups + group, word index (c, lane, q); see
+// megakernel.h (PackedMatrix) for the layout.
 __global__ void repack_weights_kernel(const RepackArgs a, uint32_t* w) {
   const size_t n = size_t(a.tiles) * a.groups * 256;
   for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += size_t(gridDim.x) * blockDim.x) {
     const size_t u = idx / 256;
     const int in_unit = int(idx % 256);
     const int c = in_unit / 128, lane = (in_unit / 4) % 32, q = in_unit % 4;
-    const int tile = int(u / a.groups), group = int(u % a.groups);
-    const int s = 4 * c + q;  // k-step within the group
-    const int kb = group * kGroup + 16 * s;
+    const int tile = a.group_major ? int(u % a.tiles) : int(u / a.groups);
+    const int group = a.group_major ? int(u / a.tiles) : int(u % a.groups);
     const int g = lane >> 2, t = lane & 3;
+    const int row = tile * kTileRows + g + 8 * (q & 1);
     uint32_t word = 0;
 #pragma unroll
     for (int p = 0; p < 8; ++p) {
-      const int row = tile * kTileRows + g + 8 * (p & 1);
-      const int k = kb + 2 * t + 8 * ((p >> 1) & 1) + (p >> 2);
+      const int block = 2 * c + (p & 1);  // even nibbles: k-block 2c, odd nibbles: k-block 2c + 1
+      const int k = group * kGroup + 32 * block + 16 * (q >> 1) + 4 * t + (p >> 1);
       word |= code_at(a, row, k) << (4 * p);
     }
     w[idx] = word;
@@ -89,7 +91,8 @@ __global__ void repack_meta_kernel(const RepackArgs a, uint2* meta) {
   for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += size_t(gridDim.x) * blockDim.x) {
     const size_t u = idx / 8;
     const int g = int(idx % 8);
-    const int tile = int(u / a.groups), group = int(u % a.groups);
+    const int tile = a.group_major ? int(u % a.tiles) : int(u / a.groups);
+    const int group = a.group_major ? int(u / a.tiles) : int(u % a.groups);
     const int row = tile * kTileRows + g;
     meta[idx] = make_uint2(meta_at(a, row, group), meta_at(a, row + 8, group));
   }
@@ -98,7 +101,7 @@ __global__ void repack_meta_kernel(const RepackArgs a, uint2* meta) {
 }  // namespace
 
 cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w, uint2* meta,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, bool group_major) {
   if (!src || n_src < 1 || n_src > 3 || k <= 0 || k % kGroup != 0 || !w || !meta) return cudaErrorInvalidValue;
   if (map == RowMap::Interleave8 && (n_src != 2 || src[0].rows != src[1].rows || src[0].rows % 8 != 0))
     return cudaErrorInvalidValue;
@@ -107,6 +110,7 @@ cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k,
   a.map = map;
   a.k = k;
   a.groups = k / kGroup;
+  a.group_major = group_major ? 1 : 0;
   long long rows = 0;
   for (int i = 0; i < n_src; ++i) {
     if (!src[i].packed || !src[i].scale || !src[i].zero || src[i].rows < 1) return cudaErrorInvalidValue;
