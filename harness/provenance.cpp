@@ -32,16 +32,17 @@ nlohmann::ordered_json git_provenance() {
   const std::string git = "git -C '" + src + "' ";
   const std::string sha = capture(git + "rev-parse HEAD 2>/dev/null");
   j["source_dir"] = src;
-  if (!sha.empty()) {
-    j["commit"] = sha;
-    j["dirty"] = !capture(git + "status --porcelain --untracked-files=no 2>/dev/null").empty();
-    j["commit_from"] = "git";
-  } else if (const char* env = std::getenv("NIBBLE_SOURCE_COMMIT"); env && *env) {
-    // A copy of the tree without .git (a CI artifact, a remote GPU machine): the caller says
-    // which commit it is; dirtiness is then unknown.
+  if (const char* env = std::getenv("NIBBLE_SOURCE_COMMIT"); env && *env) {
+    // The caller says which commit the tree is (a CI artifact, a copy on a remote GPU machine whose
+    // .git, if any, may be stale): that wins, and what git says is kept beside it for comparison.
     j["commit"] = env;
     j["dirty"] = nullptr;
     j["commit_from"] = "NIBBLE_SOURCE_COMMIT";
+    if (!sha.empty()) j["git_commit"] = sha;
+  } else if (!sha.empty()) {
+    j["commit"] = sha;
+    j["dirty"] = !capture(git + "status --porcelain --untracked-files=no 2>/dev/null").empty();
+    j["commit_from"] = "git";
   } else {
     j["commit"] = nullptr;
     j["commit_from"] = "unknown: no git checkout and NIBBLE_SOURCE_COMMIT unset";

@@ -6,8 +6,9 @@
 
 namespace nibble {
 
-/** {"commit": sha or null, "dirty": bool, "source_dir": ..., "build_commit": sha at configure time}.
- *  Asks git in the source folder at run time; falls back to the configure-time commit. */
+/** {"commit": sha or null, "dirty": bool or null, "commit_from", "source_dir", "build_commit": sha at
+ *  configure time}. NIBBLE_SOURCE_COMMIT, when set, is the commit (a copied tree's .git may be
+ *  stale; git's answer is kept as "git_commit"); else git in the source folder at run time. */
 nlohmann::ordered_json git_provenance();
 /** {"hostname", "os", "cpus"}. */
 nlohmann::ordered_json host_provenance();

@@ -15,6 +15,7 @@ nibble_add_gtest(process SOURCES test_process.cpp LIBS nibble_runtime LABELS cpu
 nibble_add_gtest(solution_library SOURCES test_solution_library.cpp LIBS nibble_runtime LABELS cpu)
 add_dependencies(test_solution_library ${NIBBLE_BAD_SOLUTIONS})
 nibble_add_gtest(cli SOURCES test_cli.cpp LIBS nibble_runtime LABELS cpu)
+nibble_add_gtest(provenance SOURCES test_provenance.cpp LIBS nibble_runtime LABELS cpu)
 add_dependencies(test_cli nibble ${NIBBLE_BAD_SOLUTIONS})
 nibble_add_gtest(grade_gpu SOURCES test_grade_gpu.cpp LIBS nibble_runtime LABELS "gpu;slow")
 add_dependencies(test_grade_gpu nibble nibble_reference ${NIBBLE_BAD_SOLUTIONS})
