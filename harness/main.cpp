@@ -6,6 +6,7 @@
 //   nibble fixture verify DIR
 //   nibble compare BASE.json NEW.json [--max-slowdown PCT] [--alpha A] [--force] [--json]
 //   nibble report show R.json | nibble report html R.json [BASE.json] -o R.html
+//   nibble configs [--task T]     the tasks and their official configs, one "task config" per line
 // Hidden: `nibble __run` and `nibble __probe`, the grader's child processes.
 #include <CLI/CLI.hpp>
 
@@ -96,6 +97,25 @@ const CLI::Validator kSeed(
       return "";
     },
     "SEED");
+
+/** `nibble configs`: one "task config" line per official config of `task` (all tasks when empty),
+ *  for scripts that grade every shape (scripts/gemm-all.sh). Exit 2 for an unknown task. */
+int list_configs(const std::string& task) {
+  try {
+    std::vector<std::string> tasks = task_names();
+    if (!task.empty()) {
+      check_task(task);
+      tasks = {task};
+    }
+    for (const std::string& t : tasks)
+      for (const std::string& c : is_gemm_task(t) ? gemm_config_names() : decode_config_names())
+        std::printf("%s %s\n", t.c_str(), c.c_str());
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "nibble configs: %s\n", e.what());
+    return 2;
+  }
+}
 
 int main(int argc, char** argv) {
   CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI"};
@@ -200,6 +220,9 @@ int main(int argc, char** argv) {
   run_gemm->add_option("--max-timing-seconds", gr.max_timing_seconds);
   run_gemm->add_option("--call-timeout", gr.call_timeout_seconds);
   run_gemm->add_option("--prepare-timeout", gr.prepare_timeout_seconds);
+  std::string cf_task;
+  auto* configs = app.add_subcommand("configs", "List the tasks and their official configs, one `task config` per line");
+  configs->add_option("--task", cf_task, "Only this task's configs");
   std::string probe_out;
   bool probe_no_bw = false;
   auto* probe = app.add_subcommand("__probe", "(internal) device facts and copy bandwidth");
@@ -224,6 +247,7 @@ int main(int argc, char** argv) {
     return grade_main(g);
   }
   if (calibrate->parsed()) return calibrate_main(c);
+  if (configs->parsed()) return list_configs(cf_task);
   if (fbuild->parsed()) return fixture_build(f_task, f_config, f_seed, f_out, f_threads, f_quiet);
   if (fverify->parsed()) return fixture_verify(v_dir);
   if (run->parsed()) return child_run_main(r);

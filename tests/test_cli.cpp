@@ -188,3 +188,25 @@ TEST(Cli, FixtureVerifyChecksTheTaskItClaims) {
   r = run_nibble({"fixture", "verify", dir}, t);
   EXPECT_EQ(r.code, 1) << r.output;
 }
+
+// `nibble configs` lists every task's official configs (scripts/gemm-all.sh grades them all): the
+// decode task's two and, per GEMM task, tiny plus the 28 shapes (M in {1, 16, 128, 4096} x 7 (N, K)).
+TEST(Cli, ConfigsListsEveryOfficialConfig) {
+  TempDir t;
+  const Result r = run_nibble({"configs"}, t);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("megakernel-int4-weight-decode full\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("megakernel-int4-weight-decode tiny\n"), std::string::npos) << r.output;
+  for (const char* task : {"gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"}) {
+    const Result g = run_nibble({"configs", "--task", task}, t);
+    EXPECT_EQ(g.code, 0) << g.output;
+    int lines = 0;
+    for (char ch : g.output) lines += ch == '\n';
+    EXPECT_EQ(lines, 29) << g.output;
+    for (const char* c : {"tiny", "m1-n3072-k3072", "m4096-n4096-k4096", "m16-n3000-k3080", "m128-n3072-k8192"})
+      EXPECT_NE(g.output.find(std::string(task) + " " + c + "\n"), std::string::npos) << c << "\n" << g.output;
+  }
+  const Result bad = run_nibble({"configs", "--task", "gemm-fp8"}, t);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("unknown task 'gemm-fp8'"), std::string::npos) << bad.output;
+}
