@@ -107,11 +107,7 @@ int calibrate_main(const CalibrateOptions& opt) {
   try {
     check_task(opt.task);
     cfg = decode_config(opt.config);
-    if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
-    for (size_t i = 0; i < opt.seeds.size(); ++i)
-      for (size_t j = 0; j < i; ++j)
-        if (opt.seeds[i] == opt.seeds[j])
-          throw std::invalid_argument("seed " + std::to_string(opt.seeds[i]) + " is given twice in --seeds");
+    check_seeds(opt.seeds);
     if (opt.path != "auto" && opt.path != "gpu" && opt.path != "cpu")
       throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + opt.path + "'");
     check_writable(opt.out);
@@ -128,27 +124,9 @@ int calibrate_main(const CalibrateOptions& opt) {
   report["gate"] = cfg.gate;
 
   // GPU when one answers (or is demanded); the CPU oracle otherwise.
-  std::string path = opt.path;
   json device;
-  if (path != "cpu") {
-    log("probing the GPU");
-    ChildRun probe = run_child_in({exe, "__probe", "--no-bandwidth", "--out", work.path() + "/probe/result.json"},
-                                  work.path() + "/probe", 120);
-    const bool gpu = probe.result.is_object() && probe.result.value("ok", false);
-    if (!gpu && path == "gpu") {
-      std::fprintf(stderr, "nibble calibrate: --path gpu, but no usable NVIDIA GPU: %s\n",
-                   probe.result.is_object() ? probe.result.value("error", std::string()).c_str() : probe.log_tail.c_str());
-      return 2;
-    }
-    if (gpu) {
-      device = probe.result;
-      device.erase("ok");
-      path = "gpu";
-    } else {
-      path = "cpu";
-      log("no GPU: using the fp64 CPU oracle");
-    }
-  }
+  const std::string path = calibration_path(opt.path, exe, work.path(), log, &device);
+  if (path.empty()) return 2;
   if (path == "cpu" && cfg.name == "full")
     log("warning: the fp64 oracle on the full config takes a long time per step");
   report["path"] = path == "gpu" ? "gpu: bundled reference .so per variant, child processes" : "cpu: fp64 oracle per variant";
@@ -183,24 +161,21 @@ int calibrate_main(const CalibrateOptions& opt) {
       if (!variant.empty()) a.insert(a.end(), {"--variant", variant});
       return a;
     };
-    log("seed " + std::to_string(seed) + ": the exact reference");
-    ChildRun exact = run_child_in(args("", sd + "/exact"), sd + "/exact", opt.timeout_seconds);
-    if (!exact.completed()) {
-      std::fprintf(stderr, "nibble calibrate: the reference failed (%s)\n%s\n", exact.exit.describe().c_str(), exact.log_tail.c_str());
+    std::vector<std::string> names;
+    for (const auto& v : variants) names.push_back(v.name);
+    log("seed " + std::to_string(seed) + ": the reference and " + std::to_string(names.size()) + " variants");
+    try {
+      const bool ran = run_variant_children(args, names, sd, opt.timeout_seconds, log,
+                                            [&](size_t i, const std::string& vd, const std::string& ed) {
+                                              double w = 0;
+                                              bool finite = true;
+                                              errs[i].push_back(errors_of(compare_outputs(
+                                                  cfg, ed + "/outputs.safetensors", vd + "/outputs.safetensors", &w, &finite)));
+                                            });
+      if (!ran) return 3;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble calibrate: the reference's outputs could not be read: %s\n", e.what());
       return 3;
-    }
-    for (size_t i = 0; i < variants.size(); ++i) {
-      const std::string vd = sd + "/" + variants[i].name;
-      log("seed " + std::to_string(seed) + ": variant " + variants[i].name);
-      ChildRun c = run_child_in(args(variants[i].name, vd), vd, opt.timeout_seconds, &log, variants[i].name);
-      if (!c.completed()) {
-        std::fprintf(stderr, "nibble calibrate: variant %s failed to run (%s)\n%s\n", variants[i].name,
-                     c.exit.describe().c_str(), c.log_tail.c_str());
-        return 3;
-      }
-      double w = 0;
-      bool finite = true;
-      errs[i].push_back(errors_of(compare_outputs(cfg, sd + "/exact/outputs.safetensors", vd + "/outputs.safetensors", &w, &finite)));
     }
   }
   report["fixtures"] = fixtures;

@@ -70,6 +70,12 @@ std::string gemm_fixture_dir(const GemmConfig& cfg, uint64_t seed, const std::st
   return given.empty() ? default_fixture_dir(cfg.task, cfg.name, seed) : given;
 }
 
+/** The GEMM reference .so: `given`, or the bundled one beside the nibble executable. */
+std::string gemm_reference_path(const std::string& exe, const std::string& given) {
+  return given.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / "libnibble_gemm_reference.so").string()
+                       : given;
+}
+
 }  // namespace
 
 int child_gemm_main(const GemmRunOptions& opt) {
@@ -356,9 +362,7 @@ int grade_gemm_main(const GradeOptions& opt) {
   if (!opt.calibration.empty())
     std::fprintf(stderr, "nibble grade: --calibration is used by the decode task only; ignored for %s\n", opt.task.c_str());
   const std::string exe = self_exe();
-  const std::string reference =
-      opt.reference.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / "libnibble_gemm_reference.so").string()
-                            : opt.reference;
+  const std::string reference = gemm_reference_path(exe, opt.reference);
   const std::string solution = fs::absolute(opt.solution).string();
   if (!fs::exists(reference)) {
     std::fprintf(stderr, "nibble grade: the reference %s does not exist; build the project (scripts/test.sh) or pass --reference\n",
@@ -552,18 +556,34 @@ int calibrate_gemm_main(const CalibrateOptions& opt) {
   GemmConfig cfg;
   try {
     cfg = gemm_config(opt.task, opt.config);
-    if (opt.path != "auto" && opt.path != "cpu")
-      throw std::invalid_argument("--path " + opt.path + ": GEMM calibration runs on the fp64 oracle, use --path cpu (or auto); "
-                                  "the GPU reference's variants are checked against it by tests/test_gemm_solutions_gpu.cpp");
+    check_seeds(opt.seeds);
+    if (opt.path != "auto" && opt.path != "gpu" && opt.path != "cpu")
+      throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + opt.path + "'");
     check_writable(opt.out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
     return 2;
   }
+  const std::string exe = self_exe();
+  const std::string reference = gemm_reference_path(exe, opt.reference);
+  TempDir work("nibble-calibrate-gemm");
   json report = document_header("nibble.calibration", opt.argv, opt.task, cfg.name);
   report["seeds"] = opt.seeds;
   report["gate"] = kGemmGate;
-  report["path"] = "cpu: fp64 oracle per variant";
+
+  // The GPU (the reference .so and its variants, each in a child process, as any candidate runs)
+  // when one answers or is demanded; the fp64 oracle otherwise (slow beyond small shapes:
+  // M N K multiply-adds per variant).
+  json device;
+  const std::string path = calibration_path(opt.path, exe, work.path(), log, &device);
+  if (path.empty()) return 2;
+  if (path == "gpu" && !fs::exists(reference)) {
+    std::fprintf(stderr, "nibble calibrate: the reference %s does not exist; build the project (scripts/test.sh) or pass --reference\n",
+                 reference.c_str());
+    return 3;
+  }
+  report["path"] = path == "gpu" ? "gpu: bundled GEMM reference .so per variant, child processes" : "cpu: fp64 oracle per variant";
+  if (path == "gpu") report["device"] = device;
   const auto variants = oracle::gemm_variants_for(opt.task);
   json rows = json::array();
   std::vector<std::vector<double>> errs(variants.size());
@@ -571,21 +591,54 @@ int calibrate_gemm_main(const CalibrateOptions& opt) {
     const std::string dir = gemm_fixture_dir(cfg, seed, "");
     try {
       ensure_gemm_fixture(cfg, seed, dir, opt.threads, true, {});
-      SafetensorsFile f(dir + "/model.safetensors");
-      const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-      log("seed " + std::to_string(seed) + ": fp64 oracle, " + std::to_string(variants.size()) + " variants");
-      const auto exact = oracle::gemm_fixture(cfg, f, {}, threads);
-      for (size_t v = 0; v < variants.size(); ++v)
-        errs[v].push_back(oracle::relative_error(oracle::gemm_fixture(cfg, f, variants[v].options, threads), exact));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
+      std::fprintf(stderr, "nibble calibrate: fixture: %s\n", e.what());
+      return 3;
+    }
+    if (path == "cpu") {
+      try {
+        SafetensorsFile f(dir + "/model.safetensors");
+        const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+        log("seed " + std::to_string(seed) + ": fp64 oracle, " + std::to_string(variants.size()) + " variants");
+        const auto exact = oracle::gemm_fixture(cfg, f, {}, threads);
+        for (size_t v = 0; v < variants.size(); ++v)
+          errs[v].push_back(oracle::relative_error(oracle::gemm_fixture(cfg, f, variants[v].options, threads), exact));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
+        return 3;
+      }
+      continue;
+    }
+    // GPU: one checked call (unflipped A) of the exact reference and of each variant.
+    const std::string sd = work.path() + "/seed" + std::to_string(seed);
+    auto args = [&](const std::string& variant, const std::string& odir) {
+      auto a = gemm_run_args(exe, reference, cfg, dir, odir, 1, false, seed, nullptr);
+      if (!variant.empty()) a.insert(a.end(), {"--variant", variant});
+      return a;
+    };
+    std::vector<std::string> names;
+    for (const auto& v : variants) names.push_back(v.name);
+    log("seed " + std::to_string(seed) + ": the reference and " + std::to_string(names.size()) + " variants");
+    try {
+      const bool ran = run_variant_children(args, names, sd, opt.timeout_seconds, log,
+                                            [&](size_t i, const std::string& vd, const std::string& ed) {
+                                              SafetensorsFile vf(vd + "/outputs.safetensors"), ef(ed + "/outputs.safetensors");
+                                              double w = 0;
+                                              compare_gemm(vf, ef, "call", 1, cfg.M, cfg.N, &w);
+                                              errs[i].push_back(w);
+                                            });
+      if (!ran) return 3;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble calibrate: the reference's outputs could not be read: %s\n", e.what());
       return 3;
     }
   }
   bool healthy = true;
   std::ostringstream o;
   char line[256];
-  o << "\nnibble calibrate  " << opt.task << " / " << cfg.name << "  (fp64 CPU oracle), gate " << fmt(kGemmGate) << "\n\n";
+  o << "\nnibble calibrate  " << opt.task << " / " << cfg.name << "  ("
+    << (path == "gpu" ? device.value("name", std::string("GPU")) : std::string("fp64 CPU oracle")) << "), gate " << fmt(kGemmGate)
+    << "\n\n";
   std::snprintf(line, sizeof line, "  %-22s %-6s  %-9s %-8s %s\n", "variant", "expect", "worst", "x gate", "verdict");
   o << line;
   for (size_t v = 0; v < variants.size(); ++v) {

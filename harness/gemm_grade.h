@@ -30,7 +30,10 @@ struct GemmRunOptions {
 int child_gemm_main(const GemmRunOptions& opt);
 /** `nibble grade` for a GEMM task (GradeOptions.task names it). Same exit codes as grade_main. */
 int grade_gemm_main(const GradeOptions& opt);
-/** `nibble calibrate` for a GEMM task: the variant table against kGemmGate. */
+/** `nibble calibrate` for a GEMM task: the variant table against kGemmGate, on the GPU (the GEMM
+ *  reference .so and each variant in child processes) or the fp64 oracle (path cpu, or auto without
+ *  a GPU). Exit codes as calibrate_main: 0 healthy, 1 not, 2 bad input or no GPU for path gpu,
+ *  3 could not run. */
 int calibrate_gemm_main(const CalibrateOptions& opt);
 
 }  // namespace nibble

@@ -229,12 +229,7 @@ void check_grade_options(const GradeOptions& opt) {
     if (ec || !fs::is_directory(opt.dump_dir))
       throw std::invalid_argument("--dump " + opt.dump_dir + " is not a folder that can be created or written");
   }
-  std::vector<uint64_t> seen;
-  for (uint64_t s : opt.seeds) {
-    if (std::find(seen.begin(), seen.end(), s) != seen.end())
-      throw std::invalid_argument("seed " + std::to_string(s) + " is given twice in --seeds");
-    seen.push_back(s);
-  }
+  check_seeds(opt.seeds);
   if (opt.min_rounds < 1 || opt.max_rounds < opt.min_rounds)
     throw std::invalid_argument("--min-rounds must be at least 1 and at most --max-rounds");
   if (!(opt.timeout_seconds > 0) || !(opt.step_timeout_seconds > 0) || !(opt.build_timeout_seconds > 0))
@@ -312,5 +307,61 @@ void append_history(const std::string& path, const json& report, const std::stri
   if (std::fclose(f) != 0 || !ok) throw std::runtime_error("cannot append to history file " + path);
 }
 
+
+void check_seeds(const std::vector<uint64_t>& seeds) {
+  if (seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
+  std::vector<uint64_t> seen;
+  for (uint64_t s : seeds) {
+    if (std::find(seen.begin(), seen.end(), s) != seen.end())
+      throw std::invalid_argument("seed " + std::to_string(s) + " is given twice in --seeds");
+    seen.push_back(s);
+  }
+}
+
+bool run_variant_children(const VariantArgs& args, const std::vector<std::string>& variants, const std::string& seed_dir,
+                          double timeout_seconds, const Log& log,
+                          const std::function<void(size_t, const std::string&, const std::string&)>& compare) {
+  const std::string exact_dir = seed_dir + "/exact";
+  log("the exact reference");
+  ChildRun exact = run_child_in(args("", exact_dir), exact_dir, timeout_seconds);
+  if (!exact.completed()) {
+    std::fprintf(stderr, "nibble calibrate: the reference failed (%s)\n%s\n", exact.exit.describe().c_str(), exact.log_tail.c_str());
+    return false;
+  }
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const std::string vd = seed_dir + "/" + variants[i];
+    log("variant " + variants[i]);
+    ChildRun c = run_child_in(args(variants[i], vd), vd, timeout_seconds, &log, variants[i]);
+    if (!c.completed()) {
+      std::fprintf(stderr, "nibble calibrate: variant %s failed to run (%s)\n%s\n", variants[i].c_str(),
+                   c.exit.describe().c_str(), c.log_tail.c_str());
+      return false;
+    }
+    compare(i, vd, exact_dir);
+  }
+  return true;
+}
+
+std::string calibration_path(const std::string& want, const std::string& exe, const std::string& work_dir, const Log& log,
+                             ordered_json* device) {
+  if (want != "auto" && want != "gpu" && want != "cpu")
+    throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + want + "'");
+  if (want == "cpu") return "cpu";
+  log("probing the GPU");
+  ChildRun probe = run_child_in({exe, "__probe", "--no-bandwidth", "--out", work_dir + "/probe/result.json"},
+                                work_dir + "/probe", 120);
+  if (probe.result.is_object() && probe.result.value("ok", false)) {
+    *device = probe.result;
+    device->erase("ok");
+    return "gpu";
+  }
+  if (want == "gpu") {
+    std::fprintf(stderr, "nibble calibrate: --path gpu, but no usable NVIDIA GPU: %s\n",
+                 probe.result.is_object() ? probe.result.value("error", std::string()).c_str() : probe.log_tail.c_str());
+    return "";
+  }
+  log("no GPU: using the fp64 CPU oracle");
+  return "cpu";
+}
 
 }  // namespace nibble

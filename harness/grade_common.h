@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,6 +91,27 @@ ordered_json gbench_json(const ordered_json& report);
 /** Append one JSON line (date, commit, GPU, task, config, solution, disposition, median, worst
  *  error, report path) to a history file. Throws std::runtime_error when it cannot. */
 void append_history(const std::string& path, const ordered_json& report, const std::string& report_path);
+
+/** Throws std::invalid_argument unless `seeds` is non-empty and has no seed twice. */
+void check_seeds(const std::vector<uint64_t>& seeds);
+
+/** Calibration's path for `want` ("gpu", "cpu" or "auto"; anything else throws
+ *  std::invalid_argument): "gpu" when the probe child (run in work_dir) finds a GPU, with its facts
+ *  in *device; "cpu" for want "cpu" or for "auto" without a GPU; "" after printing why when want is
+ *  "gpu" and no GPU answers (exit 2). Shared by the decode and GEMM calibrations. */
+std::string calibration_path(const std::string& want, const std::string& exe, const std::string& work_dir, const Log& log,
+                             ordered_json* device);
+
+/** The child arguments of one reference run: variant ("" = the exact reference), output folder. */
+using VariantArgs = std::function<std::vector<std::string>(const std::string& variant, const std::string& out_dir)>;
+
+/** Calibration's GPU runs of one seed, each in a child process under seed_dir: the exact reference
+ *  (seed_dir/exact), then every name in `variants` (seed_dir/<name>), calling compare(i, variant
+ *  folder, exact folder) after variant i (it may throw: the caller reports it). Returns false after
+ *  printing why when a child fails. */
+bool run_variant_children(const VariantArgs& args, const std::vector<std::string>& variants, const std::string& seed_dir,
+                          double timeout_seconds, const Log& log,
+                          const std::function<void(size_t, const std::string&, const std::string&)>& compare);
 
 /** Everything about a grade's options that can be wrong, checked before any work (both task
  *  families): the solution file, seeds (present, distinct, one with --fixture), report,

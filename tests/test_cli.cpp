@@ -210,3 +210,16 @@ TEST(Cli, ConfigsListsEveryOfficialConfig) {
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.output.find("unknown task 'gemm-fp8'"), std::string::npos) << bad.output;
 }
+
+// GEMM calibration has a GPU path now: demanding it without a GPU is refused like the decode task's.
+TEST(Cli, GemmCalibrateOnTheGpuWithoutOneSaysSo) {
+  std::string why;
+  if (test::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: the no-GPU answer cannot be observed here";
+  TempDir t;
+  const Result r = run_nibble({"calibrate", "--task", "gemm-w4a16-nvfp4", "--config", "tiny", "--path", "gpu", "--out",
+                               t.path() + "/c.json", "-q"},
+                              t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--path gpu, but no usable NVIDIA GPU"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/c.json"));
+}

@@ -2,6 +2,7 @@
 // exactly one disposition, a report, and the documented exit code; the grader never crashes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -159,3 +160,42 @@ TEST_P(GradeGemmGpu, ReferenceAndBaselinePassADecodeLibraryIsRefused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tasks, GradeGemmGpu, ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"));
+
+// The GPU path of GEMM calibration (the reference .so and each variant in child processes) against
+// the CPU path (the fp64 oracle) on tiny: the same variants, the same verdicts, a healthy gate, and
+// errors that agree (the GPU reference matches the oracle to 1e-4 relative per variant, see
+// test_gemm_solutions_gpu; each error is a ratio of two such results).
+class CalibrateGemmGpu : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CalibrateGemmGpu, GpuTableMatchesTheOracleTable) {
+  NIBBLE_REQUIRE_GPU();
+  TempDir t;
+  setenv("NIBBLE_CACHE_DIR", (t.path() + "/cache").c_str(), 1);
+  json tables[2];
+  const char* paths[2] = {"gpu", "cpu"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string out = t.path() + "/" + paths[i] + ".json";
+    const ChildExit e = run_child({bindir() + "/bin/nibble", "calibrate", "--task", GetParam(), "--config", "tiny", "--seeds",
+                                   "0,1", "--path", paths[i], "--out", out, "-q"},
+                                  t.path() + "/log", 600);
+    const std::string log = file_tail(t.path() + "/log", 1 << 15);
+    std::cout << log;
+    ASSERT_EQ(e.kind, ChildExit::Exited) << e.describe();
+    EXPECT_EQ(e.code, 0) << paths[i] << "\n" << log;
+    tables[i] = json::parse(read_file(out));
+  }
+  EXPECT_EQ(tables[0]["path"].get<std::string>().rfind("gpu", 0), 0u);
+  ASSERT_EQ(tables[0]["rows"].size(), tables[1]["rows"].size());
+  for (size_t r = 0; r < tables[0]["rows"].size(); ++r) {
+    const json &g = tables[0]["rows"][r], &c = tables[1]["rows"][r];
+    EXPECT_EQ(g["variant"], c["variant"]);
+    EXPECT_EQ(g["verdict"], g["expected"]) << g.dump();
+    EXPECT_TRUE(g["healthy"].get<bool>()) << g.dump();
+    if (g["worst"].is_number() && c["worst"].is_number()) {
+      const double eg = g["worst"], ec = c["worst"];
+      EXPECT_LE(std::fabs(eg - ec), 5e-4 + 1e-3 * ec) << g["variant"] << ": gpu " << eg << ", oracle " << ec;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tasks, CalibrateGemmGpu, ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"));
