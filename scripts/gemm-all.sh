@@ -6,6 +6,9 @@
 #   OUT=out scripts/gemm-all.sh [BUILD_DIR] [SOLUTION ...]     (default: build-hopper fp4_sm90 cublas_bf16)
 # About 2-4 s per grade on the H200: 2 tasks x 29 configs x 2 solutions fit one 10-minute device call.
 # The reports name NIBBLE_SOURCE_COMMIT when it is set (a copied tree's .git may be stale), else git's HEAD.
+# CALIBRATE=1 instead runs `nibble calibrate --path gpu` per shape (SEEDS, default 0; about 7 reference
+# runs of 1-2 s each per shape and seed), writing $OUT/calibration-<task>-<config>.json; FILTER (an
+# extended regex on "task config") limits either mode to some shapes, e.g. FILTER='m4096|tiny'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build-hopper}
@@ -13,9 +16,21 @@ shift || true
 SOLS=${*:-fp4_sm90 cublas_bf16}
 [ -x "$B/bin/nibble" ] || { echo "gemm-all.sh: $B/bin/nibble not found: build first (cmake --preset hopper && cmake --build --preset hopper)" >&2; exit 2; }
 COMMIT=${NIBBLE_SOURCE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+export NIBBLE_SOURCE_COMMIT=$COMMIT
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+shapes=$("$B/bin/nibble" configs | grep '^gemm-' | grep -E "${FILTER:-.}" || true)
+[ -n "$shapes" ] || { echo "gemm-all.sh: no GEMM config matches FILTER='${FILTER:-}'" >&2; exit 2; }
+if [ "${CALIBRATE:-0}" = 1 ]; then
+  status=0
+  while read -r task cfg; do
+    "$B/bin/nibble" calibrate --task "$task" --config "$cfg" --seeds "${SEEDS:-0}" --path gpu -q \
+      --out "$OUT/calibration-$task-$cfg.json" | grep -E "gate health|calibrate" || status=1
+  done <<<"$shapes"
+  exit $status
+fi
 runs=""
 while read -r task cfg; do
-  case "$task" in gemm-*) ;; *) continue ;; esac
   for s in $SOLS; do runs="$runs $task:$cfg:$s"; done
-done < <("$B/bin/nibble" configs)
+done <<<"$shapes"
 exec bash solutions/gemm_fp4_sm90/run_h200.sh "$B" "$COMMIT" "$runs" none
