@@ -27,6 +27,7 @@
 #include "harness/cupti_timer.h"
 #include "harness/gpu_checks.h"
 #include "harness/grade_common.h"
+#include "harness/report_view.h"
 #include "harness/stats.h"
 #include "reference/gemm_oracle.h"
 
@@ -535,18 +536,7 @@ int grade_gemm_main(const GradeOptions& opt) {
     std::fprintf(stderr, "nibble grade: %s\n", e.what());
     return kExitGraderFailed;
   }
-  std::ostringstream o;
-  o << "\nnibble grade  " << opt.task << " / " << cfg.name << "  on " << device.value("name", "?") << "\n";
-  o << "  solution     " << sol.value("name", std::string("?")) << "  (" << solution << ")\n";
-  o << "  disposition  " << disposition << ": " << reason << "\n";
-  if (report.contains("timing")) {
-    const json& t = report["timing"];
-    o << "  time/call    " << fmt(t["gpu_span_us"]["median"].get<double>(), 5) << " us median GPU span (n "
-      << t["gpu_span_us"]["n"].get<size_t>() << "), " << fmt(t["tflops"].get<double>(), 4) << " TFLOP/s, "
-      << fmt(t["achieved_bandwidth_Bps"].get<double>() / 1e12, 3) << " TB/s\n";
-  }
-  o << "  report       " << opt.out << "\n";
-  std::cout << o.str() << std::flush;
+  std::cout << format_summary(report, opt.out) << std::flush;  // what `nibble report show` prints
   return disposition == kPassed ? kExitPassed : kExitNotPassed;
 }
 

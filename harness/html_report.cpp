@@ -658,8 +658,13 @@ std::string render_html_report(const json& report, const std::string& report_lab
   if (t.contains("protocol") && t["protocol"].is_object())
     o << row("timing", html_escape(str(t["protocol"], "metric")) + "; " + html_escape(str(t["protocol"], "before_each_call")));
   if (t.contains("stop_reason")) o << row("timing stopped", html_escape(t["stop_reason"].is_string() ? t["stop_reason"].get<std::string>() : t["stop_reason"].dump()));
-  if (report.contains("git") && report["git"].is_object())
-    o << row("git", html_escape(report["git"].dump()));
+  if (report.contains("git") && report["git"].is_object()) {
+    const json& g = report["git"];
+    std::string commit = g.contains("commit") && g["commit"].is_string() ? g["commit"].get<std::string>() : "unknown";
+    if (g.contains("dirty") && g["dirty"].is_boolean() && g["dirty"].get<bool>()) commit += " (dirty)";
+    if (g.contains("commit_from") && g["commit_from"].is_string()) commit += ", from " + g["commit_from"].get<std::string>();
+    o << row("git", html_escape(commit));
+  }
   if (report.contains("host") && report["host"].is_object()) o << row("host", html_escape(report["host"].dump()));
   if (report.contains("argv") && report["argv"].is_array()) {
     std::string a;

@@ -146,16 +146,43 @@ std::string format_summary(const json& report, const std::string& report_path) {
       << ", dropped features start at " << (d.is_number() ? fmt_g(d.get<double>()) : std::string("inf")) << " (gate "
       << fmt_g(report_gate(report)) << ")\n";
   }
+  // A GEMM task's report counts calls (C = A W^T), a decode task's steps (tokens).
+  const bool gemm = str_or(report, "task", "").rfind("gemm-", 0) == 0;
   const json per_seed = corr.contains("per_seed") && corr["per_seed"].is_array() ? corr["per_seed"] : json::array();
   if (!std::isnan(worst) && !per_seed.empty()) {
     for (const auto& s : per_seed)
-      if (s.is_object() && s.contains("worst_rel_err"))
+      if (s.is_object() && s.contains("worst_rel_err")) {
+        std::string over;
+        if (gemm) {
+          const size_t calls = (s.contains("calls") && s["calls"].is_array() ? s["calls"].size() : 0) +
+                               (s.contains("timed_call") && s["timed_call"].is_array() ? s["timed_call"].size() : 0);
+          over = std::to_string(calls) + " calls";
+        } else {
+          over = (corr.contains("checked_steps") ? corr["checked_steps"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                                                 : std::string("?")) + " steps";
+        }
         o << "  seed " << (s.contains("seed") ? s["seed"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : std::string("?")) << "       worst relative error "
-          << (s["worst_rel_err"].is_number() ? fmt_g(s["worst_rel_err"].get<double>()) : std::string("NaN")) << " over "
-          << (corr.contains("checked_steps") ? corr["checked_steps"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : std::string("?")) << " steps (gate "
-          << fmt_g(report_gate(report)) << ")\n";
+          << (s["worst_rel_err"].is_number() ? fmt_g(s["worst_rel_err"].get<double>()) : std::string("NaN")) << " over " << over
+          << " (gate " << fmt_g(report_gate(report)) << ")\n";
+      }
   }
-  if (report.contains("timing") && report["timing"].is_object() && report["timing"].contains("gpu_span_us")) {
+  if (gemm && report.contains("timing") && report["timing"].is_object() && report["timing"].contains("gpu_span_us")) {
+    const json& t = report["timing"];
+    const json& s = t["gpu_span_us"];
+    const json& w = t.contains("host_wall_us") ? t["host_wall_us"] : none;
+    const json& k = t.contains("kernels_per_call") ? t["kernels_per_call"] : none;
+    const double median = num_or(s, "median", NAN);
+    o << "  time/call    " << fmt_g(median, 5) << " us median GPU span (q1 " << fmt_g(num_or(s, "q1", NAN), 5) << ", q3 "
+      << fmt_g(num_or(s, "q3", NAN), 5) << ", n " << (s.contains("n") ? s["n"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : std::string("?"))
+      << "), host wall " << fmt_g(num_or(w, "median", NAN), 5) << " us, " << fmt_g(num_or(k, "median", NAN), 4)
+      << " kernels/call\n";
+    o << "  throughput   " << fmt_g(num_or(t, "tflops", NAN), 4) << " TFLOP/s, " << fmt_g(num_or(t, "achieved_bandwidth_Bps", NAN) / 1e12, 3)
+      << " TB/s of the " << fmt_g(num_or(t, "bytes_per_call", NAN) / 1e6, 4) << " MB a call must move";
+    if (t.contains("floor_us_measured_copy_bw"))
+      o << "; floor " << fmt_g(num_or(t, "floor_us_measured_copy_bw", NAN), 4) << " us at the measured copy bandwidth -> "
+        << fmt_g(100 * num_or(t, "floor_us_measured_copy_bw", NAN) / median, 3) << "% of it";
+    o << "\n";
+  } else if (report.contains("timing") && report["timing"].is_object() && report["timing"].contains("gpu_span_us")) {
     const json& t = report["timing"];
     const json& s = t["gpu_span_us"];
     const json& w = t.contains("host_wall_us") ? t["host_wall_us"] : none;

@@ -223,3 +223,15 @@ TEST(Cli, GemmCalibrateOnTheGpuWithoutOneSaysSo) {
   EXPECT_NE(r.output.find("--path gpu, but no usable NVIDIA GPU"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(t.path() + "/c.json"));
 }
+
+// A GEMM shape too large for one GPU is bad input (exit 2, the operand named), not an allocation
+// failure later (std::bad_alloc, exit 3).
+TEST(Cli, HugeGemmShapeIsRefusedUpFront) {
+  TempDir t;
+  const Result r = run_nibble({"fixture", "build", "--task", "gemm-w4a16-nvfp4", "--config", "m99999999-n99999999-k99999998",
+                               "--seed", "0", "--out", t.path() + "/f"},
+                              t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("is too large: A (M x K) has 99999999 x 99999998 elements"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/f"));
+}

@@ -490,6 +490,23 @@ TEST(ReportShow, AFailedGradeWithoutTiming) {
   EXPECT_EQ(s.find("seed 0"), std::string::npos) << "the grade prints no per-seed line when the worst error is NaN";
 }
 
+TEST(ReportShow, AGemmReportCountsCallsNotSteps) {
+  // A GEMM grade on the H200 (gemm_fp4_sm90, nvfp4 m16-n3072-k3072): seed 0 checked 2 calls and the
+  // timed one; 5.603 MB per call; floor 1.333 us at the measured copy bandwidth, 7.488 us median.
+  const json r = load_report(data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json"));
+  const std::string s = format_summary(r, "g.json");
+  EXPECT_NE(s.find("  seed 0       worst relative error 1.21e-07 over 3 calls (gate 0.01)\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("  time/call    7.488 us median GPU span (q1 7.424, q3 7.584, n 96), host wall 23.538 us, 1 kernels/call\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("  throughput   40.33 TFLOP/s, 0.748 TB/s of the 5.603 MB a call must move; floor 1.333 us at the measured "
+                   "copy bandwidth -> 17.8% of it\n"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(s.find("token"), std::string::npos) << s;
+  EXPECT_EQ(s.find("nan"), std::string::npos) << s;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Through the `nibble` binary: every exit code, the JSON, the usage errors
 
@@ -612,4 +629,13 @@ TEST(ReportCli, ShowAndHtml) {
   EXPECT_EQ(x.code, 4) << x.out;
   x = run_nibble({"report"}, t);
   EXPECT_EQ(x.code, 4) << x.out;
+  // A GEMM report: show works, the decode-task HTML page says it is not for it.
+  const std::string g = data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json");
+  x = run_nibble({"report", "show", g}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("time/call    7.488 us"), std::string::npos) << x.out;
+  x = run_nibble({"report", "html", g, "-o", t.path() + "/g.html"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("use `nibble report show"), std::string::npos) << x.out;
+  EXPECT_FALSE(fs::exists(t.path() + "/g.html"));
 }

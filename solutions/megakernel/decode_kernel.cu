@@ -70,7 +70,7 @@ __device__ __forceinline__ void mark(const DecodeParams& p, int k) {
 
 /** Tracing: the gemv_run counters of GEMV kind k (qkv, o, gate/up, down, head), or nullptr. */
 __device__ __forceinline__ unsigned long long* gemv_stats(const DecodeParams& p, int k) {
-  return p.trace_gemv ? p.trace_gemv + 4 * k : nullptr;
+  return p.trace_gemv ? p.trace_gemv + kGemvStats * k : nullptr;
 }
 
 /** Tracing: stage `stage`'s input is built (or, for the attention, its work is done). */

@@ -369,8 +369,9 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, con
   const PackedMatrix M = Mg;
   const uint4* next_w = next.w;
   const uint2* next_meta = next.meta;
-  // Tracing (stats: 4 counters): this warp's cycles in ring_wait, in flushes, in all, and its units.
-  long long t_wait = 0, t_flush = 0;
+  // Tracing (stats: kGemvStats counters): this warp's cycles in ring_wait, in flushes, in refills
+  // (lane 0's bulk-copy issue, the warp waiting for it), in all, and its units.
+  long long t_wait = 0, t_flush = 0, t_issue = 0;
   const long long t_begin = stats ? clock64() : 0;
   const UnitRange rg = unit_range(M, gw, nw);
   const uint32_t T = ring_stages(rg);
@@ -418,12 +419,17 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, con
         }
       }
       __syncwarp();  // every lane has read the slot before lane 0 refills it
+      const long long t0 = stats ? clock64() : 0;
       if (r.issued < T) {
         if (lane == 0) ring_issue(M.w, M.meta, rg, r, r.issued, r.base + r.issued);
         ++r.issued;
       } else if (r.next_issued < Tn) {
         if (lane == 0) ring_issue(next_w, next_meta, rn, r, r.next_issued, r.base + T + r.next_issued);
         ++r.next_issued;
+      }
+      if (stats) {
+        __syncwarp();
+        t_issue += clock64() - t0;
       }
     }
   }
@@ -432,8 +438,9 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, con
   if (stats && lane == 0) {
     atomicAdd(stats + 0, (unsigned long long)t_wait);
     atomicAdd(stats + 1, (unsigned long long)t_flush);
-    atomicAdd(stats + 2, (unsigned long long)(clock64() - t_begin));
-    atomicAdd(stats + 3, (unsigned long long)(rg.u1 - rg.u0));
+    atomicAdd(stats + 2, (unsigned long long)t_issue);
+    atomicAdd(stats + 3, (unsigned long long)(clock64() - t_begin));
+    atomicAdd(stats + 4, (unsigned long long)(rg.u1 - rg.u0));
   }
 }
 

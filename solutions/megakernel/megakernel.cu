@@ -122,16 +122,18 @@ void write_trace(const Model& m) {
   std::fprintf(f, "head     %6.0f %5.2f\ntotal    %8.0f cycles %8.2f us\n", head_max, head_max * us, total_max,
                total_max * us);
   // The GEMV counters: summed over all warps, layers and steps, so shown per warp and per call.
-  std::vector<unsigned long long> g(20);
-  SOL_CUDA(cudaMemcpy(g.data(), m.trace_gemv.get(), 20 * 8, cudaMemcpyDeviceToHost));
+  constexpr int S = kGemvStats;
+  std::vector<unsigned long long> g(5 * S);
+  SOL_CUDA(cudaMemcpy(g.data(), m.trace_gemv.get(), g.size() * 8, cudaMemcpyDeviceToHost));
   const char* gnames[5] = {"qkv", "o", "gate/up", "down", "head"};
-  const unsigned long long calls_head = g[4 * 4 + 3] ? g[4 * 4 + 3] / ((unsigned long long)m.params.head.tiles * m.params.head.groups) : 0;
-  std::fprintf(f, "gemv per warp per call: ring wait, flush, all (us); units per warp (%llu steps)\n", calls_head);
+  const unsigned long long head_units = (unsigned long long)m.params.head.tiles * m.params.head.groups;
+  const unsigned long long steps = head_units ? g[4 * S + 4] / head_units : 0;
+  std::fprintf(f, "gemv per warp per call (us): ring wait, flush, refill, all; units per warp (%llu steps)\n", steps);
   for (int k = 0; k < 5; ++k) {
-    const double per = double(B) * kWarps * double(calls_head) * (k == 4 ? 1 : L);
+    const double per = double(B) * kWarps * double(steps) * (k == 4 ? 1 : L);
     if (per <= 0) continue;
-    std::fprintf(f, "%-8s %6.2f %6.2f %6.2f  %6.2f\n", gnames[k], g[4 * k] / per * us, g[4 * k + 1] / per * us,
-                 g[4 * k + 2] / per * us, g[4 * k + 3] / per);
+    std::fprintf(f, "%-8s %6.2f %6.2f %6.2f %6.2f  %6.2f\n", gnames[k], g[k * S] / per * us, g[k * S + 1] / per * us,
+                 g[k * S + 2] / per * us, g[k * S + 3] / per * us, g[k * S + 4] / per);
   }
   std::fclose(f);
 }
@@ -372,8 +374,8 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     mdl->trace_path = tp;
     mdl->trace.allocate(size_t(mdl->blocks) * trace_marks(c.layers) * 8);
     P.trace = reinterpret_cast<long long*>(mdl->trace.get());
-    mdl->trace_gemv.allocate(20 * 8);
-    SOL_CUDA(cudaMemsetAsync(mdl->trace_gemv.get(), 0, 20 * 8, stream));
+    mdl->trace_gemv.allocate(5 * kGemvStats * 8);
+    SOL_CUDA(cudaMemsetAsync(mdl->trace_gemv.get(), 0, 5 * kGemvStats * 8, stream));
     P.trace_gemv = reinterpret_cast<unsigned long long*>(mdl->trace_gemv.get());
   }
   *handle = mdl.release();

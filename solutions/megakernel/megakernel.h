@@ -32,6 +32,8 @@ inline constexpr int kTileRows = 16;
 /** Threads per block of the persistent kernel: 16 warps, one block per SM. */
 inline constexpr int kThreads = 512;
 inline constexpr int kWarps = kThreads / 32;
+/** Counters per GEMV kind of the trace (gemv_run's stats): ring wait, flush, refill, all, units. */
+inline constexpr int kGemvStats = 5;
 /** Most query heads per KV head the attention stage supports. */
 inline constexpr int kMaxRep = 4;
 
@@ -146,8 +148,8 @@ struct DecodeParams {
   /** Optional (NIBBLE_MK_TRACE): clock64() per block at every stage's arrival at and release from
    *  its barrier, trace_stride values per block (trace_marks(n_layers)). nullptr: no tracing. */
   long long* trace = nullptr;
-  /** With trace: per GEMV kind (qkv, o, gate/up, down, head) 4 sums over warps and layers: cycles
-   *  waiting on the weight ring, cycles flushing, cycles in all, units (gemv_run's stats). */
+  /** With trace: per GEMV kind (qkv, o, gate/up, down, head) kGemvStats sums over warps, layers and
+   *  steps: cycles waiting on the weight ring, flushing, refilling it, in all; units. */
   unsigned long long* trace_gemv = nullptr;
 };
 
