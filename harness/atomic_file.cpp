@@ -17,6 +17,9 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   namespace fs = std::filesystem;
   const fs::path p(path);
   std::error_code ec;
+  if (path.empty()) throw std::runtime_error("cannot write a file: the output path is empty; give a file name");
+  if (fs::is_directory(p, ec))
+    throw std::runtime_error("cannot write " + path + ": it is a folder; give a file name inside it");
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -41,7 +44,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = strerror(errno);
     unlink(tmp.c_str());
-    throw std::runtime_error("cannot move " + tmp + " to " + path + ": " + why);
+    throw std::runtime_error("cannot write " + path + " (renaming the finished temporary file onto it): " + why);
   }
 }
 

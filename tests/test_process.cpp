@@ -90,3 +90,25 @@ TEST(RunChild, DaemonsTheChildLeftBehindAreKilled) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1800));
   EXPECT_FALSE(fs::exists(marker)) << "the daemon outlived run_child";
 }
+
+// An empty output path or a folder is refused with what to give instead, and nothing is left behind.
+TEST(AtomicFile, EmptyPathOrFolderIsRefusedClearly) {
+  TempDir t;
+  try {
+    write_file_atomic("", "x");
+    ADD_FAILURE() << "an empty path was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("the output path is empty"), std::string::npos) << e.what();
+  }
+  try {
+    write_file_atomic(t.path(), "x");
+    ADD_FAILURE() << "a folder was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("it is a folder"), std::string::npos) << e.what();
+  }
+  write_file_atomic(t.path() + "/ok.txt", "x");
+  EXPECT_EQ(read_file(t.path() + "/ok.txt"), "x");
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(t.path())) entries += e.is_regular_file();
+  EXPECT_EQ(entries, 1) << "a temporary file was left behind";
+}
