@@ -389,6 +389,7 @@ int grade_gemm_main(const GradeOptions& opt) {
   report["device"] = device;
 
   std::vector<std::string> dirs;
+  std::vector<FixtureManifest> manifests;  // as read before any candidate ran
   json fixtures = json::array();
   try {
     for (uint64_t seed : opt.seeds) {
@@ -398,6 +399,7 @@ int grade_gemm_main(const GradeOptions& opt) {
       fixtures.push_back({{"seed", seed}, {"dir", dir}, {"file_sha256", m.file_sha256}, {"file_bytes", m.file_bytes},
                           {"generator_version", m.generator_version}, {"seconds", since(t0)}});
       dirs.push_back(dir);
+      manifests.push_back(m);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble grade: fixture: %s\n", e.what());
@@ -419,6 +421,15 @@ int grade_gemm_main(const GradeOptions& opt) {
     log("seed " + std::to_string(opt.seeds[i]) + ": running the candidate");
     ChildRun c = run_child_in(gemm_run_args(exe, solution, cfg, dirs[i], sd + "/candidate", 2, timed, seed_t, &opt),
                               sd + "/candidate", opt.timeout_seconds, &log, "candidate");
+    if (opt.verify_fixture) {
+      const std::string changed = fixture_changed(dirs[i], manifests[i]);
+      if (!changed.empty()) {
+        disposition = kIncorrect;
+        reason = changed;
+        per_seed.push_back({{"seed", opt.seeds[i]}});
+        break;
+      }
+    }
     log("seed " + std::to_string(opt.seeds[i]) + ": running the reference");
     ChildRun r = run_child_in(gemm_run_args(exe, reference, cfg, dirs[i], sd + "/reference", 1, false, seed_t, nullptr),
                               sd + "/reference", opt.timeout_seconds, &log, "reference");

@@ -63,6 +63,7 @@ int grade_main(const GradeOptions& opt) {
   // A fixture the user named is checked before anything else (the cache is filled after the GPU
   // probe, so a machine without a GPU never builds 2 GB for nothing).
   std::vector<std::string> fixture_dirs;
+  std::vector<FixtureManifest> manifests;  // as read before any candidate ran
   json fixtures = json::array();
   auto fixtures_stage = [&]() -> int {
     try {
@@ -70,6 +71,7 @@ int grade_main(const GradeOptions& opt) {
         std::string dir;
         fixtures.push_back(ensure_fixture(cfg, seed, opt.fixture_dir, opt.threads, opt.verify_fixture, log, &dir));
         fixture_dirs.push_back(dir);
+        manifests.push_back(read_manifest(dir));
       }
     } catch (const std::exception& e) {
       // Bad input: a wrong or corrupt fixture (the message names the tensor and the rebuild command).
@@ -162,6 +164,20 @@ int grade_main(const GradeOptions& opt) {
     ChildRun c = run_child_in(run_args(solution, fixture_dirs[i], sd + "/candidate", timed), sd + "/candidate",
                               opt.timeout_seconds, &log, timed ? "candidate: checked steps, then timing" : "candidate: checked steps");
     wall["candidate_seed" + std::to_string(seed)] = since(t0);
+    // The candidate runs as this user and could rewrite the cached fixture so that the reference
+    // computes from the same wrong inputs: the files are re-hashed against the manifest read
+    // before it ran (the manifest on disk could be rewritten too) before the reference reads them.
+    if (opt.verify_fixture) {
+      t0 = std::chrono::steady_clock::now();
+      const std::string changed = fixture_changed(fixture_dirs[i], manifests[i]);
+      wall["fixture_recheck_seed" + std::to_string(seed)] = since(t0);
+      if (!changed.empty()) {
+        disposition = kIncorrect;
+        reason = changed;
+        per_seed.push_back({{"seed", seed}});
+        break;
+      }
+    }
     log("seed " + std::to_string(seed) + ": running the reference");
     t0 = std::chrono::steady_clock::now();
     ChildRun r = run_child_in(run_args(reference, fixture_dirs[i], sd + "/reference", false), sd + "/reference",

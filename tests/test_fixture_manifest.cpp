@@ -181,6 +181,33 @@ TEST_F(TinyFixture, VerifyCatchesCorruption) {
   expect_error([&] { verify_fixture(copy.path(), m); }, {model, "cannot be read"});
 }
 
+// The grader's check after a candidate ran: unchanged files pass, a rewritten tensor (and a
+// rewritten manifest that claims the new hash) is reported against the manifest read before.
+TEST_F(TinyFixture, FixtureChangedAfterTheCandidateRan) {
+  test::TempDir copy;
+  fs::copy(dir_->path(), copy.path(), fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  const FixtureManifest before = read_manifest(copy.path());
+  EXPECT_EQ(fixture_changed(copy.path(), before), "");
+  const std::string model = copy / kFixtureModelFile;
+  size_t off = 0;
+  {
+    SafetensorsFile f(model);
+    off = size_t(f.data("layers.0.q.packed") - f.file_bytes()) + 3;
+  }
+  {
+    std::fstream io(model, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(std::streamoff(off));
+    io.put(char(0x5A));
+  }
+  // A candidate that also rewrote the manifest: the check uses the one read before it ran.
+  FixtureManifest forged = before;
+  forged.file_sha256 = std::string(64, '0');
+  write_fixture_text(copy / "manifest.json", manifest_to_json(forged).dump(2));
+  const std::string why = fixture_changed(copy.path(), before);
+  EXPECT_NE(why.find("the fixture changed on disk while the candidate ran"), std::string::npos) << why;
+  EXPECT_NE(why.find("layers.0.q.packed"), std::string::npos) << why;
+}
+
 TEST(Manifest, ReadErrors) {
   test::TempDir dir;
   const std::string path = dir / kFixtureManifestFile;
