@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   bool no_timing = false, no_verify = false;
   grade->add_flag("--no-timing", no_timing, "Check correctness only");
-  grade->add_flag("--no-verify-fixture", no_verify, "Skip re-hashing cached fixtures");
+  grade->add_flag("--no-verify-fixture", no_verify, "Skip re-hashing the fixtures (before the candidate runs and again before the reference reads them)");
   grade->add_flag("-q,--quiet", g.quiet, "No progress lines");
 
   CalibrateOptions c;
