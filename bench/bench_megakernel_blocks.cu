@@ -25,17 +25,11 @@
 
 #include "megakernel.h"
 
+#include "bench_util.h"
+
 namespace mk = nibble::megakernel;
 
 namespace {
-
-#define BENCH_CUDA(call)                                                                          \
-  do {                                                                                            \
-    const cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess)                                                                        \
-      throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorName(e_) + " at " + __FILE__ + \
-                               ":" + std::to_string(__LINE__));                                   \
-  } while (0)
 
 /** Fill n words with a hash of their index (non-zero, varied codes; the metadata words get a
  *  bf16 scale in [2^-8, 2^-7) and a zero point 0..15). */
