@@ -557,10 +557,7 @@ int calibrate_gemm_main(const CalibrateOptions& opt) {
   GemmConfig cfg;
   try {
     cfg = gemm_config(opt.task, opt.config);
-    check_seeds(opt.seeds);
-    if (opt.path != "auto" && opt.path != "gpu" && opt.path != "cpu")
-      throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + opt.path + "'");
-    check_writable(opt.out);
+    check_calibrate_options(opt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
     return 2;

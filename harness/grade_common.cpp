@@ -12,6 +12,7 @@
 #include "fixtures/rng.h"
 #include "fixtures/safetensors.h"
 #include "harness/atomic_file.h"
+#include "harness/calibrate.h"
 #include "harness/grade.h"
 #include "harness/provenance.h"
 #include "harness/stats.h"
@@ -342,10 +343,15 @@ bool run_variant_children(const VariantArgs& args, const std::vector<std::string
   return true;
 }
 
+void check_calibrate_options(const CalibrateOptions& opt) {
+  check_seeds(opt.seeds);
+  if (opt.path != "auto" && opt.path != "gpu" && opt.path != "cpu")
+    throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + opt.path + "'");
+  check_writable(opt.out);
+}
+
 std::string calibration_path(const std::string& want, const std::string& exe, const std::string& work_dir, const Log& log,
                              ordered_json* device) {
-  if (want != "auto" && want != "gpu" && want != "cpu")
-    throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + want + "'");
   if (want == "cpu") return "cpu";
   log("probing the GPU");
   ChildRun probe = run_child_in({exe, "__probe", "--no-bandwidth", "--out", work_dir + "/probe/result.json"},

@@ -95,10 +95,16 @@ void append_history(const std::string& path, const ordered_json& report, const s
 /** Throws std::invalid_argument unless `seeds` is non-empty and has no seed twice. */
 void check_seeds(const std::vector<uint64_t>& seeds);
 
-/** Calibration's path for `want` ("gpu", "cpu" or "auto"; anything else throws
- *  std::invalid_argument): "gpu" when the probe child (run in work_dir) finds a GPU, with its facts
- *  in *device; "cpu" for want "cpu" or for "auto" without a GPU; "" after printing why when want is
- *  "gpu" and no GPU answers (exit 2). Shared by the decode and GEMM calibrations. */
+/** What can be wrong with a calibration's options beyond its task and config, checked before any
+ *  work (both task families): seeds present and distinct, --path gpu, cpu or auto, the table
+ *  writable. Throws std::invalid_argument with the message for the user. */
+struct CalibrateOptions;
+void check_calibrate_options(const CalibrateOptions& opt);
+
+/** Calibration's path for `want` ("gpu", "cpu" or "auto", as check_calibrate_options allows):
+ *  "gpu" when the probe child (run in work_dir) finds a GPU, with its facts in *device; "cpu" for
+ *  want "cpu" or for "auto" without a GPU; "" after printing why when want is "gpu" and no GPU
+ *  answers (exit 2). Shared by the decode and GEMM calibrations. */
 std::string calibration_path(const std::string& want, const std::string& exe, const std::string& work_dir, const Log& log,
                              ordered_json* device);
 
