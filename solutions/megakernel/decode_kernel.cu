@@ -125,13 +125,9 @@ __device__ __forceinline__ void wait_counts(const DecodeParams& p, int stage, co
   mark(p, 2 + 2 * stage);
 }
 
-/** This block has read h: h_read += 1. Relaxed, no fence: the loads have returned their values
- *  (consumed into shared memory before the caller's __syncthreads), and a load that has returned
- *  cannot see a later write, so nothing needs ordering before the arrival. A release here made
- *  warp 0 wait ~1 us for the block's earlier writes (the zeroing) inside the RMSNorm's reduction:
- *  v7's first run, 1553 us against v6's 1475. */
+/** This block has read h (its loads consumed, ordered before by a __syncthreads): h_read += 1. */
 __device__ __forceinline__ void arrive_h_read(const DecodeParams& p) {
-  if (threadIdx.x == 0) atomicAdd(p.h_read, 1u);
+  if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.h_read) : "memory");
 }
 
 /** Tracing: stage `stage` needs no barrier (its consumers wait on counters): arrival = release. */
@@ -154,8 +150,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   uint16_t* gn = reinterpret_cast<uint16_t*>(smem + lay.gn);
   float* red = reinterpret_cast<float*>(smem + lay.red);
   float* att = reinterpret_cast<float*>(smem + lay.att);
-  Ring ring = ring_init(smem + lay.ring, reinterpret_cast<unsigned long long*>(smem + lay.bars), p.proxy_fence,
-                        p.ring_stages);
+  Ring ring = ring_init(smem + lay.ring, reinterpret_cast<unsigned long long*>(smem + lay.bars), p.proxy_fence);
 
   const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5), nw = gridDim.x * kWarps;
   const int rep = p.n_q / p.n_kv;
@@ -193,20 +188,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     mark_ready(p, 5 * li + 0);
     gain_prefetch(L->post_norm, p.d, gn);
-    gemv_run(L->qkv, p.qkv, xquant_view(xf, p.d), gw, nw, ring, L->o, true, gemv_stats(p, 0),
-             p.fine_sync ? &qkv_map : nullptr);
-    // o-proj's and gate|up's first weights stream during the attention
-    ring_prefetch(L->o, gw, nw, ring, p.topup ? &L->gu : nullptr);
+    gemv_run(L->qkv, p.qkv, xquant_view(xf, p.d), gw, nw, ring, L->o, true, gemv_stats(p, 0), &qkv_map);
+    ring_prefetch(L->o, gw, nw, ring, &L->gu);  // o-proj's and gate|up's first weights stream during the attention
     gain_wait();
-    if (p.fine_sync)
-      stage_done(p, 5 * li + 0);
-    else
-      stage_barrier(p, 5 * li + 0, 4 * li + 0);
+    stage_done(p, 5 * li + 0);
     __syncthreads();  // xf (under the attention's scratch) read by every warp's GEMV
 
     // 2. RoPE, KV append, attention partials; attn_count[head] += 1 per chunk.
     attention_stage<HD>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,
-                        p.attn_count, att, p.fine_sync ? p.qkv_ready : nullptr, unsigned(li + 1) * qkv_units);
+                        p.attn_count, att, p.qkv_ready, unsigned(li + 1) * qkv_units);
     mark_ready(p, 5 * li + 1);
 
     // 3. h += W_o attn: this block's query heads combined from the partials straight into x.
@@ -224,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     mark_ready(p, 5 * li + 2);
     gemv_run(L->o, p.h, xquant_view(xf, qdim), gw, nw, ring, L->gu, true, gemv_stats(p, 1));
     ring_prefetch(L->gu, gw, nw, ring);
-    stage_barrier(p, 5 * li + 2, p.fine_sync ? 2 * li + 0 : 4 * li + 1);
+    stage_barrier(p, 5 * li + 2, 2 * li + 0);
 
     // 4. gu = [W_gate | W_up] RMSNorm(h) * post_norm. (Every block is past its attention: q|k|v
     //    can be zeroed for the next layer's atomics, gate|up for this stage's were zeroed before.)
@@ -236,17 +226,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     build_x_limbs(xs, p.d, xf, gn, rs);
     __syncthreads();
     mark_ready(p, 5 * li + 3);
-    gemv_run(L->gu, p.gu, xquant_view(xf, p.d), gw, nw, ring, L->down, true, gemv_stats(p, 2),
-             p.fine_sync ? &gu_map : nullptr);
+    gemv_run(L->gu, p.gu, xquant_view(xf, p.d), gw, nw, ring, L->down, true, gemv_stats(p, 2), &gu_map);
     ring_prefetch(L->down, gw, nw, ring);
-    if (!p.fine_sync) stage_barrier(p, 5 * li + 3, 4 * li + 2);
 
     // 5. h += W_down (silu(g) * u), from this block's groups of gate|up only (down is group-major),
     //    once those groups are released and every block has read h.
     gain_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].in_norm : p.final_norm, p.d, gn);
     block_groups(L->down, nw, &g0, &g1);
-    if (p.fine_sync)
-      wait_counts(p, 5 * li + 3, p.gu_ready + g0, 1, g1 - g0, unsigned(li + 1) * gu_units, (2 * li + 2) * G);
+    wait_counts(p, 5 * li + 3, p.gu_ready + g0, 1, g1 - g0, unsigned(li + 1) * gu_units, (2 * li + 2) * G);
     load_swiglu(p.gu, g0, g1, xs);
     __syncthreads();
     build_x_limbs(xs, p.ffn, xf, nullptr, 1.f, g0, g1);
@@ -257,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     ring_prefetch(after, gw, nw, ring);
     gain_wait();
     // gate|up is read by every block before this barrier: zeroed for the next layer after it
-    stage_barrier(p, 5 * li + 4, p.fine_sync ? 2 * li + 1 : 4 * li + 3);
+    stage_barrier(p, 5 * li + 4, 2 * li + 1);
     zero_grid_stride(p.gu, 2 * p.ffn);
   }
 

@@ -23,7 +23,7 @@
 // Work split: the units (tile-groups, 1 KB each) of a matrix are cut into one contiguous range per
 // warp of the grid, balanced to one unit; a tile split between warps is summed with fp32 atomics
 // into out (which the caller zeroes, or which holds the residual: h += W x is the epilogue for free).
-// Loads: each warp owns a ring of (up to) kRingStages shared-memory stages of kStageUnits units (codes and
+// Loads: each warp owns a ring of kRingStages shared-memory stages of kStageUnits units (codes and
 // metadata); lane 0 fills a stage with two bulk copies (cp.async.bulk, the copy engine, L2
 // evict-first policy) completing on the stage's mbarrier, and the warp reads it back with 16-byte
 // LDS. The ring keeps 8 KB per warp (136 KB per SM) in flight without holding registers, and goes on
@@ -64,7 +64,6 @@ __device__ __forceinline__ UnitRange unit_range(const PackedMatrix& M, int gw, i
 struct Ring {
   unsigned char* buf;     // kRingStages stages of kStageBytes
   uint32_t bar;           // shared address of the first of kRingStages mbarriers
-  uint32_t stages;        // stages in use, 2..kRingStages (NIBBLE_MK_STAGES, an A/B switch)
   uint32_t base;          // global stage number of the current matrix's first stage
   uint32_t issued;        // stages of the current matrix issued so far
   uint32_t next_issued;   // stages of the next matrix issued while the current one finished
@@ -77,8 +76,7 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 /** Block-wide, once per kernel: carve the rings and initialise every mbarrier (count 1). */
-__device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned long long* bars, int proxy_fence = 1,
-                                          int stages = kRingStages) {
+__device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned long long* bars, int proxy_fence = 1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   Ring r;
   r.buf = ring_smem + size_t(warp) * kRingStages * kStageBytes;
@@ -87,7 +85,6 @@ __device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned lon
   r.issued = 0;
   r.next_issued = 0;
   r.proxy_fence = proxy_fence;
-  r.stages = uint32_t(min(max(stages, 2), kRingStages));
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(r.policy));
   if (lane == 0) {
     for (int s = 0; s < kRingStages; ++s)
@@ -98,13 +95,13 @@ __device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned lon
   return r;
 }
 
-/** Lane 0: stage k of M's range [u0, u1), global stage number n, into ring slot n % r.stages
- *  (whose previous stage, n - r.stages, has been consumed). */
+/** Lane 0: stage k of M's range [u0, u1), global stage number n, into ring slot n % kRingStages
+ *  (whose previous stage, n - kRingStages, has been consumed). */
 __device__ __forceinline__ void ring_issue(const uint4* w, const uint2* meta, const UnitRange& rg, const Ring& r, uint32_t k,
                                            uint32_t gn) {
   const long long u = rg.u0 + (long long)k * kStageUnits;
   const int n = int(min((long long)kStageUnits, rg.u1 - u));
-  const uint32_t slot = gn % r.stages;
+  const uint32_t slot = gn % kRingStages;
   unsigned char* dst = r.buf + slot * kStageBytes;
   const uint32_t bar = r.bar + 8 * slot;
   const uint64_t policy = r.policy;
@@ -139,14 +136,14 @@ __device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, int gw, int
                                               const PackedMatrix* then = nullptr) {
   const UnitRange rg = unit_range(M, gw, nw);
   const uint32_t T = ring_stages(rg);
-  const uint32_t want = min(T, r.stages);
+  const uint32_t want = min(T, uint32_t(kRingStages));
   if ((threadIdx.x & 31) == 0)
     for (uint32_t k = r.next_issued; k < want; ++k) ring_issue(M.w, M.meta, rg, r, k, r.base + k);
   r.issued = max(want, r.next_issued);
   r.next_issued = 0;
-  if (then && T < r.stages) {
+  if (then && T < uint32_t(kRingStages)) {
     const UnitRange rn = unit_range(*then, gw, nw);
-    const uint32_t Tn = min(ring_stages(rn), r.stages - T);
+    const uint32_t Tn = min(ring_stages(rn), uint32_t(kRingStages) - T);
     if ((threadIdx.x & 31) == 0)
       for (uint32_t k = 0; k < Tn; ++k) ring_issue(then->w, then->meta, rn, r, k, r.base + T + k);
     r.next_issued = Tn;
@@ -155,7 +152,7 @@ __device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, int gw, int
 }
 
 __device__ __forceinline__ void ring_wait(const Ring& r, uint32_t n) {
-  const uint32_t bar = r.bar + 8 * (n % r.stages), parity = (n / r.stages) & 1u;
+  const uint32_t bar = r.bar + 8 * (n % kRingStages), parity = (n / kRingStages) & 1u;
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -442,7 +439,7 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, con
       } else {
         ring_wait(r, r.base + k);
       }
-      const unsigned char* st = r.buf + ((r.base + k) % r.stages) * kStageBytes;
+      const unsigned char* st = r.buf + ((r.base + k) % kRingStages) * kStageBytes;
       const long long u = rg.u0 + (long long)k * kStageUnits;
 #pragma unroll
       for (int i = 0; i < kStageUnits; ++i) {

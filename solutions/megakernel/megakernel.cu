@@ -372,9 +372,6 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   if (const char* bm = std::getenv("NIBBLE_MK_BARRIER"); bm && *bm) P.barrier_mode = std::atoi(bm) == 0 ? 0 : 1;
   if (const char* pf = std::getenv("NIBBLE_MK_PFENCE"); pf && *pf) P.proxy_fence = std::atoi(pf) == 0 ? 0 : 1;
   if (const char* kp = std::getenv("NIBBLE_MK_KVPF"); kp && *kp) P.kv_prefetch = std::atoi(kp) == 0 ? 0 : 1;
-  if (const char* fs = std::getenv("NIBBLE_MK_FINE"); fs && *fs) P.fine_sync = std::atoi(fs) == 0 ? 0 : 1;
-  if (const char* tu = std::getenv("NIBBLE_MK_TOPUP"); tu && *tu) P.topup = std::atoi(tu) == 0 ? 0 : 1;
-  if (const char* rs = std::getenv("NIBBLE_MK_STAGES"); rs && *rs) P.ring_stages = std::min(std::max(std::atoi(rs), 2), 4);
   if (const char* tp = std::getenv("NIBBLE_MK_TRACE"); tp && *tp) {
     mdl->trace_path = tp;
     mdl->trace.allocate(size_t(mdl->blocks) * trace_marks(c.layers) * 8);

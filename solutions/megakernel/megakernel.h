@@ -147,15 +147,6 @@ struct DecodeParams {
   /** 1: each block prefetches its attention items' cache rows into L2 during the qkv GEMV; 0: not
    *  (NIBBLE_MK_KVPF=0, an A/B switch). */
   int kv_prefetch = 1;
-  /** 1: q|k|v -> attention and gate|up -> down wait on counters; 0: grid barriers there, as v6
-   *  (NIBBLE_MK_FINE=0, an A/B switch). */
-  int fine_sync = 1;
-  /** 1: before the attention the weight ring is topped up with gate|up's first stages; 0: not
-   *  (NIBBLE_MK_TOPUP=0, an A/B switch). */
-  int topup = 1;
-  /** Weight-ring stages per warp, 2..4 (NIBBLE_MK_STAGES, an A/B switch; shared memory is sized
-   *  for 4). */
-  int ring_stages = 4;
   // this step
   const int64_t* token = nullptr;
   int pos = 0;
