@@ -1,31 +1,28 @@
 // attention.cuh: RoPE, the KV append and decode attention over slots 0..pos, split across the
-// sequence into per-chunk partials, and the combine of those partials.
+// sequence, with the combine done by the last block to finish each KV head.
 //
 // Spec (nibble.h / seed): "RoPE rotate-half (pairs i, i+hd/2) at position pos on q and k; k,v
 // appended at cache slot pos; attention over slots 0..pos with GQA (query head j reads kv head
 // j / (n_q/n_kv)), softmax(q k^T / sqrt(hd))"; the cache is bf16 and updated in place; the
 // softmax accumulates in fp32.
 // Shapes: qkv fp32 [q (n_q hd) | k (n_kv hd) | v (n_kv hd)] straight from the GEMV (not rotated);
-// caches (n_kv, max_seq, hd) bf16; partials (n_q, max_chunks, hd + 2) fp32; out (n_q hd) fp32.
+// caches (n_kv, max_seq, hd) bf16; out (n_q hd) fp32.
 // Bytes: 2 n_kv (pos+1) hd 2 of cache (8.4 MB per layer at pos 2048, full config), each row read
 // once for the n_q/n_kv query heads that share it; partials n_q chunks (hd+2) 4 (0.2 MB).
 //
 // Work: item = (kv head, chunk of slots); the chunk is sized so that n_kv x chunks is at most the
-// grid (15 chunks of 144 slots per head at pos 2048 on 132 blocks: 120 items). An item's K and V
-// rows are contiguous in the cache, so the decode kernel prefetches them into L2 with one bulk
-// prefetch each while the qkv GEMV streams (attention_prefetch_l2): the attention then reads L2,
-// and those 8.4 MB move while the memory system is busy anyway. In an item, warp w takes slots
-// s0 + w, s0 + w + 16, ...: all 9 of its K and V rows (8 bytes per lane per row for hd 128) are
-// loaded first, before the wait for q|k|v and the RoPE of q and the append, then scored with an
-// online softmax per warp in log2 units (q pre-scaled by log2(e)/sqrt(hd): one exp2 per score); the
-// 16 warps merge in shared memory and the block writes one partial (max, sum, weighted V) per query
-// head and adds 1 to its KV head's count (release). The block whose chunk holds pos writes the
-// rotated k and the v of this step into slot pos (bf16, nearest even) and uses exactly those bf16
-// values for slot pos, as the reference reads its cache.
-// The combine (attention_combine) is done by the consumer: the decode kernel's o-proj blocks wait
-// for their heads' counts and combine the partials straight into their GEMV input, one L2 round
-// trip, where v6's last-block combine cost a count round trip, a partials round trip, a flag and
-// the o-proj's own load of the result.
+// grid (15 chunks of 144 slots per head at pos 2048 on 132 blocks: 120 items). In an item, warp w
+// takes slots s0 + w, s0 + w + 16, ...: all 9 of its K and V rows (8 bytes per lane per row for
+// hd 128) are loaded first, before the RoPE of q and the append, then scored with an online
+// softmax per warp in log2 units (q pre-scaled by log2(e)/sqrt(hd): one exp2 per score); the 16
+// warps merge in shared memory and the block writes one partial (max, sum, weighted V) per query
+// head. The block whose chunk holds pos writes the rotated k and the v of this step into slot pos
+// (bf16, nearest even) and uses exactly those bf16 values for slot pos, as the reference reads its
+// cache. A counter per KV head (release: fence + atomic) elects the last block, which combines the
+// chunks (acquire: fence; the (m, l) of all chunks loaded at once, then the weighted V with the
+// loads unrolled) into out and resets the counter, so no extra grid barrier is needed.
+// Measured (NOTES.md): 13-15 us per layer at pos 2048 on the H200 (0.56 TB/s) -- latency-bound,
+// the largest non-streaming cost of the step.
 // The cache is read with plain (coherent) loads: slot pos is written during this kernel.
 #pragma once
 
@@ -34,42 +31,11 @@
 #include <cmath>
 #include <cstdint>
 
-#include "grid_sync.cuh"
 #include "megakernel.h"
 
 namespace nibble::megakernel {
 
-constexpr int kAttnBatch = 9;
-
-/** How attention_stage splits slots 0..pos: chunk slots per item (a multiple of kWarps), n_chunks
- *  items per KV head (at most max_chunks). */
-struct AttnSplit {
-  int chunk, n_chunks;
-};
-__host__ __device__ inline AttnSplit attn_split(int pos, int max_chunks) {
-  const int slots = pos + 1;
-  int chunk = (slots + max_chunks - 1) / max_chunks;
-  chunk = (chunk + kWarps - 1) / kWarps * kWarps;
-  return {chunk, (slots + chunk - 1) / chunk};
-}
-
-/** One thread: prefetch into L2 the K and V rows of the items this block will take in
- *  attention_stage (one cp.async.bulk.prefetch per contiguous range: (kv head, slots s0..s1) is
- *  (s1 - s0) hd 2 contiguous bytes). Issued before the qkv GEMV, so the 8.4 MB of a layer's cache
- *  stream while the weights do and the attention's loads hit L2. */
-template <int HD>
-__device__ __forceinline__ void attention_prefetch_l2(const uint16_t* k_cache, const uint16_t* v_cache, int n_kv,
-                                                      int max_seq, int pos, int max_chunks) {
-  const AttnSplit sp = attn_split(pos, max_chunks);
-  for (int item = blockIdx.x; item < n_kv * sp.n_chunks; item += gridDim.x) {
-    const int kvh = item / sp.n_chunks, c = item % sp.n_chunks;
-    const int s0 = c * sp.chunk, s1 = min(pos + 1, s0 + sp.chunk);
-    const size_t off = (size_t(kvh) * max_seq + s0) * HD;
-    const uint32_t bytes = uint32_t(s1 - s0) * HD * 2;  // a multiple of 16 (hd 64 or 128)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(k_cache + off), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(v_cache + off), "r"(bytes) : "memory");
-  }
-}  // cache rows per warp in flight: a 144-slot chunk (pos 2048, 132 blocks) in one batch
+constexpr int kAttnBatch = 9;  // cache rows per warp in flight: a 144-slot chunk (pos 2048, 132 blocks) in one batch
 
 /** Shared memory (floats) of attention_stage<HD>. */
 template <int HD>
@@ -112,26 +78,23 @@ __device__ __forceinline__ float row_elem(const RowBits<EPL>& r, int e) {
 }
 
 /**
- * The attention partials of one layer for every query head. Block-wide, all blocks of the grid call
- * it. part: (n_q, max_chunks, hd + 2) with max_chunks = attn_max_chunks(gridDim.x, n_kv), per
- * (query head, chunk) {max, sum, weighted V} in log2 units; count (n_kv): the block adds 1 to
- * count[kv head] per chunk written (release), so attn_split(pos, max_chunks).n_chunks more per call
- * (counts only grow within a launch: a consumer waits for a multiple of n_chunks).
- * qkv_ready (optional, n_kv): q|k|v of a KV head's query heads and its k, v rows are complete once
- * qkv_ready[kv head] >= qkv_target (acquire; the decode kernel's qkv GEMV releases it), waited for
- * after this block's cache loads are in flight; nullptr: complete at entry.
- * smem: attention_smem_floats<HD>() floats; the last __syncthreads follows the last read of it.
+ * The attention of one layer for every query head, written to out. Block-wide, all blocks of the
+ * grid call it; out is complete once every block has returned and passed a grid barrier.
+ * part: (n_q, max_chunks, hd + 2) with max_chunks = attn_max_chunks(gridDim.x, n_kv); count: (n_kv)
+ * zeroed (left zeroed). smem: attention_smem_floats<HD>() floats. done (optional, n_kv): the
+ * combining block adds 1 to done[kv head] once that head's query heads are in out (release), so a
+ * consumer may wait for the heads it reads instead of a grid barrier.
  */
 template <int HD>
 __device__ void attention_stage(const float* qkv, const float2* __restrict__ rope, uint16_t* k_cache,
                                 uint16_t* v_cache, int n_q, int n_kv, int max_seq, int pos, float* part,
-                                int max_chunks, unsigned* count, float* smem, const unsigned* qkv_ready = nullptr,
-                                unsigned qkv_target = 0) {
+                                int max_chunks, unsigned* count, float* out, float* smem, unsigned* done = nullptr) {
   constexpr int EPL = HD / 32, HALF = HD / 2, WPL = EPL / 2;  // elements / words per lane
   const int rep = n_q / n_kv;
-  const AttnSplit sp = attn_split(pos, max_chunks);
-  const int chunk = sp.chunk, n_chunks = sp.n_chunks;
   const int slots = pos + 1;
+  int chunk = (slots + max_chunks - 1) / max_chunks;
+  chunk = (chunk + kWarps - 1) / kWarps * kWarps;
+  const int n_chunks = (slots + chunk - 1) / chunk;  // <= max_chunks
   const int items = n_kv * n_chunks;
   // Scores in log2 units: q is pre-multiplied by log2(e)/sqrt(hd), so every exponential is one
   // exp2 (MUFU.EX2) instead of expf's range reduction; the softmax is unchanged.
@@ -139,8 +102,9 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
   float* q_s = smem;                          // (kMaxRep, HD) rotated q
-  float* o_s = q_s + kMaxRep * HD;            // (kWarps, kMaxRep, HD) per-warp weighted V
+  float* o_s = q_s + kMaxRep * HD;            // (kWarps, kMaxRep, HD) per-warp weighted V; combine scratch
   float* ml_s = o_s + kWarps * kMaxRep * HD;  // (kWarps, kMaxRep, 2) per-warp max, sum
+  unsigned* last_s = reinterpret_cast<unsigned*>(ml_s + kWarps * kMaxRep * 2);
   // This step's K and V rows as bf16 words (HD/2 each), for the warp that owns slot pos: it loaded
   // the slot before the block wrote it. Kept in the tail of o_s, which is written only later.
   uint32_t* knew_s = reinterpret_cast<uint32_t*>(o_s + kWarps * kMaxRep * HD - HD);
@@ -170,12 +134,6 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
       }
     };
     load_batch(s0 + warp);
-    if (qkv_ready) {  // this head's q|k|v rows: the cache loads above are already in flight
-      if (threadIdx.x == 0)
-        while (ld_acquire_gpu(qkv_ready + kvh) < qkv_target) {
-        }
-      __syncthreads();
-    }
 
     // 2. RoPE on this KV head's query heads; the pair (i, i + hd/2) at angle pos * theta^(-2i/hd).
     for (int idx = threadIdx.x; idx < rep * HALF; idx += blockDim.x) {
@@ -301,39 +259,55 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
         pp[1] = L;
       }
     }
-    __syncthreads();  // the partials, and every read of shared memory, before the release
+    __syncthreads();
     if (threadIdx.x == 0) {
       __threadfence();  // release the block's partials (ordered before by the barrier) before the count
-      atomicAdd(count + kvh, 1u);
+      const bool last = atomicAdd(count + kvh, 1u) == unsigned(n_chunks - 1);
+      if (last) __threadfence();  // acquire the other blocks' partials (the barrier below passes it on)
+      *last_s = last ? 1u : 0u;
     }
-  }
-}
-
-/**
- * out[(h - h0) hd + e] = attention output of query heads [h0, h1) from the partials of
- * attention_stage (complete: the caller has waited for its KV heads' counts), one online merge per
- * element over the n_chunks chunks: O = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c. Block-wide;
- * out may be shared memory; reads part with ld.global.cg (written during the kernel), every
- * chunk's (m, l, o) loads of a thread issued together (one L2 round trip).
- */
-template <int HD>
-__device__ __forceinline__ void attention_combine(const float* part, int max_chunks, int n_chunks, int h0, int h1,
-                                                  float* out) {
-  for (int idx = threadIdx.x; idx < (h1 - h0) * HD; idx += blockDim.x) {
-    const int h = h0 + idx / HD, e = idx % HD;
-    const float* pp = part + size_t(h) * max_chunks * (HD + 2);
-    float M = -INFINITY, L = 0.f, O = 0.f;
+    __syncthreads();
+    if (*last_s) {
+      // 5. Combine the chunks: weights w[j][c] = e^(m_c - M_j) / L_j into shared memory first (all
+      //    the (m, l) loads in flight at once), then each output element sums its chunks' o with
+      //    the loads unrolled, instead of a chain of dependent L2 round trips.
+      float* w_s = o_s;  // (rep, n_chunks)
+      for (int idx = threadIdx.x; idx < rep * n_chunks; idx += blockDim.x) {
+        const int j = idx / n_chunks, cc = idx % n_chunks;
+        const float* pp = part + (size_t(kvh * rep + j) * max_chunks + cc) * (HD + 2);
+        w_s[idx] = __ldcg(pp);
+        w_s[rep * n_chunks + idx] = __ldcg(pp + 1);
+      }
+      __syncthreads();
+      float wv = 0.f;
+      if (threadIdx.x < rep * n_chunks) {
+        const int j = threadIdx.x / n_chunks, cc = threadIdx.x % n_chunks;
+        float M = -INFINITY;
+        for (int k = 0; k < n_chunks; ++k) M = fmaxf(M, w_s[j * n_chunks + k]);
+        float L = 0.f;
+        for (int k = 0; k < n_chunks; ++k) L = fmaf(w_s[rep * n_chunks + j * n_chunks + k], exp2f(w_s[j * n_chunks + k] - M), L);
+        wv = exp2f(w_s[j * n_chunks + cc] - M) / L;
+      }
+      __syncthreads();
+      if (threadIdx.x < rep * n_chunks) w_s[threadIdx.x] = wv;
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < rep * HD; idx += blockDim.x) {
+        const int j = idx / HD, e = idx % HD;
+        const float* pp = part + size_t(kvh * rep + j) * max_chunks * (HD + 2) + 2 + e;
+        float O = 0.f;
 #pragma unroll 8
-    for (int c = 0; c < n_chunks; ++c) {
-      const float* pc = pp + size_t(c) * (HD + 2);
-      const float m = __ldcg(pc), l = __ldcg(pc + 1), o = __ldcg(pc + 2 + e);
-      const float mn = fmaxf(M, m);
-      const float fo = exp2f(M - mn), fc = exp2f(m - mn);  // fo = 0 on the first chunk (M = -inf)
-      L = fmaf(L, fo, l * fc);
-      O = fmaf(O, fo, o * fc);
-      M = mn;
+        for (int cc = 0; cc < n_chunks; ++cc) O = fmaf(__ldcg(pp + size_t(cc) * (HD + 2)), w_s[j * n_chunks + cc], O);
+        out[size_t(kvh * rep + j) * HD + e] = O;
+      }
+      if (threadIdx.x == 0) atomicExch(count + kvh, 0u);
+      if (done) {
+        __syncthreads();  // every thread's out before the release
+        if (threadIdx.x == 0) {
+          __threadfence();
+          atomicAdd(done + kvh, 1u);
+        }
+      }
     }
-    out[idx] = O / L;
   }
 }
 

@@ -43,36 +43,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_blocks_kernel(const float* qkv, const float2* rope, uint16_t* k_cache, uint16_t* v_cache, int n_q,
-                            int n_kv, int max_seq, int pos, float* part, int max_chunks, unsigned* count) {
+                            int n_kv, int max_seq, int pos, float* part, int max_chunks, unsigned* count, float* out) {
   extern __shared__ __align__(16) unsigned char smem[];
-  attention_stage<HD>(qkv, rope, k_cache, v_cache, n_q, n_kv, max_seq, pos, part, max_chunks, count,
+  attention_stage<HD>(qkv, rope, k_cache, v_cache, n_q, n_kv, max_seq, pos, part, max_chunks, count, out,
                       reinterpret_cast<float*>(smem));
-}
-
-/** One block per query head: the decode kernel's combine (there done by the o-proj blocks), after
- *  the partials kernel; block 0 zeroes the counts again. */
-template <int HD>
-__global__ void attention_combine_kernel(const float* part, int max_chunks, int n_chunks, float* out, unsigned* count,
-                                         int n_kv) {
-  attention_combine<HD>(part, max_chunks, n_chunks, blockIdx.x, blockIdx.x + 1, out + size_t(blockIdx.x) * HD);
-  if (blockIdx.x == 0)
-    for (int i = threadIdx.x; i < n_kv; i += blockDim.x) count[i] = 0u;
-}
-
-template <int HD>
-cudaError_t launch_attention_hd(const float* qkv, const float2* rope, uint16_t* k_cache, uint16_t* v_cache, int n_q,
-                                int n_kv, int max_seq, int pos, float* part, int max_chunks, unsigned* count,
-                                float* out, int blocks, cudaStream_t stream) {
-  const size_t smem = size_t(attention_smem_floats<HD>()) * 4;
-  cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(&attention_blocks_kernel<HD>),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (e != cudaSuccess) return e;
-  attention_blocks_kernel<HD><<<unsigned(blocks), kThreads, smem, stream>>>(qkv, rope, k_cache, v_cache, n_q, n_kv,
-                                                                             max_seq, pos, part, max_chunks, count);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  attention_combine_kernel<HD><<<unsigned(n_q), HD, 0, stream>>>(part, max_chunks, attn_split(pos, max_chunks).n_chunks,
-                                                                 out, count, n_kv);
-  return cudaGetLastError();
 }
 
 int sm_count() {
@@ -105,10 +79,22 @@ cudaError_t launch_attention_blocks(const float* qkv, const float2* rope, uint16
     return cudaErrorInvalidValue;
   if (blocks == 0) blocks = sm_count();
   if (blocks < 1 || max_chunks != attn_max_chunks(blocks, n_kv)) return cudaErrorInvalidValue;
-  return hd == 64 ? launch_attention_hd<64>(qkv, rope, k_cache, v_cache, n_q, n_kv, max_seq, pos, part, max_chunks,
-                                            count, out, blocks, stream)
-                  : launch_attention_hd<128>(qkv, rope, k_cache, v_cache, n_q, n_kv, max_seq, pos, part, max_chunks,
-                                             count, out, blocks, stream);
+  if (hd == 64) {
+    const size_t smem = size_t(attention_smem_floats<64>()) * 4;
+    cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(&attention_blocks_kernel<64>),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    attention_blocks_kernel<64><<<unsigned(blocks), kThreads, smem, stream>>>(qkv, rope, k_cache, v_cache, n_q, n_kv,
+                                                                               max_seq, pos, part, max_chunks, count, out);
+  } else {
+    const size_t smem = size_t(attention_smem_floats<128>()) * 4;
+    cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(&attention_blocks_kernel<128>),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    attention_blocks_kernel<128><<<unsigned(blocks), kThreads, smem, stream>>>(
+        qkv, rope, k_cache, v_cache, n_q, n_kv, max_seq, pos, part, max_chunks, count, out);
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace nibble::megakernel

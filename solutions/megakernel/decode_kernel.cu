@@ -9,32 +9,24 @@
 // 8.4 MB of KV per layer at pos 2048: ~1.93 GB (the repacked metadata is 4 bytes per row-group
 // where the fixture's is 3: +0.4%).
 //
-// One block per SM, 16 warps. Five stages per layer; two whole-grid barriers (after o-proj and after
-// down: every output of those feeds every block's next input), the other dependencies are counters
-// (grid_sync.cuh's release/acquire pattern, each only growing within a launch):
-//   1 qkv   every block: h -> RMSNorm * gain -> x as int8 limbs in smem; qkv += W_qkv x (atomics);
-//           each warp then releases the units it flushed per KV head (qkv_ready); the block's
-//           attention items' K and V rows are prefetched into L2 first (one bulk prefetch each)
-//   2 attn  per item (KV head, chunk): cache loads, wait for qkv_ready of that head, RoPE, KV
-//           append, partials (attention.cuh), attn_count[head] += 1
-//   3 o     wait for the counts of the heads this block's o units read, combine their partials
-//           straight into x (o is group-major: one or two heads); h += W_o attn (the residual add is
-//           the atomic accumulation into h); grid barrier
-//   4 gu    gu += W_gu RMSNorm(h) * post_norm (gate and up rows interleaved per tile); each warp
-//           releases its units per down-input group (gu_ready)
-//   5 down  wait for gu_ready of this block's one or two input groups (down is group-major),
-//           h += W_down (silu(g) * u); grid barrier
-// h is read by every block (stages 1 and 4) and written with atomics (3 and 5) without a barrier
-// in between: h_read counts the blocks that have read it (twice per layer), and the writers wait for
-// it (split-phase barrier: the wait is almost always already satisfied).
+// One block per SM, 16 warps. Five stages per layer, a grid barrier after each but the attention
+// (grid_sync.cuh):
+//   1 qkv   every block: h -> RMSNorm * gain -> x as int8 limbs in smem; qkv += W_qkv x (atomics)
+//   2 attn  RoPE, KV append, split attention, last-block combine -> attn (attention.cuh), which
+//           releases a flag per KV head: o-proj waits for the heads it reads, not for the grid
+//   3 o     h += W_o attn (the residual add is the atomic accumulation into h); o is group-major,
+//           so a block reads only its one or two heads of attn
+//   4 gu    gu += W_gu RMSNorm(h) * post_norm (gate and up rows interleaved per tile)
+//   5 down  h += W_down (silu(g) * u); down is group-major, so a block computes silu(g) * u for
+//           only the one or two groups of 128 inputs its units read
 // then the LM head into the (zeroed) logits. Each warp's weight ring (int4_mma_gemv.cuh) goes on
 // with the next GEMV stage's first weights as soon as the current stage's are all issued (they do
-// not depend on the activations), and before the attention it is topped up with gate|up's first
-// stages too (o-proj has only 2 of the 4), so the weight stream runs through the attention.
-// Measured (NOTES.md): 1475 us/token on the H200 (v6).
+// not depend on the activations), so they are in flight during the barrier, the input build and,
+// for o-proj, the attention stage; the RMSNorm gains are copied a stage early (cp.async).
+// Measured (NOTES.md): 1487 us/token on the H200 (v5).
 // Buffers zeroed for the next atomics: logits in stage 1 of layer 0, qkv in stage 4 (every block is
 // past its attention), gu after the down barrier, so both are zero when the kernel returns
-// (build_model zeroes them first); the counters are zeroed by the last block to finish.
+// (build_model zeroes them first).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -60,16 +52,10 @@ struct SmemLayout {
     red = gn + size_t(max_k) * 2;                 // kWarps fp32: block reductions
     bars = red + 32 * 4;                          // the rings' mbarriers
     ring = bars + kRingBarrierBytes;              // the weight rings (16-byte aligned)
-    total = ring + kRingBytes;
-    // Attention scratch: over xs and xf when it fits (the attention runs between the qkv GEMV, the
-    // last reader of xf, and o-proj's combine, the next writer of xs), else after the rings.
+    att = ring + kRingBytes;                      // attention scratch: apart from the rings, which
+                                                  // stream o-proj weights during the attention
     const size_t att_bytes = (hd == 64 ? attention_smem_floats<64>() : attention_smem_floats<128>()) * size_t(4);
-    if (att_bytes <= gn - xs) {
-      att = xs;
-    } else {
-      att = total;
-      total += att_bytes;
-    }
+    total = att + att_bytes;
   }
 };
 
@@ -106,37 +92,21 @@ __device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, 
   mark(p, 2 + 2 * stage);
 }
 
-/** Thread 0 polls until every flag[i] (i < n) >= target and *h_read >= h_target (acquire), the block
- *  then goes on; traced as stage `stage`'s arrival and release. */
-__device__ __forceinline__ void wait_counts(const DecodeParams& p, int stage, const unsigned* flag, int stride, int n,
-                                            unsigned target, unsigned h_target) {
+/** Instead of a grid barrier after the attention (stage `stage` of layer li): wait until the KV
+ *  heads whose query heads are o-proj inputs [128 g0, 128 g1) are combined (attention.cuh's done),
+ *  traced as that stage's arrival and release. */
+__device__ __forceinline__ void wait_heads(const DecodeParams& p, int stage, int li, int g0, int g1) {
   if (p.trace) {
     __syncthreads();
     mark(p, 1 + 2 * stage);
   }
-  if (threadIdx.x == 0) {
-    bool ok;
-    do {  // every flag loaded at once per round
-      ok = ld_acquire_gpu(p.h_read) >= h_target;
-      for (int i = 0; i < n; ++i) ok = (ld_acquire_gpu(flag + size_t(i) * stride) >= target) && ok;
-    } while (!ok);
+  if (g1 > g0) {
+    const int rep = p.n_q / p.n_kv;
+    const int h0 = g0 * kGroup / p.hd / rep, h1 = ((g1 * kGroup - 1) / p.hd) / rep;
+    for (int h = h0; h <= h1; ++h) wait_flag(p.attn_done + h, unsigned(li + 1));
   }
   __syncthreads();
   mark(p, 2 + 2 * stage);
-}
-
-/** This block has read h (its loads consumed, ordered before by a __syncthreads): h_read += 1. */
-__device__ __forceinline__ void arrive_h_read(const DecodeParams& p) {
-  if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.h_read) : "memory");
-}
-
-/** Tracing: stage `stage` needs no barrier (its consumers wait on counters): arrival = release. */
-__device__ __forceinline__ void stage_done(const DecodeParams& p, int stage) {
-  if (p.trace) {
-    __syncthreads();
-    mark(p, 1 + 2 * stage);
-    mark(p, 2 + 2 * stage);
-  }
 }
 
 template <int HD>
@@ -153,27 +123,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   Ring ring = ring_init(smem + lay.ring, reinterpret_cast<unsigned long long*>(smem + lay.bars), p.proxy_fence);
 
   const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5), nw = gridDim.x * kWarps;
-  const int rep = p.n_q / p.n_kv;
-  const unsigned G = gridDim.x;
-  const AttnSplit sp = attn_split(p.pos, p.max_chunks);
-  const ReadyMap qkv_map{p.qkv_ready, 1, rep * HD, p.n_q * HD, HD};
-  const ReadyMap gu_map{p.gu_ready, 2, 0, 0, 0};
-  const unsigned qkv_units = unsigned((rep + 2) * HD / kTileRows) * unsigned(p.d / kGroup);  // per KV head
-  const unsigned gu_units = 16u * unsigned(p.d / kGroup);                                     // per down group
   mark(p, 0);
   ring_prefetch(p.layers[0].qkv, gw, nw, ring);
   gain_prefetch(p.layers[0].in_norm, p.d, gn);
 
   // The gains are copied into gn a stage before their RMSNorm (cp.async, waited for before the
   // barrier in between): in_norm during the previous layer's down stage, post_norm during qkv.
+  // Four grid barriers per layer: o-proj waits only for the attention heads it reads.
   for (int li = 0; li < p.n_layers; ++li) {
     // Fields are read where used (a copy of the struct would hold ~40 registers across the layer).
     const LayerDev* L = p.layers + li;
     int g0, g1;
 
-    // 1. qkv = W_qkv RMSNorm(h) * in_norm; this block's attention items' cache rows into L2.
-    if (p.kv_prefetch && threadIdx.x == 1)  // not lane 0: it issues the weight ring's copies
-      attention_prefetch_l2<HD>(L->k_cache, L->v_cache, p.n_kv, p.max_seq, p.pos, p.max_chunks);
+    // 1. qkv = W_qkv RMSNorm(h) * in_norm.
     if (li == 0) {
       load_embed_row(p.embed, p.vocab, p.d, p.token, xs, blockIdx.x == 0 ? p.h : nullptr);
       zero_grid_stride(p.logits, p.vocab);
@@ -182,58 +144,49 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
       load_vector(p.h, p.d, xs);
     }
     __syncthreads();
-    arrive_h_read(p);  // (layer 0: block 0's h stores, ordered before by the barrier, released too)
     float rs = rms_scale(xs, p.d, p.eps, red);
     build_x_limbs(xs, p.d, xf, gn, rs);
     __syncthreads();
     mark_ready(p, 5 * li + 0);
     gain_prefetch(L->post_norm, p.d, gn);
-    gemv_run(L->qkv, p.qkv, xquant_view(xf, p.d), gw, nw, ring, L->o, true, gemv_stats(p, 0), &qkv_map);
-    ring_prefetch(L->o, gw, nw, ring, &L->gu);  // o-proj's and gate|up's first weights stream during the attention
+    gemv_run(L->qkv, p.qkv, xquant_view(xf, p.d), gw, nw, ring, L->o, true, gemv_stats(p, 0));
     gain_wait();
-    stage_done(p, 5 * li + 0);
-    __syncthreads();  // xf (under the attention's scratch) read by every warp's GEMV
+    stage_barrier(p, 5 * li + 0, 4 * li + 0);
 
-    // 2. RoPE, KV append, attention partials; attn_count[head] += 1 per chunk.
+    // 2. RoPE, KV append, attention -> attn; the last block of each KV head releases attn_done.
     attention_stage<HD>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,
-                        p.attn_count, att, p.qkv_ready, unsigned(li + 1) * qkv_units);
+                        p.attn_count, p.attn, att, p.attn_done);
     mark_ready(p, 5 * li + 1);
-
-    // 3. h += W_o attn: this block's query heads combined from the partials straight into x.
+    ring_prefetch(L->o, gw, nw, ring);
     block_groups(L->o, nw, &g0, &g1);  // o is group-major: a group is 128 / hd query heads
-    {
-      const int h0 = g0 * kGroup / HD, h1 = g1 * kGroup / HD;
-      const int kv0 = h1 > h0 ? h0 / rep : 0, kv1 = h1 > h0 ? (h1 - 1) / rep + 1 : 0;
-      wait_counts(p, 5 * li + 1, p.attn_count + kv0, 1, kv1 - kv0, unsigned(li + 1) * sp.n_chunks,
-                  (2 * li + 1) * G);
-      attention_combine<HD>(p.part, p.max_chunks, sp.n_chunks, h0, h1, xs + h0 * HD);
-    }
+    wait_heads(p, 5 * li + 1, li, g0, g1);
+
+    // 3. h += W_o attn, from this block's heads of attn only.
+    load_vector(p.attn + g0 * kGroup, (g1 - g0) * kGroup, xs + g0 * kGroup);
     __syncthreads();
     build_x_limbs(xs, qdim, xf, nullptr, 1.f, g0, g1);
     __syncthreads();
     mark_ready(p, 5 * li + 2);
     gemv_run(L->o, p.h, xquant_view(xf, qdim), gw, nw, ring, L->gu, true, gemv_stats(p, 1));
     ring_prefetch(L->gu, gw, nw, ring);
-    stage_barrier(p, 5 * li + 2, 2 * li + 0);
+    stage_barrier(p, 5 * li + 2, 4 * li + 1);
 
     // 4. gu = [W_gate | W_up] RMSNorm(h) * post_norm. (Every block is past its attention: q|k|v
     //    can be zeroed for the next layer's atomics, gate|up for this stage's were zeroed before.)
     load_vector(p.h, p.d, xs);
     zero_grid_stride(p.qkv, qdim + 2 * p.n_kv * HD);
     __syncthreads();
-    arrive_h_read(p);
     rs = rms_scale(xs, p.d, p.eps, red);
     build_x_limbs(xs, p.d, xf, gn, rs);
     __syncthreads();
     mark_ready(p, 5 * li + 3);
-    gemv_run(L->gu, p.gu, xquant_view(xf, p.d), gw, nw, ring, L->down, true, gemv_stats(p, 2), &gu_map);
+    gemv_run(L->gu, p.gu, xquant_view(xf, p.d), gw, nw, ring, L->down, true, gemv_stats(p, 2));
     ring_prefetch(L->down, gw, nw, ring);
+    stage_barrier(p, 5 * li + 3, 4 * li + 2);
 
-    // 5. h += W_down (silu(g) * u), from this block's groups of gate|up only (down is group-major),
-    //    once those groups are released and every block has read h.
+    // 5. h += W_down (silu(g) * u), from this block's groups of gate|up only (down is group-major).
     gain_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].in_norm : p.final_norm, p.d, gn);
     block_groups(L->down, nw, &g0, &g1);
-    wait_counts(p, 5 * li + 3, p.gu_ready + g0, 1, g1 - g0, unsigned(li + 1) * gu_units, (2 * li + 2) * G);
     load_swiglu(p.gu, g0, g1, xs);
     __syncthreads();
     build_x_limbs(xs, p.ffn, xf, nullptr, 1.f, g0, g1);
@@ -244,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     ring_prefetch(after, gw, nw, ring);
     gain_wait();
     // gate|up is read by every block before this barrier: zeroed for the next layer after it
-    stage_barrier(p, 5 * li + 4, 2 * li + 1);
+    stage_barrier(p, 5 * li + 4, 4 * li + 3);
     zero_grid_stride(p.gu, 2 * p.ffn);
   }
 
@@ -255,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   build_x_limbs(xs, p.d, xf, gn, rs);
   __syncthreads();
   gemv_run(p.head, p.logits, xquant_view(xf, p.d), gw, nw, ring, p.head, false, gemv_stats(p, 4));
-  kernel_done(p.barrier, p.attn_count, p.n_sync, reinterpret_cast<unsigned*>(red));
+  kernel_done(p.barrier, p.attn_done, p.n_kv);
   if (p.trace) {
     __syncthreads();
     mark(p, 1 + 10 * p.n_layers);  // the end

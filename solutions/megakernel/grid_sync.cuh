@@ -63,19 +63,15 @@ __device__ __forceinline__ void grid_sync_counter(unsigned* barrier, unsigned ta
   __syncthreads();
 }
 
-/** End of a launch, block-wide: the last block to get here (every other block has left its last
- *  barrier and its last wait) zeroes the barrier count and the n_flags counters that must start the
- *  next launch at zero (plain stores: the next launch is ordered after this one). s_last: one word
- *  of shared memory. */
-__device__ __forceinline__ void kernel_done(unsigned* barrier, unsigned* flags, int n_flags, unsigned* s_last) {
-  __syncthreads();
-  if (threadIdx.x == 0) *s_last = atomicAdd(barrier + 2, 1u) == gridDim.x - 1 ? 1u : 0u;
-  __syncthreads();
-  if (*s_last) {
-    for (int i = threadIdx.x; i < n_flags; i += blockDim.x) flags[i] = 0u;
-    if (threadIdx.x == 0) {
-      barrier[0] = 0u;
-      barrier[2] = 0u;
+/** End of a launch: the last block to get here (every other block has left its last barrier and
+ *  its last wait) zeroes the barrier count and the n_flags flags that must start the next launch at
+ *  zero. */
+__device__ __forceinline__ void kernel_done(unsigned* barrier, unsigned* flags, int n_flags) {
+  if (threadIdx.x == 0) {
+    if (atomicAdd(barrier + 2, 1u) == gridDim.x - 1) {
+      atomicExch(barrier, 0u);
+      atomicExch(barrier + 2, 0u);
+      for (int i = 0; i < n_flags; ++i) atomicExch(flags + i, 0u);
     }
   }
 }

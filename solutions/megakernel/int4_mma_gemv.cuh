@@ -26,7 +26,7 @@
 // Loads: each warp owns a ring of kRingStages shared-memory stages of kStageUnits units (codes and
 // metadata); lane 0 fills a stage with two bulk copies (cp.async.bulk, the copy engine, L2
 // evict-first policy) completing on the stage's mbarrier, and the warp reads it back with 16-byte
-// LDS. The ring keeps 8 KB per warp (136 KB per SM) in flight without holding registers, and goes on
+// LDS. The ring keeps 6 KB per warp (96 KB per SM) in flight without holding registers, and goes on
 // with the next matrix's first stages as soon as the current one's are all issued (gemv_run's
 // `next`), so the stream does not drain at stage boundaries: the next stage's first weights are in
 // flight during the grid barrier, the input build and the attention.
@@ -42,7 +42,7 @@
 namespace nibble::megakernel {
 
 /** The per-warp ring: stages in flight and units per stage. */
-constexpr int kRingStages = 4;
+constexpr int kRingStages = 3;
 constexpr int kStageUnits = 2;
 constexpr int kUnitBytes = 1024, kUnitMetaBytes = 64;
 constexpr int kStageBytes = kStageUnits * (kUnitBytes + kUnitMetaBytes);
@@ -128,12 +128,8 @@ __device__ __forceinline__ uint32_t ring_stages(const UnitRange& rg) {
 
 /** Fill the ring with the first stages of this warp's range of M, counting those the previous
  *  gemv_run already issued as its `next` (the weights do not depend on M's input, so this may run
- *  before the barrier that makes the input ready). With `then`, slots M leaves free (M has fewer
- *  stages than the ring) take then's first stages, which gemv_run(M, ..., then) counts as issued: the
- *  ring stays full through a short matrix (o-proj: 2 stages per warp) and the attention before it.
- *  Every lane calls it. */
-__device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, int gw, int nw, Ring& r,
-                                              const PackedMatrix* then = nullptr) {
+ *  before the barrier that makes the input ready). Every lane calls it. */
+__device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, int gw, int nw, Ring& r) {
   const UnitRange rg = unit_range(M, gw, nw);
   const uint32_t T = ring_stages(rg);
   const uint32_t want = min(T, uint32_t(kRingStages));
@@ -141,13 +137,6 @@ __device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, int gw, int
     for (uint32_t k = r.next_issued; k < want; ++k) ring_issue(M.w, M.meta, rg, r, k, r.base + k);
   r.issued = max(want, r.next_issued);
   r.next_issued = 0;
-  if (then && T < uint32_t(kRingStages)) {
-    const UnitRange rn = unit_range(*then, gw, nw);
-    const uint32_t Tn = min(ring_stages(rn), uint32_t(kRingStages) - T);
-    if ((threadIdx.x & 31) == 0)
-      for (uint32_t k = 0; k < Tn; ++k) ring_issue(then->w, then->meta, rn, r, k, r.base + T + k);
-    r.next_issued = Tn;
-  }
   __syncwarp();
 }
 
@@ -363,40 +352,6 @@ __device__ __forceinline__ void block_groups(const PackedMatrix& M, int nw, int*
 }
 
 /**
- * Fine-grained release of a GEMV's outputs, instead of a grid barrier: the units a warp has flushed
- * are added to ctr[id(tile)] once its range is done (one fence, then a relaxed add per id), so a
- * consumer that reads only some outputs waits for ctr[id] >= (calls so far) x units_per_id(id).
- *   kind 1 (q|k|v, rows [q (n_q hd) | k (n_kv hd) | v (n_kv hd)]): id = the KV head whose query
- *          heads, k or v the tile's rows are (a = rep hd, b = n_q hd, c = hd): attention item waits;
- *          units per id: (rep + 2) hd / 16 tiles x groups
- *   kind 2 (gate|up in Interleave8 order): id = the down-proj input group the tile's rows feed
- *          (tile / 16: gate rows and up rows 128 g .. 128 g + 127); units per id: 16 x groups
- */
-struct ReadyMap {
-  unsigned* ctr = nullptr;
-  int kind = 0;
-  int a = 0, b = 0, c = 0;
-  __device__ __forceinline__ int id(long long tile) const {
-    if (kind == 2) return int(tile / 16);
-    const long long r = tile * kTileRows;
-    return r < b ? int(r / a) : int(((r - b) / c) % (b / a));
-  }
-};
-
-/** ReadyMap's release: every lane calls it after its flushes; lane 28 (one of the flushing lanes)
- *  fences once for the warp's reductions (ordered before it by the __syncwarp) and adds n0 units to
- *  ctr[id0] and n1 to ctr[id1] (id1 < 0: none). */
-__device__ __forceinline__ void ready_release(unsigned* ctr, int lane, int id0, unsigned n0, int id1, unsigned n1) {
-  __syncwarp();
-  if (lane == 28) {
-    __threadfence();
-    atomicAdd(ctr + id0, n0);
-    if (id1 >= 0) atomicAdd(ctr + id1, n1);
-  }
-  __syncwarp();
-}
-
-/**
  * This warp's share of out += M x. ring_prefetch(M, gw, nw, r) must have been called with the same
  * gw, nw; xq holds x for every group the range reads (build_x_limbs). Every lane of the warp calls
  * this. The sums of consecutive units of one tile stay in registers; a tile change flushes them.
@@ -406,7 +361,7 @@ __device__ __forceinline__ void ready_release(unsigned* ctr, int lane, int id0, 
  */
 __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, const XQuant& xq, int gw, int nw, Ring& r,
                                          const PackedMatrix& next, bool has_next,
-                                         unsigned long long* stats = nullptr, const ReadyMap* ready = nullptr) {
+                                         unsigned long long* stats = nullptr) {
   const int lane = threadIdx.x & 31;
   // Mg and next may live in global memory (the layer table): read once into registers, or every
   // use after an asm "memory" clobber is an L2 round trip in the unit loop (v6 lost ~1 us per
@@ -428,9 +383,6 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, con
     int j;
     unit_tile_group(M, rg.u0, &tile, &j);
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-    // ready: units flushed per id, at most two ids pending (a third emits the first early)
-    int run = 0, id0 = -1, id1 = -1;
-    unsigned n0 = 0, n1 = 0;
     for (uint32_t k = 0; k < T; ++k) {
       if (stats) {
         const long long t0 = clock64();
@@ -460,28 +412,10 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, con
             const long long t0 = stats ? clock64() : 0;
             gemv_flush(M, out, tile, lane, acc, wl);
             if (stats) t_flush += clock64() - t0;
-            if (ready) {
-              const int id = ready->id(tile);
-              const unsigned n = unsigned(run + 1);  // units since the previous flush
-              if (id == id0) {
-                n0 += n;
-              } else if (id == id1) {
-                n1 += n;
-              } else if (id0 < 0) {
-                id0 = id, n0 = n;
-              } else if (id1 < 0) {
-                id1 = id, n1 = n;
-              } else {  // a third id (few warps per matrix): release the oldest now
-                ready_release(ready->ctr, lane, id0, n0, -1, 0u);
-                id0 = id1, n0 = n1, id1 = id, n1 = n;
-              }
-              run = -1;
-            }
             acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = 0.f;
           }
           tile = nt;
           j = nj;
-          ++run;
         }
       }
       __syncwarp();  // every lane has read the slot before lane 0 refills it
@@ -498,7 +432,6 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, con
         t_issue += clock64() - t0;
       }
     }
-    if (ready && id0 >= 0) ready_release(ready->ctr, lane, id0, n0, id1, n1);
   }
   r.base += T;
   r.issued = 0;

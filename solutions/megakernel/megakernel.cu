@@ -303,9 +303,10 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   const size_t sizes[] = {
       size_t(c.d) * 4,                                   // h
       size_t(qdim + 2 * kvdim) * 4,                      // qkv
+      size_t(qdim) * 4,                                  // attn
       size_t(2) * c.ffn * 4,                             // gu
       size_t(c.n_q) * max_chunks * (c.hd + 2) * 4,       // partials
-      size_t(2 * c.n_kv + 1 + c.ffn / kGroup) * 4,       // counters (DecodeParams::attn_count..)
+      size_t(c.n_kv) * 8,                                // attention counters and done flags
       64,                                                // barrier
       n_rope * sizeof(float2),                           // RoPE table
       size_t(c.layers) * sizeof(LayerDev),               // layers
@@ -323,16 +324,14 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   DecodeParams& P = mdl->params;
   P.h = reinterpret_cast<float*>(take(sizes[0]));
   P.qkv = reinterpret_cast<float*>(take(sizes[1]));
-  P.gu = reinterpret_cast<float*>(take(sizes[2]));
-  P.part = reinterpret_cast<float*>(take(sizes[3]));
-  P.attn_count = reinterpret_cast<unsigned*>(take(sizes[4]));
-  P.qkv_ready = P.attn_count + c.n_kv;
-  P.h_read = P.qkv_ready + c.n_kv;
-  P.gu_ready = P.h_read + 1;
-  P.n_sync = 2 * c.n_kv + 1 + c.ffn / kGroup;
-  P.barrier = reinterpret_cast<unsigned*>(take(sizes[5]));
-  auto* rope_dev = reinterpret_cast<float2*>(take(sizes[6]));
-  auto* layers_dev = reinterpret_cast<LayerDev*>(take(sizes[7]));
+  P.attn = reinterpret_cast<float*>(take(sizes[2]));
+  P.gu = reinterpret_cast<float*>(take(sizes[3]));
+  P.part = reinterpret_cast<float*>(take(sizes[4]));
+  P.attn_count = reinterpret_cast<unsigned*>(take(sizes[5]));
+  P.attn_done = P.attn_count + c.n_kv;
+  P.barrier = reinterpret_cast<unsigned*>(take(sizes[6]));
+  auto* rope_dev = reinterpret_cast<float2*>(take(sizes[7]));
+  auto* layers_dev = reinterpret_cast<LayerDev*>(take(sizes[8]));
   SOL_CUDA(cudaMemsetAsync(base, 0, stotal, stream));  // qkv, counters and barrier must start at zero
 
   // RoPE table in double: angle = pos * theta^(-2i/hd); only the result is rounded to fp32.
@@ -351,7 +350,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     mdl->layers[size_t(i)].k_cache = mdl->k_cache[size_t(i)];
     mdl->layers[size_t(i)].v_cache = mdl->v_cache[size_t(i)];
   }
-  SOL_CUDA(cudaMemcpyAsync(layers_dev, mdl->layers.data(), sizes[7], cudaMemcpyHostToDevice, stream));
+  SOL_CUDA(cudaMemcpyAsync(layers_dev, mdl->layers.data(), sizes[8], cudaMemcpyHostToDevice, stream));
   SOL_CUDA(cudaStreamSynchronize(stream));  // the host tables go out of scope
 
   P.layers = layers_dev;
@@ -371,7 +370,6 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   P.max_chunks = max_chunks;
   if (const char* bm = std::getenv("NIBBLE_MK_BARRIER"); bm && *bm) P.barrier_mode = std::atoi(bm) == 0 ? 0 : 1;
   if (const char* pf = std::getenv("NIBBLE_MK_PFENCE"); pf && *pf) P.proxy_fence = std::atoi(pf) == 0 ? 0 : 1;
-  if (const char* kp = std::getenv("NIBBLE_MK_KVPF"); kp && *kp) P.kv_prefetch = std::atoi(kp) == 0 ? 0 : 1;
   if (const char* tp = std::getenv("NIBBLE_MK_TRACE"); tp && *tp) {
     mdl->trace_path = tp;
     mdl->trace.allocate(size_t(mdl->blocks) * trace_marks(c.layers) * 8);

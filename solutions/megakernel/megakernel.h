@@ -127,26 +127,20 @@ struct DecodeParams {
   // scratch
   float* h = nullptr;        ///< (d) residual stream
   float* qkv = nullptr;      ///< (n_q*hd + 2 n_kv*hd), zero between steps
+  float* attn = nullptr;     ///< (n_q*hd)
   float* gu = nullptr;       ///< (2 ffn) in Interleave8 order
   float* part = nullptr;     ///< attention partials (n_q, max_chunks, hd + 2)
   int max_chunks = 0;
-  // Counters, contiguous from attn_count (n_sync words), zero between steps; within a step they
-  // only grow (a waiter's target is a multiple of the per-layer count), and the last block zeroes
-  // them (decode_kernel.cu's stage list says who releases and who waits on each).
-  unsigned* attn_count = nullptr;  ///< (n_kv) attention chunks written per KV head
-  unsigned* qkv_ready = nullptr;   ///< (n_kv) q|k|v units flushed per KV head
-  unsigned* h_read = nullptr;      ///< (1) blocks that have read h for an RMSNorm input (2 per layer)
-  unsigned* gu_ready = nullptr;    ///< (ffn / 128) gate|up units flushed per down-proj input group
-  int n_sync = 0;                  ///< 2 n_kv + 1 + ffn / 128
+  unsigned* attn_count = nullptr;  ///< (n_kv), zero between steps
+  /** (n_kv) layers whose attention output of this KV head's query heads is complete (the combining
+   *  block's release); o-proj waits on it instead of a grid barrier. Zero between steps. */
+  unsigned* attn_done = nullptr;
   unsigned* barrier = nullptr;     ///< [count, generation, done], count and done zero between steps
   /** 0: generation barrier (fence, atomic, spin; grid_sync), 1: release/acquire counter
    *  (grid_sync_counter). NIBBLE_MK_BARRIER at build_model picks it. */
   int barrier_mode = 1;
   /** 1: a proxy fence before each weight-ring refill; 0: none (NIBBLE_MK_PFENCE=0, an A/B switch). */
   int proxy_fence = 1;
-  /** 1: each block prefetches its attention items' cache rows into L2 during the qkv GEMV; 0: not
-   *  (NIBBLE_MK_KVPF=0, an A/B switch). */
-  int kv_prefetch = 1;
   // this step
   const int64_t* token = nullptr;
   int pos = 0;
@@ -191,9 +185,7 @@ cudaError_t launch_gemv_blocks(const PackedMatrix* mats, float* const* ys, int n
                                cudaStream_t stream);
 
 /** The attention stage alone for one layer: q/k/v fp32 (pre-RoPE, [q | k | v]) -> K/V appended at
- *  pos, out (n_q*hd) fp32. Two launches: the partials (attention_stage), then their combine, one
- *  block per query head (in the decode kernel the o-proj blocks combine). part / count as in
- *  DecodeParams (count zeroed, and left zeroed). */
+ *  pos, out (n_q*hd) fp32. part / count as in DecodeParams (count zeroed). */
 cudaError_t launch_attention_blocks(const float* qkv, const float2* rope, uint16_t* k_cache, uint16_t* v_cache,
                                     int n_q, int n_kv, int hd, int max_seq, int pos, float* part, int max_chunks,
                                     unsigned* count, float* out, int blocks, cudaStream_t stream);
