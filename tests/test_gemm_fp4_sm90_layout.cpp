@@ -9,11 +9,14 @@
 // back at the (row, k) the layout says they hold. Checks: each (n < N, k < K) decoded exactly once
 // and equal, times the epilogue's colmul[n], to the exact weight; padding decodes to 0; NaN scales
 // are declined. Shapes: K with a partial last block (200, 136, 3080) and N off 16 / 128; slab groups
-// of 1, 4 and 8.
+// of 1, 4 and 8. The stream kernel's layout (repack_stream: kPerm records reordered by K slice and
+// tile, scales beside their codes) the same way, per record, at splits 1 .. 8.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -154,6 +157,104 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(i.param.nvfp4 ? "nvfp4" : "mxfp4") + (i.param.order == KOrder::kStd ? "_std_" : "_perm_") +
              "n" + std::to_string(i.param.N) + "_k" + std::to_string(i.param.K) + "_g" + std::to_string(i.param.group);
     });
+
+// The stream kernel's layout (repack_stream): every unit record, found where StreamLayout::unit
+// says, decodes (kPerm: the lane's 16 code bytes, its 2 scale bytes at 512 + block * 16 + 2g) to
+// the exact weights; each (tile, chunk) has its own record and together they fill the buffer.
+// K = 3080 (49 chunks, uneven slices), N off 16; split 1, 2, 4, 8 and one slice per chunk.
+struct StreamCase {
+  bool nvfp4;
+  int64_t N, K;
+  int split;
+};
+
+class Fp4Sm90StreamLayout : public ::testing::TestWithParam<StreamCase> {};
+
+TEST_P(Fp4Sm90StreamLayout, EveryWeightDecodesExactly) {
+  const StreamCase cs = GetParam();
+  const bool nv = cs.nvfp4;
+  const Weights w = random_weights(nv, cs.N, cs.K, 7 + uint64_t(cs.K));
+  StreamRepacked r;
+  ASSERT_EQ(repack_stream(nv, w.N, w.K, w.packed.data(), w.scale.data(), w.global, cs.split, &r), "");
+  const StreamLayout& L = r.lay;
+  const int ub = stream_unit_bytes(nv);
+  ASSERT_EQ(L.ntiles, (w.N + 15) / 16);
+  ASSERT_EQ(L.nch, (w.K + 63) / 64);
+  ASSERT_EQ(int64_t(r.units.size()), L.ntiles * L.nch * ub);
+  ASSERT_EQ(int64_t(r.colmul.size()), L.ntiles * 16);
+  // Slices: contiguous, covering the chunks, lengths within one of each other.
+  EXPECT_EQ(L.c0(0), 0);
+  EXPECT_EQ(L.c0(cs.split), L.nch);
+  for (int s = 0; s < cs.split; ++s) {
+    EXPECT_GE(L.len(s), L.nch / cs.split);
+    EXPECT_LE(L.len(s), (L.nch + cs.split - 1) / cs.split);
+    for (int64_t c = L.c0(s); c < L.c0(s + 1); ++c) ASSERT_EQ(L.slice_of(c), s) << "chunk " << c;
+  }
+  std::vector<int> used(size_t(L.ntiles * L.nch), 0);
+  const int block = nv ? 16 : 32;
+  const int64_t S = (w.K + block - 1) / block;
+  int64_t bad = 0;
+  for (int64_t t = 0; t < L.ntiles; ++t)
+    for (int64_t c = 0; c < L.nch; ++c) {
+      const int64_t u = L.unit(t, c);
+      ASSERT_GE(u, 0);
+      ASSERT_LT(u, L.ntiles * L.nch);
+      ++used[size_t(u)];
+      const uint8_t* rec = &r.units[size_t(u * ub)];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, tt = lane % 4;
+        const uint8_t* sb = rec + 512 + (nv ? tt : tt / 2) * 16 + 2 * g;  // the kernel's 2-byte scale read
+        const uint32_t sw = sb[0] | (uint32_t(sb[1]) << 8);
+        const uint32_t s_lo = nv ? expand_scale<true>(sw, 0) : expand_scale<false>(sw, 0);
+        const uint32_t s_hi = nv ? expand_scale<true>(sw, 1) : expand_scale<false>(sw, 1);
+        for (int j = 0; j < 4; ++j) {
+          uint32_t q;
+          std::memcpy(&q, rec + lane * 16 + 4 * j, 4);
+          for (int reg = 0; reg < 4; ++reg) {
+            const uint32_t v = decode_reg(q, reg, (reg & 1) ? s_hi : s_lo);
+            for (int h = 0; h < 2; ++h) {
+              const int64_t n = t * 16 + g + 8 * (reg & 1), k = c * kChunkK + chunk_k(KOrder::kPerm, tt, j, reg, h);
+              const double x = double(bf16_to_f32(uint16_t(h ? v >> 16 : v & 0xFFFF)));
+              if (n >= w.N || k >= w.K) {
+                ASSERT_EQ(x, 0.0) << "padding (" << n << ", " << k << ")";
+                continue;
+              }
+              const uint8_t* prow = &w.packed[size_t(n * w.K / 2)];
+              const uint8_t* srow = &w.scale[size_t(n * S)];
+              int emax = 0;
+              for (int64_t b = 0; b < S; ++b) emax = std::max<int>(emax, srow[b]);
+              double want = nv ? fp4::nvfp4_dequant_at(prow, srow, w.global, k) : fp4::mxfp4_dequant_at(prow, srow, k);
+              if (!nv && int(srow[k / block]) + 253 - emax < 1) want = 0.0;  // the documented MXFP4 exception
+              const double got = x * double(r.colmul[size_t(n)]);
+              if (got != want && ++bad <= 5)
+                ADD_FAILURE() << "(" << n << ", " << k << "): got " << got << ", want " << want;
+            }
+          }
+        }
+      }
+    }
+  EXPECT_EQ(bad, 0);
+  for (size_t u = 0; u < used.size(); ++u) ASSERT_EQ(used[u], 1) << "unit record " << u;
+  for (int64_t n = w.N; n < L.ntiles * 16; ++n) EXPECT_EQ(r.colmul[size_t(n)], 0.0f) << "padding row " << n;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Fp4Sm90StreamLayout,
+    ::testing::Values(StreamCase{true, 40, 3080, 4}, StreamCase{false, 40, 3080, 4}, StreamCase{true, 50, 3072, 8},
+                      StreamCase{false, 50, 3072, 2}, StreamCase{true, 17, 200, 1}, StreamCase{false, 33, 200, 4},
+                      StreamCase{true, 16, 136, 3}),
+    [](const ::testing::TestParamInfo<StreamCase>& i) {
+      return std::string(i.param.nvfp4 ? "nvfp4" : "mxfp4") + "_n" + std::to_string(i.param.N) + "_k" +
+             std::to_string(i.param.K) + "_split" + std::to_string(i.param.split);
+    });
+
+TEST(Fp4Sm90StreamLayout, BadSplitsAreDeclined) {
+  const Weights w = random_weights(true, 16, 128, 3);  // 2 chunks
+  StreamRepacked r;
+  EXPECT_NE(repack_stream(true, w.N, w.K, w.packed.data(), w.scale.data(), w.global, 0, &r), "");
+  EXPECT_NE(repack_stream(true, w.N, w.K, w.packed.data(), w.scale.data(), w.global, 3, &r), "");
+  EXPECT_EQ(repack_stream(true, w.N, w.K, w.packed.data(), w.scale.data(), w.global, 2, &r), "");
+}
 
 TEST(Fp4Sm90Layout, NanScalesAreDeclined) {
   Weights w = random_weights(true, 16, 64, 1);

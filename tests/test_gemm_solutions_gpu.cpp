@@ -419,14 +419,27 @@ INSTANTIATE_TEST_SUITE_P(Configs, GemmFp4Sm90, ::testing::ValuesIn(sm90_cases())
 // weights, 64 x 128 split 4 with per-lane weight loads, 64 x 128 unsplit on 5 persistent blocks
 // (10 tiles each), 128 x 256 unsplit with bulk-copied weights and a partial tile in M, one block per
 // tile and on 2 or 4 persistent blocks (3 and 2 tiles each: the ring's phases carry across tiles);
-// mma.sync's kStd order at M = 128.
+// mma.sync's kStd order at M = 128. The stream kernel (kind stream, M <= 16; "Stream" below) at
+// M in {1, 3, 16} x N in {3000, 3072} x K in {3072, 3080} with its own split and grid, then forced
+// to split 1 (no cluster), 2 and 8, and to 3 clusters with 2 ring slots per warp (each warp's
+// range ~50 units: the ring wraps and refills).
 struct Forced {
   const char* config;
   const char* kind;
-  const char* split;
+  const char* split;       // "": prepare's choice (NIBBLE_FP4SM90_SPLIT unset)
   const char* wtma;
-  const char* grid;  // persistent blocks (0: one per tile)
+  const char* grid;        // persistent blocks (0: one per tile); stream: clusters (0: prepare's choice)
+  const char* stages = "0";  // stream: ring slots per warp at most (0: prepare's choice)
 };
+
+/** Set NIBBLE_FP4SM90_<name> to v, or unset it when v is empty. */
+void set_or_unset(const char* name, const char* v) {
+  const std::string var = std::string("NIBBLE_FP4SM90_") + name;
+  if (*v)
+    ASSERT_EQ(setenv(var.c_str(), v, 1), 0);
+  else
+    unsetenv(var.c_str());
+}
 
 class GemmFp4Sm90Forced : public ::testing::TestWithParam<std::tuple<const char*, Forced>> {};
 
@@ -440,16 +453,41 @@ TEST_P(GemmFp4Sm90Forced, MatchesTheOracle) {
   const char* task = std::get<0>(GetParam());
   const Forced f = std::get<1>(GetParam());
   const GpuGemmFixture fx(task, f.config);
-  ASSERT_EQ(setenv("NIBBLE_FP4SM90_KIND", f.kind, 1), 0);
-  ASSERT_EQ(setenv("NIBBLE_FP4SM90_SPLIT", f.split, 1), 0);
-  ASSERT_EQ(setenv("NIBBLE_FP4SM90_WTMA", f.wtma, 1), 0);
-  ASSERT_EQ(setenv("NIBBLE_FP4SM90_GRID", f.grid, 1), 0);
-  std::printf("forced kind %s split %s wtma %s grid %s\n", f.kind, f.split, f.wtma, f.grid);
+  set_or_unset("KIND", f.kind);
+  set_or_unset("SPLIT", f.split);
+  set_or_unset("WTMA", f.wtma);
+  set_or_unset("GRID", f.grid);
+  set_or_unset("STAGES", f.stages);
+  std::printf("forced kind %s split %s wtma %s grid %s stages %s\n", f.kind, *f.split ? f.split : "(auto)", f.wtma,
+              f.grid, f.stages);
   check_solution(fp4_sm90_so(), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
-  unsetenv("NIBBLE_FP4SM90_KIND");
-  unsetenv("NIBBLE_FP4SM90_SPLIT");
-  unsetenv("NIBBLE_FP4SM90_WTMA");
-  unsetenv("NIBBLE_FP4SM90_GRID");
+  for (const char* v : {"KIND", "SPLIT", "WTMA", "GRID", "STAGES"}) set_or_unset(v, "");
+}
+
+std::string forced_name(const ::testing::TestParamInfo<std::tuple<const char*, Forced>>& i) {
+  const Forced& f = std::get<1>(i.param);
+  std::string s = std::string(std::get<0>(i.param)) + "_" + f.config + "_" + f.kind + "_split" +
+                  (*f.split ? f.split : "auto") + "_wtma" + f.wtma + "_grid" + f.grid;
+  if (std::string(f.stages) != "0") s += std::string("_stages") + f.stages;
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+/** The stream kernel's cases (see above). The config names live for the process (static storage). */
+std::vector<Forced> stream_forced() {
+  static std::vector<std::string> names;
+  std::vector<Forced> out;
+  if (names.empty())
+    for (const char* m : {"1", "3", "16"})
+      for (const char* n : {"3000", "3072"})
+        for (const char* k : {"3072", "3080"}) names.push_back(std::string("m") + m + "-n" + n + "-k" + k);
+  for (const std::string& c : names) out.push_back(Forced{c.c_str(), "stream", "", "1", "0"});
+  out.push_back(Forced{"m3-n3072-k3080", "stream", "1", "1", "0"});
+  out.push_back(Forced{"m1-n3000-k3080", "stream", "2", "1", "0"});
+  out.push_back(Forced{"m16-n3072-k3080", "stream", "8", "1", "0"});
+  out.push_back(Forced{"m16-n3000-k3080", "stream", "4", "1", "3", "2"});
+  return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -465,14 +503,12 @@ INSTANTIATE_TEST_SUITE_P(
                                          Forced{"m300-n300-k3080", "wg256", "1", "0", "2"},
                                          Forced{"m300-n300-k3080", "wg256", "1", "1", "4"},
                                          Forced{"m128-n3000-k3080", "mma", "1", "1", "0"})),
-    [](const ::testing::TestParamInfo<std::tuple<const char*, Forced>>& i) {
-      const Forced& f = std::get<1>(i.param);
-      std::string s = std::string(std::get<0>(i.param)) + "_" + f.config + "_" + f.kind + "_split" + f.split + "_wtma" +
-                      f.wtma + "_grid" + f.grid;
-      for (char& ch : s)
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-      return s;
-    });
+    forced_name);
+
+INSTANTIATE_TEST_SUITE_P(Stream, GemmFp4Sm90Forced,
+                         ::testing::Combine(::testing::Values(kGemmNvfp4Task, kGemmMxfp4Task),
+                                            ::testing::ValuesIn(stream_forced())),
+                         forced_name);
 
 // ---- the reference's variants -------------------------------------------------------------------
 

@@ -20,6 +20,12 @@
 //            16 rows of A per block row).
 //            mma_tma_kernel (NIBBLE_FP4SM90_KIND=mmatma): the same math fed by bulk copies into
 //            shared memory; slower as measured (9.6 us), kept selectable for tuning.
+//            stream_kernel (NIBBLE_FP4SM90_KIND=stream, v4, not yet the default): one block of 16
+//            warps per SM, clusters of `split` blocks; a cluster owns a range of whole 16-row tiles,
+//            its blocks the K slices of them, each warp a contiguous run of 576-byte units (codes +
+//            scales, repack_stream) streamed through a per-warp ring of bulk copies, the block's A
+//            slice in shared memory; partial tiles summed in shared memory and across the cluster
+//            through distributed shared memory, in a fixed order (no atomics, C written once).
 //   M > 16   wgmma_kernel: one producer warp (TMA of the 64-k activation tile, 128B swizzle, plus
 //            bulk copies of the block's codes and scales, into a ring of stages on full/empty
 //            mbarriers) and NCONS consumer warpgroups, each 64 W rows x BN activation rows: per
@@ -288,6 +294,227 @@ __global__ void __launch_bounds__(kTmaSlabs * 32)
       if (n < N && m < M) C[size_t(m) * N + n] = sum * colmul[n];
     }
     cluster.sync();  // no block leaves while another still reads its shared memory
+  }
+}
+
+// ---- M <= 16: the stream kernel (NIBBLE_FP4SM90_KIND=stream) ------------------------------------
+
+constexpr int kStreamWarps = 16;      // one block per SM: 4 warps per scheduler to hide the decode chains
+constexpr int kStreamStageUnits = 2;  // units per bulk copy (1152 / 1088 bytes)
+
+/** Shared memory of stream_kernel (byte offsets; every region 16-byte aligned). `stages`: ring slots
+ *  per warp; `ub`: stream_unit_bytes; `len_max`: chunks of the longest K slice; `dt_max`: tiles of
+ *  the largest cluster; `split`: blocks per cluster. */
+struct StreamSmem {
+  int ring, a, a_pitch, slots, recv, bar, total;
+  __host__ __device__ StreamSmem(int stages, int ub, int M, int nt, int len_max, int dt_max, int split) {
+    ring = 0;                                                   // [16 warps][stages][2 units]
+    a = ring + kStreamWarps * stages * kStreamStageUnits * ub;  // [M][a_pitch] bf16: A's k slice
+    a_pitch = len_max * kChunkK * 2 + 16;                       // +16: a k16 load's 8 rows g in distinct banks
+    slots = a + M * a_pitch;                                    // [15 + dt_max][nt][32] float4: warp partials
+    recv = slots + (kStreamWarps - 1 + dt_max) * nt * 32 * 16;  // [split][share] float4: the cluster's partials
+    const int share = (dt_max * nt * 32 + split - 1) / split;
+    bar = recv + (split > 1 ? split * share * 16 : 0);          // 16 x stages ring mbarriers, then A's
+    total = bar + (kStreamWarps * stages + 1) * 8;
+  }
+};
+
+/** Everything stream_kernel needs (by value: a kernel parameter). */
+struct StreamArgs {
+  const uint8_t* units;  // the stream layout (fp4_frag.h)
+  const float* colmul;   // ntiles x 16: the epilogue's factor per W row
+  const uint16_t* A;     // (M, K) bf16, 16-byte aligned, K % 8 == 0
+  float* C;              // (M, N) fp32
+  int M, N, K;
+  int ntiles, nch;       // 16-row tiles of W, 64-k chunks of K
+  int split, clusters;   // blocks per cluster (K slices), clusters (tile ranges)
+  int stages;            // ring slots per warp
+  int len_max, dt_max;   // the smem layout's sizes (StreamSmem)
+};
+
+__device__ __forceinline__ void add4(float4& a, const float4& b) {
+  a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+}
+
+/**
+ * M <= 16, K % 8 == 0. A weight stream over the whole GPU: cluster q (split blocks, one per SM)
+ * owns the tiles [ntiles q / clusters, ntiles (q + 1) / clusters) (whole tiles: balanced to one
+ * tile), its block r the K slice r of them, which the stream layout stores as one contiguous run
+ * of units; the block's 16 warps cut that run into contiguous sub-ranges. Each warp streams its
+ * units through a private ring of `stages` slots of 2 units, lane 0 refilling a slot with one bulk
+ * copy (evict-first: W is read once) on the slot's mbarrier, the warp reading it back with 16-byte
+ * LDS; every slot's copy is issued at the start, so with the ring sized to the range (prepare does
+ * when shared memory allows) a block's whole share of W is in flight at once, and none of it in
+ * registers or load slots. The block's K slice of A (M rows, bulk-copied once, evict-last: every
+ * cluster reads it) gives the B fragments; K split 4 ways cuts A's L2 -> SM traffic 4x against
+ * whole-K blocks (18 MB at m16-n3072-k3072 for v2's kernel, more than the 5.3 MB of weights).
+ * Sums, all deterministic (two runs bitwise equal, no atomics, nothing to zero): a warp's partial
+ * C^T tile goes to shared-memory slot (warp + tile) when its range leaves the tile (a warp's tiles
+ * are a staircase, so the slots are distinct); the block adds the slots of each tile in warp order
+ * and pushes the sum through distributed shared memory to the cluster block that finishes that part
+ * of the tile, which adds the split partials in rank order, scales by colmul and writes C.
+ * Bytes: N K / 2 + N K / 16 (NVFP4) from DRAM; A's slice once per cluster from L2.
+ */
+template <int NT, bool NV>
+__global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const StreamArgs p) {
+  constexpr int kUB = stream_unit_bytes(NV), kSU = kStreamStageUnits;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const StreamSmem L(p.stages, kUB, p.M, NT, p.len_max, p.dt_max, p.split);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int S = p.split, r = int(blockIdx.x) % S, q = int(blockIdx.x) / S;  // cluster (S, 1, 1): rank = x % S
+  // Split-phase "every block of the cluster has started" (needed before distributed shared memory
+  // is written); waited on only after the stream, so it costs nothing.
+  if (S > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  // 32-bit: prepare checks ntiles x clusters and nch x split (64-bit division is a ~70-instruction call).
+  const int T0 = p.ntiles * q / p.clusters, dT = p.ntiles * (q + 1) / p.clusters - T0;
+  const int c0 = p.nch * r / S, len = p.nch * (r + 1) / S - c0;
+  const int U = dT * len;  // the block's units: tile-major over its K slice
+  const int ua = U * warp / kStreamWarps, ue = U * (warp + 1) / kStreamWarps;
+  const int nst = (ue - ua + kSU - 1) / kSU;  // this warp's stages
+  const uint8_t* gunits = p.units + (int64_t(p.ntiles) * c0 + int64_t(T0) * len) * kUB;  // the block's unit 0
+  uint8_t* ring = smem + L.ring + warp * p.stages * kSU * kUB;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L.bar) + warp * p.stages;
+  uint64_t* abar = reinterpret_cast<uint64_t*>(smem + L.bar) + kStreamWarps * p.stages;
+  const int abytes = (min(p.K, (c0 + len) * kChunkK) - c0 * kChunkK) * 2;  // A's k slice per row (K % 8 == 0: x 16)
+
+  // Stage k of this warp: units [ua + 2k, min(ue, ua + 2k + 2)) into slot s = k % stages.
+  const auto issue = [&](int k, int s, uint64_t policy) {
+    const int u = ua + k * kSU, n = min(kSU, ue - u);
+    mbar_expect_tx(&bars[s], uint32_t(n * kUB));
+    bulk_load(ring + s * kSU * kUB, gunits + int64_t(u) * kUB, uint32_t(n * kUB), &bars[s], policy);
+  };
+  if (lane == 0) {
+    for (int s = 0; s < p.stages; ++s) mbar_init(&bars[s], 1);
+    if (warp == 0) mbar_init(abar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the copy engine
+    if (warp == 0) {  // A first: every warp's first unit needs it
+      const uint64_t keep = policy_evict_last();
+      mbar_expect_tx(abar, uint32_t(p.M * abytes));
+      for (int m = 0; m < p.M; ++m)
+        bulk_load(smem + L.a + m * L.a_pitch, p.A + int64_t(m) * p.K + c0 * kChunkK, uint32_t(abytes), abar, keep);
+    }
+    const uint64_t stream = policy_evict_first();
+    for (int k = 0; k < min(nst, p.stages); ++k) issue(k, k, stream);
+  }
+  // The last slice's chunk past K: zero A there (its codes are 0, but 0 x a stale NaN is NaN).
+  const int tail16 = (len * kChunkK * 2 - abytes) / 16;
+  for (int i = int(threadIdx.x); i < p.M * tail16; i += int(blockDim.x))
+    *reinterpret_cast<uint4*>(smem + L.a + (i / tail16) * L.a_pitch + abytes + 16 * (i % tail16)) = make_uint4(0, 0, 0, 0);
+  __syncthreads();  // A's mbarrier initialised and the tail zeroed before any warp reads A
+
+  float4* slots = reinterpret_cast<float4*>(smem + L.slots);
+  float acc[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+  // Lane (g, t) feeds B column g of n8 tile nt: A row 8 nt + g (rows past M: any row, their C
+  // columns are never written), k 16 t .. 16 t + 15 of each chunk.
+  const uint8_t* arow[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) arow[nt] = smem + L.a + min(8 * nt + g, p.M - 1) * L.a_pitch + 32 * t;
+  // The partial tile of this warp into slot (warp + tile): distinct per (warp, tile), see above.
+  const auto flush = [&](int tile) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      slots[((warp + tile) * NT + nt) * 32 + lane] = make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+    }
+  };
+  int tl = ua / len, cl = ua - tl * len;  // the next unit's tile (block-local) and chunk (slice-local)
+  if (nst > 0) mbar_wait(abar, 0);
+  int s = 0;           // this stage's ring slot: k % stages
+  uint32_t phase = 0;  // its mbarrier's phase parity: (k / stages) & 1
+  for (int k = 0; k < nst; ++k) {
+    mbar_wait(&bars[s], phase);
+    const uint8_t* st = ring + s * kSU * kUB;
+    const int n = min(kSU, ue - ua - k * kSU);
+#pragma unroll
+    for (int i = 0; i < kSU; ++i) {
+      if (i < n) {
+        const uint8_t* un = st + i * kUB;
+        const uint4 qv = *reinterpret_cast<const uint4*>(un + lane * 16);
+        // kPerm: lane (g, t)'s 2 bytes (rows g, g + 8) of block t (NVFP4) or t / 2 (MXFP4).
+        const uint32_t sw = *reinterpret_cast<const uint16_t*>(un + 512 + (NV ? t : t >> 1) * 16 + 2 * g);
+        uint32_t b[NT][8];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint4 lo = *reinterpret_cast<const uint4*>(arow[nt] + cl * (kChunkK * 2));
+          const uint4 hi = *reinterpret_cast<const uint4*>(arow[nt] + cl * (kChunkK * 2) + 16);
+          b[nt][0] = lo.x, b[nt][1] = lo.y, b[nt][2] = lo.z, b[nt][3] = lo.w;
+          b[nt][4] = hi.x, b[nt][5] = hi.y, b[nt][6] = hi.z, b[nt][7] = hi.w;
+        }
+        const uint32_t s_lo = expand_scale<NV>(sw, 0), s_hi = expand_scale<NV>(sw, 1);
+        const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          uint32_t a[4];
+          decode_step(qw[j], s_lo, s_hi, a);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[nt], a, b[nt][2 * j], b[nt][2 * j + 1]);
+        }
+        if (++cl == len) {
+          flush(tl);
+          ++tl;
+          cl = 0;
+        }
+      }
+    }
+    __syncwarp();  // every lane has read the slot before lane 0 refills it
+    if (k + p.stages < nst && lane == 0) {
+      // The slot was read through the generic proxy; the copy engine (async proxy) writes it next.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      issue(k + p.stages, s, policy_evict_first());
+    }
+    if (++s == p.stages) s = 0, phase ^= 1u;
+  }
+  if (nst > 0 && cl != 0) flush(tl);  // the range ends inside a tile
+  __syncthreads();
+
+  // Each float4 item (tile tt, n8 tile nt, lane l) of the block's C^T tiles: rows g, g + 8 of the
+  // tile x columns 8 nt + 2t, + 1 (the accumulator order). Summed over the warps that met tile tt,
+  // in warp order.
+  const int items = dT * NT * 32;
+  const int share = (items + S - 1) / S;  // items each block of the cluster finishes
+  float4* recv = reinterpret_cast<float4*>(smem + L.recv);
+  // Writes item i's sum v (scaled by colmul) to C.
+  const auto store = [&](int i, float4 v) {
+    const int tt = i / (NT * 32), nt = (i / 32) % NT, l = i % 32;
+    const int n = (T0 + tt) * kSlabRows + (l >> 2), m = 8 * nt + 2 * (l & 3);
+    const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const int nn = n + 8 * (h >> 1), mm = m + (h & 1);
+      if (nn < p.N && mm < p.M) p.C[int64_t(mm) * p.N + nn] = e[h] * p.colmul[nn];
+    }
+  };
+  if (S > 1) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the start barrier
+  namespace cg = cooperative_groups;
+  for (int i = int(threadIdx.x); i < items; i += int(blockDim.x)) {
+    const int tt = i / (NT * 32), rem = i % (NT * 32);
+    // The warps whose ranges [U w / 16, U (w + 1) / 16) meet the tile's units [tt len, (tt + 1) len).
+    const int wlo = (kStreamWarps * (tt * len + 1) + U - 1) / U - 1;
+    const int whi = min(kStreamWarps - 1, (kStreamWarps * (tt + 1) * len + U - 1) / U - 1);
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int w = max(wlo, 0); w <= whi; ++w)
+      if (U * w / kStreamWarps < U * (w + 1) / kStreamWarps) add4(v, slots[(w + tt) * NT * 32 + rem]);
+    if (S == 1) {
+      store(i, v);
+    } else {
+      const int owner = i / share;
+      float4* dst = cg::this_cluster().map_shared_rank(recv, owner);
+      dst[r * share + (i - owner * share)] = v;
+    }
+  }
+  if (S > 1) {
+    // Release the pushes, acquire the others'; nobody touches another block's memory after this.
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    for (int il = int(threadIdx.x); il < share && r * share + il < items; il += int(blockDim.x)) {
+      float4 v = recv[il];
+      for (int rr = 1; rr < S; ++rr) add4(v, recv[rr * share + il]);
+      store(r * share + il, v);
+    }
   }
 }
 
@@ -641,7 +868,7 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, NV, WTMA>::kThreads, WgCfg<BN
 
 // ---- Host side ----------------------------------------------------------------------------------
 
-enum class Kind { kMmaTma, kMma, kWg64, kWg128, kWg256 };
+enum class Kind { kMmaTma, kMma, kWg64, kWg128, kWg256, kStream };
 
 struct Handle {
   sol::GemmProblem g;
@@ -656,6 +883,10 @@ struct Handle {
   uint4* wq = nullptr;
   uint8_t* sc = nullptr;
   float* colmul = nullptr;
+  // stream: the repacked units, the launch's shape (StreamArgs) and its shared memory
+  uint8_t* units = nullptr;
+  StreamArgs sa{};
+  int stream_smem = 0;
   sol::DeviceAllocs mem;
   // The tensor map of the last A seen (run may get another pointer).
   const void* map_ptr = nullptr;
@@ -817,9 +1048,49 @@ void launch_wgmma(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
   }
 }
 
+/** The cudaLaunchConfig of stream_kernel: grid clusters x split, a (split, 1, 1) cluster when
+ *  split > 1; `attr` must outlive the config. */
+cudaLaunchConfig_t stream_config(const StreamArgs& a, int smem, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(a.clusters * a.split));
+  cfg.blockDim = dim3(kStreamWarps * 32);
+  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = stream;
+  *attr = cudaLaunchAttribute{};
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = unsigned(a.split);
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = a.split > 1 ? 1 : 0;
+  return cfg;
+}
+
+/** stream_kernel's instantiation for (M, format). */
+template <bool NV>
+auto stream_kernel_for(int M) {
+  return M <= 8 ? stream_kernel<1, NV> : stream_kernel<2, NV>;
+}
+
+/** One stream_kernel launch on `stream` (prepare set its shape and shared memory); NOT_SUPPORTED
+ *  when A is not 16-byte aligned (its bulk copies need it). */
+template <bool NV>
+void launch_stream(const Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
+  if (reinterpret_cast<uintptr_t>(A) % 16 != 0)
+    throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "A is not 16-byte aligned (the stream kernel's bulk copies need it)");
+  StreamArgs a = h.sa;
+  a.A = A;
+  a.C = C;
+  cudaLaunchAttribute attr{};
+  const cudaLaunchConfig_t cfg = stream_config(a, h.stream_smem, stream, &attr);
+  SOL_CUDA(cudaLaunchKernelEx(&cfg, stream_kernel_for<NV>(int(h.g.M)), a));
+  SOL_CHECK_LAUNCH();
+}
+
 template <bool NV>
 void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
   switch (h.kind) {
+    case Kind::kStream: launch_stream<NV>(h, A, C, stream); break;
     case Kind::kMmaTma:
       if (h.g.M <= 8)
         launch_mma_tma<1, NV>(h, A, C, stream);
@@ -834,10 +1105,10 @@ void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
 }
 
 /** Kernel, split-K and weight path for (M, N, K): see the file header. For measuring alternatives:
- *  NIBBLE_FP4SM90_KIND (mmatma, mma, wg64, wg128, wg256), NIBBLE_FP4SM90_SPLIT (1, 2, 4, 8; 4 and 8
- *  not with wg256), NIBBLE_FP4SM90_WTMA (0: wgmma's weights by 16-byte loads per lane, 1: by bulk
- *  copy) and NIBBLE_FP4SM90_GRID (wgmma without split: at most this many persistent blocks; 0: one
- *  block per tile). */
+ *  NIBBLE_FP4SM90_KIND (stream, mmatma, mma, wg64, wg128, wg256), NIBBLE_FP4SM90_SPLIT (1, 2, 4, 8; 4
+ *  and 8 not with wg256), NIBBLE_FP4SM90_WTMA (0: wgmma's weights by 16-byte loads per lane, 1: by
+ *  bulk copy) and NIBBLE_FP4SM90_GRID (wgmma without split: at most this many persistent blocks; 0:
+ *  one block per tile). The stream kind's split, grid and ring: plan_stream. */
 void choose_kernel(Handle& h, int sms) {
   const sol::GemmProblem& g = h.g;
   const bool k8 = g.K % 8 == 0;
@@ -850,15 +1121,18 @@ void choose_kernel(Handle& h, int sms) {
     h.kind = g.M <= 128 ? Kind::kWg64 : (g.M <= 256 ? Kind::kWg128 : Kind::kWg256);
   if (const char* e = std::getenv("NIBBLE_FP4SM90_KIND")) {
     const std::string k = e;
-    if (k == "mmatma") h.kind = Kind::kMmaTma;
+    if (k == "stream") h.kind = Kind::kStream;
+    else if (k == "mmatma") h.kind = Kind::kMmaTma;
     else if (k == "mma") h.kind = Kind::kMma;
     else if (k == "wg64") h.kind = Kind::kWg64;
     else if (k == "wg128") h.kind = Kind::kWg128;
     else if (k == "wg256") h.kind = Kind::kWg256;
-    else throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_KIND: mmatma, mma, wg64, wg128 or wg256");
+    else throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_KIND: stream, mmatma, mma, wg64, wg128 or wg256");
     if (h.kind != Kind::kMma && !k8) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "K % 8 != 0 needs kind mma");
     if (h.kind == Kind::kMmaTma && g.M > 16) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "mmatma needs M <= 16");
+    if (h.kind == Kind::kStream && g.M > 16) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "stream needs M <= 16");
   }
+  if (h.kind == Kind::kStream) return;  // plan_stream (prepare) picks its split, grid and ring
   h.order = (h.kind == Kind::kMmaTma || (h.kind == Kind::kMma && g.M <= 16 && k8)) ? KOrder::kPerm : KOrder::kStd;
   h.group = h.kind == Kind::kMmaTma ? kTmaSlabs : h.kind == Kind::kMma ? 1 : h.kind == Kind::kWg256 ? 8 : 4;
   const int64_t nch = (g.K + kChunkK - 1) / kChunkK;
@@ -903,6 +1177,125 @@ void choose_kernel(Handle& h, int sms) {
   if (const char* e = std::getenv("NIBBLE_FP4SM90_GRID")) h.grid_cap = std::atoi(e);
 }
 
+/** A launch of stream_kernel: its arguments (pointers unset), shared memory, and the estimated
+ *  bytes of the busiest SM (its weights plus half its A slice: L2 reads cost less than DRAM ones). */
+struct StreamPlan {
+  StreamArgs a{};
+  int smem = 0;
+  double cost = 0.0;
+};
+
+/**
+ * The stream kernel's plan with `split` blocks per cluster (1, 2, 4 or 8): clusters = SMs / split
+ * tile ranges (at most ntiles, at most `clusters_cap` when > 0, at most what fits on the GPU at once:
+ * clusters live inside a GPC, and a second wave would double the time), ring slots per warp enough
+ * for the longest warp range (at most `stages_cap` when > 0) as far as shared memory allows.
+ * @return false when the split does not apply (more slices than chunks of K) or nothing fits.
+ */
+template <bool NV>
+bool plan_stream_split(const Handle& h, int split, int sms, int clusters_cap, int stages_cap, StreamPlan* out) {
+  const sol::GemmProblem& g = h.g;
+  const int ub = stream_unit_bytes(NV), nt = g.M <= 8 ? 1 : 2;
+  StreamArgs a{};
+  a.M = int(g.M);
+  a.N = int(g.N);
+  a.K = int(g.K);
+  a.ntiles = int((g.N + kSlabRows - 1) / kSlabRows);
+  a.nch = int((g.K + kChunkK - 1) / kChunkK);
+  a.split = split;
+  if (split < 1 || split > 8 || split > a.nch || split > sms) return false;
+  if (int64_t(a.ntiles) * sms > INT32_MAX || int64_t(a.ntiles) * a.nch * kStreamWarps > INT32_MAX)
+    return false;  // the kernel's int math (tile ranges, unit ranges x 16)
+  a.len_max = (a.nch + split - 1) / split;  // c0(r) = floor(nch r / split): slices differ by at most one
+  // Ring slots for (clusters): the longest warp range's stages, fewer if shared memory runs out; 0: none fit.
+  const auto fit = [&](int clusters) {
+    a.clusters = clusters;
+    a.dt_max = (a.ntiles + clusters - 1) / clusters;
+    const int per_warp = (a.dt_max * a.len_max + kStreamWarps - 1) / kStreamWarps;
+    int stages = std::max(1, (per_warp + kStreamStageUnits - 1) / kStreamStageUnits);
+    if (stages_cap > 0) stages = std::min(stages, stages_cap);
+    const auto bytes = [&](int st) { return StreamSmem(st, ub, a.M, nt, a.len_max, a.dt_max, split).total; };
+    while (stages > 1 && bytes(stages) > h.smem_optin) --stages;
+    a.stages = bytes(stages) <= h.smem_optin ? stages : 0;
+    return a.stages;
+  };
+  int clusters = std::min(sms / split, a.ntiles);
+  if (clusters_cap > 0) clusters = std::min(clusters, clusters_cap);
+  if (!fit(clusters)) return false;
+  // At least half of the SM's shared memory: one block per SM, never two sharing one while another idles.
+  const auto request = [&] {
+    return std::max(StreamSmem(a.stages, ub, a.M, nt, a.len_max, a.dt_max, split).total, h.smem_optin / 2 + 1024);
+  };
+  if (split > 1) {
+    cudaLaunchAttribute attr{};
+    const cudaLaunchConfig_t cfg = stream_config(a, request(), nullptr, &attr);
+    int fits = 0;
+    // An error here (a cluster shape this device cannot run) rules the split out, not the kernel.
+    if (cudaOccupancyMaxActiveClusters(&fits, stream_kernel_for<NV>(a.M), &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it so the next call does not report it
+      return false;
+    }
+    if (fits < 1) return false;
+    if (fits < clusters && !fit(fits)) return false;
+  }
+  out->a = a;
+  out->smem = request();
+  out->cost = double(a.dt_max) * a.len_max * ub + 0.5 * a.M * a.len_max * kChunkK * 2;
+  return true;
+}
+
+/** Pick the stream kernel's split (NIBBLE_FP4SM90_SPLIT, else the cheapest of 1, 2, 4, 8 by
+ *  StreamPlan::cost, ties to the smaller), grid and ring; fills h.sa, h.stream_smem and h.split.
+ *  Switches for measuring: NIBBLE_FP4SM90_GRID (at most this many clusters), NIBBLE_FP4SM90_STAGES
+ *  (at most this many ring slots per warp). NOT_SUPPORTED when K % 8 != 0 or nothing fits. */
+template <bool NV>
+void plan_stream(Handle& h, int sms) {
+  if (h.g.K % 8 != 0)
+    throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "the stream kernel needs K % 8 == 0 (16-byte rows of A)");
+  for (const auto& kernel : {stream_kernel<1, NV>, stream_kernel<2, NV>})
+    SOL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, h.smem_optin));
+  const char* e_grid = std::getenv("NIBBLE_FP4SM90_GRID");
+  const char* e_stages = std::getenv("NIBBLE_FP4SM90_STAGES");
+  const char* e_split = std::getenv("NIBBLE_FP4SM90_SPLIT");
+  const int clusters_cap = e_grid ? std::atoi(e_grid) : 0, stages_cap = e_stages ? std::atoi(e_stages) : 0;
+  StreamPlan best, p;
+  bool found = false;
+  if (e_split) {
+    const int v = std::atoi(e_split);
+    if (v != 1 && v != 2 && v != 4 && v != 8)
+      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_SPLIT: 1, 2, 4 or 8");
+    found = plan_stream_split<NV>(h, v, sms, clusters_cap, stages_cap, &best);
+  } else {
+    for (const int split : {1, 2, 4, 8})
+      if (plan_stream_split<NV>(h, split, sms, clusters_cap, stages_cap, &p) && (!found || p.cost < best.cost)) {
+        best = p;
+        found = true;
+      }
+  }
+  if (!found) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "the stream kernel does not fit this shape");
+  h.sa = best.a;
+  h.stream_smem = best.smem;
+  h.split = best.a.split;
+}
+
+/** The stream kernel's weights: repack_stream on the host, uploaded (prepare). */
+void upload_stream(Handle& h, const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scale,
+                   cudaStream_t stream) {
+  const sol::GemmProblem& g = h.g;
+  StreamRepacked r;
+  const std::string why =
+      repack_stream(g.nvfp4, g.N, g.K, packed.data(), scale.data(), g.global_scale, h.sa.split, &r);
+  if (!why.empty()) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, why);
+  h.nch = r.lay.nch;
+  h.units = h.mem.alloc<uint8_t>(r.units.size());
+  h.colmul = h.mem.alloc<float>(r.colmul.size() * 4);
+  SOL_CUDA(cudaMemcpyAsync(h.units, r.units.data(), r.units.size(), cudaMemcpyHostToDevice, stream));
+  SOL_CUDA(cudaMemcpyAsync(h.colmul, r.colmul.data(), r.colmul.size() * 4, cudaMemcpyHostToDevice, stream));
+  SOL_CUDA(cudaStreamSynchronize(stream));  // the host vectors go out of scope
+  h.sa.units = h.units;
+  h.sa.colmul = h.colmul;
+}
+
 void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** handle) {
   if (!handle) throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "prepare: null handle");
   auto h = std::make_unique<Handle>();
@@ -917,7 +1310,13 @@ void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** han
                                                         std::to_string(prop.major * 10 + prop.minor) + ")");
   h->smem_optin = int(prop.sharedMemPerBlockOptin);
   choose_kernel(*h, prop.multiProcessorCount);
-  const int64_t m_tile = h->kind == Kind::kMma || h->kind == Kind::kMmaTma ? 16
+  if (h->kind == Kind::kStream) {
+    if (g.nvfp4)
+      plan_stream<true>(*h, prop.multiProcessorCount);
+    else
+      plan_stream<false>(*h, prop.multiProcessorCount);
+  }
+  const int64_t m_tile = h->kind == Kind::kMma || h->kind == Kind::kMmaTma || h->kind == Kind::kStream ? 16
                          : h->kind == Kind::kWg64                         ? 64
                          : h->kind == Kind::kWg128                        ? 128
                                                                           : 256;
@@ -929,6 +1328,11 @@ void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** han
   SOL_CUDA(cudaMemcpyAsync(packed.data(), g.packed, pbytes, cudaMemcpyDeviceToHost, stream));
   SOL_CUDA(cudaMemcpyAsync(scale.data(), g.scale, sbytes, cudaMemcpyDeviceToHost, stream));
   SOL_CUDA(cudaStreamSynchronize(stream));
+  if (h->kind == Kind::kStream) {
+    upload_stream(*h, packed, scale, stream);
+    *handle = h.release();
+    return;
+  }
   Repacked r;
   const std::string why = repack(g.nvfp4, g.N, g.K, packed.data(), scale.data(), g.global_scale, h->order, h->group, &r);
   if (!why.empty()) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, why);
@@ -968,7 +1372,8 @@ NIBBLE_EXPORT nibble_status nibble_gemm_prepare(const nibble_gemm_problem* probl
       err, [&] { nibble::gemm_fp4_sm90::prepare(problem, static_cast<cudaStream_t>(stream), handle); });
 }
 
-/** One GEMM: one kernel launch on `stream` (mma.sync for M <= 16, wgmma above). */
+/** One GEMM: one kernel launch on `stream` (mma.sync for M <= 16, wgmma above; the stream kernel
+ *  when NIBBLE_FP4SM90_KIND=stream). */
 NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A, nibble_tensor* C, void* stream,
                                             nibble_error* err) {
   return nibble::sol::abi_guard(err, [&] {
