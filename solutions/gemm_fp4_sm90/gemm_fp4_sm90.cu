@@ -82,6 +82,28 @@ __device__ __forceinline__ void decode_step(uint32_t q, uint32_t s_lo, uint32_t 
   a[3] = decode_reg(q, 3, s_hi);
 }
 
+/** One kPerm chunk (16 weight rows x 64 k) of lane (g, t) into NT n8 tiles: q = its 16 bytes of
+ *  codes, sw = its 2 scale bytes, lo[nt] / hi[nt] = the 8 + 8 bf16 activations of k 16 t .. 16 t + 15
+ *  of the chunk for column 8 nt + g (zeros past M or K); acc[nt] += decode(q) x B (fp32). */
+template <bool NV, int NT>
+__device__ __forceinline__ void chunk_mma(const uint4& q, uint32_t sw, const uint4 (&lo)[NT], const uint4 (&hi)[NT],
+                                          float (&acc)[NT][4]) {
+  const uint32_t s_lo = expand_scale<NV>(sw, 0), s_hi = expand_scale<NV>(sw, 1);
+  const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint32_t a[4];
+    decode_step(qw[j], s_lo, s_hi, a);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      // step j reads k 4 j .. 4 j + 3 of the lane's 16: words 2 j, 2 j + 1 of lo|hi
+      const uint4& v = j < 2 ? lo[nt] : hi[nt];
+      const uint32_t b0 = (j & 1) ? v.z : v.x, b1 = (j & 1) ? v.w : v.y;
+      mma_bf16_16816(acc[nt], a, b0, b1);
+    }
+  }
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -238,26 +260,16 @@ __global__ void __launch_bounds__(kTmaSlabs * 32)
           *reinterpret_cast<const uint16_t*>(smem + L.s + (cl * kTmaSlabs + warp) * kSb + (NV ? t : t >> 1) * 16 + 2 * g);
       // Lane (g, t): k 64 c + 16 t .. +15 of row 8 nt + g (K % 8 == 0: a 16-byte half is all in or out).
       const int k0 = (cb + cl) * kChunkK + 16 * t;
-      uint32_t b[NT][8];
+      uint4 lo[NT], hi[NT];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int row = 8 * nt + g;
         const uint8_t* ap = smem + L.a + row * L.a_pitch + (cl * kChunkK + 16 * t) * 2;
         const uint4 z = make_uint4(0, 0, 0, 0);
-        const uint4 lo = (row < M && k0 < K) ? *reinterpret_cast<const uint4*>(ap) : z;
-        const uint4 hi = (row < M && k0 + 8 < K) ? *reinterpret_cast<const uint4*>(ap + 16) : z;
-        b[nt][0] = lo.x, b[nt][1] = lo.y, b[nt][2] = lo.z, b[nt][3] = lo.w;
-        b[nt][4] = hi.x, b[nt][5] = hi.y, b[nt][6] = hi.z, b[nt][7] = hi.w;
+        lo[nt] = (row < M && k0 < K) ? *reinterpret_cast<const uint4*>(ap) : z;
+        hi[nt] = (row < M && k0 + 8 < K) ? *reinterpret_cast<const uint4*>(ap + 16) : z;
       }
-      const uint32_t s_lo = expand_scale<NV>(sw, 0), s_hi = expand_scale<NV>(sw, 1);
-      const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t a[4];
-        decode_step(qw[j], s_lo, s_hi, a);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[nt], a, b[nt][2 * j], b[nt][2 * j + 1]);
-      }
+      chunk_mma<NV, NT>(q, sw, lo, hi, acc);
     }
   }
   // acc[nt][i]: W row 16 slab + g + 8 (i >> 1), A row 8 nt + 2t + (i & 1).
@@ -330,7 +342,21 @@ struct StreamArgs {
   int split, clusters;   // blocks per cluster (K slices), clusters (tile ranges)
   int stages;            // ring slots per warp
   int len_max, dt_max;   // the smem layout's sizes (StreamSmem)
+  // NIBBLE_FP4SM90_TRACE: per block kStreamMarks %globaltimer stamps (ns) of the last run, else null
+  unsigned long long* trace;
 };
+
+/** The stream kernel's timeline marks (thread 0 of each block): entry, A landed, warp 0's units
+ *  done, every warp's units done (after __syncthreads), the cluster's start barrier passed, C written. */
+constexpr int kStreamMarks = 6;
+
+__device__ __forceinline__ void stream_mark(const StreamArgs& p, int k) {
+  if (p.trace && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    p.trace[blockIdx.x * kStreamMarks + k] = t;
+  }
+}
 
 __device__ __forceinline__ void add4(float4& a, const float4& b) {
   a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
@@ -364,6 +390,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
   const int S = p.split, r = int(blockIdx.x) % S, q = int(blockIdx.x) / S;  // cluster (S, 1, 1): rank = x % S
   // Split-phase "every block of the cluster has started" (needed before distributed shared memory
   // is written); waited on only after the stream, so it costs nothing.
+  stream_mark(p, 0);
   if (S > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   // 32-bit: prepare checks ntiles x clusters and nch x split (64-bit division is a ~70-instruction call).
   const int T0 = p.ntiles * q / p.clusters, dT = p.ntiles * (q + 1) / p.clusters - T0;
@@ -424,6 +451,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
   };
   int tl = ua / len, cl = ua - tl * len;  // the next unit's tile (block-local) and chunk (slice-local)
   if (nst > 0) mbar_wait(abar, 0);
+  stream_mark(p, 1);
   int s = 0;           // this stage's ring slot: k % stages
   uint32_t phase = 0;  // its mbarrier's phase parity: (k / stages) & 1
   for (int k = 0; k < nst; ++k) {
@@ -437,23 +465,13 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
         const uint4 qv = *reinterpret_cast<const uint4*>(un + lane * 16);
         // kPerm: lane (g, t)'s 2 bytes (rows g, g + 8) of block t (NVFP4) or t / 2 (MXFP4).
         const uint32_t sw = *reinterpret_cast<const uint16_t*>(un + 512 + (NV ? t : t >> 1) * 16 + 2 * g);
-        uint32_t b[NT][8];
+        uint4 lo[NT], hi[NT];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          const uint4 lo = *reinterpret_cast<const uint4*>(arow[nt] + cl * (kChunkK * 2));
-          const uint4 hi = *reinterpret_cast<const uint4*>(arow[nt] + cl * (kChunkK * 2) + 16);
-          b[nt][0] = lo.x, b[nt][1] = lo.y, b[nt][2] = lo.z, b[nt][3] = lo.w;
-          b[nt][4] = hi.x, b[nt][5] = hi.y, b[nt][6] = hi.z, b[nt][7] = hi.w;
+          lo[nt] = *reinterpret_cast<const uint4*>(arow[nt] + cl * (kChunkK * 2));
+          hi[nt] = *reinterpret_cast<const uint4*>(arow[nt] + cl * (kChunkK * 2) + 16);
         }
-        const uint32_t s_lo = expand_scale<NV>(sw, 0), s_hi = expand_scale<NV>(sw, 1);
-        const uint32_t qw[4] = {qv.x, qv.y, qv.z, qv.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t a[4];
-          decode_step(qw[j], s_lo, s_hi, a);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mma_bf16_16816(acc[nt], a, b[nt][2 * j], b[nt][2 * j + 1]);
-        }
+        chunk_mma<NV, NT>(qv, sw, lo, hi, acc);
         if (++cl == len) {
           flush(tl);
           ++tl;
@@ -470,7 +488,9 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
     if (++s == p.stages) s = 0, phase ^= 1u;
   }
   if (nst > 0 && cl != 0) flush(tl);  // the range ends inside a tile
+  stream_mark(p, 2);
   __syncthreads();
+  stream_mark(p, 3);
 
   // Each float4 item (tile tt, n8 tile nt, lane l) of the block's C^T tiles: rows g, g + 8 of the
   // tile x columns 8 nt + 2t, + 1 (the accumulator order). Summed over the warps that met tile tt,
@@ -490,6 +510,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
     }
   };
   if (S > 1) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the start barrier
+  stream_mark(p, 4);
   namespace cg = cooperative_groups;
   for (int i = int(threadIdx.x); i < items; i += int(blockDim.x)) {
     const int tt = i / (NT * 32), rem = i % (NT * 32);
@@ -515,6 +536,10 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
       for (int rr = 1; rr < S; ++rr) add4(v, recv[rr * share + il]);
       store(r * share + il, v);
     }
+  }
+  if (p.trace) {
+    __syncthreads();
+    stream_mark(p, 5);
   }
 }
 
@@ -887,6 +912,7 @@ struct Handle {
   uint8_t* units = nullptr;
   StreamArgs sa{};
   int stream_smem = 0;
+  std::string trace_path;  // NIBBLE_FP4SM90_TRACE: the stream kernel's timeline, written at teardown
   sol::DeviceAllocs mem;
   // The tensor map of the last A seen (run may get another pointer).
   const void* map_ptr = nullptr;
@@ -1294,6 +1320,40 @@ void upload_stream(Handle& h, const std::vector<uint8_t>& packed, const std::vec
   SOL_CUDA(cudaStreamSynchronize(stream));  // the host vectors go out of scope
   h.sa.units = h.units;
   h.sa.colmul = h.colmul;
+  h.sa.trace = nullptr;
+  if (const char* tp = std::getenv("NIBBLE_FP4SM90_TRACE"); tp && *tp) {
+    h.trace_path = tp;
+    const size_t n = size_t(h.sa.clusters) * h.sa.split * kStreamMarks;
+    h.sa.trace = h.mem.alloc<unsigned long long>(n * 8);
+    SOL_CUDA(cudaMemsetAsync(h.sa.trace, 0, n * 8, stream));
+  }
+}
+
+/** NIBBLE_FP4SM90_TRACE: the last run's stream-kernel timeline, per mark the mean and the latest
+ *  block (us after the first block's entry), into h.trace_path (teardown; best effort: a file that
+ *  cannot be written is skipped, the solution's result does not depend on it). */
+void write_stream_trace(const Handle& h) {
+  const int blocks = h.sa.clusters * h.sa.split;
+  std::vector<unsigned long long> t(size_t(blocks) * kStreamMarks);
+  SOL_CUDA(cudaMemcpy(t.data(), h.sa.trace, t.size() * 8, cudaMemcpyDeviceToHost));
+  unsigned long long t0 = ~0ull;
+  for (int b = 0; b < blocks; ++b) t0 = std::min(t0, t[size_t(b) * kStreamMarks]);
+  FILE* f = std::fopen(h.trace_path.c_str(), "w");
+  if (!f) return;
+  const char* names[kStreamMarks] = {"entry", "A landed", "warp 0 units done", "all units done",
+                                     "cluster start barrier", "C written"};
+  std::fprintf(f, "stream kernel trace: M %lld N %lld K %lld, %d clusters x split %d, %d ring slots per warp\n",
+               (long long)h.g.M, (long long)h.g.N, (long long)h.g.K, h.sa.clusters, h.sa.split, h.sa.stages);
+  std::fprintf(f, "%-22s %10s %10s %10s   (us after the first block's entry)\n", "mark", "first", "mean", "last");
+  for (int k = 0; k < kStreamMarks; ++k) {
+    double sum = 0, lo = 1e30, hi = 0;
+    for (int b = 0; b < blocks; ++b) {
+      const double v = double(t[size_t(b) * kStreamMarks + k] - t0) / 1000.0;
+      sum += v, lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+    std::fprintf(f, "%-22s %10.2f %10.2f %10.2f\n", names[k], lo, sum / blocks, hi);
+  }
+  std::fclose(f);
 }
 
 void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** handle) {
@@ -1396,6 +1456,7 @@ NIBBLE_EXPORT nibble_status nibble_gemm_teardown(void* handle, void* stream, nib
     std::unique_ptr<nibble::gemm_fp4_sm90::Handle> h(static_cast<nibble::gemm_fp4_sm90::Handle*>(handle));
     if (!h) return;
     SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+    if (h->sa.trace && h->kind == nibble::gemm_fp4_sm90::Kind::kStream) nibble::gemm_fp4_sm90::write_stream_trace(*h);
     h->mem.release();
   });
 }

@@ -150,6 +150,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     mark_ready(p, 5 * li + 0);
     gain_prefetch(L->post_norm, p.d, gn);
     gemv_run(L->qkv, p.qkv, xquant_view(xf, p.d), gw, nw, ring, L->o, true, gemv_stats(p, 0));
+    if (p.l2_prefetch & 1) gemv_prefetch_l2(L->o, gw, nw);
+    if (p.l2_prefetch & 2) gemv_prefetch_l2(L->gu, gw, nw);
+    if (p.l2_prefetch & 4) gemv_prefetch_l2(L->down, gw, nw);
     gain_wait();
     stage_barrier(p, 5 * li + 0, 4 * li + 0);
 

@@ -140,6 +140,20 @@ __device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, int gw, int
   __syncwarp();
 }
 
+/** Lane 0: prefetch this warp's whole range of M (codes and metadata, two contiguous byte ranges)
+ *  into L2 (cp.async.bulk.prefetch.L2: no registers, no shared memory, no completion to wait for),
+ *  so that a later gemv_run's bulk copies hit L2. The decode kernel issues it for the stages after
+ *  the attention while the attention, which streams little, leaves DRAM idle (NIBBLE_MK_L2PF). */
+__device__ __forceinline__ void gemv_prefetch_l2(const PackedMatrix& M, int gw, int nw) {
+  if ((threadIdx.x & 31) != 0) return;
+  const UnitRange rg = unit_range(M, gw, nw);
+  if (rg.u1 <= rg.u0) return;
+  const uint32_t n = uint32_t(rg.u1 - rg.u0);
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(M.w + rg.u0 * 64), "r"(n * kUnitBytes) : "memory");
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(M.meta + rg.u0 * 8), "r"(n * kUnitMetaBytes)
+               : "memory");
+}
+
 __device__ __forceinline__ void ring_wait(const Ring& r, uint32_t n) {
   const uint32_t bar = r.bar + 8 * (n % kRingStages), parity = (n / kRingStages) & 1u;
   asm volatile(

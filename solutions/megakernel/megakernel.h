@@ -141,6 +141,9 @@ struct DecodeParams {
   int barrier_mode = 1;
   /** 1: a proxy fence before each weight-ring refill; 0: none (NIBBLE_MK_PFENCE=0, an A/B switch). */
   int proxy_fence = 1;
+  /** After its qkv GEMV each warp prefetches into L2 its ranges of this layer's o (bit 0), gate|up
+   *  (bit 1) and down (bit 2) weights, to stream during the attention (NIBBLE_MK_L2PF=mask). */
+  int l2_prefetch = 0;
   // this step
   const int64_t* token = nullptr;
   int pos = 0;
