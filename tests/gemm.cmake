@@ -32,6 +32,17 @@ else()
 endif()
 set_tests_properties(nibble.test.fp4_fixture_python PROPERTIES LABELS cpu)
 
+# scripts/gemm_ratios.py and scripts/calibration_table.py (the per-shape tables of reports/) on
+# hand-made reports with known speed-ups, margins and exit statuses.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME nibble.test.report_scripts
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/python/check_report_scripts.py)
+else()
+  add_test(NAME nibble.test.report_scripts COMMAND ${CMAKE_COMMAND} -E echo "python3 not found: run scripts/setup.sh")
+  set_tests_properties(nibble.test.report_scripts PROPERTIES FAIL_REGULAR_EXPRESSION "python3 not found")
+endif()
+set_tests_properties(nibble.test.report_scripts PROPERTIES LABELS cpu)
+
 # gemm_fp4_sm90's repacked layout and register decode, run on the CPU (the kernels' own decode
 # functions, host build) against the exact weights.
 nibble_add_gtest(gemm_fp4_sm90_layout SOURCES test_gemm_fp4_sm90_layout.cpp LIBS nibble_fixtures CUDA::cudart

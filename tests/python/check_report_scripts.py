@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""check_report_scripts.py: scripts/gemm_ratios.py and scripts/calibration_table.py on hand-made
+reports whose answers are known: speed-ups 2.00x (M 16: 3x missed), 3.20x (M 1: met), 0.95x
+(M 4096: met), a shape with one report missing (exit 2); a healthy calibration table (margins
+0.01 / 0.002 = 5.0x and 0.04 / 0.01 = 4.0x) and an unhealthy one (exit 1)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def report(task, cfg, us):
+    return {"task": task, "config": cfg, "disposition": "Passed",
+            "timing": {"us_per_call": us, "tflops": 1.5, "achieved_bandwidth_Bps": 2.5e12},
+            "correctness": {"worst_rel_err": 1e-7}}
+
+
+def calibration(task, cfg, must_pass, must_fail, healthy):
+    return {"schema": "nibble.calibration", "task": task, "config": cfg, "gate": 0.01, "healthy": healthy,
+            "rows": [{"variant": "fp32", "expected": "PASS", "worst": 0.0},
+                     {"variant": "bf16", "expected": "PASS", "worst": must_pass},
+                     {"variant": "swap", "expected": "FAIL", "worst": 1.4},
+                     {"variant": "subnormal", "expected": "FAIL", "worst": must_fail}]}
+
+
+def run(script, *args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args], capture_output=True, text=True)
+
+
+def main():
+    failures = []
+
+    def expect(cond, what):
+        if not cond:
+            failures.append(what)
+
+    with tempfile.TemporaryDirectory() as d:
+        t = "gemm-w4a16-nvfp4"
+        shapes = {"m16-n3072-k3072": (5.0, 10.0), "m1-n8192-k3072": (6.0, 19.2), "m4096-n8192-k3072": (300.0, 285.0)}
+        for cfg, (mine, theirs) in shapes.items():
+            json.dump(report(t, cfg, mine), open(os.path.join(d, f"{t}-{cfg}-fp4_sm90.json"), "w"))
+            json.dump(report(t, cfg, theirs), open(os.path.join(d, f"{t}-{cfg}-cublas_bf16.json"), "w"))
+        r = run("gemm_ratios.py", d)
+        expect(r.returncode == 0, f"gemm_ratios.py exit {r.returncode}: {r.stderr}")
+        rows = {line.split("|")[2].strip(): line for line in r.stdout.splitlines() if line.startswith(f"| {t}")}
+        expect("| 2.00x |" in rows.get("m16-n3072-k3072", "") and "3x: missed" in rows["m16-n3072-k3072"], "m16 row")
+        expect("| 3.20x |" in rows.get("m1-n8192-k3072", "") and "3x: met" in rows["m1-n8192-k3072"], "m1 row")
+        expect("| 0.95x |" in rows.get("m4096-n8192-k3072", "") and "0.9x: met" in rows["m4096-n8192-k3072"], "m4096 row")
+        json.dump(report(t, "m128-n4096-k4096", 20.0), open(os.path.join(d, f"{t}-m128-n4096-k4096-fp4_sm90.json"), "w"))
+        r = run("gemm_ratios.py", d)
+        expect(r.returncode == 2 and "missing report" in r.stdout, "a missing cuBLAS report must exit 2")
+
+    with tempfile.TemporaryDirectory() as d:
+        json.dump(calibration("gemm-bf16-mxfp4", "tiny", 0.002, 0.04, True), open(os.path.join(d, "a.json"), "w"))
+        r = run("calibration_table.py", d)
+        expect(r.returncode == 0, f"calibration_table.py exit {r.returncode}: {r.stderr}")
+        expect("bf16 2.00e-03" in r.stdout and "subnormal 4.00e-02" in r.stdout, "worst pass / closest fail")
+        expect("| 5.0x | 4.0x | yes |" in r.stdout, "margins: " + r.stdout)
+        json.dump(calibration("gemm-bf16-mxfp4", "m1", 0.02, 0.04, False), open(os.path.join(d, "b.json"), "w"))
+        r = run("calibration_table.py", d)
+        expect(r.returncode == 1 and "| NO |" in r.stdout, "an unhealthy table must exit 1")
+
+    for f in failures:
+        print("FAIL:", f)
+    print("report scripts:", "FAILED" if failures else "ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
