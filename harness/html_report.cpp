@@ -100,6 +100,12 @@ std::string us_str(double v) {
   return v >= 100 ? fixed(v, 1) : fmt_g(v, 4);
 }
 
+/** What one timed sample is: a decode step, or a call of a GEMM task. */
+bool is_gemm_report(const json& report) {
+  return report.contains("task") && report["task"].is_string() && report["task"].get<std::string>().rfind("gemm-", 0) == 0;
+}
+std::string sample_unit(const json& report) { return is_gemm_report(report) ? "call" : "step"; }
+
 std::string err_str(double e) {
   if (std::isnan(e)) return "NaN";
   if (e == 0) return "0";
@@ -372,7 +378,7 @@ std::string histogram_chart(const json& report) {
   o << line(X(sm.median), T - 10, X(sm.median), B, "#0d2c54", 2);
   o << text(X(sm.median) + 4, T - 14, "median " + us_str(sm.median) + " us", X(sm.median) > (L + R) / 2.0 ? "end" : "start", 11,
             "#0d2c54", "font-weight=\"bold\"");
-  o << text((L + R) / 2.0, B + 38, "GPU span per step (us); shaded: q1 " + us_str(sm.q1) + " to q3 " + us_str(sm.q3) + ", n " +
+  o << text((L + R) / 2.0, B + 38, "GPU span per " + sample_unit(report) + " (us); shaded: q1 " + us_str(sm.q1) + " to q3 " + us_str(sm.q3) + ", n " +
                                        std::to_string(sm.n),
             "middle", 11, "#555");
   o << text(14, (T + B) / 2.0, "calls", "middle", 11, "#555", "transform=\"rotate(-90 14 " + f1((T + B) / 2.0) + ")\"");
@@ -413,7 +419,7 @@ std::string strip_chart(const json& report, const json& base) {
   for (double v : nice_ticks(lo, hi, 8))
     o << line(X(v), 125, X(v), 130, "#444") << text(X(v), 143, tick_label(v), "middle", 10, "#555");
   o << line(L, 125, R, 125, "#444");
-  o << text((L + R) / 2.0, 162, "GPU span per step (us), every timed call", "middle", 11, "#555");
+  o << text((L + R) / 2.0, 162, "GPU span per " + sample_unit(report) + " (us), every timed call", "middle", 11, "#555");
   o << "</svg>\n";
   return o.str();
 }
@@ -446,7 +452,7 @@ std::string roofline_chart(const json& report, const json* base, const std::stri
   const int H = T + rowh * int(bars.size()) + 40;
   auto X = [&](double us) { return L + us / (mx * 1.02) * (R - L); };
   std::ostringstream o;
-  o << svg_open(W, H, "time per step against the bandwidth floor");
+  o << svg_open(W, H, "time per " + sample_unit(report) + " against the bandwidth floor");
   for (double v : nice_ticks(0, mx * 1.02, 8)) {
     o << line(X(v), T, X(v), H - 30, "#eeeeee");
     o << text(X(v), H - 14, tick_label(v), "middle", 10, "#555");
@@ -462,7 +468,10 @@ std::string roofline_chart(const json& report, const json* base, const std::stri
   }
   o << line(L, T, L, H - 30, "#444");
   if (!std::isnan(fm)) o << line(X(fm), T, X(fm), H - 30, kFloor, 1, "stroke-dasharray=\"3 3\"");
-  o << text((L + R) / 2.0, H - 1, "microseconds per decode step (median GPU span; shorter is better)", "middle", 11, "#555");
+  o << text((L + R) / 2.0, H - 1,
+            std::string(is_gemm_report(report) ? "microseconds per GEMM call" : "microseconds per decode step") +
+                " (median GPU span; shorter is better)",
+            "middle", 11, "#555");
   o << "</svg>\n";
   return o.str();
 }
@@ -601,26 +610,38 @@ std::string render_html_report(const json& report, const std::string& report_lab
     o << "<div class=\"fig\"><div class=\"k\">" << html_escape(k) << "</div><div class=\"v\"><span id=\"" << id << "\">" << html_escape(v)
       << "</span>" << (unit.empty() ? "" : " " + html_escape(unit)) << "</div></div>\n";
   };
+  const bool gemm = is_gemm_report(report);
+  const std::string unit = sample_unit(report);
   o << "<div class=\"figures\">\n";
-  fig("median GPU span per step", "median-us", span.empty() ? "n/a" : us_str(median_of(span)), span.empty() ? "" : "us");
+  fig("median GPU span per " + unit, "median-us", span.empty() ? "n/a" : us_str(median_of(span)), span.empty() ? "" : "us");
   fig("floor at measured copy bandwidth", "floor-measured-us", us_str(fm), std::isnan(fm) ? "" : "us");
   fig("floor at datasheet bandwidth", "floor-theoretical-us", us_str(ft), std::isnan(ft) ? "" : "us");
-  const double frac = num(t, "fraction_of_measured_bw");
+  if (gemm) {  // the GEMM reports carry the rates; the fraction below is the floor over the median
+    const double tf = num(t, "tflops"), bw = num(t, "achieved_bandwidth_Bps");
+    fig("arithmetic rate", "tflops", std::isnan(tf) ? "n/a" : fixed(tf, tf >= 100 ? 0 : 1), std::isnan(tf) ? "" : "TFLOP/s");
+    fig("bytes moved per second", "tbps", std::isnan(bw) ? "n/a" : fixed(bw / 1e12, 2), std::isnan(bw) ? "" : "TB/s");
+  }
+  double frac = num(t, "fraction_of_measured_bw");
+  if (std::isnan(frac) && !span.empty() && fm > 0) frac = fm / median_of(span);
   fig("of measured copy bandwidth", "fraction-measured-bw", std::isnan(frac) ? "n/a" : fixed(100 * frac, 1), std::isnan(frac) ? "" : "%");
   fig("worst relative error", "worst-rel-err", corr.contains("worst_rel_err") ? err_str(w) : "not run", "");
   fig("gate", "gate", err_str(gate), "");
   o << "</div>\n";
 
   o << "<h2>Error against the gate</h2>\n"
-    << "<p class=\"note\">Worst relative error of the logits and the appended K/V over the checked steps and seeds. "
+    << "<p class=\"note\">"
+    << (gemm ? "Worst relative Frobenius error of C over the checked calls and seeds (every call after the first negates a "
+               "seeded subset of A's rows). "
+             : "Worst relative error of the logits and the appended K/V over the checked steps and seeds. ")
     << "Diamonds: the drop-the-feature variants, " << html_escape(error_anchor_source(report))
     << "; green must pass, red must fail.</p>\n";
   o << error_chart(report);
 
   // Speed: against the floor and the anchors first, then the comparison, then the detail.
   if (!span.empty()) {
-    o << "<h2>Against the roofline</h2>\n<p class=\"note\">Bytes a step must move: "
-      << html_escape(fmt_g(num(t, "bytes_per_step") / 1e9, 4)) << " GB. Floors: those bytes at the copy bandwidth measured in this run and at "
+    o << "<h2>Against the roofline</h2>\n<p class=\"note\">Bytes a " << unit << " must move: "
+      << html_escape(fmt_g(num(t, gemm ? "bytes_per_call" : "bytes_per_step") / (gemm ? 1e6 : 1e9), 4)) << (gemm ? " MB" : " GB")
+      << ". Floors: those bytes at the copy bandwidth measured in this run and at "
       << "the datasheet bandwidth." << (time_anchors(report).empty() ? "" : " Purple: PyTorch on the same GPU and shapes (shared/GPU-FACTS.md).")
       << "</p>\n";
     o << roofline_chart(report, base, base ? solution_name(*base) : "");
@@ -628,11 +649,13 @@ std::string render_html_report(const json& report, const std::string& report_lab
     o << "<h2>Timing</h2>\n<p class=\"note\">This report has no timing (not timed, or the grade stopped before it).</p>\n";
   }
   if (base && cmp) o << comparison_section(*cmp);
-  if (!span.empty()) {
+  if (!span.empty() && !gemm) {
     auto field = [&](const char* k) { return html_escape(t.contains(k) ? (t[k].is_string() ? t[k].get<std::string>() : t[k].dump()) : "?"); };
     o << "<h2>Time per decode step across the positions</h2>\n<p class=\"note\">" << field("steps_per_round") << " steps per round, "
       << field("rounds") << " rounds; every call at its KV position (the attention work grows with it).</p>\n";
     o << positions_chart(report, base);
+  }
+  if (!span.empty()) {
     o << "<h2>Distribution of the samples</h2>\n";
     o << histogram_chart(report);
     if (base) o << strip_chart(report, *base);
@@ -657,6 +680,8 @@ std::string render_html_report(const json& report, const std::string& report_lab
   }
   if (t.contains("protocol") && t["protocol"].is_object())
     o << row("timing", html_escape(str(t["protocol"], "metric")) + "; " + html_escape(str(t["protocol"], "before_each_call")));
+  else if (t.contains("protocol") && t["protocol"].is_string())  // the GEMM grade's one-line protocol
+    o << row("timing", html_escape(t["protocol"].get<std::string>()));
   if (t.contains("stop_reason")) o << row("timing stopped", html_escape(t["stop_reason"].is_string() ? t["stop_reason"].get<std::string>() : t["stop_reason"].dump()));
   if (report.contains("git") && report["git"].is_object()) {
     const json& g = report["git"];

@@ -126,13 +126,6 @@ int report_command(std::vector<std::string> args) {
     std::fprintf(stderr, "nibble report html: %s\n", e.what());
     return kCompareBadInput;
   }
-  if (report.value("task", std::string()).rfind("gemm-", 0) == 0) {
-    // The page's charts (time against the KV position, the decode roofline) are the decode task's.
-    std::fprintf(stderr, "nibble report html: %s is a %s report; the HTML page is written for the decode task only, "
-                 "use `nibble report show %s` for a GEMM report\n", html_path.c_str(), report.value("task", std::string()).c_str(),
-                 html_path.c_str());
-    return kCompareBadInput;
-  }
   std::string page;
   if (html_base.empty()) {
     page = render_html_report(report, html_path);

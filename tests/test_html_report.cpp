@@ -125,6 +125,27 @@ TEST(HtmlReport, KeyFiguresOfTheUnfusedReport) {
   for (const char* s : {"<script", "http://", "https://", "src=", "<link", "url("}) EXPECT_EQ(stripped.find(s), std::string::npos) << s;
 }
 
+TEST(HtmlReport, KeyFiguresOfAGemmReport) {
+  // A gemm_fp4_sm90 grade (nvfp4 m16-n3072-k3072): its rates, per call, no decode-only chart.
+  const json g = load_report(data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json"));
+  const std::string html = render_html_report(g, "gemm.json");
+  EXPECT_EQ(by_id(html, "disposition"), "Passed");
+  EXPECT_EQ(by_id(html, "median-us"), "7.488");
+  EXPECT_EQ(by_id(html, "floor-measured-us"), "1.333");
+  EXPECT_EQ(by_id(html, "tflops"), "40.3");
+  EXPECT_EQ(by_id(html, "tbps"), "0.75");
+  EXPECT_EQ(by_id(html, "fraction-measured-bw"), "17.8");  // 1.3331 us floor / 7.488 us median
+  EXPECT_EQ(by_id(html, "worst-rel-err"), "1.21e-07");
+  EXPECT_EQ(by_id(html, "gate"), "0.01");
+  // Three charts: error vs gate, roofline, histogram; no per-position chart (a GEMM has none).
+  EXPECT_EQ(count(html, "<svg "), 3u);
+  EXPECT_EQ(html.find("decode step"), std::string::npos);
+  EXPECT_EQ(html.find("per step"), std::string::npos);
+  EXPECT_NE(html.find("microseconds per GEMM call"), std::string::npos);
+  EXPECT_NE(html.find("Bytes a call must move: 5.603 MB"), std::string::npos);
+  EXPECT_EQ(markup_problem(html), "");
+}
+
 TEST(HtmlReport, MarkupIsBalancedAndSvgWellFormed) {
   const json u = unfused(), r = reference();
   const Comparison c = compare_reports(r, u, CompareOptions{});
