@@ -34,6 +34,6 @@ if has gfull0; then  # the generation barrier, for comparison
   run 100 env NIBBLE_MK_BARRIER=0 NIBBLE_MK_TRACE="$OUT/trace0.txt" $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-full-b0.json" --max-timing-seconds "$TIMING_S"
   cat "$OUT/trace0.txt" | tee -a "$OUT/log.txt"
 fi
-has bench && run 60 $B/bin/bench_megakernel_blocks --benchmark_min_time=0.2s --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
+has bench && run 60 $B/bin/bench_megakernel_blocks --benchmark_min_time=0.2 --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
 has mma && run 60 $B/bin/bench_mma_latency --benchmark_out="$OUT/bench-mma.json" --benchmark_out_format=json
 log done
