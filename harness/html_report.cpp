@@ -137,7 +137,12 @@ std::vector<double> nice_ticks(double lo, double hi, int target = 6) {
       step = m * mag;
       break;
     }
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
+  // At most a few dozen ticks, and none once the step is below v's precision (lo ~ 1e16, hi - lo ~ 1:
+  // v += step would not move).
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9 && t.size() < 64; v += step) {
+    t.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
+    if (!(v + step > v)) break;
+  }
   return t;
 }
 
@@ -350,10 +355,16 @@ std::string histogram_chart(const json& report) {
   // About 2 sqrt(n) bins: the samples are mostly one tight mode plus a few slow outliers.
   const int bins = std::clamp(int(std::ceil(2 * std::sqrt(double(s.size())))), 12, 48);
   double lo = sm.min, hi = sm.max;
-  if (!(hi > lo)) lo -= 0.5, hi += 0.5;
+  if (!(hi > lo)) {  // one value: a bin around it, wide enough to be representable at its magnitude
+    const double pad = std::max(0.5, std::fabs(lo) * 1e-6);
+    lo -= pad, hi += pad;
+  }
   const double bw = (hi - lo) / bins;
   std::vector<int> count(size_t(bins), 0);
-  for (double v : s) count[size_t(std::min(bins - 1, int((v - lo) / bw)))]++;
+  for (double v : s) {
+    const double k = (v - lo) / bw;
+    count[size_t(std::isfinite(k) ? std::clamp(k, 0.0, double(bins - 1)) : 0.0)]++;
+  }
   const int cmax = *std::max_element(count.begin(), count.end());
   const int W = 1000, H = 260, L = 70, R = 970, T = 30, B = 210;
   auto X = [&](double v) { return L + (v - lo) / (hi - lo) * (R - L); };
@@ -391,7 +402,7 @@ std::string strip_chart(const json& report, const json& base) {
   if (n.empty() || b.empty()) return "";
   double lo = std::min(*std::min_element(n.begin(), n.end()), *std::min_element(b.begin(), b.end()));
   double hi = std::max(*std::max_element(n.begin(), n.end()), *std::max_element(b.begin(), b.end()));
-  const double pad = std::max((hi - lo) * 0.04, 1.0);
+  const double pad = std::max({(hi - lo) * 0.04, 1.0, std::fabs(hi) * 1e-6});
   lo -= pad;
   hi += pad;
   const int W = 1000, H = 170, L = 70, R = 970;

@@ -66,7 +66,7 @@ json load_report(const std::string& path) {
   json r;
   try {
     r = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse errors, and numbers a double cannot hold (1e999)
     throw BadReport(path + ": not valid JSON (" + e.what() + ")");
   }
   validate_report(r, path);

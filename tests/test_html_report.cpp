@@ -146,6 +146,25 @@ TEST(HtmlReport, KeyFiguresOfAGemmReport) {
   EXPECT_EQ(markup_problem(html), "");
 }
 
+TEST(HtmlReport, ExtremeSamplesStillRender) {
+  // Every sample 1e16 (no spread, and a step of 1 is below a double's precision there): the tick
+  // loop once never advanced and the histogram's bin index overflowed (a newcomer's segfault).
+  for (double v : {1e16, 1e300, 3.0}) {
+    json u = unfused();
+    for (auto& x : u["timing"]["gpu_span_us"]["samples"]) x = v;
+    const std::string html = render_html_report(u, "extreme.json", &u, "extreme.json");
+    EXPECT_EQ(markup_problem(html), "") << v;
+    EXPECT_EQ(count(html, "<svg "), 5u) << v;  // error, roofline, positions, histogram, strip
+  }
+}
+
+TEST(HtmlReport, NumbersADoubleCannotHoldAreBadInput) {
+  const fs::path p = fs::temp_directory_path() / ("nibble-inf-" + std::to_string(::getpid()) + ".json");
+  write_file_atomic(p.string(), "{\"schema\": \"nibble.report\", \"x\": 1e999}");
+  EXPECT_THROW(load_report(p.string()), BadReport);
+  fs::remove(p);
+}
+
 TEST(HtmlReport, MarkupIsBalancedAndSvgWellFormed) {
   const json u = unfused(), r = reference();
   const Comparison c = compare_reports(r, u, CompareOptions{});
