@@ -6,32 +6,49 @@ feature), the margins on both sides of the gate, and whether every variant lande
 
   python3 scripts/calibration_table.py FILE_OR_DIR ...
 
-Exit status 1 when a table is unhealthy (a must-pass variant over the gate or a must-fail one under
-it), 2 when a file cannot be read."""
+Exit status: 0 every table healthy; 1 a table is unhealthy (a must-pass variant over the gate or a
+must-fail one under it); 2 bad input (a path that does not exist, a file that is not valid JSON, a
+calibration table without its rows, or no calibration table at all)."""
 import json
 import os
 import sys
 
 
+def fail(msg):
+    print(f"calibration_table.py: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
 def tables(paths):
     for p in paths:
+        if not os.path.exists(p):
+            fail(f"{p}: no such file or folder")
         names = sorted(os.path.join(p, n) for n in os.listdir(p) if n.endswith(".json")) if os.path.isdir(p) else [p]
         for n in names:
             try:
                 with open(n) as f:
                     r = json.load(f)
             except (OSError, ValueError) as e:
-                sys.exit(f"calibration_table.py: cannot read {n}: {e}")
-            if r.get("schema") == "nibble.calibration":
-                yield r
+                fail(f"cannot read {n}: {e}")
+            if not isinstance(r, dict) or r.get("schema") != "nibble.calibration":
+                if not os.path.isdir(p):  # named on its own: it had to be a table
+                    fail(f"{n} is not a nibble calibration table (schema \"nibble.calibration\")")
+                continue
+            rows = r.get("rows")
+            if (not isinstance(rows, list) or not all(isinstance(v, dict) and "expected" in v and "worst" in v for v in rows)
+                    or not any(v["expected"] == "PASS" for v in rows) or not any(v["expected"] == "FAIL" for v in rows)
+                    or not isinstance(r.get("gate"), (int, float))):
+                fail(f"{n}: a calibration table without its gate or its PASS and FAIL rows")
+            yield r
 
 
 def main(argv):
     if not argv:
-        sys.exit(__doc__)
-    rows = sorted(tables(argv), key=lambda r: (r["task"], r["config"]))
+        print(__doc__, file=sys.stderr)
+        return 2
+    rows = sorted(tables(argv), key=lambda r: (r.get("task", "?"), r.get("config", "?")))
     if not rows:
-        sys.exit("calibration_table.py: no nibble.calibration JSON found")
+        fail("no nibble.calibration JSON found in " + " ".join(argv))
     print("| task | config | gate | worst must-pass | closest must-fail | pass margin | fail margin | healthy |")
     print("|---|---|---:|---|---|---:|---:|---|")
     bad = 0
@@ -39,12 +56,15 @@ def main(argv):
         gate = r["gate"]
         passes = [v for v in r["rows"] if v["expected"] == "PASS"]
         fails = [v for v in r["rows"] if v["expected"] == "FAIL"]
-        wp = max(passes, key=lambda v: v["worst"])
-        cf = min(fails, key=lambda v: v["worst"])
-        bad += 0 if r["healthy"] else 1
-        print(f"| {r['task']} | {r['config']} | {gate:g} | {wp['variant']} {wp['worst']:.2e} | {cf['variant']} {cf['worst']:.2e} | "
-              f"{gate / wp['worst'] if wp['worst'] > 0 else float('inf'):.1f}x | {cf['worst'] / gate:.1f}x | "
-              f"{'yes' if r['healthy'] else 'NO'} |")
+        # "worst" is null for a variant whose output was NaN: worse than any number
+        key = lambda v: float("inf") if v["worst"] is None else v["worst"]
+        wp = max(passes, key=key)
+        cf = min(fails, key=key)
+        bad += 0 if r.get("healthy") else 1
+        w_p, w_f = key(wp), key(cf)
+        print(f"| {r.get('task', '?')} | {r.get('config', '?')} | {gate:g} | {wp.get('variant', '?')} {w_p:.2e} | "
+              f"{cf.get('variant', '?')} {w_f:.2e} | {gate / w_p if w_p > 0 else float('inf'):.1f}x | {w_f / gate:.1f}x | "
+              f"{'yes' if r.get('healthy') else 'NO'} |")
     return 1 if bad else 0
 
 

@@ -6,7 +6,9 @@ least 3x the speed of cuBLAS bf16, at M = 4096 at least 0.9x.
 
   python3 scripts/gemm_ratios.py REPORT_DIR [--solution fp4_sm90] [--against cublas_bf16]
 
-Exit status 2 when a report is unreadable or a shape lacks one of the two reports."""
+Exit status: 0 every shape has both reports, passed; 1 a grade did not pass (its row says which);
+2 bad input: REPORT_DIR is not a folder, a report is unreadable or not a GEMM grade report, or a
+shape lacks one of the two reports."""
 import argparse
 import json
 import os
@@ -14,12 +16,24 @@ import re
 import sys
 
 
+def fail(msg):
+    print(f"gemm_ratios.py: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
 def load(path):
     try:
         with open(path) as f:
-            return json.load(f)
+            r = json.load(f)
     except (OSError, ValueError) as e:
-        sys.exit(f"gemm_ratios.py: cannot read {path}: {e}")
+        fail(f"cannot read {path}: {e}")
+    ok = isinstance(r, dict) and isinstance(r.get("task"), str) and r["task"].startswith("gemm-") and "config" in r
+    if ok and r.get("disposition") == "Passed":
+        t = r.get("timing")
+        ok = isinstance(t, dict) and isinstance(t.get("us_per_call"), (int, float)) and t["us_per_call"] > 0
+    if not ok:
+        fail(f"{path} is not a GEMM grade report (nibble grade --task gemm-... --out) with its timing")
+    return r
 
 
 def main():
@@ -28,6 +42,8 @@ def main():
     ap.add_argument("--solution", default="fp4_sm90")
     ap.add_argument("--against", default="cublas_bf16")
     a = ap.parse_args()
+    if not os.path.isdir(a.dir):
+        fail(f"{a.dir} is not a folder of reports")
     shapes = {}
     for name in sorted(os.listdir(a.dir)):
         for sol in (a.solution, a.against):
@@ -35,10 +51,10 @@ def main():
                 r = load(os.path.join(a.dir, name))
                 shapes.setdefault((r["task"], r["config"]), {})[sol] = r
     if not shapes:
-        sys.exit(f"gemm_ratios.py: no <task>-<config>-{a.solution}.json reports in {a.dir}")
+        fail(f"no <task>-<config>-{a.solution}.json or -{a.against}.json reports in {a.dir}")
     print(f"| task | config | {a.solution} us | {a.against} us | speed-up | TFLOP/s | TB/s | rel. error | target |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
-    missing = 0
+    missing = not_passed = 0
     for (task, cfg), rs in sorted(shapes.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         if a.solution not in rs or a.against not in rs:
             print(f"| {task} | {cfg} | missing report | | | | | | |")
@@ -47,6 +63,7 @@ def main():
         s, c = rs[a.solution], rs[a.against]
         if s.get("disposition") != "Passed" or c.get("disposition") != "Passed":
             print(f"| {task} | {cfg} | {s.get('disposition')} | {c.get('disposition')} | | | | | |")
+            not_passed += 1
             continue
         ts, tc = s["timing"]["us_per_call"], c["timing"]["us_per_call"]
         ratio = tc / ts
@@ -59,7 +76,7 @@ def main():
         print(f"| {task} | {cfg} | {ts:.2f} | {tc:.2f} | {ratio:.2f}x | {s['timing'].get('tflops', float('nan')):.1f} | "
               f"{s['timing'].get('achieved_bandwidth_Bps', float('nan')) / 1e12:.2f} | "
               f"{s['correctness'].get('worst_rel_err', float('nan')):.1e} | {target} |")
-    return 2 if missing else 0
+    return 2 if missing else 1 if not_passed else 0
 
 
 if __name__ == "__main__":

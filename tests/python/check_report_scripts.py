@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """check_report_scripts.py: scripts/gemm_ratios.py and scripts/calibration_table.py on hand-made
 reports whose answers are known: speed-ups 2.00x (M 16: 3x missed), 3.20x (M 1: met), 0.95x
-(M 4096: met), a shape with one report missing (exit 2); a healthy calibration table (margins
-0.01 / 0.002 = 5.0x and 0.04 / 0.01 = 4.0x) and an unhealthy one (exit 1)."""
+(M 4096: met), a shape with one report missing (exit 2), a grade that did not pass (exit 1); a
+healthy calibration table (margins 0.01 / 0.002 = 5.0x and 0.04 / 0.01 = 4.0x) and an unhealthy
+one (exit 1); bad input for both (exit 2, never a traceback)."""
 import json
 import os
 import subprocess
@@ -52,6 +53,32 @@ def main():
         json.dump(report(t, "m128-n4096-k4096", 20.0), open(os.path.join(d, f"{t}-m128-n4096-k4096-fp4_sm90.json"), "w"))
         r = run("gemm_ratios.py", d)
         expect(r.returncode == 2 and "missing report" in r.stdout, "a missing cuBLAS report must exit 2")
+        os.remove(os.path.join(d, f"{t}-m128-n4096-k4096-fp4_sm90.json"))
+        bad = report(t, "m16-n3072-k3072", 5.0)
+        bad["disposition"] = "Incorrect"
+        json.dump(bad, open(os.path.join(d, f"{t}-m16-n3072-k3072-fp4_sm90.json"), "w"))
+        r = run("gemm_ratios.py", d)
+        expect(r.returncode == 1 and "| Incorrect | Passed |" in r.stdout, "a grade that did not pass must exit 1")
+
+    with tempfile.TemporaryDirectory() as d:
+        for case, content in [("nonexistent", None), ("not a folder", "x"), ("a decode report", {"task": "megakernel", "config": "full"}),
+                              ("a JSON list", []), ("truncated", "{\"task\": "), ("no timing", {"task": "gemm-x", "config": "c", "disposition": "Passed"})]:
+            path = os.path.join(d, "sub")
+            if case == "not a folder":
+                with open(path, "w") as f:
+                    f.write("x")
+            elif content is not None:
+                os.makedirs(path, exist_ok=True)
+                with open(os.path.join(path, "gemm-x-c-fp4_sm90.json"), "w") as f:
+                    f.write(content if isinstance(content, str) else json.dumps(content))
+            r = run("gemm_ratios.py", path)
+            expect(r.returncode == 2 and "Traceback" not in r.stderr, f"gemm_ratios.py on {case}: exit {r.returncode} {r.stderr}")
+            if os.path.isdir(path):
+                for n in os.listdir(path):
+                    os.remove(os.path.join(path, n))
+                os.rmdir(path)
+            elif os.path.exists(path):
+                os.remove(path)
 
     with tempfile.TemporaryDirectory() as d:
         json.dump(calibration("gemm-bf16-mxfp4", "tiny", 0.002, 0.04, True), open(os.path.join(d, "a.json"), "w"))
@@ -62,6 +89,13 @@ def main():
         json.dump(calibration("gemm-bf16-mxfp4", "m1", 0.02, 0.04, False), open(os.path.join(d, "b.json"), "w"))
         r = run("calibration_table.py", d)
         expect(r.returncode == 1 and "| NO |" in r.stdout, "an unhealthy table must exit 1")
+        with open(os.path.join(d, "c.json"), "w") as f:
+            f.write("{\"schema\": ")
+        r = run("calibration_table.py", d)
+        expect(r.returncode == 2 and "Traceback" not in r.stderr, "a truncated table must exit 2: " + r.stderr)
+        for args in (["/nonexistent"], [tempfile.mkdtemp()], [os.path.join(ROOT, "README.md")], []):
+            r = run("calibration_table.py", *args)
+            expect(r.returncode == 2 and "Traceback" not in r.stderr, f"calibration_table.py {args}: exit {r.returncode}")
 
     for f in failures:
         print("FAIL:", f)
