@@ -300,7 +300,12 @@ int grade_main(const GradeOptions& opt) {
       if (fs::is_directory(reports, ec))
         for (const auto& dir : fs::directory_iterator(reports, ec)) {
           const fs::path f = dir.path() / ("calibration-" + cfg.name + ".json");
-          if (fs::exists(f, ec)) cal = f.string();
+          if (!fs::exists(f, ec)) continue;
+          try {  // only a table of this task and config
+            check_calibration_file(f.string(), opt.task, cfg.name);
+            cal = f.string();
+          } catch (const std::exception&) {
+          }
         }
     }
     if (!cal.empty()) {

@@ -233,8 +233,28 @@ void check_grade_options(const GradeOptions& opt) {
   check_seeds(opt.seeds);
   if (opt.min_rounds < 1 || opt.max_rounds < opt.min_rounds)
     throw std::invalid_argument("--min-rounds must be at least 1 and at most --max-rounds");
-  if (!(opt.timeout_seconds > 0) || !(opt.step_timeout_seconds > 0) || !(opt.build_timeout_seconds > 0))
-    throw std::invalid_argument("timeouts must be positive numbers of seconds");
+  const auto positive = [](double v) { return v > 0 && std::isfinite(v); };
+  if (!positive(opt.timeout_seconds) || !positive(opt.step_timeout_seconds) || !positive(opt.build_timeout_seconds))
+    throw std::invalid_argument("timeouts must be positive, finite numbers of seconds");
+  if (!positive(opt.max_timing_seconds))
+    throw std::invalid_argument("--max-timing-seconds must be a positive, finite number of seconds");
+  if (!opt.calibration.empty()) check_calibration_file(opt.calibration, opt.task, opt.config);
+}
+
+void check_calibration_file(const std::string& path, const std::string& task, const std::string& config) {
+  json c;
+  try {
+    if (fs::is_directory(path)) throw std::runtime_error("a folder");
+    c = json::parse(read_file(path));
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("--calibration " + path + " is not a readable JSON file (" + e.what() + ")");
+  }
+  if (!c.is_object() || c.value("schema", "") != "nibble.calibration" || !c.contains("rows") || !c["rows"].is_array())
+    throw std::invalid_argument("--calibration " + path +
+                                " is not a nibble calibrate table (schema \"nibble.calibration\" with \"rows\")");
+  if (c.value("task", "") != task || c.value("config", "") != config)
+    throw std::invalid_argument("--calibration " + path + " was calibrated for " + c.value("task", "?") + " / " +
+                                c.value("config", "?") + ", this grade is " + task + " / " + config);
 }
 
 /** The grade's timing in Google Benchmark's JSON format (context + one "iteration" entry per timed
@@ -345,6 +365,8 @@ bool run_variant_children(const VariantArgs& args, const std::vector<std::string
 
 void check_calibrate_options(const CalibrateOptions& opt) {
   check_seeds(opt.seeds);
+  if (!(opt.timeout_seconds > 0 && std::isfinite(opt.timeout_seconds)))
+    throw std::invalid_argument("--timeout must be a positive, finite number of seconds");
   if (opt.path != "auto" && opt.path != "gpu" && opt.path != "cpu")
     throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + opt.path + "'");
   check_writable(opt.out);

@@ -126,6 +126,10 @@ bool run_variant_children(const VariantArgs& args, const std::vector<std::string
 struct GradeOptions;
 void check_grade_options(const GradeOptions& opt);
 
+/** --calibration FILE: a readable `nibble calibrate` table (schema "nibble.calibration", rows) of
+ *  this task and config; std::invalid_argument naming what is wrong otherwise. */
+void check_calibration_file(const std::string& path, const std::string& task, const std::string& config);
+
 /** printf("%.*g"). */
 std::string fmt(double v, int prec = 3);
 /** Current UTC time, ISO 8601. */

@@ -154,7 +154,14 @@ TEST(Cli, OutputsAndOptionsAreCheckedBeforeAnyWork) {
       {{"--timeout", "-5"}, "positive"},
       {{"--history", t.path()}, "--history"},
       {{"--threads", "100000"}, "--threads"},
+      {{"--timeout", "inf"}, "finite"},
+      {{"--max-timing-seconds", "-1"}, "--max-timing-seconds"},
+      {{"--calibration", t.path() + "/none.json"}, "not a readable JSON file"},
+      {{"--calibration", t.path() + "/cal-full.json"}, "calibrated for megakernel-int4-weight-decode / full"},
   };
+  // A real table of another config: refused before any work (it would chart the wrong variants).
+  write_file_atomic(t.path() + "/cal-full.json",
+                    R"({"schema": "nibble.calibration", "task": "megakernel-int4-weight-decode", "config": "full", "rows": []})");
   for (const auto& c : cases) {
     std::vector<std::string> args = {"grade", "--config", "tiny", "--solution", so};
     if (std::string(c.args[0]) != "--out") args.insert(args.end(), {"--out", t.path() + "/r.json"});
@@ -162,6 +169,16 @@ TEST(Cli, OutputsAndOptionsAreCheckedBeforeAnyWork) {
     const Result r = run_nibble(args, t);
     EXPECT_EQ(r.code, 2) << c.args[0] << ": " << r.output;
     EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args[0] << ": " << r.output;
+  }
+}
+
+TEST(Cli, CalibrateTimeoutMustBePositiveAndFinite) {
+  TempDir t;
+  for (const char* v : {"-1", "0", "inf", "nan"}) {
+    const Result r = run_nibble({"calibrate", "--config", "tiny", "--path", "cpu", "--timeout", v, "--out", t.path() + "/c.json"}, t);
+    EXPECT_EQ(r.code, 2) << v << ": " << r.output;
+    EXPECT_NE(r.output.find("--timeout must be a positive, finite number"), std::string::npos) << v << ": " << r.output;
+    EXPECT_FALSE(fs::exists(t.path() + "/c.json")) << v;
   }
 }
 
