@@ -270,9 +270,16 @@ Comparison compare_reports(const json& base, const json& neu, const CompareOptio
     fc.ci = bootstrap_ratio_of_medians(b, n, opt.alpha, opt.resamples, opt.seed);
     fc.mwu = mann_whitney_u(b, n);
     fc.verdict = classify(fc.ci, fc.mwu, opt);
+    const bool too_few = fc.n_base < kMinCompareSamples || fc.n_new < kMinCompareSamples;
+    if (too_few) fc.verdict = "UNSURE";
     const double t = 1 + opt.max_slowdown_pct / 100;
     char line[256];
-    if (fc.verdict == "SLOWER" || fc.verdict == "FASTER") {
+    if (too_few) {
+      std::snprintf(line, sizeof line, "%zu and %zu samples: fewer than %zu on a side, too few for an interval to mean anything",
+                    fc.n_base, fc.n_new, kMinCompareSamples);
+      fc.samples_needed_base = std::max(fc.n_base, kMinCompareSamples);
+      fc.samples_needed_new = std::max(fc.n_new, kMinCompareSamples);
+    } else if (fc.verdict == "SLOWER" || fc.verdict == "FASTER") {
       const bool slower = fc.verdict == "SLOWER";
       std::snprintf(line, sizeof line, "NEW takes %s time; the whole %g%% interval [%s, %s] is %s the %s threshold and p = %.2g < %g",
                     pct(fc.ci.ratio).c_str(), 100 * fc.ci.level, pct(fc.ci.lo).c_str(), pct(fc.ci.hi).c_str(),

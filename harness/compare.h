@@ -112,6 +112,13 @@ RatioCI bootstrap_ratio_of_medians(const std::vector<double>& x, const std::vect
 // ---------------------------------------------------------------------------------------------
 // Comparison of two reports
 
+/** Fewer timed samples than this on either side: the verdict is UNSURE whatever the interval says (a
+ *  percentile bootstrap of one or two samples has no spread to speak of, so its interval would
+ *  claim a precision the data does not have). The grader writes at least 32. */
+inline constexpr size_t kMinCompareSamples = 5;
+/** Most bootstrap resamples `compare --resamples` accepts (memory grows with them). */
+inline constexpr int kMaxResamples = 1000000;
+
 struct CompareOptions {
   double max_slowdown_pct = 5;  // a slowdown must exceed this (and be significant) to fail
   double alpha = 0.05;          // significance level; the bootstrap interval is at 1 - alpha

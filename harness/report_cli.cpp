@@ -70,7 +70,9 @@ int compare_command(std::vector<std::string> args) {
   app.add_option("NEW", neu, "New report")->required();
   app.add_option("--max-slowdown", opt.max_slowdown_pct, "Tolerated slowdown, percent")->capture_default_str();
   app.add_option("--alpha", opt.alpha, "Significance level (the interval is at 1 - alpha)")->capture_default_str();
-  app.add_option("--resamples", opt.resamples, "Bootstrap resamples")->capture_default_str();
+  app.add_option("--resamples", opt.resamples, "Bootstrap resamples")
+      ->capture_default_str()
+      ->check(CLI::Range(100, kMaxResamples));
   app.add_flag("--force", opt.force, "Compare reports that are not comparable (different task, config, fixture, GPU; no timing); the output says so");
   app.add_flag("--json", as_json, "Print the comparison as JSON (schema nibble.compare) instead of the table");
   app.footer(
@@ -78,10 +80,6 @@ int compare_command(std::vector<std::string> args) {
       "(BASE Passed and NEW not, or NEW's worst error crossed the gate); 3 not comparable (task, config, fixture "
       "SHA-256, GPU model, or no timing) unless --force; 4 bad input (missing file, not a nibble report, bad arguments).");
   if (const int rc = parse_own(app, std::move(args)); rc >= 0) return rc;
-  if (opt.resamples < 1) {
-    std::fprintf(stderr, "nibble compare: --resamples must be at least 1\n");
-    return kCompareBadInput;
-  }
   return compare_files(base, neu, opt, as_json);
 }
 

@@ -301,6 +301,20 @@ TEST(CompareReports, ANoisySampleSetIsUnsureAndSaysHowManyMoreSamples) {
   EXPECT_TRUE(j["figures"][0]["samples_needed_new"].is_number());
 }
 
+TEST(CompareReports, TooFewSamplesAreUnsureWhateverTheInterval) {
+  // One sample each, NEW 4.4% slower: the bootstrap interval is the single ratio, [+4.4%, +4.4%],
+  // inside the 5% threshold, which alone would say SAME.
+  const json base = with_samples(unfused(), {2640.0});
+  const json neu = with_samples(unfused(), {2640.0 * 1.044});
+  const Comparison c = compare_reports(base, neu, CompareOptions{});
+  const FigureComparison& f = figure(c, "gpu_span_us");
+  EXPECT_EQ(f.verdict, "UNSURE") << f.why;
+  EXPECT_NE(f.why.find("too few"), std::string::npos) << f.why;
+  ASSERT_TRUE(f.samples_needed_new.has_value());
+  EXPECT_EQ(*f.samples_needed_new, kMinCompareSamples);
+  EXPECT_EQ(c.exit_code, kCompareOk);
+}
+
 TEST(CompareReports, ANoisyButLargeSameSetIsSame) {
   // Same distribution, 640 calls each, 1% noise: the interval is narrow around 1.
   const json base = with_samples(unfused(), noisy(2640, 26, 640, 21));
@@ -629,6 +643,10 @@ TEST(ReportCli, ShowAndHtml) {
   EXPECT_EQ(x.code, 4) << x.out;
   x = run_nibble({"report"}, t);
   EXPECT_EQ(x.code, 4) << x.out;
+  for (const char* n : {"0", "99", "2000000000"}) {  // --resamples: 100 .. 10^6 (memory grows with it)
+    x = run_nibble({"compare", u, u, "--resamples", n}, t);
+    EXPECT_EQ(x.code, 4) << n << ": " << x.out;
+  }
   // A GEMM report: show and html both work (the page in the GEMM task's terms: test_html_report).
   const std::string g = data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json");
   x = run_nibble({"report", "show", g}, t);
