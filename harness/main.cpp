@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <unistd.h>
 
@@ -62,6 +63,12 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
 }
 
 int fixture_verify(const std::string& dir) {
+  std::error_code ec;
+  if (dir.empty() || !std::filesystem::is_directory(dir, ec)) {
+    std::fprintf(stderr, "nibble fixture verify: '%s' is not a folder; pass a fixture folder (nibble fixture build --out DIR)\n",
+                 dir.c_str());
+    return 2;
+  }
   try {
     const FixtureManifest m = read_manifest(dir);
     verify_fixture(dir, m);
@@ -98,6 +105,12 @@ const CLI::Validator kSeed(
     },
     "SEED");
 
+/** A path or name given on the command line must not be empty: for these options "" would
+ *  otherwise read as "not given" and silently pick the default (the fixture cache, every task). */
+const CLI::Validator kNonEmpty(
+    [](std::string& s) -> std::string { return s.empty() ? "must not be empty (leave the option out for its default)" : ""; },
+    "NONEMPTY");
+
 /** `nibble configs`: one "task config" line per official config of `task` (all tasks when empty),
  *  for scripts that grade every shape (scripts/gemm-all.sh). Exit 2 for an unknown task. */
 int list_configs(const std::string& task) {
@@ -128,13 +141,13 @@ int main(int argc, char** argv) {
   grade->add_option("--solution", g.solution, "Solution shared object (C ABI of include/nibble/nibble.h)")->required();
   grade->add_option("--config", g.config, "Task config: full | tiny (decode); tiny | m<M>-n<N>-k<K> (GEMM tasks)")->capture_default_str();
   grade->add_option("--seeds", g.seeds, "Fixture seeds, comma separated")->delimiter(',')->check(kSeed)->capture_default_str();
-  grade->add_option("--fixture", g.fixture_dir, "Fixture folder (one seed); default: the cache, built when missing");
+  grade->add_option("--fixture", g.fixture_dir, "Fixture folder (one seed); default: the cache, built when missing")->check(kNonEmpty);
   grade->add_option("--out", g.out, "Report path (written atomically)")->capture_default_str();
-  grade->add_option("--dump", g.dump_dir, "Write reference and candidate logits + appended K/V of every checked step here");
-  grade->add_option("--gbench-json", g.gbench_json, "Also write the timing in Google Benchmark's JSON format");
-  grade->add_option("--calibration", g.calibration, "nibble calibrate JSON giving the report its context (default: the committed one)");
-  grade->add_option("--history", g.history, "Append one JSON line (commit, date, GPU, solution, median, worst error)");
-  grade->add_option("--reference", g.reference, "Reference .so (default: the bundled fp32 cuBLAS reference)");
+  grade->add_option("--dump", g.dump_dir, "Write reference and candidate logits + appended K/V of every checked step here")->check(kNonEmpty);
+  grade->add_option("--gbench-json", g.gbench_json, "Also write the timing in Google Benchmark's JSON format")->check(kNonEmpty);
+  grade->add_option("--calibration", g.calibration, "nibble calibrate JSON giving the report its context (default: the committed one)")->check(kNonEmpty);
+  grade->add_option("--history", g.history, "Append one JSON line (commit, date, GPU, solution, median, worst error)")->check(kNonEmpty);
+  grade->add_option("--reference", g.reference, "Reference .so (default: the bundled fp32 cuBLAS reference)")->check(kNonEmpty);
   grade->add_option("--timeout", g.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str();
   grade->add_option("--step-timeout", g.step_timeout_seconds, "Watchdog per decode_step call (+ device sync), seconds")
       ->capture_default_str();
@@ -159,7 +172,7 @@ int main(int argc, char** argv) {
   calibrate->add_option("--out", c.out, "Table as JSON (written atomically)")->capture_default_str();
   calibrate->add_option("--path", c.path, "gpu: the reference .so per variant; cpu: the fp64 oracle; auto: gpu if present")
       ->capture_default_str();
-  calibrate->add_option("--reference", c.reference, "Reference .so (default: the bundled one)");
+  calibrate->add_option("--reference", c.reference, "Reference .so (default: the bundled one)")->check(kNonEmpty);
   calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   calibrate->add_option("--timeout", c.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str();
   calibrate->add_flag("-q,--quiet", c.quiet, "No progress lines");
@@ -179,7 +192,7 @@ int main(int argc, char** argv) {
   fbuild->add_option("--task", f_task, "Task")->capture_default_str();
   fbuild->add_option("--config", f_config, "Config: full | tiny (decode); tiny | m<M>-n<N>-k<K> (GEMM tasks)")->capture_default_str();
   fbuild->add_option("--seed", f_seed, "Seed")->required()->check(kSeed);
-  fbuild->add_option("--out", f_out, "Output folder (default: the fixture cache)");
+  fbuild->add_option("--out", f_out, "Output folder (default: the fixture cache)")->check(kNonEmpty);
   fbuild->add_option("--threads", f_threads, "Threads (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   fbuild->add_flag("-q,--quiet", f_quiet, "No progress");
   std::string v_dir;
@@ -222,7 +235,7 @@ int main(int argc, char** argv) {
   run_gemm->add_option("--prepare-timeout", gr.prepare_timeout_seconds);
   std::string cf_task;
   auto* configs = app.add_subcommand("configs", "List the tasks and their official configs, one `task config` per line");
-  configs->add_option("--task", cf_task, "Only this task's configs");
+  configs->add_option("--task", cf_task, "Only this task's configs")->check(kNonEmpty);
   std::string probe_out;
   bool probe_no_bw = false;
   auto* probe = app.add_subcommand("__probe", "(internal) device facts and copy bandwidth");
@@ -230,6 +243,20 @@ int main(int argc, char** argv) {
   probe->add_option("--out", probe_out)->required();
   probe->add_flag("--no-bandwidth", probe_no_bw);
 
+  // A first word that is not an option must be a command: CLI11 alone would say "A subcommand is
+  // required" for `nibble bogus`.
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sc : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sc->get_name() == argv[1];
+      if (!sc->get_group().empty()) names += (names.empty() ? "" : ", ") + sc->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "nibble: unknown command '%s'; the commands are %s (nibble --help)\n", argv[1], names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -182,6 +182,29 @@ TEST(Cli, CalibrateTimeoutMustBePositiveAndFinite) {
   }
 }
 
+TEST(Cli, UnknownCommandEmptyValuesAndNotAFolderAreUsageErrors) {
+  TempDir t;
+  Result r = run_nibble({"bogus"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown command 'bogus'"), std::string::npos) << r.output;
+  // "" would otherwise read as "not given": the fixture cache, every task, no dump.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"fixture", "build", "--config", "tiny", "--seed", "1", "--out", ""},
+        std::vector<std::string>{"configs", "--task", ""},
+        std::vector<std::string>{"grade", "--config", "tiny", "--solution", "x.so", "--dump", ""},
+        std::vector<std::string>{"grade", "--config", "tiny", "--solution", "x.so", "--history", ""}}) {
+    r = run_nibble(args, t);
+    EXPECT_EQ(r.code, 2) << args[0] << ": " << r.output;
+    EXPECT_NE(r.output.find("must not be empty"), std::string::npos) << r.output;
+  }
+  write_file_atomic(t.path() + "/file", "x");
+  for (const std::string& dir : {t.path() + "/none", std::string(), t.path() + "/file"}) {
+    r = run_nibble({"fixture", "verify", dir}, t);
+    EXPECT_EQ(r.code, 2) << dir << ": " << r.output;
+    EXPECT_NE(r.output.find("is not a folder"), std::string::npos) << r.output;
+  }
+}
+
 TEST(Cli, FixtureBuildCapsThreadsAndRejectsBadSeeds) {
   TempDir t;
   Result r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--threads", "4096", "--out", t.path() + "/a", "-q"}, t);
