@@ -131,6 +131,25 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(i.param.seed);
     });
 
+TEST(GemmFixture, HostMemoryIsCheckedBeforeAllocating) {
+  // m16-n3072-k3072 NVFP4: A 2*16*3072 + codes 3072*1536 + scales 3072*192 + fp32 W 4*3072*3072.
+  const GemmConfig c = gemm_config("gemm-w4a16-nvfp4", "m16-n3072-k3072");
+  const int64_t need = 2 * 16 * 3072 + 3072 * 1536 + 3072 * 192 + 4 * 3072 * 3072;
+  EXPECT_EQ(gemm_fixture_host_bytes(c), need);
+  EXPECT_NO_THROW(check_gemm_fixture_fits(c, uint64_t(need) * 2));
+  try {
+    check_gemm_fixture_fits(c, uint64_t(need));  // over 90% of it
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("needs about 0.0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("m16-n3072-k3072 is too large"), std::string::npos) << e.what();
+  }
+  // The newcomer's shape: within the per-operand limit (2^32), ~26 GB to build.
+  const GemmConfig big = gemm_config("gemm-w4a16-nvfp4", "m65536-n65536-k65536");
+  EXPECT_GT(gemm_fixture_host_bytes(big), int64_t(25) << 30);
+  EXPECT_THROW(check_gemm_fixture_fits(big, uint64_t(16) << 30), std::invalid_argument);
+}
+
 TEST(GemmFixture, FileHoldsTheGeneratedTensors) {
   for (const auto& task : gemm_task_names()) {
     const GemmConfig cfg = gemm_config(task, "tiny");
