@@ -653,7 +653,7 @@ std::string render_html_report(const json& report, const std::string& report_lab
     o << "<h2>Against the roofline</h2>\n<p class=\"note\">Bytes a " << unit << " must move: "
       << html_escape(fmt_g(num(t, gemm ? "bytes_per_call" : "bytes_per_step") / (gemm ? 1e6 : 1e9), 4)) << (gemm ? " MB" : " GB")
       << ". Floors: those bytes at the copy bandwidth measured in this run and at "
-      << "the datasheet bandwidth." << (time_anchors(report).empty() ? "" : " Purple: PyTorch on the same GPU and shapes (shared/GPU-FACTS.md).")
+      << "the datasheet bandwidth." << (time_anchors(report).empty() ? "" : " Purple: PyTorch on the same GPU and shapes, measured by the nibble team outside the harness (no report).")
       << "</p>\n";
     o << roofline_chart(report, base, base ? solution_name(*base) : "");
   } else {

@@ -116,7 +116,7 @@ TEST(HtmlReport, KeyFiguresOfTheUnfusedReport) {
   EXPECT_EQ(by_id(html, "fraction-measured-bw"), "17.4");
   // Four charts: error vs gate, per position, histogram, roofline.
   EXPECT_EQ(count(html, "<svg "), 4u);
-  // The anchors: the seed's drop-the-feature points and GPU-FACTS' PyTorch times.
+  // The anchors: the seed's drop-the-feature points and the team's PyTorch times.
   for (const char* s : {"nibble order swapped 1.43", "one scale/zero per row 1.51", "zero point ignored 10.2",
                         "most precise legitimate variant 0.049", "4160.0 us", "5340.0 us", "x the measured floor"})
     EXPECT_NE(html.find(s), std::string::npos) << s;
