@@ -8,4 +8,13 @@ source scripts/env.sh
 preset=${NIBBLE_PRESET:-release}
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$NIBBLE_JOBS"
-ctest --preset "$preset" -j "$NIBBLE_JOBS" "$@"
+rc=0
+ctest --preset "$preset" -j "$NIBBLE_JOBS" "$@" || rc=$?
+# CTest lists skipped tests without their reason; the reasons are in its log: show each once.
+case "$preset" in release) bdir=build ;; *) bdir=build-$preset ;; esac  # CMakePresets.json's binaryDir
+log=$bdir/Testing/Temporary/LastTest.log
+if [ -f "$log" ] && grep -q ": Skipped$" "$log"; then  # GoogleTest: "<file>:<line>: Skipped", then the reason
+  echo "Why tests were skipped (count, reason):"
+  awk 'skip { print; skip = 0 } /: Skipped$/ { skip = 1 }' "$log" | sort | uniq -c | sed 's/^/  /'
+fi
+exit $rc
