@@ -5,6 +5,13 @@
 # without one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# No NVIDIA driver at all: say so before minutes of building (nibble's own probe, after the build,
+# names any other reason a GPU cannot be used).
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+  echo "grade-default.sh: no NVIDIA GPU here (nvidia-smi finds none), so nothing can be graded; run it on a machine" \
+       "with an NVIDIA GPU (the megakernel needs sm_90, e.g. an H100 or H200). scripts/test.sh runs the CPU tests." >&2
+  exit 2
+fi
 bash scripts/setup.sh
 source scripts/env.sh
 preset=${NIBBLE_PRESET:-release}
