@@ -302,5 +302,11 @@ TEST(Manifest, BuildRejectsUnquantisableConfig) {
   EXPECT_FALSE(fs::exists(dir / kFixtureModelFile));
 }
 
+TEST(FixtureManifest, AManifestThatIsAFolderIsNamed) {
+  test::TempDir t;
+  fs::create_directories(t.path() + "/" + kFixtureManifestFile);
+  expect_error([&] { read_manifest(t.path()); }, {"is not a file", "nibble fixture build"});
+}
+
 }  // namespace
 }  // namespace nibble
