@@ -33,6 +33,10 @@
 
 namespace nibble {
 
+/** Most fp64 multiply-adds `calibrate --path auto` runs on the CPU when no GPU answers (all
+ *  variants and seeds of a shape): m16-n3072-k3072's 7 variants are 1e9 (a minute or two). */
+constexpr double kAutoCpuOracleMaxMacs = 2e10;
+
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 using namespace nibble::child;
@@ -579,6 +583,18 @@ int calibrate_gemm_main(const CalibrateOptions& opt) {
     std::fprintf(stderr, "nibble calibrate: the reference %s does not exist; build the project (scripts/test.sh) or pass --reference\n",
                  reference.c_str());
     return 3;
+  }
+  // `auto` found no GPU: the fp64 oracle costs M N K multiply-adds per variant and seed, hours at the
+  // large shapes. Fall back on it silently only where that is minutes at most.
+  const double macs = double(cfg.M) * double(cfg.N) * double(cfg.K) * double(oracle::gemm_variants_for(opt.task).size()) *
+                      double(opt.seeds.size());
+  if (path == "cpu" && opt.path == "auto" && macs > kAutoCpuOracleMaxMacs) {
+    std::fprintf(stderr,
+                 "nibble calibrate: no usable GPU, and the fp64 CPU oracle at %s is %.3g multiply-adds (M N K x %zu variants "
+                 "x %zu seeds), far beyond what --path auto runs on the CPU (%.3g); run it on a GPU, or pass --path cpu to "
+                 "run the oracle anyway\n",
+                 cfg.name.c_str(), macs, oracle::gemm_variants_for(opt.task).size(), opt.seeds.size(), kAutoCpuOracleMaxMacs);
+    return 2;
   }
   report["path"] = path == "gpu" ? "gpu: bundled GEMM reference .so per variant, child processes" : "cpu: fp64 oracle per variant";
   if (path == "gpu") report["device"] = device;

@@ -252,6 +252,19 @@ TEST(Cli, ConfigsListsEveryOfficialConfig) {
 }
 
 // GEMM calibration has a GPU path now: demanding it without a GPU is refused like the decode task's.
+TEST(Cli, GemmCalibrateAutoWithoutAGpuRefusesAnHoursLongCpuOracle) {
+  std::string why;
+  if (test::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: --path auto takes it";
+  TempDir t;
+  const Result r = run_nibble({"calibrate", "--task", "gemm-bf16-mxfp4", "--config", "m4096-n8192-k3072", "--out",
+                               t.path() + "/c.json", "-q"},
+                              t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("1.24e+12 multiply-adds"), std::string::npos) << r.output;  // 4096 8192 3072 x 6 x 2
+  EXPECT_NE(r.output.find("--path cpu"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/c.json"));
+}
+
 TEST(Cli, GemmCalibrateOnTheGpuWithoutOneSaysSo) {
   std::string why;
   if (test::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: the no-GPU answer cannot be observed here";
