@@ -302,6 +302,18 @@ TEST(Manifest, BuildRejectsUnquantisableConfig) {
   EXPECT_FALSE(fs::exists(dir / kFixtureModelFile));
 }
 
+TEST_F(TinyFixture, AManifestClaimingAnotherSeedIsCaught) {
+  // The bytes match the manifest's hashes, but the manifest says seed 8: the file's own metadata
+  // (covered by those hashes) says 0.
+  FixtureManifest m = *manifest_;
+  m.seed = 8;
+  expect_error([&] { verify_fixture(dir_->path(), m); }, {"says seed 8", "built with seed 0"});
+  m = *manifest_;
+  m.config = "full";
+  expect_error([&] { verify_fixture(dir_->path(), m); }, {"says config full", "built with config tiny"});
+  EXPECT_NO_THROW(verify_fixture(dir_->path(), *manifest_));
+}
+
 TEST(FixtureManifest, AManifestThatIsAFolderIsNamed) {
   test::TempDir t;
   fs::create_directories(t.path() + "/" + kFixtureManifestFile);
