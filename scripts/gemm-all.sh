@@ -15,11 +15,21 @@ B=${1:-build-hopper}
 shift || true
 SOLS=${*:-fp4_sm90 cublas_bf16}
 [ -x "$B/bin/nibble" ] || { echo "gemm-all.sh: $B/bin/nibble not found: build first (cmake --preset hopper && cmake --build --preset hopper)" >&2; exit 2; }
+# Every grade and calibration needs the GPU: say so once, not once per shape.
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+  echo "gemm-all.sh: no NVIDIA GPU here (nvidia-smi finds none); it grades on a GPU machine" >&2
+  exit 2
+fi
 COMMIT=${NIBBLE_SOURCE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 export NIBBLE_SOURCE_COMMIT=$COMMIT
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-shapes=$("$B/bin/nibble" configs | grep '^gemm-' | grep -E "${FILTER:-.}" || true)
+all=$("$B/bin/nibble" configs | grep '^gemm-')
+set +e
+shapes=$(grep -E "${FILTER:-.}" <<<"$all")
+frc=$?
+set -e
+[ $frc -le 1 ] || { echo "gemm-all.sh: FILTER='${FILTER:-}' is not a valid extended regular expression" >&2; exit 2; }
 [ -n "$shapes" ] || { echo "gemm-all.sh: no GEMM config matches FILTER='${FILTER:-}'" >&2; exit 2; }
 if [ "${CALIBRATE:-0}" = 1 ]; then
   status=0

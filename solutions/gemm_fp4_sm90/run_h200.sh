@@ -16,6 +16,7 @@ FILTER=${4:-*Fp4Sm90*}
 OUT=${OUT:-/tmp/out}
 R=$(mktemp -d)/rep
 mkdir -p "$OUT" "$R"
+failed=0
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 if [ "$FILTER" != none ]; then
   timeout 120 "$B/tests/test_gemm_solutions_gpu" --gtest_filter="$FILTER" >"$OUT/gputest.log" 2>&1
@@ -29,7 +30,9 @@ for r in $RUNS; do
   s=$(date +%s%N)
   timeout 60 env ${envs//,/ } "$B/bin/nibble" grade --task "$task" --config "$cfg" --seeds 0 -q --max-rounds 5 --step-timeout 5 \
     --timeout 50 --solution "$B/lib/libnibble_gemm_$sol.so" --out "$out" >"$R/$task-$cfg-$tag.log" 2>&1
-  echo "grade $task $cfg $tag exit $? ($(( ($(date +%s%N) - s) / 1000000 )) ms)"
+  rc=$?
+  echo "grade $task $cfg $tag exit $rc ($(( ($(date +%s%N) - s) / 1000000 )) ms)"
+  [ $rc -le 1 ] || failed=$((failed + 1))  # 0 Passed, 1 graded (another disposition); 2+: not graded
 done
 tar -C "$(dirname "$R")" -cf "$OUT/reports.tar" rep
 python3 - "$R" <<'EOF'
@@ -47,3 +50,6 @@ for f in sorted(os.listdir(d)):
           f"{t.get('tflops', float('nan')):8.1f} {t.get('achieved_bandwidth_Bps', float('nan')) / 1e12:6.2f} "
           f"{r['correctness'].get('worst_rel_err', float('nan')):9.2e}  {str(r.get('reason'))[:60]}")
 EOF
+table_rc=$?
+[ "$failed" -eq 0 ] || { echo "run_h200.sh: $failed grade(s) did not run (exit 2 or more; their logs are in reports.tar)" >&2; exit 2; }
+exit $table_rc

@@ -8,6 +8,7 @@ OUT=${OUT:-/tmp/mk-out}
 mkdir -p "$OUT"
 STEPS=${STEPS:-build,stages,tiny,gtiny,gfull,bench}
 TIMING_S=${TIMING_S:-5}
+failed=0
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 log() { echo "[$(date +%T)] $*" | tee -a "$OUT/log.txt"; }
 run() {  # run <seconds> <cmd...>: output appended to the log, last lines echoed
@@ -16,6 +17,7 @@ run() {  # run <seconds> <cmd...>: output appended to the log, last lines echoed
   timeout "$t" "$@" >>"$OUT/log.txt" 2>&1
   local rc=$?
   log "rc=$rc"
+  [ $rc -eq 0 ] || failed=$((failed + 1))
   return $rc
 }
 B=build-hopper
@@ -36,4 +38,5 @@ if has gfull0; then  # the generation barrier, for comparison
 fi
 has bench && run 60 $B/bin/bench_megakernel_blocks --benchmark_min_time=0.2 --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
 has mma && run 60 $B/bin/bench_mma_latency --benchmark_out="$OUT/bench-mma.json" --benchmark_out_format=json
-log done
+log "done, $failed step(s) failed"
+[ "$failed" -eq 0 ]
