@@ -263,6 +263,8 @@ Comparison compare_reports(const json& base, const json& neu, const CompareOptio
     }
     FigureComparison fc;
     fc.figure = f;
+    fc.informational = f == "host_wall_us" && neu.contains("task") && neu["task"].is_string() &&
+                       neu["task"].get<std::string>().rfind("gemm-", 0) == 0;
     fc.n_base = b.size();
     fc.n_new = n.size();
     fc.median_base = median_of(b);
@@ -318,7 +320,8 @@ Comparison compare_reports(const json& base, const json& neu, const CompareOptio
   }
 
   // 4. One exit code (precedence in compare.h).
-  const bool any_slower = std::any_of(c.figures.begin(), c.figures.end(), [](const FigureComparison& f) { return f.verdict == "SLOWER"; });
+  const bool any_slower = std::any_of(c.figures.begin(), c.figures.end(),
+                                      [](const FigureComparison& f) { return f.verdict == "SLOWER" && !f.informational; });
   const bool any_unsure = std::any_of(c.figures.begin(), c.figures.end(), [](const FigureComparison& f) { return f.verdict == "UNSURE"; });
   c.forced = opt.force && (!c.not_comparable.empty() || !c.missing_timing.empty());
   if (!c.not_comparable.empty() && !opt.force) {
@@ -338,7 +341,7 @@ Comparison compare_reports(const json& base, const json& neu, const CompareOptio
     c.exit_code = kCompareSlower;
     std::vector<std::string> s;
     for (const auto& f : c.figures)
-      if (f.verdict == "SLOWER") s.push_back(f.figure + " " + pct(f.ci.ratio));
+      if (f.verdict == "SLOWER" && !f.informational) s.push_back(f.figure + " " + pct(f.ci.ratio));
     c.result = "slowdown beyond " + fmt_g(opt.max_slowdown_pct) + "%: " + join(s, ", ");
   } else {
     c.exit_code = kCompareOk;
@@ -353,6 +356,7 @@ std::string format_comparison(const Comparison& c) {
   char line[512];
   const json& b = c.base_id;
   const json& n = c.new_id;
+  const bool gemm = n.contains("task") && n["task"].is_string() && n["task"].get<std::string>().rfind("gemm-", 0) == 0;
   o << "\nnibble compare  " << b["task"].get<std::string>() << " / " << b["config"].get<std::string>() << "  on "
     << (b["gpu"].get<std::string>().empty() ? "?" : b["gpu"].get<std::string>()) << "\n";
   for (const auto* id : {&b, &n}) {
@@ -384,14 +388,15 @@ std::string format_comparison(const Comparison& c) {
     }
     o << "\n";
     for (const auto& f : c.figures) {
-      o << "  " << f.figure << ": " << f.verdict << ": " << f.why << "\n";
+      o << "  " << f.figure << ": " << f.verdict << ": " << f.why
+        << (f.informational ? " (informational for a GEMM task: launch and sync noise, not the exit code)" : "") << "\n";
       if (f.verdict == "UNSURE") {
         if (f.samples_needed_new) {
           const size_t need = std::max(*f.samples_needed_base, *f.samples_needed_new);
           const size_t rounds = (need + 31) / 32;
           o << "    about " << *f.samples_needed_base << " (BASE) and " << *f.samples_needed_new << " (NEW) samples per report would tell, "
             << "at the observed spread (now " << f.n_base << " and " << f.n_new << "; " << rounds
-            << " rounds of 32 steps: nibble grade --min-rounds " << rounds << ")\n";
+            << " rounds of 32 " << (gemm ? "calls" : "steps") << ": nibble grade --min-rounds " << rounds << ")\n";
         } else {
           o << "    the ratio sits on the threshold: no realistic number of samples would tell\n";
         }
@@ -448,6 +453,7 @@ json comparison_json(const Comparison& c) {
     fj["p_value"] = f.mwu.p;
     fj["verdict"] = f.verdict;
     fj["why"] = f.why;
+    fj["sets_exit_code"] = !f.informational;
     if (f.verdict == "UNSURE") {
       fj["samples_needed_base"] = f.samples_needed_base ? json(*f.samples_needed_base) : json(nullptr);
       fj["samples_needed_new"] = f.samples_needed_new ? json(*f.samples_needed_new) : json(nullptr);

@@ -137,6 +137,9 @@ struct FigureComparison {
   MannWhitney mwu;
   std::string verdict;          // SAME, FASTER, SLOWER, UNSURE
   std::string why;              // one line: why that verdict
+  // Shown, but its verdict does not set the exit code: host wall time of a GEMM task's call (a few
+  // us of kernel inside tens of us of launch and synchronisation, mostly the host's noise).
+  bool informational = false;
   // UNSURE only: samples per report that would settle it (both reports at that count), at the
   // observed spread, for the interval to clear the threshold with probability `power`. Empty when
   // no count would (the ratio sits on the threshold).

@@ -94,9 +94,12 @@ int report_command(std::vector<std::string> args) {
   auto* html = app.add_subcommand("html", "Write one self-contained HTML page (inline CSS and SVG; no script, no network)");
   html->add_option("REPORT", html_path, "Report to show")->required();
   html->add_option("BASE", html_base, "Optional baseline report: adds nibble compare's table");
-  html->add_option("-o,--out", html_out, "HTML file to write (atomically)")->required();
+  // "" for a path would read as "not given" (the calibration) or fail only at the write (the page).
+  const CLI::Validator non_empty([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
+                                 "NONEMPTY");
+  html->add_option("-o,--out", html_out, "HTML file to write (atomically)")->required()->check(non_empty);
   html->add_option("--calibration", html_calibration,
-                   "nibble calibrate's table (same task and config): its variants become the error chart's reference points");
+                   "nibble calibrate's table (same task and config): its variants become the error chart's reference points")->check(non_empty);
   html->add_option("--max-slowdown", opt.max_slowdown_pct, "With BASE: tolerated slowdown, percent")->capture_default_str();
   html->add_option("--alpha", opt.alpha, "With BASE: significance level")->capture_default_str();
   app.footer("Exit codes: 0 done; 1 the HTML file could not be written; 4 bad input (missing file, not a nibble report, bad arguments).");

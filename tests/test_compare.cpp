@@ -315,6 +315,26 @@ TEST(CompareReports, TooFewSamplesAreUnsureWhateverTheInterval) {
   EXPECT_EQ(c.exit_code, kCompareOk);
 }
 
+TEST(CompareReports, AGemmCallsHostWallTimeIsInformational) {
+  // Same GPU span, host wall 30% slower (launch and sync noise around a ~7 us kernel): SAME on the
+  // GPU span, SLOWER on the host wall, and the exit code follows the GPU span only.
+  json base = load_report(data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json"));
+  json neu = base;
+  for (auto& x : neu["timing"]["host_wall_us"]["samples"]) x = x.get<double>() * 1.3;
+  const Comparison c = compare_reports(base, neu, CompareOptions{});
+  EXPECT_EQ(figure(c, "gpu_span_us").verdict, "SAME");
+  const FigureComparison& h = figure(c, "host_wall_us");
+  EXPECT_EQ(h.verdict, "SLOWER") << h.why;
+  EXPECT_TRUE(h.informational);
+  EXPECT_EQ(c.exit_code, kCompareOk) << c.result;
+  EXPECT_NE(format_comparison(c).find("informational for a GEMM task"), std::string::npos);
+  EXPECT_FALSE(comparison_json(c)["figures"][1]["sets_exit_code"].get<bool>());
+  // The decode task's host wall time still counts (a step is ~1.5 ms of GPU work).
+  json ub = unfused(), un = unfused();
+  for (auto& x : un["timing"]["host_wall_us"]["samples"]) x = x.get<double>() * 1.3;
+  EXPECT_EQ(compare_reports(ub, un, CompareOptions{}).exit_code, kCompareSlower);
+}
+
 TEST(CompareReports, ANoisyButLargeSameSetIsSame) {
   // Same distribution, 640 calls each, 1% noise: the interval is narrow around 1.
   const json base = with_samples(unfused(), noisy(2640, 26, 640, 21));
@@ -643,6 +663,14 @@ TEST(ReportCli, ShowAndHtml) {
   EXPECT_EQ(x.code, 4) << x.out;
   x = run_nibble({"report"}, t);
   EXPECT_EQ(x.code, 4) << x.out;
+  for (const std::vector<std::string>& a : {std::vector<std::string>{"-o", ""},
+                                             std::vector<std::string>{"-o", t.path() + "/e.html", "--calibration", ""}}) {
+    std::vector<std::string> args = {"report", "html", u};
+    args.insert(args.end(), a.begin(), a.end());
+    x = run_nibble(args, t);
+    EXPECT_EQ(x.code, 4) << x.out;
+    EXPECT_NE(x.out.find("must not be empty"), std::string::npos) << x.out;
+  }
   for (const char* n : {"0", "99", "2000000000"}) {  // --resamples: 100 .. 10^6 (memory grows with it)
     x = run_nibble({"compare", u, u, "--resamples", n}, t);
     EXPECT_EQ(x.code, 4) << n << ": " << x.out;

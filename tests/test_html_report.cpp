@@ -144,6 +144,11 @@ TEST(HtmlReport, KeyFiguresOfAGemmReport) {
   EXPECT_NE(html.find("microseconds per GEMM call"), std::string::npos);
   EXPECT_NE(html.find("Bytes a call must move: 5.603 MB"), std::string::npos);
   EXPECT_EQ(markup_problem(html), "");
+  // Without a calibration table no variant points: the decode seed's (0.049, 1.43, ...) belong to
+  // another task and gate.
+  EXPECT_EQ(html.find("most precise legitimate variant"), std::string::npos);
+  EXPECT_EQ(html.find("nibble order swapped 1.43"), std::string::npos);
+  EXPECT_NE(html.find("none: no calibration table given"), std::string::npos);
 }
 
 TEST(HtmlReport, ExtremeSamplesStillRender) {
