@@ -268,6 +268,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // The default config ("full") is the decode task's: a GEMM task must name one.
+  for (auto [sub, task] : {std::pair<CLI::App*, const std::string*>{grade, &g.task}, {calibrate, &c.task}})
+    if (sub->parsed() && sub->get_option("--config")->count() == 0 && is_gemm_task(*task)) {
+      std::fprintf(stderr,
+                   "nibble %s: --config is required for %s: tiny or m<M>-n<N>-k<K> (`nibble configs --task %s` lists the "
+                   "official ones)\n",
+                   sub->get_name().c_str(), task->c_str(), task->c_str());
+      return 2;
+    }
   if (grade->parsed()) {
     g.timing = !no_timing;
     g.verify_fixture = !no_verify;

@@ -197,6 +197,14 @@ TEST(Cli, UnknownCommandEmptyValuesAndNotAFolderAreUsageErrors) {
     EXPECT_EQ(r.code, 2) << args[0] << ": " << r.output;
     EXPECT_NE(r.output.find("must not be empty"), std::string::npos) << r.output;
   }
+  // A GEMM task without --config: the decode default "full" is not one of its configs.
+  for (const char* cmd : {"grade", "calibrate"}) {
+    std::vector<std::string> args = {cmd, "--task", "gemm-bf16-mxfp4", "--out", t.path() + "/g.json"};
+    if (std::string(cmd) == "grade") args.insert(args.end(), {"--solution", "x.so"});
+    r = run_nibble(args, t);
+    EXPECT_EQ(r.code, 2) << cmd << ": " << r.output;
+    EXPECT_NE(r.output.find("--config is required for gemm-bf16-mxfp4"), std::string::npos) << r.output;
+  }
   write_file_atomic(t.path() + "/file", "x");
   for (const std::string& dir : {t.path() + "/none", std::string(), t.path() + "/file"}) {
     r = run_nibble({"fixture", "verify", dir}, t);
