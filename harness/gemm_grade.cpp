@@ -147,8 +147,8 @@ int child_gemm_main(const GemmRunOptions& opt) {
     problem.num_tensors = int32_t(named.size());
     // The weights are read-only: checksums before prepare, compared after every phase.
     auto weights_sum = [&] {
-      return device_checksum(packed.buf.get(), size_t(N * K / 2) / 8 * 8, stream) * 3 +
-             device_checksum(scale.buf.get(), size_t(N * SC) / 8 * 8, stream);
+      return device_checksum_bytes(packed.buf.get(), size_t(N * K / 2), stream) * 3 +
+             device_checksum_bytes(scale.buf.get(), size_t(N * SC), stream);
     };
     const uint64_t w_sum = weights_sum();
     auto weights_intact = [&](const char* when) -> bool {
@@ -185,7 +185,7 @@ int child_gemm_main(const GemmRunOptions& opt) {
       NIBBLE_CUDA_CALL(cudaMemcpy(A.buf.get(), a.data(), a.size() * 2, cudaMemcpyHostToDevice));
       NIBBLE_CUDA_CALL(cudaMemset(C.buf.get(), 0xFF, C.buf.bytes()));  // NaN in fp32 and in bf16
       NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-      return device_checksum(A.buf.get(), size_t(M * K * 2) / 8 * 8, stream);
+      return device_checksum_bytes(A.buf.get(), size_t(M * K * 2), stream);
     };
     auto run = [&](const std::string& what) -> nibble_status {
       watchdog.arm(what, opt.call_timeout_seconds);
@@ -212,7 +212,7 @@ int child_gemm_main(const GemmRunOptions& opt) {
       const uint64_t a_sum = stage(flips);
       const nibble_status s = run("run");
       if (s != NIBBLE_OK) return status_fail("run", s);
-      if (device_checksum(A.buf.get(), size_t(M * K * 2) / 8 * 8, stream) != a_sum)
+      if (device_checksum_bytes(A.buf.get(), size_t(M * K * 2), stream) != a_sum)
         return out.fail(kErrInputModified, "the candidate modified A during run (inputs are read-only)", 7,
                         json{{"tensor", "A"}});
       const auto c = read_c();

@@ -59,6 +59,18 @@ uint64_t device_checksum(const void* base, size_t blocks, size_t stride, size_t 
   return strided_reduce<false>(base, blocks, stride, bytes_per_block, s);
 }
 
+uint64_t device_checksum_bytes(const void* p, size_t bytes, cudaStream_t s) {
+  const size_t whole = bytes / 8 * 8;
+  uint64_t h = whole ? device_checksum(p, whole, s) : 0;
+  if (whole != bytes) {
+    uint8_t tail[8] = {};
+    NIBBLE_CUDA_CALL(cudaStreamSynchronize(s));  // the stream's writes first (a non-blocking stream)
+    NIBBLE_CUDA_CALL(cudaMemcpy(tail, static_cast<const uint8_t*>(p) + whole, bytes - whole, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < bytes - whole; ++i) h = h * 1099511628211ull + tail[i] + 1;  // FNV-style fold
+  }
+  return h;
+}
+
 uint64_t device_count_nonzero(const void* base, size_t blocks, size_t stride, size_t bytes_per_block, cudaStream_t s) {
   return strided_reduce<true>(base, blocks, stride, bytes_per_block, s);
 }

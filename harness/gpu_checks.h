@@ -24,6 +24,11 @@ inline uint64_t device_checksum(const void* p, size_t bytes, cudaStream_t stream
   return device_checksum(p, 1, bytes, bytes, stream);
 }
 
+/** The checksum of all `bytes` bytes at p (8-byte aligned), any length: the whole 8-byte words on
+ *  the GPU, then the last bytes % 8 folded in on the host, so a change in a tensor's tail counts
+ *  too. Synchronises `stream`. Throws CudaError. */
+uint64_t device_checksum_bytes(const void* p, size_t bytes, cudaStream_t stream);
+
 /** Number of non-zero 8-byte words in the same strided ranges. Synchronises `stream`. */
 uint64_t device_count_nonzero(const void* base, size_t blocks, size_t block_stride_bytes, size_t bytes_per_block,
                               cudaStream_t stream);
