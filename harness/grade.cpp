@@ -196,6 +196,7 @@ int grade_main(const GradeOptions& opt) {
     seed_j["seed"] = seed;
     if (c.result.is_object() && c.result.contains("seconds")) seed_j["candidate_seconds"] = c.result["seconds"];
     if (!opt.dump_dir.empty()) {
+      fs::create_directories(opt.dump_dir);  // checked up front, created only now that there is something to dump
       for (const char* who : {"reference", "candidate"}) {
         const std::string src = sd + "/" + who + "/outputs.safetensors";
         if (fs::exists(src))

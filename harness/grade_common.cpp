@@ -194,11 +194,39 @@ void check_solution_file(const std::string& path) {
     throw std::invalid_argument("solution '" + path + "' is not a shared object (no ELF header); build it with nvcc -shared -fPIC");
 }
 
+namespace {
+
+/** The folders above `p` (p itself included when `self`) that do not exist yet, deepest first: what
+ *  a probe creates and must remove again, so a check that fails, or a run refused later, leaves
+ *  nothing behind. */
+std::vector<fs::path> missing_folders(const std::string& p, bool self) {
+  std::vector<fs::path> v;
+  std::error_code ec;
+  fs::path f = fs::absolute(p, ec);
+  if (!self) f = f.parent_path();
+  for (; !f.empty() && f != f.root_path() && !fs::exists(f, ec); f = f.parent_path()) v.push_back(f);
+  return v;
+}
+
+void remove_folders(const std::vector<fs::path>& v) {
+  std::error_code ec;
+  for (const fs::path& f : v) fs::remove(f, ec);  // deepest first; a folder something else filled stays
+}
+
+}  // namespace
+
 void check_writable(const std::string& path) {
   if (path.empty()) throw std::runtime_error("an empty path");
   if (fs::is_directory(path)) throw std::runtime_error(path + " is a folder; name a file");
-  write_file_atomic(path + ".nibble-probe", "");
-  fs::remove(path + ".nibble-probe");
+  const std::vector<fs::path> made = missing_folders(path, false);
+  try {
+    write_file_atomic(path + ".nibble-probe", "");
+    fs::remove(path + ".nibble-probe");
+  } catch (...) {
+    remove_folders(made);
+    throw;
+  }
+  remove_folders(made);  // the report's write creates them again, after the work
 }
 
 void check_grade_options(const GradeOptions& opt) {
@@ -220,15 +248,20 @@ void check_grade_options(const GradeOptions& opt) {
   }
   if (!opt.history.empty()) {
     if (fs::is_directory(opt.history)) throw std::invalid_argument("--history " + opt.history + " is a folder; name a file");
+    std::error_code ec;
+    const bool existed = fs::exists(opt.history, ec);
     FILE* f = std::fopen(opt.history.c_str(), "a");
     if (!f) throw std::invalid_argument("--history " + opt.history + " cannot be appended to: " + std::strerror(errno));
     std::fclose(f);
+    if (!existed) fs::remove(opt.history, ec);  // appended to after the grade, created then
   }
   if (!opt.dump_dir.empty()) {
+    const std::vector<fs::path> made = missing_folders(opt.dump_dir, true);
     std::error_code ec;
     fs::create_directories(opt.dump_dir, ec);
-    if (ec || !fs::is_directory(opt.dump_dir))
-      throw std::invalid_argument("--dump " + opt.dump_dir + " is not a folder that can be created or written");
+    const bool ok = !ec && fs::is_directory(opt.dump_dir);
+    remove_folders(made);  // created again when the dump is written
+    if (!ok) throw std::invalid_argument("--dump " + opt.dump_dir + " is not a folder that can be created or written");
   }
   check_seeds(opt.seeds);
   if (opt.min_rounds < 1 || opt.max_rounds < opt.min_rounds)

@@ -172,6 +172,22 @@ TEST(Cli, OutputsAndOptionsAreCheckedBeforeAnyWork) {
   }
 }
 
+TEST(Cli, ARefusedGradeLeavesNothingBehind) {
+  // The output checks create what they probe (folders of --out, the --history file, the --dump
+  // folder); a grade refused by a later check must remove them again.
+  TempDir t;
+  const std::string so = bindir() + "/tests/lib/libbad_nothing.so";
+  const Result r = run_nibble({"grade", "--config", "tiny", "--solution", so, "--out", t.path() + "/a/b/r.json", "--history",
+                               t.path() + "/h.jsonl", "--dump", t.path() + "/d/e", "--gbench-json", t.path() + "/g/x.json",
+                               "--timeout", "-1"},
+                              t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  for (const char* p : {"/a", "/h.jsonl", "/d", "/g"}) EXPECT_FALSE(fs::exists(t.path() + p)) << p;
+  const Result c = run_nibble({"calibrate", "--config", "tiny", "--path", "cpu", "--timeout", "0", "--out", t.path() + "/q/r/t.json"}, t);
+  EXPECT_EQ(c.code, 2) << c.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/q"));
+}
+
 TEST(Cli, CalibrateTimeoutMustBePositiveAndFinite) {
   TempDir t;
   for (const char* v : {"-1", "0", "inf", "nan"}) {
