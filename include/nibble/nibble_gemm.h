@@ -1,5 +1,6 @@
 /*
- * nibble_gemm.h: the C ABI of the FP4 dequant-GEMM tasks (issue 7), a PROPOSAL beside nibble.h.
+ * nibble_gemm.h: the C ABI of the FP4 dequant-GEMM tasks, beside nibble.h (which it includes: a GEMM
+ * solution includes this header; a decode solution only nibble.h).
  *
  * Self-contained C99 (and valid C++) on top of nibble.h, whose tensor descriptor (DLPack layout),
  * status codes, error buffer and NIBBLE_EXPORT it reuses. Nothing in nibble.h changes: the decode
@@ -43,7 +44,16 @@
  *
  * Grading is relative Frobenius error ||C - C_ref|| / ||C_ref|| against the fp32 reference on the
  * same bytes (nibble calibrate measures the gate). A solution may decline a shape with
- * NIBBLE_ERR_NOT_SUPPORTED from prepare (disposition NotSupported, reported as such).
+ * NIBBLE_ERR_NOT_SUPPORTED from prepare (disposition NotSupported, reported as such); from run, any
+ * status but NIBBLE_OK is a failed call (the grade records the solution's error and stops).
+ *
+ * Buffers and lifetime: A and C are device allocations of the harness (cudaMalloc, so 256-byte
+ * aligned), the same two buffers on every run call of a handle; A's contents change between calls
+ * (rows negated, see the README), the weights never do (they are checksummed after every call, A
+ * during each). The weights given to prepare stay valid until teardown. One process runs one
+ * prepare, its run calls and one teardown; after a failed prepare or run the process ends without
+ * teardown, so nothing needs freeing then. Calls are serialised on the given stream; prepare and
+ * each run have their own timeouts (nibble grade --help).
  */
 #ifndef NIBBLE_NIBBLE_GEMM_H
 #define NIBBLE_NIBBLE_GEMM_H
