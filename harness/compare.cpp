@@ -263,8 +263,7 @@ Comparison compare_reports(const json& base, const json& neu, const CompareOptio
     }
     FigureComparison fc;
     fc.figure = f;
-    fc.informational = f == "host_wall_us" && neu.contains("task") && neu["task"].is_string() &&
-                       neu["task"].get<std::string>().rfind("gemm-", 0) == 0;
+    fc.informational = f == "host_wall_us" && is_gemm_report(neu);
     fc.n_base = b.size();
     fc.n_new = n.size();
     fc.median_base = median_of(b);
@@ -356,7 +355,7 @@ std::string format_comparison(const Comparison& c) {
   char line[512];
   const json& b = c.base_id;
   const json& n = c.new_id;
-  const bool gemm = n.contains("task") && n["task"].is_string() && n["task"].get<std::string>().rfind("gemm-", 0) == 0;
+  const bool gemm = is_gemm_report(n);
   o << "\nnibble compare  " << b["task"].get<std::string>() << " / " << b["config"].get<std::string>() << "  on "
     << (b["gpu"].get<std::string>().empty() ? "?" : b["gpu"].get<std::string>()) << "\n";
   for (const auto* id : {&b, &n}) {

@@ -66,8 +66,7 @@ std::vector<ErrorAnchor> error_anchors(const json& report) {
   }
   // The seed's drop-the-feature table (megakernel_int4_weight_decode_spec.txt), for context only:
   // the decode task's, so a GEMM report without a calibration gets none (its gate is 1e-2, not 0.1).
-  if (report.contains("task") && report["task"].is_string() && report["task"].get<std::string>().rfind("gemm-", 0) == 0)
-    return {};
+  if (is_gemm_report(report)) return {};
   return {{"most precise legitimate variant", 4.9e-2, true},
           {"nibble order swapped", 1.43, false},
           {"one scale/zero per row", 1.51, false},
@@ -104,9 +103,6 @@ std::string us_str(double v) {
 }
 
 /** What one timed sample is: a decode step, or a call of a GEMM task. */
-bool is_gemm_report(const json& report) {
-  return report.contains("task") && report["task"].is_string() && report["task"].get<std::string>().rfind("gemm-", 0) == 0;
-}
 std::string sample_unit(const json& report) { return is_gemm_report(report) ? "call" : "step"; }
 
 std::string err_str(double e) {

@@ -54,6 +54,11 @@ void validate_report(const json& r, const std::string& what) {
   }
 }
 
+bool is_gemm_report(const json& report) {
+  return report.is_object() && report.contains("task") && report["task"].is_string() &&
+         report["task"].get<std::string>().rfind("gemm-", 0) == 0;
+}
+
 json load_report(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -147,7 +152,7 @@ std::string format_summary(const json& report, const std::string& report_path) {
       << fmt_g(report_gate(report)) << ")\n";
   }
   // A GEMM task's report counts calls (C = A W^T), a decode task's steps (tokens).
-  const bool gemm = str_or(report, "task", "").rfind("gemm-", 0) == 0;
+  const bool gemm = is_gemm_report(report);
   const json per_seed = corr.contains("per_seed") && corr["per_seed"].is_array() ? corr["per_seed"] : json::array();
   if (!std::isnan(worst) && !per_seed.empty()) {
     for (const auto& s : per_seed)

@@ -29,6 +29,10 @@ nlohmann::ordered_json load_report(const std::string& path);
 /** Same checks on a report already in memory; `what` names it in the message. */
 void validate_report(const nlohmann::ordered_json& report, const std::string& what);
 
+/** Whether `report` is a GEMM task's ("task" starts with "gemm-"): its samples are calls, not decode
+ *  steps, and its host wall time is launch noise. False when "task" is absent or not a string. */
+bool is_gemm_report(const nlohmann::ordered_json& report);
+
 /** The timed figures a report can carry, in display order: timing.gpu_span_us, timing.host_wall_us. */
 const std::vector<std::string>& timed_figures();
 
