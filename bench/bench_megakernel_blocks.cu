@@ -48,14 +48,6 @@ void fill(void* p, size_t bytes, uint32_t seed, bool meta) {
   BENCH_CUDA(cudaGetLastError());
 }
 
-struct Device {
-  void* p = nullptr;
-  explicit Device(size_t bytes) { BENCH_CUDA(cudaMalloc(&p, bytes)); }
-  ~Device() { cudaFree(p); }
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-};
-
 struct Events {
   cudaEvent_t a = nullptr, b = nullptr;
   Events() {

@@ -2,11 +2,14 @@
 // (issue 7): a child process per solution, the reference in its own, relative Frobenius error in
 // fp64 against kGemmGate, CUPTI GPU span per call, one disposition, an atomic report.
 //
-// Replay guard: a GEMM solution always sees the same shapes, so a cached C would pass. Every call
-// after the first negates a different, seeded subset of A's rows; negation is exact and commutes
-// with every rounding, so the expected C is the first call's with the same rows negated, and the
-// reference computes C once.
+// Replay guard: a GEMM solution always sees the same shapes and weights, so a cached C would pass.
+// Every call after the first flips the signs of a seeded half of A's elements (call 0: the
+// fixture's A), a fresh mask per call, and the reference runs each checked call (and the kept timed
+// call) on the same A. Per-element signs, not per-row ones: a row's sign is read off one element of
+// A, so a solution that kept the first call's C could re-sign its rows and pass; no cached C says
+// anything about a new mixture of the signs within a row (that is a new GEMM).
 #include "harness/gemm_grade.h"
+#include "harness/gemm_guard.h"
 
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -43,31 +46,15 @@ using namespace nibble::child;
 
 namespace {
 
-/** Which rows call `call` negates (call 0: none). splitmix64 of (seed, call, row): reproducible
- *  by the parent from the seed alone. */
-std::vector<uint8_t> row_flips(uint64_t seed, int call, int64_t M) {
-  std::vector<uint8_t> f(size_t(M), 0);
-  if (call == 0) return f;
-  for (int64_t m = 0; m < M; ++m) {
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + uint64_t(call) * 0xbf58476d1ce4e5b9ull + uint64_t(m);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    f[size_t(m)] = uint8_t((x ^ (x >> 31)) & 1);
-  }
-  return f;
-}
-
-/** Expected C of a call: the unflipped C with the flipped rows negated (exact). */
-double flipped_error(const float* c, const float* c0, const uint8_t* flips, int64_t M, int64_t N) {
+/** ||c - r||_F / ||r||_F in fp64; NaN when c holds a non-finite value. */
+double rel_err(const float* c, const float* r, size_t n) {
   double num = 0, den = 0;
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      const double r = flips[m] ? -double(c0[m * N + n]) : double(c0[m * N + n]);
-      const double o = c[m * N + n];
-      if (!std::isfinite(o)) return NAN;
-      num += (o - r) * (o - r);
-      den += r * r;
-    }
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(c[i])) return NAN;
+    const double d = double(c[i]) - double(r[i]);
+    num += d * d;
+    den += double(r[i]) * double(r[i]);
+  }
   return den > 0 ? std::sqrt(num / den) : (num == 0 ? 0.0 : INFINITY);
 }
 
@@ -175,14 +162,11 @@ int child_gemm_main(const GemmRunOptions& opt) {
     if (!weights_intact("in prepare")) return 7;
     out.phase("built");
 
-    // One call: A with `flips` applied uploaded, C NaN-filled (untimed), then run + device sync.
-    std::vector<uint16_t> a_host(view.A, view.A + M * K);
-    auto stage = [&](const std::vector<uint8_t>& flips) {
-      std::vector<uint16_t> a = a_host;
-      for (int64_t m = 0; m < M; ++m)
-        if (flips[size_t(m)])
-          for (int64_t k = 0; k < K; ++k) a[size_t(m * K + k)] ^= 0x8000;  // bf16 sign bit: exact negation
-      NIBBLE_CUDA_CALL(cudaMemcpy(A.buf.get(), a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+    // One call: call `call`'s A (gemm_call_a) uploaded, C NaN-filled (untimed); returns A's checksum.
+    std::vector<uint16_t> a_call(size_t(M * K));
+    auto stage = [&](int64_t call) {
+      gemm_call_a(view.A, M * K, opt.timing_seed, call, a_call.data());
+      NIBBLE_CUDA_CALL(cudaMemcpy(A.buf.get(), a_call.data(), a_call.size() * 2, cudaMemcpyHostToDevice));
       NIBBLE_CUDA_CALL(cudaMemset(C.buf.get(), 0xFF, C.buf.bytes()));  // NaN in fp32 and in bf16
       NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
       return device_checksum_bytes(A.buf.get(), size_t(M * K * 2), stream);
@@ -207,17 +191,21 @@ int child_gemm_main(const GemmRunOptions& opt) {
     };
 
     t = std::chrono::steady_clock::now();
-    for (int i = 0; i < opt.checked_calls; ++i) {
-      const auto flips = row_flips(opt.timing_seed ^ 0x5eedull, i, M);
-      const uint64_t a_sum = stage(flips);
+    // Checked calls 0 .. checked_calls - 1, then (the reference, for the candidate's kept timed
+    // call) call `extra_call` under the name "timed".
+    std::vector<std::pair<int64_t, std::string>> checked;
+    for (int i = 0; i < opt.checked_calls; ++i) checked.push_back({i, "call" + std::to_string(i)});
+    if (opt.extra_call >= 0) checked.push_back({opt.extra_call, "timed"});
+    for (const auto& [call, name] : checked) {
+      const uint64_t a_sum = stage(call);
       const nibble_status s = run("run");
       if (s != NIBBLE_OK) return status_fail("run", s);
       if (device_checksum_bytes(A.buf.get(), size_t(M * K * 2), stream) != a_sum)
         return out.fail(kErrInputModified, "the candidate modified A during run (inputs are read-only)", 7,
                         json{{"tensor", "A"}});
       const auto c = read_c();
-      outputs.add("call" + std::to_string(i) + ".C", DType::F32, {M, N}, c.data(), c.size() * 4);
-      outputs.add("call" + std::to_string(i) + ".flips", DType::U8, {M}, flips.data(), flips.size());
+      outputs.add(name + ".C", DType::F32, {M, N}, c.data(), c.size() * 4);
+      outputs.add(name + ".call", DType::I64, {1}, &call, 8);
     }
     if (!weights_intact("during the checked calls")) return 7;
     outputs.write(opt.out_dir + "/outputs.safetensors", lib->name());
@@ -231,7 +219,9 @@ int child_gemm_main(const GemmRunOptions& opt) {
       std::mt19937_64 rng(opt.timing_seed);
       std::vector<double> span_us, busy_us, wall_us;
       std::vector<int> kernels;
-      int invalid = 0, nonfinite = 0, rounds = 0, call_no = 1000;
+      int invalid = 0, nonfinite = 0, rounds = 0;
+      int64_t call_no = 1000;  // timed calls 1001, 1002, ...: masks unlike the checked calls'
+
       std::string invalid_reason, stop_reason = "max rounds";
       double prev = -1;
       OutputFile kept;
@@ -239,8 +229,7 @@ int child_gemm_main(const GemmRunOptions& opt) {
         const int keep = int(rng() % uint64_t(opt.calls_per_round));
         OutputFile round_kept;
         for (int s = 0; s < opt.calls_per_round; ++s) {
-          const auto flips = row_flips(opt.timing_seed, ++call_no, M);
-          stage(flips);
+          stage(++call_no);
           flusher.flush(stream);
           NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
           const uint64_t c0 = timer.now();
@@ -262,7 +251,7 @@ int child_gemm_main(const GemmRunOptions& opt) {
             const auto c = read_c();
             if (!all_finite(c.data(), c.size())) ++nonfinite;
             round_kept.add("timed.C", DType::F32, {M, N}, c.data(), c.size() * 4);
-            round_kept.add("timed.flips", DType::U8, {M}, flips.data(), flips.size());
+            round_kept.add("timed.call", DType::I64, {1}, &call_no, 8);
           }
         }
         ++rounds;
@@ -333,20 +322,32 @@ std::vector<std::string> gemm_run_args(const std::string& exe, const std::string
   return a;
 }
 
-/** The candidate's calls of one outputs file against the reference's unflipped C. */
-json compare_gemm(const SafetensorsFile& cand, const SafetensorsFile& ref, const std::string& prefix, int calls,
+/** The call number stored beside `name`.C (an I64 tensor `name`.call), or -1 when absent. */
+int64_t stored_call(const SafetensorsFile& f, const std::string& name) {
+  if (!f.has(name + ".call") || f.entry(name + ".call").nbytes() != 8) return -1;
+  int64_t call = -1;
+  std::memcpy(&call, f.data(name + ".call"), 8);
+  return call;
+}
+
+/** The candidate's outputs `names` (each `name`.C, fp32 M x N) against the reference's of the same
+ *  names, which must come from the same call (the same A). Updates *worst (NaN sticks). */
+json compare_gemm(const SafetensorsFile& cand, const SafetensorsFile& ref, const std::vector<std::string>& names,
                   int64_t M, int64_t N, double* worst) {
   json out = json::array();
-  const auto* c0 = reinterpret_cast<const float*>(ref.data("call0.C"));
-  for (int i = 0; i < calls; ++i) {
-    const std::string p = calls == 1 && prefix == "timed" ? "timed" : prefix + std::to_string(i);
-    const auto* c = reinterpret_cast<const float*>(cand.data(p + ".C"));
-    const auto* f = cand.data(p + ".flips");
-    int flipped = 0;
-    for (int64_t m = 0; m < M; ++m) flipped += f[m] != 0;
-    const double e = flipped_error(c, c0, f, M, N);
+  for (const std::string& p : names) {
+    const int64_t call = stored_call(cand, p);
+    if (call != stored_call(ref, p))
+      throw std::runtime_error(p + ": the candidate's output is of call " + std::to_string(call) + ", the reference's of call " +
+                               std::to_string(stored_call(ref, p)));
+    for (const SafetensorsFile* f : {&cand, &ref})
+      if (f->entry(p + ".C").nbytes() != size_t(M * N) * 4)
+        throw std::runtime_error(f->path() + ": " + p + ".C holds " + std::to_string(f->entry(p + ".C").nbytes()) +
+                                 " bytes, not M x N fp32 (" + std::to_string(M * N * 4) + ")");
+    const double e = rel_err(reinterpret_cast<const float*>(cand.data(p + ".C")),
+                             reinterpret_cast<const float*>(ref.data(p + ".C")), size_t(M * N));
     *worst = std::isnan(e) || std::isnan(*worst) ? NAN : std::max(*worst, e);
-    out.push_back({{"call", p}, {"rows_negated", flipped}, {"rel_err", std::isnan(e) ? json(nullptr) : json(e)}});
+    out.push_back({{"name", p}, {"call", call}, {"rel_err", std::isnan(e) ? json(nullptr) : json(e)}});
   }
   return out;
 }
@@ -434,9 +435,19 @@ int grade_gemm_main(const GradeOptions& opt) {
         break;
       }
     }
+    // The reference runs the same checked calls and, when the candidate kept a timed output, that
+    // call too (its A is a function of the timing seed and the call number alone).
+    int64_t timed_call = -1;
+    const std::string timed_file = sd + "/candidate/timed_outputs.safetensors";
+    if (timed && fs::exists(timed_file)) try {
+        timed_call = stored_call(SafetensorsFile(timed_file), "timed");
+      } catch (const std::exception&) {
+        // unreadable: reported as such below
+      }
     log("seed " + std::to_string(opt.seeds[i]) + ": running the reference");
-    ChildRun r = run_child_in(gemm_run_args(exe, reference, cfg, dirs[i], sd + "/reference", 1, false, seed_t, nullptr),
-                              sd + "/reference", opt.timeout_seconds, &log, "reference");
+    auto ref_args = gemm_run_args(exe, reference, cfg, dirs[i], sd + "/reference", 2, false, seed_t, nullptr);
+    if (timed_call >= 0) ref_args.insert(ref_args.end(), {"--extra-call", std::to_string(timed_call)});
+    ChildRun r = run_child_in(ref_args, sd + "/reference", opt.timeout_seconds, &log, "reference");
     if (!r.completed()) {
       std::fprintf(stderr, "nibble grade: the reference failed (%s)\n%s\n", r.exit.describe().c_str(), r.log_tail.c_str());
       return kExitGraderFailed;
@@ -460,10 +471,10 @@ int grade_gemm_main(const GradeOptions& opt) {
       try {
         SafetensorsFile cf(sd + "/candidate/outputs.safetensors"), rf(sd + "/reference/outputs.safetensors");
         double w = 0;
-        sj["calls"] = compare_gemm(cf, rf, "call", 2, cfg.M, cfg.N, &w);
-        if (timed && fs::exists(sd + "/candidate/timed_outputs.safetensors")) {
-          SafetensorsFile tf(sd + "/candidate/timed_outputs.safetensors");
-          sj["timed_call"] = compare_gemm(tf, rf, "timed", 1, cfg.M, cfg.N, &w);
+        sj["calls"] = compare_gemm(cf, rf, {"call0", "call1"}, cfg.M, cfg.N, &w);
+        if (timed && fs::exists(timed_file)) {
+          SafetensorsFile tf(timed_file);
+          sj["timed_call"] = compare_gemm(tf, rf, {"timed"}, cfg.M, cfg.N, &w);
         }
         sj["worst_rel_err"] = std::isnan(w) ? json(nullptr) : json(w);
         worst = std::isnan(w) || std::isnan(worst) ? NAN : std::max(worst, w);
@@ -484,7 +495,8 @@ int grade_gemm_main(const GradeOptions& opt) {
   report["solution"] = sol;
   report["reference"] = ref;
   json corr = {{"gate", kGemmGate},
-               {"metric", "||C - C_ref||_F / ||C_ref||_F in fp64; every call after the first negates a seeded subset of A's rows"},
+               {"metric", "||C - C_ref||_F / ||C_ref||_F in fp64, per call against the reference's C of the same A; every call after "
+                          "the first flips the signs of a seeded half of A's elements"},
                {"per_seed", per_seed},
                {"worst_rel_err", std::isnan(worst) ? json(nullptr) : json(worst)},
                {"ratio_to_gate", std::isnan(worst) ? json(nullptr) : json(worst / kGemmGate)}};
@@ -506,7 +518,7 @@ int grade_gemm_main(const GradeOptions& opt) {
     for (int k : timing_raw["kernels"]) kern.push_back(k);
     const Summary s = summarize(span), w = summarize(wall);
     json t;
-    t["protocol"] = "GPU span of all CUPTI records per run call (all streams), L2 flushed and persisting L2 reset before each, rows of A negated per call";
+    t["protocol"] = "GPU span of all CUPTI records per run call (all streams), L2 flushed and persisting L2 reset before each, a fresh sign mask on A per call";
     for (const char* k : {"flip_seed", "calls_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs"})
       t[k] = timing_raw[k];
     t["gpu_span_us"] = summary_json(s, &span);
@@ -638,7 +650,7 @@ int calibrate_gemm_main(const CalibrateOptions& opt) {
                                             [&](size_t i, const std::string& vd, const std::string& ed) {
                                               SafetensorsFile vf(vd + "/outputs.safetensors"), ef(ed + "/outputs.safetensors");
                                               double w = 0;
-                                              compare_gemm(vf, ef, "call", 1, cfg.M, cfg.N, &w);
+                                              compare_gemm(vf, ef, {"call0"}, cfg.M, cfg.N, &w);
                                               errs[i].push_back(w);
                                             });
       if (!ran) return 3;

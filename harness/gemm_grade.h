@@ -18,9 +18,11 @@ inline constexpr double kGemmGate = 1e-2;
 
 struct GemmRunOptions {
   std::string solution, fixture_dir, task, config, out_dir, variant;
-  int checked_calls = 2;       // call 0 with the fixture's A, then calls with rows of A negated
+  int checked_calls = 2;       // call 0 with the fixture's A, then A with a fresh sign mask per call
+  int64_t extra_call = -1;     // >= 0: also run this call number, stored as "timed" (the reference,
+                               // for the call the candidate kept from its timed rounds)
   bool timing = false;
-  uint64_t timing_seed = 0;    // seeds which rows each timed call negates
+  uint64_t timing_seed = 0;    // seeds the sign mask of A in every call after the first
   int calls_per_round = 32, min_rounds = 3, max_rounds = 20;
   double max_timing_seconds = 60;
   double prepare_timeout_seconds = 600, call_timeout_seconds = 20;

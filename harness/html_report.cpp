@@ -641,8 +641,8 @@ std::string render_html_report(const json& report, const std::string& report_lab
 
   o << "<h2>Error against the gate</h2>\n"
     << "<p class=\"note\">"
-    << (gemm ? "Worst relative Frobenius error of C over the checked calls and seeds (every call after the first negates a "
-               "seeded subset of A's rows). "
+    << (gemm ? "Worst relative Frobenius error of C over the checked calls and seeds (every call after the first flips the "
+               "signs of a fresh, seeded half of A's elements; each against the reference's C of the same A). "
              : "Worst relative error of the logits and the appended K/V over the checked steps and seeds. ")
     << "Diamonds: the drop-the-feature variants, " << html_escape(error_anchor_source(report))
     << "; green must pass, red must fail.</p>\n";

@@ -225,6 +225,7 @@ int main(int argc, char** argv) {
   run_gemm->add_option("--config", gr.config)->required();
   run_gemm->add_option("--out", gr.out_dir)->required();
   run_gemm->add_option("--checked-calls", gr.checked_calls);
+  run_gemm->add_option("--extra-call", gr.extra_call);
   run_gemm->add_option("--variant", gr.variant);
   run_gemm->add_flag("--timing", gr.timing);
   run_gemm->add_option("--timing-seed", gr.timing_seed);

@@ -159,6 +159,27 @@ TEST_P(GradeGemmGpu, ReferenceAndBaselinePassADecodeLibraryIsRefused) {
   EXPECT_EQ(g.report["disposition"], "MissingSymbol");
 }
 
+// The cheat a per-row sign guard could not see (tests/solutions/gemm_replay.cu): the baseline's C
+// of the first call, re-signed per row from A on every later call. Its first call is right; every
+// later one, checked or timed, must be far off (a fresh sign mask per element mixes the terms of
+// each dot product anew, which no kept C can say anything about).
+TEST_P(GradeGemmGpu, ReplayingTheFirstCallFails) {
+  NIBBLE_REQUIRE_GPU();
+  const Graded g = grade(bindir() + "/tests/lib/libhostile_gemm_replay.so",
+                         {"--task", GetParam(), "--seeds", "0", "--min-rounds", "1", "--max-rounds", "1"});
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_EQ(g.report["disposition"], "Incorrect") << g.output;
+  EXPECT_NE(g.report["reason"].get<std::string>().find("gate"), std::string::npos) << g.report["reason"];
+  const json& calls = g.report["correctness"]["per_seed"][0]["calls"];
+  ASSERT_EQ(calls.size(), 2u) << g.report.dump(2);
+  EXPECT_LT(calls[0]["rel_err"].get<double>(), 1e-4) << "the first call is the baseline's";
+  EXPECT_GT(calls[1]["rel_err"].get<double>(), 0.5) << "a replayed call";
+  const json& timed = g.report["correctness"]["per_seed"][0]["timed_call"];
+  ASSERT_EQ(timed.size(), 1u) << g.report.dump(2);
+  EXPECT_GT(timed[0]["call"].get<int64_t>(), 1000);
+  EXPECT_GT(timed[0]["rel_err"].get<double>(), 0.5) << "a replayed timed call";
+}
+
 INSTANTIATE_TEST_SUITE_P(Tasks, GradeGemmGpu, ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"));
 
 // The GPU path of GEMM calibration (the reference .so and each variant in child processes) against

@@ -49,7 +49,7 @@
  *
  * Buffers and lifetime: A and C are device allocations of the harness (cudaMalloc, so 256-byte
  * aligned), the same two buffers on every run call of a handle; A's contents change between calls
- * (rows negated, see the README), the weights never do (they are checksummed after every call, A
+ * (the signs of a fresh half of its elements flipped, see the README), the weights never do (they are checksummed after every call, A
  * during each). The weights given to prepare stay valid until teardown. One process runs one
  * prepare, its run calls and one teardown; after a failed prepare or run the process ends without
  * teardown, so nothing needs freeing then. Calls are serialised on the given stream; prepare and

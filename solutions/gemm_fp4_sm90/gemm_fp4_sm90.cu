@@ -342,6 +342,7 @@ struct StreamArgs {
   int split, clusters;   // blocks per cluster (K slices), clusters (tile ranges)
   int stages;            // ring slots per warp
   int len_max, dt_max;   // the smem layout's sizes (StreamSmem)
+  int prefetch;          // 1: colmul prefetched into L2 at entry (NIBBLE_FP4SM90_PREFETCH=0 turns it off)
   // NIBBLE_FP4SM90_TRACE: per block kStreamMarks %globaltimer stamps (ns) of the last run, else null
   unsigned long long* trace;
 };
@@ -420,14 +421,24 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
       for (int m = 0; m < p.M; ++m)
         bulk_load(smem + L.a + m * L.a_pitch, p.A + int64_t(m) * p.K + c0 * kChunkK, uint32_t(abytes), abar, keep);
     }
-    const uint64_t stream = policy_evict_first();
-    for (int k = 0; k < min(nst, p.stages); ++k) issue(k, k, stream);
+    // The epilogue's colmul rows of this cluster into L2 now (the harness flushes L2 before every
+    // call; read at the end, a DRAM round trip on the critical path). 64 bytes per tile.
+    if (warp == 1 && r == 0 && p.prefetch)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p.colmul + T0 * kSlabRows), "r"(uint32_t(dT * 64))
+                   : "memory");
   }
   // The last slice's chunk past K: zero A there (its codes are 0, but 0 x a stale NaN is NaN).
   const int tail16 = (len * kChunkK * 2 - abytes) / 16;
   for (int i = int(threadIdx.x); i < p.M * tail16; i += int(blockDim.x))
     *reinterpret_cast<uint4*>(smem + L.a + (i / tail16) * L.a_pitch + abytes + 16 * (i % tail16)) = make_uint4(0, 0, 0, 0);
-  __syncthreads();  // A's mbarrier initialised and the tail zeroed before any warp reads A
+  // A's mbarrier initialised and the tail zeroed before any warp reads A; and A's copies queued
+  // before any weight copy (issued together in v4, A landed behind the block's whole share of W:
+  // at 4 us in its trace).
+  __syncthreads();
+  if (lane == 0) {
+    const uint64_t stream = policy_evict_first();
+    for (int k = 0; k < min(nst, p.stages); ++k) issue(k, k, stream);
+  }
 
   float4* slots = reinterpret_cast<float4*>(smem + L.slots);
   float acc[NT][4];
@@ -1300,6 +1311,8 @@ void plan_stream(Handle& h, int sms) {
   }
   if (!found) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "the stream kernel does not fit this shape");
   h.sa = best.a;
+  const char* e_pf = std::getenv("NIBBLE_FP4SM90_PREFETCH");
+  h.sa.prefetch = e_pf && std::atoi(e_pf) == 0 ? 0 : 1;
   h.stream_smem = best.smem;
   h.split = best.a.split;
 }

@@ -1,0 +1,109 @@
+// gemm_replay.cu: a GEMM cheat the grader must catch (libhostile_gemm_replay.so, test_grade_gpu's
+// GradeGemmGpu.ReplayingTheFirstCallFails). It runs the baseline (solutions/gemm_baseline, compiled
+// again with its exports renamed gemm_baseline_*) on its first call only, keeps that C and A, and
+// answers every later call from them: row m of C is the kept row, negated when the first nonzero
+// element of A's row m changed sign. That is exact whenever a call's A is the first one's with
+// some rows negated (the grader's replay guard before it flipped the signs of single elements),
+// and costs one read of A instead of the GEMM.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "nibble/nibble_gemm.h"
+#include "solutions/common/abi_util.h"
+#include "solutions/common/gemm_abi_util.h"
+
+extern "C" {
+nibble_status gemm_baseline_prepare(const nibble_gemm_problem*, void*, void**, nibble_error*);
+nibble_status gemm_baseline_run(void*, const nibble_tensor*, nibble_tensor*, void*, nibble_error*);
+nibble_status gemm_baseline_teardown(void*, void*, nibble_error*);
+}
+
+namespace {
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DevicePtr = std::unique_ptr<void, CudaFree>;
+
+DevicePtr device_alloc(size_t bytes) {
+  void* p = nullptr;
+  SOL_CUDA(cudaMalloc(&p, bytes));
+  return DevicePtr(p);
+}
+
+struct Replay {
+  void* inner = nullptr;
+  int64_t M = 0, N = 0, K = 0;
+  int calls = 0;
+  DevicePtr a0, c0;  // the first call's A (bf16) and C (fp32)
+};
+
+/** C[m, :] = +-C0[m, :], the sign from the first nonzero element of A's row m against A0's. One
+ *  block per row. */
+__global__ void replay_kernel(const uint16_t* A, const uint16_t* A0, const float* C0, float* C, int64_t N, int64_t K) {
+  const int64_t m = blockIdx.x;
+  __shared__ float sign;
+  if (threadIdx.x == 0) {
+    sign = 1.0f;
+    for (int64_t k = 0; k < K; ++k)
+      if (A0[m * K + k] & 0x7FFF) {
+        sign = (A[m * K + k] ^ A0[m * K + k]) & 0x8000 ? -1.0f : 1.0f;
+        break;
+      }
+  }
+  __syncthreads();
+  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) C[m * N + n] = sign * C0[m * N + n];
+}
+
+}  // namespace
+
+extern "C" {
+
+NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
+NIBBLE_EXPORT int32_t nibble_gemm_abi_version(void) { return NIBBLE_GEMM_ABI_VERSION; }
+NIBBLE_EXPORT const char* nibble_solution_name(void) { return "hostile-gemm-replay"; }
+
+NIBBLE_EXPORT nibble_status nibble_gemm_prepare(const nibble_gemm_problem* problem, void* stream, void** handle,
+                                                nibble_error* err) {
+  return nibble::sol::abi_guard(err, [&] {
+    auto r = std::make_unique<Replay>();
+    const nibble::sol::GemmProblem g = nibble::sol::parse_gemm_problem(problem);
+    r->M = g.M;
+    r->N = g.N;
+    r->K = g.K;
+    const nibble_status s = gemm_baseline_prepare(problem, stream, &r->inner, err);
+    if (s != NIBBLE_OK) throw nibble::sol::AbiFailure(s, "baseline prepare failed");
+    r->a0 = device_alloc(size_t(g.M * g.K) * 2);
+    r->c0 = device_alloc(size_t(g.M * g.N) * 4);
+    *handle = r.release();
+  });
+}
+
+NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A, nibble_tensor* C, void* stream,
+                                            nibble_error* err) {
+  return nibble::sol::abi_guard(err, [&] {
+    auto* r = static_cast<Replay*>(handle);
+    auto s = static_cast<cudaStream_t>(stream);
+    if (r->calls++ == 0) {
+      const nibble_status st = gemm_baseline_run(r->inner, A, C, stream, err);
+      if (st != NIBBLE_OK) throw nibble::sol::AbiFailure(st, "baseline run failed");
+      SOL_CUDA(cudaMemcpyAsync(r->a0.get(), A->data, size_t(r->M * r->K) * 2, cudaMemcpyDeviceToDevice, s));
+      SOL_CUDA(cudaMemcpyAsync(r->c0.get(), C->data, size_t(r->M * r->N) * 4, cudaMemcpyDeviceToDevice, s));
+      return;
+    }
+    replay_kernel<<<unsigned(r->M), 256, 0, s>>>(static_cast<const uint16_t*>(A->data),
+                                                  static_cast<const uint16_t*>(r->a0.get()),
+                                                  static_cast<const float*>(r->c0.get()), static_cast<float*>(C->data),
+                                                  r->N, r->K);
+    SOL_CHECK_LAUNCH();
+  });
+}
+
+NIBBLE_EXPORT nibble_status nibble_gemm_teardown(void* handle, void* stream, nibble_error* err) {
+  std::unique_ptr<Replay> r(static_cast<Replay*>(handle));
+  return r ? gemm_baseline_teardown(r->inner, stream, err) : NIBBLE_OK;
+}
+
+}  // extern "C"
