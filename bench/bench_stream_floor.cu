@@ -2,8 +2,9 @@
 // (issue 7's "at M <= 16, 3x faster than cuBLAS bf16"). Each iteration does what `nibble grade`
 // does around a timed call (harness/gemm_grade.cpp): the L2 flushed by a memset of twice its size
 // (which leaves it full of dirty lines), a device sync, then one kernel timed by its CUPTI span;
-// the kernel only reads the bytes an NVFP4 solution must read, the weight codes and their e4m3
-// scales (N K / 2 + N ceil(K / 16)), with 16-byte loads, nothing else. No GEMM can be faster than
+// the kernel (launch_read_stream, harness/gpu_checks.h: the same one `nibble grade` times for a GEMM
+// report's weight-read floor) only reads the bytes an NVFP4 solution must read, the weight codes
+// and their e4m3 scales (N K / 2 + N ceil(K / 16)), with 16-byte loads, nothing else. No GEMM can be faster than
 // this under the same protocol, so a shape's "3x cuBLAS" target is out of reach when its cuBLAS
 // time / 3 is below this figure.
 //
@@ -18,7 +19,9 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "harness/child_support.h"
 #include "harness/cupti_timer.h"
+#include "harness/gpu_checks.h"
 
 #include "bench_util.h"
 
@@ -27,55 +30,15 @@ namespace {
 // Fixed: --benchmark_min_time counts the few-us spans, not the ~0.6 ms of flush and CUPTI
 // bookkeeping around each, so a time-based count runs for minutes.
 constexpr int kIterations = 500;
-constexpr int kThreads = 512;
-constexpr int kLoadsPerThread = 4;  // 16-byte loads in flight per thread per iteration
-
-/** Reads n16 16-byte words (L1 not allocated: read once), folds them into one word per thread,
- *  stored only when it equals a value the data cannot produce (so the loads stay). */
-__global__ void __launch_bounds__(kThreads) read_kernel(const uint4* __restrict__ p, size_t n16, uint32_t never,
-                                                       uint32_t* sink) {
-  uint32_t acc = 0;
-  const size_t stride = size_t(gridDim.x) * kThreads;
-  size_t i = size_t(blockIdx.x) * kThreads + threadIdx.x;
-  for (; i + (kLoadsPerThread - 1) * stride < n16; i += kLoadsPerThread * stride) {
-    uint4 v[kLoadsPerThread];
-#pragma unroll
-    for (int j = 0; j < kLoadsPerThread; ++j)
-      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(v[j].x), "=r"(v[j].y), "=r"(v[j].z), "=r"(v[j].w)
-                   : "l"(p + i + j * stride));
-#pragma unroll
-    for (int j = 0; j < kLoadsPerThread; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
-  }
-  for (; i < n16; i += stride) {
-    const uint4 v = p[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == never) sink[0] = acc;
-}
 
 __global__ void empty_kernel() {}
 
-/** The grader's L2 flush: a memset of twice the L2 size. */
-struct Flush {
-  size_t bytes = 0;
-  Device buf;
-  static size_t l2_bytes() {
-    int dev = 0, l2 = 0;
-    BENCH_CUDA(cudaGetDevice(&dev));
-    BENCH_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    return size_t(l2) * 2;
-  }
-  Flush() : bytes(l2_bytes()), buf(bytes) {}
-  void operator()(int round) { BENCH_CUDA(cudaMemsetAsync(buf.p, round & 0xff, bytes)); }
-};
-
 /** Times `launch` (one kernel) per iteration by its CUPTI span after a flush. */
 template <class F>
-void time_spans(benchmark::State& state, nibble::CuptiTimer& timer, Flush& flush, F&& launch) {
-  int round = 0;
+void time_spans(benchmark::State& state, nibble::CuptiTimer& timer, F&& launch) {
+  nibble::child::L2Flusher flush;  // the grader's own flush
   for (auto _ : state) {
-    flush(++round);
+    flush.flush(nullptr);
     BENCH_CUDA(cudaDeviceSynchronize());
     const uint64_t t0 = timer.now();
     launch();
@@ -96,19 +59,9 @@ void BM_ReadWeights(benchmark::State& state) {
     const int64_t N = state.range(0), K = state.range(1);
     const size_t bytes = size_t(N * K / 2 + N * ((K + 15) / 16));
     const size_t n16 = bytes / 16;
-    Device w(n16 * 16), sink(4);
-    BENCH_CUDA(cudaMemset(w.p, 0x5a, n16 * 16));  // the fold of identical words is 0, never 0xFFFFFFFF
-    int sms = 0, dev = 0;
-    BENCH_CUDA(cudaGetDevice(&dev));
-    BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    // Every thread has its 4 loads in flight from the start; at most 4 blocks (2048 threads) per SM.
-    const size_t want = (n16 + size_t(kThreads) * kLoadsPerThread - 1) / (size_t(kThreads) * kLoadsPerThread);
-    const unsigned grid = unsigned(std::min(want, size_t(sms) * 4));
-    Flush flush;
-    time_spans(state, timer(), flush, [&] {
-      read_kernel<<<grid, kThreads>>>(static_cast<const uint4*>(w.p), n16, 0xFFFFFFFFu, static_cast<uint32_t*>(sink.p));
-      BENCH_CUDA(cudaGetLastError());
-    });
+    Device w(n16 * 16);
+    BENCH_CUDA(cudaMemset(w.p, 0x5a, n16 * 16));
+    time_spans(state, timer(), [&] { nibble::launch_read_stream(w.p, n16 * 16, nullptr); });
     state.counters["bytes"] = double(n16 * 16);
     state.counters["TB/s"] = benchmark::Counter(double(n16 * 16) * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   } catch (const std::exception& e) {
@@ -121,8 +74,7 @@ BENCHMARK(BM_ReadWeights)->Args({3072, 3072})->Args({8192, 3072})->Args({3072, 8
 
 void BM_EmptyKernel(benchmark::State& state) {
   try {
-    Flush flush;
-    time_spans(state, timer(), flush, [&] {
+    time_spans(state, timer(), [&] {
       empty_kernel<<<1, 32>>>();
       BENCH_CUDA(cudaGetLastError());
     });

@@ -381,7 +381,12 @@ int grade_gemm_main(const GradeOptions& opt) {
   report["seeds"] = opt.seeds;
 
   log("probing the GPU");
-  ChildRun probe = run_child_in({exe, "__probe", "--out", work.path() + "/probe/result.json"}, work.path() + "/probe", 120);
+  // The probe also times the shape's weight-read floor (a kernel that only reads W's codes and
+  // scales, under this grader's flush and CUPTI window): at M <= 16 the floor that matters.
+  const int64_t weight_bytes = cfg.N * (cfg.K / 2) + cfg.N * cfg.scale_cols();
+  ChildRun probe = run_child_in({exe, "__probe", "--out", work.path() + "/probe/result.json", "--read-floor-bytes",
+                                 std::to_string(weight_bytes)},
+                                work.path() + "/probe", 120);
   if (!probe.result.is_object() || !probe.result.value("ok", false)) {
     std::fprintf(stderr,
                  "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n"
@@ -529,6 +534,11 @@ int grade_gemm_main(const GradeOptions& opt) {
     t["tflops"] = flops / (s.median * 1e-6) / 1e12;
     t["achieved_bandwidth_Bps"] = bytes / (s.median * 1e-6);
     if (copy_bw > 0) t["floor_us_measured_copy_bw"] = bytes / copy_bw * 1e6;
+    if (device.contains("read_floor") && device["read_floor"].value("median_us", 0.0) > 0) {
+      const double rf = device["read_floor"]["median_us"].get<double>();
+      t["floor_us_weight_read"] = rf;
+      t["fraction_of_weight_read_floor"] = rf / s.median;
+    }
     if (peak_bw > 0) {
       t["floor_us_theoretical_bw"] = bytes / peak_bw * 1e6;
       if (disposition.empty() && s.min < bytes / peak_bw * 1e6) {

@@ -1,6 +1,9 @@
-// gpu_checks.cu: the harness's own kernels (checksums, zero scans). Reads each byte once:
-// memory-bound, a few hundred microseconds for the full fixture's 2 GB.
+// gpu_checks.cu: the harness's own kernels (checksums, zero scans, the read-floor stream). Each
+// reads each byte once: memory-bound, a few hundred microseconds for the full fixture's 2 GB.
 #include "harness/gpu_checks.h"
+
+#include <algorithm>
+#include <stdexcept>
 
 #include "harness/cuda_check.h"
 
@@ -53,7 +56,46 @@ uint64_t strided_reduce(const void* base, size_t blocks, size_t stride, size_t b
   return h;
 }
 
+constexpr int kReadThreads = 512;
+constexpr int kReadLoads = 4;  // 16-byte loads in flight per thread per iteration
+
+__device__ uint32_t g_read_sink;  // written only when the fold equals `never`: keeps the loads
+
+__global__ void __launch_bounds__(kReadThreads) read_stream_kernel(const uint4* __restrict__ p, size_t n16, uint32_t never) {
+  uint32_t acc = 0;
+  const size_t stride = size_t(gridDim.x) * kReadThreads;
+  size_t i = size_t(blockIdx.x) * kReadThreads + threadIdx.x;
+  for (; i + (kReadLoads - 1) * stride < n16; i += kReadLoads * stride) {
+    uint4 v[kReadLoads];
+#pragma unroll
+    for (int j = 0; j < kReadLoads; ++j)
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v[j].x), "=r"(v[j].y), "=r"(v[j].z), "=r"(v[j].w)
+                   : "l"(p + i + j * stride));
+#pragma unroll
+    for (int j = 0; j < kReadLoads; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+  }
+  for (; i < n16; i += stride) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == never) g_read_sink = acc;
+}
+
 }  // namespace
+
+void launch_read_stream(const void* p, size_t bytes, cudaStream_t s) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) throw std::invalid_argument("read stream: the buffer must be 16-byte aligned");
+  const size_t n16 = bytes / 16;
+  if (n16 == 0) return;
+  int dev = 0, sms = 0;
+  NIBBLE_CUDA_CALL(cudaGetDevice(&dev));
+  NIBBLE_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const size_t per_block = size_t(kReadThreads) * kReadLoads;
+  const unsigned grid = unsigned(std::min((n16 + per_block - 1) / per_block, size_t(sms) * 4));
+  read_stream_kernel<<<grid, kReadThreads, 0, s>>>(static_cast<const uint4*>(p), n16, 0xFFFFFFFFu);
+  NIBBLE_CHECK_LAUNCH();
+}
 
 uint64_t device_checksum(const void* base, size_t blocks, size_t stride, size_t bytes_per_block, cudaStream_t s) {
   return strided_reduce<false>(base, blocks, stride, bytes_per_block, s);

@@ -1,5 +1,6 @@
 // gpu_checks.h: checksums and scans computed on the GPU, so the grader can prove that a candidate
-// left its inputs alone (weights, the KV prefix, the token ids) and wrote nothing where it must not.
+// left its inputs alone (weights, the KV prefix, the token ids) and wrote nothing where it must not;
+// and the read-only stream that measures the GEMM tasks' weight-read floor.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,5 +33,14 @@ uint64_t device_checksum_bytes(const void* p, size_t bytes, cudaStream_t stream)
 /** Number of non-zero 8-byte words in the same strided ranges. Synchronises `stream`. */
 uint64_t device_count_nonzero(const void* base, size_t blocks, size_t block_stride_bytes, size_t bytes_per_block,
                               cudaStream_t stream);
+
+/**
+ * Reads the first bytes / 16 * 16 bytes at p (16-byte aligned) once with 16-byte loads (L1 not
+ * allocated) and does nothing else: the fastest kernel that must read that many bytes, whose GPU
+ * span after an L2 flush is the GEMM grader's weight-read floor (`nibble __probe
+ * --read-floor-bytes`, bench_stream_floor). Grid: up to 4 blocks of 512 threads per SM, 4 loads in
+ * flight per thread. Launch-checked on `stream`; does not synchronise. Throws CudaError.
+ */
+void launch_read_stream(const void* p, size_t bytes, cudaStream_t stream);
 
 }  // namespace nibble

@@ -447,6 +447,8 @@ std::string roofline_chart(const json& report, const json* base, const std::stri
   const double fm = num(t, "floor_us_measured_copy_bw"), ft = num(t, "floor_us_theoretical_bw");
   if (!std::isnan(ft)) bars.push_back({"floor at datasheet bandwidth", ft, kFloor, false});
   if (!std::isnan(fm)) bars.push_back({"floor at measured copy bandwidth", fm, kFloor, false});
+  const double fr = num(t, "floor_us_weight_read");
+  if (!std::isnan(fr)) bars.push_back({"weight-read floor (read-only kernel)", fr, kFloor, false});
   const auto s = figure_samples(report, "gpu_span_us");
   if (!s.empty()) bars.push_back({"this solution (" + solution_name(report) + ")", median_of(s), kCand, true});
   if (base) {
@@ -631,6 +633,8 @@ std::string render_html_report(const json& report, const std::string& report_lab
     const double tf = num(t, "tflops"), bw = num(t, "achieved_bandwidth_Bps");
     fig("arithmetic rate", "tflops", std::isnan(tf) ? "n/a" : fixed(tf, tf >= 100 ? 0 : 1), std::isnan(tf) ? "" : "TFLOP/s");
     fig("bytes moved per second", "tbps", std::isnan(bw) ? "n/a" : fixed(bw / 1e12, 2), std::isnan(bw) ? "" : "TB/s");
+    const double fr = num(t, "floor_us_weight_read");
+    if (!std::isnan(fr)) fig("weight-read floor (read-only kernel, same flush)", "floor-weight-read-us", us_str(fr), "us");
   }
   double frac = num(t, "fraction_of_measured_bw");
   if (std::isnan(frac) && !span.empty() && fm > 0) frac = fm / median_of(span);

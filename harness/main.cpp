@@ -243,6 +243,8 @@ int main(int argc, char** argv) {
   probe->group("");
   probe->add_option("--out", probe_out)->required();
   probe->add_flag("--no-bandwidth", probe_no_bw);
+  size_t probe_read_floor = 0;
+  probe->add_option("--read-floor-bytes", probe_read_floor);
 
   // A first word that is not an option must be a command: CLI11 alone would say "A subcommand is
   // required" for `nibble bogus`.
@@ -289,6 +291,6 @@ int main(int argc, char** argv) {
   if (fverify->parsed()) return fixture_verify(v_dir);
   if (run->parsed()) return child_run_main(r);
   if (run_gemm->parsed()) return child_gemm_main(gr);
-  if (probe->parsed()) return child_probe_main(probe_out, !probe_no_bw);
+  if (probe->parsed()) return child_probe_main(probe_out, !probe_no_bw, probe_read_floor);
   return 2;
 }

@@ -187,6 +187,10 @@ std::string format_summary(const json& report, const std::string& report_path) {
       o << "; floor " << fmt_g(num_or(t, "floor_us_measured_copy_bw", NAN), 4) << " us at the measured copy bandwidth -> "
         << fmt_g(100 * num_or(t, "floor_us_measured_copy_bw", NAN) / median, 3) << "% of it";
     o << "\n";
+    if (t.contains("floor_us_weight_read"))
+      o << "  read floor   " << fmt_g(num_or(t, "floor_us_weight_read", NAN), 4)
+        << " us for a kernel that only reads W's codes and scales (same flush, same timer) -> "
+        << fmt_g(100 * num_or(t, "floor_us_weight_read", NAN) / median, 3) << "% of it\n";
   } else if (report.contains("timing") && report["timing"].is_object() && report["timing"].contains("gpu_span_us")) {
     const json& t = report["timing"];
     const json& s = t["gpu_span_us"];

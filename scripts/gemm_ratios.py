@@ -2,7 +2,11 @@
 """gemm_ratios.py: the speed of one FP4 GEMM solution against cuBLAS bf16 per shape, from the JSON
 reports of `nibble grade` (scripts/gemm-all.sh writes one per task, config and solution, named
 <task>-<config>-<solution>.json), as a Markdown table, with issue 7's targets checked: at M <= 16 at
-least 3x the speed of cuBLAS bf16, at M = 4096 at least 0.9x.
+least 3x the speed of cuBLAS bf16, at M = 4096 at least 0.9x. Reports that carry the weight-read
+floor (`timing.floor_us_weight_read`: a kernel that only reads W's codes and scales, timed by the
+same grade) add two columns: the solution's time as a multiple of that floor, and at M <= 16 the
+3x target's time (cuBLAS / 3) over the floor; below 1.00 no kernel that reads the weights can meet
+the target under the grader's protocol.
 
   python3 scripts/gemm_ratios.py REPORT_DIR [--solution fp4_sm90] [--against cublas_bf16]
 
@@ -52,30 +56,36 @@ def main():
                 shapes.setdefault((r["task"], r["config"]), {})[sol] = r
     if not shapes:
         fail(f"no <task>-<config>-{a.solution}.json or -{a.against}.json reports in {a.dir}")
-    print(f"| task | config | {a.solution} us | {a.against} us | speed-up | TFLOP/s | TB/s | rel. error | target |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    print(f"| task | config | {a.solution} us | {a.against} us | speed-up | TFLOP/s | TB/s | rel. error | target "
+          f"| read floor us | x floor | 3x time / floor |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     missing = not_passed = 0
     for (task, cfg), rs in sorted(shapes.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         if a.solution not in rs or a.against not in rs:
-            print(f"| {task} | {cfg} | missing report | | | | | | |")
+            print(f"| {task} | {cfg} | missing report | | | | | | | | | |")
             missing += 1
             continue
         s, c = rs[a.solution], rs[a.against]
         if s.get("disposition") != "Passed" or c.get("disposition") != "Passed":
-            print(f"| {task} | {cfg} | {s.get('disposition')} | {c.get('disposition')} | | | | | |")
+            print(f"| {task} | {cfg} | {s.get('disposition')} | {c.get('disposition')} | | | | | | | | |")
             not_passed += 1
             continue
         ts, tc = s["timing"]["us_per_call"], c["timing"]["us_per_call"]
         ratio = tc / ts
         m = re.match(r"m(\d+)-", cfg)
         target = ""
-        if m and int(m.group(1)) <= 16:
+        small = bool(m) and int(m.group(1)) <= 16
+        if small:
             target = "3x: " + ("met" if ratio >= 3 else "missed")
         elif m and int(m.group(1)) == 4096:
             target = "0.9x: " + ("met" if ratio >= 0.9 else "missed")
+        floor = s["timing"].get("floor_us_weight_read")
+        has_floor = isinstance(floor, (int, float)) and floor > 0
+        fcols = " | ".join([f"{floor:.2f}" if has_floor else "", f"{ts / floor:.2f}x" if has_floor else "",
+                            f"{tc / 3 / floor:.2f}" if has_floor and small else ""]) + " |"
         print(f"| {task} | {cfg} | {ts:.2f} | {tc:.2f} | {ratio:.2f}x | {s['timing'].get('tflops', float('nan')):.1f} | "
               f"{s['timing'].get('achieved_bandwidth_Bps', float('nan')) / 1e12:.2f} | "
-              f"{s['correctness'].get('worst_rel_err', float('nan')):.1e} | {target} |")
+              f"{s['correctness'].get('worst_rel_err', float('nan')):.1e} | {target} | {fcols}")
     return 2 if missing else 1 if not_passed else 0
 
 

@@ -539,6 +539,16 @@ TEST(ReportShow, AGemmReportCountsCallsNotSteps) {
       << s;
   EXPECT_EQ(s.find("token"), std::string::npos) << s;
   EXPECT_EQ(s.find("nan"), std::string::npos) << s;
+  EXPECT_EQ(s.find("read floor"), std::string::npos) << "that report predates the weight-read floor";
+  // With the probe's weight-read floor (bench_stream_floor measured 3.56 us for these 5.3 MB):
+  // 3.56 / 7.488 = 47.5%.
+  json f = r;
+  f["timing"]["floor_us_weight_read"] = 3.56;
+  const std::string sf = format_summary(f, "g.json");
+  EXPECT_NE(sf.find("  read floor   3.56 us for a kernel that only reads W's codes and scales (same flush, same timer) -> "
+                    "47.5% of it\n"),
+            std::string::npos)
+      << sf;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -149,6 +149,13 @@ TEST(HtmlReport, KeyFiguresOfAGemmReport) {
   EXPECT_EQ(html.find("most precise legitimate variant"), std::string::npos);
   EXPECT_EQ(html.find("nibble order swapped 1.43"), std::string::npos);
   EXPECT_NE(html.find("none: no calibration table given"), std::string::npos);
+  EXPECT_EQ(html.find("floor-weight-read-us"), std::string::npos) << "that report predates the weight-read floor";
+  json f = g;
+  f["timing"]["floor_us_weight_read"] = 3.56;
+  const std::string hf = render_html_report(f, "gemm.json");
+  EXPECT_EQ(by_id(hf, "floor-weight-read-us"), "3.56");
+  EXPECT_NE(hf.find("weight-read floor (read-only kernel)"), std::string::npos);
+  EXPECT_EQ(markup_problem(hf), "");
 }
 
 TEST(HtmlReport, ExtremeSamplesStillRender) {

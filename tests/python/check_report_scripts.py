@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """check_report_scripts.py: scripts/gemm_ratios.py and scripts/calibration_table.py on hand-made
 reports whose answers are known: speed-ups 2.00x (M 16: 3x missed), 3.20x (M 1: met), 0.95x
-(M 4096: met), a shape with one report missing (exit 2), a grade that did not pass (exit 1); a
+(M 4096: met), a shape with one report missing (exit 2), a grade that did not pass (exit 1), the
+read-floor columns (m16: 5.0 us over a 4.0 us floor = 1.25x, 3x time 10.0 / 3 = 3.33 us over it =
+0.83; m1 without a floor: empty); a
 healthy calibration table (margins 0.01 / 0.002 = 5.0x and 0.04 / 0.01 = 4.0x) and an unhealthy
 one (exit 1); bad input for both (exit 2, never a traceback)."""
 import json
@@ -42,7 +44,10 @@ def main():
         t = "gemm-w4a16-nvfp4"
         shapes = {"m16-n3072-k3072": (5.0, 10.0), "m1-n8192-k3072": (6.0, 19.2), "m4096-n8192-k3072": (300.0, 285.0)}
         for cfg, (mine, theirs) in shapes.items():
-            json.dump(report(t, cfg, mine), open(os.path.join(d, f"{t}-{cfg}-fp4_sm90.json"), "w"))
+            mr = report(t, cfg, mine)
+            if cfg == "m16-n3072-k3072":
+                mr["timing"]["floor_us_weight_read"] = 4.0
+            json.dump(mr, open(os.path.join(d, f"{t}-{cfg}-fp4_sm90.json"), "w"))
             json.dump(report(t, cfg, theirs), open(os.path.join(d, f"{t}-{cfg}-cublas_bf16.json"), "w"))
         r = run("gemm_ratios.py", d)
         expect(r.returncode == 0, f"gemm_ratios.py exit {r.returncode}: {r.stderr}")
@@ -50,6 +55,8 @@ def main():
         expect("| 2.00x |" in rows.get("m16-n3072-k3072", "") and "3x: missed" in rows["m16-n3072-k3072"], "m16 row")
         expect("| 3.20x |" in rows.get("m1-n8192-k3072", "") and "3x: met" in rows["m1-n8192-k3072"], "m1 row")
         expect("| 0.95x |" in rows.get("m4096-n8192-k3072", "") and "0.9x: met" in rows["m4096-n8192-k3072"], "m4096 row")
+        expect(rows.get("m16-n3072-k3072", "").endswith("| 3x: missed | 4.00 | 1.25x | 0.83 |"), "m16 floor columns: " + rows.get("m16-n3072-k3072", ""))
+        expect(rows.get("m1-n8192-k3072", "").endswith("| 3x: met |  |  |  |"), "m1 without a floor: " + rows.get("m1-n8192-k3072", ""))
         json.dump(report(t, "m128-n4096-k4096", 20.0), open(os.path.join(d, f"{t}-m128-n4096-k4096-fp4_sm90.json"), "w"))
         r = run("gemm_ratios.py", d)
         expect(r.returncode == 2 and "missing report" in r.stdout, "a missing cuBLAS report must exit 2")
