@@ -8,7 +8,8 @@
 // this under the same protocol, so a shape's "3x cuBLAS" target is out of reach when its cuBLAS
 // time / 3 is below this figure.
 //
-//   BM_ReadWeights/N/K   the read-only stream of an (N, K) NVFP4 weight matrix (+ scales)
+//   BM_ReadWeights/N/K/B the read-only stream of an (N, K) NVFP4 weight matrix (+ scales), B blocks
+//                        of 512 threads per SM
 //   BM_EmptyKernel       one block that does nothing: the span of a launch after the flush
 //
 // Counters: bytes per iteration and TB/s (bytes / CUPTI span).
@@ -61,15 +62,17 @@ void BM_ReadWeights(benchmark::State& state) {
     const size_t n16 = bytes / 16;
     Device w(n16 * 16);
     BENCH_CUDA(cudaMemset(w.p, 0x5a, n16 * 16));
-    time_spans(state, timer(), [&] { nibble::launch_read_stream(w.p, n16 * 16, nullptr); });
+    time_spans(state, timer(), [&] { nibble::launch_read_stream(w.p, n16 * 16, nullptr, int(state.range(2))); });
     state.counters["bytes"] = double(n16 * 16);
     state.counters["TB/s"] = benchmark::Counter(double(n16 * 16) * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
 }
-// The official (N, K) of issue 7: 3072x3072, 8192x3072, 3072x8192, 4096x4096.
-BENCHMARK(BM_ReadWeights)->Args({3072, 3072})->Args({8192, 3072})->Args({3072, 8192})->Args({4096, 4096})
+// The official (N, K) of issue 7 and the residue N 3000 / K 3080, at 4 blocks per SM (what the
+// grader's probe runs) and at 1 and 2 (how much the grid shape matters).
+BENCHMARK(BM_ReadWeights)->ArgsProduct({{3072}, {3072}, {1, 2, 4}})->ArgsProduct({{8192, 3000}, {3072}, {4}})
+    ->ArgsProduct({{3072}, {8192, 3080}, {4}})->Args({4096, 4096, 4})
     ->UseManualTime()->Iterations(kIterations)->Unit(benchmark::kMicrosecond);
 
 void BM_EmptyKernel(benchmark::State& state) {

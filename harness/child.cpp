@@ -430,21 +430,28 @@ int child_probe_main(const std::string& out_file, bool measure_bandwidth, size_t
         NIBBLE_CUDA_CALL(cudaMemset(w.get(), 0x5a, bytes));
         L2Flusher flusher;
         CuptiTimer timer;
-        std::vector<double> us;
-        for (int i = 0; i < 53; ++i) {
-          flusher.flush(nullptr);
-          NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-          const uint64_t t0 = timer.now();
-          launch_read_stream(w.get(), bytes, nullptr);
-          NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-          const SpanStats st = span_of(timer.collect(t0, timer.now()));
-          if (!st.valid) throw std::runtime_error("read floor: " + st.invalid_reason);
-          if (i >= 3) us.push_back(double(st.span_ns) / 1e3);  // 3 warm-ups
+        // Three grid shapes (1, 2, 4 blocks of 512 threads per SM); the floor is the fastest median.
+        json shapes = json::array();
+        double best = 0;
+        for (const int bps : {1, 2, 4}) {
+          std::vector<double> us;
+          for (int i = 0; i < 53; ++i) {
+            flusher.flush(nullptr);
+            NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+            const uint64_t t0 = timer.now();
+            launch_read_stream(w.get(), bytes, nullptr, bps);
+            NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+            const SpanStats st = span_of(timer.collect(t0, timer.now()));
+            if (!st.valid) throw std::runtime_error("read floor: " + st.invalid_reason);
+            if (i >= 3) us.push_back(double(st.span_ns) / 1e3);  // 3 warm-ups
+          }
+          const Summary s = summarize(us);
+          shapes.push_back({{"blocks_per_sm", bps}, {"median_us", s.median}, {"q1_us", s.q1}, {"q3_us", s.q3}, {"n", s.n}});
+          if (best == 0 || s.median < best) best = s.median;
         }
-        const Summary s = summarize(us);
-        j["read_floor"] = {{"method", "one read-only 16-byte-load kernel over the bytes, L2 flushed (memset of 2x L2) before each, "
-                                      "CUPTI span"},
-                           {"bytes", bytes}, {"median_us", s.median}, {"q1_us", s.q1}, {"q3_us", s.q3}, {"n", s.n}};
+        j["read_floor"] = {{"method", "a read-only 16-byte-load kernel over the bytes at 1, 2 and 4 blocks of 512 threads per "
+                                      "SM, L2 flushed (memset of 2x L2) before each run, CUPTI span; the fastest median"},
+                           {"bytes", bytes}, {"median_us", best}, {"grids", shapes}};
       } catch (const std::exception& e) {
         j["read_floor"] = {{"error", e.what()}};
       }

@@ -33,7 +33,8 @@ struct RunOptions {
 int child_run_main(const RunOptions& opt);
 /** `nibble __probe`: device facts, the 1 GiB copy bandwidth (measure_bandwidth) and, when
  *  read_floor_bytes > 0, the weight-read floor: the CUPTI span of launch_read_stream over that many
- *  bytes after the grader's L2 flush, 50 times after 3 warm-ups (result "read_floor", us). */
+ *  bytes after the grader's L2 flush, 50 times after 3 warm-ups at each of three grid shapes, the
+ *  fastest median (result "read_floor", us). */
 int child_probe_main(const std::string& out_file, bool measure_bandwidth, size_t read_floor_bytes = 0);
 
 /** result.json's "error.kind" values. */

@@ -38,9 +38,10 @@ uint64_t device_count_nonzero(const void* base, size_t blocks, size_t block_stri
  * Reads the first bytes / 16 * 16 bytes at p (16-byte aligned) once with 16-byte loads (L1 not
  * allocated) and does nothing else: the fastest kernel that must read that many bytes, whose GPU
  * span after an L2 flush is the GEMM grader's weight-read floor (`nibble __probe
- * --read-floor-bytes`, bench_stream_floor). Grid: up to 4 blocks of 512 threads per SM, 4 loads in
- * flight per thread. Launch-checked on `stream`; does not synchronise. Throws CudaError.
+ * --read-floor-bytes`, bench_stream_floor). Grid: `blocks_per_sm` blocks of 512 threads per SM
+ * (4: the SM's 2048 threads), each thread up to 4 loads in flight. Launch-checked on `stream`; does
+ * not synchronise. Throws CudaError.
  */
-void launch_read_stream(const void* p, size_t bytes, cudaStream_t stream);
+void launch_read_stream(const void* p, size_t bytes, cudaStream_t stream, int blocks_per_sm = 4);
 
 }  // namespace nibble
