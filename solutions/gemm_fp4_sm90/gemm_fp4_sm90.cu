@@ -559,6 +559,19 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
 constexpr int kMmaWarps = 8;  // warps per block, splitting K
 constexpr int kMmaBatch = 4;  // chunks a lane fetches before decoding
 
+/** The mma kernel's timeline marks (thread 0 of each block, NIBBLE_FP4SM90_TRACE): entry, warp 0's
+ *  first batch of codes landed, warp 0's K loop done, every warp's done (after __syncthreads), C
+ *  written. */
+constexpr int kMmaMarks = 5;
+
+__device__ __forceinline__ void mma_mark(unsigned long long* trace, int k) {
+  if (trace && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    trace[(blockIdx.y * gridDim.x + blockIdx.x) * kMmaMarks + k] = t;
+  }
+}
+
 /**
  * One block per 16-row slab of W and per 8 NT rows of A (grid.y). NT: n8 tiles (A rows / 8).
  * PERM: the kPerm order and 16-byte activation loads (K % 8 == 0, A 16-byte aligned); else kStd and
@@ -567,8 +580,10 @@ constexpr int kMmaBatch = 4;  // chunks a lane fetches before decoding
 template <int NT, bool PERM, bool NV>
 __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     mma_kernel(const uint4* __restrict__ wq, const uint8_t* __restrict__ sc, const float* __restrict__ colmul,
-               const uint16_t* __restrict__ A, float* __restrict__ C, int M, int N, int K, int nch) {
+               const uint16_t* __restrict__ A, float* __restrict__ C, int M, int N, int K, int nch,
+               unsigned long long* trace) {
   constexpr int kSb = scale_bytes_per_chunk(NV);
+  mma_mark(trace, 0);
   __shared__ float red[kMmaWarps][NT * 4][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int slab = blockIdx.x, m0 = blockIdx.y * 8 * NT;
@@ -632,6 +647,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
         }
       }
     }
+    if (trace && c0 == warp) {  // the first batch's codes have landed (a use of each waits for it)
+      uint32_t d = 0;
+#pragma unroll
+      for (int p = 0; p < kMmaBatch; ++p) d ^= c0 + p * kMmaWarps < nch ? q[p].x : 0u;
+      asm volatile("" ::"r"(d));  // d must exist before the mark: the loads' scoreboard waits here
+      mma_mark(trace, 1);
+    }
 #pragma unroll
     for (int p = 0; p < kMmaBatch; ++p) {
       const int c = c0 + p * kMmaWarps;
@@ -656,12 +678,14 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
       }
     }
   }
+  mma_mark(trace, 2);
   // Sum the 8 warps' partial C^T tiles; acc[nt][i]: W row g + 8 (i >> 1), A row m0 + 8 nt + 2t + (i & 1).
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) red[warp][nt * 4 + i][lane] = acc[nt][i];
   __syncthreads();
+  mma_mark(trace, 3);
   for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
     const int idx = e / 32, l = e % 32, nt = idx / 4, i = idx % 4;
     float sum = 0.0f;
@@ -670,6 +694,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     const int n = slab * kSlabRows + (l >> 2) + 8 * (i >> 1);
     const int m = m0 + 8 * nt + 2 * (l & 3) + (i & 1);
     if (n < N && m < M) C[size_t(m) * N + n] = sum * colmul[n];
+  }
+  if (trace) {
+    __syncthreads();
+    mma_mark(trace, 4);
   }
 }
 
@@ -923,7 +951,8 @@ struct Handle {
   uint8_t* units = nullptr;
   StreamArgs sa{};
   int stream_smem = 0;
-  std::string trace_path;  // NIBBLE_FP4SM90_TRACE: the stream kernel's timeline, written at teardown
+  std::string trace_path;  // NIBBLE_FP4SM90_TRACE: the stream or mma kernel's timeline, written at teardown
+  unsigned long long* mma_trace = nullptr;  // the mma kernel's marks (kMmaMarks per block), when traced
   sol::DeviceAllocs mem;
   // The tensor map of the last A seen (run may get another pointer).
   const void* map_ptr = nullptr;
@@ -967,7 +996,7 @@ template <int NT, bool PERM, bool NV>
 void launch_mma(const Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
   const dim3 grid(unsigned(h.n_pad / kSlabRows), unsigned((h.g.M + 8 * NT - 1) / (8 * NT)));
   mma_kernel<NT, PERM, NV><<<grid, kMmaWarps * 32, 0, stream>>>(h.wq, h.sc, h.colmul, A, C, int(h.g.M), int(h.g.N),
-                                                                int(h.g.K), int(h.nch));
+                                                                int(h.g.K), int(h.nch), h.mma_trace);
   SOL_CHECK_LAUNCH();
 }
 
@@ -1342,31 +1371,49 @@ void upload_stream(Handle& h, const std::vector<uint8_t>& packed, const std::vec
   }
 }
 
-/** NIBBLE_FP4SM90_TRACE: the last run's stream-kernel timeline, per mark the mean and the latest
- *  block (us after the first block's entry), into h.trace_path (teardown; best effort: a file that
- *  cannot be written is skipped, the solution's result does not depend on it). */
-void write_stream_trace(const Handle& h) {
-  const int blocks = h.sa.clusters * h.sa.split;
-  std::vector<unsigned long long> t(size_t(blocks) * kStreamMarks);
-  SOL_CUDA(cudaMemcpy(t.data(), h.sa.trace, t.size() * 8, cudaMemcpyDeviceToHost));
+/** NIBBLE_FP4SM90_TRACE: the last run's timeline of `blocks` blocks x `names.size()` %globaltimer
+ *  marks at `trace`, per mark the first, mean and latest block (us after the first block's entry),
+ *  into h.trace_path under the line `title` (teardown; best effort: a file that cannot be written is
+ *  skipped, the solution's result does not depend on it). */
+void write_trace(const Handle& h, const unsigned long long* trace, int blocks, const std::vector<const char*>& names,
+                 const std::string& title) {
+  const size_t nm = names.size();
+  std::vector<unsigned long long> t(size_t(blocks) * nm);
+  SOL_CUDA(cudaMemcpy(t.data(), trace, t.size() * 8, cudaMemcpyDeviceToHost));
   unsigned long long t0 = ~0ull;
-  for (int b = 0; b < blocks; ++b) t0 = std::min(t0, t[size_t(b) * kStreamMarks]);
+  for (int b = 0; b < blocks; ++b) t0 = std::min(t0, t[size_t(b) * nm]);
   FILE* f = std::fopen(h.trace_path.c_str(), "w");
   if (!f) return;
-  const char* names[kStreamMarks] = {"entry", "A landed", "warp 0 units done", "all units done",
-                                     "cluster start barrier", "C written"};
-  std::fprintf(f, "stream kernel trace: M %lld N %lld K %lld, %d clusters x split %d, %d ring slots per warp\n",
-               (long long)h.g.M, (long long)h.g.N, (long long)h.g.K, h.sa.clusters, h.sa.split, h.sa.stages);
-  std::fprintf(f, "%-22s %10s %10s %10s   (us after the first block's entry)\n", "mark", "first", "mean", "last");
-  for (int k = 0; k < kStreamMarks; ++k) {
+  std::fprintf(f, "%s\n%-26s %10s %10s %10s   (us after the first block's entry)\n", title.c_str(), "mark", "first", "mean",
+               "last");
+  for (size_t k = 0; k < nm; ++k) {
     double sum = 0, lo = 1e30, hi = 0;
     for (int b = 0; b < blocks; ++b) {
-      const double v = double(t[size_t(b) * kStreamMarks + k] - t0) / 1000.0;
+      const double v = double(t[size_t(b) * nm + k] - t0) / 1000.0;
       sum += v, lo = std::min(lo, v), hi = std::max(hi, v);
     }
-    std::fprintf(f, "%-22s %10.2f %10.2f %10.2f\n", names[k], lo, sum / blocks, hi);
+    std::fprintf(f, "%-26s %10.2f %10.2f %10.2f\n", names[k], lo, sum / blocks, hi);
   }
   std::fclose(f);
+}
+
+void write_stream_trace(const Handle& h) {
+  char title[160];
+  std::snprintf(title, sizeof title, "stream kernel trace: M %lld N %lld K %lld, %d clusters x split %d, %d ring slots per warp",
+                (long long)h.g.M, (long long)h.g.N, (long long)h.g.K, h.sa.clusters, h.sa.split, h.sa.stages);
+  write_trace(h, h.sa.trace, h.sa.clusters * h.sa.split,
+              {"entry", "A landed", "warp 0 units done", "all units done", "cluster start barrier", "C written"}, title);
+}
+
+/** The mma kernel's grid blocks (launch_mma's grid). */
+int mma_blocks(const Handle& h, int nt) { return int(h.n_pad / kSlabRows) * int((h.g.M + 8 * nt - 1) / (8 * nt)); }
+
+void write_mma_trace(const Handle& h) {
+  char title[160];
+  std::snprintf(title, sizeof title, "mma kernel trace: M %lld N %lld K %lld, %d blocks of %d warps, %d chunks per lane batch",
+                (long long)h.g.M, (long long)h.g.N, (long long)h.g.K, mma_blocks(h, h.g.M <= 8 ? 1 : 2), kMmaWarps, kMmaBatch);
+  write_trace(h, h.mma_trace, mma_blocks(h, h.g.M <= 8 ? 1 : 2),
+              {"entry", "warp 0 first codes landed", "warp 0 K loop done", "all warps done", "C written"}, title);
 }
 
 void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** handle) {
@@ -1417,6 +1464,12 @@ void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** han
   SOL_CUDA(cudaMemcpyAsync(h->wq, r.w.data(), r.w.size() * 4, cudaMemcpyHostToDevice, stream));
   SOL_CUDA(cudaMemcpyAsync(h->sc, r.s.data(), r.s.size(), cudaMemcpyHostToDevice, stream));
   SOL_CUDA(cudaMemcpyAsync(h->colmul, r.colmul.data(), r.colmul.size() * 4, cudaMemcpyHostToDevice, stream));
+  if (const char* tp = std::getenv("NIBBLE_FP4SM90_TRACE"); tp && *tp && h->kind == Kind::kMma) {
+    h->trace_path = tp;
+    const size_t n = size_t(mma_blocks(*h, g.M <= 8 ? 1 : 2)) * kMmaMarks;
+    h->mma_trace = h->mem.alloc<unsigned long long>(n * 8);
+    SOL_CUDA(cudaMemsetAsync(h->mma_trace, 0, n * 8, stream));
+  }
   SOL_CUDA(cudaStreamSynchronize(stream));  // the host vectors go out of scope
   *handle = h.release();
 }
@@ -1470,6 +1523,7 @@ NIBBLE_EXPORT nibble_status nibble_gemm_teardown(void* handle, void* stream, nib
     if (!h) return;
     SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
     if (h->sa.trace && h->kind == nibble::gemm_fp4_sm90::Kind::kStream) nibble::gemm_fp4_sm90::write_stream_trace(*h);
+    if (h->mma_trace && h->kind == nibble::gemm_fp4_sm90::Kind::kMma) nibble::gemm_fp4_sm90::write_mma_trace(*h);
     h->mem.release();
   });
 }
