@@ -557,7 +557,13 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
 // ---- The K % 8 != 0 fallback: mma.sync, 16-byte loads from each lane ------------------------------
 
 constexpr int kMmaWarps = 8;  // warps per block, splitting K
-constexpr int kMmaBatch = 4;  // chunks a lane fetches before decoding
+/** Chunks a lane fetches before decoding: 6 at NT = 1 (14 registers a chunk: a 48-chunk K, 3072,
+ *  is then one batch per warp, one memory latency instead of two; trace of v5: the second batch's
+ *  round trip was ~1.5 us of m1-n3072-k3072's 5.5), 4 at NT = 2 (22 registers a chunk). */
+template <int NT>
+__host__ __device__ constexpr int mma_batch() {
+  return NT == 1 ? 6 : 4;
+}
 
 /** The mma kernel's timeline marks (thread 0 of each block, NIBBLE_FP4SM90_TRACE): entry, warp 0's
  *  first batch of codes landed, warp 0's K loop done, every warp's done (after __syncthreads), C
@@ -604,6 +610,16 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
 
+  constexpr int kMmaBatch = mma_batch<NT>();
+  // This thread's element of the epilogue (at most one: NT x 4 x 32 <= 256 threads) and its colmul,
+  // read now: at the end it is a DRAM round trip (the harness flushes L2 before every call).
+  const int e_out = threadIdx.x < NT * 4 * 32 ? int(threadIdx.x) : -1;
+  float cm = 0.0f;
+  if (e_out >= 0) {
+    const int l = e_out % 32, i = (e_out / 32) % 4;
+    const int n = slab * kSlabRows + (l >> 2) + 8 * (i >> 1);
+    if (n < N) cm = __ldg(colmul + n);
+  }
   for (int c0 = warp; c0 < nch; c0 += kMmaWarps * kMmaBatch) {
     // Every load of the batch (codes, scales, activations) is issued before any use: the chain
     // per warp is one memory latency per batch, not one per chunk (v1 waited on the activations
@@ -686,14 +702,15 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     for (int i = 0; i < 4; ++i) red[warp][nt * 4 + i][lane] = acc[nt][i];
   __syncthreads();
   mma_mark(trace, 3);
-  for (int e = threadIdx.x; e < NT * 4 * 32; e += blockDim.x) {
-    const int idx = e / 32, l = e % 32, nt = idx / 4, i = idx % 4;
+  static_assert(NT * 4 * 32 <= kMmaWarps * 32, "one epilogue element per thread at most");
+  if (e_out >= 0) {
+    const int e = e_out, idx = e / 32, l = e % 32, nt = idx / 4, i = idx % 4;
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kMmaWarps; ++w) sum += red[w][idx][l];
     const int n = slab * kSlabRows + (l >> 2) + 8 * (i >> 1);
     const int m = m0 + 8 * nt + 2 * (l & 3) + (i & 1);
-    if (n < N && m < M) C[size_t(m) * N + n] = sum * colmul[n];
+    if (n < N && m < M) C[size_t(m) * N + n] = sum * cm;
   }
   if (trace) {
     __syncthreads();
@@ -1411,7 +1428,8 @@ int mma_blocks(const Handle& h, int nt) { return int(h.n_pad / kSlabRows) * int(
 void write_mma_trace(const Handle& h) {
   char title[160];
   std::snprintf(title, sizeof title, "mma kernel trace: M %lld N %lld K %lld, %d blocks of %d warps, %d chunks per lane batch",
-                (long long)h.g.M, (long long)h.g.N, (long long)h.g.K, mma_blocks(h, h.g.M <= 8 ? 1 : 2), kMmaWarps, kMmaBatch);
+                (long long)h.g.M, (long long)h.g.N, (long long)h.g.K, mma_blocks(h, h.g.M <= 8 ? 1 : 2), kMmaWarps,
+                h.order == KOrder::kPerm && h.g.M <= 8 ? mma_batch<1>() : mma_batch<2>());
   write_trace(h, h.mma_trace, mma_blocks(h, h.g.M <= 8 ? 1 : 2),
               {"entry", "warp 0 first codes landed", "warp 0 K loop done", "all warps done", "C written"}, title);
 }
