@@ -611,15 +611,15 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
 
   constexpr int kMmaBatch = mma_batch<NT>();
-  // This thread's element of the epilogue (at most one: NT x 4 x 32 <= 256 threads) and its colmul,
-  // read now: at the end it is a DRAM round trip (the harness flushes L2 before every call).
+  // This thread's element of the epilogue (at most one: NT x 4 x 32 <= 256 threads) and its row n.
+  // NT = 1: its colmul is read now (at the end it is a DRAM round trip after the harness's L2
+  // flush: with this and the 6-chunk batch, m1-n3072-k3072 6.53 -> 5.68 us); NT = 2 reads it in the
+  // epilogue (read here, m16-n3072-k3072 went 7.55 -> 7.81 us: the first codes landed 0.6 us later).
   const int e_out = threadIdx.x < NT * 4 * 32 ? int(threadIdx.x) : -1;
+  const int n_out = slab * kSlabRows + ((e_out % 32) >> 2) + 8 * (((e_out / 32) % 4) >> 1);
   float cm = 0.0f;
-  if (e_out >= 0) {
-    const int l = e_out % 32, i = (e_out / 32) % 4;
-    const int n = slab * kSlabRows + (l >> 2) + 8 * (i >> 1);
-    if (n < N) cm = __ldg(colmul + n);
-  }
+  if constexpr (NT == 1)
+    if (e_out >= 0 && n_out < N) cm = __ldg(colmul + n_out);
   for (int c0 = warp; c0 < nch; c0 += kMmaWarps * kMmaBatch) {
     // Every load of the batch (codes, scales, activations) is issued before any use: the chain
     // per warp is one memory latency per batch, not one per chunk (v1 waited on the activations
@@ -708,9 +708,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kMmaWarps; ++w) sum += red[w][idx][l];
-    const int n = slab * kSlabRows + (l >> 2) + 8 * (i >> 1);
     const int m = m0 + 8 * nt + 2 * (l & 3) + (i & 1);
-    if (n < N && m < M) C[size_t(m) * N + n] = sum * cm;
+    if (n_out < N && m < M) C[size_t(m) * N + n_out] = sum * (NT == 1 ? cm : colmul[n_out]);
   }
   if (trace) {
     __syncthreads();
