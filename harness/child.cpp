@@ -460,11 +460,20 @@ int child_probe_main(const std::string& out_file, bool measure_bandwidth, size_t
   } catch (const std::exception& e) {
     j["ok"] = false;
     j["error"] = e.what();
+    std::fprintf(stderr, "nibble probe: %s\n", e.what());
+    try {
+      write_file_atomic(out_file, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
+    } catch (const std::exception& w) {
+      std::fprintf(stderr, "nibble probe: %s\n", w.what());
+    }
+    return 3;
+  }
+  try {
     write_file_atomic(out_file, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble probe: %s\n", e.what());
     return 3;
   }
-  write_file_atomic(out_file, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
   return 0;
 }
 

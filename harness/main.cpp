@@ -153,9 +153,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   grade->add_option("--build-timeout", g.build_timeout_seconds, "Watchdog of build_model and teardown, seconds")
       ->capture_default_str();
-  grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed calls' token ids (default: from the OS)");
-  grade->add_option("--min-rounds", g.min_rounds, "Rounds of 32 timed steps at least")->capture_default_str();
-  grade->add_option("--max-rounds", g.max_rounds, "Rounds of 32 timed steps at most")->capture_default_str();
+  grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed steps' token ids; for a GEMM task, of A's sign masks in every call after the first, checked and timed (default: from the OS)");
+  grade->add_option("--min-rounds", g.min_rounds, "Rounds of 32 timed steps (GEMM: calls) at least")->capture_default_str();
+  grade->add_option("--max-rounds", g.max_rounds, "Rounds of 32 timed steps (GEMM: calls) at most")->capture_default_str();
   grade->add_option("--max-timing-seconds", g.max_timing_seconds, "Stop timing after this long")->capture_default_str();
   grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   bool no_timing = false, no_verify = false;
@@ -243,8 +243,8 @@ int main(int argc, char** argv) {
   probe->group("");
   probe->add_option("--out", probe_out)->required();
   probe->add_flag("--no-bandwidth", probe_no_bw);
-  size_t probe_read_floor = 0;
-  probe->add_option("--read-floor-bytes", probe_read_floor);
+  int64_t probe_read_floor = 0;
+  probe->add_option("--read-floor-bytes", probe_read_floor)->check(CLI::Range(int64_t(0), int64_t(1) << 40));
 
   // A first word that is not an option must be a command: CLI11 alone would say "A subcommand is
   // required" for `nibble bogus`.
@@ -291,6 +291,6 @@ int main(int argc, char** argv) {
   if (fverify->parsed()) return fixture_verify(v_dir);
   if (run->parsed()) return child_run_main(r);
   if (run_gemm->parsed()) return child_gemm_main(gr);
-  if (probe->parsed()) return child_probe_main(probe_out, !probe_no_bw, probe_read_floor);
+  if (probe->parsed()) return child_probe_main(probe_out, !probe_no_bw, size_t(probe_read_floor));
   return 2;
 }

@@ -54,6 +54,14 @@ void validate_report(const json& r, const std::string& what) {
   }
 }
 
+double weight_read_floor_us(const nlohmann::ordered_json& report) {
+  if (!report.is_object() || !report.contains("timing") || !report["timing"].is_object()) return NAN;
+  const auto& t = report["timing"];
+  if (!t.contains("floor_us_weight_read") || !t["floor_us_weight_read"].is_number()) return NAN;
+  const double v = t["floor_us_weight_read"].get<double>();
+  return std::isfinite(v) && v > 0 ? v : NAN;
+}
+
 bool is_gemm_report(const json& report) {
   return report.is_object() && report.contains("task") && report["task"].is_string() &&
          report["task"].get<std::string>().rfind("gemm-", 0) == 0;
@@ -187,10 +195,9 @@ std::string format_summary(const json& report, const std::string& report_path) {
       o << "; floor " << fmt_g(num_or(t, "floor_us_measured_copy_bw", NAN), 4) << " us at the measured copy bandwidth -> "
         << fmt_g(100 * num_or(t, "floor_us_measured_copy_bw", NAN) / median, 3) << "% of it";
     o << "\n";
-    if (t.contains("floor_us_weight_read"))
-      o << "  read floor   " << fmt_g(num_or(t, "floor_us_weight_read", NAN), 4)
-        << " us for a kernel that only reads W's codes and scales (same flush, same timer) -> "
-        << fmt_g(100 * num_or(t, "floor_us_weight_read", NAN) / median, 3) << "% of it\n";
+    if (const double rf = weight_read_floor_us(report); !std::isnan(rf))
+      o << "  read floor   " << fmt_g(rf, 4) << " us for a kernel that only reads W's codes and scales (same flush, same timer) -> "
+        << fmt_g(100 * rf / median, 3) << "% of it\n";
   } else if (report.contains("timing") && report["timing"].is_object() && report["timing"].contains("gpu_span_us")) {
     const json& t = report["timing"];
     const json& s = t["gpu_span_us"];

@@ -33,6 +33,11 @@ void validate_report(const nlohmann::ordered_json& report, const std::string& wh
  *  steps, and its host wall time is launch noise. False when "task" is absent or not a string. */
 bool is_gemm_report(const nlohmann::ordered_json& report);
 
+/** A GEMM report's weight-read floor (timing.floor_us_weight_read, us): the span of a kernel that
+ *  only reads the shape's weight codes and scales under the same flush and timer. NaN when absent
+ *  or not a positive finite number (reports graded before it existed, or edited by hand). */
+double weight_read_floor_us(const nlohmann::ordered_json& report);
+
 /** The timed figures a report can carry, in display order: timing.gpu_span_us, timing.host_wall_us. */
 const std::vector<std::string>& timed_figures();
 

@@ -31,13 +31,28 @@ def load(path):
             r = json.load(f)
     except (OSError, ValueError) as e:
         fail(f"cannot read {path}: {e}")
-    ok = isinstance(r, dict) and isinstance(r.get("task"), str) and r["task"].startswith("gemm-") and "config" in r
+    ok = (isinstance(r, dict) and isinstance(r.get("task"), str) and r["task"].startswith("gemm-")
+          and isinstance(r.get("config"), str) and isinstance(r.get("correctness"), dict))
     if ok and r.get("disposition") == "Passed":
         t = r.get("timing")
-        ok = isinstance(t, dict) and isinstance(t.get("us_per_call"), (int, float)) and t["us_per_call"] > 0
+        ok = isinstance(t, dict) and number(t.get("us_per_call")) and t["us_per_call"] > 0
+        ok = ok and all(number(t.get(k)) for k in ("tflops", "achieved_bandwidth_Bps") if k in t)
+        ok = ok and number(r["correctness"].get("worst_rel_err", 0.0))
     if not ok:
         fail(f"{path} is not a GEMM grade report (nibble grade --task gemm-... --out) with its timing")
     return r
+
+
+def number(v):
+    """A JSON number (not a boolean, which Python counts as an int)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def shape_key(item):
+    """Sort by task, then M, N, K as numbers (m1, m16, m128, m4096), then the config's name."""
+    (task, cfg), _ = item
+    m = re.match(r"m(\d+)-n(\d+)-k(\d+)$", cfg)
+    return (task, tuple(int(x) for x in m.groups()) if m else (1 << 62,), cfg)
 
 
 def main():
@@ -60,9 +75,11 @@ def main():
           f"| read floor us | x floor | 3x time / floor |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     missing = not_passed = 0
-    for (task, cfg), rs in sorted(shapes.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    for (task, cfg), rs in sorted(shapes.items(), key=shape_key):
         if a.solution not in rs or a.against not in rs:
             print(f"| {task} | {cfg} | missing report | | | | | | | | | |")
+            lacking = a.against if a.solution in rs else a.solution
+            print(f"gemm_ratios.py: {task} {cfg} has no {lacking} report ({task}-{cfg}-{lacking}.json)", file=sys.stderr)
             missing += 1
             continue
         s, c = rs[a.solution], rs[a.against]
@@ -80,7 +97,7 @@ def main():
         elif m and int(m.group(1)) == 4096:
             target = "0.9x: " + ("met" if ratio >= 0.9 else "missed")
         floor = s["timing"].get("floor_us_weight_read")
-        has_floor = isinstance(floor, (int, float)) and floor > 0
+        has_floor = number(floor) and floor > 0 and floor != float("inf")
         fcols = " | ".join([f"{floor:.2f}" if has_floor else "", f"{ts / floor:.2f}x" if has_floor else "",
                             f"{tc / 3 / floor:.2f}" if has_floor and small else ""]) + " |"
         print(f"| {task} | {cfg} | {ts:.2f} | {tc:.2f} | {ratio:.2f}x | {s['timing'].get('tflops', float('nan')):.1f} | "

@@ -549,6 +549,10 @@ TEST(ReportShow, AGemmReportCountsCallsNotSteps) {
                     "47.5% of it\n"),
             std::string::npos)
       << sf;
+  for (const json& bad : {json(-1.0), json(nullptr), json("3.5")}) {
+    f["timing"]["floor_us_weight_read"] = bad;
+    EXPECT_EQ(format_summary(f, "g.json").find("read floor"), std::string::npos) << bad.dump();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -45,6 +45,11 @@ TEST(GemmGuard, LaterCallsFlipOnlySignsAboutHalfOfThemAFreshMaskEachCall) {
   EXPECT_NEAR(flipped1 / n, 0.5, 0.01);
   EXPECT_NEAR(differ12 / n, 0.5, 0.01) << "each call its own mask";
   EXPECT_NEAR(differ_seed / n, 0.5, 0.01) << "each timing seed its own masks";
+  // Neighbours flip independently (a mask per element, not per word or per row): about half of the
+  // adjacent pairs differ in whether they flipped.
+  size_t split_pairs = 0;
+  for (size_t i = 0; i + 1 < a0.size(); ++i) split_pairs += (a1[i] != a0[i]) != (a1[i + 1] != a0[i + 1]);
+  EXPECT_NEAR(split_pairs / (n - 1), 0.5, 0.01);
   // No row is the first call's row up to one sign (what a per-row guard allowed a cache to undo).
   for (int64_t m = 0; m < M; ++m) {
     size_t same = 0;

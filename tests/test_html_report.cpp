@@ -155,7 +155,20 @@ TEST(HtmlReport, KeyFiguresOfAGemmReport) {
   const std::string hf = render_html_report(f, "gemm.json");
   EXPECT_EQ(by_id(hf, "floor-weight-read-us"), "3.56");
   EXPECT_NE(hf.find("weight-read floor (read-only kernel)"), std::string::npos);
+  EXPECT_NE(hf.find("(2.10x the weight-read floor)"), std::string::npos);  // 7.488 / 3.56
+  EXPECT_EQ(hf.find("x the measured floor)"), std::string::npos);
   EXPECT_EQ(markup_problem(hf), "");
+  // The error section quotes the report's own guard: this one was graded with row negation.
+  EXPECT_NE(html.find("every call after the first negates a seeded subset of A"), std::string::npos);
+  EXPECT_EQ(html.find("flips the signs"), std::string::npos);
+  // A floor that is not a positive number is no floor (a hand-edited report).
+  for (const json& bad : {json(-1.0), json(nullptr), json("3.5"), json(0.0)}) {
+    json b = g;
+    b["timing"]["floor_us_weight_read"] = bad;
+    const std::string hb = render_html_report(b, "gemm.json");
+    EXPECT_EQ(hb.find("floor-weight-read-us"), std::string::npos) << bad.dump();
+    EXPECT_EQ(hb.find("weight-read floor"), std::string::npos) << bad.dump();
+  }
 }
 
 TEST(HtmlReport, ExtremeSamplesStillRender) {

@@ -3,7 +3,8 @@
 reports whose answers are known: speed-ups 2.00x (M 16: 3x missed), 3.20x (M 1: met), 0.95x
 (M 4096: met), a shape with one report missing (exit 2), a grade that did not pass (exit 1), the
 read-floor columns (m16: 5.0 us over a 4.0 us floor = 1.25x, 3x time 10.0 / 3 = 3.33 us over it =
-0.83; m1 without a floor: empty); a
+0.83; m1 without a floor, or with a boolean one: empty), the rows in M order; malformed reports
+(no correctness, a numeric config, a string TFLOP/s, a boolean time) exit 2 without a traceback; a
 healthy calibration table (margins 0.01 / 0.002 = 5.0x and 0.04 / 0.01 = 4.0x) and an unhealthy
 one (exit 1); bad input for both (exit 2, never a traceback)."""
 import json
@@ -57,9 +58,18 @@ def main():
         expect("| 0.95x |" in rows.get("m4096-n8192-k3072", "") and "0.9x: met" in rows["m4096-n8192-k3072"], "m4096 row")
         expect(rows.get("m16-n3072-k3072", "").endswith("| 3x: missed | 4.00 | 1.25x | 0.83 |"), "m16 floor columns: " + rows.get("m16-n3072-k3072", ""))
         expect(rows.get("m1-n8192-k3072", "").endswith("| 3x: met |  |  |  |"), "m1 without a floor: " + rows.get("m1-n8192-k3072", ""))
+        tr = report(t, "m1-n8192-k3072", 6.0)
+        tr["timing"]["floor_us_weight_read"] = True  # a boolean is no floor (Python counts it as 1)
+        json.dump(tr, open(os.path.join(d, f"{t}-m1-n8192-k3072-fp4_sm90.json"), "w"))
+        r = run("gemm_ratios.py", d)
+        rows = {line.split("|")[2].strip(): line for line in r.stdout.splitlines() if line.startswith(f"| {t}")}
+        expect(rows.get("m1-n8192-k3072", "").endswith("| 3x: met |  |  |  |"), "a boolean floor: " + rows.get("m1-n8192-k3072", ""))
         json.dump(report(t, "m128-n4096-k4096", 20.0), open(os.path.join(d, f"{t}-m128-n4096-k4096-fp4_sm90.json"), "w"))
         r = run("gemm_ratios.py", d)
         expect(r.returncode == 2 and "missing report" in r.stdout, "a missing cuBLAS report must exit 2")
+        expect("m128-n4096-k4096 has no cublas_bf16 report" in r.stderr, "and say which: " + r.stderr)
+        order = [line.split("|")[2].strip() for line in r.stdout.splitlines() if line.startswith(f"| {t}")]
+        expect(order == ["m1-n8192-k3072", "m16-n3072-k3072", "m128-n4096-k4096", "m4096-n8192-k3072"], f"M order: {order}")
         os.remove(os.path.join(d, f"{t}-m128-n4096-k4096-fp4_sm90.json"))
         bad = report(t, "m16-n3072-k3072", 5.0)
         bad["disposition"] = "Incorrect"
@@ -68,8 +78,18 @@ def main():
         expect(r.returncode == 1 and "| Incorrect | Passed |" in r.stdout, "a grade that did not pass must exit 1")
 
     with tempfile.TemporaryDirectory() as d:
+        no_corr = report("gemm-x", "c", 5.0)
+        del no_corr["correctness"]
+        int_cfg = report("gemm-x", "c", 5.0)
+        int_cfg["config"] = 5
+        str_tflops = report("gemm-x", "c", 5.0)
+        str_tflops["timing"]["tflops"] = "x"
+        bool_time = report("gemm-x", "c", 5.0)
+        bool_time["timing"]["us_per_call"] = True
         for case, content in [("nonexistent", None), ("not a folder", "x"), ("a decode report", {"task": "megakernel", "config": "full"}),
-                              ("a JSON list", []), ("truncated", "{\"task\": "), ("no timing", {"task": "gemm-x", "config": "c", "disposition": "Passed"})]:
+                              ("a JSON list", []), ("truncated", "{\"task\": "), ("no timing", {"task": "gemm-x", "config": "c", "disposition": "Passed"}),
+                              ("no correctness", no_corr), ("a numeric config", int_cfg), ("TFLOP/s a string", str_tflops),
+                              ("a boolean time", bool_time)]:
             path = os.path.join(d, "sub")
             if case == "not a folder":
                 with open(path, "w") as f:
