@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace nibble {
@@ -18,7 +19,10 @@ struct RunOptions {
   std::string out_dir;      // result.json, outputs.safetensors
   int checked_steps = 8;    // consecutive steps from pos = prefill, outputs saved
   bool timing = false;
-  uint64_t timing_seed = 0;     // seeds the timed calls' token ids
+  // Seeds the timed calls' token ids when given (nibble grade --timing-seed: reproducible); else
+  // the child draws one from the OS when timing starts, after build_model, so that a candidate
+  // cannot read it off the command line and compute the timed steps ahead, untimed.
+  std::optional<uint64_t> timing_seed;
   int steps_per_round = 32;     // one round = the seed's 32 decode steps from pos = prefill
   int min_rounds = 3, max_rounds = 20;
   double max_timing_seconds = 120;

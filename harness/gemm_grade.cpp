@@ -5,7 +5,8 @@
 // Replay guard: a GEMM solution always sees the same shapes and weights, so a cached C would pass.
 // Every call after the first flips the signs of a seeded half of A's elements (call 0: the
 // fixture's A), a fresh mask per call, and the reference runs each checked call (and the kept timed
-// call) on the same A. Per-element signs, not per-row ones: a row's sign is read off one element of
+// call) on the same A. The timed calls' seed is drawn by the child once prepare has returned
+// (unless --timing-seed fixes it), so prepare cannot compute their C ahead. Per-element signs, not per-row ones: a row's sign is read off one element of
 // A, so a solution that kept the first call's C could re-sign its rows and pass; no cached C says
 // anything about a new mixture of the signs within a row (that is a new GEMM).
 #include "harness/gemm_grade.h"
@@ -164,8 +165,8 @@ int child_gemm_main(const GemmRunOptions& opt) {
 
     // One call: call `call`'s A (gemm_call_a) uploaded, C NaN-filled (untimed); returns A's checksum.
     std::vector<uint16_t> a_call(size_t(M * K));
-    auto stage = [&](int64_t call) {
-      gemm_call_a(view.A, M * K, opt.timing_seed, call, a_call.data());
+    auto stage = [&](int64_t call, uint64_t seed) {
+      gemm_call_a(view.A, M * K, seed, call, a_call.data());
       NIBBLE_CUDA_CALL(cudaMemcpy(A.buf.get(), a_call.data(), a_call.size() * 2, cudaMemcpyHostToDevice));
       NIBBLE_CUDA_CALL(cudaMemset(C.buf.get(), 0xFF, C.buf.bytes()));  // NaN in fp32 and in bf16
       NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
@@ -192,12 +193,17 @@ int child_gemm_main(const GemmRunOptions& opt) {
 
     t = std::chrono::steady_clock::now();
     // Checked calls 0 .. checked_calls - 1, then (the reference, for the candidate's kept timed
-    // call) call `extra_call` under the name "timed".
-    std::vector<std::pair<int64_t, std::string>> checked;
-    for (int i = 0; i < opt.checked_calls; ++i) checked.push_back({i, "call" + std::to_string(i)});
-    if (opt.extra_call >= 0) checked.push_back({opt.extra_call, "timed"});
-    for (const auto& [call, name] : checked) {
-      const uint64_t a_sum = stage(call);
+    // call) call `extra_call` with extra_seed's mask under the name "timed".
+    struct Checked {
+      int64_t call;
+      uint64_t seed;
+      std::string name;
+    };
+    std::vector<Checked> checked;
+    for (int i = 0; i < opt.checked_calls; ++i) checked.push_back({i, opt.timing_seed, "call" + std::to_string(i)});
+    if (opt.extra_call >= 0) checked.push_back({opt.extra_call, opt.extra_seed, "timed"});
+    for (const auto& [call, seed, name] : checked) {
+      const uint64_t a_sum = stage(call, seed);
       const nibble_status s = run("run");
       if (s != NIBBLE_OK) return status_fail("run", s);
       if (device_checksum_bytes(A.buf.get(), size_t(M * K * 2), stream) != a_sum)
@@ -206,6 +212,7 @@ int child_gemm_main(const GemmRunOptions& opt) {
       const auto c = read_c();
       outputs.add(name + ".C", DType::F32, {M, N}, c.data(), c.size() * 4);
       outputs.add(name + ".call", DType::I64, {1}, &call, 8);
+      outputs.add(name + ".seed", DType::I64, {1}, &seed, 8);  // the bits of the uint64
     }
     if (!weights_intact("during the checked calls")) return 7;
     outputs.write(opt.out_dir + "/outputs.safetensors", lib->name());
@@ -216,7 +223,8 @@ int child_gemm_main(const GemmRunOptions& opt) {
       t = std::chrono::steady_clock::now();
       L2Flusher flusher;
       CuptiTimer timer;
-      std::mt19937_64 rng(opt.timing_seed);
+      const uint64_t tseed = opt.timed_seed ? *opt.timed_seed : std::random_device{}();
+      std::mt19937_64 rng(tseed);
       std::vector<double> span_us, busy_us, wall_us;
       std::vector<int> kernels;
       int invalid = 0, nonfinite = 0, rounds = 0;
@@ -229,7 +237,7 @@ int child_gemm_main(const GemmRunOptions& opt) {
         const int keep = int(rng() % uint64_t(opt.calls_per_round));
         OutputFile round_kept;
         for (int s = 0; s < opt.calls_per_round; ++s) {
-          stage(++call_no);
+          stage(++call_no, tseed);
           flusher.flush(stream);
           NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
           const uint64_t c0 = timer.now();
@@ -252,6 +260,7 @@ int child_gemm_main(const GemmRunOptions& opt) {
             if (!all_finite(c.data(), c.size())) ++nonfinite;
             round_kept.add("timed.C", DType::F32, {M, N}, c.data(), c.size() * 4);
             round_kept.add("timed.call", DType::I64, {1}, &call_no, 8);
+            round_kept.add("timed.seed", DType::I64, {1}, &tseed, 8);
           }
         }
         ++rounds;
@@ -270,7 +279,8 @@ int child_gemm_main(const GemmRunOptions& opt) {
       kept.write(opt.out_dir + "/timed_outputs.safetensors", lib->name());
       if (!weights_intact("during the timed calls")) return 7;
       json tj;
-      tj["flip_seed"] = opt.timing_seed;
+      tj["flip_seed"] = tseed;
+      tj["flip_seed_from"] = opt.timed_seed ? "nibble grade --timing-seed" : "drawn by the child after prepare";
       tj["calls_per_round"] = opt.calls_per_round;
       tj["rounds"] = rounds;
       tj["stop_reason"] = stop_reason;
@@ -316,9 +326,12 @@ std::vector<std::string> gemm_run_args(const std::string& exe, const std::string
                                 "--config", cfg.name, "--out", out_dir, "--checked-calls", std::to_string(checked),
                                 "--timing-seed", std::to_string(seed)};
   if (g) a.insert(a.end(), {"--call-timeout", fmt(g->step_timeout_seconds, 10), "--prepare-timeout", fmt(g->build_timeout_seconds, 10)});
-  if (timed && g)
+  if (timed && g) {
     a.insert(a.end(), {"--timing", "--min-rounds", std::to_string(g->min_rounds), "--max-rounds",
                        std::to_string(g->max_rounds), "--max-timing-seconds", fmt(g->max_timing_seconds, 10)});
+    // Without --timing-seed the child draws the timed calls' seed itself once prepare has returned.
+    if (g->timing_seed) a.insert(a.end(), {"--timed-seed", std::to_string(*g->timing_seed)});
+  }
   return a;
 }
 
@@ -328,6 +341,14 @@ int64_t stored_call(const SafetensorsFile& f, const std::string& name) {
   int64_t call = -1;
   std::memcpy(&call, f.data(name + ".call"), 8);
   return call;
+}
+
+/** The mask seed stored beside `name`.C (an I64 tensor `name`.seed holding a uint64's bits); false
+ *  when absent. */
+bool stored_seed(const SafetensorsFile& f, const std::string& name, uint64_t* seed) {
+  if (!f.has(name + ".seed") || f.entry(name + ".seed").nbytes() != 8) return false;
+  std::memcpy(seed, f.data(name + ".seed"), 8);
+  return true;
 }
 
 /** The candidate's outputs `names` (each `name`.C, fp32 M x N) against the reference's of the same
@@ -340,6 +361,9 @@ json compare_gemm(const SafetensorsFile& cand, const SafetensorsFile& ref, const
     if (call != stored_call(ref, p))
       throw std::runtime_error(p + ": the candidate's output is of call " + std::to_string(call) + ", the reference's of call " +
                                std::to_string(stored_call(ref, p)));
+    uint64_t sc = 0, sr = 0;
+    if (!stored_seed(cand, p, &sc) || !stored_seed(ref, p, &sr) || sc != sr)
+      throw std::runtime_error(p + ": the candidate's and the reference's A masks have different seeds (or none)");
     for (const SafetensorsFile* f : {&cand, &ref})
       if (f->entry(p + ".C").nbytes() != size_t(M * N) * 4)
         throw std::runtime_error(f->path() + ": " + p + ".C holds " + std::to_string(f->entry(p + ".C").nbytes()) +
@@ -443,15 +467,18 @@ int grade_gemm_main(const GradeOptions& opt) {
     // The reference runs the same checked calls and, when the candidate kept a timed output, that
     // call too (its A is a function of the timing seed and the call number alone).
     int64_t timed_call = -1;
+    uint64_t timed_seed = 0;
     const std::string timed_file = sd + "/candidate/timed_outputs.safetensors";
     if (timed && fs::exists(timed_file)) try {
-        timed_call = stored_call(SafetensorsFile(timed_file), "timed");
+        SafetensorsFile tf(timed_file);
+        timed_call = stored_seed(tf, "timed", &timed_seed) ? stored_call(tf, "timed") : -1;
       } catch (const std::exception&) {
         // unreadable: reported as such below
       }
     log("seed " + std::to_string(opt.seeds[i]) + ": running the reference");
     auto ref_args = gemm_run_args(exe, reference, cfg, dirs[i], sd + "/reference", 2, false, seed_t, nullptr);
-    if (timed_call >= 0) ref_args.insert(ref_args.end(), {"--extra-call", std::to_string(timed_call)});
+    if (timed_call >= 0)
+      ref_args.insert(ref_args.end(), {"--extra-call", std::to_string(timed_call), "--extra-seed", std::to_string(timed_seed)});
     ChildRun r = run_child_in(ref_args, sd + "/reference", opt.timeout_seconds, &log, "reference");
     if (!r.completed()) {
       std::fprintf(stderr, "nibble grade: the reference failed (%s)\n%s\n", r.exit.describe().c_str(), r.log_tail.c_str());
@@ -523,8 +550,8 @@ int grade_gemm_main(const GradeOptions& opt) {
     for (int k : timing_raw["kernels"]) kern.push_back(k);
     const Summary s = summarize(span), w = summarize(wall);
     json t;
-    t["protocol"] = "GPU span of all CUPTI records per run call (all streams), L2 flushed and persisting L2 reset before each, a fresh sign mask on A per call";
-    for (const char* k : {"flip_seed", "calls_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs"})
+    t["protocol"] = "GPU span of all CUPTI records per run call (all streams), L2 flushed and persisting L2 reset before each, a fresh sign mask on A per call (flip_seed: drawn by the child after prepare unless --timing-seed)";
+    for (const char* k : {"flip_seed", "flip_seed_from", "calls_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs"})
       t[k] = timing_raw[k];
     t["gpu_span_us"] = summary_json(s, &span);
     t["host_wall_us"] = summary_json(w, &wall);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "harness/calibrate.h"
@@ -19,10 +20,14 @@ inline constexpr double kGemmGate = 1e-2;
 struct GemmRunOptions {
   std::string solution, fixture_dir, task, config, out_dir, variant;
   int checked_calls = 2;       // call 0 with the fixture's A, then A with a fresh sign mask per call
-  int64_t extra_call = -1;     // >= 0: also run this call number, stored as "timed" (the reference,
-                               // for the call the candidate kept from its timed rounds)
+  int64_t extra_call = -1;     // >= 0: also run this call number with extra_seed's mask, stored as
+  uint64_t extra_seed = 0;     // "timed" (the reference, for the call the candidate kept)
   bool timing = false;
-  uint64_t timing_seed = 0;    // seeds the sign mask of A in every call after the first
+  uint64_t timing_seed = 0;    // seeds the sign masks of A in the checked calls after the first
+  // Seeds the timed calls' masks and which call each round keeps, when given (nibble grade
+  // --timing-seed); else the child draws one from the OS once prepare has returned, so that a
+  // candidate cannot read it off the command line and compute the timed calls' C ahead, untimed.
+  std::optional<uint64_t> timed_seed;
   int calls_per_round = 32, min_rounds = 3, max_rounds = 20;
   double max_timing_seconds = 60;
   double prepare_timeout_seconds = 600, call_timeout_seconds = 20;

@@ -128,7 +128,6 @@ int grade_main(const GradeOptions& opt) {
     return kExitGraderFailed;
   }
 
-  const uint64_t timing_seed = opt.timing_seed ? *opt.timing_seed : std::random_device{}();
   std::string disposition, reason;
   json correctness;
   correctness["gate"] = cfg.gate;
@@ -145,9 +144,10 @@ int grade_main(const GradeOptions& opt) {
                                   "--step-timeout", fmt(opt.step_timeout_seconds, 10),
                                   "--build-timeout", fmt(opt.build_timeout_seconds, 10)};
     if (timed) {
-      a.insert(a.end(), {"--timing", "--timing-seed", std::to_string(timing_seed), "--min-rounds",
-                         std::to_string(opt.min_rounds), "--max-rounds", std::to_string(opt.max_rounds),
-                         "--max-timing-seconds", fmt(opt.max_timing_seconds, 10)});
+      a.insert(a.end(), {"--timing", "--min-rounds", std::to_string(opt.min_rounds), "--max-rounds",
+                         std::to_string(opt.max_rounds), "--max-timing-seconds", fmt(opt.max_timing_seconds, 10)});
+      // Without --timing-seed the child draws the token seed itself once build_model has returned.
+      if (opt.timing_seed) a.insert(a.end(), {"--timing-seed", std::to_string(*opt.timing_seed)});
     }
     return a;
   };
@@ -351,10 +351,10 @@ int grade_main(const GradeOptions& opt) {
         {"metric", "GPU span: first activity record's start to the last one's end (CUPTI CONCURRENT_KERNEL, MEMCPY, MEMSET; all streams), per decode_step call"},
         {"before_each_call", "persisting L2 reset, L2 flushed (2x its size written), device synchronised; outside the window"},
         {"after_each_call", "device synchronised inside the window; logits checked finite outside it"},
-        {"tokens", "fresh ids per call from token_seed"},
+        {"tokens", "fresh ids per call from token_seed (token_seed_from says who chose it)"},
         {"positions", "pos = prefill .. prefill + steps_per_round - 1, repeated per round"},
         {"timed_seed", opt.seeds.front()}};
-    for (const char* k : {"token_seed", "steps_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs",
+    for (const char* k : {"token_seed", "token_seed_from", "steps_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs",
                           "verified_calls", "verified_worst_rel_err"})
       if (timing_raw.contains(k)) t[k] = timing_raw[k];
     if (!span.empty()) {

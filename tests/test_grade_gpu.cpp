@@ -58,6 +58,7 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   EXPECT_GT(t["gpu_span_us"]["median"].get<double>(), 0.0);
   EXPECT_GE(t["kernels_per_step"]["min"].get<double>(), 1.0);
   EXPECT_FALSE(g.report["device"]["name"].get<std::string>().empty());
+  EXPECT_EQ(t["token_seed_from"], "drawn by the child after build_model") << t.dump();
   EXPECT_EQ(g.report["fixtures"].size(), 2u);
   std::cout << g.output;
 }
@@ -178,6 +179,14 @@ TEST_P(GradeGemmGpu, ReplayingTheFirstCallFails) {
   ASSERT_EQ(timed.size(), 1u) << g.report.dump(2);
   EXPECT_GT(timed[0]["call"].get<int64_t>(), 1000);
   EXPECT_GT(timed[0]["rel_err"].get<double>(), 0.5) << "a replayed timed call";
+  // No --timing-seed: the timed calls' masks come from a seed the child drew after prepare.
+  EXPECT_EQ(g.report["timing"]["flip_seed_from"], "drawn by the child after prepare") << g.report["timing"].dump();
+  // With one, the run is reproducible and says so.
+  const Graded r = grade(lib("nibble_gemm_reference"), {"--task", GetParam(), "--seeds", "0", "--min-rounds", "1",
+                                                        "--max-rounds", "1", "--timing-seed", "7"});
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.report["timing"]["flip_seed"], 7) << r.report["timing"].dump();
+  EXPECT_EQ(r.report["timing"]["flip_seed_from"], "nibble grade --timing-seed");
 }
 
 INSTANTIATE_TEST_SUITE_P(Tasks, GradeGemmGpu, ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"));
