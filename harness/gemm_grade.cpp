@@ -5,10 +5,11 @@
 // Replay guard: a GEMM solution always sees the same shapes and weights, so a cached C would pass.
 // Every call after the first flips the signs of a seeded half of A's elements (call 0: the
 // fixture's A), a fresh mask per call, and the reference runs each checked call (and the kept timed
-// call) on the same A. The timed calls' seed is drawn by the child once prepare has returned
-// (unless --timing-seed fixes it), so prepare cannot compute their C ahead. Per-element signs, not per-row ones: a row's sign is read off one element of
+// call) on the same A. Per-element signs, not per-row ones: a row's sign is read off one element of
 // A, so a solution that kept the first call's C could re-sign its rows and pass; no cached C says
-// anything about a new mixture of the signs within a row (that is a new GEMM).
+// anything about a new mixture of the signs within a row (that is a new GEMM). The timed calls'
+// seed is drawn by the child once prepare has returned (unless --timing-seed fixes it), so prepare
+// cannot compute their C ahead.
 #include "harness/gemm_grade.h"
 #include "harness/gemm_guard.h"
 
@@ -229,7 +230,6 @@ int child_gemm_main(const GemmRunOptions& opt) {
       std::vector<int> kernels;
       int invalid = 0, nonfinite = 0, rounds = 0;
       int64_t call_no = 1000;  // timed calls 1001, 1002, ...: masks unlike the checked calls'
-
       std::string invalid_reason, stop_reason = "max rounds";
       double prev = -1;
       OutputFile kept;
