@@ -124,10 +124,13 @@ uint64_t CuptiTimer::now() const {
 std::vector<ActivityRecord> CuptiTimer::collect(uint64_t t0, uint64_t t1) {
   check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::vector<ActivityRecord> out;
+  std::vector<ActivityRecord> out, later;
   for (const auto& r : g_records)
-    if (r.start_ns >= t0 && r.start_ns <= t1) out.push_back(r);
-  g_records.clear();
+    if (r.start_ns >= t0 && r.start_ns <= t1)
+      out.push_back(r);
+    else if (r.start_ns > t1)
+      later.push_back(r);  // after the window: the next collect's (the work between two windows)
+  g_records.swap(later);
   return out;
 }
 

@@ -43,7 +43,8 @@ class CuptiTimer {
   /** CUPTI's timestamp in ns. */
   uint64_t now() const;
   /** Flush CUPTI's buffers and return (and forget) every record whose start lies in [t0, t1];
-   *  records outside the window are dropped. Call after the device is synchronised. */
+   *  records that started before t0 are dropped, those after t1 kept for the next collect (so the
+   *  work between two windows can be collected too). Call after the device is synchronised. */
   std::vector<ActivityRecord> collect(uint64_t t0, uint64_t t1);
   /** CUPTI's API version. */
   static uint32_t version();

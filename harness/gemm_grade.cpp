@@ -147,6 +147,33 @@ int child_gemm_main(const GemmRunOptions& opt) {
       return false;
     };
 
+    // One call: call `call`'s A (gemm_call_a) uploaded, C NaN-filled (untimed); returns A's checksum.
+    std::vector<uint16_t> a_call(size_t(M * K));
+    auto stage = [&](int64_t call, uint64_t seed) {
+      gemm_call_a(view.A, M * K, seed, call, a_call.data());
+      NIBBLE_CUDA_CALL(cudaMemcpy(A.buf.get(), a_call.data(), a_call.size() * 2, cudaMemcpyHostToDevice));
+      NIBBLE_CUDA_CALL(cudaMemset(C.buf.get(), 0xFF, C.buf.bytes()));  // NaN in fp32 and in bf16
+      NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+      return device_checksum_bytes(A.buf.get(), size_t(M * K * 2), stream);
+    };
+
+    // Timing's CUPTI subscription and flush from here, so that the work the harness itself does
+    // between two timed calls (stage + flush) is counted before the candidate has run at all: a
+    // kernel beyond that count in a gap is the candidate's (a thread it started could otherwise
+    // hide in the count).
+    std::unique_ptr<L2Flusher> flusher;
+    std::unique_ptr<CuptiTimer> timer;
+    int harness_gap_kernels = 0;
+    if (opt.timing) {
+      flusher = std::make_unique<L2Flusher>();
+      timer = std::make_unique<CuptiTimer>();
+      const uint64_t g0 = timer->now();
+      stage(1000, opt.timing_seed);  // call 1000: never timed
+      flusher->flush(stream);
+      NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+      harness_gap_kernels = span_of(timer->collect(g0, timer->now())).kernels;
+    }
+
     void* handle = nullptr;
     nibble_error err{};
     auto t = std::chrono::steady_clock::now();
@@ -164,15 +191,6 @@ int child_gemm_main(const GemmRunOptions& opt) {
     if (!weights_intact("in prepare")) return 7;
     out.phase("built");
 
-    // One call: call `call`'s A (gemm_call_a) uploaded, C NaN-filled (untimed); returns A's checksum.
-    std::vector<uint16_t> a_call(size_t(M * K));
-    auto stage = [&](int64_t call, uint64_t seed) {
-      gemm_call_a(view.A, M * K, seed, call, a_call.data());
-      NIBBLE_CUDA_CALL(cudaMemcpy(A.buf.get(), a_call.data(), a_call.size() * 2, cudaMemcpyHostToDevice));
-      NIBBLE_CUDA_CALL(cudaMemset(C.buf.get(), 0xFF, C.buf.bytes()));  // NaN in fp32 and in bf16
-      NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-      return device_checksum_bytes(A.buf.get(), size_t(M * K * 2), stream);
-    };
     auto run = [&](const std::string& what) -> nibble_status {
       watchdog.arm(what, opt.call_timeout_seconds);
       const nibble_status s = lib->gemm_run(handle, &A.desc, &C.desc, stream, &err);
@@ -222,8 +240,6 @@ int child_gemm_main(const GemmRunOptions& opt) {
 
     if (opt.timing) {
       t = std::chrono::steady_clock::now();
-      L2Flusher flusher;
-      CuptiTimer timer;
       const uint64_t tseed = opt.timed_seed ? *opt.timed_seed : std::random_device{}();
       std::mt19937_64 rng(tseed);
       std::vector<double> span_us, busy_us, wall_us;
@@ -233,20 +249,28 @@ int child_gemm_main(const GemmRunOptions& opt) {
       std::string invalid_reason, stop_reason = "max rounds";
       double prev = -1;
       OutputFile kept;
+      // Work between timed calls is not in any window: a candidate's thread could, say, read W back
+      // into L2 after the flush. Any kernel in a gap beyond the harness's own (counted before
+      // prepare) is the candidate's.
+      int gap_work = 0;
+      uint64_t gap_start = timer->now();
       for (int r = 0; r < opt.max_rounds; ++r) {
         const int keep = int(rng() % uint64_t(opt.calls_per_round));
         OutputFile round_kept;
         for (int s = 0; s < opt.calls_per_round; ++s) {
           stage(++call_no, tseed);
-          flusher.flush(stream);
+          flusher->flush(stream);
           NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-          const uint64_t c0 = timer.now();
+          const SpanStats gap = span_of(timer->collect(gap_start, timer->now()));
+          if (gap.kernels > harness_gap_kernels) ++gap_work;
+          const uint64_t c0 = timer->now();
           const auto w0 = std::chrono::steady_clock::now();
           const nibble_status st2 = run("run");
           const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
-          const uint64_t c1 = timer.now();
+          const uint64_t c1 = timer->now();
           if (st2 != NIBBLE_OK) return status_fail("run", st2);
-          const SpanStats ss = span_of(timer.collect(c0, c1));
+          const SpanStats ss = span_of(timer->collect(c0, c1));
+          gap_start = c1;
           if (!ss.valid) {
             ++invalid;
             invalid_reason = ss.invalid_reason;
@@ -286,6 +310,8 @@ int child_gemm_main(const GemmRunOptions& opt) {
       tj["stop_reason"] = stop_reason;
       tj["invalid_samples"] = invalid;
       tj["invalid_reason"] = invalid_reason;
+      tj["gaps_with_foreign_kernels"] = gap_work;
+      tj["harness_kernels_per_gap"] = harness_gap_kernels;
       tj["nonfinite_outputs"] = nonfinite;
       tj["gpu_span_us"] = span_us;
       tj["busy_us"] = busy_us;
@@ -551,7 +577,8 @@ int grade_gemm_main(const GradeOptions& opt) {
     const Summary s = summarize(span), w = summarize(wall);
     json t;
     t["protocol"] = "GPU span of all CUPTI records per run call (all streams), L2 flushed and persisting L2 reset before each, a fresh sign mask on A per call (flip_seed: drawn by the child after prepare unless --timing-seed)";
-    for (const char* k : {"flip_seed", "flip_seed_from", "calls_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs"})
+    for (const char* k : {"flip_seed", "flip_seed_from", "calls_per_round", "rounds", "stop_reason", "invalid_samples",
+                          "nonfinite_outputs", "gaps_with_foreign_kernels"})
       t[k] = timing_raw[k];
     t["gpu_span_us"] = summary_json(s, &span);
     t["host_wall_us"] = summary_json(w, &wall);
@@ -572,6 +599,12 @@ int grade_gemm_main(const GradeOptions& opt) {
         disposition = kInvalidTiming;
         reason = "a timed call took " + fmt(s.min) + " us, below the bandwidth floor " + fmt(bytes / peak_bw * 1e6) + " us";
       }
+    }
+    if (disposition.empty() && timing_raw.value("gaps_with_foreign_kernels", 0) > 0) {
+      disposition = kInvalidTiming;
+      reason = "the GPU ran kernels that were not the harness's between timed calls (in " +
+               std::to_string(timing_raw.value("gaps_with_foreign_kernels", 0)) +
+               " gaps), outside every timing window: work a timed call may depend on was not timed";
     }
     if (disposition.empty() && timing_raw.value("invalid_samples", 0) > 0) {
       disposition = kInvalidTiming;

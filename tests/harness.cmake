@@ -28,8 +28,8 @@ nibble_add_gtest(calibrate_cpu SOURCES test_calibrate_cpu.cpp LIBS nibble_runtim
 add_dependencies(test_calibrate_cpu nibble)
 nibble_add_gtest(gemm_guard SOURCES test_gemm_guard.cpp LIBS nibble_runtime LABELS cpu)
 
-# A GEMM cheat (tests/solutions/gemm_replay.cu): the baseline on its first call, then that C
-# re-signed per row from A. GradeGemmGpu.ReplayingTheFirstCallFails grades it.
+# GEMM cheats (tests/solutions/gemm_hostile.cu, one .so per behaviour) on the baseline, its exports
+# renamed. GradeGemmGpu.ReplayingTheFirstCallFails and .WorkBetweenTimedCallsIsInvalidTiming grade them.
 if(TARGET nibble_gemm_baseline)
   add_library(hostile_gemm_baseline_core OBJECT ${PROJECT_SOURCE_DIR}/solutions/gemm_baseline/gemm_baseline.cu)
   target_include_directories(hostile_gemm_baseline_core PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
@@ -40,13 +40,18 @@ if(TARGET nibble_gemm_baseline)
     nibble_gemm_prepare=gemm_baseline_prepare
     nibble_gemm_run=gemm_baseline_run
     nibble_gemm_teardown=gemm_baseline_teardown)
-  add_library(hostile_gemm_replay SHARED ${CMAKE_CURRENT_SOURCE_DIR}/solutions/gemm_replay.cu)
-  target_include_directories(hostile_gemm_replay PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
-  target_link_libraries(hostile_gemm_replay PRIVATE hostile_gemm_baseline_core)
-  foreach(t hostile_gemm_baseline_core hostile_gemm_replay)
+  set_target_properties(hostile_gemm_baseline_core PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_RUNTIME_LIBRARY Shared
+    CUDA_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  foreach(behaviour replay gap_work)
+    string(TOUPPER ${behaviour} BEHAVIOUR)
+    set(t hostile_gemm_${behaviour})
+    add_library(${t} SHARED ${CMAKE_CURRENT_SOURCE_DIR}/solutions/gemm_hostile.cu)
+    target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+    target_compile_definitions(${t} PRIVATE HOSTILE_GEMM_${BEHAVIOUR} HOSTILE_NAME="hostile-gemm-${behaviour}")
+    target_link_libraries(${t} PRIVATE hostile_gemm_baseline_core Threads::Threads)
     set_target_properties(${t} PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_RUNTIME_LIBRARY Shared
       CUDA_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
       LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests/lib)
+    add_dependencies(test_grade_gpu ${t})
   endforeach()
-  add_dependencies(test_grade_gpu hostile_gemm_replay)
 endif()

@@ -153,6 +153,7 @@ TEST_P(GradeGemmGpu, ReferenceAndBaselinePassADecodeLibraryIsRefused) {
     EXPECT_EQ(g.code, 0) << so << "\n" << g.output;
     EXPECT_EQ(g.report["disposition"], "Passed") << so;
     EXPECT_GT(g.report["timing"]["tflops"].get<double>(), 0.0) << so;
+    EXPECT_EQ(g.report["timing"]["gaps_with_foreign_kernels"], 0) << so;
     std::cout << g.output;
   }
   Graded g = grade(lib("nibble_unfused"), {"--task", GetParam(), "--seeds", "0", "--no-timing"});
@@ -187,6 +188,20 @@ TEST_P(GradeGemmGpu, ReplayingTheFirstCallFails) {
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.report["timing"]["flip_seed"], 7) << r.report["timing"].dump();
   EXPECT_EQ(r.report["timing"]["flip_seed_from"], "nibble grade --timing-seed");
+}
+
+// Kernels between timed calls, outside every window (tests/solutions/gemm_hostile.cu: a thread that
+// launches a small kernel every ~20 us; a real cheat would read W back into L2 after the flush).
+// The honest grades above prove the harness's own gap work is not mistaken for the candidate's.
+TEST_P(GradeGemmGpu, WorkBetweenTimedCallsIsInvalidTiming) {
+  NIBBLE_REQUIRE_GPU();
+  const Graded g = grade(bindir() + "/tests/lib/libhostile_gemm_gap_work.so",
+                         {"--task", GetParam(), "--seeds", "0", "--min-rounds", "1", "--max-rounds", "1"});
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_EQ(g.report["disposition"], "InvalidTiming") << g.output;
+  EXPECT_NE(g.report["reason"].get<std::string>().find("between timed calls"), std::string::npos) << g.report["reason"];
+  EXPECT_GT(g.report["timing"]["gaps_with_foreign_kernels"].get<int>(), 0);
+  EXPECT_EQ(g.report["correctness"]["verdict"], "pass") << "its C is the baseline's";
 }
 
 INSTANTIATE_TEST_SUITE_P(Tasks, GradeGemmGpu, ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"));

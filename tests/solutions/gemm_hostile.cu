@@ -1,14 +1,24 @@
-// gemm_replay.cu: a GEMM cheat the grader must catch (libhostile_gemm_replay.so, test_grade_gpu's
-// GradeGemmGpu.ReplayingTheFirstCallFails). It runs the baseline (solutions/gemm_baseline, compiled
-// again with its exports renamed gemm_baseline_*) on its first call only, keeps that C and A, and
-// answers every later call from them: row m of C is the kept row, negated when the first nonzero
-// element of A's row m changed sign. That is exact whenever a call's A is the first one's with
-// some rows negated (the grader's replay guard before it flipped the signs of single elements),
-// and costs one read of A instead of the GEMM.
+// gemm_hostile.cu: GEMM cheats the grader must catch, one .so per behaviour (tests/harness.cmake), on
+// top of the baseline (solutions/gemm_baseline, compiled again with its exports renamed
+// gemm_baseline_*). test_grade_gpu's GradeGemmGpu cases grade them.
+//   HOSTILE_GEMM_REPLAY    (libhostile_gemm_replay.so) runs the baseline on its first call only,
+//                          keeps that C and A, and answers every later call from them: row m of C
+//                          is the kept row, negated when the first nonzero element of A's row m
+//                          changed sign. Exact whenever a call's A is the first one's with some rows
+//                          negated (the grader's replay guard before it flipped single elements),
+//                          and it costs one read of A instead of the GEMM. Expected: Incorrect.
+//   HOSTILE_GEMM_GAP_WORK  (libhostile_gemm_gap_work.so) computes every call honestly, but from its
+//                          first call on a thread of its own launches a small kernel on a private
+//                          stream every ~20 us until teardown, so some run between timed calls,
+//                          outside every timing window (where a real cheat would read W back into L2
+//                          after the flush). Expected: InvalidTiming.
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <thread>
 
 #include "nibble/nibble_gemm.h"
 #include "solutions/common/abi_util.h"
@@ -33,13 +43,39 @@ DevicePtr device_alloc(size_t bytes) {
   return DevicePtr(p);
 }
 
-struct Replay {
+struct Hostile {
   void* inner = nullptr;
   int64_t M = 0, N = 0, K = 0;
   int calls = 0;
   DevicePtr a0, c0;  // the first call's A (bf16) and C (fp32)
+  // HOSTILE_GEMM_GAP_WORK: the launching thread and its stop flag.
+  std::thread gap_thread;
+  std::atomic<bool> stop{false};
 };
 
+#ifdef HOSTILE_GEMM_GAP_WORK
+__global__ void gap_kernel(unsigned* p) {
+  if (threadIdx.x == 0) atomicAdd(p, 1u);
+}
+
+/** Until r->stop: one gap_kernel on a private stream every ~20 us (errors end the loop quietly: the
+ *  harness's checks, not this thread, decide the grade). */
+void launch_forever(Hostile* r) {
+  cudaStream_t s = nullptr;
+  unsigned* counter = nullptr;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return;
+  if (cudaMalloc(&counter, sizeof(unsigned)) == cudaSuccess) {
+    while (!r->stop.load()) {
+      gap_kernel<<<1, 32, 0, s>>>(counter);
+      if (cudaGetLastError() != cudaSuccess) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    cudaStreamSynchronize(s);
+    cudaFree(counter);
+  }
+  cudaStreamDestroy(s);
+}
+#else
 /** C[m, :] = +-C0[m, :], the sign from the first nonzero element of A's row m against A0's. One
  *  block per row. */
 __global__ void replay_kernel(const uint16_t* A, const uint16_t* A0, const float* C0, float* C, int64_t N, int64_t K) {
@@ -56,6 +92,7 @@ __global__ void replay_kernel(const uint16_t* A, const uint16_t* A0, const float
   __syncthreads();
   for (int64_t n = threadIdx.x; n < N; n += blockDim.x) C[m * N + n] = sign * C0[m * N + n];
 }
+#endif
 
 }  // namespace
 
@@ -63,12 +100,12 @@ extern "C" {
 
 NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
 NIBBLE_EXPORT int32_t nibble_gemm_abi_version(void) { return NIBBLE_GEMM_ABI_VERSION; }
-NIBBLE_EXPORT const char* nibble_solution_name(void) { return "hostile-gemm-replay"; }
+NIBBLE_EXPORT const char* nibble_solution_name(void) { return HOSTILE_NAME; }
 
 NIBBLE_EXPORT nibble_status nibble_gemm_prepare(const nibble_gemm_problem* problem, void* stream, void** handle,
                                                 nibble_error* err) {
   return nibble::sol::abi_guard(err, [&] {
-    auto r = std::make_unique<Replay>();
+    auto r = std::make_unique<Hostile>();
     const nibble::sol::GemmProblem g = nibble::sol::parse_gemm_problem(problem);
     r->M = g.M;
     r->N = g.N;
@@ -84,7 +121,12 @@ NIBBLE_EXPORT nibble_status nibble_gemm_prepare(const nibble_gemm_problem* probl
 NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A, nibble_tensor* C, void* stream,
                                             nibble_error* err) {
   return nibble::sol::abi_guard(err, [&] {
-    auto* r = static_cast<Replay*>(handle);
+    auto* r = static_cast<Hostile*>(handle);
+#ifdef HOSTILE_GEMM_GAP_WORK
+    if (r->calls++ == 0) r->gap_thread = std::thread(launch_forever, r);
+    const nibble_status st = gemm_baseline_run(r->inner, A, C, stream, err);
+    if (st != NIBBLE_OK) throw nibble::sol::AbiFailure(st, "baseline run failed");
+#else
     auto s = static_cast<cudaStream_t>(stream);
     if (r->calls++ == 0) {
       const nibble_status st = gemm_baseline_run(r->inner, A, C, stream, err);
@@ -98,12 +140,16 @@ NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A
                                                   static_cast<const float*>(r->c0.get()), static_cast<float*>(C->data),
                                                   r->N, r->K);
     SOL_CHECK_LAUNCH();
+#endif
   });
 }
 
 NIBBLE_EXPORT nibble_status nibble_gemm_teardown(void* handle, void* stream, nibble_error* err) {
-  std::unique_ptr<Replay> r(static_cast<Replay*>(handle));
-  return r ? gemm_baseline_teardown(r->inner, stream, err) : NIBBLE_OK;
+  std::unique_ptr<Hostile> r(static_cast<Hostile*>(handle));
+  if (!r) return NIBBLE_OK;
+  r->stop = true;
+  if (r->gap_thread.joinable()) r->gap_thread.join();
+  return gemm_baseline_teardown(r->inner, stream, err);
 }
 
 }  // extern "C"
