@@ -246,8 +246,7 @@ int child_run_main(const RunOptions& opt) {
       t = std::chrono::steady_clock::now();
       L2Flusher flusher;
       CuptiTimer timer;
-      const uint64_t token_seed = opt.timing_seed ? *opt.timing_seed : std::random_device{}();
-      std::mt19937_64 rng(token_seed);
+      TimedRandom rng(opt.timing_seed);
       std::uniform_int_distribution<int64_t> token_dist(0, d.vocab - 1);
       std::vector<double> span_us, busy_us, wall_us;
       std::vector<int> kernels, memcpys, memsets, positions_t;
@@ -319,8 +318,9 @@ int child_run_main(const RunOptions& opt) {
       timed_out.write(opt.out_dir + "/timed_outputs.safetensors", lib->name());
       if (!inputs_intact("during the timed steps")) return 7;
       json tj;
-      tj["token_seed"] = token_seed;
-      tj["token_seed_from"] = opt.timing_seed ? "nibble grade --timing-seed" : "drawn by the child after build_model";
+      tj["token_seed"] = opt.timing_seed ? json(*opt.timing_seed) : json(nullptr);
+      tj["token_seed_from"] = opt.timing_seed ? "nibble grade --timing-seed"
+                                              : "none: every id drawn from the OS after build_model, when needed";
       tj["steps_per_round"] = opt.steps_per_round;
       tj["rounds"] = rounds;
       tj["stop_reason"] = stop_reason;

@@ -20,8 +20,8 @@ struct RunOptions {
   int checked_steps = 8;    // consecutive steps from pos = prefill, outputs saved
   bool timing = false;
   // Seeds the timed calls' token ids when given (nibble grade --timing-seed: reproducible); else
-  // the child draws one from the OS when timing starts, after build_model, so that a candidate
-  // cannot read it off the command line and compute the timed steps ahead, untimed.
+  // every id is drawn from the OS when it is needed (TimedRandom), after build_model, so that a
+  // candidate can neither read the ids off its command line nor predict them from earlier ones.
   std::optional<uint64_t> timing_seed;
   int steps_per_round = 32;     // one round = the seed's 32 decode steps from pos = prefill
   int min_rounds = 3, max_rounds = 20;

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,6 +133,32 @@ class CallWatchdog {
 
 /** An L2-sized scratch written before every timed call, so each call starts with a cold L2
  *  (weights cannot stay resident between calls). Twice the L2: the replacement policy is not LRU. */
+/**
+ * The randomness of the timed calls (token ids, A's sign masks, which calls are kept for the
+ * check), a UniformRandomBitGenerator of 64-bit words. With a seed (nibble grade --timing-seed:
+ * reproducible, and so predictable to a candidate that reads it) mt19937_64(seed); without one,
+ * every word is read from the OS (std::random_device, two 32-bit draws) when it is needed, so
+ * nothing a candidate sees, not even a recovered mask seed or the MT state behind earlier words,
+ * tells it the next one.
+ */
+class TimedRandom {
+ public:
+  using result_type = uint64_t;
+  explicit TimedRandom(std::optional<uint64_t> seed) {
+    if (seed) mt_.emplace(*seed);
+  }
+  static constexpr result_type min() { return 0; }
+  static constexpr result_type max() { return ~result_type(0); }
+  result_type operator()() {
+    if (mt_) return (*mt_)();
+    return (uint64_t(dev_()) << 32) ^ uint64_t(dev_());  // random_device yields 32-bit words
+  }
+
+ private:
+  std::optional<std::mt19937_64> mt_;
+  std::random_device dev_;
+};
+
 class L2Flusher {
  public:
   L2Flusher() {

@@ -7,9 +7,9 @@
 // fixture's A), a fresh mask per call, and the reference runs each checked call (and the kept timed
 // call) on the same A. Per-element signs, not per-row ones: a row's sign is read off one element of
 // A, so a solution that kept the first call's C could re-sign its rows and pass; no cached C says
-// anything about a new mixture of the signs within a row (that is a new GEMM). The timed calls'
-// seed is drawn by the child once prepare has returned (unless --timing-seed fixes it), so prepare
-// cannot compute their C ahead.
+// anything about a new mixture of the signs within a row (that is a new GEMM). Each timed call's
+// mask seed is drawn from the OS when needed, after prepare (unless --timing-seed fixes the run),
+// so neither prepare nor an earlier call can compute a timed call's C ahead.
 #include "harness/gemm_grade.h"
 #include "harness/gemm_guard.h"
 
@@ -240,8 +240,10 @@ int child_gemm_main(const GemmRunOptions& opt) {
 
     if (opt.timing) {
       t = std::chrono::steady_clock::now();
-      const uint64_t tseed = opt.timed_seed ? *opt.timed_seed : std::random_device{}();
-      std::mt19937_64 rng(tseed);
+      // Each timed call's mask seed and each round's kept call are fresh draws (TimedRandom): a
+      // candidate can recover a call's seed from its A (the mask is an invertible mix), but no draw
+      // says anything about the next one unless --timing-seed made the run reproducible.
+      TimedRandom rng(opt.timed_seed);
       std::vector<double> span_us, busy_us, wall_us;
       std::vector<int> kernels;
       int invalid = 0, nonfinite = 0, rounds = 0;
@@ -258,12 +260,15 @@ int child_gemm_main(const GemmRunOptions& opt) {
         const int keep = int(rng() % uint64_t(opt.calls_per_round));
         OutputFile round_kept;
         for (int s = 0; s < opt.calls_per_round; ++s) {
-          stage(++call_no, tseed);
+          const uint64_t cseed = rng();
+          stage(++call_no, cseed);
           flusher->flush(stream);
           NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-          const SpanStats gap = span_of(timer->collect(gap_start, timer->now()));
-          if (gap.kernels > harness_gap_kernels) ++gap_work;
+          // One timestamp ends the gap and opens the window: a record between two reads of the
+          // clock would belong to neither (collect drops records before its window).
           const uint64_t c0 = timer->now();
+          const SpanStats gap = span_of(timer->collect(gap_start, c0));
+          if (gap.kernels > harness_gap_kernels) ++gap_work;
           const auto w0 = std::chrono::steady_clock::now();
           const nibble_status st2 = run("run");
           const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
@@ -284,7 +289,7 @@ int child_gemm_main(const GemmRunOptions& opt) {
             if (!all_finite(c.data(), c.size())) ++nonfinite;
             round_kept.add("timed.C", DType::F32, {M, N}, c.data(), c.size() * 4);
             round_kept.add("timed.call", DType::I64, {1}, &call_no, 8);
-            round_kept.add("timed.seed", DType::I64, {1}, &tseed, 8);
+            round_kept.add("timed.seed", DType::I64, {1}, &cseed, 8);
           }
         }
         ++rounds;
@@ -303,8 +308,9 @@ int child_gemm_main(const GemmRunOptions& opt) {
       kept.write(opt.out_dir + "/timed_outputs.safetensors", lib->name());
       if (!weights_intact("during the timed calls")) return 7;
       json tj;
-      tj["flip_seed"] = tseed;
-      tj["flip_seed_from"] = opt.timed_seed ? "nibble grade --timing-seed" : "drawn by the child after prepare";
+      tj["flip_seed"] = opt.timed_seed ? json(*opt.timed_seed) : json(nullptr);
+      tj["flip_seed_from"] = opt.timed_seed ? "nibble grade --timing-seed"
+                                            : "none: each call's mask seed drawn from the OS after prepare, when needed";
       tj["calls_per_round"] = opt.calls_per_round;
       tj["rounds"] = rounds;
       tj["stop_reason"] = stop_reason;
@@ -384,6 +390,9 @@ json compare_gemm(const SafetensorsFile& cand, const SafetensorsFile& ref, const
   json out = json::array();
   for (const std::string& p : names) {
     const int64_t call = stored_call(cand, p);
+    if (p == "timed" && call <= 1000)  // the reference's call comes from the candidate's file: check it is a timed one
+      throw std::runtime_error("timed: the candidate's kept output names call " + std::to_string(call) +
+                               ", not a timed call (1001 on)");
     if (call != stored_call(ref, p))
       throw std::runtime_error(p + ": the candidate's output is of call " + std::to_string(call) + ", the reference's of call " +
                                std::to_string(stored_call(ref, p)));
@@ -576,7 +585,7 @@ int grade_gemm_main(const GradeOptions& opt) {
     for (int k : timing_raw["kernels"]) kern.push_back(k);
     const Summary s = summarize(span), w = summarize(wall);
     json t;
-    t["protocol"] = "GPU span of all CUPTI records per run call (all streams), L2 flushed and persisting L2 reset before each, a fresh sign mask on A per call (flip_seed: drawn by the child after prepare unless --timing-seed)";
+    t["protocol"] = "GPU span of all CUPTI records per run call (all streams), L2 flushed and persisting L2 reset before each, a fresh sign mask on A per call (each call's mask seed from the OS after prepare, or from flip_seed when --timing-seed fixed it)";
     for (const char* k : {"flip_seed", "flip_seed_from", "calls_per_round", "rounds", "stop_reason", "invalid_samples",
                           "nonfinite_outputs", "gaps_with_foreign_kernels"})
       t[k] = timing_raw[k];

@@ -25,8 +25,9 @@ struct GemmRunOptions {
   bool timing = false;
   uint64_t timing_seed = 0;    // seeds the sign masks of A in the checked calls after the first
   // Seeds the timed calls' masks and which call each round keeps, when given (nibble grade
-  // --timing-seed); else the child draws one from the OS once prepare has returned, so that a
-  // candidate cannot read it off the command line and compute the timed calls' C ahead, untimed.
+  // --timing-seed: reproducible); else each is drawn from the OS when needed, after prepare
+  // (TimedRandom), so that a candidate can neither read them off its command line nor predict
+  // one call's mask from another's.
   std::optional<uint64_t> timed_seed;
   int calls_per_round = 32, min_rounds = 3, max_rounds = 20;
   double max_timing_seconds = 60;

@@ -351,7 +351,7 @@ int grade_main(const GradeOptions& opt) {
         {"metric", "GPU span: first activity record's start to the last one's end (CUPTI CONCURRENT_KERNEL, MEMCPY, MEMSET; all streams), per decode_step call"},
         {"before_each_call", "persisting L2 reset, L2 flushed (2x its size written), device synchronised; outside the window"},
         {"after_each_call", "device synchronised inside the window; logits checked finite outside it"},
-        {"tokens", "fresh ids per call from token_seed (token_seed_from says who chose it)"},
+        {"tokens", "fresh ids per call: from token_seed when --timing-seed fixed it, else from the OS (token_seed_from)"},
         {"positions", "pos = prefill .. prefill + steps_per_round - 1, repeated per round"},
         {"timed_seed", opt.seeds.front()}};
     for (const char* k : {"token_seed", "token_seed_from", "steps_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs",

@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   grade->add_option("--build-timeout", g.build_timeout_seconds, "Watchdog of build_model and teardown, seconds")
       ->capture_default_str();
-  grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed steps' token ids (GEMM: of A's sign masks in the timed calls and of which call each round keeps); default: drawn by the child process once build_model / prepare has returned, so a candidate cannot learn it beforehand; recorded in the report either way");
+  grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed steps' token ids (GEMM: of A's sign masks in the timed calls and of which call each round keeps), for a reproducible run; default: no seed, every id and mask seed drawn from the OS by the child when needed, after build_model / prepare, so a candidate can neither learn nor predict them");
   grade->add_option("--min-rounds", g.min_rounds, "Rounds of 32 timed steps (GEMM: calls) at least")->capture_default_str();
   grade->add_option("--max-rounds", g.max_rounds, "Rounds of 32 timed steps (GEMM: calls) at most")->capture_default_str();
   grade->add_option("--max-timing-seconds", g.max_timing_seconds, "Stop timing after this long")->capture_default_str();

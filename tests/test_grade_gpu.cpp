@@ -58,7 +58,8 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   EXPECT_GT(t["gpu_span_us"]["median"].get<double>(), 0.0);
   EXPECT_GE(t["kernels_per_step"]["min"].get<double>(), 1.0);
   EXPECT_FALSE(g.report["device"]["name"].get<std::string>().empty());
-  EXPECT_EQ(t["token_seed_from"], "drawn by the child after build_model") << t.dump();
+  EXPECT_EQ(t["token_seed_from"], "none: every id drawn from the OS after build_model, when needed") << t.dump();
+  EXPECT_TRUE(t["token_seed"].is_null()) << t.dump();
   EXPECT_EQ(g.report["fixtures"].size(), 2u);
   std::cout << g.output;
 }
@@ -180,8 +181,10 @@ TEST_P(GradeGemmGpu, ReplayingTheFirstCallFails) {
   ASSERT_EQ(timed.size(), 1u) << g.report.dump(2);
   EXPECT_GT(timed[0]["call"].get<int64_t>(), 1000);
   EXPECT_GT(timed[0]["rel_err"].get<double>(), 0.5) << "a replayed timed call";
-  // No --timing-seed: the timed calls' masks come from a seed the child drew after prepare.
-  EXPECT_EQ(g.report["timing"]["flip_seed_from"], "drawn by the child after prepare") << g.report["timing"].dump();
+  // No --timing-seed: each timed call's mask seed comes from the OS, after prepare.
+  EXPECT_EQ(g.report["timing"]["flip_seed_from"], "none: each call's mask seed drawn from the OS after prepare, when needed")
+      << g.report["timing"].dump();
+  EXPECT_TRUE(g.report["timing"]["flip_seed"].is_null());
   // With one, the run is reproducible and says so.
   const Graded r = grade(lib("nibble_gemm_reference"), {"--task", GetParam(), "--seeds", "0", "--min-rounds", "1",
                                                         "--max-rounds", "1", "--timing-seed", "7"});
