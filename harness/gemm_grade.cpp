@@ -48,18 +48,6 @@ using namespace nibble::child;
 
 namespace {
 
-/** ||c - r||_F / ||r||_F in fp64; NaN when c holds a non-finite value. */
-double rel_err(const float* c, const float* r, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(c[i])) return NAN;
-    const double d = double(c[i]) - double(r[i]);
-    num += d * d;
-    den += double(r[i]) * double(r[i]);
-  }
-  return den > 0 ? std::sqrt(num / den) : (num == 0 ? 0.0 : INFINITY);
-}
-
 std::string gemm_fixture_dir(const GemmConfig& cfg, uint64_t seed, const std::string& given) {
   return given.empty() ? default_fixture_dir(cfg.task, cfg.name, seed) : given;
 }
@@ -367,50 +355,6 @@ std::vector<std::string> gemm_run_args(const std::string& exe, const std::string
   return a;
 }
 
-/** The call number stored beside `name`.C (an I64 tensor `name`.call), or -1 when absent. */
-int64_t stored_call(const SafetensorsFile& f, const std::string& name) {
-  if (!f.has(name + ".call") || f.entry(name + ".call").nbytes() != 8) return -1;
-  int64_t call = -1;
-  std::memcpy(&call, f.data(name + ".call"), 8);
-  return call;
-}
-
-/** The mask seed stored beside `name`.C (an I64 tensor `name`.seed holding a uint64's bits); false
- *  when absent. */
-bool stored_seed(const SafetensorsFile& f, const std::string& name, uint64_t* seed) {
-  if (!f.has(name + ".seed") || f.entry(name + ".seed").nbytes() != 8) return false;
-  std::memcpy(seed, f.data(name + ".seed"), 8);
-  return true;
-}
-
-/** The candidate's outputs `names` (each `name`.C, fp32 M x N) against the reference's of the same
- *  names, which must come from the same call (the same A). Updates *worst (NaN sticks). */
-json compare_gemm(const SafetensorsFile& cand, const SafetensorsFile& ref, const std::vector<std::string>& names,
-                  int64_t M, int64_t N, double* worst) {
-  json out = json::array();
-  for (const std::string& p : names) {
-    const int64_t call = stored_call(cand, p);
-    if (p == "timed" && call <= 1000)  // the reference's call comes from the candidate's file: check it is a timed one
-      throw std::runtime_error("timed: the candidate's kept output names call " + std::to_string(call) +
-                               ", not a timed call (1001 on)");
-    if (call != stored_call(ref, p))
-      throw std::runtime_error(p + ": the candidate's output is of call " + std::to_string(call) + ", the reference's of call " +
-                               std::to_string(stored_call(ref, p)));
-    uint64_t sc = 0, sr = 0;
-    if (!stored_seed(cand, p, &sc) || !stored_seed(ref, p, &sr) || sc != sr)
-      throw std::runtime_error(p + ": the candidate's and the reference's A masks have different seeds (or none)");
-    for (const SafetensorsFile* f : {&cand, &ref})
-      if (f->entry(p + ".C").nbytes() != size_t(M * N) * 4)
-        throw std::runtime_error(f->path() + ": " + p + ".C holds " + std::to_string(f->entry(p + ".C").nbytes()) +
-                                 " bytes, not M x N fp32 (" + std::to_string(M * N * 4) + ")");
-    const double e = rel_err(reinterpret_cast<const float*>(cand.data(p + ".C")),
-                             reinterpret_cast<const float*>(ref.data(p + ".C")), size_t(M * N));
-    *worst = std::isnan(e) || std::isnan(*worst) ? NAN : std::max(*worst, e);
-    out.push_back({{"name", p}, {"call", call}, {"rel_err", std::isnan(e) ? json(nullptr) : json(e)}});
-  }
-  return out;
-}
-
 }  // namespace
 
 int grade_gemm_main(const GradeOptions& opt) {
@@ -506,7 +450,7 @@ int grade_gemm_main(const GradeOptions& opt) {
     const std::string timed_file = sd + "/candidate/timed_outputs.safetensors";
     if (timed && fs::exists(timed_file)) try {
         SafetensorsFile tf(timed_file);
-        timed_call = stored_seed(tf, "timed", &timed_seed) ? stored_call(tf, "timed") : -1;
+        timed_call = gemm_stored_seed(tf, "timed", &timed_seed) ? gemm_stored_call(tf, "timed") : -1;
       } catch (const std::exception&) {
         // unreadable: reported as such below
       }
@@ -538,10 +482,10 @@ int grade_gemm_main(const GradeOptions& opt) {
       try {
         SafetensorsFile cf(sd + "/candidate/outputs.safetensors"), rf(sd + "/reference/outputs.safetensors");
         double w = 0;
-        sj["calls"] = compare_gemm(cf, rf, {"call0", "call1"}, cfg.M, cfg.N, &w);
+        sj["calls"] = compare_gemm_outputs(cf, rf, {"call0", "call1"}, cfg.M, cfg.N, &w);
         if (timed && fs::exists(timed_file)) {
           SafetensorsFile tf(timed_file);
-          sj["timed_call"] = compare_gemm(tf, rf, {"timed"}, cfg.M, cfg.N, &w);
+          sj["timed_call"] = compare_gemm_outputs(tf, rf, {"timed"}, cfg.M, cfg.N, &w);
         }
         sj["worst_rel_err"] = std::isnan(w) ? json(nullptr) : json(w);
         worst = std::isnan(w) || std::isnan(worst) ? NAN : std::max(worst, w);
@@ -729,7 +673,7 @@ int calibrate_gemm_main(const CalibrateOptions& opt) {
                                             [&](size_t i, const std::string& vd, const std::string& ed) {
                                               SafetensorsFile vf(vd + "/outputs.safetensors"), ef(ed + "/outputs.safetensors");
                                               double w = 0;
-                                              compare_gemm(vf, ef, {"call0"}, cfg.M, cfg.N, &w);
+                                              compare_gemm_outputs(vf, ef, {"call0"}, cfg.M, cfg.N, &w);
                                               errs[i].push_back(w);
                                             });
       if (!ran) return 3;
