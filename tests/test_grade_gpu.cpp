@@ -44,6 +44,12 @@ Graded grade(const std::string& so, std::vector<std::string> extra = {"--no-timi
   return g;
 }
 std::string lib(const std::string& n) { return bindir() + "/lib/lib" + n + ".so"; }
+/** A GEMM task's grade on the tiny config: seed 0, one timed round, plus `extra`. */
+Graded grade_gemm(const std::string& so, const std::string& task, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--task", task, "--seeds", "0", "--min-rounds", "1", "--max-rounds", "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return grade(so, args);
+}
 std::string bad(const std::string& n) { return bindir() + "/tests/lib/libbad_" + n + ".so"; }
 }  // namespace
 
@@ -148,9 +154,8 @@ class GradeGemmGpu : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GradeGemmGpu, ReferenceAndBaselinePassADecodeLibraryIsRefused) {
   NIBBLE_REQUIRE_GPU();
-  const std::vector<std::string> common = {"--task", GetParam(), "--seeds", "0", "--min-rounds", "1", "--max-rounds", "1"};
   for (const char* so : {"nibble_gemm_reference", "nibble_gemm_baseline", "nibble_gemm_cublas_bf16"}) {
-    Graded g = grade(lib(so), common);
+    Graded g = grade_gemm(lib(so), GetParam());
     EXPECT_EQ(g.code, 0) << so << "\n" << g.output;
     EXPECT_EQ(g.report["disposition"], "Passed") << so;
     EXPECT_GT(g.report["timing"]["tflops"].get<double>(), 0.0) << so;
@@ -162,14 +167,13 @@ TEST_P(GradeGemmGpu, ReferenceAndBaselinePassADecodeLibraryIsRefused) {
   EXPECT_EQ(g.report["disposition"], "MissingSymbol");
 }
 
-// The cheat a per-row sign guard could not see (tests/solutions/gemm_replay.cu): the baseline's C
-// of the first call, re-signed per row from A on every later call. Its first call is right; every
-// later one, checked or timed, must be far off (a fresh sign mask per element mixes the terms of
-// each dot product anew, which no kept C can say anything about).
+// The cheat a per-row sign guard could not see (tests/solutions/gemm_hostile.cu, HOSTILE_GEMM_REPLAY):
+// the baseline's C of the first call, re-signed per row from A on every later call. Its first call
+// is right; every later one, checked or timed, must be far off (a fresh sign mask per element mixes
+// the terms of each dot product anew, which no kept C can say anything about).
 TEST_P(GradeGemmGpu, ReplayingTheFirstCallFails) {
   NIBBLE_REQUIRE_GPU();
-  const Graded g = grade(bindir() + "/tests/lib/libhostile_gemm_replay.so",
-                         {"--task", GetParam(), "--seeds", "0", "--min-rounds", "1", "--max-rounds", "1"});
+  const Graded g = grade_gemm(bindir() + "/tests/lib/libhostile_gemm_replay.so", GetParam());
   EXPECT_EQ(g.code, 1) << g.output;
   EXPECT_EQ(g.report["disposition"], "Incorrect") << g.output;
   EXPECT_NE(g.report["reason"].get<std::string>().find("gate"), std::string::npos) << g.report["reason"];
@@ -186,8 +190,7 @@ TEST_P(GradeGemmGpu, ReplayingTheFirstCallFails) {
       << g.report["timing"].dump();
   EXPECT_TRUE(g.report["timing"]["flip_seed"].is_null());
   // With one, the run is reproducible and says so.
-  const Graded r = grade(lib("nibble_gemm_reference"), {"--task", GetParam(), "--seeds", "0", "--min-rounds", "1",
-                                                        "--max-rounds", "1", "--timing-seed", "7"});
+  const Graded r = grade_gemm(lib("nibble_gemm_reference"), GetParam(), {"--timing-seed", "7"});
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.report["timing"]["flip_seed"], 7) << r.report["timing"].dump();
   EXPECT_EQ(r.report["timing"]["flip_seed_from"], "nibble grade --timing-seed");
@@ -198,8 +201,7 @@ TEST_P(GradeGemmGpu, ReplayingTheFirstCallFails) {
 // The honest grades above prove the harness's own gap work is not mistaken for the candidate's.
 TEST_P(GradeGemmGpu, WorkBetweenTimedCallsIsInvalidTiming) {
   NIBBLE_REQUIRE_GPU();
-  const Graded g = grade(bindir() + "/tests/lib/libhostile_gemm_gap_work.so",
-                         {"--task", GetParam(), "--seeds", "0", "--min-rounds", "1", "--max-rounds", "1"});
+  const Graded g = grade_gemm(bindir() + "/tests/lib/libhostile_gemm_gap_work.so", GetParam());
   EXPECT_EQ(g.code, 1) << g.output;
   EXPECT_EQ(g.report["disposition"], "InvalidTiming") << g.output;
   EXPECT_NE(g.report["reason"].get<std::string>().find("between timed calls"), std::string::npos) << g.report["reason"];
