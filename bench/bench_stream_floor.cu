@@ -4,9 +4,9 @@
 // (which leaves it full of dirty lines), a device sync, then one kernel timed by its CUPTI span;
 // the kernel (launch_read_stream, harness/gpu_checks.h: the same one `nibble grade` times for a GEMM
 // report's weight-read floor) only reads the bytes an NVFP4 solution must read, the weight codes
-// and their e4m3 scales (N K / 2 + N ceil(K / 16)), with 16-byte loads, nothing else. No GEMM can be faster than
-// this under the same protocol, so a shape's "3x cuBLAS" target is out of reach when its cuBLAS
-// time / 3 is below this figure.
+// and their e4m3 scales (N K / 2 + N ceil(K / 16)), with 16-byte loads, nothing else. No GEMM can
+// be faster than this under the same protocol, so a shape's "3x cuBLAS" target is out of reach
+// when its cuBLAS time / 3 is below this figure.
 //
 //   BM_ReadWeights/N/K/B the read-only stream of an (N, K) NVFP4 weight matrix (+ scales), B blocks
 //                        of 512 threads per SM
@@ -34,18 +34,14 @@ constexpr int kIterations = 500;
 
 __global__ void empty_kernel() {}
 
-/** Times `launch` (one kernel) per iteration by its CUPTI span after a flush. */
+/** Times `launch` (one kernel) per iteration by its CUPTI span after the grader's flush
+ *  (flushed_span, the probe's own loop step). */
 template <class F>
 void time_spans(benchmark::State& state, nibble::CuptiTimer& timer, F&& launch) {
-  nibble::child::L2Flusher flush;  // the grader's own flush
+  nibble::child::L2Flusher flusher;
   for (auto _ : state) {
-    flush.flush(nullptr);
-    BENCH_CUDA(cudaDeviceSynchronize());
-    const uint64_t t0 = timer.now();
-    launch();
-    BENCH_CUDA(cudaDeviceSynchronize());
-    const nibble::SpanStats s = nibble::span_of(timer.collect(t0, timer.now()));
-    if (!s.valid || s.kernels != 1) throw std::runtime_error("CUPTI: " + s.invalid_reason + " (expected one kernel record)");
+    const nibble::SpanStats s = nibble::child::flushed_span(timer, flusher, launch);
+    if (s.kernels != 1) throw std::runtime_error("CUPTI: " + std::to_string(s.kernels) + " kernel records, expected one");
     state.SetIterationTime(double(s.span_ns) * 1e-9);
   }
 }

@@ -438,13 +438,7 @@ int child_probe_main(const std::string& out_file, bool measure_bandwidth, size_t
         for (const int bps : {1, 2, 4}) {
           std::vector<double> us;
           for (int i = 0; i < 53; ++i) {
-            flusher.flush(nullptr);
-            NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-            const uint64_t t0 = timer.now();
-            launch_read_stream(w.get(), bytes, nullptr, bps);
-            NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-            const SpanStats st = span_of(timer.collect(t0, timer.now()));
-            if (!st.valid) throw std::runtime_error("read floor: " + st.invalid_reason);
+            const SpanStats st = flushed_span(timer, flusher, [&] { launch_read_stream(w.get(), bytes, nullptr, bps); });
             if (i >= 3) us.push_back(double(st.span_ns) / 1e3);  // 3 warm-ups
           }
           const Summary s = summarize(us);

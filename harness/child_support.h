@@ -22,6 +22,7 @@
 #include "harness/atomic_file.h"
 #include "harness/child.h"
 #include "harness/cuda_check.h"
+#include "harness/cupti_timer.h"
 #include "harness/device_model.h"
 #include "harness/process.h"
 #include "harness/solution_library.h"
@@ -178,6 +179,22 @@ class L2Flusher {
   DeviceBuffer buf_;
   unsigned n_ = 0;
 };
+
+/** The CUPTI records' summary (span_ns, kernels, ...) of the GPU work `launch` starts, timed as a
+ *  graded call is: `flusher` empties L2, the device is synchronised, then the window from `launch`
+ *  to the next device sync. Throws std::runtime_error when the window's records are invalid (none,
+ *  or a zero duration). */
+template <class F>
+SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
+  flusher.flush(nullptr);
+  NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+  const uint64_t t0 = timer.now();
+  launch();
+  NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+  const SpanStats st = span_of(timer.collect(t0, timer.now()));
+  if (!st.valid) throw std::runtime_error("timed launch: " + st.invalid_reason);
+  return st;
+}
 
 struct OutputFile {
   std::vector<std::vector<uint8_t>> blobs;

@@ -386,9 +386,8 @@ int grade_gemm_main(const GradeOptions& opt) {
   log("probing the GPU");
   // The probe also times the shape's weight-read floor (a kernel that only reads W's codes and
   // scales, under this grader's flush and CUPTI window): at M <= 16 the floor that matters.
-  const int64_t weight_bytes = cfg.N * (cfg.K / 2) + cfg.N * cfg.scale_cols();
   ChildRun probe = run_child_in({exe, "__probe", "--out", work.path() + "/probe/result.json", "--read-floor-bytes",
-                                 std::to_string(weight_bytes)},
+                                 std::to_string(cfg.weight_bytes())},
                                 work.path() + "/probe", 120);
   if (!probe.result.is_object() || !probe.result.value("ok", false)) {
     std::fprintf(stderr,

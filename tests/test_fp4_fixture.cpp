@@ -85,10 +85,12 @@ TEST(GemmConfig, TensorsBytesAndFlops) {
   // A 98304 + codes 4718592 + scales 589824 + global 4 + C (fp32) 196608
   EXPECT_EQ(nv.bytes_per_call(), 5603332);
   EXPECT_EQ(nv.bytes_per_call(2), 5603332 - 98304);
+  EXPECT_EQ(nv.weight_bytes(), 4718592 + 589824);  // codes + scales: the 5308416 the read floor reads
   EXPECT_EQ(nv.flops(), 2LL * 16 * 3072 * 3072);
   const GemmConfig mx = gemm_config(kGemmMxfp4Task, "m16-n3072-k3072");
   EXPECT_EQ(mx.tensors().size(), 3u);
   EXPECT_EQ(mx.bytes_per_call(), 98304 + 4718592 + 294912 + 196608);
+  EXPECT_EQ(mx.weight_bytes(), 4718592 + 294912);  // MXFP4: a scale per 32
   EXPECT_THROW(mx.bytes_per_call(3), std::invalid_argument);
 }
 
