@@ -84,11 +84,13 @@ __device__ __forceinline__ float row_elem(const RowBits<EPL>& r, int e) {
  * zeroed (left zeroed). smem: attention_smem_floats<HD>() floats. done (optional, n_kv): the
  * combining block adds 1 to done[kv head] once that head's query heads are in out (release), so a
  * consumer may wait for the heads it reads instead of a grid barrier.
+ * tr (optional, tracing): kAttnMarks clock64() values of this block's first item (megakernel.h).
  */
 template <int HD>
 __device__ void attention_stage(const float* qkv, const float2* __restrict__ rope, uint16_t* k_cache,
                                 uint16_t* v_cache, int n_q, int n_kv, int max_seq, int pos, float* part,
-                                int max_chunks, unsigned* count, float* out, float* smem, unsigned* done = nullptr) {
+                                int max_chunks, unsigned* count, float* out, float* smem, unsigned* done = nullptr,
+                                long long* tr = nullptr) {
   constexpr int EPL = HD / 32, HALF = HD / 2, WPL = EPL / 2;  // elements / words per lane
   const int rep = n_q / n_kv;
   const int slots = pos + 1;
@@ -109,6 +111,13 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
   // the slot before the block wrote it. Kept in the tail of o_s, which is written only later.
   uint32_t* knew_s = reinterpret_cast<uint32_t*>(o_s + kWarps * kMaxRep * HD - HD);
   uint32_t* vnew_s = knew_s + HD / 2;
+  // Tracing: thread 0's clock after the block-wide barriers below (they already exist: no extra
+  // synchronisation), for the first item only.
+  const auto trace_mark = [&](int item, int k, long long v) {
+    if (tr && threadIdx.x == 0 && item == int(blockIdx.x)) tr[k] = v;
+  };
+  if (tr && threadIdx.x == 0)
+    for (int k = 0; k < kAttnMarks; ++k) tr[k] = 0;
 
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int kvh = item / n_chunks, c = item % n_chunks;
@@ -169,6 +178,7 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
       }
     }
     __syncthreads();  // q_s, knew_s / vnew_s visible to the block
+    trace_mark(item, 0, clock64());
 
     float qr[kMaxRep][EPL];
 #pragma unroll
@@ -227,6 +237,7 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
       }
     }
     __syncthreads();  // knew_s / vnew_s (in o_s) read by every warp before o_s is written
+    trace_mark(item, 1, clock64());
 
     // 4. Merge the warps' partials; a warp without slots has m = -inf, l = 0, o = 0.
 #pragma unroll
@@ -260,6 +271,7 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
       }
     }
     __syncthreads();
+    trace_mark(item, 2, clock64());
     if (threadIdx.x == 0) {
       __threadfence();  // release the block's partials (ordered before by the barrier) before the count
       const bool last = atomicAdd(count + kvh, 1u) == unsigned(n_chunks - 1);
@@ -267,6 +279,8 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
       *last_s = last ? 1u : 0u;
     }
     __syncthreads();
+    trace_mark(item, 3, clock64());
+    trace_mark(item, 5, *last_s);
     if (*last_s) {
       // 5. Combine the chunks: weights w[j][c] = e^(m_c - M_j) / L_j into shared memory first (all
       //    the (m, l) loads in flight at once), then each output element sums its chunks' o with
@@ -308,6 +322,7 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
         }
       }
     }
+    trace_mark(item, 4, clock64());
   }
 }
 

@@ -158,7 +158,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
 
     // 2. RoPE, KV append, attention -> attn; the last block of each KV head releases attn_done.
     attention_stage<HD>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,
-                        p.attn_count, p.attn, att, p.attn_done);
+                        p.attn_count, p.attn, att, p.attn_done,
+                        p.trace ? p.trace + size_t(blockIdx.x) * trace_marks(p.n_layers) + trace_attn(p.n_layers, li)
+                                : nullptr);
     mark_ready(p, 5 * li + 1);
     ring_prefetch(L->o, gw, nw, ring);
     block_groups(L->o, nw, &g0, &g1);  // o is group-major: a group is 128 / hd query heads

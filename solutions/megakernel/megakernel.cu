@@ -121,6 +121,41 @@ void write_trace(const Model& m) {
   }
   std::fprintf(f, "head     %6.0f %5.2f\ntotal    %8.0f cycles %8.2f us\n", head_max, head_max * us, total_max,
                total_max * us);
+  // The attention's phases (attention_stage's marks), from the release of the qkv barrier: per
+  // phase the mean over the blocks with an item, then the combining (last) blocks' combine and
+  // their end, and o-proj's release (its wait for the heads it reads), all means over layers.
+  {
+    double ph[5] = {}, comb_mean = 0, comb_max = 0, last_end = 0, o_rel = 0;
+    long long n_items = 0, n_last = 0;
+    for (int li = 0; li < L; ++li) {
+      double lmax = 0, emax = 0;
+      for (int b = 0; b < B; ++b) {
+        const long long* tb = t.data() + size_t(b) * K;
+        const long long* a = tb + trace_attn(L, li);
+        const double start = double(tb[2 + 2 * (5 * li)]);
+        o_rel += (double(tb[2 + 2 * (5 * li + 1)]) - start) / B / L;
+        if (a[0] == 0) continue;
+        ++n_items;
+        ph[0] += double(a[0]) - start;
+        for (int k = 1; k < 4; ++k) ph[k] += double(a[k] - a[k - 1]);
+        if (a[5]) {
+          ++n_last;
+          comb_mean += double(a[4] - a[3]);
+          lmax = std::max(lmax, double(a[4] - a[3]));
+          emax = std::max(emax, double(a[4]) - start);
+        }
+      }
+      comb_max += lmax / L;
+      last_end += emax / L;
+    }
+    if (n_items > 0) {
+      const char* pn[4] = {"rope+append", "scores+V", "merge+partial", "count"};
+      std::fprintf(f, "attention phases (us, mean over %lld item blocks x layers, from the qkv barrier's release):", n_items / L);
+      for (int k = 0; k < 4; ++k) std::fprintf(f, " %s %.2f", pn[k], ph[k] / double(n_items) * us);
+      std::fprintf(f, "\n  combine (last blocks) mean %.2f max %.2f; last combine ends at %.2f; o-proj released at %.2f (mean)\n",
+                   n_last ? comb_mean / double(n_last) * us : 0.0, comb_max * us, last_end * us, o_rel * us);
+    }
+  }
   // The GEMV counters: summed over all warps, layers and steps, so shown per warp and per call.
   constexpr int S = kGemvStats;
   std::vector<unsigned long long> g(5 * S);

@@ -156,9 +156,17 @@ struct DecodeParams {
   unsigned long long* trace_gemv = nullptr;
 };
 
+/** Marks per layer of the attention's phases in DecodeParams::trace (attention_stage's `tr`): q
+ *  rotated and the append done, every warp's scores and weighted V done, the block's partial
+ *  written, the count taken, the end (after the combine for the last block), and 1 for the last
+ *  block of its KV head. All 0 for a block without an item. */
+constexpr int kAttnMarks = 6;
 /** Values per block of DecodeParams::trace: the start, (arrival, release) for 5 stages per layer,
- *  the end, then one "ready" mark per stage (input built, before the GEMV; after the attention). */
-NIBBLE_MK_HD inline int trace_marks(int n_layers) { return 2 + 15 * n_layers; }
+ *  the end, one "ready" mark per stage (input built, before the GEMV; after the attention), then
+ *  kAttnMarks per layer for the attention's phases. */
+NIBBLE_MK_HD inline int trace_marks(int n_layers) { return 2 + (15 + kAttnMarks) * n_layers; }
+/** Index of layer li's first attention phase mark. */
+NIBBLE_MK_HD inline int trace_attn(int n_layers, int li) { return 2 + 15 * n_layers + kAttnMarks * li; }
 /** Index of stage s's "ready" mark (s over the whole step, 5 per layer). */
 NIBBLE_MK_HD inline int trace_ready(int n_layers, int s) { return 2 + 10 * n_layers + s; }
 
