@@ -56,11 +56,21 @@
 #include "nibble/nibble_gemm.h"
 #include "solutions/common/abi_util.h"
 #include "solutions/common/gemm_abi_util.h"
+#include "solutions/common/sm90_async.cuh"
 #include "solutions/gemm_fp4_sm90/fp4_frag.h"
 #include "solutions/gemm_fp4_sm90/wgmma_rs.cuh"
 
 namespace nibble::gemm_fp4_sm90 {
 namespace {
+
+using sol::bulk_load;
+using sol::mbar_arrive;
+using sol::mbar_expect_tx;
+using sol::mbar_init;
+using sol::mbar_wait;
+using sol::policy_evict_first;
+using sol::policy_evict_last;
+using sol::smem_addr;
 
 // ---- small device helpers -----------------------------------------------------------------------
 
@@ -105,34 +115,6 @@ __device__ __forceinline__ void chunk_mma(const uint4& q, uint32_t sw, const uin
   }
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-
 /** TMA: the (64 k x rows) box at (k, m) of the tensor map into dst, completing on bar. */
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int k, int m) {
   asm volatile(
@@ -140,27 +122,6 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
           smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(m), "r"(smem_addr(bar))
       : "memory");
-}
-
-/** Bulk copy (the TMA engine, no tensor map): `bytes` (a multiple of 16, both addresses 16-byte
- *  aligned) from global src to shared dst, completing on bar. Evict-first in L2 when `stream`. */
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
-      : "memory");
-}
-
-__device__ __forceinline__ uint64_t policy_evict_first() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t policy_evict_last() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  return p;
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }

@@ -44,13 +44,17 @@ namespace {
 
 /** Shared memory carve-up; max_k = the longest GEMV input. */
 struct SmemLayout {
-  size_t xs, xf, gn, red, bars, ring, att, total;
+  size_t xs, xf, kv, gn, red, kvbar, bars, ring, att, total;
   __host__ __device__ SmemLayout(int max_k, int hd) {
     xs = 0;                                       // max_k fp32: the GEMV input vector
     xf = xs + size_t(max_k) * 4;                  // its int8 limbs (XQuant), xquant_bytes(max_k) <= 4 max_k
-    gn = xf + size_t(max_k) * 4;                  // the next RMSNorm's gain, bf16 (d <= max_k)
+    kv = 0;                                       // the attention's K/V sub-chunk, over xs and xf:
+                                                  // they are free from the qkv GEMV's end to o's build
+    const size_t low = size_t(max_k) * 8 > size_t(kAttnKvBytes) ? size_t(max_k) * 8 : size_t(kAttnKvBytes);
+    gn = low;                                     // the next RMSNorm's gain, bf16 (d <= max_k)
     red = gn + size_t(max_k) * 2;                 // kWarps fp32: block reductions
-    bars = red + 32 * 4;                          // the rings' mbarriers
+    kvbar = red + 32 * 4;                         // the K/V buffer's mbarrier (8 of 16 bytes)
+    bars = kvbar + 16;                            // the rings' mbarriers
     ring = bars + kRingBarrierBytes;              // the weight rings (16-byte aligned)
     att = ring + kRingBytes;                      // attention scratch: apart from the rings, which
                                                   // stream o-proj weights during the attention
@@ -109,6 +113,16 @@ __device__ __forceinline__ void wait_heads(const DecodeParams& p, int stage, int
   mark(p, 2 + 2 * stage);
 }
 
+/** The critical-path probe (DecodeParams::delay_where): spin delay_ns of GPU time at point `where`. */
+__device__ __forceinline__ void probe_delay(const DecodeParams& p, int where) {
+  if (p.delay_where != where) return;
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < (unsigned long long)p.delay_ns);
+}
+
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -121,6 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   float* red = reinterpret_cast<float*>(smem + lay.red);
   float* att = reinterpret_cast<float*>(smem + lay.att);
   Ring ring = ring_init(smem + lay.ring, reinterpret_cast<unsigned long long*>(smem + lay.bars), p.proxy_fence);
+  AttnKv kv = attn_kv_init(smem + lay.kv, reinterpret_cast<uint64_t*>(smem + lay.kvbar));
 
   const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5), nw = gridDim.x * kWarps;
   mark(p, 0);
@@ -150,6 +165,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     mark_ready(p, 5 * li + 0);
     gain_prefetch(L->post_norm, p.d, gn);
     gemv_run(L->qkv, p.qkv, xquant_view(xf, p.d), gw, nw, ring, L->o, true, gemv_stats(p, 0));
+    probe_delay(p, 2);
+    // The block's first K/V rows of the attention, copied while the grid meets at the barrier (over
+    // xs and xf: every warp is past the GEMV that reads them).
+    __syncthreads();
+    attention_prefetch<HD>(kv, L->k_cache, L->v_cache, p.n_kv, p.max_seq, p.pos, p.max_chunks);
+    // (NIBBLE_MK_L2PF) the later stages' weights into L2, queued behind the K/V copies
     if (p.l2_prefetch & 1) gemv_prefetch_l2(L->o, gw, nw);
     if (p.l2_prefetch & 2) gemv_prefetch_l2(L->gu, gw, nw);
     if (p.l2_prefetch & 4) gemv_prefetch_l2(L->down, gw, nw);
@@ -158,9 +179,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
 
     // 2. RoPE, KV append, attention -> attn; the last block of each KV head releases attn_done.
     attention_stage<HD>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,
-                        p.attn_count, p.attn, att, p.attn_done,
+                        p.attn_count, p.attn, att, kv, p.attn_done,
                         p.trace ? p.trace + size_t(blockIdx.x) * trace_marks(p.n_layers) + trace_attn(p.n_layers, li)
                                 : nullptr);
+    probe_delay(p, 1);
     mark_ready(p, 5 * li + 1);
     ring_prefetch(L->o, gw, nw, ring);
     block_groups(L->o, nw, &g0, &g1);  // o is group-major: a group is 128 / hd query heads
@@ -184,6 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     rs = rms_scale(xs, p.d, p.eps, red);
     build_x_limbs(xs, p.d, xf, gn, rs);
     __syncthreads();
+    probe_delay(p, 3);
     mark_ready(p, 5 * li + 3);
     gemv_run(L->gu, p.gu, xquant_view(xf, p.d), gw, nw, ring, L->down, true, gemv_stats(p, 2));
     ring_prefetch(L->down, gw, nw, ring);
@@ -200,6 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     const PackedMatrix& after = li + 1 < p.n_layers ? p.layers[li + 1].qkv : p.head;
     gemv_run(L->down, p.h, xquant_view(xf, p.ffn), gw, nw, ring, after, true, gemv_stats(p, 3));
     ring_prefetch(after, gw, nw, ring);
+    probe_delay(p, 4);
     gain_wait();
     // gate|up is read by every block before this barrier: zeroed for the next layer after it
     stage_barrier(p, 5 * li + 4, 4 * li + 3);
@@ -253,10 +277,16 @@ std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int gr
   if (d % kGroup || ffn % kGroup)
     return "d and ffn must be multiples of 128 (the GEMV inputs are whole groups)";
   // Shared memory: the longest GEMV input as fp32, its limbs (at most 4 bytes per input) and a
-  // gain (2 bytes per input) beside the rings and the attention scratch.
+  // gain (2 bytes per input) beside the rings and the attention scratch, within sm_90's 227 KB per
+  // block (opt-in).
   const long long max_k = std::max({(long long)d, (long long)ffn, (long long)n_q * hd});
-  if (max_k * 10 > 160 * 1024)
-    return "the longest GEMV input (" + std::to_string(max_k) + ") does not fit in shared memory (at most 16384)";
+  constexpr size_t kSm90SmemPerBlock = 227 * 1024;
+  if (max_k > (1 << 20) || decode_smem_bytes(int(max_k), hd) > kSm90SmemPerBlock) {
+    long long fit = 0;  // the longest input (a multiple of 128) that fits
+    for (long long k = kGroup; k <= (1 << 20) && decode_smem_bytes(int(k), hd) <= kSm90SmemPerBlock; k += kGroup) fit = k;
+    return "the longest GEMV input (" + std::to_string(max_k) + ") does not fit in shared memory (at most " +
+           std::to_string(fit) + " at hd " + std::to_string(hd) + ": 227 KB per block)";
+  }
   return "";
 }
 

@@ -38,6 +38,7 @@
 #include <cstdint>
 
 #include "megakernel.h"
+#include "solutions/common/sm90_async.cuh"
 
 namespace nibble::megakernel {
 
@@ -71,9 +72,7 @@ struct Ring {
   int proxy_fence;        // 1: fence.proxy.async before each refill (NIBBLE_MK_PFENCE, NOTES.md)
 };
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using sol::smem_addr;
 
 /** Block-wide, once per kernel: carve the rings and initialise every mbarrier (count 1). */
 __device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned long long* bars, int proxy_fence = 1) {
@@ -85,11 +84,10 @@ __device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned lon
   r.issued = 0;
   r.next_issued = 0;
   r.proxy_fence = proxy_fence;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(r.policy));
+  r.policy = sol::policy_evict_first();
   if (lane == 0) {
-    for (int s = 0; s < kRingStages; ++s)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(r.bar + 8 * s) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int s = 0; s < kRingStages; ++s) sol::mbar_init(r.bar + 8 * s, 1);
+    sol::mbar_init_fence();
   }
   __syncwarp();
   return r;
@@ -107,19 +105,10 @@ __device__ __forceinline__ void ring_issue(const uint4* w, const uint2* meta, co
   const uint64_t policy = r.policy;
   // The slot was last read through the generic proxy (LDS); the copy engine writes it next. Those
   // reads have completed (their values fed the mma before the __syncwarp that precedes this).
-  if (r.proxy_fence) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(n * (kUnitBytes + kUnitMetaBytes))
-               : "memory");
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-          smem_addr(dst)),
-      "l"(w + u * 64), "r"(n * kUnitBytes), "r"(bar), "l"(policy)
-      : "memory");
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-          smem_addr(dst + kStageUnits * kUnitBytes)),
-      "l"(meta + u * 8), "r"(n * kUnitMetaBytes), "r"(bar), "l"(policy)
-      : "memory");
+  if (r.proxy_fence) sol::fence_proxy_async_smem();
+  sol::mbar_expect_tx(bar, uint32_t(n * (kUnitBytes + kUnitMetaBytes)));
+  sol::bulk_load(smem_addr(dst), w + u * 64, uint32_t(n * kUnitBytes), bar, policy);
+  sol::bulk_load(smem_addr(dst + kStageUnits * kUnitBytes), meta + u * 8, uint32_t(n * kUnitMetaBytes), bar, policy);
 }
 
 __device__ __forceinline__ uint32_t ring_stages(const UnitRange& rg) {
@@ -155,16 +144,7 @@ __device__ __forceinline__ void gemv_prefetch_l2(const PackedMatrix& M, int gw, 
 }
 
 __device__ __forceinline__ void ring_wait(const Ring& r, uint32_t n) {
-  const uint32_t bar = r.bar + 8 * (n % kRingStages), parity = (n / kRingStages) & 1u;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  sol::mbar_wait(r.bar + 8 * (n % kRingStages), (n / kRingStages) & 1u);
 }
 
 /** x prepared for the integer GEMV (build_x_limbs), per 128-input group gr:

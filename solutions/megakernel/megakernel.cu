@@ -406,6 +406,13 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   if (const char* bm = std::getenv("NIBBLE_MK_BARRIER"); bm && *bm) P.barrier_mode = std::atoi(bm) == 0 ? 0 : 1;
   if (const char* pf = std::getenv("NIBBLE_MK_PFENCE"); pf && *pf) P.proxy_fence = std::atoi(pf) == 0 ? 0 : 1;
   if (const char* l2 = std::getenv("NIBBLE_MK_L2PF"); l2 && *l2) P.l2_prefetch = std::atoi(l2) & 7;
+  if (const char* dl = std::getenv("NIBBLE_MK_DELAY"); dl && *dl) {
+    int where = 0, ns = 0;
+    if (std::sscanf(dl, "%d:%d", &where, &ns) == 2 && where >= 1 && where <= 4 && ns > 0 && ns <= 1000000) {
+      P.delay_where = where;
+      P.delay_ns = ns;
+    }
+  }
   if (const char* tp = std::getenv("NIBBLE_MK_TRACE"); tp && *tp) {
     mdl->trace_path = tp;
     mdl->trace.allocate(size_t(mdl->blocks) * trace_marks(c.layers) * 8);

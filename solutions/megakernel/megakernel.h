@@ -144,6 +144,12 @@ struct DecodeParams {
   /** After its qkv GEMV each warp prefetches into L2 its ranges of this layer's o (bit 0), gate|up
    *  (bit 1) and down (bit 2) weights, to stream during the attention (NIBBLE_MK_L2PF=mask). */
   int l2_prefetch = 0;
+  /** A critical-path probe (NIBBLE_MK_DELAY=where:ns, NOTES.md): every thread spins delay_ns of
+   *  GPU time at one point of every layer (1 after the attention, 2 after the qkv GEMV, 3 after
+   *  gate|up's input build, 4 after the down GEMV); the step grows by n_layers x delay if that
+   *  point is on the critical path, by less if the weight stream hides it. 0: off. */
+  int delay_where = 0;
+  int delay_ns = 0;
   // this step
   const int64_t* token = nullptr;
   int pos = 0;

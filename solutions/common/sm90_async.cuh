@@ -1,0 +1,84 @@
+// sm90_async.cuh: the Hopper asynchronous-copy primitives the sm_90a solutions share: mbarriers
+// (init, arrive, expect_tx, the parity wait) and bulk copies global -> shared on the copy engine
+// (cp.async.bulk, completing on an mbarrier's transaction count), with L2 cache policies.
+//
+// Source: PTX ISA 8.x, "Parallel synchronization and communication instructions: mbarrier" and
+// "Data movement: cp.async.bulk" (sm_90). Every function takes shared-memory addresses as the
+// 32-bit shared-window address (smem_addr) or as a generic pointer into shared memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nibble::sol {
+
+/** The 32-bit shared-window address of a generic pointer into shared memory. */
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/** One thread: an mbarrier expecting `count` arrivals per phase. Make it visible to the copy engine
+ *  with fence.mbarrier_init (mbar_init_fence) and to the block with a barrier before use. */
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) { mbar_init(smem_addr(bar), count); }
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+/** Spin until the phase of parity `parity` of the mbarrier at shared address `bar` has completed. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) { mbar_wait(smem_addr(bar), parity); }
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+/** Arrive and add `bytes` to the phase's expected transaction count (the copies' complete_tx). */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) { mbar_expect_tx(smem_addr(bar), bytes); }
+
+/** Bulk copy on the copy engine: `bytes` (a multiple of 16, both addresses 16-byte aligned) from
+ *  global src to shared address dst, completing on the mbarrier at shared address bar, with the L2
+ *  cache policy `policy` (policy_evict_first / policy_evict_last). */
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+  bulk_load(smem_addr(dst), src, bytes, smem_addr(bar), policy);
+}
+
+/** Order this thread's (and, after a barrier, the block's) generic-proxy accesses to shared memory
+ *  before the copy engine's next writes there (a buffer read with LDS, then refilled). */
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+/** L2 policies for bulk copies: evict-first for data read once (weights, the KV cache), evict-last
+ *  for data read again. */
+__device__ __forceinline__ uint64_t policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t policy_evict_last() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+}  // namespace nibble::sol
