@@ -175,6 +175,22 @@ int child_run_main(const RunOptions& opt) {
                json{{"tensor", changed}});
       return false;
     };
+    // Timing's CUPTI subscription and flush from here, before build_model: the harness's own kernels
+    // between two timed steps (the flush; prepare_step and the logits read are a memset and copies)
+    // are counted before the candidate can have started anything, so a thread of its that launches
+    // work between timed steps (say, reading the weights back into L2 after the flush) cannot hide
+    // in the count (as the GEMM grader, gemm_grade.cpp).
+    std::unique_ptr<L2Flusher> flusher;
+    std::unique_ptr<CuptiTimer> timer;
+    int harness_gap_kernels = 0;
+    if (opt.timing) {
+      flusher = std::make_unique<L2Flusher>();
+      timer = std::make_unique<CuptiTimer>();
+      const uint64_t g0 = timer->now();
+      flusher->flush(harness_stream);
+      NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+      harness_gap_kernels = span_of(timer->collect(g0, timer->now())).kernels;
+    }
     auto t = std::chrono::steady_clock::now();
     if (!call("build_model", opt.build_timeout_seconds, [&] {
           session = std::make_unique<DecodeSession>(*lib, *model, stream);
@@ -244,8 +260,6 @@ int child_run_main(const RunOptions& opt) {
 
     if (opt.timing) {
       t = std::chrono::steady_clock::now();
-      L2Flusher flusher;
-      CuptiTimer timer;
       TimedRandom rng(opt.timing_seed);
       std::uniform_int_distribution<int64_t> token_dist(0, d.vocab - 1);
       std::vector<double> span_us, busy_us, wall_us;
@@ -257,6 +271,10 @@ int child_run_main(const RunOptions& opt) {
       std::vector<int64_t> round_tokens;
       OutputFile timed_out;
       std::vector<int> keep_steps;
+      // Work between timed steps is in no window. A kernel in a gap beyond the harness's own
+      // (counted before build_model) is the candidate's: gaps_with_foreign_kernels.
+      int gap_work = 0;
+      uint64_t gap_start = timer->now();
       for (int r = 0; r < opt.max_rounds; ++r) {
         round_tokens.clear();
         OutputFile round_out;
@@ -270,9 +288,9 @@ int child_run_main(const RunOptions& opt) {
           for (auto& x : tok) x = token_dist(rng);
           round_tokens.insert(round_tokens.end(), tok.begin(), tok.end());
           session->prepare_step(tok);
-          flusher.flush(harness_stream);
+          flusher->flush(harness_stream);
           NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-          const uint64_t c0 = timer.now();
+          const uint64_t c0 = timer->now();
           const auto w0 = std::chrono::steady_clock::now();
           // All work the call caused, on any stream, is inside the window: sync the device.
           if (!call("decode_step", opt.step_timeout_seconds, [&] {
@@ -281,8 +299,15 @@ int child_run_main(const RunOptions& opt) {
               }))
             return 5;
           const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
-          const uint64_t c1 = timer.now();
-          const SpanStats st = span_of(timer.collect(c0, c1));
+          const uint64_t c1 = timer->now();
+          // One collect after the step, split at c0: the gap's records before, the window's after
+          // (a CUPTI flush just before the launch would put its next buffer request in the window).
+          std::vector<ActivityRecord> gap_recs, win_recs;
+          for (const ActivityRecord& rec : timer->collect(gap_start, c1))
+            (rec.start_ns < c0 ? gap_recs : win_recs).push_back(rec);
+          if (span_of(gap_recs).kernels > harness_gap_kernels) ++gap_work;
+          gap_start = c1;
+          const SpanStats st = span_of(win_recs);
           if (!st.valid) {
             ++invalid;
             invalid_reason = st.invalid_reason;
@@ -327,6 +352,8 @@ int child_run_main(const RunOptions& opt) {
       tj["invalid_samples"] = invalid;
       tj["invalid_reason"] = invalid_reason;
       tj["nonfinite_outputs"] = nonfinite;
+      tj["gaps_with_foreign_kernels"] = gap_work;
+      tj["harness_kernels_per_gap"] = harness_gap_kernels;
       tj["replay"] = {{"tokens", round_tokens}, {"keep_steps", keep_steps}};
       tj["pos"] = positions_t;
       tj["gpu_span_us"] = span_us;

@@ -351,11 +351,12 @@ int grade_main(const GradeOptions& opt) {
         {"metric", "GPU span: first activity record's start to the last one's end (CUPTI CONCURRENT_KERNEL, MEMCPY, MEMSET; all streams), per decode_step call"},
         {"before_each_call", "persisting L2 reset, L2 flushed (2x its size written), device synchronised; outside the window"},
         {"after_each_call", "device synchronised inside the window; logits checked finite outside it"},
+        {"between_calls", "a kernel between two timed steps beyond the harness's own (counted before build_model) makes the grade InvalidTiming (gaps_with_foreign_kernels)"},
         {"tokens", "fresh ids per call: from token_seed when --timing-seed fixed it, else from the OS (token_seed_from)"},
         {"positions", "pos = prefill .. prefill + steps_per_round - 1, repeated per round"},
         {"timed_seed", opt.seeds.front()}};
     for (const char* k : {"token_seed", "token_seed_from", "steps_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs",
-                          "verified_calls", "verified_worst_rel_err"})
+                          "gaps_with_foreign_kernels", "harness_kernels_per_gap", "verified_calls", "verified_worst_rel_err"})
       if (timing_raw.contains(k)) t[k] = timing_raw[k];
     if (!span.empty()) {
       const Summary s = summarize(span), w = summarize(wall_us), b = summarize(busy), kk = summarize(kernels);
@@ -395,6 +396,12 @@ int grade_main(const GradeOptions& opt) {
         reason = "host wall time (" + fmt(w.median) + " us) is below the CUPTI GPU span (" + fmt(s.median) + " us): the clocks disagree";
       }
       t["us_per_token"] = s.median;
+    }
+    if (disposition.empty() && timing_raw.value("gaps_with_foreign_kernels", 0) > 0) {
+      disposition = kInvalidTiming;
+      reason = "the GPU ran kernels that were not the harness's between timed steps (in " +
+               std::to_string(timing_raw.value("gaps_with_foreign_kernels", 0)) +
+               " gaps), outside every timing window: work a timed step may depend on was not timed";
     }
     if (disposition.empty() && timing_raw.value("invalid_samples", 0) > 0) {
       disposition = kInvalidTiming;

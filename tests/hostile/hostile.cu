@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +26,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels.h"
@@ -86,6 +89,8 @@ struct State {
   std::string out_dir;                                     // forge_*, steal_reference: the child's --out
   std::vector<int64_t> stolen_pos;                         // steal_reference: the reference's checked
   std::vector<std::vector<uint8_t>> stolen_logits, stolen_k, stolen_v;  // steps, read from its folder
+  std::thread gap_thread;                                  // gap_work: launches kernels until stop
+  std::atomic<bool> stop{false};
 };
 
 }  // namespace
@@ -103,6 +108,28 @@ __global__ void spin_kernel(volatile int* flag) {
 __global__ void store_kernel(float* p, float v) { *p = v; }
 __global__ void xor_byte_kernel(uint8_t* p, uint8_t mask) { *p ^= mask; }
 __global__ void bump_token_kernel(int64_t* t) { t[0] += 1; }
+__global__ void gap_kernel(unsigned* p) {
+  if (threadIdx.x == 0) atomicAdd(p, 1u);
+}
+
+/** gap_work: until *stop, one gap_kernel on a private stream every ~20 us (errors end the loop
+ *  quietly: the harness's checks, not this thread, decide the grade). */
+void launch_forever(std::atomic<bool>* stop) {
+  cudaStream_t st = nullptr;
+  unsigned* counter = nullptr;
+  if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) return;
+  if (cudaMalloc(&counter, sizeof(unsigned)) == cudaSuccess) {
+    while (!stop->load()) {
+      gap_kernel<<<1, 32, 0, st>>>(counter);
+      if (cudaGetLastError() != cudaSuccess) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    cudaStreamSynchronize(st);
+    cudaFree(counter);
+  }
+  cudaStreamDestroy(st);
+}
+
 __global__ void noise_kernel() {
   printf("\x1b[31m[nibble] disposition Passed\x1b[0m {\"phase\":\"done\"} from GPU thread %d\n", int(threadIdx.x));
 }
@@ -654,12 +681,20 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   H_CUDA(cudaDeviceReset());
 #elif defined(HOSTILE_HOST_SLEEP)
   usleep(HOSTILE_SLEEP_US);  // host time the GPU never sees
+#elif defined(HOSTILE_GAP_WORK)
+  // From the first (checked) step on, kernels of its own between the harness's timed steps, where a
+  // real cheat would read the next step's weights back into L2 after the harness's flush.
+  if (call == 0) s.gap_thread = std::thread(launch_forever, &s.stop);
 #endif
   return NIBBLE_OK;
 #endif
 }
 
 nibble_status teardown(State& s, cudaStream_t stream, nibble_error* err) {
+  if (s.gap_thread.joinable()) {
+    s.stop = true;
+    s.gap_thread.join();
+  }
 #if defined(HOSTILE_NOISY_OUTPUT)
   spew(stdout, -1);
   spew(stderr, -1);
