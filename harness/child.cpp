@@ -273,7 +273,7 @@ int child_run_main(const RunOptions& opt) {
       std::vector<int> keep_steps;
       // Work between timed steps is in no window. A kernel in a gap beyond the harness's own
       // (counted before build_model) is the candidate's: gaps_with_foreign_kernels.
-      int gap_work = 0;
+      int gap_work = 0, late_kernels = 0;
       uint64_t gap_start = timer->now();
       for (int r = 0; r < opt.max_rounds; ++r) {
         round_tokens.clear();
@@ -302,10 +302,14 @@ int child_run_main(const RunOptions& opt) {
           const uint64_t c1 = timer->now();
           // One collect after the step, split at c0: the gap's records before, the window's after
           // (a CUPTI flush just before the launch would put its next buffer request in the window).
-          std::vector<ActivityRecord> gap_recs, win_recs;
-          for (const ActivityRecord& rec : timer->collect(gap_start, c1))
+          // A kernel that started before gap_start but is delivered only now was still running at
+          // the last collect, past the device sync that closed its window. Counted, not yet judged
+          // (late_kernels): no GPU run has shown yet that an honest solution never has one.
+          std::vector<ActivityRecord> gap_recs, win_recs, late;
+          for (const ActivityRecord& rec : timer->collect(gap_start, c1, &late))
             (rec.start_ns < c0 ? gap_recs : win_recs).push_back(rec);
           if (span_of(gap_recs).kernels > harness_gap_kernels) ++gap_work;
+          late_kernels += span_of(late).kernels;
           gap_start = c1;
           const SpanStats st = span_of(win_recs);
           if (!st.valid) {
@@ -354,6 +358,7 @@ int child_run_main(const RunOptions& opt) {
       tj["nonfinite_outputs"] = nonfinite;
       tj["gaps_with_foreign_kernels"] = gap_work;
       tj["harness_kernels_per_gap"] = harness_gap_kernels;
+      tj["late_kernels"] = late_kernels;
       tj["replay"] = {{"tokens", round_tokens}, {"keep_steps", keep_steps}};
       tj["pos"] = positions_t;
       tj["gpu_span_us"] = span_us;

@@ -43,9 +43,12 @@ class CuptiTimer {
   /** CUPTI's timestamp in ns. */
   uint64_t now() const;
   /** Flush CUPTI's buffers and return (and forget) every record whose start lies in [t0, t1];
-   *  records that started before t0 are dropped, those after t1 kept for the next collect (so the
-   *  work between two windows can be collected too). Call after the device is synchronised. */
-  std::vector<ActivityRecord> collect(uint64_t t0, uint64_t t1);
+   *  records that started after t1 are kept for the next collect (so the work between two windows
+   *  can be collected too); those that started before t0 are dropped, or moved to *late when given
+   *  (a record CUPTI delivers only now although it started before the previous collect's end: work
+   *  still running then, on a stream the harness did not synchronise). Call after the device is
+   *  synchronised. */
+  std::vector<ActivityRecord> collect(uint64_t t0, uint64_t t1, std::vector<ActivityRecord>* late = nullptr);
   /** CUPTI's API version. */
   static uint32_t version();
 };

@@ -242,7 +242,7 @@ int child_gemm_main(const GemmRunOptions& opt) {
       // Work between timed calls is not in any window: a candidate's thread could, say, read W back
       // into L2 after the flush. Any kernel in a gap beyond the harness's own (counted before
       // prepare) is the candidate's.
-      int gap_work = 0;
+      int gap_work = 0, late_kernels = 0;
       uint64_t gap_start = timer->now();
       for (int r = 0; r < opt.max_rounds; ++r) {
         const int keep = int(rng() % uint64_t(opt.calls_per_round));
@@ -262,10 +262,14 @@ int child_gemm_main(const GemmRunOptions& opt) {
           const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
           const uint64_t c1 = timer->now();
           if (st2 != NIBBLE_OK) return status_fail("run", st2);
-          std::vector<ActivityRecord> gap_recs, win_recs;
-          for (const ActivityRecord& rec : timer->collect(gap_start, c1))
+          // A kernel that started before gap_start but is delivered only now was still running at
+          // the last collect, past the device sync that closed its window. Counted, not yet judged
+          // (late_kernels): no GPU run has shown yet that an honest solution never has one.
+          std::vector<ActivityRecord> gap_recs, win_recs, late;
+          for (const ActivityRecord& rec : timer->collect(gap_start, c1, &late))
             (rec.start_ns < c0 ? gap_recs : win_recs).push_back(rec);
           if (span_of(gap_recs).kernels > harness_gap_kernels) ++gap_work;
+          late_kernels += span_of(late).kernels;
           const SpanStats ss = span_of(win_recs);
           gap_start = c1;
           if (!ss.valid) {
@@ -310,6 +314,7 @@ int child_gemm_main(const GemmRunOptions& opt) {
       tj["invalid_reason"] = invalid_reason;
       tj["gaps_with_foreign_kernels"] = gap_work;
       tj["harness_kernels_per_gap"] = harness_gap_kernels;
+      tj["late_kernels"] = late_kernels;
       tj["nonfinite_outputs"] = nonfinite;
       tj["gpu_span_us"] = span_us;
       tj["busy_us"] = busy_us;
@@ -534,7 +539,7 @@ int grade_gemm_main(const GradeOptions& opt) {
     json t;
     t["protocol"] = "GPU span of all CUPTI records per run call (all streams), L2 flushed and persisting L2 reset before each, a fresh sign mask on A per call (each call's mask seed from the OS after prepare, or from flip_seed when --timing-seed fixed it)";
     for (const char* k : {"flip_seed", "flip_seed_from", "calls_per_round", "rounds", "stop_reason", "invalid_samples",
-                          "nonfinite_outputs", "gaps_with_foreign_kernels"})
+                          "nonfinite_outputs", "gaps_with_foreign_kernels", "harness_kernels_per_gap", "late_kernels"})
       t[k] = timing_raw[k];
     t["gpu_span_us"] = summary_json(s, &span);
     t["host_wall_us"] = summary_json(w, &wall);

@@ -356,7 +356,7 @@ int grade_main(const GradeOptions& opt) {
         {"positions", "pos = prefill .. prefill + steps_per_round - 1, repeated per round"},
         {"timed_seed", opt.seeds.front()}};
     for (const char* k : {"token_seed", "token_seed_from", "steps_per_round", "rounds", "stop_reason", "invalid_samples", "nonfinite_outputs",
-                          "gaps_with_foreign_kernels", "harness_kernels_per_gap", "verified_calls", "verified_worst_rel_err"})
+                          "gaps_with_foreign_kernels", "harness_kernels_per_gap", "late_kernels", "verified_calls", "verified_worst_rel_err"})
       if (timing_raw.contains(k)) t[k] = timing_raw[k];
     if (!span.empty()) {
       const Summary s = summarize(span), w = summarize(wall_us), b = summarize(busy), kk = summarize(kernels);

@@ -447,7 +447,8 @@ TEST(MegakernelConfig, DeclinesWhatItCannotRun) {
   EXPECT_NE(mk::unsupported_reason(3072, 32768, 24, 8, 128, 128), ""); // ffn too long for shared memory
   // The longest input that fits sm_90's 227 KB per block, by hand from the layout (decode_kernel.cu
   // SmemLayout, hd 128): max(8 k, 73728) + 2 k + 128 + 16 + 384 (ring mbarriers) + 104448 (rings)
-  // + 35344 (attention scratch) <= 232448 gives k <= 9097, so 9088 fits and 9216 does not.
+  // + 35344 (attention scratch) <= 232448 gives k <= 9200 (the K/V sub-chunk's 73728 bytes are the
+  // larger term there), so 9088 fits and 9216 does not.
   EXPECT_EQ(mk::unsupported_reason(3072, 9088, 24, 8, 128, 128), "");
   const std::string why = mk::unsupported_reason(3072, 9216, 24, 8, 128, 128);
   EXPECT_NE(why.find("at most 9088 at hd 128"), std::string::npos) << why;

@@ -90,4 +90,12 @@ TEST(GpuSpan, NoRecordOrZeroDurationIsInvalid) {
   const SpanStats s = span_of({{ActivityRecord::Kernel, 100, 100, 1}});
   EXPECT_FALSE(s.valid);
   EXPECT_NE(s.invalid_reason.find("zero"), std::string::npos);
+  // The counts still cover every record (the graders count kernels between timed calls from them):
+  // a zero-length copy first must not hide the two kernels after it.
+  const SpanStats z = span_of({{ActivityRecord::Memcpy, 50, 50, 1},
+                               {ActivityRecord::Kernel, 60, 70, 1},
+                               {ActivityRecord::Kernel, 80, 90, 2}});
+  EXPECT_FALSE(z.valid);
+  EXPECT_EQ(z.kernels, 2);
+  EXPECT_EQ(z.memcpys, 1);
 }
