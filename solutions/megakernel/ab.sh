@@ -12,7 +12,7 @@ mkdir -p "$OUT" || exit 2
 [ -x "$B/bin/nibble" ] || { echo "ab.sh: $B/bin/nibble not found: build first (cmake --preset hopper)" >&2; exit 2; }
 failed=0
 for cfg in "$@"; do
-  tag=$(echo "$cfg" | tr ' =' '_-')
+  tag=$(echo "$cfg" | tr ' :,=' '___-')  # names the device tool returns: no ':' or ','
   env $cfg timeout 100 $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/ab-$tag.json" --max-timing-seconds 3 > "$OUT/ab-$tag.log" 2>&1
   rc=$?
   echo "== $cfg: $(grep -E 'time/token' $OUT/ab-$tag.log | sed 's/ *time.token *//') $(grep -E 'disposition' $OUT/ab-$tag.log | cut -c1-40)"
