@@ -127,6 +127,13 @@ int report_command(std::vector<std::string> args) {
     std::fprintf(stderr, "nibble report html: %s\n", e.what());
     return kCompareBadInput;
   }
+  // A BASE of another task (decode against a GEMM) has no figure in common: refuse it, as a
+  // calibration table of another task is refused, rather than draw verdicts across tasks.
+  if (!html_base.empty() && base.value("task", std::string()) != report.value("task", std::string())) {
+    std::fprintf(stderr, "nibble report html: BASE %s is a %s report, REPORT %s a %s one: not comparable\n", html_base.c_str(),
+                 base.value("task", std::string("?")).c_str(), html_path.c_str(), report.value("task", std::string("?")).c_str());
+    return kCompareBadInput;
+  }
   std::string page;
   if (html_base.empty()) {
     page = render_html_report(report, html_path);

@@ -134,6 +134,16 @@ double num_or(const json& o, const char* k, double dflt) {
   return o.is_object() && o.contains(k) && o[k].is_number() ? o[k].get<double>() : dflt;
 }
 
+/** The between-calls line: only when the grade saw kernels outside the windows (foreign ones in a
+ *  gap, which make the grade InvalidTiming, or late ones, recorded only). */
+void between_calls_line(std::ostream& o, const json& t) {
+  const double gaps = num_or(t, "gaps_with_foreign_kernels", 0), late = num_or(t, "late_kernels", 0);
+  if (!(gaps > 0) && !(late > 0)) return;
+  o << "  between      " << fmt_g(gaps, 6) << " gaps between timed calls held kernels beyond the harness's own ("
+    << fmt_g(num_or(t, "harness_kernels_per_gap", NAN), 3) << " per gap); " << fmt_g(late, 6)
+    << " kernels reached the timer only after their window or gap was collected\n";
+}
+
 }  // namespace
 
 // Mirrors the block "5. The summary a person reads" of harness/grade.cpp line for line; where the
@@ -198,6 +208,7 @@ std::string format_summary(const json& report, const std::string& report_path) {
     if (const double rf = weight_read_floor_us(report); !std::isnan(rf))
       o << "  read floor   " << fmt_g(rf, 4) << " us for a kernel that only reads W's codes and scales (same flush, same timer) -> "
         << fmt_g(100 * rf / median, 3) << "% of it\n";
+    between_calls_line(o, t);
   } else if (report.contains("timing") && report["timing"].is_object() && report["timing"].contains("gpu_span_us")) {
     const json& t = report["timing"];
     const json& s = t["gpu_span_us"];
@@ -216,6 +227,7 @@ std::string format_summary(const json& report, const std::string& report_path) {
         << " us at the measured copy bandwidth " << fmt_g(copy_bw / 1e12, 3) << " TB/s -> "
         << fmt_g(100 * num_or(t, "fraction_of_measured_bw", NAN), 3) << "% of it\n";
     }
+    between_calls_line(o, t);
   }
   const double total = report.contains("wall_seconds") ? num_or(report["wall_seconds"], "total", NAN) : NAN;
   o << "  report       " << (report_path.empty() ? std::string("-") : report_path) << "  ("

@@ -512,6 +512,21 @@ TEST(ReportShow, CalibrationContextLine) {
       << s;
 }
 
+TEST(ReportShow, KernelsBetweenTimedCallsGetALineOnlyWhenSeen) {
+  json r = unfused();
+  r["timing"]["gaps_with_foreign_kernels"] = 0;
+  r["timing"]["harness_kernels_per_gap"] = 0;
+  r["timing"]["late_kernels"] = 0;
+  EXPECT_EQ(format_summary(r, "r.json").find("between"), std::string::npos) << "nothing seen: no line";
+  r["timing"]["gaps_with_foreign_kernels"] = 12;
+  r["timing"]["late_kernels"] = 3;
+  const std::string s = format_summary(r, "r.json");
+  EXPECT_NE(s.find("  between      12 gaps between timed calls held kernels beyond the harness's own (0 per gap); 3 kernels "
+                   "reached the timer only after their window or gap was collected\n  report "),
+            std::string::npos)
+      << s;
+}
+
 TEST(ReportShow, AFailedGradeWithoutTiming) {
   json r = unfused();
   r["disposition"] = "Crashed";
@@ -697,4 +712,9 @@ TEST(ReportCli, ShowAndHtml) {
   x = run_nibble({"report", "html", g, "-o", t.path() + "/g.html"}, t);
   EXPECT_EQ(x.code, 0) << x.out;
   EXPECT_NE(read_file(t.path() + "/g.html").find("id=\"tflops\">40.3<"), std::string::npos);
+  // A BASE of the other task has no figure in common with REPORT: bad input, no page.
+  x = run_nibble({"report", "html", u, g, "-o", t.path() + "/ug.html"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("not comparable"), std::string::npos) << x.out;
+  EXPECT_FALSE(std::filesystem::exists(t.path() + "/ug.html"));
 }
