@@ -8,6 +8,9 @@
 #include <limits>
 #include <sstream>
 
+#include "fixtures/gemm_task.h"
+#include "fixtures/task.h"
+
 namespace nibble {
 
 using json = nlohmann::ordered_json;
@@ -37,6 +40,11 @@ void validate_report(const json& r, const std::string& what) {
   for (const char* k : {"task", "config", "disposition"})
     if (!r.contains(k) || !r[k].is_string())
       throw BadReport(what + ": malformed nibble report: \"" + k + "\" is missing or not a string");
+  // Every figure is read in its task's terms (steps or calls, GB/step or TFLOP/s): a task this
+  // nibble does not know would be shown as nan figures, not as the report it is.
+  if (const std::string task = r["task"].get<std::string>(); task != kDecodeTask && !is_gemm_task(task))
+    throw BadReport(what + ": task \"" + task + "\" is not one this nibble grades (" + kDecodeTask +
+                    ", or a GEMM task: nibble configs lists them)");
   if (!r.contains("correctness") || !r["correctness"].is_object())
     throw BadReport(what + ": malformed nibble report: \"correctness\" is missing or not an object");
   if (r.contains("timing")) {

@@ -476,6 +476,10 @@ TEST(LoadReport, BadInputIsBadReport) {
   r.erase("correctness");
   write_file_atomic(t.path() + "/no-correctness.json", r.dump());
   EXPECT_THROW(load_report(t.path() + "/no-correctness.json"), BadReport);
+  r = unfused();
+  r["task"] = "x";  // a task this nibble does not grade: its figures cannot be read
+  write_file_atomic(t.path() + "/task-x.json", r.dump());
+  EXPECT_THROW(load_report(t.path() + "/task-x.json"), BadReport);
   EXPECT_EQ(compare_files(t.path() + "/missing.json", data("reports/h200-unfused-full.json"), CompareOptions{}, false),
             kCompareBadInput);
   EXPECT_EQ(compare_files(data("reports/h200-unfused-full.json"), t.path() + "/calib.json", CompareOptions{}, true),
