@@ -175,22 +175,11 @@ int child_run_main(const RunOptions& opt) {
                json{{"tensor", changed}});
       return false;
     };
-    // Timing's CUPTI subscription and flush from here, before build_model: the harness's own kernels
+    // Timing's flush and CUPTI subscription from here, before build_model: the harness's own kernels
     // between two timed steps (the flush; prepare_step and the logits read are a memset and copies)
-    // are counted before the candidate can have started anything, so a thread of its that launches
-    // work between timed steps (say, reading the weights back into L2 after the flush) cannot hide
-    // in the count (as the GEMM grader, gemm_grade.cpp).
-    std::unique_ptr<L2Flusher> flusher;
-    std::unique_ptr<CuptiTimer> timer;
-    int harness_gap_kernels = 0;
-    if (opt.timing) {
-      flusher = std::make_unique<L2Flusher>();
-      timer = std::make_unique<CuptiTimer>();
-      const uint64_t g0 = timer->now();
-      flusher->flush(harness_stream);
-      NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-      harness_gap_kernels = span_of(timer->collect(g0, timer->now())).kernels;
-    }
+    // are counted before the candidate can have started anything (TimedCalls).
+    std::unique_ptr<TimedCalls> timed;
+    if (opt.timing) timed = std::make_unique<TimedCalls>(harness_stream, [] {});
     auto t = std::chrono::steady_clock::now();
     if (!call("build_model", opt.build_timeout_seconds, [&] {
           session = std::make_unique<DecodeSession>(*lib, *model, stream);
@@ -271,13 +260,8 @@ int child_run_main(const RunOptions& opt) {
       std::vector<int64_t> round_tokens;
       OutputFile timed_out;
       std::vector<int> keep_steps;
-      // Work between timed steps is in no window. A kernel in a gap beyond the harness's own
-      // (counted before build_model) is the candidate's: gaps_with_foreign_kernels.
-      int gap_work = 0, late_kernels = 0;
-      uint64_t gap_start = timer->now();
-      // Everything recorded since the dry gap (the build, the checked calls, the input checksums)
-      // is neither a gap nor late: drop it here, or the first collect would file it as late.
-      (void)timer->collect(0, gap_start);
+      // Work between timed steps is in no window: TimedCalls judges every gap.
+      timed->begin();
       for (int r = 0; r < opt.max_rounds; ++r) {
         round_tokens.clear();
         OutputFile round_out;
@@ -291,9 +275,7 @@ int child_run_main(const RunOptions& opt) {
           for (auto& x : tok) x = token_dist(rng);
           round_tokens.insert(round_tokens.end(), tok.begin(), tok.end());
           session->prepare_step(tok);
-          flusher->flush(harness_stream);
-          NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-          const uint64_t c0 = timer->now();
+          const uint64_t c0 = timed->open();
           const auto w0 = std::chrono::steady_clock::now();
           // All work the call caused, on any stream, is inside the window: sync the device.
           if (!call("decode_step", opt.step_timeout_seconds, [&] {
@@ -302,19 +284,7 @@ int child_run_main(const RunOptions& opt) {
               }))
             return 5;
           const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
-          const uint64_t c1 = timer->now();
-          // One collect after the step, split at c0: the gap's records before, the window's after
-          // (a CUPTI flush just before the launch would put its next buffer request in the window).
-          // A kernel that started before gap_start but is delivered only now was still running at
-          // the last collect, past the device sync that closed its window. Counted, not yet judged
-          // (late_kernels): no GPU run has shown yet that an honest solution never has one.
-          std::vector<ActivityRecord> gap_recs, win_recs, late;
-          for (const ActivityRecord& rec : timer->collect(gap_start, c1, &late))
-            (rec.start_ns < c0 ? gap_recs : win_recs).push_back(rec);
-          if (span_of(gap_recs).kernels > harness_gap_kernels) ++gap_work;
-          late_kernels += span_of(late).kernels;
-          gap_start = c1;
-          const SpanStats st = span_of(win_recs);
+          const SpanStats st = timed->close(c0);
           if (!st.valid) {
             ++invalid;
             invalid_reason = st.invalid_reason;
@@ -359,9 +329,9 @@ int child_run_main(const RunOptions& opt) {
       tj["invalid_samples"] = invalid;
       tj["invalid_reason"] = invalid_reason;
       tj["nonfinite_outputs"] = nonfinite;
-      tj["gaps_with_foreign_kernels"] = gap_work;
-      tj["harness_kernels_per_gap"] = harness_gap_kernels;
-      tj["late_kernels"] = late_kernels;
+      tj["gaps_with_foreign_kernels"] = timed->gaps_with_foreign_kernels();
+      tj["harness_kernels_per_gap"] = timed->harness_kernels_per_gap();
+      tj["late_kernels"] = timed->late_kernels();
       tj["replay"] = {{"tokens", round_tokens}, {"keep_steps", keep_steps}};
       tj["pos"] = positions_t;
       tj["gpu_span_us"] = span_us;

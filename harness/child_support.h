@@ -196,6 +196,63 @@ SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
   return st;
 }
 
+/**
+ * Timed calls with the work between them watched, for both graders: the L2 flush and one CUPTI
+ * subscription. Built before the candidate is: the constructor counts the kernels the harness itself
+ * runs between two timed calls on a dry gap (`harness_gap`, everything the harness does there but
+ * the flush, then the flush), so a thread the candidate starts later cannot hide in that count.
+ * begin() drops what was recorded since (the build, the checked calls); then per timed call open()
+ * (flush, device sync, the window's opening timestamp: one timestamp ends the gap and opens the
+ * window), the call with its device sync, and close(c0): one collect after the call, split at c0
+ * (a collect just before the launch put CUPTI's next buffer request inside the window, e970ed3).
+ * A gap with kernels beyond the harness's own counts in gaps_with_foreign_kernels(); kernels CUPTI
+ * delivers only after the collect that should have seen them (still running past a window's device
+ * sync) in late_kernels(), recorded, not judged. Throws std::runtime_error on CUDA/CUPTI errors.
+ */
+class TimedCalls {
+ public:
+  template <class F>
+  TimedCalls(cudaStream_t stream, F&& harness_gap) : stream_(stream) {
+    const uint64_t g0 = timer_.now();
+    harness_gap();
+    flusher_.flush(stream_);
+    NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+    harness_gap_kernels_ = span_of(timer_.collect(g0, timer_.now())).kernels;
+  }
+  /** The first gap starts now; everything recorded before is neither a gap nor late. */
+  void begin() {
+    gap_start_ = timer_.now();
+    (void)timer_.collect(0, gap_start_);
+  }
+  /** L2 flushed, device synchronised; returns the window's opening timestamp. */
+  uint64_t open() {
+    flusher_.flush(stream_);
+    NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+    return timer_.now();
+  }
+  /** After the call and its device synchronisation: the window's records [c0, now] summarised,
+   *  and the gap before c0 judged. */
+  SpanStats close(uint64_t c0) {
+    const uint64_t c1 = timer_.now();
+    std::vector<ActivityRecord> gap, window, late;
+    for (const ActivityRecord& r : timer_.collect(gap_start_, c1, &late)) (r.start_ns < c0 ? gap : window).push_back(r);
+    if (span_of(gap).kernels > harness_gap_kernels_) ++gaps_with_foreign_kernels_;
+    late_kernels_ += span_of(late).kernels;
+    gap_start_ = c1;
+    return span_of(window);
+  }
+  int harness_kernels_per_gap() const { return harness_gap_kernels_; }
+  int gaps_with_foreign_kernels() const { return gaps_with_foreign_kernels_; }
+  int late_kernels() const { return late_kernels_; }
+
+ private:
+  cudaStream_t stream_;
+  L2Flusher flusher_;
+  CuptiTimer timer_;
+  int harness_gap_kernels_ = 0, gaps_with_foreign_kernels_ = 0, late_kernels_ = 0;
+  uint64_t gap_start_ = 0;
+};
+
 struct OutputFile {
   std::vector<std::vector<uint8_t>> blobs;
   std::vector<TensorView> views;

@@ -145,22 +145,10 @@ int child_gemm_main(const GemmRunOptions& opt) {
       return device_checksum_bytes(A.buf.get(), size_t(M * K * 2), stream);
     };
 
-    // Timing's CUPTI subscription and flush from here, so that the work the harness itself does
-    // between two timed calls (stage + flush) is counted before the candidate has run at all: a
-    // kernel beyond that count in a gap is the candidate's (a thread it started could otherwise
-    // hide in the count).
-    std::unique_ptr<L2Flusher> flusher;
-    std::unique_ptr<CuptiTimer> timer;
-    int harness_gap_kernels = 0;
-    if (opt.timing) {
-      flusher = std::make_unique<L2Flusher>();
-      timer = std::make_unique<CuptiTimer>();
-      const uint64_t g0 = timer->now();
-      stage(1000, opt.timing_seed);  // call 1000: never timed
-      flusher->flush(stream);
-      NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-      harness_gap_kernels = span_of(timer->collect(g0, timer->now())).kernels;
-    }
+    // Timing's flush and CUPTI subscription from here, before prepare: the harness's own work
+    // between two timed calls (stage + flush) is counted before the candidate has run at all.
+    std::unique_ptr<TimedCalls> timed;
+    if (opt.timing) timed = std::make_unique<TimedCalls>(stream, [&] { stage(1000, opt.timing_seed); });  // 1000: never timed
 
     void* handle = nullptr;
     nibble_error err{};
@@ -239,42 +227,21 @@ int child_gemm_main(const GemmRunOptions& opt) {
       std::string invalid_reason, stop_reason = "max rounds";
       double prev = -1;
       OutputFile kept;
-      // Work between timed calls is not in any window: a candidate's thread could, say, read W back
-      // into L2 after the flush. Any kernel in a gap beyond the harness's own (counted before
-      // prepare) is the candidate's.
-      int gap_work = 0, late_kernels = 0;
-      uint64_t gap_start = timer->now();
-      // Everything recorded since the dry gap (the build, the checked calls, the input checksums)
-      // is neither a gap nor late: drop it here, or the first collect would file it as late.
-      (void)timer->collect(0, gap_start);
+      // Work between timed calls is in no window: a candidate's thread could, say, read W back into
+      // L2 after the flush (TimedCalls judges every gap).
+      timed->begin();
       for (int r = 0; r < opt.max_rounds; ++r) {
         const int keep = int(rng() % uint64_t(opt.calls_per_round));
         OutputFile round_kept;
         for (int s = 0; s < opt.calls_per_round; ++s) {
           const uint64_t cseed = rng();
           stage(++call_no, cseed);
-          flusher->flush(stream);
-          NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-          // One timestamp ends the gap and opens the window (a record between two reads of the
-          // clock would belong to neither), and one collect after the call splits the records there:
-          // a collect (CUPTI flush) just before the launch put CUPTI's next buffer request inside
-          // the window, ~0.45 ms of host time that split a two-kernel call (cupti_timer.cpp).
-          const uint64_t c0 = timer->now();
+          const uint64_t c0 = timed->open();
           const auto w0 = std::chrono::steady_clock::now();
           const nibble_status st2 = run("run");
           const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
-          const uint64_t c1 = timer->now();
           if (st2 != NIBBLE_OK) return status_fail("run", st2);
-          // A kernel that started before gap_start but is delivered only now was still running at
-          // the last collect, past the device sync that closed its window. Counted, not yet judged
-          // (late_kernels): no GPU run has shown yet that an honest solution never has one.
-          std::vector<ActivityRecord> gap_recs, win_recs, late;
-          for (const ActivityRecord& rec : timer->collect(gap_start, c1, &late))
-            (rec.start_ns < c0 ? gap_recs : win_recs).push_back(rec);
-          if (span_of(gap_recs).kernels > harness_gap_kernels) ++gap_work;
-          late_kernels += span_of(late).kernels;
-          const SpanStats ss = span_of(win_recs);
-          gap_start = c1;
+          const SpanStats ss = timed->close(c0);
           if (!ss.valid) {
             ++invalid;
             invalid_reason = ss.invalid_reason;
@@ -315,9 +282,9 @@ int child_gemm_main(const GemmRunOptions& opt) {
       tj["stop_reason"] = stop_reason;
       tj["invalid_samples"] = invalid;
       tj["invalid_reason"] = invalid_reason;
-      tj["gaps_with_foreign_kernels"] = gap_work;
-      tj["harness_kernels_per_gap"] = harness_gap_kernels;
-      tj["late_kernels"] = late_kernels;
+      tj["gaps_with_foreign_kernels"] = timed->gaps_with_foreign_kernels();
+      tj["harness_kernels_per_gap"] = timed->harness_kernels_per_gap();
+      tj["late_kernels"] = timed->late_kernels();
       tj["nonfinite_outputs"] = nonfinite;
       tj["gpu_span_us"] = span_us;
       tj["busy_us"] = busy_us;
