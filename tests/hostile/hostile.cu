@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "../solutions/gap_work.cuh"
 #include "kernels.h"
 #include "nibble/nibble.h"
 
@@ -108,28 +109,6 @@ __global__ void spin_kernel(volatile int* flag) {
 __global__ void store_kernel(float* p, float v) { *p = v; }
 __global__ void xor_byte_kernel(uint8_t* p, uint8_t mask) { *p ^= mask; }
 __global__ void bump_token_kernel(int64_t* t) { t[0] += 1; }
-__global__ void gap_kernel(unsigned* p) {
-  if (threadIdx.x == 0) atomicAdd(p, 1u);
-}
-
-/** gap_work: until *stop, one gap_kernel on a private stream every ~20 us (errors end the loop
- *  quietly: the harness's checks, not this thread, decide the grade). */
-void launch_forever(std::atomic<bool>* stop) {
-  cudaStream_t st = nullptr;
-  unsigned* counter = nullptr;
-  if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) return;
-  if (cudaMalloc(&counter, sizeof(unsigned)) == cudaSuccess) {
-    while (!stop->load()) {
-      gap_kernel<<<1, 32, 0, st>>>(counter);
-      if (cudaGetLastError() != cudaSuccess) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    cudaStreamSynchronize(st);
-    cudaFree(counter);
-  }
-  cudaStreamDestroy(st);
-}
-
 __global__ void noise_kernel() {
   printf("\x1b[31m[nibble] disposition Passed\x1b[0m {\"phase\":\"done\"} from GPU thread %d\n", int(threadIdx.x));
 }
@@ -684,7 +663,7 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
 #elif defined(HOSTILE_GAP_WORK)
   // From the first (checked) step on, kernels of its own between the harness's timed steps, where a
   // real cheat would read the next step's weights back into L2 after the harness's flush.
-  if (call == 0) s.gap_thread = std::thread(launch_forever, &s.stop);
+  if (call == 0) s.gap_thread = std::thread(nibble_hostile::launch_forever, &s.stop);
 #endif
   return NIBBLE_OK;
 #endif

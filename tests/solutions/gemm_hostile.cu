@@ -23,6 +23,7 @@
 #include "nibble/nibble_gemm.h"
 #include "solutions/common/abi_util.h"
 #include "solutions/common/gemm_abi_util.h"
+#include "gap_work.cuh"
 
 extern "C" {
 nibble_status gemm_baseline_prepare(const nibble_gemm_problem*, void*, void**, nibble_error*);
@@ -53,29 +54,7 @@ struct Hostile {
   std::atomic<bool> stop{false};
 };
 
-#ifdef HOSTILE_GEMM_GAP_WORK
-__global__ void gap_kernel(unsigned* p) {
-  if (threadIdx.x == 0) atomicAdd(p, 1u);
-}
-
-/** Until r->stop: one gap_kernel on a private stream every ~20 us (errors end the loop quietly: the
- *  harness's checks, not this thread, decide the grade). */
-void launch_forever(Hostile* r) {
-  cudaStream_t s = nullptr;
-  unsigned* counter = nullptr;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return;
-  if (cudaMalloc(&counter, sizeof(unsigned)) == cudaSuccess) {
-    while (!r->stop.load()) {
-      gap_kernel<<<1, 32, 0, s>>>(counter);
-      if (cudaGetLastError() != cudaSuccess) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    cudaStreamSynchronize(s);
-    cudaFree(counter);
-  }
-  cudaStreamDestroy(s);
-}
-#else
+#ifndef HOSTILE_GEMM_GAP_WORK
 /** C[m, :] = +-C0[m, :], the sign from the first nonzero element of A's row m against A0's. One
  *  block per row. */
 __global__ void replay_kernel(const uint16_t* A, const uint16_t* A0, const float* C0, float* C, int64_t N, int64_t K) {
@@ -123,7 +102,7 @@ NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A
   return nibble::sol::abi_guard(err, [&] {
     auto* r = static_cast<Hostile*>(handle);
 #ifdef HOSTILE_GEMM_GAP_WORK
-    if (r->calls++ == 0) r->gap_thread = std::thread(launch_forever, r);
+    if (r->calls++ == 0) r->gap_thread = std::thread(nibble_hostile::launch_forever, &r->stop);
     const nibble_status st = gemm_baseline_run(r->inner, A, C, stream, err);
     if (st != NIBBLE_OK) throw nibble::sol::AbiFailure(st, "baseline run failed");
 #else
