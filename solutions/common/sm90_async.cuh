@@ -64,6 +64,12 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
   bulk_load(smem_addr(dst), src, bytes, smem_addr(bar), policy);
 }
 
+/** Start pulling `bytes` (a multiple of 16, src 16-byte aligned) of global memory into L2 on the copy
+ *  engine: no registers, no shared memory, no completion to wait for. */
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<uint64_t>(src)), "r"(bytes) : "memory");
+}
+
 /** Order this thread's (and, after a barrier, the block's) generic-proxy accesses to shared memory
  *  before the copy engine's next writes there (a buffer read with LDS, then refilled). */
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }

@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kTmaSlabs * 32)
   const int pq = (nc + kTmaParts - 1) / kTmaParts;  // chunks per part (the last ones may be empty)
   if (threadIdx.x == 0) {
     for (int p = 0; p < kTmaParts; ++p) mbar_init(&bar[p], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    sol::mbar_init_fence();
   }
   __syncthreads();
   if (threadIdx.x == 0 && nc > 0) {
@@ -376,7 +376,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
   if (lane == 0) {
     for (int s = 0; s < p.stages; ++s) mbar_init(&bars[s], 1);
     if (warp == 0) mbar_init(abar, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the copy engine
+    sol::mbar_init_fence();  // visible to the copy engine
     if (warp == 0) {  // A first: every warp's first unit needs it
       const uint64_t keep = policy_evict_last();
       mbar_expect_tx(abar, uint32_t(p.M * abytes));
@@ -386,8 +386,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
     // The epilogue's colmul rows of this cluster into L2 now (the harness flushes L2 before every
     // call; read at the end, a DRAM round trip on the critical path). 64 bytes per tile.
     if (warp == 1 && r == 0 && p.prefetch)
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p.colmul + T0 * kSlabRows), "r"(uint32_t(dT * 64))
-                   : "memory");
+      sol::bulk_prefetch_l2(p.colmul + T0 * kSlabRows, uint32_t(dT * 64));
   }
   // The last slice's chunk past K: zero A there (its codes are 0, but 0 x a stale NaN is NaN).
   const int tail16 = (len * kChunkK * 2 - abytes) / 16;
@@ -455,7 +454,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) stream_kernel(const Stre
     __syncwarp();  // every lane has read the slot before lane 0 refills it
     if (k + p.stages < nst && lane == 0) {
       // The slot was read through the generic proxy; the copy engine (async proxy) writes it next.
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      sol::fence_proxy_async_smem();
       issue(k + p.stages, s, policy_evict_first());
     }
     if (++s == p.stages) s = 0, phase ^= 1u;
@@ -730,7 +729,7 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, NV, WTMA>::kThreads, WgCfg<BN
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], NCONS * 4);  // lane 0 of each consumer warp
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    sol::mbar_init_fence();
   }
   __syncthreads();
   const int per = (nch + SPLIT - 1) / SPLIT;

@@ -44,7 +44,7 @@ template <int HD>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_blocks_kernel(const float* qkv, const float2* rope, uint16_t* k_cache, uint16_t* v_cache, int n_q,
                             int n_kv, int max_seq, int pos, float* part, int max_chunks, unsigned* count, float* out) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(16) unsigned char smem[];  // one declaration per TU: as gemv_blocks_kernel's
   AttnKv kv = attn_kv_init(smem, reinterpret_cast<uint64_t*>(smem + kAttnKvBytes));
   attention_prefetch<HD>(kv, k_cache, v_cache, n_kv, max_seq, pos, max_chunks);  // as the decode kernel
   attention_stage<HD>(qkv, rope, k_cache, v_cache, n_q, n_kv, max_seq, pos, part, max_chunks, count, out,

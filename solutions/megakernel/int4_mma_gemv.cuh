@@ -138,9 +138,8 @@ __device__ __forceinline__ void gemv_prefetch_l2(const PackedMatrix& M, int gw, 
   const UnitRange rg = unit_range(M, gw, nw);
   if (rg.u1 <= rg.u0) return;
   const uint32_t n = uint32_t(rg.u1 - rg.u0);
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(M.w + rg.u0 * 64), "r"(n * kUnitBytes) : "memory");
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(M.meta + rg.u0 * 8), "r"(n * kUnitMetaBytes)
-               : "memory");
+  sol::bulk_prefetch_l2(M.w + rg.u0 * 64, n * kUnitBytes);
+  sol::bulk_prefetch_l2(M.meta + rg.u0 * 8, n * kUnitMetaBytes);
 }
 
 __device__ __forceinline__ void ring_wait(const Ring& r, uint32_t n) {
