@@ -102,14 +102,22 @@ void BM_Int4GemvAllLayers(benchmark::State& state) {
       mo += mk::packed_meta_bytes(s.rows, s.k);
       yo += size_t(s.rows);
     }
-  Device dm(mats.size() * sizeof(mk::PackedMatrix)), dy(ys.size() * sizeof(float*));
+  // Every warp's plan of every matrix, as build_model computes the decode kernel's.
+  const int nw = mk::gemv_blocks_grid(0) * mk::kWarps;
+  std::vector<mk::GemvPlan> plans(mats.size() * size_t(nw));
+  for (size_t i = 0; i < mats.size(); ++i)
+    for (int gw = 0; gw < nw; ++gw) plans[i * size_t(nw) + size_t(gw)] = mk::gemv_plan(mats[i], gw, nw);
+  Device dm(mats.size() * sizeof(mk::PackedMatrix)), dy(ys.size() * sizeof(float*)),
+      dp(plans.size() * sizeof(mk::GemvPlan));
   BENCH_CUDA(cudaMemcpy(dm.p, mats.data(), mats.size() * sizeof(mk::PackedMatrix), cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(dp.p, plans.data(), plans.size() * sizeof(mk::GemvPlan), cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaMemcpy(dy.p, ys.data(), ys.size() * sizeof(float*), cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaDeviceSynchronize());
 
   Events ev;
   const auto launch = [&] {
-    BENCH_CUDA(mk::launch_gemv_blocks(static_cast<const mk::PackedMatrix*>(dm.p), static_cast<float* const*>(dy.p),
+    BENCH_CUDA(mk::launch_gemv_blocks(static_cast<const mk::PackedMatrix*>(dm.p),
+                                      static_cast<const mk::GemvPlan*>(dp.p), static_cast<float* const*>(dy.p),
                                       int(mats.size()), static_cast<const float*>(x.p), kFfn, 0, nullptr));
   };
   launch();  // warm-up: module load, attribute setting

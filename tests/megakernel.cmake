@@ -14,6 +14,9 @@ nibble_add_gtest(megakernel_abi
   LIBS nibble_runtime
   LABELS cpu)
 add_dependencies(test_megakernel_abi nibble_megakernel)
+# gemv_plan is host code in megakernel.h (which names CUDA types): its headers, no CUDA library.
+target_include_directories(test_megakernel_abi PRIVATE ${PROJECT_SOURCE_DIR}/solutions/megakernel
+                                                       ${CUDAToolkit_INCLUDE_DIRS})
 # megakernel: the whole .so through the C ABI on the tiny fixture, against the fp64 oracle.
 nibble_add_gtest(megakernel_decode_tiny
   SOURCES test_solution_decode_tiny.cpp

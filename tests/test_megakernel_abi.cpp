@@ -5,12 +5,15 @@
 // query heads per KV head, inputs too long for shared memory) is NOT_SUPPORTED with a message that
 // names the field; a config that breaks the task's own rules (n_q not a multiple of n_kv, a
 // non-positive size), a NULL model and another task are answered without touching the GPU.
+// Also the GEMV's work split (gemv_plan, host code the device only reads), against cases by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "harness/solution_library.h"
+#include "megakernel.h"
 #include "nibble/nibble.h"
 
 namespace {
@@ -81,6 +84,84 @@ TEST(MegakernelAbi, NameAndDeclinedConfigs) {
   void* handle = nullptr;
   EXPECT_EQ(lib.build_model(nullptr, nullptr, &handle, &err), NIBBLE_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(lib.teardown(nullptr, nullptr, &err), NIBBLE_OK);  // teardown of nothing is a no-op
+}
+
+namespace mk = nibble::megakernel;
+
+mk::PackedMatrix shape(int tiles, int groups, bool group_major) {
+  mk::PackedMatrix m;
+  m.tiles = tiles;
+  m.groups = groups;
+  m.rows = tiles * 16;
+  m.group_major = group_major ? 1 : 0;
+  return m;
+}
+
+void expect_plan(const mk::GemvPlan& p, uint32_t u0, uint32_t u1, uint32_t tile0, int j0, int j_last,
+                 const std::string& what) {
+  EXPECT_EQ(p.u0, u0) << what;
+  EXPECT_EQ(p.u1, u1) << what;
+  EXPECT_EQ(p.tile0, tile0) << what;
+  EXPECT_EQ(p.j0, j0) << what;
+  EXPECT_EQ(p.j_last, j_last) << what;
+}
+
+// 3 tiles x 2 groups = 6 units over 4 warps: [0,1) [1,3) [3,4) [4,6) (6 gw / 4, floored).
+TEST(MegakernelPlan, TileMajorByHand) {
+  const mk::PackedMatrix m = shape(3, 2, false);  // u = tile * 2 + group
+  expect_plan(mk::gemv_plan(m, 0, 4), 0, 1, 0, 0, 0, "warp 0");
+  expect_plan(mk::gemv_plan(m, 1, 4), 1, 3, 0, 1, 0, "warp 1: tile 0 group 1 .. tile 1 group 0");
+  expect_plan(mk::gemv_plan(m, 2, 4), 3, 4, 1, 1, 1, "warp 2");
+  expect_plan(mk::gemv_plan(m, 3, 4), 4, 6, 2, 0, 1, "warp 3");
+}
+
+TEST(MegakernelPlan, GroupMajorByHand) {
+  const mk::PackedMatrix m = shape(3, 2, true);  // u = group * 3 + tile
+  expect_plan(mk::gemv_plan(m, 1, 4), 1, 3, 1, 0, 0, "warp 1: tiles 1, 2 of group 0");
+  expect_plan(mk::gemv_plan(m, 2, 4), 3, 4, 0, 1, 1, "warp 2: tile 0 of group 1");
+  expect_plan(mk::gemv_plan(m, 3, 4), 4, 6, 1, 1, 1, "warp 3");
+}
+
+// 2 units over 4 warps: warps 0 and 2 have none; j_last still names the group of unit u1 - 1 (the
+// block split reads it from a block's last warp, whose own range may be empty).
+TEST(MegakernelPlan, EmptyRanges) {
+  const mk::PackedMatrix m = shape(1, 2, true);
+  expect_plan(mk::gemv_plan(m, 0, 4), 0, 0, 0, 0, 0, "warp 0: empty, u1 = 0");
+  expect_plan(mk::gemv_plan(m, 1, 4), 0, 1, 0, 0, 0, "warp 1");
+  expect_plan(mk::gemv_plan(m, 2, 4), 1, 1, 0, 1, 0, "warp 2: empty, unit 0 before it is group 0");
+  expect_plan(mk::gemv_plan(m, 3, 4), 1, 2, 0, 1, 1, "warp 3");
+}
+
+// The full config's shapes on an H200's 2112 warps: the ranges tile [0, total) in order, differ by
+// at most one unit, and tile0 / j0 / j_last are the units' coordinates.
+TEST(MegakernelPlan, FullShapesPartitionTheUnits) {
+  const int nw = 132 * mk::kWarps;
+  for (const mk::PackedMatrix& m : {shape(320, 24, false), shape(192, 24, true), shape(1024, 24, false),
+                                    shape(192, 64, true), shape(8016, 24, false)}) {
+    ASSERT_TRUE(mk::gemv_plan_fits(m));
+    const uint32_t total = uint32_t(m.tiles) * uint32_t(m.groups);
+    uint32_t next = 0, lo = total, hi = 0;
+    for (int gw = 0; gw < nw; ++gw) {
+      const mk::GemvPlan p = mk::gemv_plan(m, gw, nw);
+      ASSERT_EQ(p.u0, next) << gw;
+      next = p.u1;
+      lo = std::min(lo, p.u1 - p.u0);
+      hi = std::max(hi, p.u1 - p.u0);
+      const uint32_t t = m.group_major ? p.u0 % m.tiles : p.u0 / m.groups;
+      const uint32_t j = m.group_major ? p.u0 / m.tiles : p.u0 % m.groups;
+      if (p.u0 < total) {
+        EXPECT_EQ(p.tile0, t) << gw;
+        EXPECT_EQ(p.j0, j) << gw;
+      }
+      EXPECT_EQ(p.j_last, m.group_major ? (p.u1 - 1) / m.tiles : (p.u1 - 1) % m.groups) << gw;
+    }
+    EXPECT_EQ(next, total);
+    EXPECT_LE(hi - lo, 1u);
+  }
+  // Fewer than 2^31 units (32-bit unit counts with room for a stage past the end), 65535 groups.
+  EXPECT_TRUE(mk::gemv_plan_fits(shape(32768, 65535, false)));  // 2^31 - 2^15 units
+  EXPECT_FALSE(mk::gemv_plan_fits(shape(32768, 65536, false)));
+  EXPECT_FALSE(mk::gemv_plan_fits(shape(65536, 32768, true)));  // 2^31 units
 }
 
 }  // namespace

@@ -156,8 +156,14 @@ void run_and_check(const std::vector<mk::PackedMatrix>& mats, const std::vector<
   CUDA_OK(cudaMemcpy(dm.p, mats.data(), sizeof(mk::PackedMatrix) * size_t(n), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dy.p, yptr.data(), sizeof(float*) * size_t(n), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-  CUDA_OK(mk::launch_gemv_blocks(dm.as<mk::PackedMatrix>(), dy.as<float*>(), n, dx.as<float>(), int(x.size()), blocks,
-                                 nullptr));
+  const int nw = mk::gemv_blocks_grid(blocks) * mk::kWarps;
+  std::vector<mk::GemvPlan> plans(size_t(n) * nw);
+  for (int i = 0; i < n; ++i)
+    for (int gw = 0; gw < nw; ++gw) plans[size_t(i) * nw + gw] = mk::gemv_plan(mats[size_t(i)], gw, nw);
+  DevBuf dp(sizeof(mk::GemvPlan) * plans.size());
+  CUDA_OK(cudaMemcpy(dp.p, plans.data(), sizeof(mk::GemvPlan) * plans.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(mk::launch_gemv_blocks(dm.as<mk::PackedMatrix>(), dp.as<mk::GemvPlan>(), dy.as<float*>(), n, dx.as<float>(),
+                                 int(x.size()), blocks, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   for (int i = 0; i < n; ++i) {
     const size_t len = ref[size_t(i)].size();
@@ -309,7 +315,7 @@ TEST(MegakernelGemv, RejectsBadArguments) {
   NIBBLE_REQUIRE_GPU();
   mk::SourceTriple s;
   EXPECT_EQ(mk::launch_repack(&s, 1, mk::RowMap::Concat, 128, nullptr, nullptr, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(mk::launch_gemv_blocks(nullptr, nullptr, 1, nullptr, 128, 0, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(mk::launch_gemv_blocks(nullptr, nullptr, nullptr, 1, nullptr, 128, 0, nullptr), cudaErrorInvalidValue);
 }
 
 // ---- attention ----------------------------------------------------------------------------------
@@ -446,12 +452,12 @@ TEST(MegakernelConfig, DeclinesWhatItCannotRun) {
   EXPECT_NE(mk::unsupported_reason(3072, 8192, 40, 8, 128, 128), "");  // 5 query heads per KV head
   EXPECT_NE(mk::unsupported_reason(3072, 32768, 24, 8, 128, 128), ""); // ffn too long for shared memory
   // The longest input that fits sm_90's 227 KB per block, by hand from the layout (decode_kernel.cu
-  // SmemLayout, hd 128): max(8 k, 73728) + 2 k + 128 + 16 + 384 (ring mbarriers) + 104448 (rings)
-  // + 35344 (attention scratch) <= 232448 gives k <= 9200 (the K/V sub-chunk's 73728 bytes are the
-  // larger term there), so 9088 fits and 9216 does not.
-  EXPECT_EQ(mk::unsupported_reason(3072, 9088, 24, 8, 128, 128), "");
-  const std::string why = mk::unsupported_reason(3072, 9216, 24, 8, 128, 128);
-  EXPECT_NE(why.find("at most 9088 at hd 128"), std::string::npos) << why;
+  // SmemLayout, hd 128): max(8 k, 73728) + 2 k + 128 + 16 + 1280 (5 x 16 GEMV plans) + 384 (ring
+  // mbarriers) + 104448 (rings) + 35344 (attention scratch) <= 232448 gives k <= 9084 (the K/V
+  // sub-chunk's 73728 bytes are the larger term there), so 8960 fits and 9088 does not.
+  EXPECT_EQ(mk::unsupported_reason(3072, 8960, 24, 8, 128, 128), "");
+  const std::string why = mk::unsupported_reason(3072, 9088, 24, 8, 128, 128);
+  EXPECT_NE(why.find("at most 8960 at hd 128"), std::string::npos) << why;
 }
 
 }  // namespace

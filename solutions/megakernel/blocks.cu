@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "activation.cuh"
 #include "attention.cuh"
@@ -19,24 +20,36 @@
 namespace nibble::megakernel {
 namespace {
 
+/** Shared memory of gemv_blocks_kernel: x, its limbs, the rings' mbarriers, the rings, the plans. */
+size_t gemv_blocks_smem(int k, int n) {
+  return size_t(k) * 8 + kRingBarrierBytes + kRingBytes + size_t(n) * kWarps * sizeof(GemvPlan);
+}
+
+template <int kExp>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemv_blocks_kernel(const PackedMatrix* mats, float* const* ys, int n, const float* x, int k) {
+    gemv_blocks_kernel(const PackedMatrix* mats, const GemvPlan* plans, float* const* ys, int n, const float* x, int k) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* xs = reinterpret_cast<float*>(smem);
   unsigned char* xf = smem + size_t(k) * 4;
   auto* bars = reinterpret_cast<unsigned long long*>(smem + size_t(k) * 8);
   Ring ring = ring_init(smem + size_t(k) * 8 + kRingBarrierBytes, bars);
-  const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5), nw = gridDim.x * kWarps;
-  ring_prefetch(mats[0], gw, nw, ring);
+  // This block's warps' plans of every matrix, copied once, as the decode kernel does its five.
+  auto* plan = reinterpret_cast<GemvPlan*>(smem + size_t(k) * 8 + kRingBarrierBytes + kRingBytes);
+  const int warp = threadIdx.x >> 5, nw = gridDim.x * kWarps;
+  for (int t = threadIdx.x; t < n * kWarps; t += blockDim.x)
+    plan[t] = plans[size_t(t / kWarps) * nw + blockIdx.x * kWarps + t % kWarps];
+  __syncthreads();
+  ring_prefetch(mats[0], plan[warp], ring);
   load_vector(x, k, xs);
   __syncthreads();
   build_x_limbs(xs, k, xf);
   __syncthreads();
   for (int i = 0; i < n; ++i) {
+    const int in = i + 1 < n ? i + 1 : i;
     const PackedMatrix m = mats[i];
-    const PackedMatrix next = mats[i + 1 < n ? i + 1 : i];
-    gemv_run(m, ys[i], xquant_view(xf, k), gw, nw, ring, next, i + 1 < n);
-    if (i + 1 < n) ring_prefetch(next, gw, nw, ring);
+    const PackedMatrix next = mats[in];
+    gemv_run<kExp>(m, plan[i * kWarps + warp], ys[i], xquant_view(xf, k), ring, next, plan[in * kWarps + warp], i + 1 < n);
+    if (i + 1 < n) ring_prefetch(next, plan[in * kWarps + warp], ring);
   }
 }
 
@@ -60,16 +73,31 @@ int sm_count() {
 
 }  // namespace
 
-cudaError_t launch_gemv_blocks(const PackedMatrix* mats, float* const* ys, int n, const float* x, int k, int blocks,
-                               cudaStream_t stream) {
-  if (!mats || !ys || n < 1 || !x || k <= 0 || k % kGroup != 0 || blocks < 0) return cudaErrorInvalidValue;
-  if (blocks == 0) blocks = sm_count();
+int gemv_blocks_grid(int blocks) { return blocks > 0 ? blocks : sm_count(); }
+
+cudaError_t launch_gemv_blocks(const PackedMatrix* mats, const GemvPlan* plans, float* const* ys, int n, const float* x,
+                               int k, int blocks, cudaStream_t stream) {
+  if (!mats || !plans || !ys || n < 1 || n > kGemvBlocksMaxMats || !x || k <= 0 || k % kGroup != 0 || blocks < 0)
+    return cudaErrorInvalidValue;
+  blocks = gemv_blocks_grid(blocks);
   if (blocks < 1) return cudaErrorInvalidValue;
-  const size_t smem = size_t(k) * 8 + kRingBarrierBytes + kRingBytes;
-  cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(&gemv_blocks_kernel),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  const size_t smem = gemv_blocks_smem(k, n);
+  // NIBBLE_MK_GEMV_EXP (bench only): one of the consumer experiments of int4_mma_gemv.cuh's GemvExp.
+  const char* env = std::getenv("NIBBLE_MK_GEMV_EXP");
+  const int exp = env ? std::atoi(env) : 0;
+  const void* fn = exp == kGemvNoMath      ? reinterpret_cast<const void*>(&gemv_blocks_kernel<kGemvNoMath>)
+                   : exp == kGemvLdsOnly   ? reinterpret_cast<const void*>(&gemv_blocks_kernel<kGemvLdsOnly>)
+                   : exp == kGemvMathOnly  ? reinterpret_cast<const void*>(&gemv_blocks_kernel<kGemvMathOnly>)
+                   : exp == kGemvFlushLast ? reinterpret_cast<const void*>(&gemv_blocks_kernel<kGemvFlushLast>)
+                   : exp == kGemvNoRefill  ? reinterpret_cast<const void*>(&gemv_blocks_kernel<kGemvNoRefill>)
+                   : exp == kGemvL2Ahead3  ? reinterpret_cast<const void*>(&gemv_blocks_kernel<kGemvL2Ahead3>)
+                   : exp == kGemvL2Ahead6  ? reinterpret_cast<const void*>(&gemv_blocks_kernel<kGemvL2Ahead6>)
+                                           : reinterpret_cast<const void*>(&gemv_blocks_kernel<kGemvReal>);
+  cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
-  gemv_blocks_kernel<<<unsigned(blocks), kThreads, smem, stream>>>(mats, ys, n, x, k);
+  void* args[] = {&mats, &plans, &ys, &n, &x, &k};
+  e = cudaLaunchKernel(fn, dim3(unsigned(blocks)), dim3(kThreads), args, smem, stream);
+  if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
 

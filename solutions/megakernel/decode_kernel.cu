@@ -44,7 +44,7 @@ namespace {
 
 /** Shared memory carve-up; max_k = the longest GEMV input. */
 struct SmemLayout {
-  size_t xs, xf, kv, gn, red, kvbar, bars, ring, att, total;
+  size_t xs, xf, kv, gn, red, kvbar, plan, bars, ring, att, total;
   __host__ __device__ SmemLayout(int max_k, int hd) {
     xs = 0;                                       // max_k fp32: the GEMV input vector
     xf = xs + size_t(max_k) * 4;                  // its int8 limbs (XQuant), xquant_bytes(max_k) <= 4 max_k
@@ -54,7 +54,8 @@ struct SmemLayout {
     gn = low;                                     // the next RMSNorm's gain, bf16 (d <= max_k)
     red = gn + size_t(max_k) * 2;                 // kWarps fp32: block reductions
     kvbar = red + 32 * 4;                         // the K/V buffer's mbarrier (8 of 16 bytes)
-    bars = kvbar + 16;                            // the rings' mbarriers
+    plan = kvbar + 16;                            // (kPlanKinds, kWarps) GemvPlan: this block's warps'
+    bars = plan + size_t(kPlanKinds) * kWarps * sizeof(GemvPlan);  // the rings' mbarriers
     ring = bars + kRingBarrierBytes;              // the weight rings (16-byte aligned)
     att = ring + kRingBytes;                      // attention scratch: apart from the rings, which
                                                   // stream o-proj weights during the attention
@@ -137,9 +138,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   Ring ring = ring_init(smem + lay.ring, reinterpret_cast<unsigned long long*>(smem + lay.bars), p.proxy_fence);
   AttnKv kv = attn_kv_init(smem + lay.kv, reinterpret_cast<uint64_t*>(smem + lay.kvbar));
 
-  const int gw = blockIdx.x * kWarps + (threadIdx.x >> 5), nw = gridDim.x * kWarps;
+  // This block's warps' plans of the five GEMV kinds (every layer has the same shapes), copied once.
+  GemvPlan* plan = reinterpret_cast<GemvPlan*>(smem + lay.plan);
+  const int warp = threadIdx.x >> 5, nw = gridDim.x * kWarps;
+  for (int t = threadIdx.x; t < kPlanKinds * kWarps; t += blockDim.x)
+    plan[t] = p.plans[size_t(t / kWarps) * nw + blockIdx.x * kWarps + t % kWarps];
+  __syncthreads();
+  const GemvPlan& pl_qkv = plan[kPlanQkv * kWarps + warp];
+  const GemvPlan& pl_o = plan[kPlanO * kWarps + warp];
+  const GemvPlan& pl_gu = plan[kPlanGu * kWarps + warp];
+  const GemvPlan& pl_down = plan[kPlanDown * kWarps + warp];
+  const GemvPlan& pl_head = plan[kPlanHead * kWarps + warp];
   mark(p, 0);
-  ring_prefetch(p.layers[0].qkv, gw, nw, ring);
+  ring_prefetch(p.layers[0].qkv, pl_qkv, ring);
   gain_prefetch(p.layers[0].in_norm, p.d, gn);
 
   // The gains are copied into gn a stage before their RMSNorm (cp.async, waited for before the
@@ -164,16 +175,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     mark_ready(p, 5 * li + 0);
     gain_prefetch(L->post_norm, p.d, gn);
-    gemv_run(L->qkv, p.qkv, xquant_view(xf, p.d), gw, nw, ring, L->o, true, gemv_stats(p, 0));
+    gemv_run(L->qkv, pl_qkv, p.qkv, xquant_view(xf, p.d), ring, L->o, pl_o, true, gemv_stats(p, 0));
     probe_delay(p, 2);
     // The block's first K/V rows of the attention, copied while the grid meets at the barrier (over
     // xs and xf: every warp is past the GEMV that reads them).
     __syncthreads();
     attention_prefetch<HD>(kv, L->k_cache, L->v_cache, p.n_kv, p.max_seq, p.pos, p.max_chunks);
     // (NIBBLE_MK_L2PF) the later stages' weights into L2, queued behind the K/V copies
-    if (p.l2_prefetch & 1) gemv_prefetch_l2(L->o, gw, nw);
-    if (p.l2_prefetch & 2) gemv_prefetch_l2(L->gu, gw, nw);
-    if (p.l2_prefetch & 4) gemv_prefetch_l2(L->down, gw, nw);
+    if (p.l2_prefetch & 1) gemv_prefetch_l2(L->o, pl_o);
+    if (p.l2_prefetch & 2) gemv_prefetch_l2(L->gu, pl_gu);
+    if (p.l2_prefetch & 4) gemv_prefetch_l2(L->down, pl_down);
     gain_wait();
     stage_barrier(p, 5 * li + 0, 4 * li + 0);
 
@@ -184,8 +195,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
                                 : nullptr);
     probe_delay(p, 1);
     mark_ready(p, 5 * li + 1);
-    ring_prefetch(L->o, gw, nw, ring);
-    block_groups(L->o, nw, &g0, &g1);  // o is group-major: a group is 128 / hd query heads
+    ring_prefetch(L->o, pl_o, ring);
+    // o is group-major: a group is 128 / hd query heads
+    block_groups(L->o, plan[kPlanO * kWarps], plan[kPlanO * kWarps + kWarps - 1], &g0, &g1);
     wait_heads(p, 5 * li + 1, li, g0, g1);
 
     // 3. h += W_o attn, from this block's heads of attn only.
@@ -194,8 +206,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     build_x_limbs(xs, qdim, xf, nullptr, 1.f, g0, g1);
     __syncthreads();
     mark_ready(p, 5 * li + 2);
-    gemv_run(L->o, p.h, xquant_view(xf, qdim), gw, nw, ring, L->gu, true, gemv_stats(p, 1));
-    ring_prefetch(L->gu, gw, nw, ring);
+    gemv_run(L->o, pl_o, p.h, xquant_view(xf, qdim), ring, L->gu, pl_gu, true, gemv_stats(p, 1));
+    ring_prefetch(L->gu, pl_gu, ring);
     stage_barrier(p, 5 * li + 2, 4 * li + 1);
 
     // 4. gu = [W_gate | W_up] RMSNorm(h) * post_norm. (Every block is past its attention: q|k|v
@@ -208,21 +220,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     probe_delay(p, 3);
     mark_ready(p, 5 * li + 3);
-    gemv_run(L->gu, p.gu, xquant_view(xf, p.d), gw, nw, ring, L->down, true, gemv_stats(p, 2));
-    ring_prefetch(L->down, gw, nw, ring);
+    gemv_run(L->gu, pl_gu, p.gu, xquant_view(xf, p.d), ring, L->down, pl_down, true, gemv_stats(p, 2));
+    ring_prefetch(L->down, pl_down, ring);
     stage_barrier(p, 5 * li + 3, 4 * li + 2);
 
     // 5. h += W_down (silu(g) * u), from this block's groups of gate|up only (down is group-major).
     gain_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].in_norm : p.final_norm, p.d, gn);
-    block_groups(L->down, nw, &g0, &g1);
+    block_groups(L->down, plan[kPlanDown * kWarps], plan[kPlanDown * kWarps + kWarps - 1], &g0, &g1);
     load_swiglu(p.gu, g0, g1, xs);
     __syncthreads();
     build_x_limbs(xs, p.ffn, xf, nullptr, 1.f, g0, g1);
     __syncthreads();
     mark_ready(p, 5 * li + 4);
-    const PackedMatrix& after = li + 1 < p.n_layers ? p.layers[li + 1].qkv : p.head;
-    gemv_run(L->down, p.h, xquant_view(xf, p.ffn), gw, nw, ring, after, true, gemv_stats(p, 3));
-    ring_prefetch(after, gw, nw, ring);
+    const bool last = li + 1 == p.n_layers;
+    const PackedMatrix& after = last ? p.head : p.layers[li + 1].qkv;
+    const GemvPlan& pl_after = last ? pl_head : pl_qkv;
+    gemv_run(L->down, pl_down, p.h, xquant_view(xf, p.ffn), ring, after, pl_after, true, gemv_stats(p, 3));
+    ring_prefetch(after, pl_after, ring);
     probe_delay(p, 4);
     gain_wait();
     // gate|up is read by every block before this barrier: zeroed for the next layer after it
@@ -236,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   const float rs = rms_scale(xs, p.d, p.eps, red);
   build_x_limbs(xs, p.d, xf, gn, rs);
   __syncthreads();
-  gemv_run(p.head, p.logits, xquant_view(xf, p.d), gw, nw, ring, p.head, false, gemv_stats(p, 4));
+  gemv_run(p.head, pl_head, p.logits, xquant_view(xf, p.d), ring, p.head, pl_head, false, gemv_stats(p, 4));
   kernel_done(p.barrier, p.attn_done, p.n_kv);
   if (p.trace) {
     __syncthreads();
@@ -291,7 +305,7 @@ std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int gr
 }
 
 cudaError_t launch_decode(const DecodeParams& p, int blocks, size_t smem, cudaStream_t stream) {
-  if (blocks < 1 || !p.layers || p.n_layers < 1 || (p.hd != 64 && p.hd != 128) || p.n_q / p.n_kv > kMaxRep ||
+  if (blocks < 1 || !p.layers || !p.plans || p.n_layers < 1 || (p.hd != 64 && p.hd != 128) || p.n_q / p.n_kv > kMaxRep ||
       p.max_chunks != attn_max_chunks(blocks, p.n_kv) || p.pos < 0 || p.pos >= p.max_seq)
     return cudaErrorInvalidValue;
   DecodeParams args = p;

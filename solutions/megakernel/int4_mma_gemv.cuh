@@ -43,23 +43,16 @@
 namespace nibble::megakernel {
 
 /** The per-warp ring: stages in flight and units per stage. */
-constexpr int kRingStages = 3;
+#ifndef NIBBLE_MK_RING_STAGES
+#define NIBBLE_MK_RING_STAGES 3  // a bench build may override it (NOTES.md, v9)
+#endif
+constexpr int kRingStages = NIBBLE_MK_RING_STAGES;
 constexpr int kStageUnits = 2;
 constexpr int kUnitBytes = 1024, kUnitMetaBytes = 64;
 constexpr int kStageBytes = kStageUnits * (kUnitBytes + kUnitMetaBytes);
 /** Shared memory of one block's rings (16 warps) and of their mbarriers. */
 constexpr size_t kRingBytes = size_t(kWarps) * kRingStages * kStageBytes;
 constexpr size_t kRingBarrierBytes = size_t(kWarps) * kRingStages * 8;
-
-/** A warp's range of units of a matrix: [u0, u1). */
-struct UnitRange {
-  long long u0, u1;
-};
-
-__device__ __forceinline__ UnitRange unit_range(const PackedMatrix& M, int gw, int nw) {
-  const long long total = (long long)M.tiles * M.groups;
-  return {total * gw / nw, total * (gw + 1) / nw};
-}
 
 /** This warp's ring; every lane holds the same values. */
 struct Ring {
@@ -93,12 +86,12 @@ __device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned lon
   return r;
 }
 
-/** Lane 0: stage k of M's range [u0, u1), global stage number n, into ring slot n % kRingStages
- *  (whose previous stage, n - kRingStages, has been consumed). */
-__device__ __forceinline__ void ring_issue(const uint4* w, const uint2* meta, const UnitRange& rg, const Ring& r, uint32_t k,
-                                           uint32_t gn) {
-  const long long u = rg.u0 + (long long)k * kStageUnits;
-  const int n = int(min((long long)kStageUnits, rg.u1 - u));
+/** Lane 0: stage k of the plan's range [u0, u1), global stage number gn, into ring slot
+ *  gn % kRingStages (whose previous stage, gn - kRingStages, has been consumed). */
+__device__ __forceinline__ void ring_issue(const uint4* w, const uint2* meta, uint32_t u0, uint32_t u1, const Ring& r,
+                                           uint32_t k, uint32_t gn) {
+  const uint32_t u = u0 + k * kStageUnits;
+  const uint32_t n = min(uint32_t(kStageUnits), u1 - u);
   const uint32_t slot = gn % kRingStages;
   unsigned char* dst = r.buf + slot * kStageBytes;
   const uint32_t bar = r.bar + 8 * slot;
@@ -107,23 +100,23 @@ __device__ __forceinline__ void ring_issue(const uint4* w, const uint2* meta, co
   // reads have completed (their values fed the mma before the __syncwarp that precedes this).
   if (r.proxy_fence) sol::fence_proxy_async_smem();
   sol::mbar_expect_tx(bar, uint32_t(n * (kUnitBytes + kUnitMetaBytes)));
-  sol::bulk_load(smem_addr(dst), w + u * 64, uint32_t(n * kUnitBytes), bar, policy);
-  sol::bulk_load(smem_addr(dst + kStageUnits * kUnitBytes), meta + u * 8, uint32_t(n * kUnitMetaBytes), bar, policy);
+  sol::bulk_load(smem_addr(dst), w + size_t(u) * 64, n * kUnitBytes, bar, policy);
+  sol::bulk_load(smem_addr(dst + kStageUnits * kUnitBytes), meta + size_t(u) * 8, n * kUnitMetaBytes, bar, policy);
 }
 
-__device__ __forceinline__ uint32_t ring_stages(const UnitRange& rg) {
-  return rg.u1 > rg.u0 ? uint32_t((rg.u1 - rg.u0 + kStageUnits - 1) / kStageUnits) : 0u;
+__device__ __forceinline__ uint32_t ring_stages(uint32_t u0, uint32_t u1) {
+  return u1 > u0 ? (u1 - u0 + kStageUnits - 1) / kStageUnits : 0u;
 }
 
-/** Fill the ring with the first stages of this warp's range of M, counting those the previous
- *  gemv_run already issued as its `next` (the weights do not depend on M's input, so this may run
- *  before the barrier that makes the input ready). Every lane calls it. */
-__device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, int gw, int nw, Ring& r) {
-  const UnitRange rg = unit_range(M, gw, nw);
-  const uint32_t T = ring_stages(rg);
+/** Fill the ring with the first stages of this warp's range of M (its plan pl), counting those the
+ *  previous gemv_run already issued as its `next` (the weights do not depend on M's input, so this
+ *  may run before the barrier that makes the input ready). Every lane calls it. */
+__device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, const GemvPlan& pl, Ring& r) {
+  const uint32_t u0 = pl.u0, u1 = pl.u1;
+  const uint32_t T = ring_stages(u0, u1);
   const uint32_t want = min(T, uint32_t(kRingStages));
   if ((threadIdx.x & 31) == 0)
-    for (uint32_t k = r.next_issued; k < want; ++k) ring_issue(M.w, M.meta, rg, r, k, r.base + k);
+    for (uint32_t k = r.next_issued; k < want; ++k) ring_issue(M.w, M.meta, u0, u1, r, k, r.base + k);
   r.issued = max(want, r.next_issued);
   r.next_issued = 0;
   __syncwarp();
@@ -133,17 +126,12 @@ __device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, int gw, int
  *  into L2 (cp.async.bulk.prefetch.L2: no registers, no shared memory, no completion to wait for),
  *  so that a later gemv_run's bulk copies hit L2. The decode kernel issues it for the stages after
  *  the attention while the attention, which streams little, leaves DRAM idle (NIBBLE_MK_L2PF). */
-__device__ __forceinline__ void gemv_prefetch_l2(const PackedMatrix& M, int gw, int nw) {
+__device__ __forceinline__ void gemv_prefetch_l2(const PackedMatrix& M, const GemvPlan& pl) {
   if ((threadIdx.x & 31) != 0) return;
-  const UnitRange rg = unit_range(M, gw, nw);
-  if (rg.u1 <= rg.u0) return;
-  const uint32_t n = uint32_t(rg.u1 - rg.u0);
-  sol::bulk_prefetch_l2(M.w + rg.u0 * 64, n * kUnitBytes);
-  sol::bulk_prefetch_l2(M.meta + rg.u0 * 8, n * kUnitMetaBytes);
-}
-
-__device__ __forceinline__ void ring_wait(const Ring& r, uint32_t n) {
-  sol::mbar_wait(r.bar + 8 * (n % kRingStages), (n / kRingStages) & 1u);
+  const uint32_t u0 = pl.u0, u1 = pl.u1;
+  if (u1 <= u0) return;
+  sol::bulk_prefetch_l2(M.w + size_t(u0) * 64, (u1 - u0) * kUnitBytes);
+  sol::bulk_prefetch_l2(M.meta + size_t(u0) * 8, (u1 - u0) * kUnitMetaBytes);
 }
 
 /** x prepared for the integer GEMV (build_x_limbs), per 128-input group gr:
@@ -295,7 +283,7 @@ __device__ __forceinline__ void red_add_v4(float* out, float4 v) {
  *  of a row (t = 0, 1 hold limbs 0, 1 and 2), then gathered so that lane 28 + t holds rows 4t..4t+3
  *  and adds them with one 16-byte reduction (4 atomics per tile instead of 16; a partial last tile
  *  or an unaligned out takes scalar atomics). Every lane of the warp calls it. */
-__device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, long long tile, int lane,
+__device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, uint32_t tile, int lane,
                                           const float (&acc)[2][2], float2 wl) {
   float r0 = fmaf(acc[0][0], wl.x, acc[0][1] * wl.y), r1 = fmaf(acc[1][0], wl.x, acc[1][1] * wl.y);
   r0 += __shfl_xor_sync(0xFFFFFFFFu, r0, 1);
@@ -314,7 +302,7 @@ __device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, lo
   // Lanes 28..31 (t = 0..3) write: lane 0 issues the ring's bulk copies, whose proxy fence would
   // otherwise wait for these reductions to reach L2 (~1 us per flush, measured v6).
   if (lane >= 28) {
-    const long long r = tile * kTileRows + 4 * t;
+    const int r = int(tile) * kTileRows + 4 * t;
     float* dst = out + r;
     if (M.vec_flush && r + 3 < M.rows && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
       red_add_v4(dst, make_float4(v[0], v[1], v[2], v[3]));
@@ -326,34 +314,50 @@ __device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, lo
   }
 }
 
-/** This block's groups of M, [*g0, *g1): for a group-major M, the inputs its warps' ranges read
- *  (gw = blockIdx.x * kWarps + warp, as the decode kernel numbers warps). Empty when it has no unit. */
-__device__ __forceinline__ void block_groups(const PackedMatrix& M, int nw, int* g0, int* g1) {
+/** This block's groups of M, [*g0, *g1): for a group-major M, the inputs its warps' ranges read;
+ *  first / last: the plans of the block's first and last warps (the decode kernel numbers warps
+ *  gw = blockIdx.x * kWarps + warp). Empty when the block has no unit. */
+__device__ __forceinline__ void block_groups(const PackedMatrix& M, const GemvPlan& first, const GemvPlan& last, int* g0,
+                                             int* g1) {
   if (!M.group_major) {  // a tile-major range reads every group
     *g0 = 0;
     *g1 = M.groups;
     return;
   }
-  const long long u0 = unit_range(M, blockIdx.x * kWarps, nw).u0;
-  const long long u1 = unit_range(M, blockIdx.x * kWarps + kWarps - 1, nw).u1;
-  if (u1 <= u0) {
+  if (last.u1 <= first.u0) {
     *g0 = *g1 = 0;
     return;
   }
-  *g0 = int(u0 / M.tiles);
-  *g1 = int((u1 - 1) / M.tiles) + 1;
+  *g0 = first.j0;
+  *g1 = int(last.j_last) + 1;
 }
 
+/** Consumer experiments (bench_megakernel_blocks only, NIBBLE_MK_GEMV_EXP; NOTES.md "v9"): the decode kernel
+ *  runs kGemvReal. Each removes one part of the unit loop so that the bench's TB/s says what it costs; the
+ *  outputs are meaningless for every mode but kGemvReal. */
+enum GemvExp : int {
+  kGemvReal = 0,
+  kGemvNoMath = 1,     // wait, refill; no LDS of the slot, no mma, no flush
+  kGemvLdsOnly = 2,    // the unit's LDS (codes, metadata, B fragments, sums, 2^-e) folded with XOR; no mma
+  kGemvMathOnly = 3,   // codes and metadata synthesised in registers (no LDS of the slot); the rest real
+  kGemvFlushLast = 4,  // real, but only the range's last tile is flushed
+  kGemvNoRefill = 5,   // the ring's first kRingStages stages only, then the same slots re-read: the consumer alone
+  kGemvL2Ahead3 = 6,   // real, and each refill also prefetches into L2 the stage 3 further on (rolling window)
+  kGemvL2Ahead6 = 7,   // the same, 6 stages further on
+};
+
 /**
- * This warp's share of out += M x. ring_prefetch(M, gw, nw, r) must have been called with the same
- * gw, nw; xq holds x for every group the range reads (build_x_limbs). Every lane of the warp calls
- * this. The sums of consecutive units of one tile stay in registers; a tile change flushes them.
- * As slots free up after M's last stages are issued, the ring goes on with the first stages of
- * `next` (when has_next): the warp's weight stream does not drain at the end of a matrix, and the
- * next stage's first loads are in flight during the barrier, the input build and the attention.
+ * This warp's share of out += M x: the units of its plan pl (gemv_plan(M, gw, nw) of this warp; in
+ * shared memory). ring_prefetch(M, pl, r) must have been called; xq holds x for every group the
+ * range reads (build_x_limbs). Every lane of the warp calls this. The sums of consecutive units of
+ * one tile stay in registers; a tile change flushes them. As slots free up after M's last stages
+ * are issued, the ring goes on with the first stages of `next` (its plan pn; when has_next): the
+ * warp's weight stream does not drain at the end of a matrix, and the next stage's first loads are
+ * in flight during the barrier, the input build and the attention.
  */
-__device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, const XQuant& xq, int gw, int nw, Ring& r,
-                                         const PackedMatrix& next, bool has_next,
+template <int kExp = kGemvReal>
+__device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan& pl, float* out, const XQuant& xq,
+                                         Ring& r, const PackedMatrix& next, const GemvPlan& pn, bool has_next,
                                          unsigned long long* stats = nullptr) {
   const int lane = threadIdx.x & 31;
   // Mg and next may live in global memory (the layer table): read once into registers, or every
@@ -366,42 +370,72 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, con
   // (lane 0's bulk-copy issue, the warp waiting for it), in all, and its units.
   long long t_wait = 0, t_flush = 0, t_issue = 0;
   const long long t_begin = stats ? clock64() : 0;
-  const UnitRange rg = unit_range(M, gw, nw);
-  const uint32_t T = ring_stages(rg);
-  const UnitRange rn = has_next ? unit_range(next, gw, nw) : UnitRange{0, 0};
-  const uint32_t Tn = ring_stages(rn);
+  const uint32_t u0 = pl.u0, u1 = pl.u1;
+  const uint32_t T = ring_stages(u0, u1);
+  const uint32_t nu0 = has_next ? pn.u0 : 0u, nu1 = has_next ? pn.u1 : 0u;
+  const uint32_t Tn = ring_stages(nu0, nu1);
   if (T > 0) {
     const float2 wl = limb_weights(lane);
-    long long tile;
-    int j;
-    unit_tile_group(M, rg.u0, &tile, &j);
+    uint32_t tile = pl.tile0;
+    int j = pl.j0;
+    // The stage consumed next: its slot and mbarrier phase, stepped instead of recomputed (a
+    // division by kRingStages per stage otherwise).
+    uint32_t slot = r.base % kRingStages, phase = (r.base / kRingStages) & 1u;
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     for (uint32_t k = 0; k < T; ++k) {
-      if (stats) {
+      const uint32_t bar = r.bar + 8 * slot;
+      if (kExp == kGemvNoRefill && k >= kRingStages) {
+        // the slots keep the data of the first kRingStages stages
+      } else if (stats) {
         const long long t0 = clock64();
-        ring_wait(r, r.base + k);
+        sol::mbar_wait(bar, phase);
         t_wait += clock64() - t0;
       } else {
-        ring_wait(r, r.base + k);
+        sol::mbar_wait(bar, phase);
       }
-      const unsigned char* st = r.buf + ((r.base + k) % kRingStages) * kStageBytes;
-      const long long u = rg.u0 + (long long)k * kStageUnits;
+      const unsigned char* st = r.buf + slot * kStageBytes;
+      if (++slot == kRingStages) slot = 0, phase ^= 1u;
+      const uint32_t u = u0 + k * kStageUnits;
 #pragma unroll
       for (int i = 0; i < kStageUnits; ++i) {
-        if (u + i < rg.u1) {
-          const uint4* wp = reinterpret_cast<const uint4*>(st + i * kUnitBytes) + lane;
-          const uint4 w[2] = {wp[0], wp[32]};
-          const uint2 meta =
-              *reinterpret_cast<const uint2*>(st + kStageUnits * kUnitBytes + i * kUnitMetaBytes + (lane >> 2) * 8);
-          gemv_unit(w, meta, xq, j, lane, acc);
-          long long nt = tile;
+        if (u + i < u1) {
+          if (kExp == kGemvMathOnly) {
+            const uint32_t a = (u + i) * 0x9E3779B1u ^ lane;
+            const uint4 w[2] = {make_uint4(a, a ^ 1u, a ^ 2u, a ^ 3u), make_uint4(a ^ 4u, a ^ 5u, a ^ 6u, a ^ 7u)};
+            gemv_unit(w, make_uint2(0x3B800000u | (a & 15u), 0x3B800000u | (a >> 28)), xq, j, lane, acc);
+          } else if (kExp == kGemvLdsOnly) {
+            const uint4* wp = reinterpret_cast<const uint4*>(st + i * kUnitBytes) + lane;
+            const uint4 w0 = wp[0], w1 = wp[32];
+            const uint2 meta =
+                *reinterpret_cast<const uint2*>(st + kStageUnits * kUnitBytes + i * kUnitMetaBytes + (lane >> 2) * 8);
+            uint4 b0 = make_uint4(0u, 0u, 0u, 0u), b1 = b0;
+            if (lane < 12) {
+              b0 = xq.frag[j * 24 + lane];
+              b1 = xq.frag[j * 24 + 12 + lane];
+            }
+            const int2 S = reinterpret_cast<const int2*>(xq.sums + j)[lane & 1];
+            const uint32_t f = w0.x ^ w0.y ^ w0.z ^ w0.w ^ w1.x ^ w1.y ^ w1.z ^ w1.w ^ meta.x ^ meta.y ^ b0.x ^ b0.y ^
+                               b0.z ^ b0.w ^ b1.x ^ b1.y ^ b1.z ^ b1.w ^ uint32_t(S.x) ^ uint32_t(S.y) ^
+                               __float_as_uint(xq.inv[j]);
+            acc[0][0] += __uint_as_float(f & 0x007FFFFFu);
+          } else if (kExp != kGemvNoMath) {
+            const uint4* wp = reinterpret_cast<const uint4*>(st + i * kUnitBytes) + lane;
+            const uint4 w[2] = {wp[0], wp[32]};
+            const uint2 meta =
+                *reinterpret_cast<const uint2*>(st + kStageUnits * kUnitBytes + i * kUnitMetaBytes + (lane >> 2) * 8);
+            gemv_unit(w, meta, xq, j, lane, acc);
+          }
+          uint32_t nt = tile;
           int nj = j;
           if (M.group_major) {
-            if (++nt == M.tiles) nt = 0, ++nj;
+            if (++nt == uint32_t(M.tiles)) nt = 0, ++nj;
           } else if (++nj == M.groups) {
             nj = 0, ++nt;
           }
-          if (nt != tile || u + i + 1 == rg.u1) {
+          const bool flush = kExp == kGemvNoMath ? false
+                             : kExp == kGemvFlushLast ? u + i + 1 == u1
+                                                     : (nt != tile || u + i + 1 == u1);
+          if (flush) {
             const long long t0 = stats ? clock64() : 0;
             gemv_flush(M, out, tile, lane, acc, wl);
             if (stats) t_flush += clock64() - t0;
@@ -413,11 +447,20 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, con
       }
       __syncwarp();  // every lane has read the slot before lane 0 refills it
       const long long t0 = stats ? clock64() : 0;
-      if (r.issued < T) {
-        if (lane == 0) ring_issue(M.w, M.meta, rg, r, r.issued, r.base + r.issued);
+      if (kExp == kGemvNoRefill) {
+        // no refill: the slots keep their data
+      } else if (r.issued < T) {
+        if (lane == 0) ring_issue(M.w, M.meta, u0, u1, r, r.issued, r.base + r.issued);
+        constexpr uint32_t ahead = kExp == kGemvL2Ahead3 ? 3u : kExp == kGemvL2Ahead6 ? 6u : 0u;
+        if (ahead > 0 && lane == 0 && r.issued + ahead < T) {
+          const uint32_t ua = u0 + (r.issued + ahead) * kStageUnits;
+          const uint32_t na = min(uint32_t(kStageUnits), u1 - ua);
+          sol::bulk_prefetch_l2(M.w + size_t(ua) * 64, na * kUnitBytes);
+          sol::bulk_prefetch_l2(M.meta + size_t(ua) * 8, na * kUnitMetaBytes);
+        }
         ++r.issued;
       } else if (r.next_issued < Tn) {
-        if (lane == 0) ring_issue(next_w, next_meta, rn, r, r.next_issued, r.base + T + r.next_issued);
+        if (lane == 0) ring_issue(next_w, next_meta, nu0, nu1, r, r.next_issued, r.base + T + r.next_issued);
         ++r.next_issued;
       }
       if (stats) {
@@ -426,14 +469,16 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, float* out, con
       }
     }
   }
-  r.base += T;
+  // kGemvNoRefill issued only the first min(T, kRingStages) stages: the global stage numbers (and so
+  // the mbarriers' phases) go on from there.
+  r.base += kExp == kGemvNoRefill ? min(T, uint32_t(kRingStages)) : T;
   r.issued = 0;
   if (stats && lane == 0) {
     atomicAdd(stats + 0, (unsigned long long)t_wait);
     atomicAdd(stats + 1, (unsigned long long)t_flush);
     atomicAdd(stats + 2, (unsigned long long)t_issue);
     atomicAdd(stats + 3, (unsigned long long)(clock64() - t_begin));
-    atomicAdd(stats + 4, (unsigned long long)(rg.u1 - rg.u0));
+    atomicAdd(stats + 4, (unsigned long long)(u1 - u0));
   }
 }
 

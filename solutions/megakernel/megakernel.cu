@@ -332,7 +332,20 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     job.dst->vec_flush = vec_flush;
   }
 
-  // Scratch: activations, attention partials, counters, the RoPE table, the layer array.
+  // Every warp's share of each GEMV kind (the layers' shapes are equal; the device never divides).
+  const int nw = mdl->blocks * kWarps;
+  const PackedMatrix* kinds[kPlanKinds] = {&mdl->layers[0].qkv, &mdl->layers[0].o, &mdl->layers[0].gu,
+                                           &mdl->layers[0].down, &head};
+  std::vector<GemvPlan> plans(size_t(kPlanKinds) * nw);
+  for (int kind = 0; kind < kPlanKinds; ++kind) {
+    if (!gemv_plan_fits(*kinds[kind]))
+      fail(NIBBLE_ERR_NOT_SUPPORTED, "a projection of " + std::to_string(kinds[kind]->rows) + " rows x " +
+                                         std::to_string(kinds[kind]->groups * kGroup) +
+                                         " inputs has too many 16 x 128 units for the GEMV's 32-bit unit counts");
+    for (int gw = 0; gw < nw; ++gw) plans[size_t(kind) * nw + gw] = gemv_plan(*kinds[kind], gw, nw);
+  }
+
+  // Scratch: activations, attention partials, counters, the RoPE table, the layer array, the plans.
   const int max_chunks = attn_max_chunks(mdl->blocks, c.n_kv);
   const size_t n_rope = size_t(c.max_seq) * (c.hd / 2);
   const size_t sizes[] = {
@@ -345,6 +358,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
       64,                                                // barrier
       n_rope * sizeof(float2),                           // RoPE table
       size_t(c.layers) * sizeof(LayerDev),               // layers
+      size_t(kPlanKinds) * nw * sizeof(GemvPlan),        // every warp's GEMV plans
   };
   size_t stotal = 0;
   for (size_t s : sizes) stotal += round_up(s, 256);
@@ -367,6 +381,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   P.barrier = reinterpret_cast<unsigned*>(take(sizes[6]));
   auto* rope_dev = reinterpret_cast<float2*>(take(sizes[7]));
   auto* layers_dev = reinterpret_cast<LayerDev*>(take(sizes[8]));
+  auto* plans_dev = reinterpret_cast<GemvPlan*>(take(sizes[9]));
   SOL_CUDA(cudaMemsetAsync(base, 0, stotal, stream));  // qkv, counters and barrier must start at zero
 
   // RoPE table in double: angle = pos * theta^(-2i/hd); only the result is rounded to fp32.
@@ -386,9 +401,11 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     mdl->layers[size_t(i)].v_cache = mdl->v_cache[size_t(i)];
   }
   SOL_CUDA(cudaMemcpyAsync(layers_dev, mdl->layers.data(), sizes[8], cudaMemcpyHostToDevice, stream));
+  SOL_CUDA(cudaMemcpyAsync(plans_dev, plans.data(), sizes[9], cudaMemcpyHostToDevice, stream));
   SOL_CUDA(cudaStreamSynchronize(stream));  // the host tables go out of scope
 
   P.layers = layers_dev;
+  P.plans = plans_dev;
   P.n_layers = c.layers;
   P.d = c.d;
   P.ffn = c.ffn;

@@ -77,6 +77,40 @@ NIBBLE_MK_HD inline void unit_tile_group(const PackedMatrix& M, long long u, lon
   }
 }
 
+/** One warp's share of a matrix: units [u0, u1) (the matrix's tiles x groups units cut into one
+ *  contiguous range per warp of the grid, balanced to one unit), and where u0 starts. Computed on
+ *  the host, once per model (gemv_plan), and read from shared memory by the GEMV: the divisions
+ *  the split takes cost every warp ~1 us per matrix when the device computed them (NOTES.md, v9). */
+struct GemvPlan {
+  uint32_t u0 = 0, u1 = 0;
+  uint32_t tile0 = 0;  ///< unit u0's tile
+  uint16_t j0 = 0;     ///< unit u0's group
+  uint16_t j_last = 0; ///< unit u1 - 1's group (when u1 > 0)
+};
+static_assert(sizeof(GemvPlan) == 16, "one 16-byte shared-memory load per plan");
+
+/** Warp gw's (of nw) plan of M: units [total gw / nw, total (gw + 1) / nw), total = tiles x groups
+ *  (< 2^31: the GEMV counts units in 32 bits; gemv_plan_fits checks it). */
+NIBBLE_MK_HD inline GemvPlan gemv_plan(const PackedMatrix& M, int gw, int nw) {
+  const long long total = (long long)M.tiles * M.groups;
+  GemvPlan p;
+  p.u0 = uint32_t(total * gw / nw);
+  p.u1 = uint32_t(total * (gw + 1) / nw);
+  long long tile = 0;
+  int j = 0;
+  unit_tile_group(M, p.u0, &tile, &j);
+  p.tile0 = uint32_t(tile);
+  p.j0 = uint16_t(j);
+  if (p.u1 > 0) {  // the block split reads it from a block's last warp, whose own range may be empty
+    unit_tile_group(M, (long long)p.u1 - 1, &tile, &j);
+    p.j_last = uint16_t(j);
+  }
+  return p;
+}
+
+/** Whether M's units and groups fit the plan's fields (and the GEMV's 32-bit unit counts). */
+inline bool gemv_plan_fits(const PackedMatrix& M) { return (long long)M.tiles * M.groups < (1ll << 31) && M.groups <= 65535; }
+
 /** Bytes of the repacked weights and metadata of a (rows, K) matrix. */
 inline size_t packed_weight_bytes(int rows, int k) { return size_t((rows + 15) / 16) * (k / 128) * 1024; }
 inline size_t packed_meta_bytes(int rows, int k) { return size_t((rows + 15) / 16) * (k / 128) * 64; }
@@ -114,6 +148,9 @@ struct LayerDev {
   uint16_t* v_cache = nullptr;
 };
 
+/** The GEMV kinds of DecodeParams::plans (and of the trace's GEMV counters). */
+enum PlanKind : int { kPlanQkv = 0, kPlanO, kPlanGu, kPlanDown, kPlanHead, kPlanKinds };
+
 /** Everything the persistent kernel reads. Activation buffers are fp32. */
 struct DecodeParams {
   const LayerDev* layers = nullptr;  ///< device array of n_layers
@@ -124,6 +161,9 @@ struct DecodeParams {
   PackedMatrix head;                ///< the tied LM head (vocab, d), repacked
   const uint16_t* final_norm = nullptr;
   const float2* rope = nullptr;     ///< (max_seq, hd/2) {cos, sin}
+  /** (kPlanKinds, nw) every warp's GemvPlan of the layers' qkv, o, gate|up, down (the same shapes in
+   *  every layer) and the head, for the launch's grid (nw = blocks x kWarps). */
+  const GemvPlan* plans = nullptr;
   // scratch
   float* h = nullptr;        ///< (d) residual stream
   float* qkv = nullptr;      ///< (n_q*hd + 2 n_kv*hd), zero between steps
@@ -194,12 +234,19 @@ std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int gr
 
 // ---- The stages alone (blocks.cu), for the tests and the benchmark --------------------------
 
+/** The grid launch_gemv_blocks runs for `blocks` (0: one block per SM), 0 if there is no device. */
+int gemv_blocks_grid(int blocks);
+
+/** Most matrices per launch_gemv_blocks (each warp keeps its plans in shared memory). */
+inline constexpr int kGemvBlocksMaxMats = 128;
+
 /** ys[i] (rows_i) += W_i x for each of the n matrices in turn (fp32 x of length K; the caller zeroes
  *  the ys: the stage accumulates with atomics), with the decode kernel's stage code, one launch of
  *  `blocks` blocks (0: one per SM). Each warp prefetches its first loads of matrix i+1 before it
- *  computes the last of matrix i, as in the decode kernel. */
-cudaError_t launch_gemv_blocks(const PackedMatrix* mats, float* const* ys, int n, const float* x, int k, int blocks,
-                               cudaStream_t stream);
+ *  computes the last of matrix i, as in the decode kernel. mats: n device descriptors; plans: device
+ *  (n, nw) gemv_plan(mats[i], gw, nw) with nw = gemv_blocks_grid(blocks) x kWarps. n <= 128. */
+cudaError_t launch_gemv_blocks(const PackedMatrix* mats, const GemvPlan* plans, float* const* ys, int n, const float* x,
+                               int k, int blocks, cudaStream_t stream);
 
 /** The attention stage alone for one layer: q/k/v fp32 (pre-RoPE, [q | k | v]) -> K/V appended at
  *  pos, out (n_q*hd) fp32. part / count as in DecodeParams (count zeroed). */
