@@ -134,30 +134,25 @@ __device__ __forceinline__ void gemv_prefetch_l2(const PackedMatrix& M, const Ge
   sol::bulk_prefetch_l2(M.meta + size_t(u0) * 8, (u1 - u0) * kUnitMetaBytes);
 }
 
-/** x prepared for the integer GEMV (build_x_limbs), per 128-input group gr:
- *   frag[gr * 24 + 12 c + l]  lane l's (< 12) B fragments of k-blocks 2c and 2c+1 (c = 0, 1):
- *                             {b0, b1} of block 2c, then {b0, b1} of block 2c+1 (mma m16n8k32, int8;
- *                             B column n = l / 4 = limb n, t = l % 4)
- *   sums[gr]                  {16 S_0, 16 S_1, 16 S_2, 0}, S_n = the sum of limb n over the group
- *   inv[gr]                   2^-e: x = inv * (2^14 q_0 + 2^7 q_1 + q_2), NaN if x is not finite
- * Lanes 12..31 hold zero B columns (3..7): their fragments are not stored. */
+/** x prepared for the integer GEMV (build_x_limbs): one kXqGroupBytes record per 128-input group gr,
+ * so that a unit finds everything of its group from one pointer (v10):
+ *   +0    24 uint4: lane l's (< 12) B fragments of k-blocks 2c and 2c+1 at [12 c + l] (c = 0, 1):
+ *         {b0, b1} of block 2c, then {b0, b1} of block 2c+1 (mma m16n8k32, int8; B column n = l / 4
+ *         = limb n, t = l % 4). Lanes 12..31 hold zero B columns (3..7): not stored.
+ *   +384  int4 {16 S_0, 16 S_1, 16 S_2, 0}, S_n = the sum of limb n over the group
+ *   +400  float 2^-e: x = 2^-e (2^14 q_0 + 2^7 q_1 + q_2), NaN if x is not finite
+ *   +404  12 bytes of padding (16-byte aligned records) */
+constexpr int kXqGroupBytes = 24 * 16 + 16 + 16;
+constexpr int kXqSums = 24 * 16, kXqInv = kXqSums + 16;
 struct XQuant {
-  const uint4* frag;
-  const int4* sums;
-  const float* inv;
+  const unsigned char* base;
 };
 
-/** Shared-memory bytes of an XQuant for k inputs (k a multiple of 128): ~3.2 bytes per input. */
-__host__ __device__ constexpr size_t xquant_bytes(int k) { return size_t(k / kGroup) * (24 * 16 + 16 + 4); }
+/** Shared-memory bytes of an XQuant for k inputs (k a multiple of 128): 3.25 bytes per input. */
+__host__ __device__ constexpr size_t xquant_bytes(int k) { return size_t(k / kGroup) * kXqGroupBytes; }
 
-/** The XQuant views of a 16-byte-aligned region of xquant_bytes(k). */
-__device__ __forceinline__ XQuant xquant_view(const unsigned char* base, int k) {
-  const int groups = k / kGroup;
-  const uint4* frag = reinterpret_cast<const uint4*>(base);
-  const int4* sums = reinterpret_cast<const int4*>(base + size_t(groups) * 24 * 16);
-  const float* inv = reinterpret_cast<const float*>(base + size_t(groups) * (24 * 16 + 16));
-  return {frag, sums, inv};
-}
+/** The XQuant view of a 16-byte-aligned region of xquant_bytes(k). */
+__device__ __forceinline__ XQuant xquant_view(const unsigned char* base, int) { return {base}; }
 
 /**
  * xq (xquant_bytes(k) of shared memory) = x (k fp32 in shared memory) as 3 balanced base-128 int8
@@ -173,9 +168,6 @@ __device__ __forceinline__ void build_x_limbs(const float* xs, int k, unsigned c
                                               float mul = 1.f, int g_begin = 0, int g_end = -1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
   const int groups = k / kGroup;
-  uint32_t* frag = reinterpret_cast<uint32_t*>(xq);
-  int4* sums = reinterpret_cast<int4*>(xq + size_t(groups) * 24 * 16);
-  float* inv = reinterpret_cast<float*>(xq + size_t(groups) * (24 * 16 + 16));
   const int kb = lane >> 3, t = (lane & 7) & 3, half = (lane & 7) >> 2;
   if (g_end < 0) g_end = groups;
   for (int gr = g_begin + warp; gr < g_end; gr += nwarps) {
@@ -210,15 +202,16 @@ __device__ __forceinline__ void build_x_limbs(const float* xs, int k, unsigned c
       s[1] += d1;
       s[2] += d2;
     }
+    unsigned char* rec = xq + size_t(gr) * kXqGroupBytes;
 #pragma unroll
     for (int n = 0; n < 3; ++n) {
       // limb n's four bytes are register b[half] of k-block kb for B lane 4n + t
-      frag[((size_t(gr) * 24 + 12 * (kb >> 1) + 4 * n + t) * 4) + 2 * (kb & 1) + half] = q[n];
+      reinterpret_cast<uint32_t*>(rec)[(12 * (kb >> 1) + 4 * n + t) * 4 + 2 * (kb & 1) + half] = q[n];
       s[n] = __reduce_add_sync(0xFFFFFFFFu, s[n]);
     }
     if (lane == 0) {
-      sums[gr] = make_int4(16 * s[0], 16 * s[1], 16 * s[2], 0);
-      inv[gr] = r;
+      *reinterpret_cast<int4*>(rec + kXqSums) = make_int4(16 * s[0], 16 * s[1], 16 * s[2], 0);
+      *reinterpret_cast<float*>(rec + kXqInv) = r;
     }
   }
 }
@@ -235,18 +228,18 @@ __device__ __forceinline__ void imma_16832(int (&c)[4], uint32_t a0, uint32_t a1
 /**
  * One unit (16 rows x 128 inputs = one group) of this lane. Lane (g = lane/4, t = lane%4) holds C
  * rows g and g + 8, columns 2t and 2t + 1 = limbs 2t, 2t + 1 (columns 3..7 are zero or weighted 0
- * by gemv_flush): acc[r][j] += scale_r 2^-e (16 sum (c - zero) q) for that row and limb.
- * Per word of codes: lo = word & 0x0F0F0F0F is one A register of the even k-block (4 codes as u8),
+ * by gemv_flush): acc[r][j] += scale_r 2^-e (16 sum (c - zero) q) for that row and limb. xg: the
+ * group's XQuant record. Per word of codes: lo = word & 0x0F0F0F0F is one A register of the even k-block (4 codes as u8),
  * hi = word & 0xF0F0F0F0 the same register of the odd k-block as 16 x code: one LOP3 per 4 weights,
  * no conversion. Then 16 C_lo + C_hi - 16 zero S is 16 sum (c - zero) q exactly in int32 (at most
  * 16 * 15 * 65 * 128 < 2^24, so also exact as fp32), and the scale is applied once per group.
  */
-__device__ __forceinline__ void gemv_unit(const uint4 (&w)[2], uint2 meta, const XQuant& xq, int gr, int lane,
+__device__ __forceinline__ void gemv_unit(const uint4 (&w)[2], uint2 meta, const unsigned char* xg, int lane,
                                           float (&acc)[2][2]) {
   uint4 b[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
   if (lane < 12) {
-    b[0] = xq.frag[gr * 24 + lane];
-    b[1] = xq.frag[gr * 24 + 12 + lane];
+    b[0] = reinterpret_cast<const uint4*>(xg)[lane];
+    b[1] = reinterpret_cast<const uint4*>(xg)[12 + lane];
   }
   int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -256,8 +249,8 @@ __device__ __forceinline__ void gemv_unit(const uint4 (&w)[2], uint2 meta, const
     imma_16832(chi, w[c].x & 0xF0F0F0F0u, w[c].y & 0xF0F0F0F0u, w[c].z & 0xF0F0F0F0u, w[c].w & 0xF0F0F0F0u, b[c].z,
                b[c].w);
   }
-  const int2 S = reinterpret_cast<const int2*>(xq.sums + gr)[lane & 1];  // limbs 2t, 2t + 1 (t even: 0, 1)
-  const float r = xq.inv[gr];
+  const int2 S = reinterpret_cast<const int2*>(xg + kXqSums)[lane & 1];  // limbs 2t, 2t + 1 (t even: 0, 1)
+  const float r = *reinterpret_cast<const float*>(xg + kXqInv);
   const int z0 = int(meta.x & 0xFu), z1 = int(meta.y & 0xFu);
   const float s0 = __uint_as_float(meta.x & 0xFFFF0000u) * r, s1 = __uint_as_float(meta.y & 0xFFFF0000u) * r;
   acc[0][0] = fmaf(s0, float(16 * clo[0] + chi[0] - z0 * S.x), acc[0][0]);
@@ -348,14 +341,15 @@ enum GemvExp : int {
 
 /**
  * This warp's share of out += M x: the units of its plan pl (gemv_plan(M, gw, nw) of this warp; in
- * shared memory). ring_prefetch(M, pl, r) must have been called; xq holds x for every group the
+ * shared memory). kGroupMajor must be M.group_major (a template argument so that the unit loop has
+ * one path: v10). ring_prefetch(M, pl, r) must have been called; xq holds x for every group the
  * range reads (build_x_limbs). Every lane of the warp calls this. The sums of consecutive units of
  * one tile stay in registers; a tile change flushes them. As slots free up after M's last stages
  * are issued, the ring goes on with the first stages of `next` (its plan pn; when has_next): the
  * warp's weight stream does not drain at the end of a matrix, and the next stage's first loads are
  * in flight during the barrier, the input build and the attention.
  */
-template <int kExp = kGemvReal>
+template <bool kGroupMajor, int kExp = kGemvReal>
 __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan& pl, float* out, const XQuant& xq,
                                          Ring& r, const PackedMatrix& next, const GemvPlan& pn, bool has_next,
                                          unsigned long long* stats = nullptr) {
@@ -376,12 +370,20 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan&
   const uint32_t Tn = ring_stages(nu0, nu1);
   if (T > 0) {
     const float2 wl = limb_weights(lane);
+    // Where the walk is: the current tile, its group's x record, and the units left before the
+    // inner index wraps (groups of a tile, tile-major; tiles of a group, group-major). Stepped per
+    // unit: v9's per-unit tile/group arithmetic and address recomputation were ~40% of the loop.
     uint32_t tile = pl.tile0;
-    int j = pl.j0;
-    // The stage consumed next: its slot and mbarrier phase, stepped instead of recomputed (a
-    // division by kRingStages per stage otherwise).
+    const unsigned char* xg = xq.base + size_t(pl.j0) * kXqGroupBytes;
+    uint32_t run = kGroupMajor ? uint32_t(M.tiles) - tile : uint32_t(M.groups - pl.j0);
+    const uint32_t wrap_to = kGroupMajor ? uint32_t(M.tiles) : uint32_t(M.groups);
+    // group-major: consecutive units are different tiles, so each one flushes (unless there is one)
+    const bool flush_each = kGroupMajor && M.tiles != 1;
+    // The stage consumed next: its slot and mbarrier phase, stepped instead of recomputed.
     uint32_t slot = r.base % kRingStages, phase = (r.base / kRingStages) & 1u;
+    const unsigned char* st = r.buf + slot * kStageBytes;
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+    const uint32_t n_units = u1 - u0;
     for (uint32_t k = 0; k < T; ++k) {
       const uint32_t bar = r.bar + 8 * slot;
       if (kExp == kGemvNoRefill && k >= kRingStages) {
@@ -393,56 +395,62 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan&
       } else {
         sol::mbar_wait(bar, phase);
       }
-      const unsigned char* st = r.buf + slot * kStageBytes;
-      if (++slot == kRingStages) slot = 0, phase ^= 1u;
-      const uint32_t u = u0 + k * kStageUnits;
+      const unsigned char* cur = st;
+      if (++slot == kRingStages) {
+        slot = 0;
+        phase ^= 1u;
+        st = r.buf;
+      } else {
+        st += kStageBytes;
+      }
+      // units in this stage: kStageUnits but in the last one
+      const uint32_t here = min(uint32_t(kStageUnits), n_units - k * kStageUnits);
+      const bool last_stage = k + 1 == T;
 #pragma unroll
       for (int i = 0; i < kStageUnits; ++i) {
-        if (u + i < u1) {
+        if (i == 0 || uint32_t(i) < here) {
+          const uint4* wp = reinterpret_cast<const uint4*>(cur + i * kUnitBytes) + lane;
+          const uint2* mp = reinterpret_cast<const uint2*>(cur + kStageUnits * kUnitBytes + i * kUnitMetaBytes) + (lane >> 2);
           if (kExp == kGemvMathOnly) {
-            const uint32_t a = (u + i) * 0x9E3779B1u ^ lane;
+            const uint32_t a = (u0 + k * kStageUnits + i) * 0x9E3779B1u ^ lane;
             const uint4 w[2] = {make_uint4(a, a ^ 1u, a ^ 2u, a ^ 3u), make_uint4(a ^ 4u, a ^ 5u, a ^ 6u, a ^ 7u)};
-            gemv_unit(w, make_uint2(0x3B800000u | (a & 15u), 0x3B800000u | (a >> 28)), xq, j, lane, acc);
+            gemv_unit(w, make_uint2(0x3B800000u | (a & 15u), 0x3B800000u | (a >> 28)), xg, lane, acc);
           } else if (kExp == kGemvLdsOnly) {
-            const uint4* wp = reinterpret_cast<const uint4*>(st + i * kUnitBytes) + lane;
             const uint4 w0 = wp[0], w1 = wp[32];
-            const uint2 meta =
-                *reinterpret_cast<const uint2*>(st + kStageUnits * kUnitBytes + i * kUnitMetaBytes + (lane >> 2) * 8);
+            const uint2 meta = *mp;
             uint4 b0 = make_uint4(0u, 0u, 0u, 0u), b1 = b0;
             if (lane < 12) {
-              b0 = xq.frag[j * 24 + lane];
-              b1 = xq.frag[j * 24 + 12 + lane];
+              b0 = reinterpret_cast<const uint4*>(xg)[lane];
+              b1 = reinterpret_cast<const uint4*>(xg)[12 + lane];
             }
-            const int2 S = reinterpret_cast<const int2*>(xq.sums + j)[lane & 1];
+            const int2 S = reinterpret_cast<const int2*>(xg + kXqSums)[lane & 1];
             const uint32_t f = w0.x ^ w0.y ^ w0.z ^ w0.w ^ w1.x ^ w1.y ^ w1.z ^ w1.w ^ meta.x ^ meta.y ^ b0.x ^ b0.y ^
                                b0.z ^ b0.w ^ b1.x ^ b1.y ^ b1.z ^ b1.w ^ uint32_t(S.x) ^ uint32_t(S.y) ^
-                               __float_as_uint(xq.inv[j]);
+                               __float_as_uint(*reinterpret_cast<const float*>(xg + kXqInv));
             acc[0][0] += __uint_as_float(f & 0x007FFFFFu);
           } else if (kExp != kGemvNoMath) {
-            const uint4* wp = reinterpret_cast<const uint4*>(st + i * kUnitBytes) + lane;
             const uint4 w[2] = {wp[0], wp[32]};
-            const uint2 meta =
-                *reinterpret_cast<const uint2*>(st + kStageUnits * kUnitBytes + i * kUnitMetaBytes + (lane >> 2) * 8);
-            gemv_unit(w, meta, xq, j, lane, acc);
+            gemv_unit(w, *mp, xg, lane, acc);
           }
-          uint32_t nt = tile;
-          int nj = j;
-          if (M.group_major) {
-            if (++nt == uint32_t(M.tiles)) nt = 0, ++nj;
-          } else if (++nj == M.groups) {
-            nj = 0, ++nt;
-          }
-          const bool flush = kExp == kGemvNoMath ? false
-                             : kExp == kGemvFlushLast ? u + i + 1 == u1
-                                                     : (nt != tile || u + i + 1 == u1);
+          const bool last = last_stage && uint32_t(i) + 1 == here;
+          const bool wrap = --run == 0;
+          const bool flush = kExp == kGemvNoMath      ? false
+                             : kExp == kGemvFlushLast ? last
+                             : kGroupMajor            ? (flush_each || last)
+                                                      : (wrap || last);
           if (flush) {
             const long long t0 = stats ? clock64() : 0;
             gemv_flush(M, out, tile, lane, acc, wl);
             if (stats) t_flush += clock64() - t0;
             acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = 0.f;
           }
-          tile = nt;
-          j = nj;
+          if (kGroupMajor) {  // next tile of the group; after the last tile, the next group
+            ++tile;
+            if (wrap) tile = 0, xg += kXqGroupBytes, run = wrap_to;
+          } else {  // next group of the tile; after the last group, the next tile
+            xg += kXqGroupBytes;
+            if (wrap) xg = xq.base, ++tile, run = wrap_to;
+          }
         }
       }
       __syncwarp();  // every lane has read the slot before lane 0 refills it

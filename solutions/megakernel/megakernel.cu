@@ -289,19 +289,18 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     bool group_major = false;  // o and down: a block's units read one or two groups of the input
   };
   std::vector<Job> jobs;
-  // A/B switches for the trace (NOTES.md): NIBBLE_MK_GM=0 keeps o and down tile-major (every block
-  // then builds their whole input), NIBBLE_MK_FLUSH=0 flushes with one atomic per row.
-  const char* gm_env = std::getenv("NIBBLE_MK_GM");
-  const bool gm = !(gm_env && *gm_env && std::atoi(gm_env) == 0);
+  // o and down are group-major: the decode kernel's GEMV calls for them are compiled for that order
+  // (v10; v6's A/B switch NIBBLE_MK_GM=0 for tile-major is gone). NIBBLE_MK_FLUSH=0 (an A/B switch
+  // for the trace, NOTES.md) flushes with one atomic per row.
   const char* fl_env = std::getenv("NIBBLE_MK_FLUSH");
   const int vec_flush = (fl_env && *fl_env && std::atoi(fl_env) == 0) ? 0 : 1;
   for (int i = 0; i < c.layers; ++i) {
     LayerSrc& s = src[size_t(i)];
     LayerDev& L = mdl->layers[size_t(i)];
     jobs.push_back({{s.q, s.k, s.v}, RowMap::Concat, c.d, &L.qkv});
-    jobs.push_back({{s.o}, RowMap::Concat, qdim, &L.o, gm});
+    jobs.push_back({{s.o}, RowMap::Concat, qdim, &L.o, true});
     jobs.push_back({{s.gate, s.up}, RowMap::Interleave8, c.d, &L.gu});
-    jobs.push_back({{s.down}, RowMap::Concat, c.ffn, &L.down, gm});
+    jobs.push_back({{s.down}, RowMap::Concat, c.ffn, &L.down, true});
   }
   PackedMatrix head;
   jobs.push_back({{embed}, RowMap::Concat, c.d, &head});
