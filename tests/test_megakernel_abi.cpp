@@ -88,12 +88,13 @@ TEST(MegakernelAbi, NameAndDeclinedConfigs) {
 
 namespace mk = nibble::megakernel;
 
-mk::PackedMatrix shape(int tiles, int groups, bool group_major) {
+/** chunk: PackedMatrix::chunk (0 tile-major, 1 group-major, else groups per chunk). */
+mk::PackedMatrix shape(int tiles, int groups, int chunk) {
   mk::PackedMatrix m;
   m.tiles = tiles;
   m.groups = groups;
   m.rows = tiles * 16;
-  m.group_major = group_major ? 1 : 0;
+  m.chunk = chunk;
   return m;
 }
 
@@ -108,7 +109,7 @@ void expect_plan(const mk::GemvPlan& p, uint32_t u0, uint32_t u1, uint32_t tile0
 
 // 3 tiles x 2 groups = 6 units over 4 warps: [0,1) [1,3) [3,4) [4,6) (6 gw / 4, floored).
 TEST(MegakernelPlan, TileMajorByHand) {
-  const mk::PackedMatrix m = shape(3, 2, false);  // u = tile * 2 + group
+  const mk::PackedMatrix m = shape(3, 2, 0);  // u = tile * 2 + group
   expect_plan(mk::gemv_plan(m, 0, 4), 0, 1, 0, 0, 0, "warp 0");
   expect_plan(mk::gemv_plan(m, 1, 4), 1, 3, 0, 1, 0, "warp 1: tile 0 group 1 .. tile 1 group 0");
   expect_plan(mk::gemv_plan(m, 2, 4), 3, 4, 1, 1, 1, "warp 2");
@@ -116,7 +117,7 @@ TEST(MegakernelPlan, TileMajorByHand) {
 }
 
 TEST(MegakernelPlan, GroupMajorByHand) {
-  const mk::PackedMatrix m = shape(3, 2, true);  // u = group * 3 + tile
+  const mk::PackedMatrix m = shape(3, 2, 1);  // u = group * 3 + tile
   expect_plan(mk::gemv_plan(m, 1, 4), 1, 3, 1, 0, 0, "warp 1: tiles 1, 2 of group 0");
   expect_plan(mk::gemv_plan(m, 2, 4), 3, 4, 0, 1, 1, "warp 2: tile 0 of group 1");
   expect_plan(mk::gemv_plan(m, 3, 4), 4, 6, 1, 1, 1, "warp 3");
@@ -125,19 +126,36 @@ TEST(MegakernelPlan, GroupMajorByHand) {
 // 2 units over 4 warps: warps 0 and 2 have none; j_last still names the group of unit u1 - 1 (the
 // block split reads it from a block's last warp, whose own range may be empty).
 TEST(MegakernelPlan, EmptyRanges) {
-  const mk::PackedMatrix m = shape(1, 2, true);
+  const mk::PackedMatrix m = shape(1, 2, 1);
   expect_plan(mk::gemv_plan(m, 0, 4), 0, 0, 0, 0, 0, "warp 0: empty, u1 = 0");
   expect_plan(mk::gemv_plan(m, 1, 4), 0, 1, 0, 0, 0, "warp 1");
   expect_plan(mk::gemv_plan(m, 2, 4), 1, 1, 0, 1, 0, "warp 2: empty, unit 0 before it is group 0");
   expect_plan(mk::gemv_plan(m, 3, 4), 1, 2, 0, 1, 1, "warp 3");
 }
 
+// 2 tiles x 4 groups in chunks of 2: u 0..3 = (t0 g0) (t0 g1) (t1 g0) (t1 g1), u 4..7 the same for
+// g2, g3. 3 warps: [0,2) [2,5) [5,8).
+TEST(MegakernelPlan, ChunksByHand) {
+  const mk::PackedMatrix m = shape(2, 4, 2);
+  expect_plan(mk::gemv_plan(m, 0, 3), 0, 2, 0, 0, 1, "warp 0: tile 0, groups 0 1");
+  expect_plan(mk::gemv_plan(m, 1, 3), 2, 5, 1, 0, 2, "warp 1: tile 1 groups 0 1, then tile 0 group 2");
+  expect_plan(mk::gemv_plan(m, 2, 3), 5, 8, 0, 3, 3, "warp 2: tile 0 group 3, tile 1 groups 2 3");
+  EXPECT_TRUE(mk::valid_chunk(2, 4));
+  EXPECT_TRUE(mk::valid_chunk(24, 24));  // tile-major
+  EXPECT_TRUE(mk::valid_chunk(8, 24));
+  EXPECT_FALSE(mk::valid_chunk(3, 24));  // not a power of two
+  EXPECT_FALSE(mk::valid_chunk(16, 24));  // does not divide
+  EXPECT_FALSE(mk::valid_chunk(0, 24));
+  EXPECT_EQ(mk::unit_chunk(shape(2, 4, 0)), 4);
+  EXPECT_EQ(mk::unit_chunk(shape(2, 4, 2)), 2);
+}
+
 // The full config's shapes on an H200's 2112 warps: the ranges tile [0, total) in order, differ by
 // at most one unit, and tile0 / j0 / j_last are the units' coordinates.
 TEST(MegakernelPlan, FullShapesPartitionTheUnits) {
   const int nw = 132 * mk::kWarps;
-  for (const mk::PackedMatrix& m : {shape(320, 24, false), shape(192, 24, true), shape(1024, 24, false),
-                                    shape(192, 64, true), shape(8016, 24, false)}) {
+  for (const mk::PackedMatrix& m : {shape(320, 24, 0), shape(192, 24, 2), shape(1024, 24, 0), shape(192, 64, 4),
+                                    shape(192, 64, 1), shape(8016, 24, 0)}) {
     ASSERT_TRUE(mk::gemv_plan_fits(m));
     const uint32_t total = uint32_t(m.tiles) * uint32_t(m.groups);
     uint32_t next = 0, lo = total, hi = 0;
@@ -147,21 +165,24 @@ TEST(MegakernelPlan, FullShapesPartitionTheUnits) {
       next = p.u1;
       lo = std::min(lo, p.u1 - p.u0);
       hi = std::max(hi, p.u1 - p.u0);
-      const uint32_t t = m.group_major ? p.u0 % m.tiles : p.u0 / m.groups;
-      const uint32_t j = m.group_major ? p.u0 / m.tiles : p.u0 % m.groups;
+      // (c, tile, group in chunk) by hand: G groups per chunk, tiles x G units per chunk
+      const uint32_t G = uint32_t(mk::unit_chunk(m)), per = uint32_t(m.tiles) * G;
+      const auto tile_of = [&](uint32_t u) { return u % per / G; };
+      const auto group_of = [&](uint32_t u) { return u / per * G + u % per % G; };
+      const uint32_t t = tile_of(p.u0), j = group_of(p.u0);
       if (p.u0 < total) {
         EXPECT_EQ(p.tile0, t) << gw;
         EXPECT_EQ(p.j0, j) << gw;
       }
-      EXPECT_EQ(p.j_last, m.group_major ? (p.u1 - 1) / m.tiles : (p.u1 - 1) % m.groups) << gw;
+      EXPECT_EQ(p.j_last, group_of(p.u1 - 1)) << gw;
     }
     EXPECT_EQ(next, total);
     EXPECT_LE(hi - lo, 1u);
   }
   // Fewer than 2^31 units (32-bit unit counts with room for a stage past the end), 65535 groups.
-  EXPECT_TRUE(mk::gemv_plan_fits(shape(32768, 65535, false)));  // 2^31 - 2^15 units
-  EXPECT_FALSE(mk::gemv_plan_fits(shape(32768, 65536, false)));
-  EXPECT_FALSE(mk::gemv_plan_fits(shape(65536, 32768, true)));  // 2^31 units
+  EXPECT_TRUE(mk::gemv_plan_fits(shape(32768, 65535, 0)));  // 2^31 - 2^15 units
+  EXPECT_FALSE(mk::gemv_plan_fits(shape(32768, 65536, 0)));
+  EXPECT_FALSE(mk::gemv_plan_fits(shape(65536, 32768, 1)));  // 2^31 units
 }
 
 }  // namespace

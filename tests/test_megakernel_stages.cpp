@@ -119,9 +119,9 @@ struct DeviceMatrix {
 struct Packed {
   DevBuf w, meta;
   mk::PackedMatrix m;
-  Packed(const std::vector<mk::SourceTriple>& src, int k, bool group_major = false)
+  Packed(const std::vector<mk::SourceTriple>& src, int k, int chunk = 0)
       : w(mk::packed_weight_bytes(total_rows(src), k)), meta(mk::packed_meta_bytes(total_rows(src), k)) {
-    m.group_major = group_major ? 1 : 0;
+    m.chunk = chunk;
     m.w = w.as<uint4>();
     m.meta = meta.as<uint2>();
     m.rows = total_rows(src);
@@ -214,16 +214,18 @@ void reference(const std::vector<const HostMatrix*>& rows_of, const std::vector<
 TEST(MegakernelGemv, OddShapesAndGrids) {
   NIBBLE_REQUIRE_GPU();
   Rng rng(7);
-  // Both unit orders: tile-major (a warp's range covers whole tiles) and group-major (a warp's
-  // consecutive units are different tiles of one group; o-proj and down use it).
+  // Every unit order (PackedMatrix::chunk): tile-major (0: a warp's range covers whole tiles),
+  // group-major (1: a warp's consecutive units are different tiles of one group) and chunks of 2
+  // and 8 groups (o-proj and down use 2 and 4), where a tile's sums run over the chunk's groups.
   for (int k : {128, 384, 3072})
     for (int rows : {1, 3, 17, 733})
-      for (bool gm : {false, true}) {
+      for (int chunk : {0, 1, 2, 8}) {
+      if (chunk > 0 && !mk::valid_chunk(chunk, k / 128)) continue;
       HostMatrix h(rows, k, rng);
       DeviceMatrix d(h);
       const mk::SourceTriple s = d.source(rows);
-      Packed p({s}, k, gm);
-      CUDA_OK(mk::launch_repack(&s, 1, mk::RowMap::Concat, k, p.w.as<uint4>(), p.meta.as<uint2>(), nullptr, gm));
+      Packed p({s}, k, chunk);
+      CUDA_OK(mk::launch_repack(&s, 1, mk::RowMap::Concat, k, p.w.as<uint4>(), p.meta.as<uint2>(), nullptr, chunk));
       const std::vector<float> x = random_x(k, rng);
       std::vector<const HostMatrix*> of(size_t(rows), &h);
       std::vector<int> idx(static_cast<size_t>(rows));
@@ -232,7 +234,7 @@ TEST(MegakernelGemv, OddShapesAndGrids) {
       reference(of, idx, x, &ref, &bound);
       for (int blocks : {1, 3, 0})
         run_and_check({p.m}, {ref}, {bound}, x, blocks,
-                      "rows " + std::to_string(rows) + " K " + std::to_string(k) + (gm ? " group-major" : "") +
+                      "rows " + std::to_string(rows) + " K " + std::to_string(k) + " chunk " + std::to_string(chunk) +
                           " blocks " + std::to_string(blocks));
       }
 }
@@ -270,8 +272,8 @@ TEST(MegakernelGemv, StackedInterleavedAndSeveralMatrices) {
   HostMatrix s(40, 128, rng);
   DeviceMatrix ds(s);
   const mk::SourceTriple ss = ds.source(40);
-  Packed ps({ss}, 128, true);  // group-major between two tile-major matrices
-  CUDA_OK(mk::launch_repack(&ss, 1, mk::RowMap::Concat, 128, ps.w.as<uint4>(), ps.meta.as<uint2>(), nullptr, true));
+  Packed ps({ss}, 128, 1);  // group-major between two tile-major matrices
+  CUDA_OK(mk::launch_repack(&ss, 1, mk::RowMap::Concat, 128, ps.w.as<uint4>(), ps.meta.as<uint2>(), nullptr, 1));
   std::vector<const HostMatrix*> of_s(40, &s);
   std::vector<int> idx_s(40);
   for (int r = 0; r < 40; ++r) idx_s[size_t(r)] = r;

@@ -48,12 +48,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int in = i + 1 < n ? i + 1 : i;
     const PackedMatrix m = mats[i];
     const PackedMatrix next = mats[in];
-    if (m.group_major)
-      gemv_run<true, kExp>(m, plan[i * kWarps + warp], ys[i], xquant_view(xf, k), ring, next, plan[in * kWarps + warp],
-                           i + 1 < n);
-    else
-      gemv_run<false, kExp>(m, plan[i * kWarps + warp], ys[i], xquant_view(xf, k), ring, next, plan[in * kWarps + warp],
-                            i + 1 < n);
+    gemv_run<kExp>(m, plan[i * kWarps + warp], ys[i], xquant_view(xf, k), ring, next, plan[in * kWarps + warp], i + 1 < n);
     if (i + 1 < n) ring_prefetch(next, plan[in * kWarps + warp], ring);
   }
 }

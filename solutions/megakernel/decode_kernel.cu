@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     mark_ready(p, 5 * li + 0);
     gain_prefetch(L->post_norm, p.d, gn);
-    gemv_run<false>(layer_mat(p, kPlanQkv, li), pl_qkv, p.qkv, xquant_view(xf, p.d), ring, layer_mat(p, kPlanO, li),
+    gemv_run(layer_mat(p, kPlanQkv, li), pl_qkv, p.qkv, xquant_view(xf, p.d), ring, layer_mat(p, kPlanO, li),
                     pl_o, true, gemv_stats(p, 0));
     probe_delay(p, 2);
     // The block's first K/V rows of the attention, copied while the grid meets at the barrier (over
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     build_x_limbs(xs, qdim, xf, nullptr, 1.f, g0, g1);
     __syncthreads();
     mark_ready(p, 5 * li + 2);
-    gemv_run<true>(layer_mat(p, kPlanO, li), pl_o, p.h, xquant_view(xf, qdim), ring, layer_mat(p, kPlanGu, li), pl_gu,
+    gemv_run(layer_mat(p, kPlanO, li), pl_o, p.h, xquant_view(xf, qdim), ring, layer_mat(p, kPlanGu, li), pl_gu,
                    true, gemv_stats(p, 1));
     ring_prefetch(layer_mat(p, kPlanGu, li), pl_gu, ring);
     stage_barrier(p, 5 * li + 2, 4 * li + 1);
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     probe_delay(p, 3);
     mark_ready(p, 5 * li + 3);
-    gemv_run<false>(layer_mat(p, kPlanGu, li), pl_gu, p.gu, xquant_view(xf, p.d), ring, layer_mat(p, kPlanDown, li),
+    gemv_run(layer_mat(p, kPlanGu, li), pl_gu, p.gu, xquant_view(xf, p.d), ring, layer_mat(p, kPlanDown, li),
                     pl_down, true, gemv_stats(p, 2));
     ring_prefetch(layer_mat(p, kPlanDown, li), pl_down, ring);
     stage_barrier(p, 5 * li + 3, 4 * li + 2);
@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     const bool last = li + 1 == p.n_layers;
     const PackedMatrix after = last ? p.head : layer_mat(p, kPlanQkv, li + 1);
     const GemvPlan& pl_after = last ? pl_head : pl_qkv;
-    gemv_run<true>(layer_mat(p, kPlanDown, li), pl_down, p.h, xquant_view(xf, p.ffn), ring, after, pl_after, true, gemv_stats(p, 3));
+    gemv_run(layer_mat(p, kPlanDown, li), pl_down, p.h, xquant_view(xf, p.ffn), ring, after, pl_after, true, gemv_stats(p, 3));
     ring_prefetch(after, pl_after, ring);
     probe_delay(p, 4);
     gain_wait();
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   const float rs = rms_scale(xs, p.d, p.eps, red);
   build_x_limbs(xs, p.d, xf, gn, rs);
   __syncthreads();
-  gemv_run<false>(p.head, pl_head, p.logits, xquant_view(xf, p.d), ring, p.head, pl_head, false, gemv_stats(p, 4));
+  gemv_run(p.head, pl_head, p.logits, xquant_view(xf, p.d), ring, p.head, pl_head, false, gemv_stats(p, 4));
   kernel_done(p.barrier, p.attn_done, p.n_kv);
   if (p.trace) {
     __syncthreads();

@@ -307,22 +307,18 @@ __device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, ui
   }
 }
 
-/** This block's groups of M, [*g0, *g1): for a group-major M, the inputs its warps' ranges read;
- *  first / last: the plans of the block's first and last warps (the decode kernel numbers warps
- *  gw = blockIdx.x * kWarps + warp). Empty when the block has no unit. */
+/** This block's groups of M, [*g0, *g1): the whole chunks its warps' ranges touch (a tile-major M:
+ *  every group); first / last: the plans of the block's first and last warps (the decode kernel
+ *  numbers warps gw = blockIdx.x * kWarps + warp). Empty when the block has no unit. */
 __device__ __forceinline__ void block_groups(const PackedMatrix& M, const GemvPlan& first, const GemvPlan& last, int* g0,
                                              int* g1) {
-  if (!M.group_major) {  // a tile-major range reads every group
-    *g0 = 0;
-    *g1 = M.groups;
-    return;
-  }
   if (last.u1 <= first.u0) {
     *g0 = *g1 = 0;
     return;
   }
-  *g0 = first.j0;
-  *g1 = int(last.j_last) + 1;
+  const int G = unit_chunk(M);  // all groups, or a power of two
+  *g0 = first.j0 / G * G;
+  *g1 = min(M.groups, (int(last.j_last) / G + 1) * G);
 }
 
 /** Consumer experiments (bench_megakernel_blocks only, NIBBLE_MK_GEMV_EXP; NOTES.md "v9"): the decode kernel
@@ -341,15 +337,14 @@ enum GemvExp : int {
 
 /**
  * This warp's share of out += M x: the units of its plan pl (gemv_plan(M, gw, nw) of this warp; in
- * shared memory). kGroupMajor must be M.group_major (a template argument so that the unit loop has
- * one path: v10). ring_prefetch(M, pl, r) must have been called; xq holds x for every group the
+ * shared memory). ring_prefetch(M, pl, r) must have been called; xq holds x for every group the
  * range reads (build_x_limbs). Every lane of the warp calls this. The sums of consecutive units of
  * one tile stay in registers; a tile change flushes them. As slots free up after M's last stages
  * are issued, the ring goes on with the first stages of `next` (its plan pn; when has_next): the
  * warp's weight stream does not drain at the end of a matrix, and the next stage's first loads are
  * in flight during the barrier, the input build and the attention.
  */
-template <bool kGroupMajor, int kExp = kGemvReal>
+template <int kExp = kGemvReal>
 __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan& pl, float* out, const XQuant& xq,
                                          Ring& r, const PackedMatrix& next, const GemvPlan& pn, bool has_next,
                                          unsigned long long* stats = nullptr) {
@@ -370,15 +365,15 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan&
   const uint32_t Tn = ring_stages(nu0, nu1);
   if (T > 0) {
     const float2 wl = limb_weights(lane);
-    // Where the walk is: the current tile, its group's x record, and the units left before the
-    // inner index wraps (groups of a tile, tile-major; tiles of a group, group-major). Stepped per
-    // unit: v9's per-unit tile/group arithmetic and address recomputation were ~40% of the loop.
+    // Where the walk is: the current tile, its group's x record, and the units left in the tile's
+    // part of the chunk (G groups; megakernel.h, PackedMatrix::chunk). Stepped per unit: v9's
+    // per-unit tile/group arithmetic and address recomputation were ~40% of the loop.
+    const uint32_t G = uint32_t(unit_chunk(M));
+    const uint32_t jj0 = G == uint32_t(M.groups) ? pl.j0 : (pl.j0 & (G - 1u));  // a power of two
     uint32_t tile = pl.tile0;
     const unsigned char* xg = xq.base + size_t(pl.j0) * kXqGroupBytes;
-    uint32_t run = kGroupMajor ? uint32_t(M.tiles) - tile : uint32_t(M.groups - pl.j0);
-    const uint32_t wrap_to = kGroupMajor ? uint32_t(M.tiles) : uint32_t(M.groups);
-    // group-major: consecutive units are different tiles, so each one flushes (unless there is one)
-    const bool flush_each = kGroupMajor && M.tiles != 1;
+    uint32_t run = G - jj0;
+    const uint32_t tiles = uint32_t(M.tiles);
     // The stage consumed next: its slot and mbarrier phase, stepped instead of recomputed.
     uint32_t slot = r.base % kRingStages, phase = (r.base / kRingStages) & 1u;
     const unsigned char* st = r.buf + slot * kStageBytes;
@@ -433,23 +428,20 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan&
             gemv_unit(w, *mp, xg, lane, acc);
           }
           const bool last = last_stage && uint32_t(i) + 1 == here;
-          const bool wrap = --run == 0;
-          const bool flush = kExp == kGemvNoMath      ? false
-                             : kExp == kGemvFlushLast ? last
-                             : kGroupMajor            ? (flush_each || last)
-                                                      : (wrap || last);
+          const bool wrap = --run == 0;  // the tile's last group of this chunk: the tile changes
+          const bool flush = kExp == kGemvNoMath ? false : kExp == kGemvFlushLast ? last : (wrap || last);
           if (flush) {
             const long long t0 = stats ? clock64() : 0;
             gemv_flush(M, out, tile, lane, acc, wl);
             if (stats) t_flush += clock64() - t0;
             acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = 0.f;
           }
-          if (kGroupMajor) {  // next tile of the group; after the last tile, the next group
-            ++tile;
-            if (wrap) tile = 0, xg += kXqGroupBytes, run = wrap_to;
-          } else {  // next group of the tile; after the last group, the next tile
+          if (wrap) {  // the next tile, back at the chunk's first group; after the last tile, the next chunk
+            run = G;
+            xg -= size_t(G - 1u) * kXqGroupBytes;
+            if (++tile == tiles) tile = 0, xg += size_t(G) * kXqGroupBytes;
+          } else {
             xg += kXqGroupBytes;
-            if (wrap) xg = xq.base, ++tile, run = wrap_to;
           }
         }
       }

@@ -286,21 +286,30 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     RowMap map;
     int k;
     PackedMatrix* dst;
-    bool group_major = false;  // o and down: a block's units read one or two groups of the input
+    int chunk = 0;  // groups per chunk of the unit order (0: tile-major); o and down: see below
   };
   std::vector<Job> jobs;
-  // o and down are group-major: the decode kernel's GEMV calls for them are compiled for that order
-  // (v10; v6's A/B switch NIBBLE_MK_GM=0 for tile-major is gone). NIBBLE_MK_FLUSH=0 (an A/B switch
-  // for the trace, NOTES.md) flushes with one atomic per row.
+  // o and down in chunks of a few groups (v12; PackedMatrix::chunk): a block's range then reads only
+  // those groups of the input (v6: group-major builds 256 inputs instead of 8192 for down) while a
+  // warp still sums a tile over the chunk's groups before it flushes (group-major flushed every
+  // unit: a third of down's GEMV time, traced). o takes 2 (its blocks wait for the attention heads
+  // of their groups: few groups per block keep that wait short), down 4. NIBBLE_MK_FLUSH=0 (an A/B
+  // switch for the trace, NOTES.md) flushes with one atomic per row.
+  const auto chunk_of = [](int k, int want) {
+    int g = want;
+    while (g > 1 && !valid_chunk(g, k / kGroup)) g /= 2;
+    return g;
+  };
+  const int o_chunk = chunk_of(qdim, 2), down_chunk = chunk_of(c.ffn, 4);
   const char* fl_env = std::getenv("NIBBLE_MK_FLUSH");
   const int vec_flush = (fl_env && *fl_env && std::atoi(fl_env) == 0) ? 0 : 1;
   for (int i = 0; i < c.layers; ++i) {
     LayerSrc& s = src[size_t(i)];
     LayerDev& L = mdl->layers[size_t(i)];
     jobs.push_back({{s.q, s.k, s.v}, RowMap::Concat, c.d, &L.qkv});
-    jobs.push_back({{s.o}, RowMap::Concat, qdim, &L.o, true});
+    jobs.push_back({{s.o}, RowMap::Concat, qdim, &L.o, o_chunk});
     jobs.push_back({{s.gate, s.up}, RowMap::Interleave8, c.d, &L.gu});
-    jobs.push_back({{s.down}, RowMap::Concat, c.ffn, &L.down, true});
+    jobs.push_back({{s.down}, RowMap::Concat, c.ffn, &L.down, down_chunk});
   }
   PackedMatrix head;
   jobs.push_back({{embed}, RowMap::Concat, c.d, &head});
@@ -321,13 +330,13 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     for (const SourceTriple& s : job.src) rows += s.rows;
     auto* w = reinterpret_cast<uint4*>(mdl->weights.get() + w_off[j]);
     auto* m = reinterpret_cast<uint2*>(mdl->weights.get() + m_off[j]);
-    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, m, stream, job.group_major));
+    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, m, stream, job.chunk));
     job.dst->w = w;
     job.dst->meta = m;
     job.dst->tiles = (rows + kTileRows - 1) / kTileRows;
     job.dst->groups = job.k / kGroup;
     job.dst->rows = rows;
-    job.dst->group_major = job.group_major ? 1 : 0;
+    job.dst->chunk = job.chunk > 0 ? job.chunk : job.dst->groups;
     job.dst->vec_flush = vec_flush;
   }
 

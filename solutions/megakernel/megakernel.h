@@ -60,21 +60,32 @@ struct PackedMatrix {
   int tiles = 0;   ///< ceil(rows / 16)
   int groups = 0;  ///< K / 128
   int rows = 0;    ///< real rows: outputs at index >= rows are never written
-  int group_major = 0;  ///< 0: u = tile * groups + group; 1: u = group * tiles + tile
+  /** The unit order (v12): groups per chunk G, either `groups` (tile-major: u = tile * groups +
+   *  group) or a power of two dividing groups: u = (c * tiles + tile) * G + (group - c G) for chunk
+   *  c = group / G, i.e. chunks of G groups, tile-major inside a chunk. G = 1 is group-major (a
+   *  block's range reads only one or two groups of the input: o and down); G > 1 lets a warp keep
+   *  a tile's sums over G units before it flushes them. 0 means `groups`. */
+  int chunk = 0;
   /** 1: a flush adds 4 rows per red.global.add.v4.f32 (4 per tile); 0: one atomicAdd per row (16).
    *  NIBBLE_MK_FLUSH=0 at build_model picks the scalar one (an A/B switch for the trace). */
   int vec_flush = 1;
 };
 
+/** M's groups per chunk (PackedMatrix::chunk, 0 meaning all). */
+NIBBLE_MK_HD inline int unit_chunk(const PackedMatrix& M) { return M.chunk > 0 && M.chunk < M.groups ? M.chunk : M.groups; }
+
+/** Whether `chunk` is a unit order of a matrix with `groups` groups: all of them, or a power of two
+ *  dividing them (the GEMV steps through a chunk with a mask). */
+NIBBLE_MK_HD inline bool valid_chunk(int chunk, int groups) {
+  return chunk == groups || (chunk > 0 && chunk < groups && (chunk & (chunk - 1)) == 0 && groups % chunk == 0);
+}
+
 /** Tile and group of unit u of M. */
 NIBBLE_MK_HD inline void unit_tile_group(const PackedMatrix& M, long long u, long long* tile, int* group) {
-  if (M.group_major) {
-    *tile = u % M.tiles;
-    *group = int(u / M.tiles);
-  } else {
-    *tile = u / M.groups;
-    *group = int(u % M.groups);
-  }
+  const long long G = unit_chunk(M), per_chunk = (long long)M.tiles * G;
+  const long long c = u / per_chunk, rem = u % per_chunk;
+  *tile = rem / G;
+  *group = int(c * G + rem % G);
 }
 
 /** One warp's share of a matrix: units [u0, u1) (the matrix's tiles x groups units cut into one
@@ -131,10 +142,11 @@ enum class RowMap {
 };
 
 /** repack.cu: write the repacked matrix of n_src sources (1..3) with K inputs into w / meta
- *  (sized by packed_*_bytes for the total rows), units in group-major order when group_major
- *  (PackedMatrix::group_major must then be 1). Runs on `stream`. */
+ *  (sized by packed_*_bytes for the total rows), units in the order of `chunk` groups per chunk
+ *  (PackedMatrix::chunk, which must then be the same; 0: tile-major; otherwise valid_chunk).
+ *  Runs on `stream`. */
 cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w, uint2* meta,
-                          cudaStream_t stream, bool group_major = false);
+                          cudaStream_t stream, int chunk = 0);
 
 /** One decoder layer as the kernel sees it (the kernel takes its matrices from DecodeParams::mat0
  *  and layer_stride; these are build_model's record of them). */

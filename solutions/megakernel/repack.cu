@@ -25,8 +25,15 @@ struct RepackArgs {
   int rows;    // virtual rows (sum of the sources')
   int tiles;   // ceil(rows / 16)
   int groups;  // k / 128
-  int group_major;
+  int chunk;   // groups per chunk of the unit order (PackedMatrix::chunk; here never 0)
 };
+
+/** Tile and group of unit u (megakernel.h, unit_tile_group). */
+__device__ void unit_coords(const RepackArgs& a, size_t u, int* tile, int* group) {
+  const size_t per_chunk = size_t(a.tiles) * a.chunk, c = u / per_chunk, rem = u % per_chunk;
+  *tile = int(rem / a.chunk);
+  *group = int(c * a.chunk + rem % a.chunk);
+}
 
 /** Virtual row v -> (source, source row); false for padding. */
 __device__ bool source_row(const RepackArgs& a, int v, int* s, int* r) {
@@ -63,7 +70,7 @@ __device__ uint32_t meta_at(const RepackArgs& a, int v, int group) {
   return (uint32_t(a.src[s].scale[i]) << 16) | uint32_t(a.src[s].zero[i]);
 }
 
-// One thread per output word: unit u = tile * groups + group, word index (c, lane, q); see
+// One thread per output word: unit u (unit_coords: its tile and group), word index (c, lane, q); see
 // megakernel.h (PackedMatrix) for the layout.
 __global__ void repack_weights_kernel(const RepackArgs a, uint32_t* w) {
   const size_t n = size_t(a.tiles) * a.groups * 256;
@@ -71,8 +78,8 @@ __global__ void repack_weights_kernel(const RepackArgs a, uint32_t* w) {
     const size_t u = idx / 256;
     const int in_unit = int(idx % 256);
     const int c = in_unit / 128, lane = (in_unit / 4) % 32, q = in_unit % 4;
-    const int tile = a.group_major ? int(u % a.tiles) : int(u / a.groups);
-    const int group = a.group_major ? int(u / a.tiles) : int(u % a.groups);
+    int tile, group;
+    unit_coords(a, u, &tile, &group);
     const int g = lane >> 2, t = lane & 3;
     const int row = tile * kTileRows + g + 8 * (q & 1);
     uint32_t word = 0;
@@ -91,8 +98,8 @@ __global__ void repack_meta_kernel(const RepackArgs a, uint2* meta) {
   for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += size_t(gridDim.x) * blockDim.x) {
     const size_t u = idx / 8;
     const int g = int(idx % 8);
-    const int tile = a.group_major ? int(u % a.tiles) : int(u / a.groups);
-    const int group = a.group_major ? int(u / a.tiles) : int(u % a.groups);
+    int tile, group;
+    unit_coords(a, u, &tile, &group);
     const int row = tile * kTileRows + g;
     meta[idx] = make_uint2(meta_at(a, row, group), meta_at(a, row + 8, group));
   }
@@ -101,7 +108,7 @@ __global__ void repack_meta_kernel(const RepackArgs a, uint2* meta) {
 }  // namespace
 
 cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w, uint2* meta,
-                          cudaStream_t stream, bool group_major) {
+                          cudaStream_t stream, int chunk) {
   if (!src || n_src < 1 || n_src > 3 || k <= 0 || k % kGroup != 0 || !w || !meta) return cudaErrorInvalidValue;
   if (map == RowMap::Interleave8 && (n_src != 2 || src[0].rows != src[1].rows || src[0].rows % 8 != 0))
     return cudaErrorInvalidValue;
@@ -110,7 +117,8 @@ cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k,
   a.map = map;
   a.k = k;
   a.groups = k / kGroup;
-  a.group_major = group_major ? 1 : 0;
+  a.chunk = chunk > 0 ? chunk : a.groups;
+  if (!valid_chunk(a.chunk, a.groups)) return cudaErrorInvalidValue;
   long long rows = 0;
   for (int i = 0; i < n_src; ++i) {
     if (!src[i].packed || !src[i].scale || !src[i].zero || src[i].rows < 1) return cudaErrorInvalidValue;
