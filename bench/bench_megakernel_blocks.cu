@@ -3,7 +3,8 @@
 //   BM_Int4GemvAllLayers   the int4 GEMV stage (solutions/megakernel/int4_mma_gemv.cuh) over every
 //                          projection of all 28 layers at full size (qkv 5120x3072, o 3072x3072,
 //                          gate|up 16384x3072, down 3072x8192): 1.476 GB of codes + 92 MB of
-//                          metadata per iteration, one launch of one block per SM, the stage code
+//                          metadata per iteration (o and down in the decode kernel's chunked unit
+//                          orders), one launch of one block per SM, the stage code
 //                          the decode kernel runs (prefetching matrix i+1 before finishing i).
 //   BM_Attention2048       the attention stage (attention.cuh): RoPE + KV append + attention of
 //                          24 query / 8 KV heads of 128 over 2049 slots, one layer, L2 flushed
@@ -31,20 +32,22 @@ namespace mk = nibble::megakernel;
 
 namespace {
 
-/** Fill n words with a hash of their index (non-zero, varied codes; the metadata words get a
- *  bf16 scale in [2^-8, 2^-7) and a zero point 0..15). */
-__global__ void fill_kernel(uint32_t* p, size_t n, uint32_t seed, bool meta) {
+/** Fill n words with a hash of their index; with `units`, as repacked units (kUnitStride bytes
+ *  each): varied, non-zero codes in each unit's first 1024 bytes, and in its metadata words a bf16
+ *  scale in [2^-8, 2^-7) and a zero point 0..15. */
+__global__ void fill_kernel(uint32_t* p, size_t n, uint32_t seed, bool units) {
+  constexpr size_t kWords = mk::kUnitStride / 4, kCodeWords = mk::kUnitCodeBytes / 4;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     uint32_t x = uint32_t(i) * 0x9E3779B1u ^ seed;
     x ^= x >> 15;
     x *= 0x2C1B3C6Du;
     x ^= x >> 12;
-    p[i] = meta ? ((0x3B80u | (x >> 25)) << 16) | (x & 0xFu) : x;
+    p[i] = units && i % kWords >= kCodeWords ? ((0x3B80u | (x >> 25)) << 16) | (x & 0xFu) : x;
   }
 }
 
-void fill(void* p, size_t bytes, uint32_t seed, bool meta) {
-  fill_kernel<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, seed, meta);
+void fill(void* p, size_t bytes, uint32_t seed, bool units) {
+  fill_kernel<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, seed, units);
   BENCH_CUDA(cudaGetLastError());
 }
 
@@ -70,36 +73,32 @@ constexpr int kLayers = 28, kD = 3072, kFfn = 8192, kNq = 24, kNkv = 8, kHd = 12
 
 void BM_Int4GemvAllLayers(benchmark::State& state) {
   struct Shape {
-    int rows, k;
+    int rows, k, chunk;  // chunk: the unit order build_model gives it (PackedMatrix::chunk)
   };
-  const Shape shapes[4] = {{kNq * kHd + 2 * kNkv * kHd, kD}, {kD, kNq * kHd}, {2 * kFfn, kD}, {kD, kFfn}};
-  size_t wbytes = 0, mbytes = 0;
-  for (const Shape& s : shapes) {
-    wbytes += mk::packed_weight_bytes(s.rows, s.k);
-    mbytes += mk::packed_meta_bytes(s.rows, s.k);
-  }
-  Device w(wbytes * kLayers), m(mbytes * kLayers), x(size_t(kFfn) * 4), y(size_t(2 * kFfn) * 4 * 4 * kLayers);
-  fill(w.p, wbytes * kLayers, 1u, false);
-  fill(m.p, mbytes * kLayers, 2u, true);
+  const Shape shapes[4] = {
+      {kNq * kHd + 2 * kNkv * kHd, kD, 0}, {kD, kNq * kHd, 2}, {2 * kFfn, kD, 0}, {kD, kFfn, 4}};
+  size_t wbytes = 0;
+  for (const Shape& s : shapes) wbytes += mk::packed_weight_bytes(s.rows, s.k);
+  Device w(wbytes * kLayers), x(size_t(kFfn) * 4), y(size_t(2 * kFfn) * 4 * 4 * kLayers);
+  fill(w.p, wbytes * kLayers, 1u, true);
   std::vector<float> hx(kFfn);
   for (int i = 0; i < kFfn; ++i) hx[size_t(i)] = std::sin(0.37f * float(i));
   BENCH_CUDA(cudaMemcpy(x.p, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
 
   std::vector<mk::PackedMatrix> mats;
   std::vector<float*> ys;
-  size_t wo = 0, mo = 0, yo = 0;
+  size_t wo = 0, yo = 0;
   for (int l = 0; l < kLayers; ++l)
     for (const Shape& s : shapes) {
       mk::PackedMatrix pm;
       pm.w = reinterpret_cast<const uint4*>(static_cast<char*>(w.p) + wo);
-      pm.meta = reinterpret_cast<const uint2*>(static_cast<char*>(m.p) + mo);
       pm.rows = s.rows;
+      pm.chunk = s.chunk;
       pm.tiles = (s.rows + 15) / 16;
       pm.groups = s.k / 128;
       mats.push_back(pm);
       ys.push_back(static_cast<float*>(y.p) + yo);
       wo += mk::packed_weight_bytes(s.rows, s.k);
-      mo += mk::packed_meta_bytes(s.rows, s.k);
       yo += size_t(s.rows);
     }
   // Every warp's plan of every matrix, as build_model computes the decode kernel's.
@@ -128,7 +127,7 @@ void BM_Int4GemvAllLayers(benchmark::State& state) {
     BENCH_CUDA(cudaEventRecord(ev.b));
     state.SetIterationTime(ev.seconds());
   }
-  const double bytes = double(wbytes + mbytes) * kLayers;
+  const double bytes = double(wbytes) * kLayers;
   state.counters["bytes"] = bytes;
   state.counters["TB/s"] = benchmark::Counter(bytes * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["matrices"] = double(mats.size());

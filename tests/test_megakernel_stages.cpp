@@ -117,13 +117,12 @@ struct DeviceMatrix {
 
 /** A repacked virtual matrix in device memory. */
 struct Packed {
-  DevBuf w, meta;
+  DevBuf w;
   mk::PackedMatrix m;
   Packed(const std::vector<mk::SourceTriple>& src, int k, int chunk = 0)
-      : w(mk::packed_weight_bytes(total_rows(src), k)), meta(mk::packed_meta_bytes(total_rows(src), k)) {
+      : w(mk::packed_weight_bytes(total_rows(src), k)) {
     m.chunk = chunk;
     m.w = w.as<uint4>();
-    m.meta = meta.as<uint2>();
     m.rows = total_rows(src);
     m.tiles = (m.rows + 15) / 16;
     m.groups = k / 128;
@@ -225,7 +224,7 @@ TEST(MegakernelGemv, OddShapesAndGrids) {
       DeviceMatrix d(h);
       const mk::SourceTriple s = d.source(rows);
       Packed p({s}, k, chunk);
-      CUDA_OK(mk::launch_repack(&s, 1, mk::RowMap::Concat, k, p.w.as<uint4>(), p.meta.as<uint2>(), nullptr, chunk));
+      CUDA_OK(mk::launch_repack(&s, 1, mk::RowMap::Concat, k, p.w.as<uint4>(), nullptr, chunk));
       const std::vector<float> x = random_x(k, rng);
       std::vector<const HostMatrix*> of(size_t(rows), &h);
       std::vector<int> idx(static_cast<size_t>(rows));
@@ -248,7 +247,7 @@ TEST(MegakernelGemv, StackedInterleavedAndSeveralMatrices) {
   DeviceMatrix da(a), db(b), dc(c);
   const std::vector<mk::SourceTriple> qkv = {da.source(5), db.source(16), dc.source(7)};
   Packed pq(qkv, k);
-  CUDA_OK(mk::launch_repack(qkv.data(), 3, mk::RowMap::Concat, k, pq.w.as<uint4>(), pq.meta.as<uint2>(), nullptr));
+  CUDA_OK(mk::launch_repack(qkv.data(), 3, mk::RowMap::Concat, k, pq.w.as<uint4>(), nullptr));
   std::vector<const HostMatrix*> of;
   std::vector<int> idx;
   for (int r = 0; r < 5; ++r) of.push_back(&a), idx.push_back(r);
@@ -260,7 +259,7 @@ TEST(MegakernelGemv, StackedInterleavedAndSeveralMatrices) {
   DeviceMatrix dg(g), du(u);
   const std::vector<mk::SourceTriple> gu = {dg.source(24), du.source(24)};
   Packed pg(gu, k);
-  CUDA_OK(mk::launch_repack(gu.data(), 2, mk::RowMap::Interleave8, k, pg.w.as<uint4>(), pg.meta.as<uint2>(), nullptr));
+  CUDA_OK(mk::launch_repack(gu.data(), 2, mk::RowMap::Interleave8, k, pg.w.as<uint4>(), nullptr));
   std::vector<const HostMatrix*> of_g;
   std::vector<int> idx_g;
   for (int v = 0; v < 48; ++v) {
@@ -273,7 +272,7 @@ TEST(MegakernelGemv, StackedInterleavedAndSeveralMatrices) {
   DeviceMatrix ds(s);
   const mk::SourceTriple ss = ds.source(40);
   Packed ps({ss}, 128, 1);  // group-major between two tile-major matrices
-  CUDA_OK(mk::launch_repack(&ss, 1, mk::RowMap::Concat, 128, ps.w.as<uint4>(), ps.meta.as<uint2>(), nullptr, 1));
+  CUDA_OK(mk::launch_repack(&ss, 1, mk::RowMap::Concat, 128, ps.w.as<uint4>(), nullptr, 1));
   std::vector<const HostMatrix*> of_s(40, &s);
   std::vector<int> idx_s(40);
   for (int r = 0; r < 40; ++r) idx_s[size_t(r)] = r;
@@ -298,7 +297,7 @@ TEST(MegakernelGemv, InputDynamicRangePerGroup) {
   DeviceMatrix d(h);
   const mk::SourceTriple s = d.source(rows);
   Packed p({s}, k);
-  CUDA_OK(mk::launch_repack(&s, 1, mk::RowMap::Concat, k, p.w.as<uint4>(), p.meta.as<uint2>(), nullptr));
+  CUDA_OK(mk::launch_repack(&s, 1, mk::RowMap::Concat, k, p.w.as<uint4>(), nullptr));
   std::vector<float> x = random_x(k, rng);
   const float mag[7] = {0.f, 1e3f, 1e-3f, 1.f, 1e-40f, 3e4f, 1.f};
   for (int g = 0; g < 7; ++g)
@@ -316,7 +315,7 @@ TEST(MegakernelGemv, InputDynamicRangePerGroup) {
 TEST(MegakernelGemv, RejectsBadArguments) {
   NIBBLE_REQUIRE_GPU();
   mk::SourceTriple s;
-  EXPECT_EQ(mk::launch_repack(&s, 1, mk::RowMap::Concat, 128, nullptr, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(mk::launch_repack(&s, 1, mk::RowMap::Concat, 128, nullptr, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(mk::launch_gemv_blocks(nullptr, nullptr, nullptr, 1, nullptr, 128, 0, nullptr), cudaErrorInvalidValue);
 }
 

@@ -129,7 +129,6 @@ __device__ __forceinline__ PackedMatrix layer_mat(const DecodeParams& p, int kin
   PackedMatrix m = p.mat0[kind];
   const long long off = p.layer_stride * li;
   m.w = reinterpret_cast<const uint4*>(reinterpret_cast<const char*>(m.w) + off);
-  m.meta = reinterpret_cast<const uint2*>(reinterpret_cast<const char*>(m.meta) + off);
   return m;
 }
 

@@ -24,7 +24,7 @@
 // warp of the grid, balanced to one unit; a tile split between warps is summed with fp32 atomics
 // into out (which the caller zeroes, or which holds the residual: h += W x is the epilogue for free).
 // Loads: each warp owns a ring of kRingStages shared-memory stages of kStageUnits units (codes and
-// metadata); lane 0 fills a stage with two bulk copies (cp.async.bulk, the copy engine, L2
+// metadata, contiguous per unit); lane 0 fills a stage with one bulk copy (cp.async.bulk, the copy engine, L2
 // evict-first policy) completing on the stage's mbarrier, and the warp reads it back with 16-byte
 // LDS. The ring keeps 6 KB per warp (96 KB per SM) in flight without holding registers, and goes on
 // with the next matrix's first stages as soon as the current one's are all issued (gemv_run's
@@ -48,8 +48,7 @@ namespace nibble::megakernel {
 #endif
 constexpr int kRingStages = NIBBLE_MK_RING_STAGES;
 constexpr int kStageUnits = 2;
-constexpr int kUnitBytes = 1024, kUnitMetaBytes = 64;
-constexpr int kStageBytes = kStageUnits * (kUnitBytes + kUnitMetaBytes);
+constexpr int kStageBytes = kStageUnits * kUnitStride;
 /** Shared memory of one block's rings (16 warps) and of their mbarriers. */
 constexpr size_t kRingBytes = size_t(kWarps) * kRingStages * kStageBytes;
 constexpr size_t kRingBarrierBytes = size_t(kWarps) * kRingStages * 8;
@@ -88,8 +87,8 @@ __device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned lon
 
 /** Lane 0: stage k of the plan's range [u0, u1), global stage number gn, into ring slot
  *  gn % kRingStages (whose previous stage, gn - kRingStages, has been consumed). */
-__device__ __forceinline__ void ring_issue(const uint4* w, const uint2* meta, uint32_t u0, uint32_t u1, const Ring& r,
-                                           uint32_t k, uint32_t gn) {
+__device__ __forceinline__ void ring_issue(const uint4* w, uint32_t u0, uint32_t u1, const Ring& r, uint32_t k,
+                                           uint32_t gn) {
   const uint32_t u = u0 + k * kStageUnits;
   const uint32_t n = min(uint32_t(kStageUnits), u1 - u);
   const uint32_t slot = gn % kRingStages;
@@ -99,9 +98,9 @@ __device__ __forceinline__ void ring_issue(const uint4* w, const uint2* meta, ui
   // The slot was last read through the generic proxy (LDS); the copy engine writes it next. Those
   // reads have completed (their values fed the mma before the __syncwarp that precedes this).
   if (r.proxy_fence) sol::fence_proxy_async_smem();
-  sol::mbar_expect_tx(bar, uint32_t(n * (kUnitBytes + kUnitMetaBytes)));
-  sol::bulk_load(smem_addr(dst), w + size_t(u) * 64, n * kUnitBytes, bar, policy);
-  sol::bulk_load(smem_addr(dst + kStageUnits * kUnitBytes), meta + size_t(u) * 8, n * kUnitMetaBytes, bar, policy);
+  sol::mbar_expect_tx(bar, n * kUnitStride);
+  sol::bulk_load(smem_addr(dst), reinterpret_cast<const unsigned char*>(w) + size_t(u) * kUnitStride, n * kUnitStride, bar,
+                 policy);
 }
 
 __device__ __forceinline__ uint32_t ring_stages(uint32_t u0, uint32_t u1) {
@@ -116,13 +115,13 @@ __device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, const GemvP
   const uint32_t T = ring_stages(u0, u1);
   const uint32_t want = min(T, uint32_t(kRingStages));
   if ((threadIdx.x & 31) == 0)
-    for (uint32_t k = r.next_issued; k < want; ++k) ring_issue(M.w, M.meta, u0, u1, r, k, r.base + k);
+    for (uint32_t k = r.next_issued; k < want; ++k) ring_issue(M.w, u0, u1, r, k, r.base + k);
   r.issued = max(want, r.next_issued);
   r.next_issued = 0;
   __syncwarp();
 }
 
-/** Lane 0: prefetch this warp's whole range of M (codes and metadata, two contiguous byte ranges)
+/** Lane 0: prefetch this warp's whole range of M (one contiguous byte range of codes and metadata)
  *  into L2 (cp.async.bulk.prefetch.L2: no registers, no shared memory, no completion to wait for),
  *  so that a later gemv_run's bulk copies hit L2. The decode kernel issues it for the stages after
  *  the attention while the attention, which streams little, leaves DRAM idle (NIBBLE_MK_L2PF). */
@@ -130,8 +129,7 @@ __device__ __forceinline__ void gemv_prefetch_l2(const PackedMatrix& M, const Ge
   if ((threadIdx.x & 31) != 0) return;
   const uint32_t u0 = pl.u0, u1 = pl.u1;
   if (u1 <= u0) return;
-  sol::bulk_prefetch_l2(M.w + size_t(u0) * 64, (u1 - u0) * kUnitBytes);
-  sol::bulk_prefetch_l2(M.meta + size_t(u0) * 8, (u1 - u0) * kUnitMetaBytes);
+  sol::bulk_prefetch_l2(reinterpret_cast<const unsigned char*>(M.w) + size_t(u0) * kUnitStride, (u1 - u0) * kUnitStride);
 }
 
 /** x prepared for the integer GEMV (build_x_limbs): one kXqGroupBytes record per 128-input group gr,
@@ -354,7 +352,6 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan&
   // unit that way).
   const PackedMatrix M = Mg;
   const uint4* next_w = next.w;
-  const uint2* next_meta = next.meta;
   // Tracing (stats: kGemvStats counters): this warp's cycles in ring_wait, in flushes, in refills
   // (lane 0's bulk-copy issue, the warp waiting for it), in all, and its units.
   long long t_wait = 0, t_flush = 0, t_issue = 0;
@@ -404,8 +401,8 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan&
 #pragma unroll
       for (int i = 0; i < kStageUnits; ++i) {
         if (i == 0 || uint32_t(i) < here) {
-          const uint4* wp = reinterpret_cast<const uint4*>(cur + i * kUnitBytes) + lane;
-          const uint2* mp = reinterpret_cast<const uint2*>(cur + kStageUnits * kUnitBytes + i * kUnitMetaBytes) + (lane >> 2);
+          const uint4* wp = reinterpret_cast<const uint4*>(cur + i * kUnitStride) + lane;
+          const uint2* mp = reinterpret_cast<const uint2*>(cur + i * kUnitStride + kUnitCodeBytes) + (lane >> 2);
           if (kExp == kGemvMathOnly) {
             const uint32_t a = (u0 + k * kStageUnits + i) * 0x9E3779B1u ^ lane;
             const uint4 w[2] = {make_uint4(a, a ^ 1u, a ^ 2u, a ^ 3u), make_uint4(a ^ 4u, a ^ 5u, a ^ 6u, a ^ 7u)};
@@ -450,17 +447,16 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan&
       if (kExp == kGemvNoRefill) {
         // no refill: the slots keep their data
       } else if (r.issued < T) {
-        if (lane == 0) ring_issue(M.w, M.meta, u0, u1, r, r.issued, r.base + r.issued);
+        if (lane == 0) ring_issue(M.w, u0, u1, r, r.issued, r.base + r.issued);
         constexpr uint32_t ahead = kExp == kGemvL2Ahead3 ? 3u : kExp == kGemvL2Ahead6 ? 6u : 0u;
         if (ahead > 0 && lane == 0 && r.issued + ahead < T) {
           const uint32_t ua = u0 + (r.issued + ahead) * kStageUnits;
           const uint32_t na = min(uint32_t(kStageUnits), u1 - ua);
-          sol::bulk_prefetch_l2(M.w + size_t(ua) * 64, na * kUnitBytes);
-          sol::bulk_prefetch_l2(M.meta + size_t(ua) * 8, na * kUnitMetaBytes);
+          sol::bulk_prefetch_l2(reinterpret_cast<const unsigned char*>(M.w) + size_t(ua) * kUnitStride, na * kUnitStride);
         }
         ++r.issued;
       } else if (r.next_issued < Tn) {
-        if (lane == 0) ring_issue(next_w, next_meta, nu0, nu1, r, r.next_issued, r.base + T + r.next_issued);
+        if (lane == 0) ring_issue(next_w, nu0, nu1, r, r.next_issued, r.base + T + r.next_issued);
         ++r.next_issued;
       }
       if (stats) {

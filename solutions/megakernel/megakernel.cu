@@ -314,14 +314,12 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   PackedMatrix head;
   jobs.push_back({{embed}, RowMap::Concat, c.d, &head});
   size_t total = 0;
-  std::vector<size_t> w_off(jobs.size()), m_off(jobs.size());
+  std::vector<size_t> w_off(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     int rows = 0;
     for (const SourceTriple& s : jobs[j].src) rows += s.rows;
     w_off[j] = total;
     total += round_up(packed_weight_bytes(rows, jobs[j].k), 256);
-    m_off[j] = total;
-    total += round_up(packed_meta_bytes(rows, jobs[j].k), 256);
   }
   mdl->weights.allocate(total);
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -329,10 +327,8 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     int rows = 0;
     for (const SourceTriple& s : job.src) rows += s.rows;
     auto* w = reinterpret_cast<uint4*>(mdl->weights.get() + w_off[j]);
-    auto* m = reinterpret_cast<uint2*>(mdl->weights.get() + m_off[j]);
-    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, m, stream, job.chunk));
+    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, stream, job.chunk));
     job.dst->w = w;
-    job.dst->meta = m;
     job.dst->tiles = (rows + kTileRows - 1) / kTileRows;
     job.dst->groups = job.k / kGroup;
     job.dst->rows = rows;
@@ -428,8 +424,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     const PackedMatrix* got[4] = {&L.qkv, &L.o, &L.gu, &L.down};
     for (int kind = 0; kind < 4; ++kind) {
       const long long off = P.layer_stride * i;
-      if (reinterpret_cast<const char*>(got[kind]->w) != reinterpret_cast<const char*>(P.mat0[kind].w) + off ||
-          reinterpret_cast<const char*>(got[kind]->meta) != reinterpret_cast<const char*>(P.mat0[kind].meta) + off)
+      if (reinterpret_cast<const char*>(got[kind]->w) != reinterpret_cast<const char*>(P.mat0[kind].w) + off)
         fail(NIBBLE_ERR_INTERNAL, "megakernel: layer " + std::to_string(i) +
                                       "'s repacked matrices are not at a fixed stride from layer 0's (a bug in build_model)");
     }

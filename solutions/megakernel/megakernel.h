@@ -41,22 +41,24 @@ inline constexpr int kMaxRep = 4;
  * An int4 matrix repacked for mma.sync.m16n8k32 u8 x s8 (the codes are the A fragments as they are).
  *
  * Logical (rows, K), K a multiple of 128; rows padded to tiles of 16 (padding: code 0, scale 0).
- * Unit u = tile * groups + group (a "tile-group": 16 rows x 128 inputs = 4 k-blocks of 32) is 1024
- * contiguous bytes, 64 uint4 indexed [c (2)][lane (32)]; word q of uint4 (c, lane) holds lane's A
+ * A unit (a "tile-group": 16 rows x 128 inputs = 4 k-blocks of 32) is kUnitStride = 1088
+ * contiguous bytes, its codes then its metadata (v13: one bulk copy per ring stage instead of two).
+ * The codes are 64 uint4 indexed [c (2)][lane (32)]; word q of uint4 (c, lane) holds lane's A
  * register q of k-blocks 2c (even nibbles) and 2c + 1 (odd nibbles): with g = lane/4, t = lane%4,
  * nibble p (bits 4p..4p+3) is row g + 8 (q&1), input group*128 + 32 (2c + (p&1)) + 16 (q>>1) + 4t
  * + p/2. So word & 0x0F0F0F0F is register q of block 2c as four u8 codes and word & 0xF0F0F0F0 that
  * of block 2c + 1 as four u8 (16 x code): one LOP3 per four weights.
- * meta[u * 8 + g] = {row g, row g + 8}, each (scale bf16 bits << 16) | zero.
+ * The metadata at byte 1024 of the unit: uint2 [g] = {row g, row g + 8}, each (scale bf16 bits <<
+ * 16) | zero.
  * Units are ordered tile-major (u = tile * groups + group: a warp's range covers a few tiles whole,
- * one flush per tile) or group-major (u = group * tiles + tile: a block's range covers one or two
- * groups of the input, so it needs only those 128-256 inputs of x, and, for o-proj, only the
- * attention heads they are; a flush per unit). Either way a warp streams its units as contiguous
- * 16-byte loads, 512 bytes per warp instruction.
+ * one flush per tile) or in chunks of G groups (`chunk`: a block's range covers one chunk or two
+ * of the input, so it needs only those inputs of x, and, for o-proj, only the attention heads they
+ * are). Either way a warp streams its units as contiguous bytes.
  */
+inline constexpr int kUnitCodeBytes = 1024, kUnitMetaBytes = 64, kUnitStride = kUnitCodeBytes + kUnitMetaBytes;
+
 struct PackedMatrix {
-  const uint4* w = nullptr;
-  const uint2* meta = nullptr;
+  const uint4* w = nullptr;  ///< the units, kUnitStride bytes each (16-byte aligned)
   int tiles = 0;   ///< ceil(rows / 16)
   int groups = 0;  ///< K / 128
   int rows = 0;    ///< real rows: outputs at index >= rows are never written
@@ -122,9 +124,8 @@ NIBBLE_MK_HD inline GemvPlan gemv_plan(const PackedMatrix& M, int gw, int nw) {
 /** Whether M's units and groups fit the plan's fields (and the GEMV's 32-bit unit counts). */
 inline bool gemv_plan_fits(const PackedMatrix& M) { return (long long)M.tiles * M.groups < (1ll << 31) && M.groups <= 65535; }
 
-/** Bytes of the repacked weights and metadata of a (rows, K) matrix. */
-inline size_t packed_weight_bytes(int rows, int k) { return size_t((rows + 15) / 16) * (k / 128) * 1024; }
-inline size_t packed_meta_bytes(int rows, int k) { return size_t((rows + 15) / 16) * (k / 128) * 64; }
+/** Bytes of the repacked weights (codes and metadata) of a (rows, K) matrix. */
+inline size_t packed_weight_bytes(int rows, int k) { return size_t((rows + 15) / 16) * (k / 128) * kUnitStride; }
 
 /** One AWQ/GPTQ source triple (logical (rows, K), row-major). */
 struct SourceTriple {
@@ -141,11 +142,11 @@ enum class RowMap {
                ///< (gate | up: a lane then holds gate row r and up row r of the same tile)
 };
 
-/** repack.cu: write the repacked matrix of n_src sources (1..3) with K inputs into w / meta
- *  (sized by packed_*_bytes for the total rows), units in the order of `chunk` groups per chunk
+/** repack.cu: write the repacked matrix of n_src sources (1..3) with K inputs into w (sized by
+ *  packed_weight_bytes for the total rows), units in the order of `chunk` groups per chunk
  *  (PackedMatrix::chunk, which must then be the same; 0: tile-major; otherwise valid_chunk).
  *  Runs on `stream`. */
-cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w, uint2* meta,
+cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w,
                           cudaStream_t stream, int chunk = 0);
 
 /** One decoder layer as the kernel sees it (the kernel takes its matrices from DecodeParams::mat0
@@ -174,7 +175,7 @@ struct DecodeParams {
   PackedMatrix head;                ///< the tied LM head (vocab, d), repacked
   const uint16_t* final_norm = nullptr;
   const float2* rope = nullptr;     ///< (max_seq, hd/2) {cos, sin}
-  /** Layer 0's qkv, o, gate|up and down (PlanKind order); layer li's are the same with w and meta
+  /** Layer 0's qkv, o, gate|up and down (PlanKind order); layer li's are the same with w
    *  layer_stride * li bytes further on (one allocation, layers in order: build_model checks it). In
    *  the kernel's parameters, i.e. the constant bank: v10 read them from the layer array in global
    *  memory, and each matrix's first refill waited ~1 us on that L2 round trip (Nsight Compute). */

@@ -5,7 +5,7 @@
 // may not do is dequantise to bf16 once in build_model". The output holds the same 4-bit codes
 // (moved, never dequantised) and the same bf16 scales and uint8 zeros, 4 bytes per row-group.
 // Shapes: a virtual matrix of sum(rows) x K from 1..3 sources (RowMap). Bytes: reads the source
-// once, writes packed_weight_bytes + packed_meta_bytes.
+// once, writes packed_weight_bytes.
 // Source code of element (r, k): byte packed[r, k/2], LOW nibble = EVEN k (the seed's order).
 #include <cuda_runtime.h>
 
@@ -72,7 +72,7 @@ __device__ uint32_t meta_at(const RepackArgs& a, int v, int group) {
 
 // One thread per output word: unit u (unit_coords: its tile and group), word index (c, lane, q); see
 // megakernel.h (PackedMatrix) for the layout.
-__global__ void repack_weights_kernel(const RepackArgs a, uint32_t* w) {
+__global__ void repack_weights_kernel(const RepackArgs a, unsigned char* w) {
   const size_t n = size_t(a.tiles) * a.groups * 256;
   for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += size_t(gridDim.x) * blockDim.x) {
     const size_t u = idx / 256;
@@ -89,11 +89,11 @@ __global__ void repack_weights_kernel(const RepackArgs a, uint32_t* w) {
       const int k = group * kGroup + 32 * block + 16 * (q >> 1) + 4 * t + (p >> 1);
       word |= code_at(a, row, k) << (4 * p);
     }
-    w[idx] = word;
+    reinterpret_cast<uint32_t*>(w + u * kUnitStride)[in_unit] = word;
   }
 }
 
-__global__ void repack_meta_kernel(const RepackArgs a, uint2* meta) {
+__global__ void repack_meta_kernel(const RepackArgs a, unsigned char* w) {
   const size_t n = size_t(a.tiles) * a.groups * 8;
   for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += size_t(gridDim.x) * blockDim.x) {
     const size_t u = idx / 8;
@@ -101,15 +101,16 @@ __global__ void repack_meta_kernel(const RepackArgs a, uint2* meta) {
     int tile, group;
     unit_coords(a, u, &tile, &group);
     const int row = tile * kTileRows + g;
-    meta[idx] = make_uint2(meta_at(a, row, group), meta_at(a, row + 8, group));
+    reinterpret_cast<uint2*>(w + u * kUnitStride + kUnitCodeBytes)[g] =
+        make_uint2(meta_at(a, row, group), meta_at(a, row + 8, group));
   }
 }
 
 }  // namespace
 
-cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w, uint2* meta,
+cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w,
                           cudaStream_t stream, int chunk) {
-  if (!src || n_src < 1 || n_src > 3 || k <= 0 || k % kGroup != 0 || !w || !meta) return cudaErrorInvalidValue;
+  if (!src || n_src < 1 || n_src > 3 || k <= 0 || k % kGroup != 0 || !w) return cudaErrorInvalidValue;
   if (map == RowMap::Interleave8 && (n_src != 2 || src[0].rows != src[1].rows || src[0].rows % 8 != 0))
     return cudaErrorInvalidValue;
   RepackArgs a{};
@@ -131,12 +132,12 @@ cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k,
   const int threads = 256;
   const size_t words = size_t(a.tiles) * a.groups * 256;
   const unsigned blocks = unsigned(std::min<size_t>((words + threads - 1) / threads, 65535u * 8));
-  repack_weights_kernel<<<blocks, threads, 0, stream>>>(a, reinterpret_cast<uint32_t*>(w));
+  repack_weights_kernel<<<blocks, threads, 0, stream>>>(a, reinterpret_cast<unsigned char*>(w));
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const size_t metas = size_t(a.tiles) * a.groups * 8;
   repack_meta_kernel<<<unsigned(std::min<size_t>((metas + threads - 1) / threads, 65535u * 8)), threads, 0, stream>>>(
-      a, meta);
+      a, reinterpret_cast<unsigned char*>(w));
   return cudaGetLastError();
 }
 
