@@ -174,11 +174,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
       load_embed_row(p.embed, p.vocab, p.d, p.token, xs, blockIdx.x == 0 ? p.h : nullptr);
       zero_grid_stride(p.logits, p.vocab);
       gain_wait();
-      __syncthreads();
-      build_x_limbs(xs, p.d, xf, gn, rms_scale(xs, p.d, p.eps, red));
     } else {
-      build_x_limbs_rms(p.h, p.d, p.eps, xf, gn, red);
+      load_vector(p.h, p.d, xs);
     }
+    __syncthreads();
+    float rs = rms_scale(xs, p.d, p.eps, red);
+    build_x_limbs(xs, p.d, xf, gn, rs);
     __syncthreads();
     mark_ready(p, 5 * li + 0);
     gain_prefetch(L->post_norm, p.d, gn);
@@ -221,8 +222,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
 
     // 4. gu = [W_gate | W_up] RMSNorm(h) * post_norm. (Every block is past its attention: q|k|v
     //    can be zeroed for the next layer's atomics, gate|up for this stage's were zeroed before.)
+    load_vector(p.h, p.d, xs);
     zero_grid_stride(p.qkv, qdim + 2 * p.n_kv * HD);
-    build_x_limbs_rms(p.h, p.d, p.eps, xf, gn, red);
+    __syncthreads();
+    rs = rms_scale(xs, p.d, p.eps, red);
+    build_x_limbs(xs, p.d, xf, gn, rs);
     __syncthreads();
     probe_delay(p, 3);
     mark_ready(p, 5 * li + 3);
@@ -252,7 +256,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   }
 
   // LM head: logits = W_embed RMSNorm(h) * final_norm.
-  build_x_limbs_rms(p.h, p.d, p.eps, xf, gn, red);
+  load_vector(p.h, p.d, xs);
+  __syncthreads();
+  const float rs = rms_scale(xs, p.d, p.eps, red);
+  build_x_limbs(xs, p.d, xf, gn, rs);
   __syncthreads();
   gemv_run(p.head, pl_head, p.logits, xquant_view(xf, p.d), ring, p.head, pl_head, false, gemv_stats(p, 4));
   kernel_done(p.barrier, p.attn_done, p.n_kv);

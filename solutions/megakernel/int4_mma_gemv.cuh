@@ -152,53 +152,6 @@ __host__ __device__ constexpr size_t xquant_bytes(int k) { return size_t(k / kGr
 /** The XQuant view of a 16-byte-aligned region of xquant_bytes(k). */
 __device__ __forceinline__ XQuant xquant_view(const unsigned char* base, int) { return {base}; }
 
-/** Lane `lane`'s part of one group's XQuant record rec (the warp calls it together): v = this
- *  lane's inputs 4 lane .. 4 lane + 3 of the group, as 3 balanced base-128 int8 limbs (below). */
-__device__ __forceinline__ void encode_group_limbs(float4 v, unsigned char* rec, int lane) {
-  const int kb = lane >> 3, t = (lane & 7) & 3, half = (lane & 7) >> 2;
-  const uint32_t a = max(max(__float_as_uint(v.x) & 0x7FFFFFFFu, __float_as_uint(v.y) & 0x7FFFFFFFu),
-                         max(__float_as_uint(v.z) & 0x7FFFFFFFu, __float_as_uint(v.w) & 0x7FFFFFFFu));
-  const uint32_t m = __reduce_max_sync(0xFFFFFFFFu, a);  // positive floats order as their bits
-  // max|x| < 2^(eb - 126) (eb its biased exponent), so x 2^(146 - eb) < 2^20; clamped so that both
-  // 2^e and 2^-e are normal floats (a group of zeros or denormals just keeps fewer bits).
-  const int e = min(max(146 - int(m >> 23), -126), 126);
-  const float scale = __int_as_float((127 + e) << 23);
-  const float r = m >= 0x7F800000u ? __int_as_float(0x7FC00000) : __int_as_float((127 - e) << 23);
-  const float xv[4] = {v.x, v.y, v.z, v.w};
-  uint32_t q[3] = {0u, 0u, 0u};
-  int s[3] = {0, 0, 0};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    int X = __float2int_rn(xv[i] * scale);
-    const int d2 = ((X + 64) & 127) - 64;
-    X = (X - d2) >> 7;  // exact: X - d2 is a multiple of 128
-    const int d1 = ((X + 64) & 127) - 64;
-    const int d0 = (X - d1) >> 7;
-    q[0] |= uint32_t(d0 & 0xFF) << (8 * i);
-    q[1] |= uint32_t(d1 & 0xFF) << (8 * i);
-    q[2] |= uint32_t(d2 & 0xFF) << (8 * i);
-    s[0] += d0;
-    s[1] += d1;
-    s[2] += d2;
-  }
-#pragma unroll
-  for (int n = 0; n < 3; ++n) {
-    // limb n's four bytes are register b[half] of k-block kb for B lane 4n + t
-    reinterpret_cast<uint32_t*>(rec)[(12 * (kb >> 1) + 4 * n + t) * 4 + 2 * (kb & 1) + half] = q[n];
-    s[n] = __reduce_add_sync(0xFFFFFFFFu, s[n]);
-  }
-  if (lane == 0) {
-    *reinterpret_cast<int4*>(rec + kXqSums) = make_int4(16 * s[0], 16 * s[1], 16 * s[2], 0);
-    *reinterpret_cast<float*>(rec + kXqInv) = r;
-  }
-}
-
-/** v * gain for this lane's 4 inputs (gain: 4 bf16 of shared memory). */
-__device__ __forceinline__ float4 times_gain(float4 v, uint2 gb, float mul = 1.f) {
-  return make_float4(v.x * mul * __uint_as_float(gb.x << 16), v.y * mul * __uint_as_float(gb.x & 0xFFFF0000u),
-                     v.z * mul * __uint_as_float(gb.y << 16), v.w * mul * __uint_as_float(gb.y & 0xFFFF0000u));
-}
-
 /**
  * xq (xquant_bytes(k) of shared memory) = x (k fp32 in shared memory) as 3 balanced base-128 int8
  * limbs per 128-input group: X = round(x 2^e) with e chosen so |X| < 2^20 (a power of two: the
@@ -212,50 +165,53 @@ __device__ __forceinline__ float4 times_gain(float4 v, uint2 gb, float mul = 1.f
 __device__ __forceinline__ void build_x_limbs(const float* xs, int k, unsigned char* xq, const uint16_t* gain = nullptr,
                                               float mul = 1.f, int g_begin = 0, int g_end = -1) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
-  if (g_end < 0) g_end = k / kGroup;
+  const int groups = k / kGroup;
+  const int kb = lane >> 3, t = (lane & 7) & 3, half = (lane & 7) >> 2;
+  if (g_end < 0) g_end = groups;
   for (int gr = g_begin + warp; gr < g_end; gr += nwarps) {
     float4 v = reinterpret_cast<const float4*>(xs + size_t(gr) * kGroup)[lane];
-    if (gain) v = times_gain(v, reinterpret_cast<const uint2*>(gain + size_t(gr) * kGroup)[lane], mul);
-    encode_group_limbs(v, xq + size_t(gr) * kXqGroupBytes, lane);
-  }
-}
-
-/**
- * xq = RMSNorm(h) * gain as build_x_limbs' limbs, straight from h (d fp32 in global memory, written
- * earlier in this kernel by other blocks: read through L2) in one pass (v14): the limbs are those of
- * y = h * gain, and RMSNorm's 1 / sqrt(mean(h^2) + eps) (fp32 sum, the root in fp64, as rms_scale)
- * is folded into each group's 2^-e afterwards, exactly (it scales a power of two). Replaces
- * load_vector + rms_scale + build_x_limbs: one L2 read of h instead of a copy and two passes over
- * shared memory, and two __syncthreads fewer. gain: d bf16 in shared memory; red: kWarps floats.
- * Block-wide; the caller synchronises after (the records' 2^-e are final only then).
- */
-__device__ __forceinline__ void build_x_limbs_rms(const float* h, int d, float eps, unsigned char* xq,
-                                                  const uint16_t* gain, float* red) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
-  const int groups = d / kGroup;
-  float ss = 0.f;
-  // Two groups' loads in flight per warp before either is encoded (one L2 round trip for d = 3072).
-  for (int gr = warp; gr < groups; gr += 2 * nwarps) {
-    const int gr2 = gr + nwarps;
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(h + size_t(gr) * kGroup) + lane);
-    float4 v2 = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (gr2 < groups) v2 = __ldcg(reinterpret_cast<const float4*>(h + size_t(gr2) * kGroup) + lane);
-    ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
-    ss = fmaf(v2.x, v2.x, fmaf(v2.y, v2.y, fmaf(v2.z, v2.z, fmaf(v2.w, v2.w, ss))));
-    encode_group_limbs(times_gain(v, reinterpret_cast<const uint2*>(gain + size_t(gr) * kGroup)[lane]),
-                       xq + size_t(gr) * kXqGroupBytes, lane);
-    if (gr2 < groups)
-      encode_group_limbs(times_gain(v2, reinterpret_cast<const uint2*>(gain + size_t(gr2) * kGroup)[lane]),
-                         xq + size_t(gr2) * kXqGroupBytes, lane);
-  }
+    if (gain) {
+      const uint2 gb = reinterpret_cast<const uint2*>(gain + size_t(gr) * kGroup)[lane];
+      v = make_float4(v.x * mul * __uint_as_float(gb.x << 16), v.y * mul * __uint_as_float(gb.x & 0xFFFF0000u),
+                      v.z * mul * __uint_as_float(gb.y << 16), v.w * mul * __uint_as_float(gb.y & 0xFFFF0000u));
+    }
+    const uint32_t a = max(max(__float_as_uint(v.x) & 0x7FFFFFFFu, __float_as_uint(v.y) & 0x7FFFFFFFu),
+                           max(__float_as_uint(v.z) & 0x7FFFFFFFu, __float_as_uint(v.w) & 0x7FFFFFFFu));
+    const uint32_t m = __reduce_max_sync(0xFFFFFFFFu, a);  // positive floats order as their bits
+    // max|x| < 2^(eb - 126) (eb its biased exponent), so x 2^(146 - eb) < 2^20; clamped so that both
+    // 2^e and 2^-e are normal floats (a group of zeros or denormals just keeps fewer bits).
+    const int e = min(max(146 - int(m >> 23), -126), 126);
+    const float scale = __int_as_float((127 + e) << 23);
+    const float r = m >= 0x7F800000u ? __int_as_float(0x7FC00000) : __int_as_float((127 - e) << 23);
+    const float xv[4] = {v.x, v.y, v.z, v.w};
+    uint32_t q[3] = {0u, 0u, 0u};
+    int s[3] = {0, 0, 0};
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, off);
-  if (lane == 0) red[warp] = ss;
-  __syncthreads();  // every record written, every warp's sum in red
-  float t = 0.f;
-  for (int w = 0; w < nwarps; ++w) t += red[w];
-  const float rs = float(1.0 / sqrt(double(t) / double(d) + double(eps)));
-  for (int gr = threadIdx.x; gr < groups; gr += blockDim.x) *reinterpret_cast<float*>(xq + size_t(gr) * kXqGroupBytes + kXqInv) *= rs;
+    for (int i = 0; i < 4; ++i) {
+      int X = __float2int_rn(xv[i] * scale);
+      const int d2 = ((X + 64) & 127) - 64;
+      X = (X - d2) >> 7;  // exact: X - d2 is a multiple of 128
+      const int d1 = ((X + 64) & 127) - 64;
+      const int d0 = (X - d1) >> 7;
+      q[0] |= uint32_t(d0 & 0xFF) << (8 * i);
+      q[1] |= uint32_t(d1 & 0xFF) << (8 * i);
+      q[2] |= uint32_t(d2 & 0xFF) << (8 * i);
+      s[0] += d0;
+      s[1] += d1;
+      s[2] += d2;
+    }
+    unsigned char* rec = xq + size_t(gr) * kXqGroupBytes;
+#pragma unroll
+    for (int n = 0; n < 3; ++n) {
+      // limb n's four bytes are register b[half] of k-block kb for B lane 4n + t
+      reinterpret_cast<uint32_t*>(rec)[(12 * (kb >> 1) + 4 * n + t) * 4 + 2 * (kb & 1) + half] = q[n];
+      s[n] = __reduce_add_sync(0xFFFFFFFFu, s[n]);
+    }
+    if (lane == 0) {
+      *reinterpret_cast<int4*>(rec + kXqSums) = make_int4(16 * s[0], 16 * s[1], 16 * s[2], 0);
+      *reinterpret_cast<float*>(rec + kXqInv) = r;
+    }
+  }
 }
 
 /** c += A B, mma.m16n8k32 u8 (A: codes or 16 x codes) x s8 (B: x limbs) -> s32: exact. Not volatile,
