@@ -300,7 +300,13 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     while (g > 1 && !valid_chunk(g, k / kGroup)) g /= 2;
     return g;
   };
-  const int o_chunk = chunk_of(qdim, 2), down_chunk = chunk_of(c.ffn, 4);
+  // NIBBLE_MK_CHUNK=o:down (powers of two; an A/B switch, NOTES.md) overrides 2:4.
+  int want_o = 2, want_down = 4;
+  if (const char* ch = std::getenv("NIBBLE_MK_CHUNK"); ch && *ch) {
+    int a = 0, b = 0;
+    if (std::sscanf(ch, "%d:%d", &a, &b) == 2 && a >= 1 && b >= 1) want_o = a, want_down = b;
+  }
+  const int o_chunk = chunk_of(qdim, want_o), down_chunk = chunk_of(c.ffn, want_down);
   const char* fl_env = std::getenv("NIBBLE_MK_FLUSH");
   const int vec_flush = (fl_env && *fl_env && std::atoi(fl_env) == 0) ? 0 : 1;
   for (int i = 0; i < c.layers; ++i) {
