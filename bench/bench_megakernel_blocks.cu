@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -110,6 +111,10 @@ void BM_Int4GemvAllLayers(benchmark::State& state) {
       dp(plans.size() * sizeof(mk::GemvPlan));
   BENCH_CUDA(cudaMemcpy(dm.p, mats.data(), mats.size() * sizeof(mk::PackedMatrix), cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaMemcpy(dp.p, plans.data(), plans.size() * sizeof(mk::GemvPlan), cudaMemcpyHostToDevice));
+  // NIBBLE_MK_GEMV_EXP: one of the consumer experiments of int4_mma_gemv.cuh (GemvExp; NOTES.md, v9).
+  const char* exp_env = std::getenv("NIBBLE_MK_GEMV_EXP");
+  const int exp = exp_env ? std::atoi(exp_env) : 0;
+  if (exp != 0) state.SetLabel("NIBBLE_MK_GEMV_EXP=" + std::to_string(exp) + " (an experiment, not the GEMV)");
   BENCH_CUDA(cudaMemcpy(dy.p, ys.data(), ys.size() * sizeof(float*), cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaDeviceSynchronize());
 
@@ -117,7 +122,7 @@ void BM_Int4GemvAllLayers(benchmark::State& state) {
   const auto launch = [&] {
     BENCH_CUDA(mk::launch_gemv_blocks(static_cast<const mk::PackedMatrix*>(dm.p),
                                       static_cast<const mk::GemvPlan*>(dp.p), static_cast<float* const*>(dy.p),
-                                      int(mats.size()), static_cast<const float*>(x.p), kFfn, 0, nullptr));
+                                      int(mats.size()), static_cast<const float*>(x.p), kFfn, 0, nullptr, exp));
   };
   launch();  // warm-up: module load, attribute setting
   BENCH_CUDA(cudaDeviceSynchronize());

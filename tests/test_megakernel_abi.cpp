@@ -69,6 +69,12 @@ TEST(MegakernelAbi, NameAndDeclinedConfigs) {
   EXPECT_NE(msg.find("shared memory"), std::string::npos) << msg;
 
   c = tiny();
+  c.n_q = 3;  // 3 x 64 = 192 attention outputs: o-proj's input is not whole groups of 128
+  c.n_kv = 1;
+  EXPECT_EQ(build(lib, c, &msg), NIBBLE_ERR_NOT_SUPPORTED);
+  EXPECT_NE(msg.find("n_q * hd"), std::string::npos) << msg;
+
+  c = tiny();
   c.n_q = 3;  // not a multiple of n_kv = 2: not a GQA config at all
   EXPECT_EQ(build(lib, c, &msg), NIBBLE_ERR_INVALID_ARGUMENT);
   EXPECT_NE(msg.find("n_q"), std::string::npos) << msg;
@@ -183,6 +189,9 @@ TEST(MegakernelPlan, FullShapesPartitionTheUnits) {
   EXPECT_TRUE(mk::gemv_plan_fits(shape(32768, 65535, 0)));  // 2^31 - 2^15 units
   EXPECT_FALSE(mk::gemv_plan_fits(shape(32768, 65536, 0)));
   EXPECT_FALSE(mk::gemv_plan_fits(shape(65536, 32768, 1)));  // 2^31 units
+  EXPECT_TRUE(mk::gemv_plan_fits(shape(2, 24, 8)));
+  EXPECT_FALSE(mk::gemv_plan_fits(shape(2, 24, 12)));  // not a power of two: the walk's mask breaks
+  EXPECT_FALSE(mk::gemv_plan_fits(shape(2, 24, 16)));  // does not divide the groups
 }
 
 }  // namespace

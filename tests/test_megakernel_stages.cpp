@@ -214,11 +214,12 @@ TEST(MegakernelGemv, OddShapesAndGrids) {
   NIBBLE_REQUIRE_GPU();
   Rng rng(7);
   // Every unit order (PackedMatrix::chunk): tile-major (0: a warp's range covers whole tiles),
-  // group-major (1: a warp's consecutive units are different tiles of one group) and chunks of 2
-  // and 8 groups (o-proj and down use 2 and 4), where a tile's sums run over the chunk's groups.
-  for (int k : {128, 384, 3072})
+  // group-major (1: a warp's consecutive units are different tiles of one group) and chunks of 2,
+  // 4 and 8 groups (o-proj and down use 2 and 4), where a tile's sums run over the chunk's groups;
+  // K = 512 has a power-of-two group count, so chunk 4 there is tile-major spelled as a chunk.
+  for (int k : {128, 384, 512, 3072})
     for (int rows : {1, 3, 17, 733})
-      for (int chunk : {0, 1, 2, 8}) {
+      for (int chunk : {0, 1, 2, 4, 8}) {
       if (chunk > 0 && !mk::valid_chunk(chunk, k / 128)) continue;
       HostMatrix h(rows, k, rng);
       DeviceMatrix d(h);

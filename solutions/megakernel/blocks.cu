@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "activation.cuh"
 #include "attention.cuh"
@@ -76,15 +75,12 @@ int sm_count() {
 int gemv_blocks_grid(int blocks) { return blocks > 0 ? blocks : sm_count(); }
 
 cudaError_t launch_gemv_blocks(const PackedMatrix* mats, const GemvPlan* plans, float* const* ys, int n, const float* x,
-                               int k, int blocks, cudaStream_t stream) {
+                               int k, int blocks, cudaStream_t stream, int exp) {
   if (!mats || !plans || !ys || n < 1 || n > kGemvBlocksMaxMats || !x || k <= 0 || k % kGroup != 0 || blocks < 0)
     return cudaErrorInvalidValue;
   blocks = gemv_blocks_grid(blocks);
   if (blocks < 1) return cudaErrorInvalidValue;
   const size_t smem = gemv_blocks_smem(k, n);
-  // NIBBLE_MK_GEMV_EXP (bench only): one of the consumer experiments of int4_mma_gemv.cuh's GemvExp.
-  const char* env = std::getenv("NIBBLE_MK_GEMV_EXP");
-  const int exp = env ? std::atoi(env) : 0;
   const void* fn = exp == kGemvNoMath      ? reinterpret_cast<const void*>(&gemv_blocks_kernel<kGemvNoMath>)
                    : exp == kGemvLdsOnly   ? reinterpret_cast<const void*>(&gemv_blocks_kernel<kGemvLdsOnly>)
                    : exp == kGemvMathOnly  ? reinterpret_cast<const void*>(&gemv_blocks_kernel<kGemvMathOnly>)

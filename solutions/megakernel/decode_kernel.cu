@@ -299,8 +299,8 @@ std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int gr
   if (n_kv < 1 || n_q % n_kv != 0 || n_q / n_kv > kMaxRep)
     return "n_q / n_kv = " + std::to_string(n_q) + " / " + std::to_string(n_kv) +
            ": the attention stage supports 1.." + std::to_string(kMaxRep) + " query heads per KV head";
-  if (d % kGroup || ffn % kGroup)
-    return "d and ffn must be multiples of 128 (the GEMV inputs are whole groups)";
+  if (d % kGroup || ffn % kGroup || (n_q * hd) % kGroup)
+    return "d, ffn and n_q * hd must be multiples of 128 (the GEMV inputs are whole groups)";
   // Shared memory: the longest GEMV input as fp32, its limbs (at most 4 bytes per input) and a
   // gain (2 bytes per input) beside the rings and the attention scratch, within sm_90's 227 KB per
   // block (opt-in).

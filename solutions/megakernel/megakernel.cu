@@ -333,13 +333,17 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     int rows = 0;
     for (const SourceTriple& s : job.src) rows += s.rows;
     auto* w = reinterpret_cast<uint4*>(mdl->weights.get() + w_off[j]);
-    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, stream, job.chunk));
     job.dst->w = w;
     job.dst->tiles = (rows + kTileRows - 1) / kTileRows;
     job.dst->groups = job.k / kGroup;
     job.dst->rows = rows;
     job.dst->chunk = job.chunk > 0 ? job.chunk : job.dst->groups;
     job.dst->vec_flush = vec_flush;
+    // Before any repack runs: the GEMV plans every matrix below (gemv_plan_fits).
+    if (!gemv_plan_fits(*job.dst))
+      fail(NIBBLE_ERR_NOT_SUPPORTED, "a projection of " + std::to_string(rows) + " rows x " + std::to_string(job.k) +
+                                         " inputs has too many 16 x 128 units for the GEMV's 32-bit unit counts");
+    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, stream, job.chunk));
   }
 
   // Every warp's share of each GEMV kind (the layers' shapes are equal; the device never divides).
@@ -348,10 +352,6 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
                                            &mdl->layers[0].down, &head};
   std::vector<GemvPlan> plans(size_t(kPlanKinds) * nw);
   for (int kind = 0; kind < kPlanKinds; ++kind) {
-    if (!gemv_plan_fits(*kinds[kind]))
-      fail(NIBBLE_ERR_NOT_SUPPORTED, "a projection of " + std::to_string(kinds[kind]->rows) + " rows x " +
-                                         std::to_string(kinds[kind]->groups * kGroup) +
-                                         " inputs has too many 16 x 128 units for the GEMV's 32-bit unit counts");
     for (int gw = 0; gw < nw; ++gw) plans[size_t(kind) * nw + gw] = gemv_plan(*kinds[kind], gw, nw);
   }
 

@@ -121,8 +121,12 @@ NIBBLE_MK_HD inline GemvPlan gemv_plan(const PackedMatrix& M, int gw, int nw) {
   return p;
 }
 
-/** Whether M's units and groups fit the plan's fields (and the GEMV's 32-bit unit counts). */
-inline bool gemv_plan_fits(const PackedMatrix& M) { return (long long)M.tiles * M.groups < (1ll << 31) && M.groups <= 65535; }
+/** Whether M can be planned: its units and groups fit the plan's fields (and the GEMV's 32-bit
+ *  unit counts), and its chunk is a valid unit order (the GEMV's walk steps through a chunk with a
+ *  mask: any other chunk would visit the wrong groups). */
+inline bool gemv_plan_fits(const PackedMatrix& M) {
+  return (long long)M.tiles * M.groups < (1ll << 31) && M.groups <= 65535 && valid_chunk(unit_chunk(M), M.groups);
+}
 
 /** Bytes of the repacked weights (codes and metadata) of a (rows, K) matrix. */
 inline size_t packed_weight_bytes(int rows, int k) { return size_t((rows + 15) / 16) * (k / 128) * kUnitStride; }
@@ -264,9 +268,10 @@ inline constexpr int kGemvBlocksMaxMats = 128;
  *  the ys: the stage accumulates with atomics), with the decode kernel's stage code, one launch of
  *  `blocks` blocks (0: one per SM). Each warp prefetches its first loads of matrix i+1 before it
  *  computes the last of matrix i, as in the decode kernel. mats: n device descriptors; plans: device
- *  (n, nw) gemv_plan(mats[i], gw, nw) with nw = gemv_blocks_grid(blocks) x kWarps. n <= 128. */
+ *  (n, nw) gemv_plan(mats[i], gw, nw) with nw = gemv_blocks_grid(blocks) x kWarps. n <= 128. exp: 0, or one
+ *  of int4_mma_gemv.cuh's GemvExp consumer experiments (the benchmark's NIBBLE_MK_GEMV_EXP). */
 cudaError_t launch_gemv_blocks(const PackedMatrix* mats, const GemvPlan* plans, float* const* ys, int n, const float* x,
-                               int k, int blocks, cudaStream_t stream);
+                               int k, int blocks, cudaStream_t stream, int exp = 0);
 
 /** The attention stage alone for one layer: q/k/v fp32 (pre-RoPE, [q | k | v]) -> K/V appended at
  *  pos, out (n_q*hd) fp32. part / count as in DecodeParams (count zeroed). */
