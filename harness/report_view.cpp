@@ -47,6 +47,13 @@ void validate_report(const json& r, const std::string& what) {
                     ", or a GEMM task: nibble configs lists them)");
   if (!r.contains("correctness") || !r["correctness"].is_object())
     throw BadReport(what + ": malformed nibble report: \"correctness\" is missing or not an object");
+  // A Passed grade states the error it passed with (every report nibble writes does): without it,
+  // compare would call the report a correctness regression (exit 2) rather than bad input.
+  if (r["disposition"] == "Passed") {
+    const json& c = r["correctness"];
+    if (!c.contains("worst_rel_err") || !c["worst_rel_err"].is_number() || !std::isfinite(c["worst_rel_err"].get<double>()))
+      throw BadReport(what + ": malformed nibble report: disposition Passed without a finite correctness.worst_rel_err");
+  }
   if (r.contains("timing")) {
     if (!r["timing"].is_object()) throw BadReport(what + ": malformed nibble report: \"timing\" is not an object");
     for (const std::string& f : timed_figures()) {

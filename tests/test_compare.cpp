@@ -477,6 +477,13 @@ TEST(LoadReport, BadInputIsBadReport) {
   write_file_atomic(t.path() + "/no-correctness.json", r.dump());
   EXPECT_THROW(load_report(t.path() + "/no-correctness.json"), BadReport);
   r = unfused();
+  r["correctness"] = json::object();  // Passed, but with no error: bad input, not a regression (exit 4)
+  write_file_atomic(t.path() + "/empty-correctness.json", r.dump());
+  EXPECT_THROW(load_report(t.path() + "/empty-correctness.json"), BadReport);
+  EXPECT_EQ(compare_files(data("reports/h200-unfused-full.json"), t.path() + "/empty-correctness.json", CompareOptions{},
+                          false),
+            kCompareBadInput);
+  r = unfused();
   r["task"] = "x";  // a task this nibble does not grade: its figures cannot be read
   write_file_atomic(t.path() + "/task-x.json", r.dump());
   EXPECT_THROW(load_report(t.path() + "/task-x.json"), BadReport);

@@ -13,6 +13,14 @@
 
 namespace nibble::sol {
 
+/** The GPU's global nanosecond timer (%globaltimer, PTX ISA "Special registers"; any sm_70+): the
+ *  solutions' timeline traces and the megakernel's delay probe read it. */
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 /** The 32-bit shared-window address of a generic pointer into shared memory. */
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -314,11 +314,7 @@ struct StreamArgs {
 constexpr int kStreamMarks = 6;
 
 __device__ __forceinline__ void stream_mark(const StreamArgs& p, int k) {
-  if (p.trace && threadIdx.x == 0) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    p.trace[blockIdx.x * kStreamMarks + k] = t;
-  }
+  if (p.trace && threadIdx.x == 0) p.trace[blockIdx.x * kStreamMarks + k] = sol::globaltimer_ns();
 }
 
 __device__ __forceinline__ void add4(float4& a, const float4& b) {
@@ -532,11 +528,7 @@ __host__ __device__ constexpr int mma_batch() {
 constexpr int kMmaMarks = 5;
 
 __device__ __forceinline__ void mma_mark(unsigned long long* trace, int k) {
-  if (trace && threadIdx.x == 0) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    trace[(blockIdx.y * gridDim.x + blockIdx.x) * kMmaMarks + k] = t;
-  }
+  if (trace && threadIdx.x == 0) trace[(blockIdx.y * gridDim.x + blockIdx.x) * kMmaMarks + k] = sol::globaltimer_ns();
 }
 
 /**

@@ -117,11 +117,9 @@ __device__ __forceinline__ void wait_heads(const DecodeParams& p, int stage, int
 /** The critical-path probe (DecodeParams::delay_where): spin delay_ns of GPU time at point `where`. */
 __device__ __forceinline__ void probe_delay(const DecodeParams& p, int where) {
   if (p.delay_where != where) return;
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < (unsigned long long)p.delay_ns);
+  const unsigned long long t0 = sol::globaltimer_ns();
+  while (sol::globaltimer_ns() - t0 < (unsigned long long)p.delay_ns) {
+  }
 }
 
 /** Layer li's matrix of kind `kind` (kPlanQkv .. kPlanDown), from the parameters alone. */
