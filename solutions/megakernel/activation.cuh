@@ -112,7 +112,7 @@ __device__ __forceinline__ float rms_scale(const float* xs, int d, float eps, fl
 /** xs[128 g0 .. 128 g1) = silu(gate) * up for the down-proj input groups [g0, g1), from gu in
  *  Interleave8 order (tile t: gate rows 8t..8t+7, then up rows 8t..8t+7), silu(x) = x / (1 + e^-x);
  *  2 float4 loads per 4 outputs, issued together. A block reads only the groups its units need
- *  (down is group-major: one or two groups, 1-2 KB, instead of all 64 KB of gate|up). */
+ *  (down's units come in chunks of 4 groups: a chunk or two, 2-4 KB, instead of all 64 KB of gate|up). */
 __device__ __forceinline__ void load_swiglu(const float* gu, int g0, int g1, float* xs) {
   const float4* g4 = reinterpret_cast<const float4*>(gu);
   float4* x4 = reinterpret_cast<float4*>(xs);

@@ -14,11 +14,11 @@
 //   1 qkv   every block: h -> RMSNorm * gain -> x as int8 limbs in smem; qkv += W_qkv x (atomics)
 //   2 attn  RoPE, KV append, split attention, last-block combine -> attn (attention.cuh), which
 //           releases a flag per KV head: o-proj waits for the heads it reads, not for the grid
-//   3 o     h += W_o attn (the residual add is the atomic accumulation into h); o is group-major,
-//           so a block reads only its one or two heads of attn
+//   3 o     h += W_o attn (the residual add is the atomic accumulation into h); o's units come in
+//           chunks of 2 groups (PackedMatrix::chunk), so a block reads only a few heads of attn
 //   4 gu    gu += W_gu RMSNorm(h) * post_norm (gate and up rows interleaved per tile)
-//   5 down  h += W_down (silu(g) * u); down is group-major, so a block computes silu(g) * u for
-//           only the one or two groups of 128 inputs its units read
+//   5 down  h += W_down (silu(g) * u); down's units come in chunks of 4 groups, so a block computes
+//           silu(g) * u for only the chunk or two of 128-input groups its units read
 // then the LM head into the (zeroed) logits. Each warp's weight ring (int4_mma_gemv.cuh) goes on
 // with the next GEMV stage's first weights as soon as the current stage's are all issued (they do
 // not depend on the activations), so they are in flight during the barrier, the input build and,
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     probe_delay(p, 1);
     mark_ready(p, 5 * li + 1);
     ring_prefetch(layer_mat(p, kPlanO, li), pl_o, ring);
-    // o is group-major: a group is 128 / hd query heads
+    // o's units come in chunks of groups: a group is 128 / hd query heads
     block_groups(p.mat0[kPlanO], plan[kPlanO * kWarps], plan[kPlanO * kWarps + kWarps - 1], &g0, &g1);
     wait_heads(p, 5 * li + 1, li, g0, g1);
 
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     ring_prefetch(layer_mat(p, kPlanDown, li), pl_down, ring);
     stage_barrier(p, 5 * li + 3, 4 * li + 2);
 
-    // 5. h += W_down (silu(g) * u), from this block's groups of gate|up only (down is group-major).
+    // 5. h += W_down (silu(g) * u), from this block's groups of gate|up only (down is chunked).
     gain_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].in_norm : p.final_norm, p.d, gn);
     block_groups(p.mat0[kPlanDown], plan[kPlanDown * kWarps], plan[kPlanDown * kWarps + kWarps - 1], &g0, &g1);
     load_swiglu(p.gu, g0, g1, xs);
