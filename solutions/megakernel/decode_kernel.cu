@@ -122,6 +122,14 @@ __device__ __forceinline__ void probe_delay(const DecodeParams& p, int where) {
   }
 }
 
+/** Layer li's matrix of kind `kind` (kPlanQkv .. kPlanDown), from the parameters alone. */
+__device__ __forceinline__ PackedMatrix layer_mat(const DecodeParams& p, int kind, int li) {
+  PackedMatrix m = p.mat0[kind];
+  const long long off = p.layer_stride * li;
+  m.w = reinterpret_cast<const uint4*>(reinterpret_cast<const char*>(m.w) + off);
+  return m;
+}
+
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -148,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   const GemvPlan& pl_down = plan[kPlanDown * kWarps + warp];
   const GemvPlan& pl_head = plan[kPlanHead * kWarps + warp];
   mark(p, 0);
-  ring_prefetch(p.layers[0].qkv, pl_qkv, ring);
+  ring_prefetch(layer_mat(p, kPlanQkv, 0), pl_qkv, ring);
   gain_prefetch(p.layers[0].in_norm, p.d, gn);
 
   // The gains are copied into gn a stage before their RMSNorm (cp.async, waited for before the
@@ -173,16 +181,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     mark_ready(p, 5 * li + 0);
     gain_prefetch(L->post_norm, p.d, gn);
-    gemv_run(L->qkv, pl_qkv, p.qkv, xquant_view(xf, p.d), ring, L->o, pl_o, true, gemv_stats(p, 0));
+    gemv_run(layer_mat(p, kPlanQkv, li), pl_qkv, p.qkv, xquant_view(xf, p.d), ring, layer_mat(p, kPlanO, li),
+                    pl_o, true, gemv_stats(p, 0));
     probe_delay(p, 2);
     // The block's first K/V rows of the attention, copied while the grid meets at the barrier (over
     // xs and xf: every warp is past the GEMV that reads them).
     __syncthreads();
     attention_prefetch<HD>(kv, L->k_cache, L->v_cache, p.n_kv, p.max_seq, p.pos, p.max_chunks);
     // (NIBBLE_MK_L2PF) the later stages' weights into L2, queued behind the K/V copies
-    if (p.l2_prefetch & 1) gemv_prefetch_l2(L->o, pl_o);
-    if (p.l2_prefetch & 2) gemv_prefetch_l2(L->gu, pl_gu);
-    if (p.l2_prefetch & 4) gemv_prefetch_l2(L->down, pl_down);
+    if (p.l2_prefetch & 1) gemv_prefetch_l2(layer_mat(p, kPlanO, li), pl_o);
+    if (p.l2_prefetch & 2) gemv_prefetch_l2(layer_mat(p, kPlanGu, li), pl_gu);
+    if (p.l2_prefetch & 4) gemv_prefetch_l2(layer_mat(p, kPlanDown, li), pl_down);
     gain_wait();
     stage_barrier(p, 5 * li + 0, 4 * li + 0);
 
@@ -193,9 +202,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
                                 : nullptr);
     probe_delay(p, 1);
     mark_ready(p, 5 * li + 1);
-    ring_prefetch(L->o, pl_o, ring);
+    ring_prefetch(layer_mat(p, kPlanO, li), pl_o, ring);
     // o's units come in chunks of groups: a group is 128 / hd query heads
-    block_groups(L->o, plan[kPlanO * kWarps], plan[kPlanO * kWarps + kWarps - 1], &g0, &g1);
+    block_groups(p.mat0[kPlanO], plan[kPlanO * kWarps], plan[kPlanO * kWarps + kWarps - 1], &g0, &g1);
     wait_heads(p, 5 * li + 1, li, g0, g1);
 
     // 3. h += W_o attn, from this block's heads of attn only.
@@ -204,8 +213,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     build_x_limbs(xs, qdim, xf, nullptr, 1.f, g0, g1);
     __syncthreads();
     mark_ready(p, 5 * li + 2);
-    gemv_run(L->o, pl_o, p.h, xquant_view(xf, qdim), ring, L->gu, pl_gu, true, gemv_stats(p, 1));
-    ring_prefetch(L->gu, pl_gu, ring);
+    gemv_run(layer_mat(p, kPlanO, li), pl_o, p.h, xquant_view(xf, qdim), ring, layer_mat(p, kPlanGu, li), pl_gu,
+                   true, gemv_stats(p, 1));
+    ring_prefetch(layer_mat(p, kPlanGu, li), pl_gu, ring);
     stage_barrier(p, 5 * li + 2, 4 * li + 1);
 
     // 4. gu = [W_gate | W_up] RMSNorm(h) * post_norm. (Every block is past its attention: q|k|v
@@ -218,22 +228,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     probe_delay(p, 3);
     mark_ready(p, 5 * li + 3);
-    gemv_run(L->gu, pl_gu, p.gu, xquant_view(xf, p.d), ring, L->down, pl_down, true, gemv_stats(p, 2));
-    ring_prefetch(L->down, pl_down, ring);
+    gemv_run(layer_mat(p, kPlanGu, li), pl_gu, p.gu, xquant_view(xf, p.d), ring, layer_mat(p, kPlanDown, li),
+                    pl_down, true, gemv_stats(p, 2));
+    ring_prefetch(layer_mat(p, kPlanDown, li), pl_down, ring);
     stage_barrier(p, 5 * li + 3, 4 * li + 2);
 
     // 5. h += W_down (silu(g) * u), from this block's groups of gate|up only (down is chunked).
     gain_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].in_norm : p.final_norm, p.d, gn);
-    block_groups(L->down, plan[kPlanDown * kWarps], plan[kPlanDown * kWarps + kWarps - 1], &g0, &g1);
+    block_groups(p.mat0[kPlanDown], plan[kPlanDown * kWarps], plan[kPlanDown * kWarps + kWarps - 1], &g0, &g1);
     load_swiglu(p.gu, g0, g1, xs);
     __syncthreads();
     build_x_limbs(xs, p.ffn, xf, nullptr, 1.f, g0, g1);
     __syncthreads();
     mark_ready(p, 5 * li + 4);
     const bool last = li + 1 == p.n_layers;
-    const PackedMatrix& after = last ? p.head : p.layers[li + 1].qkv;
+    const PackedMatrix after = last ? p.head : layer_mat(p, kPlanQkv, li + 1);
     const GemvPlan& pl_after = last ? pl_head : pl_qkv;
-    gemv_run(L->down, pl_down, p.h, xquant_view(xf, p.ffn), ring, after, pl_after, true, gemv_stats(p, 3));
+    gemv_run(layer_mat(p, kPlanDown, li), pl_down, p.h, xquant_view(xf, p.ffn), ring, after, pl_after, true, gemv_stats(p, 3));
     ring_prefetch(after, pl_after, ring);
     probe_delay(p, 4);
     gain_wait();

@@ -416,6 +416,25 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
 
   P.layers = layers_dev;
   P.plans = plans_dev;
+  // The kernel finds layer li's matrices at layer 0's plus li strides (the jobs above allocated the
+  // layers in order, each the same sizes): checked here, as the kernel relies on it.
+  P.mat0[kPlanQkv] = mdl->layers[0].qkv;
+  P.mat0[kPlanO] = mdl->layers[0].o;
+  P.mat0[kPlanGu] = mdl->layers[0].gu;
+  P.mat0[kPlanDown] = mdl->layers[0].down;
+  P.layer_stride = c.layers > 1 ? reinterpret_cast<const char*>(mdl->layers[1].qkv.w) -
+                                      reinterpret_cast<const char*>(mdl->layers[0].qkv.w)
+                                : 0;
+  for (int i = 0; i < c.layers; ++i) {
+    const LayerDev& L = mdl->layers[size_t(i)];
+    const PackedMatrix* got[4] = {&L.qkv, &L.o, &L.gu, &L.down};
+    for (int kind = 0; kind < 4; ++kind) {
+      const long long off = P.layer_stride * i;
+      if (reinterpret_cast<const char*>(got[kind]->w) != reinterpret_cast<const char*>(P.mat0[kind].w) + off)
+        fail(NIBBLE_ERR_INTERNAL, "megakernel: layer " + std::to_string(i) +
+                                      "'s repacked matrices are not at a fixed stride from layer 0's (a bug in build_model)");
+    }
+  }
   P.n_layers = c.layers;
   P.d = c.d;
   P.ffn = c.ffn;

@@ -153,7 +153,8 @@ enum class RowMap {
 cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w,
                           cudaStream_t stream, int chunk = 0);
 
-/** One decoder layer as the kernel sees it. */
+/** One decoder layer as the kernel sees it (the kernel takes its matrices from DecodeParams::mat0
+ *  and layer_stride; these are build_model's record of them). */
 struct LayerDev {
   PackedMatrix qkv;   ///< (n_q*hd + 2*n_kv*hd, d): [q | k | v]
   PackedMatrix o;     ///< (d, n_q*hd)
@@ -178,6 +179,12 @@ struct DecodeParams {
   PackedMatrix head;                ///< the tied LM head (vocab, d), repacked
   const uint16_t* final_norm = nullptr;
   const float2* rope = nullptr;     ///< (max_seq, hd/2) {cos, sin}
+  /** Layer 0's qkv, o, gate|up and down (PlanKind order); layer li's are the same with w
+   *  layer_stride * li bytes further on (one allocation, layers in order: build_model checks it). In
+   *  the kernel's parameters, i.e. the constant bank: v10 read them from the layer array in global
+   *  memory, and each matrix's first refill waited ~1 us on that L2 round trip (Nsight Compute). */
+  PackedMatrix mat0[4];
+  long long layer_stride = 0;
   /** (kPlanKinds, nw) every warp's GemvPlan of the layers' qkv, o, gate|up, down (the same shapes in
    *  every layer) and the head, for the launch's grid (nw = blocks x kWarps). */
   const GemvPlan* plans = nullptr;
