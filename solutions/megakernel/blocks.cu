@@ -35,8 +35,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // This block's warps' plans of every matrix, copied once, as the decode kernel does its five.
   auto* plan = reinterpret_cast<GemvPlan*>(smem + size_t(k) * 8 + kRingBarrierBytes + kRingBytes);
   const int warp = threadIdx.x >> 5, nw = gridDim.x * kWarps;
-  for (int t = threadIdx.x; t < n * kWarps; t += blockDim.x)
-    plan[t] = plans[size_t(t / kWarps) * nw + blockIdx.x * kWarps + t % kWarps];
+  load_block_plans(plan, plans, n, nw);
   __syncthreads();
   ring_prefetch(mats[0], plan[warp], ring);
   load_vector(x, k, xs);

@@ -147,8 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   // This block's warps' plans of the five GEMV kinds (every layer has the same shapes), copied once.
   GemvPlan* plan = reinterpret_cast<GemvPlan*>(smem + lay.plan);
   const int warp = threadIdx.x >> 5, nw = gridDim.x * kWarps;
-  for (int t = threadIdx.x; t < kPlanKinds * kWarps; t += blockDim.x)
-    plan[t] = p.plans[size_t(t / kWarps) * nw + blockIdx.x * kWarps + t % kWarps];
+  load_block_plans(plan, p.plans, kPlanKinds, nw);
   __syncthreads();
   const GemvPlan& pl_qkv = plan[kPlanQkv * kWarps + warp];
   const GemvPlan& pl_o = plan[kPlanO * kWarps + warp];

@@ -85,6 +85,14 @@ __device__ __forceinline__ Ring ring_init(unsigned char* ring_smem, unsigned lon
   return r;
 }
 
+/** Block-wide: this block's warps' plans of n matrices, plans[i * kWarps + warp] = src[i * nw + gw]
+ *  (src: (n, nw) GemvPlan in global memory, gemv_plan of every warp of the grid), copied once per
+ *  launch into shared memory. The caller synchronises before reading them. */
+__device__ __forceinline__ void load_block_plans(GemvPlan* plans, const GemvPlan* src, int n, int nw) {
+  for (int t = threadIdx.x; t < n * kWarps; t += blockDim.x)
+    plans[t] = src[size_t(t / kWarps) * nw + blockIdx.x * kWarps + t % kWarps];
+}
+
 /** Lane 0: stage k of the plan's range [u0, u1), global stage number gn, into ring slot
  *  gn % kRingStages (whose previous stage, gn - kRingStages, has been consumed). */
 __device__ __forceinline__ void ring_issue(const uint4* w, uint32_t u0, uint32_t u1, const Ring& r, uint32_t k,

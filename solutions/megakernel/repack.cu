@@ -28,11 +28,15 @@ struct RepackArgs {
   int chunk;   // groups per chunk of the unit order (PackedMatrix::chunk; here never 0)
 };
 
-/** Tile and group of unit u (megakernel.h, unit_tile_group). */
+/** Tile and group of unit u: megakernel.h's unit_tile_group, the order the GEMV walks. */
 __device__ void unit_coords(const RepackArgs& a, size_t u, int* tile, int* group) {
-  const size_t per_chunk = size_t(a.tiles) * a.chunk, c = u / per_chunk, rem = u % per_chunk;
-  *tile = int(rem / a.chunk);
-  *group = int(c * a.chunk + rem % a.chunk);
+  PackedMatrix m;
+  m.tiles = a.tiles;
+  m.groups = a.groups;
+  m.chunk = a.chunk;
+  long long t = 0;
+  unit_tile_group(m, (long long)u, &t, group);
+  *tile = int(t);
 }
 
 /** Virtual row v -> (source, source row); false for padding. */
