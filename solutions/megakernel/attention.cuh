@@ -171,12 +171,14 @@ __device__ __forceinline__ float row_elem(const RowBits<EPL>& r, int e) {
  * combining block adds 1 to done[kv head] once that head's query heads are in out (release), so a
  * consumer may wait for the heads it reads instead of a grid barrier.
  * tr (optional, tracing): kAttnMarks clock64() values of this block's first item (megakernel.h).
+ * sync_tid: the thread that takes the count and releases done (its fences wait for the bulk copies
+ * its warp has in flight).
  */
 template <int HD>
 __device__ void attention_stage(const float* qkv, const float2* __restrict__ rope, uint16_t* k_cache,
                                 uint16_t* v_cache, int n_q, int n_kv, int max_seq, int pos, float* part,
                                 int max_chunks, unsigned* count, float* out, float* smem, AttnKv& kv,
-                                unsigned* done = nullptr, long long* tr = nullptr) {
+                                unsigned* done = nullptr, long long* tr = nullptr, unsigned sync_tid = 0) {
   constexpr int EPL = HD / 32, HALF = HD / 2, WPL = EPL / 2;  // elements / words per lane
   constexpr int S = attn_kv_slots<HD>();
   const int rep = n_q / n_kv;
@@ -354,7 +356,7 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
     }
     __syncthreads();
     trace_mark(item, 2, clock64());
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == sync_tid) {
       __threadfence();  // release the block's partials (ordered before by the barrier) before the count
       const bool last = atomicAdd(count + kvh, 1u) == unsigned(n_chunks - 1);
       if (last) __threadfence();  // acquire the other blocks' partials (the barrier below passes it on)
@@ -396,10 +398,10 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
         }
         out[size_t(kvh * rep + j) * HD + e] = O / L;
       }
-      if (threadIdx.x == 0) atomicExch(count + kvh, 0u);
+      if (threadIdx.x == sync_tid) atomicExch(count + kvh, 0u);
       if (done) {
         __syncthreads();  // every thread's out before the release
-        if (threadIdx.x == 0) {
+        if (threadIdx.x == sync_tid) {
           __threadfence();
           atomicAdd(done + kvh, 1u);
         }

@@ -83,18 +83,49 @@ __device__ __forceinline__ void mark_ready(const DecodeParams& p, int stage) {
   mark(p, trace_ready(p.n_layers, stage));
 }
 
+/** Tracing: every warp of the block is out of stage `stage`'s GEMV (an extra block barrier, traced
+ *  runs only), so the trace splits the GEMV (its slowest warp) from what follows it. */
+__device__ __forceinline__ void mark_done(const DecodeParams& p, int stage) {
+  if (!p.trace) return;
+  __syncthreads();
+  mark(p, trace_done(p.n_layers, stage));
+}
+
 /** The grid barrier after stage `stage` (0-based over the whole step, traced), the `index`-th grid
- *  barrier of the step (the counter barrier's target). */
-__device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, int index) {
+ *  barrier of the step (the counter barrier's target). `between` runs on every thread after the
+ *  block's arrival and before its wait (split phase). */
+template <class F>
+__device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, int index, F&& between) {
   if (p.trace) {
     __syncthreads();
     mark(p, 1 + 2 * stage);
   }
-  if (p.barrier_mode == 1)
-    grid_sync_counter(p.barrier, unsigned(index + 1) * gridDim.x);
-  else
+  const unsigned sync_tid = p.sync_warp ? kThreads - 32 : 0;
+  if (p.barrier_mode == 1) {
+    __syncthreads();
+    if (p.trace) {
+      // The arrival's completion traced: an atomic that returns (its release fence, then the L2
+      // round trip) instead of the reduction.
+      if (threadIdx.x == sync_tid) {
+        unsigned old;
+        asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p.barrier) : "memory");
+        if (old != 0xFFFFFFFFu)
+          p.trace[size_t(blockIdx.x) * trace_marks(p.n_layers) + trace_fenced(p.n_layers, stage)] = clock64();
+      }
+    } else {
+      grid_arrive(p.barrier, sync_tid);
+    }
+    between();
+    grid_wait(p.barrier, unsigned(index + 1) * gridDim.x, sync_tid);
+    __syncthreads();
+  } else {
+    between();
     grid_sync(p.barrier);
+  }
   mark(p, 2 + 2 * stage);
+}
+__device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, int index) {
+  stage_barrier(p, stage, index, [] {});
 }
 
 /** Instead of a grid barrier after the attention (stage `stage` of layer li): wait until the KV
@@ -108,7 +139,7 @@ __device__ __forceinline__ void wait_heads(const DecodeParams& p, int stage, int
   if (g1 > g0) {
     const int rep = p.n_q / p.n_kv;
     const int h0 = g0 * kGroup / p.hd / rep, h1 = ((g1 * kGroup - 1) / p.hd) / rep;
-    for (int h = h0; h <= h1; ++h) wait_flag(p.attn_done + h, unsigned(li + 1));
+    for (int h = h0; h <= h1; ++h) wait_flag(p.attn_done + h, unsigned(li + 1), p.sync_warp ? kThreads - 32 : 0);
   }
   __syncthreads();
   mark(p, 2 + 2 * stage);
@@ -156,7 +187,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   const GemvPlan& pl_head = plan[kPlanHead * kWarps + warp];
   mark(p, 0);
   ring_prefetch(layer_mat(p, kPlanQkv, 0), pl_qkv, ring);
-  gain_prefetch(p.layers[0].in_norm, p.d, gn);
+  const bool gain_global = p.exp & 1;
+  if (!gain_global) gain_prefetch(p.layers[0].in_norm, p.d, gn);
 
   // The gains are copied into gn a stage before their RMSNorm (cp.async, waited for before the
   // barrier in between): in_norm during the previous layer's down stage, post_norm during qkv.
@@ -170,35 +202,38 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     if (li == 0) {
       load_embed_row(p.embed, p.vocab, p.d, p.token, xs, blockIdx.x == 0 ? p.h : nullptr);
       zero_grid_stride(p.logits, p.vocab);
-      gain_wait();
+      if (!gain_global) gain_wait();
     } else {
       load_vector(p.h, p.d, xs);
     }
     __syncthreads();
     float rs = rms_scale(xs, p.d, p.eps, red);
-    build_x_limbs(xs, p.d, xf, gn, rs);
+    build_x_limbs(xs, p.d, xf, gain_global ? L->in_norm : gn, rs);
     __syncthreads();
     mark_ready(p, 5 * li + 0);
-    gain_prefetch(L->post_norm, p.d, gn);
+    if (!gain_global) gain_prefetch(L->post_norm, p.d, gn);
+    const bool split = p.split_barrier;
     gemv_run(layer_mat(p, kPlanQkv, li), pl_qkv, p.qkv, xquant_view(xf, p.d), ring, layer_mat(p, kPlanO, li),
                     pl_o, true, gemv_stats(p, 0));
+    mark_done(p, 5 * li + 0);
     probe_delay(p, 2);
     // The block's first K/V rows of the attention, copied while the grid meets at the barrier (over
     // xs and xf: every warp is past the GEMV that reads them).
     __syncthreads();
-    attention_prefetch<HD>(kv, L->k_cache, L->v_cache, p.n_kv, p.max_seq, p.pos, p.max_chunks);
+    if (!(p.exp & 2)) attention_prefetch<HD>(kv, L->k_cache, L->v_cache, p.n_kv, p.max_seq, p.pos, p.max_chunks);
     // (NIBBLE_MK_L2PF) the later stages' weights into L2, queued behind the K/V copies
     if (p.l2_prefetch & 1) gemv_prefetch_l2(layer_mat(p, kPlanO, li), pl_o);
     if (p.l2_prefetch & 2) gemv_prefetch_l2(layer_mat(p, kPlanGu, li), pl_gu);
     if (p.l2_prefetch & 4) gemv_prefetch_l2(layer_mat(p, kPlanDown, li), pl_down);
-    gain_wait();
+    if (!gain_global) gain_wait();
     stage_barrier(p, 5 * li + 0, 4 * li + 0);
 
     // 2. RoPE, KV append, attention -> attn; the last block of each KV head releases attn_done.
     attention_stage<HD>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,
                         p.attn_count, p.attn, att, kv, p.attn_done,
                         p.trace ? p.trace + size_t(blockIdx.x) * trace_marks(p.n_layers) + trace_attn(p.n_layers, li)
-                                : nullptr);
+                                : nullptr,
+                        p.sync_warp ? kThreads - 32 : 0);
     probe_delay(p, 1);
     mark_ready(p, 5 * li + 1);
     ring_prefetch(layer_mat(p, kPlanO, li), pl_o, ring);
@@ -214,8 +249,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     mark_ready(p, 5 * li + 2);
     gemv_run(layer_mat(p, kPlanO, li), pl_o, p.h, xquant_view(xf, qdim), ring, layer_mat(p, kPlanGu, li), pl_gu,
                    true, gemv_stats(p, 1));
-    ring_prefetch(layer_mat(p, kPlanGu, li), pl_gu, ring);
-    stage_barrier(p, 5 * li + 2, 4 * li + 1);
+    mark_done(p, 5 * li + 2);
+    // The next GEMV's first ring stages not yet issued: after the arrival (split phase), so that
+    // the release fence, which waits for the block's copies in flight, does not wait for them.
+    if (!split) ring_prefetch(layer_mat(p, kPlanGu, li), pl_gu, ring);
+    stage_barrier(p, 5 * li + 2, 4 * li + 1, [&] {
+      if (split) ring_prefetch(layer_mat(p, kPlanGu, li), pl_gu, ring);
+    });
 
     // 4. gu = [W_gate | W_up] RMSNorm(h) * post_norm. (Every block is past its attention: q|k|v
     //    can be zeroed for the next layer's atomics, gate|up for this stage's were zeroed before.)
@@ -223,17 +263,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     zero_grid_stride(p.qkv, qdim + 2 * p.n_kv * HD);
     __syncthreads();
     rs = rms_scale(xs, p.d, p.eps, red);
-    build_x_limbs(xs, p.d, xf, gn, rs);
+    build_x_limbs(xs, p.d, xf, gain_global ? L->post_norm : gn, rs);
     __syncthreads();
     probe_delay(p, 3);
     mark_ready(p, 5 * li + 3);
     gemv_run(layer_mat(p, kPlanGu, li), pl_gu, p.gu, xquant_view(xf, p.d), ring, layer_mat(p, kPlanDown, li),
                     pl_down, true, gemv_stats(p, 2));
-    ring_prefetch(layer_mat(p, kPlanDown, li), pl_down, ring);
-    stage_barrier(p, 5 * li + 3, 4 * li + 2);
+    mark_done(p, 5 * li + 3);
+    if (!split) ring_prefetch(layer_mat(p, kPlanDown, li), pl_down, ring);
+    stage_barrier(p, 5 * li + 3, 4 * li + 2, [&] {
+      if (split) ring_prefetch(layer_mat(p, kPlanDown, li), pl_down, ring);
+    });
 
     // 5. h += W_down (silu(g) * u), from this block's groups of gate|up only (down is chunked).
-    gain_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].in_norm : p.final_norm, p.d, gn);
+    if (!gain_global) gain_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].in_norm : p.final_norm, p.d, gn);
     block_groups(p.mat0[kPlanDown], plan[kPlanDown * kWarps], plan[kPlanDown * kWarps + kWarps - 1], &g0, &g1);
     load_swiglu(p.gu, g0, g1, xs);
     __syncthreads();
@@ -244,11 +287,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     const PackedMatrix after = last ? p.head : layer_mat(p, kPlanQkv, li + 1);
     const GemvPlan& pl_after = last ? pl_head : pl_qkv;
     gemv_run(layer_mat(p, kPlanDown, li), pl_down, p.h, xquant_view(xf, p.ffn), ring, after, pl_after, true, gemv_stats(p, 3));
-    ring_prefetch(after, pl_after, ring);
+    mark_done(p, 5 * li + 4);
+    if (!split) ring_prefetch(after, pl_after, ring);
     probe_delay(p, 4);
-    gain_wait();
+    if (!gain_global) gain_wait();
     // gate|up is read by every block before this barrier: zeroed for the next layer after it
-    stage_barrier(p, 5 * li + 4, 4 * li + 3);
+    stage_barrier(p, 5 * li + 4, 4 * li + 3, [&] {
+      if (split) ring_prefetch(after, pl_after, ring);
+    });
     zero_grid_stride(p.gu, 2 * p.ffn);
   }
 
@@ -256,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   load_vector(p.h, p.d, xs);
   __syncthreads();
   const float rs = rms_scale(xs, p.d, p.eps, red);
-  build_x_limbs(xs, p.d, xf, gn, rs);
+  build_x_limbs(xs, p.d, xf, gain_global ? p.final_norm : gn, rs);
   __syncthreads();
   gemv_run(p.head, pl_head, p.logits, xquant_view(xf, p.d), ring, p.head, pl_head, false, gemv_stats(p, 4));
   kernel_done(p.barrier, p.attn_done, p.n_kv);

@@ -52,14 +52,23 @@ __device__ __forceinline__ void grid_sync(unsigned* barrier) {
  * and no reset on the critical path: the count only grows during a launch and is zeroed by the last
  * block to finish (grid_sync_counter_done), after every block has left its last barrier.
  */
-__device__ __forceinline__ void grid_sync_counter(unsigned* barrier, unsigned target) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    // Release: the block's writes (ordered before by __syncthreads) before the arrival.
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(barrier) : "memory");
+/** The two halves of grid_sync_counter, for a caller that works in between (split phase): after a
+ *  __syncthreads, thread sync_tid arrives (release: the block's writes, ordered before by the block
+ *  barrier, before the arrival) ... */
+__device__ __forceinline__ void grid_arrive(unsigned* barrier, unsigned sync_tid) {
+  if (threadIdx.x == sync_tid) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(barrier) : "memory");
+}
+/** ... and later waits until every block has (acquire); a __syncthreads then lets the block go on. */
+__device__ __forceinline__ void grid_wait(unsigned* barrier, unsigned target, unsigned sync_tid) {
+  if (threadIdx.x == sync_tid)
     while (ld_acquire_gpu(barrier) < target) {
     }
-  }
+}
+
+__device__ __forceinline__ void grid_sync_counter(unsigned* barrier, unsigned target, unsigned sync_tid = 0) {
+  __syncthreads();
+  grid_arrive(barrier, sync_tid);
+  grid_wait(barrier, target, sync_tid);
   __syncthreads();
 }
 
@@ -76,9 +85,10 @@ __device__ __forceinline__ void kernel_done(unsigned* barrier, unsigned* flags, 
   }
 }
 
-/** Thread 0 waits until *flag >= target (acquire), then the block goes on. */
-__device__ __forceinline__ void wait_flag(const unsigned* flag, unsigned target) {
-  if (threadIdx.x == 0)
+/** Thread sync_tid waits until *flag >= target (acquire); the caller's block barrier then lets the
+ *  block go on. */
+__device__ __forceinline__ void wait_flag(const unsigned* flag, unsigned target, unsigned sync_tid = 0) {
+  if (threadIdx.x == sync_tid)
     while (ld_acquire_gpu(flag) < target) {
     }
 }

@@ -73,30 +73,42 @@ struct Model {
 /** NIBBLE_MK_TRACE=<file>: at teardown, write where the last step's time went, per stage kind:
  *  work = a block's time from the previous barrier's release to its arrival (max and mean over
  *  blocks), split into build (release to "ready": the input vector built; for the attention, its
- *  whole work) and gemv (ready to arrival: the GEMV, its flush and the block's slowest warp), both
- *  means; wait = arrival to release (min over blocks: the barrier's own latency, seen by the last
- *  block to arrive). Clocks are SM cycles (per-block differences only); us at 1.98 GHz. */
+ *  whole work), gemv (ready to "done": the GEMV and its flushes, to the block's slowest warp) and
+ *  tail (done to arrival: the next stage's copies issued, the gains waited for), all means; wait =
+ *  arrival to release (min over blocks: the barrier's own latency, seen by the last block to
+ *  arrive). Clocks are SM cycles (per-block differences only); us at 1.98 GHz. */
 void write_trace(const Model& m) {
   const int L = m.cfg.layers, K = trace_marks(L), B = m.blocks;
   std::vector<long long> t(size_t(B) * K);
   SOL_CUDA(cudaMemcpy(t.data(), m.trace.get(), t.size() * 8, cudaMemcpyDeviceToHost));
   const char* names[5] = {"qkv", "attn", "o", "gate/up", "down"};
-  double work_max[5] = {}, work_mean[5] = {}, build_mean[5] = {}, wait_min[5] = {}, wait_mean[5] = {};
+  double work_max[5] = {}, work_mean[5] = {}, build_mean[5] = {}, tail_mean[5] = {}, wait_min[5] = {},
+         wait_mean[5] = {}, fence_mean[5] = {}, fence_max[5] = {};
   for (int s = 0; s < 5 * L; ++s) {
-    double wmax = 0, wsum = 0, bsum = 0, amin = 1e30, asum = 0;
+    double wmax = 0, wsum = 0, bsum = 0, tsum = 0, amin = 1e30, asum = 0, fsum = 0, fmax = 0;
     for (int b = 0; b < B; ++b) {
       const long long* tb = t.data() + size_t(b) * K;
       const double prev = double(tb[s == 0 ? 0 : 2 * s]), arr = double(tb[1 + 2 * s]), rel = double(tb[2 + 2 * s]);
       const double ready = double(tb[trace_ready(L, s)]);
+      const long long done = tb[trace_done(L, s)];  // 0 for the attention (no GEMV)
       wmax = std::max(wmax, arr - prev);
       wsum += arr - prev;
       bsum += ready - prev;
+      tsum += done ? arr - double(done) : 0.0;
       amin = std::min(amin, rel - arr);
       asum += rel - arr;
+      const long long fenced = tb[trace_fenced(L, s)];  // 0 without a grid barrier
+      if (fenced) {
+        fsum += double(fenced) - arr;
+        fmax = std::max(fmax, double(fenced) - arr);
+      }
     }
+    fence_mean[s % 5] += fsum / B / L;
+    fence_max[s % 5] += fmax / L;
     work_max[s % 5] += wmax / L;
     work_mean[s % 5] += wsum / B / L;
     build_mean[s % 5] += bsum / B / L;
+    tail_mean[s % 5] += tsum / B / L;
     wait_min[s % 5] += amin / L;
     wait_mean[s % 5] += asum / B / L;
   }
@@ -111,16 +123,22 @@ void write_trace(const Model& m) {
   if (!f) return;
   const double us = 1.0 / 1980.0;
   std::fprintf(f, "megakernel trace: %d blocks, %d layers; cycles per layer (us at 1.98 GHz)\n", B, L);
-  std::fprintf(f, "%-8s %12s %12s %12s %12s %12s %12s\n", "stage", "work max", "work mean", "build mean", "gemv mean",
-               "wait min", "wait mean");
+  std::fprintf(f, "%-8s %12s %12s %12s %12s %12s %12s %12s\n", "stage", "work max", "work mean", "build mean",
+               "gemv mean", "tail mean", "wait min", "wait mean");
   for (int k = 0; k < 5; ++k) {
-    const double g = work_mean[k] - build_mean[k];
-    std::fprintf(f, "%-8s %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f\n", names[k],
-                 work_max[k], work_max[k] * us, work_mean[k], work_mean[k] * us, build_mean[k], build_mean[k] * us, g,
-                 g * us, wait_min[k], wait_min[k] * us, wait_mean[k], wait_mean[k] * us);
+    const double g = work_mean[k] - build_mean[k] - tail_mean[k];
+    std::fprintf(f, "%-8s %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f %6.0f %5.2f\n",
+                 names[k], work_max[k], work_max[k] * us, work_mean[k], work_mean[k] * us, build_mean[k],
+                 build_mean[k] * us, g, g * us, tail_mean[k], tail_mean[k] * us, wait_min[k], wait_min[k] * us,
+                 wait_mean[k], wait_mean[k] * us);
   }
   std::fprintf(f, "head     %6.0f %5.2f\ntotal    %8.0f cycles %8.2f us\n", head_max, head_max * us, total_max,
                total_max * us);
+  // The arrival's own latency (release fence + atomic round trip), mean and max over blocks.
+  std::fprintf(f, "barrier arrival complete after (us, mean / max over blocks):");
+  for (int k = 0; k < 5; ++k)
+    if (k != 1) std::fprintf(f, " %s %.2f / %.2f", names[k], fence_mean[k] * us, fence_max[k] * us);
+  std::fprintf(f, "\n");
   // The attention's phases (attention_stage's marks), from the release of the qkv barrier: per
   // phase the mean over the blocks with an item, then the combining (last) blocks' combine and
   // their end, and o-proj's release (its wait for the heads it reads), all means over layers.
@@ -347,12 +365,14 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   }
 
   // Every warp's share of each GEMV kind (the layers' shapes are equal; the device never divides).
+  const char* sw = std::getenv("NIBBLE_MK_SYNCWARP");
+  const bool sync_warp = sw && *sw == '1';
   const int nw = mdl->blocks * kWarps;
   const PackedMatrix* kinds[kPlanKinds] = {&mdl->layers[0].qkv, &mdl->layers[0].o, &mdl->layers[0].gu,
                                            &mdl->layers[0].down, &head};
   std::vector<GemvPlan> plans(size_t(kPlanKinds) * nw);
   for (int kind = 0; kind < kPlanKinds; ++kind) {
-    for (int gw = 0; gw < nw; ++gw) plans[size_t(kind) * nw + gw] = gemv_plan(*kinds[kind], gw, nw);
+    for (int gw = 0; gw < nw; ++gw) plans[size_t(kind) * nw + gw] = gemv_plan_decode(*kinds[kind], gw, nw, sync_warp);
   }
 
   // Scratch: activations, attention partials, counters, the RoPE table, the layer array, the plans.
@@ -452,6 +472,9 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   if (const char* bm = std::getenv("NIBBLE_MK_BARRIER"); bm && *bm) P.barrier_mode = std::atoi(bm) == 0 ? 0 : 1;
   if (const char* pf = std::getenv("NIBBLE_MK_PFENCE"); pf && *pf) P.proxy_fence = std::atoi(pf) == 0 ? 0 : 1;
   if (const char* l2 = std::getenv("NIBBLE_MK_L2PF"); l2 && *l2) P.l2_prefetch = std::atoi(l2) & 7;
+  if (const char* ex = std::getenv("NIBBLE_MK_EXP"); ex && *ex) P.exp = std::atoi(ex) & 3;
+  if (const char* sp = std::getenv("NIBBLE_MK_SPLIT"); sp && *sp) P.split_barrier = *sp == '0' ? 0 : 1;
+  P.sync_warp = sync_warp ? 1 : 0;
   if (const char* dl = std::getenv("NIBBLE_MK_DELAY"); dl && *dl) {
     int where = 0, ns = 0;
     if (std::sscanf(dl, "%d:%d", &where, &ns) == 2 && where >= 1 && where <= 4 && ns > 0 && ns <= 1000000) {

@@ -124,6 +124,18 @@ NIBBLE_MK_HD inline GemvPlan gemv_plan(const PackedMatrix& M, int gw, int nw) {
 /** Whether M can be planned: its units and groups fit the plan's fields (and the GEMV's 32-bit
  *  unit counts), and its chunk is a valid unit order (the GEMV's walk steps through a chunk with a
  *  mask: any other chunk would visit the wrong groups). */
+/** gemv_plan for the decode kernel's warp gw of nw (kWarps per block); with sync_warp the last warp
+ *  of each block gets an empty range (at the end of its block's, so block_groups still sees the
+ *  block's last unit) and the other kWarps - 1 share the units. */
+inline GemvPlan gemv_plan_decode(const PackedMatrix& M, int gw, int nw, bool sync_warp) {
+  if (!sync_warp) return gemv_plan(M, gw, nw);
+  const int b = gw / kWarps, w = gw % kWarps, per = kWarps - 1, nw15 = nw / kWarps * per;
+  if (w < per) return gemv_plan(M, b * per + w, nw15);
+  GemvPlan p = gemv_plan(M, b * per + per - 1, nw15);
+  p.u0 = p.u1;
+  return p;
+}
+
 inline bool gemv_plan_fits(const PackedMatrix& M) {
   return (long long)M.tiles * M.groups < (1ll << 31) && M.groups <= 65535 && valid_chunk(unit_chunk(M), M.groups);
 }
@@ -214,6 +226,19 @@ struct DecodeParams {
    *  point is on the critical path, by less if the weight stream hides it. 0: off. */
   int delay_where = 0;
   int delay_ns = 0;
+  /** A/B bits (NIBBLE_MK_EXP; 0 = the kernel as measured in NOTES.md): 1 the RMSNorm gains read
+   *  from global memory by the input build instead of copied a stage early (cp.async); 2 no K/V
+   *  copy before the qkv barrier (the attention issues its own). */
+  int exp = 0;
+  /** 1: the next GEMV's first ring stages that the current GEMV did not issue are issued between
+   *  the block's arrival at the grid barrier and its wait (split phase; v15); 0: before the
+   *  arrival. NIBBLE_MK_SPLIT=0 for an A/B. */
+  int split_barrier = 1;
+  /** 0: thread 0 arrives at the grid barriers, polls the flags and releases the attention's
+   *  counts; 1: lane 0 of the last warp does, and that warp has no GEMV units (so no bulk copy of
+   *  the weight ring in flight for its fences to wait for; the plans give its units to the other
+   *  15). NIBBLE_MK_SYNCWARP at build_model (the plans depend on it). */
+  int sync_warp = 0;
   // this step
   const int64_t* token = nullptr;
   int pos = 0;
@@ -232,13 +257,19 @@ struct DecodeParams {
  *  block of its KV head. All 0 for a block without an item. */
 constexpr int kAttnMarks = 6;
 /** Values per block of DecodeParams::trace: the start, (arrival, release) for 5 stages per layer,
- *  the end, one "ready" mark per stage (input built, before the GEMV; after the attention), then
- *  kAttnMarks per layer for the attention's phases. */
-NIBBLE_MK_HD inline int trace_marks(int n_layers) { return 2 + (15 + kAttnMarks) * n_layers; }
+ *  the end, one "ready" mark per stage (input built, before the GEMV; after the attention), one
+ *  "done" mark per stage (every warp of the block out of the GEMV; 0 for the attention), one
+ *  "fenced" mark per stage, then kAttnMarks per layer for the attention's phases. */
+NIBBLE_MK_HD inline int trace_marks(int n_layers) { return 2 + (25 + kAttnMarks) * n_layers; }
 /** Index of layer li's first attention phase mark. */
-NIBBLE_MK_HD inline int trace_attn(int n_layers, int li) { return 2 + 15 * n_layers + kAttnMarks * li; }
+NIBBLE_MK_HD inline int trace_attn(int n_layers, int li) { return 2 + 25 * n_layers + kAttnMarks * li; }
+/** Index of stage s's "fenced" mark: the block's arrival at the grid barrier has completed (its
+ *  release fence and the atomic's round trip; 0 for the attention, which has no barrier). */
+NIBBLE_MK_HD inline int trace_fenced(int n_layers, int s) { return 2 + 20 * n_layers + s; }
 /** Index of stage s's "ready" mark (s over the whole step, 5 per layer). */
 NIBBLE_MK_HD inline int trace_ready(int n_layers, int s) { return 2 + 10 * n_layers + s; }
+/** Index of stage s's "done" mark: the block's slowest warp has left the GEMV. */
+NIBBLE_MK_HD inline int trace_done(int n_layers, int s) { return 2 + 15 * n_layers + s; }
 
 /** Chunks per KV head the attention stage splits the sequence into, for a grid of `blocks`. */
 inline int attn_max_chunks(int blocks, int n_kv) { return blocks / n_kv > 0 ? blocks / n_kv : 1; }
