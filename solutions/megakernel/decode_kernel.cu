@@ -187,8 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   const GemvPlan& pl_head = plan[kPlanHead * kWarps + warp];
   mark(p, 0);
   ring_prefetch(layer_mat(p, kPlanQkv, 0), pl_qkv, ring);
-  const bool gain_global = p.exp & 1;
-  if (!gain_global) gain_prefetch(p.layers[0].in_norm, p.d, gn);
+  gain_prefetch(p.layers[0].in_norm, p.d, gn);
 
   // The gains are copied into gn a stage before their RMSNorm (cp.async, waited for before the
   // barrier in between): in_norm during the previous layer's down stage, post_norm during qkv.
@@ -202,30 +201,31 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     if (li == 0) {
       load_embed_row(p.embed, p.vocab, p.d, p.token, xs, blockIdx.x == 0 ? p.h : nullptr);
       zero_grid_stride(p.logits, p.vocab);
-      if (!gain_global) gain_wait();
+      gain_wait();
     } else {
       load_vector(p.h, p.d, xs);
     }
     __syncthreads();
     float rs = rms_scale(xs, p.d, p.eps, red);
-    build_x_limbs(xs, p.d, xf, gain_global ? L->in_norm : gn, rs);
+    build_x_limbs(xs, p.d, xf, gn, rs);
     __syncthreads();
     mark_ready(p, 5 * li + 0);
-    if (!gain_global) gain_prefetch(L->post_norm, p.d, gn);
+    gain_prefetch(L->post_norm, p.d, gn);
     const bool split = p.split_barrier;
     gemv_run(layer_mat(p, kPlanQkv, li), pl_qkv, p.qkv, xquant_view(xf, p.d), ring, layer_mat(p, kPlanO, li),
                     pl_o, true, gemv_stats(p, 0));
     mark_done(p, 5 * li + 0);
     probe_delay(p, 2);
-    // The block's first K/V rows of the attention, copied while the grid meets at the barrier (over
-    // xs and xf: every warp is past the GEMV that reads them).
+    // (NIBBLE_MK_KVPF=1, v8-v14's default) the block's first K/V rows of the attention, copied while
+    // the grid meets at the barrier (over xs and xf: every warp is past the GEMV that reads them).
+    // Off since v15: the barrier's release fence waits for those copies too (bench_fence_latency).
     __syncthreads();
-    if (!(p.exp & 2)) attention_prefetch<HD>(kv, L->k_cache, L->v_cache, p.n_kv, p.max_seq, p.pos, p.max_chunks);
+    if (p.kv_prefetch) attention_prefetch<HD>(kv, L->k_cache, L->v_cache, p.n_kv, p.max_seq, p.pos, p.max_chunks);
     // (NIBBLE_MK_L2PF) the later stages' weights into L2, queued behind the K/V copies
     if (p.l2_prefetch & 1) gemv_prefetch_l2(layer_mat(p, kPlanO, li), pl_o);
     if (p.l2_prefetch & 2) gemv_prefetch_l2(layer_mat(p, kPlanGu, li), pl_gu);
     if (p.l2_prefetch & 4) gemv_prefetch_l2(layer_mat(p, kPlanDown, li), pl_down);
-    if (!gain_global) gain_wait();
+    gain_wait();
     stage_barrier(p, 5 * li + 0, 4 * li + 0);
 
     // 2. RoPE, KV append, attention -> attn; the last block of each KV head releases attn_done.
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     zero_grid_stride(p.qkv, qdim + 2 * p.n_kv * HD);
     __syncthreads();
     rs = rms_scale(xs, p.d, p.eps, red);
-    build_x_limbs(xs, p.d, xf, gain_global ? L->post_norm : gn, rs);
+    build_x_limbs(xs, p.d, xf, gn, rs);
     __syncthreads();
     probe_delay(p, 3);
     mark_ready(p, 5 * li + 3);
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     });
 
     // 5. h += W_down (silu(g) * u), from this block's groups of gate|up only (down is chunked).
-    if (!gain_global) gain_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].in_norm : p.final_norm, p.d, gn);
+    gain_prefetch(li + 1 < p.n_layers ? p.layers[li + 1].in_norm : p.final_norm, p.d, gn);
     block_groups(p.mat0[kPlanDown], plan[kPlanDown * kWarps], plan[kPlanDown * kWarps + kWarps - 1], &g0, &g1);
     load_swiglu(p.gu, g0, g1, xs);
     __syncthreads();
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     mark_done(p, 5 * li + 4);
     if (!split) ring_prefetch(after, pl_after, ring);
     probe_delay(p, 4);
-    if (!gain_global) gain_wait();
+    gain_wait();
     // gate|up is read by every block before this barrier: zeroed for the next layer after it
     stage_barrier(p, 5 * li + 4, 4 * li + 3, [&] {
       if (split) ring_prefetch(after, pl_after, ring);
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   load_vector(p.h, p.d, xs);
   __syncthreads();
   const float rs = rms_scale(xs, p.d, p.eps, red);
-  build_x_limbs(xs, p.d, xf, gain_global ? p.final_norm : gn, rs);
+  build_x_limbs(xs, p.d, xf, gn, rs);
   __syncthreads();
   gemv_run(p.head, pl_head, p.logits, xquant_view(xf, p.d), ring, p.head, pl_head, false, gemv_stats(p, 4));
   kernel_done(p.barrier, p.attn_done, p.n_kv);

@@ -226,10 +226,10 @@ struct DecodeParams {
    *  point is on the critical path, by less if the weight stream hides it. 0: off. */
   int delay_where = 0;
   int delay_ns = 0;
-  /** A/B bits (NIBBLE_MK_EXP; 0 = the kernel as measured in NOTES.md): 1 the RMSNorm gains read
-   *  from global memory by the input build instead of copied a stage early (cp.async); 2 no K/V
-   *  copy before the qkv barrier (the attention issues its own). */
-  int exp = 0;
+  /** 1: each block's first K/V rows are copied before the qkv grid barrier (v8-v14); 0: by the
+   *  attention stage itself (v15: ~5-10 us per token faster, the barrier's release fence waits for
+   *  copies in flight). NIBBLE_MK_KVPF=1 for an A/B. */
+  int kv_prefetch = 0;
   /** 1: the next GEMV's first ring stages that the current GEMV did not issue are issued between
    *  the block's arrival at the grid barrier and its wait (split phase; v15); 0: before the
    *  arrival. NIBBLE_MK_SPLIT=0 for an A/B. */
