@@ -156,6 +156,24 @@ TEST(MegakernelPlan, ChunksByHand) {
   EXPECT_EQ(mk::unit_chunk(shape(2, 4, 2)), 2);
 }
 
+// NIBBLE_MK_SYNCWARP: each block's last warp (it takes the barriers) gets an empty range at the end
+// of its block's, the other 15 share the units. 2 blocks (32 warps), 3 tiles x 10 groups tile-major
+// (u = 10 tile + group): 30 units over 30 working warps, one each.
+TEST(MegakernelPlan, SyncWarpByHand) {
+  const mk::PackedMatrix m = shape(3, 10, 0);
+  const int nw = 2 * mk::kWarps;
+  expect_plan(mk::gemv_plan_decode(m, 0, nw, true), 0, 1, 0, 0, 0, "block 0 warp 0");
+  expect_plan(mk::gemv_plan_decode(m, 14, nw, true), 14, 15, 1, 4, 4, "block 0 warp 14: tile 1 group 4");
+  expect_plan(mk::gemv_plan_decode(m, 15, nw, true), 15, 15, 1, 5, 4,
+              "block 0 warp 15: empty at 15, j_last the group of unit 14 (block_groups reads it)");
+  expect_plan(mk::gemv_plan_decode(m, 16, nw, true), 15, 16, 1, 5, 5, "block 1 warp 0");
+  // past the last unit, its coordinates are those of the next chunk's first unit (tile 0, group 10),
+  // as gemv_plan's for an empty range at the end
+  expect_plan(mk::gemv_plan_decode(m, 31, nw, true), 30, 30, 0, 10, 9, "block 1 warp 15: empty at the end");
+  // Without the switch: gemv_plan itself.
+  expect_plan(mk::gemv_plan_decode(m, 15, nw, false), 14, 15, 1, 4, 4, "warp 15 of 32: unit 14");
+}
+
 // The full config's shapes on an H200's 2112 warps: the ranges tile [0, total) in order, differ by
 // at most one unit, and tile0 / j0 / j_last are the units' coordinates.
 TEST(MegakernelPlan, FullShapesPartitionTheUnits) {
@@ -181,6 +199,24 @@ TEST(MegakernelPlan, FullShapesPartitionTheUnits) {
         EXPECT_EQ(p.j0, j) << gw;
       }
       EXPECT_EQ(p.j_last, group_of(p.u1 - 1)) << gw;
+    }
+    EXPECT_EQ(next, total);
+    EXPECT_LE(hi - lo, 1u);
+  }
+  // With the sync warp: the same in order, every block's last warp empty, the others within one unit.
+  for (const mk::PackedMatrix& m : {shape(320, 24, 0), shape(192, 24, 2), shape(1024, 24, 0), shape(192, 64, 4)}) {
+    const uint32_t total = uint32_t(m.tiles) * uint32_t(m.groups);
+    uint32_t next = 0, lo = total, hi = 0;
+    for (int gw = 0; gw < nw; ++gw) {
+      const mk::GemvPlan p = mk::gemv_plan_decode(m, gw, nw, true);
+      ASSERT_EQ(p.u0, next) << gw;
+      next = p.u1;
+      if (gw % mk::kWarps == mk::kWarps - 1) {
+        EXPECT_EQ(p.u1, p.u0) << gw;
+      } else {
+        lo = std::min(lo, p.u1 - p.u0);
+        hi = std::max(hi, p.u1 - p.u0);
+      }
     }
     EXPECT_EQ(next, total);
     EXPECT_LE(hi - lo, 1u);

@@ -131,8 +131,13 @@ inline GemvPlan gemv_plan_decode(const PackedMatrix& M, int gw, int nw, bool syn
   if (!sync_warp) return gemv_plan(M, gw, nw);
   const int b = gw / kWarps, w = gw % kWarps, per = kWarps - 1, nw15 = nw / kWarps * per;
   if (w < per) return gemv_plan(M, b * per + w, nw15);
-  GemvPlan p = gemv_plan(M, b * per + per - 1, nw15);
+  GemvPlan p = gemv_plan(M, b * per + per - 1, nw15);  // keeps j_last: the group of the block's last unit
   p.u0 = p.u1;
+  long long tile = 0;
+  int j = 0;
+  unit_tile_group(M, p.u0, &tile, &j);  // an empty range's coordinates are its u0's, as gemv_plan's
+  p.tile0 = uint32_t(tile);
+  p.j0 = uint16_t(j);
   return p;
 }
 
