@@ -47,11 +47,15 @@ template <int HD>
 __host__ __device__ constexpr int attn_kv_slots() { return kAttnKvBytes / (4 * HD); }
 constexpr int kCombineBatch = 16;  // chunks whose (m, l, o) the combine loads at once
 
-/** Shared memory (floats) of attention_stage<HD>'s scratch (besides the K/V sub-chunk). */
+/** Shared memory (floats) of attention_stage<HD>'s scratch besides the K/V sub-chunk: the rotated
+ *  q, the warps' (max, sum), a flag, this step's K and V rows (bf16). The warps' weighted V for the
+ *  merge (kWarps x kMaxRep x HD fp32) lives in the K/V buffer, free by then (v16: 32 KB less, so
+ *  the decode kernel's ring fits a fourth stage). */
 template <int HD>
 __host__ __device__ constexpr int attention_smem_floats() {
-  return kMaxRep * HD + kWarps * kMaxRep * HD + kWarps * kMaxRep * 2 + 4;
+  return kMaxRep * HD + kWarps * kMaxRep * 2 + 4 + HD;
 }
+static_assert(kWarps * kMaxRep * 128 * 4 <= kAttnKvBytes, "the merge's weighted V fits in the K/V buffer");
 
 /** How the sequence is cut: chunk slots per item (a multiple of kWarps), chunks per KV head, items. */
 struct AttnGeom {
@@ -189,15 +193,16 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
   const float qscale = float(1.4426950408889634 / sqrt(double(HD)));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-  float* q_s = smem;                          // (kMaxRep, HD) rotated q
-  float* o_s = q_s + kMaxRep * HD;            // (kWarps, kMaxRep, HD) per-warp weighted V
-  float* ml_s = o_s + kWarps * kMaxRep * HD;  // (kWarps, kMaxRep, 2) per-warp max, sum
+  float* q_s = smem;                   // (kMaxRep, HD) rotated q
+  float* ml_s = q_s + kMaxRep * HD;    // (kWarps, kMaxRep, 2) per-warp max, sum
   unsigned* last_s = reinterpret_cast<unsigned*>(ml_s + kWarps * kMaxRep * 2);
   // This step's K and V rows as bf16 words (HD/2 each), read by the warp that owns slot pos
-  // instead of the buffer's copy (issued before the append). Kept in the tail of o_s, which is
-  // written only after the last sub-chunk.
-  uint32_t* knew_s = reinterpret_cast<uint32_t*>(o_s + kWarps * kMaxRep * HD - HD);
+  // instead of the buffer's copy (issued before the append).
+  uint32_t* knew_s = reinterpret_cast<uint32_t*>(last_s + 4);
   uint32_t* vnew_s = knew_s + HD / 2;
+  // (kWarps, kMaxRep, HD) per-warp weighted V, written only after every warp is done with the
+  // last sub-chunk: over the K/V buffer.
+  float* o_s = reinterpret_cast<float*>(kv.buf);
   const uint32_t* kbuf = reinterpret_cast<const uint32_t*>(kv.buf);
   const uint32_t* vbuf = kbuf + S * HD / 2;
   // Tracing: thread 0's clock after the block-wide barriers below (they already exist: no extra
@@ -320,7 +325,7 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
         }
       }
     }
-    __syncthreads();  // knew_s / vnew_s (in o_s) read by every warp before o_s is written
+    __syncthreads();  // every warp done with the K/V buffer before o_s is written over it
     trace_mark(item, 1, clock64());
 
     // 4. Merge the warps' partials; a warp without slots has m = -inf, l = 0, o = 0.

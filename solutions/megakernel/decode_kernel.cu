@@ -42,17 +42,17 @@
 namespace nibble::megakernel {
 namespace {
 
-/** Shared memory carve-up; max_k = the longest GEMV input. */
+/** Shared memory carve-up; max_k = the longest GEMV input, d = the model width (the gains' length). */
 struct SmemLayout {
   size_t xs, xf, kv, gn, red, kvbar, plan, bars, ring, att, total;
-  __host__ __device__ SmemLayout(int max_k, int hd) {
+  __host__ __device__ SmemLayout(int max_k, int d, int hd) {
     xs = 0;                                       // max_k fp32: the GEMV input vector
     xf = xs + size_t(max_k) * 4;                  // its int8 limbs (XQuant), xquant_bytes(max_k) <= 4 max_k
     kv = 0;                                       // the attention's K/V sub-chunk, over xs and xf:
                                                   // they are free from the qkv GEMV's end to o's build
     const size_t low = size_t(max_k) * 8 > size_t(kAttnKvBytes) ? size_t(max_k) * 8 : size_t(kAttnKvBytes);
-    gn = low;                                     // the next RMSNorm's gain, bf16 (d <= max_k)
-    red = gn + size_t(max_k) * 2;                 // kWarps fp32: block reductions
+    gn = low;                                     // the next RMSNorm's gain, d bf16
+    red = gn + (size_t(d) * 2 + 15) / 16 * 16;    // kWarps fp32: block reductions
     kvbar = red + 32 * 4;                         // the K/V buffer's mbarrier (8 of 16 bytes)
     plan = kvbar + 16;                            // (kPlanKinds, kWarps) GemvPlan: this block's warps'
     bars = plan + size_t(kPlanKinds) * kWarps * sizeof(GemvPlan);  // the rings' mbarriers
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   extern __shared__ __align__(16) unsigned char smem[];
   const int qdim = p.n_q * HD;
   const int max_k = max(max(p.d, p.ffn), qdim);
-  const SmemLayout lay(max_k, HD);
+  const SmemLayout lay(max_k, p.d, HD);
   float* xs = reinterpret_cast<float*>(smem + lay.xs);
   unsigned char* xf = smem + lay.xf;
   uint16_t* gn = reinterpret_cast<uint16_t*>(smem + lay.gn);
@@ -318,7 +318,7 @@ const void* kernel_for(int hd) {
 
 }  // namespace
 
-size_t decode_smem_bytes(int max_k, int hd) { return SmemLayout(max_k, hd).total; }
+size_t decode_smem_bytes(int max_k, int d, int hd) { return SmemLayout(max_k, d, hd).total; }
 
 cudaError_t decode_grid_blocks(int hd, size_t smem, int* blocks) {
   if (!blocks || (hd != 64 && hd != 128)) return cudaErrorInvalidValue;
@@ -349,9 +349,12 @@ std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int gr
   // block (opt-in).
   const long long max_k = std::max({(long long)d, (long long)ffn, (long long)n_q * hd});
   constexpr size_t kSm90SmemPerBlock = 227 * 1024;
-  if (max_k > (1 << 20) || decode_smem_bytes(int(max_k), hd) > kSm90SmemPerBlock) {
-    long long fit = 0;  // the longest input (a multiple of 128) that fits
-    for (long long k = kGroup; k <= (1 << 20) && decode_smem_bytes(int(k), hd) <= kSm90SmemPerBlock; k += kGroup) fit = k;
+  if (max_k > (1 << 20) || decode_smem_bytes(int(max_k), d, hd) > kSm90SmemPerBlock) {
+    long long fit = 0;  // the longest input (a multiple of 128) that fits, d as given (or as long)
+    for (long long k = kGroup;
+         k <= (1 << 20) && decode_smem_bytes(int(k), int(std::min<long long>(d, k)), hd) <= kSm90SmemPerBlock;
+         k += kGroup)
+      fit = k;
     return "the longest GEMV input (" + std::to_string(max_k) + ") does not fit in shared memory (at most " +
            std::to_string(fit) + " at hd " + std::to_string(hd) + ": 227 KB per block)";
   }

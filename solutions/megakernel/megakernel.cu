@@ -291,7 +291,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   }
   // The persistent grid, and the shared memory it needs.
   const int max_k = std::max({c.d, c.ffn, qdim});
-  mdl->smem = decode_smem_bytes(max_k, c.hd);
+  mdl->smem = decode_smem_bytes(max_k, c.d, c.hd);
   SOL_CUDA(decode_grid_blocks(c.hd, mdl->smem, &mdl->blocks));
   if (mdl->blocks < 1)
     fail(NIBBLE_ERR_NOT_SUPPORTED, "the persistent kernel cannot be resident on this device (" +

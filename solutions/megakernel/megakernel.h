@@ -279,8 +279,9 @@ NIBBLE_MK_HD inline int trace_done(int n_layers, int s) { return 2 + 15 * n_laye
 /** Chunks per KV head the attention stage splits the sequence into, for a grid of `blocks`. */
 inline int attn_max_chunks(int blocks, int n_kv) { return blocks / n_kv > 0 ? blocks / n_kv : 1; }
 
-/** Dynamic shared memory of the persistent kernel for inputs of at most max_k elements. */
-size_t decode_smem_bytes(int max_k, int hd);
+/** Dynamic shared memory (bytes) of the persistent kernel for GEMV inputs of at most max_k elements,
+ *  model width d (the RMSNorm gains' length) and head dim hd. */
+size_t decode_smem_bytes(int max_k, int d, int hd);
 
 /** Blocks of the persistent grid on this device (SMs x co-resident blocks), 0 if it cannot run. */
 cudaError_t decode_grid_blocks(int hd, size_t smem, int* blocks);
