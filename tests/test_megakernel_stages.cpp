@@ -454,12 +454,13 @@ TEST(MegakernelConfig, DeclinesWhatItCannotRun) {
   EXPECT_NE(mk::unsupported_reason(3072, 8192, 40, 8, 128, 128), "");  // 5 query heads per KV head
   EXPECT_NE(mk::unsupported_reason(3072, 32768, 24, 8, 128, 128), ""); // ffn too long for shared memory
   // The longest input that fits sm_90's 227 KB per block, by hand from the layout (decode_kernel.cu
-  // SmemLayout, hd 128): max(8 k, 73728) + 2 k + 128 + 16 + 1280 (5 x 16 warps' GEMV plans) + 384
-  // (ring mbarriers) + 104448 (rings) + 35344 (attention scratch) <= 232448 gives k <= 8560 (the
-  // K/V sub-chunk's 73728 bytes are the larger term there), so 8448 fits and 8576 does not.
-  EXPECT_EQ(mk::unsupported_reason(3072, 8448, 24, 8, 128, 128), "");
-  const std::string why = mk::unsupported_reason(3072, 8576, 24, 8, 128, 128);
-  EXPECT_NE(why.find("at most 8448 at hd 128"), std::string::npos) << why;
+  // SmemLayout, hd 128, d 3072): max(8 k, 73728) + 6144 (the gain, 2 d) + 128 + 16 + 1280 (5 x 16
+  // warps' GEMV plans) + 384 (ring mbarriers) + 104448 (rings) + 3088 (attention scratch: q 2048,
+  // the warps' max and sum 512, a flag 16, this step's K and V rows 512) <= 232448 gives
+  // 8 k <= 116960, k <= 14620, so 14592 fits and 14720 does not.
+  EXPECT_EQ(mk::unsupported_reason(3072, 14592, 24, 8, 128, 128), "");
+  const std::string why = mk::unsupported_reason(3072, 14720, 24, 8, 128, 128);
+  EXPECT_NE(why.find("at most 14592 at hd 128"), std::string::npos) << why;
 }
 
 }  // namespace

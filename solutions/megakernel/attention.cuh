@@ -14,8 +14,9 @@
 // grid (15 chunks of 144 slots per head at pos 2048 on 132 blocks: 120 items). (v8) An item's K and
 // V rows are contiguous in the cache, so they come into shared memory as two bulk copies
 // (cp.async.bulk on an mbarrier) of at most kAttnKvBytes, a "sub-chunk" (144 slots at hd 128: the
-// whole chunk at pos 2048); the decode kernel issues the first one before the qkv grid barrier
-// (attention_prefetch: the cache does not depend on this step, and the copies overlap the barrier).
+// whole chunk at pos 2048); attention_stage issues the first one (v8-v14 issued it before the qkv
+// grid barrier, attention_prefetch, NIBBLE_MK_KVPF=1: measured slower since v15, the barrier's
+// release fence waits for those copies).
 // v3-v7 loaded the rows with 8-byte LDGs per lane, 72 KB per SM through the L1's miss queue, which
 // arrived at ~10 GB/s per SM (trace: 7.4 us from the barrier to the scores; NOTES.md).
 // Warp w takes slots a + w, a + w + 16, ... of a sub-chunk from shared memory, scored with an online
@@ -115,8 +116,8 @@ __device__ __forceinline__ void attn_kv_wait(AttnKv& kv) {
 /**
  * Block-wide: issue the copy of this block's first sub-chunk for the coming attention_stage (same
  * pos, max_chunks, caches), which then waits for it instead of issuing it. The cache rows do not
- * depend on this step (slot pos is patched from shared memory), so the decode kernel calls this
- * before the qkv grid barrier. Precondition: every thread is past its last use of kv.buf (a block
+ * depend on this step (slot pos is patched from shared memory), so the decode kernel may call this
+ * before the qkv grid barrier (NIBBLE_MK_KVPF=1; off by default since v15). Precondition: every thread is past its last use of kv.buf (a block
  * barrier since).
  */
 template <int HD>
@@ -175,8 +176,8 @@ __device__ __forceinline__ float row_elem(const RowBits<EPL>& r, int e) {
  * combining block adds 1 to done[kv head] once that head's query heads are in out (release), so a
  * consumer may wait for the heads it reads instead of a grid barrier.
  * tr (optional, tracing): kAttnMarks clock64() values of this block's first item (megakernel.h).
- * sync_tid: the thread that takes the count and releases done (its fences wait for the bulk copies
- * its warp has in flight).
+ * sync_tid: the thread that takes the count and releases done (a fence waits for every bulk copy
+ * the SM has in flight, whichever warp issued it: bench_fence_latency).
  */
 template <int HD>
 __device__ void attention_stage(const float* qkv, const float2* __restrict__ rope, uint16_t* k_cache,

@@ -74,9 +74,9 @@ struct Model {
  *  work = a block's time from the previous barrier's release to its arrival (max and mean over
  *  blocks), split into build (release to "ready": the input vector built; for the attention, its
  *  whole work), gemv (ready to "done": the GEMV and its flushes, to the block's slowest warp) and
- *  tail (done to arrival: the next stage's copies issued, the gains waited for), all means; wait =
- *  arrival to release (min over blocks: the barrier's own latency, seen by the last block to
- *  arrive). Clocks are SM cycles (per-block differences only); us at 1.98 GHz. */
+ *  tail (done to arrival: the gains and, with NIBBLE_MK_SPLIT=0, the next stage's copies issued),
+ *  all means; wait = arrival to release (min over blocks: the barrier's latency seen by the last
+ *  block to arrive, and with the split phase, the default, the next stage's copies issued). Clocks are SM cycles (per-block differences only); us at 1.98 GHz. */
 void write_trace(const Model& m) {
   const int L = m.cfg.layers, K = trace_marks(L), B = m.blocks;
   std::vector<long long> t(size_t(B) * K);
@@ -485,6 +485,9 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   if (const char* tp = std::getenv("NIBBLE_MK_TRACE"); tp && *tp) {
     mdl->trace_path = tp;
     mdl->trace.allocate(size_t(mdl->blocks) * trace_marks(c.layers) * 8);
+    // zeroed: write_trace reads a mark the kernel never writes (the attention's "done" and
+    // "fenced", every "fenced" under the generation barrier) as 0
+    SOL_CUDA(cudaMemsetAsync(mdl->trace.get(), 0, size_t(mdl->blocks) * trace_marks(c.layers) * 8, stream));
     P.trace = reinterpret_cast<long long*>(mdl->trace.get());
     mdl->trace_gemv.allocate(5 * kGemvStats * 8);
     SOL_CUDA(cudaMemsetAsync(mdl->trace_gemv.get(), 0, 5 * kGemvStats * 8, stream));

@@ -121,9 +121,6 @@ NIBBLE_MK_HD inline GemvPlan gemv_plan(const PackedMatrix& M, int gw, int nw) {
   return p;
 }
 
-/** Whether M can be planned: its units and groups fit the plan's fields (and the GEMV's 32-bit
- *  unit counts), and its chunk is a valid unit order (the GEMV's walk steps through a chunk with a
- *  mask: any other chunk would visit the wrong groups). */
 /** gemv_plan for the decode kernel's warp gw of nw (kWarps per block); with sync_warp the last warp
  *  of each block gets an empty range (at the end of its block's, so block_groups still sees the
  *  block's last unit) and the other kWarps - 1 share the units. */
@@ -141,6 +138,9 @@ inline GemvPlan gemv_plan_decode(const PackedMatrix& M, int gw, int nw, bool syn
   return p;
 }
 
+/** Whether M can be planned: its units and groups fit the plan's fields (and the GEMV's 32-bit
+ *  unit counts), and its chunk is a valid unit order (the GEMV's walk steps through a chunk with a
+ *  mask: any other chunk would visit the wrong groups). */
 inline bool gemv_plan_fits(const PackedMatrix& M) {
   return (long long)M.tiles * M.groups < (1ll << 31) && M.groups <= 65535 && valid_chunk(unit_chunk(M), M.groups);
 }
@@ -237,12 +237,14 @@ struct DecodeParams {
   int kv_prefetch = 0;
   /** 1: the next GEMV's first ring stages that the current GEMV did not issue are issued between
    *  the block's arrival at the grid barrier and its wait (split phase; v15); 0: before the
-   *  arrival. NIBBLE_MK_SPLIT=0 for an A/B. */
+   *  arrival. NIBBLE_MK_SPLIT=0 for an A/B. (The generation barrier, barrier_mode 0, has no split:
+   *  they are issued before it.) */
   int split_barrier = 1;
   /** 0: thread 0 arrives at the grid barriers, polls the flags and releases the attention's
-   *  counts; 1: lane 0 of the last warp does, and that warp has no GEMV units (so no bulk copy of
-   *  the weight ring in flight for its fences to wait for; the plans give its units to the other
-   *  15). NIBBLE_MK_SYNCWARP at build_model (the plans depend on it). */
+   *  counts; 1: lane 0 of the last warp does, and that warp has no GEMV units (the plans give its
+   *  units to the other 15), so it issues no bulk copy. Measured no faster (v15): a fence waits for
+   *  every copy of the SM in flight. NIBBLE_MK_SYNCWARP at build_model (the plans depend on it);
+   *  the generation barrier (barrier_mode 0) still arrives from thread 0. */
   int sync_warp = 0;
   // this step
   const int64_t* token = nullptr;
