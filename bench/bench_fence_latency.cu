@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     if (op >= 7) {
       // The end of a GEMV stage: (op 7) lanes 28..31 of every warp add one float4 into a vector
       // every block adds into (768 float4: the decode step's h, as the flushes do), then the block
-      // meets and thread 0 releases, as grid_sync_counter does.
+      // meets and lane 0 of warp `who` releases, as grid_arrive does.
       if (op == 7 && lane >= 28) {
         float* h = reinterpret_cast<float*>(hot + 1024);
         const int i = ((int(blockIdx.x) * kWarps + warp) * 4 + lane - 28) % 768;

@@ -175,51 +175,41 @@ TEST(MegakernelPlan, SyncWarpByHand) {
 }
 
 // The full config's shapes on an H200's 2112 warps: the ranges tile [0, total) in order, differ by
-// at most one unit, and tile0 / j0 / j_last are the units' coordinates.
+// at most one unit, and tile0 / j0 / j_last are the units' coordinates; with the sync warp
+// (NIBBLE_MK_SYNCWARP) the same, and every block's last warp has an empty range.
 TEST(MegakernelPlan, FullShapesPartitionTheUnits) {
   const int nw = 132 * mk::kWarps;
+  const auto partitions = [&](const mk::PackedMatrix& m, bool sync_warp) {
+    const uint32_t total = uint32_t(m.tiles) * uint32_t(m.groups);
+    // (c, tile, group in chunk) by hand: G groups per chunk, tiles x G units per chunk
+    const uint32_t G = uint32_t(mk::unit_chunk(m)), per = uint32_t(m.tiles) * G;
+    const auto tile_of = [&](uint32_t u) { return u % per / G; };
+    const auto group_of = [&](uint32_t u) { return u / per * G + u % per % G; };
+    uint32_t next = 0, lo = total, hi = 0;
+    for (int gw = 0; gw < nw; ++gw) {
+      const mk::GemvPlan p = mk::gemv_plan_decode(m, gw, nw, sync_warp);
+      ASSERT_EQ(p.u0, next) << gw;
+      next = p.u1;
+      if (p.u0 < total) {
+        EXPECT_EQ(p.tile0, tile_of(p.u0)) << gw;
+        EXPECT_EQ(p.j0, group_of(p.u0)) << gw;
+      }
+      EXPECT_EQ(p.j_last, group_of(p.u1 - 1)) << gw;
+      if (sync_warp && gw % mk::kWarps == mk::kWarps - 1) {
+        EXPECT_EQ(p.u1, p.u0) << gw;
+        continue;
+      }
+      lo = std::min(lo, p.u1 - p.u0);
+      hi = std::max(hi, p.u1 - p.u0);
+    }
+    EXPECT_EQ(next, total);
+    EXPECT_LE(hi - lo, 1u);
+  };
   for (const mk::PackedMatrix& m : {shape(320, 24, 0), shape(192, 24, 2), shape(1024, 24, 0), shape(192, 64, 4),
                                     shape(192, 64, 1), shape(8016, 24, 0)}) {
     ASSERT_TRUE(mk::gemv_plan_fits(m));
-    const uint32_t total = uint32_t(m.tiles) * uint32_t(m.groups);
-    uint32_t next = 0, lo = total, hi = 0;
-    for (int gw = 0; gw < nw; ++gw) {
-      const mk::GemvPlan p = mk::gemv_plan(m, gw, nw);
-      ASSERT_EQ(p.u0, next) << gw;
-      next = p.u1;
-      lo = std::min(lo, p.u1 - p.u0);
-      hi = std::max(hi, p.u1 - p.u0);
-      // (c, tile, group in chunk) by hand: G groups per chunk, tiles x G units per chunk
-      const uint32_t G = uint32_t(mk::unit_chunk(m)), per = uint32_t(m.tiles) * G;
-      const auto tile_of = [&](uint32_t u) { return u % per / G; };
-      const auto group_of = [&](uint32_t u) { return u / per * G + u % per % G; };
-      const uint32_t t = tile_of(p.u0), j = group_of(p.u0);
-      if (p.u0 < total) {
-        EXPECT_EQ(p.tile0, t) << gw;
-        EXPECT_EQ(p.j0, j) << gw;
-      }
-      EXPECT_EQ(p.j_last, group_of(p.u1 - 1)) << gw;
-    }
-    EXPECT_EQ(next, total);
-    EXPECT_LE(hi - lo, 1u);
-  }
-  // With the sync warp: the same in order, every block's last warp empty, the others within one unit.
-  for (const mk::PackedMatrix& m : {shape(320, 24, 0), shape(192, 24, 2), shape(1024, 24, 0), shape(192, 64, 4)}) {
-    const uint32_t total = uint32_t(m.tiles) * uint32_t(m.groups);
-    uint32_t next = 0, lo = total, hi = 0;
-    for (int gw = 0; gw < nw; ++gw) {
-      const mk::GemvPlan p = mk::gemv_plan_decode(m, gw, nw, true);
-      ASSERT_EQ(p.u0, next) << gw;
-      next = p.u1;
-      if (gw % mk::kWarps == mk::kWarps - 1) {
-        EXPECT_EQ(p.u1, p.u0) << gw;
-      } else {
-        lo = std::min(lo, p.u1 - p.u0);
-        hi = std::max(hi, p.u1 - p.u0);
-      }
-    }
-    EXPECT_EQ(next, total);
-    EXPECT_LE(hi - lo, 1u);
+    partitions(m, false);
+    partitions(m, true);
   }
   // Fewer than 2^31 units (32-bit unit counts with room for a stage past the end), 65535 groups.
   EXPECT_TRUE(mk::gemv_plan_fits(shape(32768, 65535, 0)));  // 2^31 - 2^15 units

@@ -47,29 +47,24 @@ __device__ __forceinline__ void grid_sync(unsigned* barrier) {
 }
 
 /**
- * The release/acquire barrier (CUTLASS's generic-barrier pattern): barrier k of a launch waits for
- * barrier[0] >= (k + 1) * gridDim.x. One red.release per block and a polling ld.acquire, no fence.sc
- * and no reset on the critical path: the count only grows during a launch and is zeroed by the last
- * block to finish (grid_sync_counter_done), after every block has left its last barrier.
+ * The release/acquire barrier (CUTLASS's generic-barrier pattern) in two halves, so that a caller
+ * may work in between (split phase): barrier k of a launch waits for barrier[0] >= (k + 1) *
+ * gridDim.x. One red.release per block and a polling ld.acquire, no fence.sc and no reset on the
+ * critical path: the count only grows during a launch and is zeroed by the last block to finish
+ * (kernel_done), after every block has left its last barrier. The block's use:
+ *   __syncthreads(); grid_arrive(...); [work]; grid_wait(...); __syncthreads();
+ * grid_arrive: thread sync_tid arrives (release: the block's writes, ordered before it by the block
+ * barrier, before the arrival; the fence also waits for every bulk copy the SM has in flight).
  */
-/** The two halves of grid_sync_counter, for a caller that works in between (split phase): after a
- *  __syncthreads, thread sync_tid arrives (release: the block's writes, ordered before by the block
- *  barrier, before the arrival) ... */
 __device__ __forceinline__ void grid_arrive(unsigned* barrier, unsigned sync_tid) {
   if (threadIdx.x == sync_tid) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(barrier) : "memory");
 }
-/** ... and later waits until every block has (acquire); a __syncthreads then lets the block go on. */
+/** grid_wait: thread sync_tid waits until every block has arrived at barrier k (target = (k + 1)
+ *  x gridDim.x; acquire); the caller's __syncthreads then lets the block go on. */
 __device__ __forceinline__ void grid_wait(unsigned* barrier, unsigned target, unsigned sync_tid) {
   if (threadIdx.x == sync_tid)
     while (ld_acquire_gpu(barrier) < target) {
     }
-}
-
-__device__ __forceinline__ void grid_sync_counter(unsigned* barrier, unsigned target, unsigned sync_tid = 0) {
-  __syncthreads();
-  grid_arrive(barrier, sync_tid);
-  grid_wait(barrier, target, sync_tid);
-  __syncthreads();
 }
 
 /** End of a launch: the last block to get here (every other block has left its last barrier and

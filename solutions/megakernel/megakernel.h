@@ -218,7 +218,7 @@ struct DecodeParams {
   unsigned* attn_done = nullptr;
   unsigned* barrier = nullptr;     ///< [count, generation, done], count and done zero between steps
   /** 0: generation barrier (fence, atomic, spin; grid_sync), 1: release/acquire counter
-   *  (grid_sync_counter). NIBBLE_MK_BARRIER at build_model picks it. */
+   *  (grid_arrive, grid_wait). NIBBLE_MK_BARRIER at build_model picks it. */
   int barrier_mode = 1;
   /** 1: a proxy fence before each weight-ring refill; 0: none (NIBBLE_MK_PFENCE=0, an A/B switch). */
   int proxy_fence = 1;
