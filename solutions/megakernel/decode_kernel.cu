@@ -83,6 +83,10 @@ __device__ __forceinline__ void mark_ready(const DecodeParams& p, int stage) {
   mark(p, trace_ready(p.n_layers, stage));
 }
 
+/** The thread that arrives at the grid barriers, polls the heads' flags and takes the attention's
+ *  counts (DecodeParams::sync_warp). */
+__device__ __forceinline__ unsigned sync_thread(const DecodeParams& p) { return p.sync_warp ? kThreads - 32 : 0; }
+
 /** Tracing: every warp of the block is out of stage `stage`'s GEMV (an extra block barrier, traced
  *  runs only), so the trace splits the GEMV (its slowest warp) from what follows it. */
 __device__ __forceinline__ void mark_done(const DecodeParams& p, int stage) {
@@ -100,7 +104,7 @@ __device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, 
     __syncthreads();
     mark(p, 1 + 2 * stage);
   }
-  const unsigned sync_tid = p.sync_warp ? kThreads - 32 : 0;
+  const unsigned sync_tid = sync_thread(p);
   if (p.barrier_mode == 1) {
     __syncthreads();
     if (p.trace) {
@@ -139,7 +143,7 @@ __device__ __forceinline__ void wait_heads(const DecodeParams& p, int stage, int
   if (g1 > g0) {
     const int rep = p.n_q / p.n_kv;
     const int h0 = g0 * kGroup / p.hd / rep, h1 = ((g1 * kGroup - 1) / p.hd) / rep;
-    for (int h = h0; h <= h1; ++h) wait_flag(p.attn_done + h, unsigned(li + 1), p.sync_warp ? kThreads - 32 : 0);
+    for (int h = h0; h <= h1; ++h) wait_flag(p.attn_done + h, unsigned(li + 1), sync_thread(p));
   }
   __syncthreads();
   mark(p, 2 + 2 * stage);
@@ -233,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
                         p.attn_count, p.attn, att, kv, p.attn_done,
                         p.trace ? p.trace + size_t(blockIdx.x) * trace_marks(p.n_layers) + trace_attn(p.n_layers, li)
                                 : nullptr,
-                        p.sync_warp ? kThreads - 32 : 0);
+                        sync_thread(p));
     probe_delay(p, 1);
     mark_ready(p, 5 * li + 1);
     ring_prefetch(layer_mat(p, kPlanO, li), pl_o, ring);
