@@ -25,22 +25,13 @@ nibble_add_gtest(megakernel_decode_tiny
 # The test dlopens ${PROJECT_BINARY_DIR}/lib/libnibble_megakernel.so: build it with the test.
 add_dependencies(test_megakernel_decode_tiny nibble_megakernel)
 target_compile_definitions(test_megakernel_decode_tiny PRIVATE NIBBLE_SOLUTION="megakernel")
-# The same with v16's FFN (NIBBLE_MK_FUSED=0: gate|up and down over the whole grid, a barrier
-# between) and o and down group-major (NIBBLE_MK_CHUNK=1:1): the tiny config's default chunks are
+# The same with o and down group-major (NIBBLE_MK_CHUNK=1:1): the tiny config's default chunks are
 # all of its groups, so only this run covers the decode kernel's partial input builds
 # ([g0, g1) of build_x_limbs and load_swiglu) and o-proj's wait for a subset of the heads there.
 add_test(NAME nibble.test.megakernel_decode_tiny_group_major COMMAND test_megakernel_decode_tiny)
 set_tests_properties(nibble.test.megakernel_decode_tiny_group_major PROPERTIES
   LABELS "gpu"
   SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
-  ENVIRONMENT "NIBBLE_MK_FUSED=0;NIBBLE_MK_CHUNK=1:1;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
-# The same on a grid of 3 blocks (NIBBLE_MK_BLOCKS=3): the tiny config's 8 FFN slices then loop
-# over the blocks (2-3 slices each, the ring going from one slice's down to the next slice's
-# gate|up), and the attention runs one chunk per KV head.
-add_test(NAME nibble.test.megakernel_decode_tiny_few_blocks COMMAND test_megakernel_decode_tiny)
-set_tests_properties(nibble.test.megakernel_decode_tiny_few_blocks PROPERTIES
-  LABELS "gpu"
-  SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
-  ENVIRONMENT "NIBBLE_MK_BLOCKS=3;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
+  ENVIRONMENT "NIBBLE_MK_CHUNK=1:1;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
 set_target_properties(test_megakernel_stages test_megakernel_decode_tiny test_megakernel_abi PROPERTIES
   CUDA_RUNTIME_LIBRARY Shared)

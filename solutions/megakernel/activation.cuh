@@ -61,37 +61,22 @@ __device__ __forceinline__ void load_embed_row(const SourceTriple& e, int vocab,
 constexpr int kVecPerThread = 2;
 constexpr int kSwigluVec = 2;  // output float4s per thread in flight in load_swiglu (8 loads)
 
-/** xs (n) = src (n) (+ the `copies` vectors src2 + c n, when src2 is given), n a multiple of 4,
- *  16-byte aligned; coherent loads (L2), each thread's all issued before the first is used. */
-__device__ __forceinline__ void load_vector(const float* src, int n, float* xs, const float* src2 = nullptr,
-                                            int copies = 1) {
-  const float4* t4 = reinterpret_cast<const float4*>(src2);
+/** xs (n) = src (n), n a multiple of 4, src 16-byte aligned; coherent loads (L2). */
+__device__ __forceinline__ void load_vector(const float* src, int n, float* xs) {
   const float4* s4 = reinterpret_cast<const float4*>(src);
   float4* x4 = reinterpret_cast<float4*>(xs);
   const int n4 = n / 4;
   for (int base = threadIdx.x; base < n4; base += blockDim.x * kVecPerThread) {
-    float4 v[kVecPerThread], w[kVecPerThread];
+    float4 v[kVecPerThread];
 #pragma unroll
     for (int k = 0; k < kVecPerThread; ++k) {
       const int i = base + k * blockDim.x;
-      if (i < n4) {
-        v[k] = __ldcg(s4 + i);
-        if (t4) {
-          w[k] = __ldcg(t4 + i);
-          for (int c = 1; c < copies; ++c) {
-            const float4 a = __ldcg(t4 + size_t(c) * n4 + i);
-            w[k] = make_float4(w[k].x + a.x, w[k].y + a.y, w[k].z + a.z, w[k].w + a.w);
-          }
-        }
-      }
+      if (i < n4) v[k] = __ldcg(s4 + i);
     }
 #pragma unroll
     for (int k = 0; k < kVecPerThread; ++k) {
       const int i = base + k * blockDim.x;
-      if (i < n4) {
-        if (t4) v[k] = make_float4(v[k].x + w[k].x, v[k].y + w[k].y, v[k].z + w[k].z, v[k].w + w[k].w);
-        x4[i] = v[k];
-      }
+      if (i < n4) x4[i] = v[k];
     }
   }
 }

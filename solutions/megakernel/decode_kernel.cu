@@ -42,13 +42,9 @@
 namespace nibble::megakernel {
 namespace {
 
-/** Shared memory of the fused FFN's slice (v17): 2 x 64 gate|up sums, 128 inputs of down (64
- *  silu(g) * u, 64 zeros), one XQuant record. */
-constexpr size_t kFfnScratchBytes = 4 * 4 * kFfnSliceRows + kXqGroupBytes;
-
 /** Shared memory carve-up; max_k = the longest GEMV input, d = the model width (the gains' length). */
 struct SmemLayout {
-  size_t xs, xf, kv, gn, red, kvbar, plan, bars, ring, att, ffn, total;
+  size_t xs, xf, kv, gn, red, kvbar, plan, bars, ring, att, total;
   __host__ __device__ SmemLayout(int max_k, int d, int hd) {
     xs = 0;                                       // max_k fp32: the GEMV input vector
     xf = xs + size_t(max_k) * 4;                  // its int8 limbs (XQuant), xquant_bytes(max_k) <= 4 max_k
@@ -64,8 +60,7 @@ struct SmemLayout {
     att = ring + kRingBytes;                      // attention scratch: apart from the rings, which
                                                   // stream o-proj weights during the attention
     const size_t att_bytes = (hd == 64 ? attention_smem_floats<64>() : attention_smem_floats<128>()) * size_t(4);
-    ffn = (att + att_bytes + 15) / 16 * 16;       // the fused FFN's slice: gate|up sums (128 fp32),
-    total = ffn + kFfnScratchBytes;               // silu(g) * u (64 + 64 zeros), its XQuant record
+    total = att + att_bytes;
   }
 };
 
@@ -170,14 +165,6 @@ __device__ __forceinline__ PackedMatrix layer_mat(const DecodeParams& p, int kin
   return m;
 }
 
-/** Slice s of layer li's gate|up (kPlanGu) or down (kPlanDown) in the fused FFN (DecodeParams::ffn_slices). */
-__device__ __forceinline__ PackedMatrix slice_mat(const DecodeParams& p, int kind, int li, int s) {
-  PackedMatrix m = layer_mat(p, kind, li);
-  const long long off = (long long)s * (kind == kPlanGu ? p.gu_slice_bytes : p.down_slice_bytes);
-  m.w = reinterpret_cast<const uint4*>(reinterpret_cast<const char*>(m.w) + off);
-  return m;
-}
-
 template <int HD>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -206,7 +193,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   ring_prefetch(layer_mat(p, kPlanQkv, 0), pl_qkv, ring);
   gain_prefetch(p.layers[0].in_norm, p.d, gn);
 
-  const bool split = p.split_barrier, fused = p.ffn_slices > 0;
   // The gains are copied into gn a stage before their RMSNorm (cp.async, waited for before the
   // barrier in between): in_norm during the previous layer's down stage, post_norm during qkv.
   // Four grid barriers per layer: o-proj waits only for the attention heads it reads.
@@ -219,10 +205,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     if (li == 0) {
       load_embed_row(p.embed, p.vocab, p.d, p.token, xs, blockIdx.x == 0 ? p.h : nullptr);
       zero_grid_stride(p.logits, p.vocab);
-      if (fused) zero_grid_stride(p.hf, p.d * p.hf_copies);  // read by no block before the attention's fold
       gain_wait();
     } else {
-      load_vector(p.h, p.d, xs, fused ? p.hf : nullptr, p.hf_copies);
+      load_vector(p.h, p.d, xs);
     }
     __syncthreads();
     float rs = rms_scale(xs, p.d, p.eps, red);
@@ -230,6 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     mark_ready(p, 5 * li + 0);
     gain_prefetch(L->post_norm, p.d, gn);
+    const bool split = p.split_barrier;
     gemv_run(layer_mat(p, kPlanQkv, li), pl_qkv, p.qkv, xquant_view(xf, p.d), ring, layer_mat(p, kPlanO, li),
                     pl_o, true, gemv_stats(p, 0));
     mark_done(p, 5 * li + 0);
@@ -244,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     if (p.l2_prefetch & 2) gemv_prefetch_l2(layer_mat(p, kPlanGu, li), pl_gu);
     if (p.l2_prefetch & 4) gemv_prefetch_l2(layer_mat(p, kPlanDown, li), pl_down);
     gain_wait();
-    stage_barrier(p, 5 * li + 0, (fused ? 3 : 4) * li + 0);
+    stage_barrier(p, 5 * li + 0, 4 * li + 0);
 
     // 2. RoPE, KV append, attention -> attn; the last block of each KV head releases attn_done.
     attention_stage<HD>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,
@@ -255,18 +241,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     probe_delay(p, 1);
     mark_ready(p, 5 * li + 1);
     ring_prefetch(layer_mat(p, kPlanO, li), pl_o, ring);
-    if (fused) {
-      // The fused FFN's output folded into h (DecodeParams::hf): from the qkv barrier to o's, no
-      // block reads h or hf, and o-proj adds into h with atomics too. A block's share of d, by
-      // warps 1.. (warp 0 holds the thread that polls the heads' flags next).
-      const int per = (p.d + int(gridDim.x) - 1) / int(gridDim.x), i1 = min(p.d, int(blockIdx.x) * per + per);
-      for (int i = int(blockIdx.x) * per + int(threadIdx.x) - 32; threadIdx.x >= 32 && i < i1; i += int(blockDim.x) - 32) {
-        float v = 0.f;
-        for (int c = 0; c < p.hf_copies; ++c) v += __ldcg(p.hf + size_t(c) * p.d + i);
-        for (int c = 0; c < p.hf_copies; ++c) p.hf[size_t(c) * p.d + i] = 0.f;
-        atomicAdd(p.h + i, v);
-      }
-    }
     // o's units come in chunks of groups: a group is 128 / hd query heads
     block_groups(p.mat0[kPlanO], plan[kPlanO * kWarps], plan[kPlanO * kWarps + kWarps - 1], &g0, &g1);
     wait_heads(p, 5 * li + 1, li, g0, g1);
@@ -277,81 +251,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     build_x_limbs(xs, qdim, xf, nullptr, 1.f, g0, g1);
     __syncthreads();
     mark_ready(p, 5 * li + 2);
-    const bool last = li + 1 == p.n_layers;
-    const PackedMatrix after = last ? p.head : layer_mat(p, kPlanQkv, li + 1);
-    const GemvPlan& pl_after = last ? pl_head : pl_qkv;
-    if (fused) {
-      // The fused FFN: o's ring goes on with this block's first gate|up slice, or, for a block
-      // without a slice, with the next layer's qkv.
-      const bool has_slice = int(blockIdx.x) < p.ffn_slices;
-      const PackedMatrix o_next = has_slice ? slice_mat(p, kPlanGu, li, blockIdx.x) : after;
-      const GemvPlan& pl_o_next = has_slice ? pl_gu : pl_after;
-      gemv_run(layer_mat(p, kPlanO, li), pl_o, p.h, xquant_view(xf, qdim), ring, o_next, pl_o_next, true,
-               gemv_stats(p, 1));
-      mark_done(p, 5 * li + 2);
-      if (!split) ring_prefetch(o_next, pl_o_next, ring);
-      stage_barrier(p, 5 * li + 2, 3 * li + 1, [&] {
-        if (split) ring_prefetch(o_next, pl_o_next, ring);
-      });
-
-      // 4+5. For each of this block's slices s (kFfnSliceRows rows of gate and of up): gate|up rows
-      //      into shared memory, then h += down[:, slice] (silu(g) * u). (Every block is past its
-      //      attention: q|k|v is zeroed for the next layer's atomics.)
-      zero_grid_stride(p.qkv, qdim + 2 * p.n_kv * HD);
-      if (has_slice) {
-        float* gus = reinterpret_cast<float*>(smem + lay.ffn);  // 2 x 64 sums, Interleave8 order
-        float* act = gus + 2 * kFfnSliceRows;                    // down's 128 inputs, 64..127 zero
-        unsigned char* xqd = smem + lay.ffn + 4 * 4 * kFfnSliceRows;
-        load_vector(p.h, p.d, xs);
-        for (int i = threadIdx.x; i < 4 * kFfnSliceRows; i += blockDim.x) gus[i] = 0.f;
-        __syncthreads();
-        rs = rms_scale(xs, p.d, p.eps, red);
-        build_x_limbs(xs, p.d, xf, gn, rs);
-        __syncthreads();
-        probe_delay(p, 3);
-        mark_ready(p, 5 * li + 3);
-        gain_prefetch(last ? p.final_norm : p.layers[li + 1].in_norm, p.d, gn);
-        for (int sl = blockIdx.x; sl < p.ffn_slices; sl += gridDim.x) {
-          const PackedMatrix dn = slice_mat(p, kPlanDown, li, sl);
-          gemv_run<kGemvReal, false, true>(slice_mat(p, kPlanGu, li, sl), pl_gu, gus, xquant_view(xf, p.d), ring, dn,
-                                           pl_down, true, gemv_stats(p, 2));
-          ring_prefetch(dn, pl_down, ring);  // down's first stages the gate|up GEMV did not issue
-          __syncthreads();  // every warp's gate|up sums are in gus
-          if (sl == int(blockIdx.x)) mark(p, trace_done(p.n_layers, 5 * li + 4));  // traced: gate|up done
-          for (int i = threadIdx.x; i < kFfnSliceRows; i += blockDim.x) {
-            const float g = gus[16 * (i >> 3) + (i & 7)], u = gus[16 * (i >> 3) + 8 + (i & 7)];
-            act[i] = g / (1.0f + expf(-g)) * u;
-          }
-          __syncthreads();
-          build_x_limbs(act, kGroup, xqd, nullptr, 1.f, 0, 1);
-          for (int i = threadIdx.x; i < 2 * kFfnSliceRows; i += blockDim.x) gus[i] = 0.f;  // the next slice's
-          __syncthreads();
-          if (sl == int(blockIdx.x)) mark(p, trace_ready(p.n_layers, 5 * li + 4));  // traced: down's input built
-          const bool more = sl + int(gridDim.x) < p.ffn_slices;
-          const PackedMatrix nx = more ? slice_mat(p, kPlanGu, li, sl + gridDim.x) : after;
-          gemv_run<kGemvReal, true, false>(dn, pl_down, p.hf + size_t(blockIdx.x % p.hf_copies) * p.d,
-                                           xquant_view(xqd, kGroup), ring, nx,
-                                           more ? pl_gu : pl_after, true, gemv_stats(p, 3));
-          if (more) ring_prefetch(nx, pl_gu, ring);
-        }
-      } else {
-        gain_prefetch(last ? p.final_norm : p.layers[li + 1].in_norm, p.d, gn);
-        mark_ready(p, 5 * li + 3);
-      }
-      mark_done(p, 5 * li + 3);
-      probe_delay(p, 4);
-      gain_wait();
-      // (a block without a slice issued `after`'s first stages at o's barrier)
-      if (!split && has_slice) ring_prefetch(after, pl_after, ring);
-      stage_barrier(p, 5 * li + 3, 3 * li + 2, [&] {
-        if (split && has_slice) ring_prefetch(after, pl_after, ring);
-      });
-      // the trace's down stage is empty (the FFN is its gate/up stage); its ready and done marks
-      // split the block's first slice (write_trace)
-      mark(p, 1 + 2 * (5 * li + 4));
-      mark(p, 2 + 2 * (5 * li + 4));
-      continue;
-    }
     gemv_run(layer_mat(p, kPlanO, li), pl_o, p.h, xquant_view(xf, qdim), ring, layer_mat(p, kPlanGu, li), pl_gu,
                    true, gemv_stats(p, 1));
     mark_done(p, 5 * li + 2);
@@ -389,6 +288,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     build_x_limbs(xs, p.ffn, xf, nullptr, 1.f, g0, g1);
     __syncthreads();
     mark_ready(p, 5 * li + 4);
+    const bool last = li + 1 == p.n_layers;
+    const PackedMatrix after = last ? p.head : layer_mat(p, kPlanQkv, li + 1);
+    const GemvPlan& pl_after = last ? pl_head : pl_qkv;
     gemv_run(layer_mat(p, kPlanDown, li), pl_down, p.h, xquant_view(xf, p.ffn), ring, after, pl_after, true, gemv_stats(p, 3));
     mark_done(p, 5 * li + 4);
     if (!split) ring_prefetch(after, pl_after, ring);
@@ -402,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   }
 
   // LM head: logits = W_embed RMSNorm(h) * final_norm.
-  load_vector(p.h, p.d, xs, fused ? p.hf : nullptr, p.hf_copies);
+  load_vector(p.h, p.d, xs);
   __syncthreads();
   const float rs = rms_scale(xs, p.d, p.eps, red);
   build_x_limbs(xs, p.d, xf, gn, rs);

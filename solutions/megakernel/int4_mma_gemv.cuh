@@ -49,11 +49,6 @@ namespace nibble::megakernel {
 constexpr int kRingStages = NIBBLE_MK_RING_STAGES;
 constexpr int kStageUnits = 2;
 constexpr int kStageBytes = kStageUnits * kUnitStride;
-/** Half-units (PackedMatrix::half) per ring stage: 3 x 576 bytes in a stage of 2 x 1088. */
-constexpr int kHalfStageUnits = 3;
-static_assert(kHalfStageUnits * kHalfUnitStride <= kStageBytes, "a stage of half-units fits a ring slot");
-/** Units per ring stage of a matrix of full (half = false) or half-units. */
-__host__ __device__ constexpr uint32_t stage_units(bool half) { return half ? kHalfStageUnits : kStageUnits; }
 /** Shared memory of one block's rings (16 warps) and of their mbarriers. */
 constexpr size_t kRingBytes = size_t(kWarps) * kRingStages * kStageBytes;
 constexpr size_t kRingBarrierBytes = size_t(kWarps) * kRingStages * 8;
@@ -99,13 +94,11 @@ __device__ __forceinline__ void load_block_plans(GemvPlan* plans, const GemvPlan
 }
 
 /** Lane 0: stage k of the plan's range [u0, u1), global stage number gn, into ring slot
- *  gn % kRingStages (whose previous stage, gn - kRingStages, has been consumed); `half`: the
- *  matrix's units are half-units (stage_units(half) per stage, kHalfUnitStride bytes each). */
+ *  gn % kRingStages (whose previous stage, gn - kRingStages, has been consumed). */
 __device__ __forceinline__ void ring_issue(const uint4* w, uint32_t u0, uint32_t u1, const Ring& r, uint32_t k,
-                                           uint32_t gn, bool half = false) {
-  const uint32_t su = stage_units(half), stride = half ? kHalfUnitStride : kUnitStride;
-  const uint32_t u = u0 + k * su;
-  const uint32_t n = min(su, u1 - u);
+                                           uint32_t gn) {
+  const uint32_t u = u0 + k * kStageUnits;
+  const uint32_t n = min(uint32_t(kStageUnits), u1 - u);
   const uint32_t slot = gn % kRingStages;
   unsigned char* dst = r.buf + slot * kStageBytes;
   const uint32_t bar = r.bar + 8 * slot;
@@ -113,13 +106,13 @@ __device__ __forceinline__ void ring_issue(const uint4* w, uint32_t u0, uint32_t
   // The slot was last read through the generic proxy (LDS); the copy engine writes it next. Those
   // reads have completed (their values fed the mma before the __syncwarp that precedes this).
   if (r.proxy_fence) sol::fence_proxy_async_smem();
-  sol::mbar_expect_tx(bar, n * stride);
-  sol::bulk_load(smem_addr(dst), reinterpret_cast<const unsigned char*>(w) + size_t(u) * stride, n * stride, bar, policy);
+  sol::mbar_expect_tx(bar, n * kUnitStride);
+  sol::bulk_load(smem_addr(dst), reinterpret_cast<const unsigned char*>(w) + size_t(u) * kUnitStride, n * kUnitStride, bar,
+                 policy);
 }
 
-/** Ring stages of the range [u0, u1) at su units per stage. */
-__device__ __forceinline__ uint32_t ring_stages(uint32_t u0, uint32_t u1, uint32_t su = kStageUnits) {
-  return u1 > u0 ? (u1 - u0 + su - 1) / su : 0u;
+__device__ __forceinline__ uint32_t ring_stages(uint32_t u0, uint32_t u1) {
+  return u1 > u0 ? (u1 - u0 + kStageUnits - 1) / kStageUnits : 0u;
 }
 
 /** Fill the ring with the first stages of this warp's range of M (its plan pl), counting those the
@@ -127,11 +120,10 @@ __device__ __forceinline__ uint32_t ring_stages(uint32_t u0, uint32_t u1, uint32
  *  may run before the barrier that makes the input ready). Every lane calls it. */
 __device__ __forceinline__ void ring_prefetch(const PackedMatrix& M, const GemvPlan& pl, Ring& r) {
   const uint32_t u0 = pl.u0, u1 = pl.u1;
-  const bool half = M.half != 0;
-  const uint32_t T = ring_stages(u0, u1, stage_units(half));
+  const uint32_t T = ring_stages(u0, u1);
   const uint32_t want = min(T, uint32_t(kRingStages));
   if ((threadIdx.x & 31) == 0)
-    for (uint32_t k = r.next_issued; k < want; ++k) ring_issue(M.w, u0, u1, r, k, r.base + k, half);
+    for (uint32_t k = r.next_issued; k < want; ++k) ring_issue(M.w, u0, u1, r, k, r.base + k);
   r.issued = max(want, r.next_issued);
   r.next_issued = 0;
   __syncwarp();
@@ -239,19 +231,6 @@ __device__ __forceinline__ void imma_16832(int (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/** acc += scale 2^-e (16 C_lo + C_hi - 16 zero S) for this lane's two rows and limbs (gemv_unit). */
-__device__ __forceinline__ void unit_accumulate(const int (&clo)[4], const int (&chi)[4], uint2 meta,
-                                                const unsigned char* xg, int lane, float (&acc)[2][2]) {
-  const int2 S = reinterpret_cast<const int2*>(xg + kXqSums)[lane & 1];  // limbs 2t, 2t + 1 (t even: 0, 1)
-  const float r = *reinterpret_cast<const float*>(xg + kXqInv);
-  const int z0 = int(meta.x & 0xFu), z1 = int(meta.y & 0xFu);
-  const float s0 = __uint_as_float(meta.x & 0xFFFF0000u) * r, s1 = __uint_as_float(meta.y & 0xFFFF0000u) * r;
-  acc[0][0] = fmaf(s0, float(16 * clo[0] + chi[0] - z0 * S.x), acc[0][0]);
-  acc[0][1] = fmaf(s0, float(16 * clo[1] + chi[1] - z0 * S.y), acc[0][1]);
-  acc[1][0] = fmaf(s1, float(16 * clo[2] + chi[2] - z1 * S.x), acc[1][0]);
-  acc[1][1] = fmaf(s1, float(16 * clo[3] + chi[3] - z1 * S.y), acc[1][1]);
-}
-
 /**
  * One unit (16 rows x 128 inputs = one group) of this lane. Lane (g = lane/4, t = lane%4) holds C
  * rows g and g + 8, columns 2t and 2t + 1 = limbs 2t, 2t + 1 (columns 3..7 are zero or weighted 0
@@ -276,20 +255,14 @@ __device__ __forceinline__ void gemv_unit(const uint4 (&w)[2], uint2 meta, const
     imma_16832(chi, w[c].x & 0xF0F0F0F0u, w[c].y & 0xF0F0F0F0u, w[c].z & 0xF0F0F0F0u, w[c].w & 0xF0F0F0F0u, b[c].z,
                b[c].w);
   }
-  unit_accumulate(clo, chi, meta, xg, lane, acc);
-}
-
-/** One half-unit (16 rows x 64 inputs, PackedMatrix::half) of this lane: gemv_unit with only the
- *  k-blocks of c = 0; xg is an XQuant record whose inputs 64..127 are zero (their limbs and sums
- *  are 0), so the scale, zero and 2^-e algebra of gemv_unit holds unchanged. */
-__device__ __forceinline__ void gemv_unit_half(const uint4& w, uint2 meta, const unsigned char* xg, int lane,
-                                               float (&acc)[2][2]) {
-  uint4 b = make_uint4(0u, 0u, 0u, 0u);
-  if (lane < 12) b = reinterpret_cast<const uint4*>(xg)[lane];
-  int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
-  imma_16832(clo, w.x & 0x0F0F0F0Fu, w.y & 0x0F0F0F0Fu, w.z & 0x0F0F0F0Fu, w.w & 0x0F0F0F0Fu, b.x, b.y);
-  imma_16832(chi, w.x & 0xF0F0F0F0u, w.y & 0xF0F0F0F0u, w.z & 0xF0F0F0F0u, w.w & 0xF0F0F0F0u, b.z, b.w);
-  unit_accumulate(clo, chi, meta, xg, lane, acc);
+  const int2 S = reinterpret_cast<const int2*>(xg + kXqSums)[lane & 1];  // limbs 2t, 2t + 1 (t even: 0, 1)
+  const float r = *reinterpret_cast<const float*>(xg + kXqInv);
+  const int z0 = int(meta.x & 0xFu), z1 = int(meta.y & 0xFu);
+  const float s0 = __uint_as_float(meta.x & 0xFFFF0000u) * r, s1 = __uint_as_float(meta.y & 0xFFFF0000u) * r;
+  acc[0][0] = fmaf(s0, float(16 * clo[0] + chi[0] - z0 * S.x), acc[0][0]);
+  acc[0][1] = fmaf(s0, float(16 * clo[1] + chi[1] - z0 * S.y), acc[0][1]);
+  acc[1][0] = fmaf(s1, float(16 * clo[2] + chi[2] - z1 * S.x), acc[1][0]);
+  acc[1][1] = fmaf(s1, float(16 * clo[3] + chi[3] - z1 * S.y), acc[1][1]);
 }
 
 /** Limb weights of this lane's two C columns, with the 1/16 of gemv_unit: column 0 = q_0 (2^14),
@@ -308,9 +281,7 @@ __device__ __forceinline__ void red_add_v4(float* out, float4 v) {
 /** out[16 tile + 0..15] += this unit-run's row sums: the limbs weighted and summed over the 4 lanes
  *  of a row (t = 0, 1 hold limbs 0, 1 and 2), then gathered so that lane 28 + t holds rows 4t..4t+3
  *  and adds them with one 16-byte reduction (4 atomics per tile instead of 16; a partial last tile
- *  or an unaligned out takes scalar atomics). Every lane of the warp calls it. kSmemOut: out is in
- *  shared memory (the fused FFN's gate|up slice), added to with shared-memory atomics. */
-template <bool kSmemOut = false>
+ *  or an unaligned out takes scalar atomics). Every lane of the warp calls it. */
 __device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, uint32_t tile, int lane,
                                           const float (&acc)[2][2], float2 wl) {
   float r0 = fmaf(acc[0][0], wl.x, acc[0][1] * wl.y), r1 = fmaf(acc[1][0], wl.x, acc[1][1] * wl.y);
@@ -318,14 +289,6 @@ __device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, ui
   r1 += __shfl_xor_sync(0xFFFFFFFFu, r1, 1);
   r0 += __shfl_xor_sync(0xFFFFFFFFu, r0, 2);
   r1 += __shfl_xor_sync(0xFFFFFFFFu, r1, 2);
-  if (!kSmemOut && M.vec_flush == 2) {  // rows g and g + 8 from lane 4g: 16 scalar atomics, no gather
-    const int r = int(tile) * kTileRows + (lane >> 2);
-    if ((lane & 3) == 0) {
-      if (r < M.rows) atomicAdd(out + r, r0);
-      if (r + 8 < M.rows) atomicAdd(out + r + 8, r1);
-    }
-    return;
-  }
   // Row 4t + i is row g = 4 (t & 1) + i of the quads: r0 of lane 4g for t < 2, r1 of lane 4g for t >= 2.
   const int t = lane & 3;
   float v[4];
@@ -340,11 +303,7 @@ __device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, ui
   if (lane >= 28) {
     const int r = int(tile) * kTileRows + 4 * t;
     float* dst = out + r;
-    if (kSmemOut) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (r + i < M.rows) atomicAdd(dst + i, v[i]);
-    } else if (M.vec_flush && r + 3 < M.rows && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
+    if (M.vec_flush && r + 3 < M.rows && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
       red_add_v4(dst, make_float4(v[0], v[1], v[2], v[3]));
     } else {
 #pragma unroll
@@ -390,10 +349,8 @@ enum GemvExp : int {
  * are issued, the ring goes on with the first stages of `next` (its plan pn; when has_next): the
  * warp's weight stream does not drain at the end of a matrix, and the next stage's first loads are
  * in flight during the barrier, the input build and the attention.
- * kHalf: M is a slice of half-units (PackedMatrix::half, groups 1: unit u is tile u; xq's one
- * record has zero inputs 64..127); kSmemOut: out is in shared memory (gemv_flush).
  */
-template <int kExp = kGemvReal, bool kHalf = false, bool kSmemOut = false>
+template <int kExp = kGemvReal>
 __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan& pl, float* out, const XQuant& xq,
                                          Ring& r, const PackedMatrix& next, const GemvPlan& pn, bool has_next,
                                          unsigned long long* stats = nullptr) {
@@ -401,20 +358,16 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan&
   // Mg and next may live in global memory (the layer table): read once into registers, or every
   // use after an asm "memory" clobber is an L2 round trip in the unit loop (v6 lost ~1 us per
   // unit that way).
-  static_assert(!kHalf || kExp == kGemvReal, "the consumer experiments read full units");
-  constexpr uint32_t kSU = stage_units(kHalf);
-  constexpr uint32_t kStride = kHalf ? kHalfUnitStride : kUnitStride;
   const PackedMatrix M = Mg;
   const uint4* next_w = next.w;
-  const bool next_half = next.half != 0;
   // Tracing (stats: kGemvStats counters): this warp's cycles in ring_wait, in flushes, in refills
   // (lane 0's bulk-copy issue, the warp waiting for it), in all, and its units.
   long long t_wait = 0, t_flush = 0, t_issue = 0;
   const long long t_begin = stats ? clock64() : 0;
   const uint32_t u0 = pl.u0, u1 = pl.u1;
-  const uint32_t T = ring_stages(u0, u1, kSU);
+  const uint32_t T = ring_stages(u0, u1);
   const uint32_t nu0 = has_next ? pn.u0 : 0u, nu1 = has_next ? pn.u1 : 0u;
-  const uint32_t Tn = ring_stages(nu0, nu1, stage_units(next_half));
+  const uint32_t Tn = ring_stages(nu0, nu1);
   if (T > 0) {
     const float2 wl = limb_weights(lane);
     // Where the walk is: the current tile, its group's x record, and the units left in the tile's
@@ -450,33 +403,14 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan&
       } else {
         st += kStageBytes;
       }
-      // units in this stage: kSU but in the last one
-      const uint32_t here = min(kSU, n_units - k * kSU);
+      // units in this stage: kStageUnits but in the last one
+      const uint32_t here = min(uint32_t(kStageUnits), n_units - k * kStageUnits);
       const bool last_stage = k + 1 == T;
-      if constexpr (kHalf) {
-        // A slice of half-units (M.groups == 1): every unit is a tile of its own, so the stage's
-        // units run as independent chains (their own sums, then their flushes), not one after
-        // another through acc: a half-unit is half a unit's bytes for the same latency.
-        float ah[kSU][2][2];
 #pragma unroll
-        for (int i = 0; i < int(kSU); ++i) {
-          ah[i][0][0] = ah[i][0][1] = ah[i][1][0] = ah[i][1][1] = 0.f;
-          if (i == 0 || uint32_t(i) < here)
-            gemv_unit_half(reinterpret_cast<const uint4*>(cur + i * kStride)[lane],
-                           reinterpret_cast<const uint2*>(cur + i * kStride + kHalfCodeBytes)[lane >> 2], xg, lane, ah[i]);
-        }
-        const long long t0 = stats ? clock64() : 0;
-#pragma unroll
-        for (int i = 0; i < int(kSU); ++i)
-          if (i == 0 || uint32_t(i) < here) gemv_flush<kSmemOut>(M, out, tile + uint32_t(i), lane, ah[i], wl);
-        if (stats) t_flush += clock64() - t0;
-        tile += here;
-      }
-#pragma unroll
-      for (int i = 0; i < (kHalf ? 0 : int(kSU)); ++i) {
+      for (int i = 0; i < kStageUnits; ++i) {
         if (i == 0 || uint32_t(i) < here) {
-          const uint4* wp = reinterpret_cast<const uint4*>(cur + i * kStride) + lane;
-          const uint2* mp = reinterpret_cast<const uint2*>(cur + i * kStride + kUnitCodeBytes) + (lane >> 2);
+          const uint4* wp = reinterpret_cast<const uint4*>(cur + i * kUnitStride) + lane;
+          const uint2* mp = reinterpret_cast<const uint2*>(cur + i * kUnitStride + kUnitCodeBytes) + (lane >> 2);
           if (kExp == kGemvMathOnly) {
             const uint32_t a = (u0 + k * kStageUnits + i) * 0x9E3779B1u ^ lane;
             const uint4 w[2] = {make_uint4(a, a ^ 1u, a ^ 2u, a ^ 3u), make_uint4(a ^ 4u, a ^ 5u, a ^ 6u, a ^ 7u)};
@@ -503,7 +437,7 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan&
           const bool flush = kExp == kGemvNoMath ? false : kExp == kGemvFlushLast ? last : (wrap || last);
           if (flush) {
             const long long t0 = stats ? clock64() : 0;
-            gemv_flush<kSmemOut>(M, out, tile, lane, acc, wl);
+            gemv_flush(M, out, tile, lane, acc, wl);
             if (stats) t_flush += clock64() - t0;
             acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = 0.f;
           }
@@ -521,16 +455,16 @@ __device__ __forceinline__ void gemv_run(const PackedMatrix& Mg, const GemvPlan&
       if (kExp == kGemvNoRefill) {
         // no refill: the slots keep their data
       } else if (r.issued < T) {
-        if (lane == 0) ring_issue(M.w, u0, u1, r, r.issued, r.base + r.issued, kHalf);
+        if (lane == 0) ring_issue(M.w, u0, u1, r, r.issued, r.base + r.issued);
         constexpr uint32_t ahead = kExp == kGemvL2Ahead3 ? 3u : kExp == kGemvL2Ahead6 ? 6u : 0u;
         if (ahead > 0 && lane == 0 && r.issued + ahead < T) {
-          const uint32_t ua = u0 + (r.issued + ahead) * kSU;
+          const uint32_t ua = u0 + (r.issued + ahead) * kStageUnits;
           const uint32_t na = min(uint32_t(kStageUnits), u1 - ua);
           sol::bulk_prefetch_l2(reinterpret_cast<const unsigned char*>(M.w) + size_t(ua) * kUnitStride, na * kUnitStride);
         }
         ++r.issued;
       } else if (r.next_issued < Tn) {
-        if (lane == 0) ring_issue(next_w, nu0, nu1, r, r.next_issued, r.base + T + r.next_issued, next_half);
+        if (lane == 0) ring_issue(next_w, nu0, nu1, r, r.next_issued, r.base + T + r.next_issued);
         ++r.next_issued;
       }
       if (stats) {

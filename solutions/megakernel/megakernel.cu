@@ -134,25 +134,6 @@ void write_trace(const Model& m) {
   }
   std::fprintf(f, "head     %6.0f %5.2f\ntotal    %8.0f cycles %8.2f us\n", head_max, head_max * us, total_max,
                total_max * us);
-  if (m.params.ffn_slices > 0) {
-    // The fused FFN (gate/up row above; down empty): the first slice of each block that has one,
-    // split at "gate|up done" (down's done mark) and "down's input built" (down's ready mark).
-    double ph[3] = {};
-    long long n = 0;
-    for (int li = 0; li < L; ++li)
-      for (int b = 0; b < std::min(B, m.params.ffn_slices); ++b) {
-        const long long* tb = t.data() + size_t(b) * K;
-        const double ready = double(tb[trace_ready(L, 5 * li + 3)]), gu = double(tb[trace_done(L, 5 * li + 4)]),
-                     built = double(tb[trace_ready(L, 5 * li + 4)]), done = double(tb[trace_done(L, 5 * li + 3)]);
-        ph[0] += gu - ready;
-        ph[1] += built - gu;
-        ph[2] += done - built;
-        ++n;
-      }
-    if (n > 0)
-      std::fprintf(f, "fused FFN, first slice (us, mean over blocks x layers): gate|up %.2f, silu + build %.2f, down (+ later slices) %.2f\n",
-                   ph[0] / double(n) * us, ph[1] / double(n) * us, ph[2] / double(n) * us);
-  }
   // The arrival's own latency (release fence + atomic round trip), mean and max over blocks.
   std::fprintf(f, "barrier arrival complete after (us, mean / max over blocks):");
   for (int k = 0; k < 5; ++k)
@@ -312,10 +293,6 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   const int max_k = std::max({c.d, c.ffn, qdim});
   mdl->smem = decode_smem_bytes(max_k, c.d, c.hd);
   SOL_CUDA(decode_grid_blocks(c.hd, mdl->smem, &mdl->blocks));
-  // NIBBLE_MK_BLOCKS=n (tests): a smaller grid, so that the tiny config's FFN has more slices than
-  // blocks and its attention fewer chunks.
-  if (const char* nb = std::getenv("NIBBLE_MK_BLOCKS"); nb && *nb && std::atoi(nb) >= 1)
-    mdl->blocks = std::min(mdl->blocks, std::atoi(nb));
   if (mdl->blocks < 1)
     fail(NIBBLE_ERR_NOT_SUPPORTED, "the persistent kernel cannot be resident on this device (" +
                                        std::to_string(mdl->smem) + " bytes of shared memory, " +
@@ -328,7 +305,6 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     int k;
     PackedMatrix* dst;
     int chunk = 0;  // groups per chunk of the unit order (0: tile-major); o and down: see below
-    bool half = false;  // as half-units, slice after slice (the fused FFN's down)
   };
   std::vector<Job> jobs;
   // o and down in chunks of a few groups (v12; PackedMatrix::chunk): a block's range then reads only
@@ -349,10 +325,6 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     if (std::sscanf(ch, "%d:%d", &a, &b) == 2 && a >= 1 && b >= 1) want_o = a, want_down = b;
   }
   const int o_chunk = chunk_of(qdim, want_o), down_chunk = chunk_of(c.ffn, want_down);
-  // The fused FFN (v17, DecodeParams::ffn_slices): gate|up tile-major (a slice is 8 consecutive
-  // tiles), down as half-units slice after slice. NIBBLE_MK_FUSED=0 (an A/B switch): v16's layout.
-  const char* fu_env = std::getenv("NIBBLE_MK_FUSED");
-  const bool fused = !(fu_env && *fu_env && std::atoi(fu_env) == 0);
   const char* fl_env = std::getenv("NIBBLE_MK_FLUSH");
   const int vec_flush = (fl_env && *fl_env && std::atoi(fl_env) == 0) ? 0 : 1;
   for (int i = 0; i < c.layers; ++i) {
@@ -361,10 +333,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     jobs.push_back({{s.q, s.k, s.v}, RowMap::Concat, c.d, &L.qkv});
     jobs.push_back({{s.o}, RowMap::Concat, qdim, &L.o, o_chunk});
     jobs.push_back({{s.gate, s.up}, RowMap::Interleave8, c.d, &L.gu});
-    if (fused)
-      jobs.push_back({{s.down}, RowMap::Concat, c.ffn, &L.down, 0, true});
-    else
-      jobs.push_back({{s.down}, RowMap::Concat, c.ffn, &L.down, down_chunk});
+    jobs.push_back({{s.down}, RowMap::Concat, c.ffn, &L.down, down_chunk});
   }
   PackedMatrix head;
   jobs.push_back({{embed}, RowMap::Concat, c.d, &head});
@@ -374,12 +343,9 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     int rows = 0;
     for (const SourceTriple& s : jobs[j].src) rows += s.rows;
     w_off[j] = total;
-    total += round_up(jobs[j].half ? packed_half_bytes(rows, jobs[j].k) : packed_weight_bytes(rows, jobs[j].k), 256);
+    total += round_up(packed_weight_bytes(rows, jobs[j].k), 256);
   }
   mdl->weights.allocate(total);
-  // A half-unit matrix is repacked tile-major here first, then split (launch_split_halves).
-  DeviceAlloc half_tmp;
-  if (fused) half_tmp.allocate(packed_weight_bytes(c.d, c.ffn));
   for (size_t j = 0; j < jobs.size(); ++j) {
     Job& job = jobs[j];
     int rows = 0;
@@ -391,38 +357,11 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     job.dst->rows = rows;
     job.dst->chunk = job.chunk > 0 ? job.chunk : job.dst->groups;
     job.dst->vec_flush = vec_flush;
-    if (job.half) {  // slices of 64 inputs: `groups` counts them
-      job.dst->groups = job.k / (kGroup / 2);
-      job.dst->chunk = job.dst->groups;
-      job.dst->half = 1;
-    }
     // Before any repack runs: the GEMV plans every matrix below (gemv_plan_fits).
     if (!gemv_plan_fits(*job.dst))
       fail(NIBBLE_ERR_NOT_SUPPORTED, "a projection of " + std::to_string(rows) + " rows x " + std::to_string(job.k) +
                                          " inputs has too many 16 x 128 units for the GEMV's 32-bit unit counts");
-    if (job.half) {
-      auto* full = reinterpret_cast<uint4*>(half_tmp.get());
-      SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, full, stream, 0));
-      SOL_CUDA(launch_split_halves(full, job.dst->tiles, job.k / kGroup, w, stream));
-    } else {
-      SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, stream, job.chunk));
-    }
-  }
-  SOL_CUDA(cudaStreamSynchronize(stream));  // before half_tmp is freed
-  half_tmp.release();
-
-  // The fused FFN's slice 0 of layer 0 (DecodeParams::ffn_slices): gate|up's 8 tiles of the slice's
-  // 64 gate and 64 up rows, and down's half-units of the slice's 64 inputs, one per tile.
-  const int ffn_slices = fused ? c.ffn / kFfnSliceRows : 0;
-  PackedMatrix gu_slice = mdl->layers[0].gu, down_slice = mdl->layers[0].down;
-  if (fused) {
-    gu_slice.tiles = 2 * kFfnSliceRows / kTileRows;
-    gu_slice.rows = 2 * kFfnSliceRows;
-    down_slice.groups = 1;
-    down_slice.chunk = 1;
-    // NIBBLE_MK_FLUSH=2: down's slices flush each row with a scalar atomic from the row's lane
-    // (no gather; an A/B switch)
-    if (fl_env && *fl_env && std::atoi(fl_env) == 2) down_slice.vec_flush = 2;
+    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, stream, job.chunk));
   }
 
   // Every warp's share of each GEMV kind (the layers' shapes are equal; the device never divides).
@@ -431,23 +370,11 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   const int nw = mdl->blocks * kWarps;
   const PackedMatrix* kinds[kPlanKinds] = {&mdl->layers[0].qkv, &mdl->layers[0].o, &mdl->layers[0].gu,
                                            &mdl->layers[0].down, &head};
-  if (fused) kinds[kPlanGu] = &gu_slice, kinds[kPlanDown] = &down_slice;
   std::vector<GemvPlan> plans(size_t(kPlanKinds) * nw);
   for (int kind = 0; kind < kPlanKinds; ++kind) {
-    // The fused FFN's plans split one slice between a block's warps. Down's ranges rotate with the
-    // block (warp w of block b takes range (w + b) mod the warps with units), so that the blocks'
-    // flushes into the same d outputs do not all reach the same tiles at once.
-    const bool per_block = fused && (kind == kPlanGu || kind == kPlanDown);
-    for (int gw = 0; gw < nw; ++gw) {
-      const int b = gw / kWarps, w = gw % kWarps, with_units = sync_warp ? kWarps - 1 : kWarps;
-      const int wr = kind == kPlanDown && w < with_units ? (w + b) % with_units : w;
-      plans[size_t(kind) * nw + gw] = per_block ? gemv_plan_decode(*kinds[kind], wr, kWarps, sync_warp)
-                                                : gemv_plan_decode(*kinds[kind], gw, nw, sync_warp);
-    }
+    for (int gw = 0; gw < nw; ++gw) plans[size_t(kind) * nw + gw] = gemv_plan_decode(*kinds[kind], gw, nw, sync_warp);
   }
 
-  int hf_copies = 1;
-  if (const char* hc = std::getenv("NIBBLE_MK_HFCOPIES"); hc && *hc) hf_copies = std::min(std::max(std::atoi(hc), 1), 16);
   // Scratch: activations, attention partials, counters, the RoPE table, the layer array, the plans.
   const int max_chunks = attn_max_chunks(mdl->blocks, c.n_kv);
   const size_t n_rope = size_t(c.max_seq) * (c.hd / 2);
@@ -456,7 +383,6 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
       size_t(qdim + 2 * kvdim) * 4,                      // qkv
       size_t(qdim) * 4,                                  // attn
       size_t(2) * c.ffn * 4,                             // gu
-      size_t(c.d) * 4 * hf_copies,                       // hf
       size_t(c.n_q) * max_chunks * (c.hd + 2) * 4,       // partials
       size_t(c.n_kv) * 8,                                // attention counters and done flags
       64,                                                // barrier
@@ -479,14 +405,13 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   P.qkv = reinterpret_cast<float*>(take(sizes[1]));
   P.attn = reinterpret_cast<float*>(take(sizes[2]));
   P.gu = reinterpret_cast<float*>(take(sizes[3]));
-  P.hf = reinterpret_cast<float*>(take(sizes[4]));
-  P.part = reinterpret_cast<float*>(take(sizes[5]));
-  P.attn_count = reinterpret_cast<unsigned*>(take(sizes[6]));
+  P.part = reinterpret_cast<float*>(take(sizes[4]));
+  P.attn_count = reinterpret_cast<unsigned*>(take(sizes[5]));
   P.attn_done = P.attn_count + c.n_kv;
-  P.barrier = reinterpret_cast<unsigned*>(take(sizes[7]));
-  auto* rope_dev = reinterpret_cast<float2*>(take(sizes[8]));
-  auto* layers_dev = reinterpret_cast<LayerDev*>(take(sizes[9]));
-  auto* plans_dev = reinterpret_cast<GemvPlan*>(take(sizes[10]));
+  P.barrier = reinterpret_cast<unsigned*>(take(sizes[6]));
+  auto* rope_dev = reinterpret_cast<float2*>(take(sizes[7]));
+  auto* layers_dev = reinterpret_cast<LayerDev*>(take(sizes[8]));
+  auto* plans_dev = reinterpret_cast<GemvPlan*>(take(sizes[9]));
   SOL_CUDA(cudaMemsetAsync(base, 0, stotal, stream));  // qkv, counters and barrier must start at zero
 
   // RoPE table in double: angle = pos * theta^(-2i/hd); only the result is rounded to fp32.
@@ -505,8 +430,8 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     mdl->layers[size_t(i)].k_cache = mdl->k_cache[size_t(i)];
     mdl->layers[size_t(i)].v_cache = mdl->v_cache[size_t(i)];
   }
-  SOL_CUDA(cudaMemcpyAsync(layers_dev, mdl->layers.data(), sizes[9], cudaMemcpyHostToDevice, stream));
-  SOL_CUDA(cudaMemcpyAsync(plans_dev, plans.data(), sizes[10], cudaMemcpyHostToDevice, stream));
+  SOL_CUDA(cudaMemcpyAsync(layers_dev, mdl->layers.data(), sizes[8], cudaMemcpyHostToDevice, stream));
+  SOL_CUDA(cudaMemcpyAsync(plans_dev, plans.data(), sizes[9], cudaMemcpyHostToDevice, stream));
   SOL_CUDA(cudaStreamSynchronize(stream));  // the host tables go out of scope
 
   P.layers = layers_dev;
@@ -515,12 +440,8 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   // layers in order, each the same sizes): checked here, as the kernel relies on it.
   P.mat0[kPlanQkv] = mdl->layers[0].qkv;
   P.mat0[kPlanO] = mdl->layers[0].o;
-  P.mat0[kPlanGu] = fused ? gu_slice : mdl->layers[0].gu;
-  P.mat0[kPlanDown] = fused ? down_slice : mdl->layers[0].down;
-  P.ffn_slices = ffn_slices;
-  P.hf_copies = hf_copies;
-  P.gu_slice_bytes = (long long)gu_slice.tiles * gu_slice.groups * kUnitStride;
-  P.down_slice_bytes = (long long)down_slice.tiles * kHalfUnitStride;
+  P.mat0[kPlanGu] = mdl->layers[0].gu;
+  P.mat0[kPlanDown] = mdl->layers[0].down;
   P.layer_stride = c.layers > 1 ? reinterpret_cast<const char*>(mdl->layers[1].qkv.w) -
                                       reinterpret_cast<const char*>(mdl->layers[0].qkv.w)
                                 : 0;

@@ -56,15 +56,6 @@ inline constexpr int kMaxRep = 4;
  * are). Either way a warp streams its units as contiguous bytes.
  */
 inline constexpr int kUnitCodeBytes = 1024, kUnitMetaBytes = 64, kUnitStride = kUnitCodeBytes + kUnitMetaBytes;
-/**
- * A half-unit (v17, the sliced down-proj of the fused FFN): 16 rows x 64 inputs, kHalfUnitStride =
- * 576 contiguous bytes: the 32 uint4 of one c of a unit (k-blocks 2c and 2c + 1, the layout above
- * with c = 0), then the unit's 64 bytes of metadata (its group's scale and zero, repeated in both
- * halves). Half h of group j covers inputs 128 j + 64 h .. + 63.
- */
-inline constexpr int kHalfCodeBytes = 512, kHalfUnitStride = kHalfCodeBytes + kUnitMetaBytes;
-/** Rows of gate (and of up) per slice of the fused FFN: one half-unit of down's input. */
-inline constexpr int kFfnSliceRows = 64;
 
 struct PackedMatrix {
   const uint4* w = nullptr;  ///< the units, kUnitStride bytes each (16-byte aligned)
@@ -77,17 +68,10 @@ struct PackedMatrix {
    *  block's range reads only one or two groups of the input: o and down); G > 1 lets a warp keep
    *  a tile's sums over G units before it flushes them. 0 means `groups`. */
   int chunk = 0;
-  /** 1: a flush adds 4 rows per red.global.add.v4.f32 (4 per tile); 0: one atomicAdd per row (16);
-   *  2: one atomicAdd per row from the row's own lane, no gather (the fused FFN's down, NIBBLE_MK_FLUSH=2).
+  /** 1: a flush adds 4 rows per red.global.add.v4.f32 (4 per tile); 0: one atomicAdd per row (16).
    *  NIBBLE_MK_FLUSH=0 at build_model picks the scalar one (an A/B switch for the trace). */
   int vec_flush = 1;
-  /** 0: units of kUnitStride bytes (16 rows x 128 inputs); 1: half-units of kHalfUnitStride bytes
-   *  (16 rows x 64 inputs, `groups` then counts halves; the fused FFN's down slices, v17). */
-  int half = 0;
 };
-
-/** Bytes of one unit of M in memory (and in the weight ring). */
-NIBBLE_MK_HD inline int unit_stride(const PackedMatrix& M) { return M.half ? kHalfUnitStride : kUnitStride; }
 
 /** M's groups per chunk (PackedMatrix::chunk, 0 meaning all). */
 NIBBLE_MK_HD inline int unit_chunk(const PackedMatrix& M) { return M.chunk > 0 && M.chunk < M.groups ? M.chunk : M.groups; }
@@ -163,8 +147,6 @@ inline bool gemv_plan_fits(const PackedMatrix& M) {
 
 /** Bytes of the repacked weights (codes and metadata) of a (rows, K) matrix. */
 inline size_t packed_weight_bytes(int rows, int k) { return size_t((rows + 15) / 16) * (k / 128) * kUnitStride; }
-/** Bytes of a (rows, K) matrix as half-units (launch_split_halves): metadata repeated per half. */
-inline size_t packed_half_bytes(int rows, int k) { return size_t((rows + 15) / 16) * (k / 64) * kHalfUnitStride; }
 
 /** One AWQ/GPTQ source triple (logical (rows, K), row-major). */
 struct SourceTriple {
@@ -187,12 +169,6 @@ enum class RowMap {
  *  Runs on `stream`. */
 cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w,
                           cudaStream_t stream, int chunk = 0);
-
-/** repack.cu: halves (2 groups x tiles half-units, kHalfUnitStride bytes each, half-unit s x tiles +
- *  tile = inputs 64 s .. 64 s + 63 of that tile, i.e. one slice of the input after another) from
- *  full (a tile-major repacked matrix of `tiles` x `groups` units): the codes of unit (tile, s / 2)
- *  at c = s % 2 and its metadata, moved, never changed. Runs on `stream`. */
-cudaError_t launch_split_halves(const uint4* full, int tiles, int groups, uint4* halves, cudaStream_t stream);
 
 /** One decoder layer as the kernel sees it (the kernel takes its matrices from DecodeParams::mat0
  *  and layer_stride; these are build_model's record of them). */
@@ -226,17 +202,6 @@ struct DecodeParams {
    *  memory, and each matrix's first refill waited ~1 us on that L2 round trip (Nsight Compute). */
   PackedMatrix mat0[4];
   long long layer_stride = 0;
-  /** The fused FFN (v17; NIBBLE_MK_FUSED=0 at build_model for v16's two stages): ffn_slices =
-   *  ffn / kFfnSliceRows slices, block b taking slices b, b + gridDim.x, ...; slice s computes gate
-   *  and up rows [64 s, 64 s + 64) (8 Interleave8 tiles, all d inputs) into shared memory, then
-   *  h += down[:, 64 s .. 64 s + 63] (silu(g) * u), so no grid barrier separates gate|up from down.
-   *  Then mat0[kPlanGu] describes slice 0 of layer 0's tile-major gate|up (8 tiles, d / 128 groups,
-   *  128 rows) and mat0[kPlanDown] slice 0 of its down half-units (d / 16 tiles, 1 group, half);
-   *  slice s is gu_slice_bytes / down_slice_bytes x s further on, and the plans' kPlanGu and
-   *  kPlanDown rows hold each warp's plan inside a slice (the same for every slice and block).
-   *  0: v16 (gate|up and down over the whole grid, a grid barrier between them). */
-  int ffn_slices = 0;
-  long long gu_slice_bytes = 0, down_slice_bytes = 0;
   /** (kPlanKinds, nw) every warp's GemvPlan of the layers' qkv, o, gate|up, down (the same shapes in
    *  every layer) and the head, for the launch's grid (nw = blocks x kWarps). */
   const GemvPlan* plans = nullptr;
@@ -245,14 +210,6 @@ struct DecodeParams {
   float* qkv = nullptr;      ///< (n_q*hd + 2 n_kv*hd), zero between steps
   float* attn = nullptr;     ///< (n_q*hd)
   float* gu = nullptr;       ///< (2 ffn) in Interleave8 order
-  /** (d) the fused FFN's down output (ffn_slices > 0): down cannot add into h, which slower blocks
-   *  may still be reading for their RMSNorm in the same stage. The residual is then h + hf: the
-   *  qkv and LM head inputs read both, and the attention stage, in which no block reads either,
-   *  folds hf into h and zeroes it (layer 0's qkv stage zeroes it for the step). */
-  float* hf = nullptr;
-  /** hf is hf_copies vectors of d; block b adds into copy b % hf_copies, so that fewer blocks'
-   *  flushes meet on one address (NIBBLE_MK_HFCOPIES at build_model); the readers sum them all. */
-  int hf_copies = 1;
   float* part = nullptr;     ///< attention partials (n_q, max_chunks, hd + 2)
   int max_chunks = 0;
   unsigned* attn_count = nullptr;  ///< (n_kv), zero between steps

@@ -110,29 +110,7 @@ __global__ void repack_meta_kernel(const RepackArgs a, unsigned char* w) {
   }
 }
 
-// One thread per uint4 of the output: half-unit (s, tile), uint4 j (< 32: codes, else metadata).
-__global__ void split_halves_kernel(const uint4* full, int tiles, int groups, uint4* halves) {
-  constexpr int kPer = kHalfUnitStride / 16, kCodes = kHalfCodeBytes / 16;
-  const size_t n = size_t(2) * groups * tiles * kPer;
-  for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += size_t(gridDim.x) * blockDim.x) {
-    const size_t hu = idx / kPer;
-    const int j = int(idx % kPer);
-    const int s = int(hu / tiles), tile = int(hu % tiles);
-    const uint4* unit = full + (size_t(tile) * groups + s / 2) * (kUnitStride / 16);
-    halves[idx] = j < kCodes ? unit[(s % 2) * kCodes + j] : unit[kUnitCodeBytes / 16 + (j - kCodes)];
-  }
-}
-
 }  // namespace
-
-cudaError_t launch_split_halves(const uint4* full, int tiles, int groups, uint4* halves, cudaStream_t stream) {
-  if (!full || !halves || tiles < 1 || groups < 1) return cudaErrorInvalidValue;
-  const size_t n = size_t(2) * groups * tiles * (kHalfUnitStride / 16);
-  const int threads = 256;
-  split_halves_kernel<<<unsigned(std::min<size_t>((n + threads - 1) / threads, 65535u * 8)), threads, 0, stream>>>(
-      full, tiles, groups, halves);
-  return cudaGetLastError();
-}
 
 cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k, uint4* w,
                           cudaStream_t stream, int chunk) {
