@@ -11,7 +11,12 @@
 // land_cycles = from the issue to warp 1's last copy landing (how long the stream in flight takes
 // to arrive; warp 1 is never `who`).
 //
-//   BM_OpUnderStream/<op>/<stages>/<who>
+// The stream may also be (kind 1) cp.async 16-byte copies from every lane of the issuing warps
+// (LDGSTS: through the L1, completing per thread) or (kind 2) 16-byte ld.global.nc loads into
+// registers, consumed after the timed operation: does a fence from a warp that issued nothing wait
+// for those too, as it does for the copy engine's bulk copies (kind 0)?
+//
+//   BM_OpUnderStream/<op>/<stages>/<who>/<kind>
 //     op 0 nothing, 1 red.release.gpu (the barrier's arrival), 2 fence.acq_rel.gpu,
 //        3 ld.acquire.gpu of an L2-resident word (the barrier's poll), 4 ld.global.cg.v4 16 bytes
 //        (L2-resident; the input builds' loads), 5 cp.async 16 bytes (L2-resident) + wait_all
@@ -48,7 +53,7 @@ struct Probe {
 };
 
 __global__ void __launch_bounds__(kWarps * 32, 1)
-    probe_kernel(const unsigned char* src, unsigned* hot, Probe* out, int op, int stages, int who) {
+    probe_kernel(const unsigned char* src, unsigned* hot, Probe* out, int op, int stages, int who, int kind) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ __align__(8) uint64_t bars[kWarps * kMaxStages];
   __shared__ uint4 sink_s[kWarps];
@@ -61,10 +66,37 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const bool issues = warp != kWarps - 1 && stages > 0;
   long long op_sum = 0, land_sum = 0;
   uint32_t acc = 0;
+  constexpr int kVecs = int(kStageBytes / 16);           // 136 16-byte pieces per stage
+  constexpr int kPerLane = (kVecs + 31) / 32;            // 5 (the last round 8 lanes)
+  uint4 regs[kMaxStages][kPerLane];                      // kind 2's loads
   for (int r = 0; r < kRounds; ++r) {
     __syncthreads();
     const long long t_issue = clock64();
-    if (issues && lane == 0) {
+    if (issues && kind != 0) {
+      for (int s = 0; s < kMaxStages; ++s) {
+        if (s >= stages) break;
+        const size_t stage_id = ((size_t(r) * gridDim.x + blockIdx.x) * kWarps + warp) * kMaxStages + s;
+        const size_t off = (stage_id * kStageBytes) % (kSrcBytes - kStageBytes) / 16 * 16;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          const int v = i * 32 + lane;
+          if (v >= kVecs) break;
+          if (kind == 1) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sol::smem_addr(
+                             smem + (size_t(warp) * kMaxStages + s) * kStageBytes + 16 * v)),
+                         "l"(src + off + 16 * v)
+                         : "memory");
+          } else {
+            const uint4* p = reinterpret_cast<const uint4*>(src + off) + v;
+            asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(regs[s][i].x), "=r"(regs[s][i].y), "=r"(regs[s][i].z), "=r"(regs[s][i].w)
+                         : "l"(p));
+          }
+        }
+      }
+      if (kind == 1) asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    if (issues && kind == 0 && lane == 0) {
       for (int s = 0; s < stages; ++s) {
         const size_t stage_id = ((size_t(r) * gridDim.x + blockIdx.x) * kWarps + warp) * kMaxStages + s;
         const size_t off = (stage_id * kStageBytes) % (kSrcBytes - kStageBytes) / 16 * 16;
@@ -132,9 +164,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       }
       op_sum += clock64() - t0;
     }
-    if (issues)
+    if (issues && kind == 0)
       for (int s = 0; s < stages; ++s)
         sol::mbar_wait(sol::smem_addr(&bars[warp * kMaxStages + s]), uint32_t(r & 1));
+    if (issues && kind == 1) {
+      asm volatile("cp.async.wait_all;" ::: "memory");
+      __syncwarp();
+    }
+    if (issues && kind == 2) {
+      for (int s = 0; s < kMaxStages; ++s) {
+        if (s >= stages) break;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i)
+          if (i * 32 + lane < kVecs) acc += regs[s][i].x ^ regs[s][i].y ^ regs[s][i].z ^ regs[s][i].w;
+      }
+      __syncwarp();
+    }
     if (warp == 1 && lane == 0) land_sum += clock64() - t_issue;
   }
   __syncthreads();
@@ -144,7 +189,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 }
 
 void BM_OpUnderStream(benchmark::State& state) {
-  const int op = int(state.range(0)), stages = int(state.range(1)), who = int(state.range(2));
+  const int op = int(state.range(0)), stages = int(state.range(1)), who = int(state.range(2)),
+            kind = int(state.range(3));
   try {
     int dev = 0, sms = 0;
     BENCH_CUDA(cudaGetDevice(&dev));
@@ -164,7 +210,7 @@ void BM_OpUnderStream(benchmark::State& state) {
     for (auto _ : state) {
       BENCH_CUDA(cudaEventRecord(e0));
       probe_kernel<<<sms, kWarps * 32, smem>>>(static_cast<const unsigned char*>(src.p), static_cast<unsigned*>(hot.p),
-                                               static_cast<Probe*>(out.p), op, stages, who);
+                                               static_cast<Probe*>(out.p), op, stages, who, kind);
       BENCH_CUDA(cudaGetLastError());
       BENCH_CUDA(cudaEventRecord(e1));
       BENCH_CUDA(cudaEventSynchronize(e1));
@@ -191,7 +237,13 @@ void BM_OpUnderStream(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_OpUnderStream)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8}, {0, 1, 3}, {0, 15}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8}, {0, 1, 3}, {0, 15}, {0}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(20);
+// the other stream kinds, for the operations that matter at a stage boundary
+BENCHMARK(BM_OpUnderStream)
+    ->ArgsProduct({{0, 1, 2, 4}, {3}, {0, 15}, {1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(20);

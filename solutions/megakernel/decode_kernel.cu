@@ -119,6 +119,9 @@ __device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, 
     } else {
       grid_arrive(p.barrier, sync_tid);
     }
+    // split 2: the other warps issue after the arrival's fence has completed, so that the fence
+    // does not also wait for those copies
+    if (p.split_barrier == 2) __syncthreads();
     between();
     grid_wait(p.barrier, unsigned(index + 1) * gridDim.x, sync_tid);
     __syncthreads();
@@ -255,8 +258,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
                    true, gemv_stats(p, 1));
     mark_done(p, 5 * li + 2);
     // The next GEMV's first ring stages not yet issued: after the arrival (split phase), so that
-    // their issue overlaps the barrier's wait (-3 to -19 us per token, NOTES.md v15). The release
-    // fence still waits for them (it waits for every copy the SM has in flight).
+    // their issue overlaps the barrier's wait (-3 to -19 us per token, NOTES.md v15), and (v18) once
+    // the arrival's release fence has completed: it waits for every copy the SM has in flight,
+    // including those issued while it runs (-8 us).
     if (!split) ring_prefetch(layer_mat(p, kPlanGu, li), pl_gu, ring);
     stage_barrier(p, 5 * li + 2, 4 * li + 1, [&] {
       if (split) ring_prefetch(layer_mat(p, kPlanGu, li), pl_gu, ring);

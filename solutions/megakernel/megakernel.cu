@@ -473,7 +473,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   if (const char* pf = std::getenv("NIBBLE_MK_PFENCE"); pf && *pf) P.proxy_fence = std::atoi(pf) == 0 ? 0 : 1;
   if (const char* l2 = std::getenv("NIBBLE_MK_L2PF"); l2 && *l2) P.l2_prefetch = std::atoi(l2) & 7;
   if (const char* kp = std::getenv("NIBBLE_MK_KVPF"); kp && *kp) P.kv_prefetch = *kp == '1' ? 1 : 0;
-  if (const char* sp = std::getenv("NIBBLE_MK_SPLIT"); sp && *sp) P.split_barrier = *sp == '0' ? 0 : 1;
+  if (const char* sp = std::getenv("NIBBLE_MK_SPLIT"); sp && *sp) P.split_barrier = std::min(std::max(std::atoi(sp), 0), 2);
   P.sync_warp = sync_warp ? 1 : 0;
   if (const char* dl = std::getenv("NIBBLE_MK_DELAY"); dl && *dl) {
     int where = 0, ns = 0;

@@ -235,11 +235,14 @@ struct DecodeParams {
    *  attention stage itself (v15: ~5-10 us per token faster, the barrier's release fence waits for
    *  copies in flight). NIBBLE_MK_KVPF=1 for an A/B. */
   int kv_prefetch = 0;
-  /** 1: the next GEMV's first ring stages that the current GEMV did not issue are issued between
-   *  the block's arrival at the grid barrier and its wait (split phase; v15); 0: before the
-   *  arrival. NIBBLE_MK_SPLIT=0 for an A/B. (The generation barrier, barrier_mode 0, has no split:
-   *  they are issued before it.) */
-  int split_barrier = 1;
+  /** 2 (v18): the next GEMV's first ring stages that the current GEMV did not issue are issued
+   *  after the block's arrival at the grid barrier has completed (a block barrier after it) and
+   *  before its wait: the arrival's release fence waits for every bulk copy the SM has in flight,
+   *  including those other warps issue while it runs (v18: -8 us per token against 1); 1 (v15):
+   *  issued between the arrival and the wait, while the fence runs; 0: before the arrival.
+   *  NIBBLE_MK_SPLIT=0/1 for an A/B. (The generation barrier, barrier_mode 0, has no split: they
+   *  are issued before it.) */
+  int split_barrier = 2;
   /** 0: thread 0 arrives at the grid barriers, polls the flags and releases the attention's
    *  counts; 1: lane 0 of the last warp does, and that warp has no GEMV units (the plans give its
    *  units to the other 15), so it issues no bulk copy. Measured no faster (v15): a fence waits for
