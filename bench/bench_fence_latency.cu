@@ -11,8 +11,8 @@
 // land_cycles = from the issue to warp 1's last copy landing (how long the stream in flight takes
 // to arrive; warp 1 is never `who`).
 //
-// The stream may also be (kind 1) cp.async 16-byte copies from every lane of the issuing warps
-// (LDGSTS: through the L1, completing per thread) or (kind 2) 16-byte ld.global.nc loads into
+// The stream may also be (kind 1) cp.async.cg 16-byte copies from every lane of the issuing warps
+// (LDGSTS, L2 only, completing per thread) or (kind 2) 16-byte ld.global.nc loads into
 // registers, consumed after the timed operation: does a fence from a warp that issued nothing wait
 // for those too, as it does for the copy engine's bulk copies (kind 0)?
 //

@@ -236,9 +236,10 @@ struct DecodeParams {
    *  copies in flight). NIBBLE_MK_KVPF=1 for an A/B. */
   int kv_prefetch = 0;
   /** 2 (v18): the next GEMV's first ring stages that the current GEMV did not issue are issued
-   *  after the block's arrival at the grid barrier has completed (a block barrier after it) and
-   *  before its wait: the arrival's release fence waits for every bulk copy the SM has in flight,
-   *  including those other warps issue while it runs (v18: -8 us per token against 1); 1 (v15):
+   *  after the release fence of the block's arrival at the grid barrier has completed (a block
+   *  barrier after the arrival) and before its wait: the fence waits for every bulk copy the SM has
+   *  in flight, and, by the measurement, also for those other warps issue while it runs (v18:
+   *  -8 us per token against 1); 1 (v15):
    *  issued between the arrival and the wait, while the fence runs; 0: before the arrival.
    *  NIBBLE_MK_SPLIT=0/1 for an A/B. (The generation barrier, barrier_mode 0, has no split: they
    *  are issued before it.) */
