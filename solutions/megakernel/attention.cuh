@@ -19,10 +19,12 @@
 // release fence waits for those copies).
 // v3-v7 loaded the rows with 8-byte LDGs per lane, 72 KB per SM through the L1's miss queue, which
 // arrived at ~10 GB/s per SM (trace: 7.4 us from the barrier to the scores; NOTES.md).
-// Warp w takes slots a + w, a + w + 16, ... of a sub-chunk from shared memory, scored with an online
-// softmax per warp in log2 units (q pre-scaled by log2(e)/sqrt(hd): one exp2 per score); the 16
-// warps merge in shared memory and the block writes one partial (max, sum, weighted V) per query
-// head. The block whose chunk holds pos writes the rotated k and the v of this step into slot pos
+// (v19) Warp w takes the 16-slot tiles a + 16 w, a + 16 (w + 16), ... of a sub-chunk from shared
+// memory: scores S^T = K Q^T and the weighted V O^T = V^T P^T on the tensor cores (mma.m16n8k16
+// bf16, q and P each split into bf16 hi + lo, fp32 accumulation), an online softmax per warp in
+// log2 units (q pre-scaled by log2(e)/sqrt(hd): one exp2 per score); v3-v18 scored one slot per
+// warp with a 5-shuffle reduction per slot and query head. The warps merge in shared memory and the
+// block writes one partial (max, sum, weighted V) per query head. The block whose chunk holds pos writes the rotated k and the v of this step into slot pos
 // (bf16, nearest even) and uses exactly those bf16 values for slot pos (its copy may hold the old
 // row), as the reference reads its cache. A counter per KV head (release: fence + atomic) elects
 // the last block, which combines the chunks (acquire: fence; every chunk's (m, l, o) loaded in one
@@ -40,7 +42,6 @@
 
 namespace nibble::megakernel {
 
-constexpr int kAttnBatch = 9;  // cache rows per warp and batch: 144 slots / 16 warps
 /** Shared memory of one sub-chunk of K and V rows (K rows, then V rows): 144 slots at hd 128, 288
  *  at hd 64. The decode kernel lays it over its GEMV input vectors, free during the attention. */
 constexpr int kAttnKvBytes = 144 * 128 * 2 * 2;
@@ -132,39 +133,28 @@ __device__ __forceinline__ void attention_prefetch(AttnKv& kv, const uint16_t* k
   kv.state |= 2u;
 }
 
-__device__ __forceinline__ float warp_sum_all(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-  return v;
-}
-
 __device__ __forceinline__ uint16_t to_bf16_rn(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
-/** EPL = hd/32 bf16 of one cache row for one lane, kept as raw bits until used. */
-template <int EPL>
-struct RowBits {
-  uint32_t b[EPL / 2];
-};
-
-template <int EPL>
-__device__ __forceinline__ RowBits<EPL> load_row_bits(const uint32_t* p) {
-  RowBits<EPL> r;
-  if constexpr (EPL == 4) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
-    r.b[0] = v.x;
-    r.b[1] = v.y;
-  } else {
-    static_assert(EPL == 2, "hd 64 or 128");
-    r.b[0] = *p;
-  }
-  return r;
+/** x0, x1 as bf16x2 hi + lo (x0 in the low halves): hi = bf16(x), lo = bf16(x - hi), so that
+ *  hi + lo holds ~16 significant bits of x (x - hi is exact in fp32). */
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const float2 hf = __bfloat1622float2(h);
+  const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
 }
 
-/** Element e of a row slice as fp32 (the lower address is the low half of each word). */
-template <int EPL>
-__device__ __forceinline__ float row_elem(const RowBits<EPL>& r, int e) {
-  const uint32_t w = r.b[e >> 1];
-  return (e & 1) ? __uint_as_float(w & 0xFFFF0000u) : __uint_as_float(w << 16);
+/** d += A B, mma.sync m16n8k16 bf16 x bf16 -> fp32 (PTX ISA, "Matrix fragments for mma.m16n8k16"):
+ *  lane (g, t) passes A rows g / g + 8 at k 2t, 2t + 1 (a0, a1) and k 2t + 8, 2t + 9 (a2, a3), B
+ *  column g at k 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1), and holds d rows g (d0, d1) and g + 8
+ *  (d2, d3) at columns 2t, 2t + 1. The lower k or column is the register's low half. */
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 /**
@@ -184,7 +174,7 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
                                 uint16_t* v_cache, int n_q, int n_kv, int max_seq, int pos, float* part,
                                 int max_chunks, unsigned* count, float* out, float* smem, AttnKv& kv,
                                 unsigned* done = nullptr, long long* tr = nullptr, unsigned sync_tid = 0) {
-  constexpr int EPL = HD / 32, HALF = HD / 2, WPL = EPL / 2;  // elements / words per lane
+  constexpr int HALF = HD / 2;
   constexpr int S = attn_kv_slots<HD>();
   const int rep = n_q / n_kv;
   const AttnGeom geo = attn_geom(pos, max_chunks, n_kv);
@@ -261,19 +251,18 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
     __syncthreads();  // q_s, knew_s / vnew_s visible to the block
     trace_mark(item, 0, clock64());
 
-    float qr[kMaxRep][EPL];
+    // 3b. Scores and weighted V on the tensor cores (v19), one 16-slot tile per warp at a time.
+    //     Lane (g, t) = (lane / 4, lane % 4) of mma.m16n8k16 holds the scores of the tile's slots g
+    //     and g + 8 for query heads 2t and 2t + 1 (C of S^T = K Q^T: 16 slots x 8 heads, heads past
+    //     rep are zero columns), and the rows of O^T = V^T P^T (HD dims x 8 heads) of its g for the
+    //     same two heads, so the online softmax's rescale never leaves the lane.
+    const int g = lane >> 2, t = lane & 3;
+    constexpr int MT = HD / 16;  // O^T's 16-dim tiles; also the scores' k16 steps
+    float mh[2] = {-INFINITY, -INFINITY}, lh[2] = {0.f, 0.f};  // heads 2t, 2t + 1 (lh: this lane's slots)
+    float oacc[MT][4];
 #pragma unroll
-    for (int j = 0; j < kMaxRep; ++j)
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) qr[j][e] = j < rep ? q_s[j * HD + lane * EPL + e] : 0.f;
-    float m[kMaxRep], l[kMaxRep], o[kMaxRep][EPL];
-#pragma unroll
-    for (int j = 0; j < kMaxRep; ++j) {
-      m[j] = -INFINITY;
-      l[j] = 0.f;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) o[j][e] = 0.f;
-    }
+    for (int i = 0; i < MT; ++i) oacc[i][0] = oacc[i][1] = oacc[i][2] = oacc[i][3] = 0.f;
+    const float* qg = q_s + (g < rep ? g : 0) * HD;
 
     for (int a = s0; a < s1; a += S) {
       const int b = min(s1, a + S);
@@ -282,62 +271,127 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
         if (threadIdx.x == 0) attn_kv_issue<HD>(kv, k_cache, v_cache, kvh, max_seq, a, b);
       }
       attn_kv_wait(kv);
-      for (int base = a + warp; base < b; base += kWarps * kAttnBatch) {
-        RowBits<EPL> kr[kAttnBatch], vr[kAttnBatch];
+      for (int tile = a + 16 * warp; tile < b; tile += 16 * kWarps) {
+        // Scores. The dot product's order is free, so logical k = 2t + e (+ 8) of step (j, h) is dim
+        // 8t + 32j + 4h + e (+ 2): every A register of K comes from 16-byte row loads, no ldmatrix,
+        // and q's B registers use the same map. q = hi + lo in bf16 (two chains): ~16 bits of q as
+        // the fp32 path had 24, K is bf16 in the cache, products and sums fp32.
+        const int r0 = tile + g, r1 = r0 + 8;
+        const uint32_t* k0 = r0 == pos ? knew_s : kbuf + (r0 - a) * (HD / 2);
+        const uint32_t* k1 = r1 == pos ? knew_s : kbuf + (r1 - a) * (HD / 2);
+        float shi[4] = {0.f, 0.f, 0.f, 0.f}, slo[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int i = 0; i < kAttnBatch; ++i) {
-          const int sl = base + kWarps * i;
-          if (sl < b) {  // (a row past b must be zeros, not knew_s: 0 x NaN in the weighted V is NaN)
-            const bool fresh = sl == pos;
-            kr[i] = load_row_bits<EPL>(fresh ? knew_s + lane * WPL : kbuf + (sl - a) * (HD / 2) + lane * WPL);
-            vr[i] = load_row_bits<EPL>(fresh ? vnew_s + lane * WPL : vbuf + (sl - a) * (HD / 2) + lane * WPL);
-          } else {
-#pragma unroll
-            for (int w = 0; w < WPL; ++w) kr[i].b[w] = vr[i].b[w] = 0u;
+        for (int j = 0; j < HD / 32; ++j) {
+          const uint4 ka = *reinterpret_cast<const uint4*>(k0 + 4 * t + 16 * j);
+          const uint4 kb = *reinterpret_cast<const uint4*>(k1 + 4 * t + 16 * j);
+          float4 q0 = make_float4(0.f, 0.f, 0.f, 0.f), q1 = q0;
+          if (g < rep) {
+            q0 = *reinterpret_cast<const float4*>(qg + 8 * t + 32 * j);
+            q1 = *reinterpret_cast<const float4*>(qg + 8 * t + 32 * j + 4);
           }
+          uint32_t bh0, bl0, bh1, bl1;
+          split_bf16x2(q0.x, q0.y, bh0, bl0);
+          split_bf16x2(q0.z, q0.w, bh1, bl1);
+          mma_bf16_16816(shi, ka.x, kb.x, ka.y, kb.y, bh0, bh1);
+          mma_bf16_16816(slo, ka.x, kb.x, ka.y, kb.y, bl0, bl1);
+          split_bf16x2(q1.x, q1.y, bh0, bl0);
+          split_bf16x2(q1.z, q1.w, bh1, bl1);
+          mma_bf16_16816(shi, ka.z, kb.z, ka.w, kb.w, bh0, bh1);
+          mma_bf16_16816(slo, ka.z, kb.z, ka.w, kb.w, bl0, bl1);
+        }
+        // Online softmax over the tile: slots past b score -inf (their K rows are stale bytes).
+        float sc[4];
+        sc[0] = r0 < b ? shi[0] + slo[0] : -INFINITY;
+        sc[1] = r0 < b ? shi[1] + slo[1] : -INFINITY;
+        sc[2] = r1 < b ? shi[2] + slo[2] : -INFINITY;
+        sc[3] = r1 < b ? shi[3] + slo[3] : -INFINITY;
+        float mx0 = fmaxf(sc[0], sc[2]), mx1 = fmaxf(sc[1], sc[3]);
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) {  // over g: the lanes that share t
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, off));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, off));
+        }
+        mx0 = fmaxf(mh[0], mx0);  // finite: slot `tile` < b
+        mx1 = fmaxf(mh[1], mx1);
+        const float c0 = exp2f(mh[0] - mx0), c1 = exp2f(mh[1] - mx1);  // 0 on the first tile
+        mh[0] = mx0;
+        mh[1] = mx1;
+        const float p0 = exp2f(sc[0] - mx0), p1 = exp2f(sc[1] - mx1), p2 = exp2f(sc[2] - mx0),
+                    p3 = exp2f(sc[3] - mx1);
+        lh[0] = fmaf(lh[0], c0, p0 + p2);
+        lh[1] = fmaf(lh[1], c1, p1 + p3);
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          oacc[i][0] *= c0;
+          oacc[i][1] *= c1;
+          oacc[i][2] *= c0;
+          oacc[i][3] *= c1;
+        }
+        // P^T's B registers: lane (g, t) needs P[slot 2t, 2t + 1][head g] and P[2t + 8, 2t + 9][g],
+        // held by lanes 8t + g / 2 and 8t + 4 + g / 2 (slot g' = 2t, 2t + 1, heads 2(g / 2) + {0, 1}).
+        // P = hi + lo in bf16 as q.
+        uint32_t w0h, w0l, w1h, w1l;  // (slot g, heads 2t | 2t + 1), (slot g + 8, same heads)
+        split_bf16x2(p0, p1, w0h, w0l);
+        split_bf16x2(p2, p3, w1h, w1l);
+        const int src0 = 8 * t + (g >> 1), src1 = src0 + 4;
+        const uint32_t sel = (g & 1) ? 0x7632u : 0x5410u;
+        const uint32_t pb0h = __byte_perm(__shfl_sync(0xFFFFFFFFu, w0h, src0), __shfl_sync(0xFFFFFFFFu, w0h, src1), sel);
+        const uint32_t pb0l = __byte_perm(__shfl_sync(0xFFFFFFFFu, w0l, src0), __shfl_sync(0xFFFFFFFFu, w0l, src1), sel);
+        const uint32_t pb1h = __byte_perm(__shfl_sync(0xFFFFFFFFu, w1h, src0), __shfl_sync(0xFFFFFFFFu, w1h, src1), sel);
+        const uint32_t pb1l = __byte_perm(__shfl_sync(0xFFFFFFFFu, w1l, src0), __shfl_sync(0xFFFFFFFFu, w1l, src1), sel);
+        // O^T += V^T P^T: row g of m-tile i is dim (HD / 8) g + 2i, row g + 8 the next dim, so a
+        // lane reads HD / 8 contiguous dims of each of its 4 slots (2t, 2t + 1, 2t + 8, 2t + 9) and
+        // pairs two slots' halves with one PRMT per A register. Rows past b are zeros (P is 0 there,
+        // but 0 x a stale NaN is NaN).
+        const uint32_t* vrow[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int v = tile + 2 * t + (u & 1) + 8 * (u >> 1);
+          vrow[u] = v == pos ? vnew_s : (v < b ? vbuf + (v - a) * (HD / 2) : nullptr);
         }
 #pragma unroll
-        for (int j = 0; j < kMaxRep; ++j) {
-          if (j < rep) {
-            float sc[kAttnBatch];
-            float mx = m[j];
+        for (int hq = 0; hq < HD / 64; ++hq) {  // 16-byte quarters of the lane's HD / 8 dims
+          uint4 w[4];
 #pragma unroll
-            for (int i = 0; i < kAttnBatch; ++i) {
-              float dot = 0.f;
+          for (int u = 0; u < 4; ++u)
+            w[u] = vrow[u] ? *reinterpret_cast<const uint4*>(vrow[u] + (HD / 16) * g + 4 * hq) : make_uint4(0u, 0u, 0u, 0u);
+          const uint32_t* w0 = &w[0].x;
+          const uint32_t* w1 = &w[1].x;
+          const uint32_t* w2 = &w[2].x;
+          const uint32_t* w3 = &w[3].x;
 #pragma unroll
-              for (int e = 0; e < EPL; ++e) dot = fmaf(qr[j][e], row_elem<EPL>(kr[i], e), dot);
-              dot = warp_sum_all(dot);
-              sc[i] = (base + kWarps * i < b) ? dot : -INFINITY;
-              mx = fmaxf(mx, sc[i]);
-            }
-            const float corr = exp2f(m[j] - mx);  // 0 on the first batch (m = -inf, mx finite)
-            l[j] *= corr;
-#pragma unroll
-            for (int e = 0; e < EPL; ++e) o[j][e] *= corr;
-#pragma unroll
-            for (int i = 0; i < kAttnBatch; ++i) {
-              const float pr = exp2f(sc[i] - mx);
-              l[j] += pr;
-#pragma unroll
-              for (int e = 0; e < EPL; ++e) o[j][e] = fmaf(pr, row_elem<EPL>(vr[i], e), o[j][e]);
-            }
-            m[j] = mx;
+          for (int e = 0; e < 4; ++e) {
+            const int i = 4 * hq + e;
+            const uint32_t a0 = __byte_perm(w0[e], w1[e], 0x5410u), a1 = __byte_perm(w0[e], w1[e], 0x7632u);
+            const uint32_t a2 = __byte_perm(w2[e], w3[e], 0x5410u), a3 = __byte_perm(w2[e], w3[e], 0x7632u);
+            mma_bf16_16816(oacc[i], a0, a1, a2, a3, pb0h, pb1h);
+            mma_bf16_16816(oacc[i], a0, a1, a2, a3, pb0l, pb1l);
           }
         }
       }
+    }
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+      lh[0] += __shfl_xor_sync(0xFFFFFFFFu, lh[0], off);
+      lh[1] += __shfl_xor_sync(0xFFFFFFFFu, lh[1], off);
     }
     __syncthreads();  // every warp done with the K/V buffer before o_s is written over it
     trace_mark(item, 1, clock64());
 
     // 4. Merge the warps' partials; a warp without slots has m = -inf, l = 0, o = 0.
 #pragma unroll
-    for (int j = 0; j < kMaxRep; ++j) {
+    for (int hh = 0; hh < 2; ++hh) {
+      const int j = 2 * t + hh;
       if (j < rep) {
 #pragma unroll
-        for (int e = 0; e < EPL; ++e) o_s[(warp * kMaxRep + j) * HD + lane * EPL + e] = o[j][e];
-        if (lane == 0) {
-          ml_s[(warp * kMaxRep + j) * 2] = m[j];
-          ml_s[(warp * kMaxRep + j) * 2 + 1] = l[j];
+        for (int i = 0; i < MT; ++i) {
+          float* oj = o_s + (warp * kMaxRep + j) * HD + (HD / 8) * g + 2 * i;
+          oj[0] = oacc[i][hh];
+          oj[1] = oacc[i][2 + hh];
+        }
+        if (g == 0) {
+          ml_s[(warp * kMaxRep + j) * 2] = mh[hh];
+          ml_s[(warp * kMaxRep + j) * 2 + 1] = lh[hh];
         }
       }
     }
