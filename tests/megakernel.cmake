@@ -35,5 +35,13 @@ set_tests_properties(nibble.test.megakernel_decode_tiny_group_major PROPERTIES
   LABELS "gpu"
   SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
   ENVIRONMENT "NIBBLE_MK_CHUNK=1:1;NIBBLE_MK_SPLIT=1;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
+# The same with o-proj merging the attention's chunks itself (NIBBLE_MK_OCOMB=1: no combining
+# block, o waits for every chunk's count of its heads), group-major so that a block merges only a
+# subset of the heads.
+add_test(NAME nibble.test.megakernel_decode_tiny_o_combine COMMAND test_megakernel_decode_tiny)
+set_tests_properties(nibble.test.megakernel_decode_tiny_o_combine PROPERTIES
+  LABELS "gpu"
+  SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
+  ENVIRONMENT "NIBBLE_MK_OCOMB=1;NIBBLE_MK_CHUNK=1:1;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
 set_target_properties(test_megakernel_stages test_megakernel_decode_tiny test_megakernel_abi PROPERTIES
   CUDA_RUNTIME_LIBRARY Shared)

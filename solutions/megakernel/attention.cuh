@@ -158,6 +158,44 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
 }
 
 /**
+ * Element e of query head j of the attention output, from the n_chunks partials (m, l, o[hd]) of
+ * part (n_q, max_chunks, hd + 2) fp32 (log2-domain max, sum, weighted V; written by
+ * attention_stage and released by its count): every chunk's (m, l, o) loaded at once
+ * (kCombineBatch chunks per L2 round trip) and merged online, o / l returned. The caller has
+ * acquired the partials (the count, a fence or a flag, then a block barrier).
+ */
+template <int HD>
+__device__ __forceinline__ float combine_chunks(const float* part, int max_chunks, int n_chunks, int j, int e) {
+  const float* pj = part + size_t(j) * max_chunks * (HD + 2);
+  float M = -INFINITY, L = 0.f, O = 0.f;
+  for (int c0 = 0; c0 < n_chunks; c0 += kCombineBatch) {
+    float mc[kCombineBatch], lc[kCombineBatch], oc[kCombineBatch];
+#pragma unroll
+    for (int i = 0; i < kCombineBatch; ++i) {
+      const float* pc = pj + size_t(c0 + i) * (HD + 2);
+      const bool in = c0 + i < n_chunks;
+      mc[i] = in ? __ldcg(pc) : -INFINITY;
+      lc[i] = in ? __ldcg(pc + 1) : 0.f;
+      oc[i] = in ? __ldcg(pc + 2 + e) : 0.f;
+    }
+    float mx = M;
+#pragma unroll
+    for (int i = 0; i < kCombineBatch; ++i) mx = fmaxf(mx, mc[i]);
+    const float corr = M == -INFINITY ? 0.f : exp2f(M - mx);
+    L *= corr;
+    O *= corr;
+#pragma unroll
+    for (int i = 0; i < kCombineBatch; ++i) {
+      const float f = mc[i] == -INFINITY ? 0.f : exp2f(mc[i] - mx);
+      L = fmaf(lc[i], f, L);
+      O = fmaf(oc[i], f, O);
+    }
+    M = mx;
+  }
+  return O / L;
+}
+
+/**
  * The attention of one layer for every query head, written to out. Block-wide, all blocks of the
  * grid call it; out is complete once every block has returned and passed a grid barrier.
  * part: (n_q, max_chunks, hd + 2) with max_chunks = attn_max_chunks(gridDim.x, n_kv); count: (n_kv)
@@ -168,8 +206,12 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
  * tr (optional, tracing): kAttnMarks clock64() values of this block's first item (megakernel.h).
  * sync_tid: the thread that takes the count and releases done (a fence waits for every bulk copy
  * the SM has in flight, whichever warp issued it: bench_fence_latency).
+ * CONSUMER_COMBINE (after v19, NIBBLE_MK_OCOMB=1; not yet measured): no block combines; every
+ * block releases its partials by adding 1 to count[kv head], which then only grows (n_chunks per
+ * layer; the caller zeroes it at the end of the launch), and the consumer waits for its heads'
+ * counts and merges the partials itself (combine_chunks). out and done are not written.
  */
-template <int HD>
+template <int HD, bool CONSUMER_COMBINE = false>
 __device__ void attention_stage(const float* qkv, const float2* __restrict__ rope, uint16_t* k_cache,
                                 uint16_t* v_cache, int n_q, int n_kv, int max_seq, int pos, float* part,
                                 int max_chunks, unsigned* count, float* out, float* smem, AttnKv& kv,
@@ -378,7 +420,7 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
     __syncthreads();  // every warp done with the K/V buffer before o_s is written over it
     trace_mark(item, 1, clock64());
 
-    // 4. Merge the warps' partials; a warp without slots has m = -inf, l = 0, o = 0.
+    // 4. Merge the warps' partials (a warp without slots writes m = -inf, l = 0, o = 0).
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int j = 2 * t + hh;
@@ -396,12 +438,14 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
       }
     }
     __syncthreads();
+    // Only the first nw warps had a tile (a sub-chunk is at most S slots, the first the longest).
+    const int nw = min(kWarps, (min(s1 - s0, S) + 15) / 16);
     for (int idx = threadIdx.x; idx < rep * HD; idx += blockDim.x) {
       const int j = idx / HD, e = idx % HD;
       float M = -INFINITY;
-      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ml_s[(w * kMaxRep + j) * 2]);
+      for (int w = 0; w < nw; ++w) M = fmaxf(M, ml_s[(w * kMaxRep + j) * 2]);
       float L = 0.f, O = 0.f;
-      for (int w = 0; w < kWarps; ++w) {
+      for (int w = 0; w < nw; ++w) {
         const float mw = ml_s[(w * kMaxRep + j) * 2];
         const float f = mw == -INFINITY ? 0.f : exp2f(mw - M);
         L = fmaf(ml_s[(w * kMaxRep + j) * 2 + 1], f, L);
@@ -416,6 +460,12 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
     }
     __syncthreads();
     trace_mark(item, 2, clock64());
+    if constexpr (CONSUMER_COMBINE) {
+      // release the block's partials (ordered before by the barrier) with the count
+      if (threadIdx.x == sync_tid) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count + kvh) : "memory");
+      trace_mark(item, 3, clock64());
+      continue;
+    }
     if (threadIdx.x == sync_tid) {
       __threadfence();  // release the block's partials (ordered before by the barrier) before the count
       const bool last = atomicAdd(count + kvh, 1u) == unsigned(n_chunks - 1);
@@ -426,37 +476,10 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
     trace_mark(item, 3, clock64());
     trace_mark(item, 5, *last_s);
     if (*last_s) {
-      // 5. Combine the chunks: each output element loads every chunk's (m, l, o) at once
-      //    (kCombineBatch chunks per round trip of L2; one at 15 chunks) and merges them online.
+      // 5. Combine the chunks (combine_chunks: one L2 round trip at 15 chunks).
       for (int idx = threadIdx.x; idx < rep * HD; idx += blockDim.x) {
-        const int j = idx / HD, e = idx % HD;
-        const float* pj = part + size_t(kvh * rep + j) * max_chunks * (HD + 2);
-        float M = -INFINITY, L = 0.f, O = 0.f;
-        for (int c0 = 0; c0 < n_chunks; c0 += kCombineBatch) {
-          float mc[kCombineBatch], lc[kCombineBatch], oc[kCombineBatch];
-#pragma unroll
-          for (int i = 0; i < kCombineBatch; ++i) {
-            const float* pc = pj + size_t(c0 + i) * (HD + 2);
-            const bool in = c0 + i < n_chunks;
-            mc[i] = in ? __ldcg(pc) : -INFINITY;
-            lc[i] = in ? __ldcg(pc + 1) : 0.f;
-            oc[i] = in ? __ldcg(pc + 2 + e) : 0.f;
-          }
-          float mx = M;
-#pragma unroll
-          for (int i = 0; i < kCombineBatch; ++i) mx = fmaxf(mx, mc[i]);
-          const float corr = M == -INFINITY ? 0.f : exp2f(M - mx);
-          L *= corr;
-          O *= corr;
-#pragma unroll
-          for (int i = 0; i < kCombineBatch; ++i) {
-            const float f = mc[i] == -INFINITY ? 0.f : exp2f(mc[i] - mx);
-            L = fmaf(lc[i], f, L);
-            O = fmaf(oc[i], f, O);
-          }
-          M = mx;
-        }
-        out[size_t(kvh * rep + j) * HD + e] = O / L;
+        const int j = kvh * rep + idx / HD, e = idx % HD;
+        out[size_t(j) * HD + e] = combine_chunks<HD>(part, max_chunks, n_chunks, j, e);
       }
       if (threadIdx.x == sync_tid) atomicExch(count + kvh, 0u);
       if (done) {

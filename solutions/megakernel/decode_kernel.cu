@@ -136,8 +136,10 @@ __device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, 
 }
 
 /** Instead of a grid barrier after the attention (stage `stage` of layer li): wait until the KV
- *  heads whose query heads are o-proj inputs [128 g0, 128 g1) are combined (attention.cuh's done),
+ *  heads whose query heads are o-proj inputs [128 g0, 128 g1) are combined (attention.cuh's done)
+ *  or, with OCOMB (DecodeParams::o_combine), until every chunk's partial of them is released,
  *  traced as that stage's arrival and release. */
+template <bool OCOMB>
 __device__ __forceinline__ void wait_heads(const DecodeParams& p, int stage, int li, int g0, int g1) {
   if (p.trace) {
     __syncthreads();
@@ -146,7 +148,11 @@ __device__ __forceinline__ void wait_heads(const DecodeParams& p, int stage, int
   if (g1 > g0) {
     const int rep = p.n_q / p.n_kv;
     const int h0 = g0 * kGroup / p.hd / rep, h1 = ((g1 * kGroup - 1) / p.hd) / rep;
-    for (int h = h0; h <= h1; ++h) wait_flag(p.attn_done + h, unsigned(li + 1), sync_thread(p));
+    // o_combine: every chunk's partial of the head released (the counts grow by n_chunks a layer)
+    const unsigned* flags = OCOMB ? p.attn_count : p.attn_done;
+    const unsigned target = OCOMB ? unsigned(li + 1) * unsigned(attn_geom(p.pos, p.max_chunks, p.n_kv).n_chunks)
+                                  : unsigned(li + 1);
+    for (int h = h0; h <= h1; ++h) wait_flag(flags + h, target, sync_thread(p));
   }
   __syncthreads();
   mark(p, 2 + 2 * stage);
@@ -168,7 +174,9 @@ __device__ __forceinline__ PackedMatrix layer_mat(const DecodeParams& p, int kin
   return m;
 }
 
-template <int HD>
+// OCOMB = p.o_combine, a template argument so that the default kernel carries none of its code
+// (as a run-time branch it cost the hd-128 kernel 16 / 32 bytes of spills).
+template <int HD, bool OCOMB>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int qdim = p.n_q * HD;
@@ -236,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     stage_barrier(p, 5 * li + 0, 4 * li + 0);
 
     // 2. RoPE, KV append, attention -> attn; the last block of each KV head releases attn_done.
-    attention_stage<HD>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,
+    attention_stage<HD, OCOMB>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,
                         p.attn_count, p.attn, att, kv, p.attn_done,
                         p.trace ? p.trace + size_t(blockIdx.x) * trace_marks(p.n_layers) + trace_attn(p.n_layers, li)
                                 : nullptr,
@@ -246,10 +254,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     ring_prefetch(layer_mat(p, kPlanO, li), pl_o, ring);
     // o's units come in chunks of groups: a group is 128 / hd query heads
     block_groups(p.mat0[kPlanO], plan[kPlanO * kWarps], plan[kPlanO * kWarps + kWarps - 1], &g0, &g1);
-    wait_heads(p, 5 * li + 1, li, g0, g1);
+    wait_heads<OCOMB>(p, 5 * li + 1, li, g0, g1);
 
-    // 3. h += W_o attn, from this block's heads of attn only.
-    load_vector(p.attn + g0 * kGroup, (g1 - g0) * kGroup, xs + g0 * kGroup);
+    // 3. h += W_o attn, from this block's heads of attn only (o_combine: merged here from the
+    //    attention's partials, one L2 round trip, instead of loaded after a combining block's flag).
+    if constexpr (OCOMB) {
+      const int n_chunks = attn_geom(p.pos, p.max_chunks, p.n_kv).n_chunks;
+      for (int i = g0 * kGroup + int(threadIdx.x); i < g1 * kGroup; i += kThreads)
+        xs[i] = combine_chunks<HD>(p.part, p.max_chunks, n_chunks, i / HD, i % HD);
+    } else {
+      load_vector(p.attn + g0 * kGroup, (g1 - g0) * kGroup, xs + g0 * kGroup);
+    }
     __syncthreads();
     build_x_limbs(xs, qdim, xf, nullptr, 1.f, g0, g1);
     __syncthreads();
@@ -314,15 +329,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   build_x_limbs(xs, p.d, xf, gn, rs);
   __syncthreads();
   gemv_run(p.head, pl_head, p.logits, xquant_view(xf, p.d), ring, p.head, pl_head, false, gemv_stats(p, 4));
-  kernel_done(p.barrier, p.attn_done, p.n_kv);
+  kernel_done(p.barrier, p.attn_count, 2 * p.n_kv);  // attn_count, then attn_done (o_combine's counts grow)
   if (p.trace) {
     __syncthreads();
     mark(p, 1 + 10 * p.n_layers);  // the end
   }
 }
 
-const void* kernel_for(int hd) {
-  return hd == 64 ? reinterpret_cast<const void*>(&decode_kernel<64>) : reinterpret_cast<const void*>(&decode_kernel<128>);
+const void* kernel_for(int hd, bool o_combine) {
+  if (hd == 64) return o_combine ? reinterpret_cast<const void*>(&decode_kernel<64, true>)
+                                 : reinterpret_cast<const void*>(&decode_kernel<64, false>);
+  return o_combine ? reinterpret_cast<const void*>(&decode_kernel<128, true>)
+                   : reinterpret_cast<const void*>(&decode_kernel<128, false>);
 }
 
 }  // namespace
@@ -335,8 +353,10 @@ cudaError_t decode_grid_blocks(int hd, size_t smem, int* blocks) {
   int dev = 0, sms = 0, per_sm = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel_for(hd), cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(hd), kThreads, smem);
+  for (const bool oc : {false, true})
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel_for(hd, oc), cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  // both variants take the same shared memory and registers (__launch_bounds__(kThreads, 1))
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(hd, false), kThreads, smem);
   if (e != cudaSuccess) return e;
   *blocks = sms * std::min(per_sm, 1);  // one block per SM: the work split assumes 16 warps per SM
   return cudaSuccess;
@@ -376,7 +396,7 @@ cudaError_t launch_decode(const DecodeParams& p, int blocks, size_t smem, cudaSt
     return cudaErrorInvalidValue;
   DecodeParams args = p;
   void* kargs[] = {&args};
-  return cudaLaunchCooperativeKernel(kernel_for(p.hd), dim3(unsigned(blocks)), dim3(kThreads), kargs, smem, stream);
+  return cudaLaunchCooperativeKernel(kernel_for(p.hd, p.o_combine != 0), dim3(unsigned(blocks)), dim3(kThreads), kargs, smem, stream);
 }
 
 }  // namespace nibble::megakernel

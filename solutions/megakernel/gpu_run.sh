@@ -2,7 +2,15 @@
 # gpu_run.sh: one call on the GPU machine for the megakernel: build, the stage tests, the tiny
 # decode test, grades (tiny, full seeds 0,1), the block benchmark. Everything it prints goes to
 # $OUT/log.txt too; reports to $OUT/mk-<config>.json, the benchmark to $OUT/bench.json.
-#   STEPS=build,stages,tiny,gtiny,gfull,bench,mma (default: all but mma)  TIMING_S=seconds of timing per grade
+#   STEPS=build,stages,tiny,gtiny,gfull,bench,mma,report,ab (default: build,stages,tiny,gtiny,gfull,bench)
+#   TIMING_S=seconds of timing per grade
+#   report: the untraced grade of the full config, seeds 0 and 1, that README and NOTES quote
+#           ($OUT/megakernel-full.json; set NIBBLE_SOURCE_COMMIT to this checkout's commit, taken on
+#           the CPU machine: the device copy's .git may be stale)
+#   ab:     AB="ENV.. | ENV.." (configs separated by '|'), each graded by ab.sh (seed 0, untraced),
+#           the whole list twice, interleaved; reports and logs in $OUT/ab/r1, r2
+#   PACK=1: everything under $OUT packed into $OUT/mk-out.tgz besides the log and the report (the
+#           device tool brings back at most 8 files)
 set -u
 OUT=${OUT:-/tmp/mk-out}
 mkdir -p "$OUT"
@@ -26,7 +34,11 @@ if has build; then
   run 150 bash -c "cmake --preset hopper -DNIBBLE_BUILD_BENCH=ON >/dev/null && cmake --build --preset hopper -j16 --target nibble nibble_reference nibble_megakernel test_megakernel_stages test_megakernel_decode_tiny bench_megakernel_blocks bench_mma_latency 2>&1 | grep -E 'error|warning|Linking' " || { tail -40 "$OUT/log.txt"; exit 1; }
 fi
 has stages && run 90 $B/tests/test_megakernel_stages --gtest_brief=1
-has tiny && run 60 $B/tests/test_megakernel_decode_tiny
+if has tiny; then  # as the three CTest entries (tests/megakernel.cmake): default, group-major + split 1, o_combine
+  run 60 $B/tests/test_megakernel_decode_tiny
+  run 60 env NIBBLE_MK_CHUNK=1:1 NIBBLE_MK_SPLIT=1 $B/tests/test_megakernel_decode_tiny
+  run 60 env NIBBLE_MK_OCOMB=1 NIBBLE_MK_CHUNK=1:1 $B/tests/test_megakernel_decode_tiny
+fi
 has gtiny && run 60 $B/bin/nibble grade --config tiny --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-tiny.json" --max-timing-seconds 2
 if has gfull; then
   run 100 env NIBBLE_MK_BARRIER=1 NIBBLE_MK_TRACE="$OUT/trace.txt" $B/bin/nibble grade --config full --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-full.json" --max-timing-seconds "$TIMING_S"
@@ -38,5 +50,20 @@ if has gfull0; then  # the generation barrier, for comparison
 fi
 has bench && run 60 $B/bin/bench_megakernel_blocks --benchmark_min_time=0.2 --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
 has mma && run 60 $B/bin/bench_mma_latency --benchmark_out="$OUT/bench-mma.json" --benchmark_out_format=json
+has report && run 120 $B/bin/nibble grade --config full --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/megakernel-full.json"
+if has ab; then
+  IFS='|' read -r -a cfgs <<< "${AB:?ab: set AB=\"ENV.. | ENV..\"}"
+  for round in 1 2; do
+    for cfg in "${cfgs[@]}"; do
+      cfg=$(echo "$cfg" | xargs)  # trim
+      OUT="$OUT/ab/r$round" B=$B bash solutions/megakernel/ab.sh "$cfg" 2>&1 | sed "s/^/[round $round] /" | tee -a "$OUT/log.txt"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || failed=$((failed + 1))
+    done
+  done
+fi
 log "done, $failed step(s) failed"
+if [ "${PACK:-0}" = 1 ]; then
+  tar czf /tmp/mk-out.tgz -C "$OUT" --exclude=log.txt --exclude=megakernel-full.json . && mv /tmp/mk-out.tgz "$OUT/"
+  find "$OUT" -mindepth 1 -maxdepth 1 ! -name log.txt ! -name megakernel-full.json ! -name mk-out.tgz -exec rm -rf {} +
+fi
 [ "$failed" -eq 0 ]

@@ -475,6 +475,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   if (const char* kp = std::getenv("NIBBLE_MK_KVPF"); kp && *kp) P.kv_prefetch = *kp == '1' ? 1 : 0;
   if (const char* sp = std::getenv("NIBBLE_MK_SPLIT"); sp && *sp) P.split_barrier = std::min(std::max(std::atoi(sp), 0), 2);
   P.sync_warp = sync_warp ? 1 : 0;
+  if (const char* oc = std::getenv("NIBBLE_MK_OCOMB"); oc && *oc) P.o_combine = *oc == '1' ? 1 : 0;
   if (const char* dl = std::getenv("NIBBLE_MK_DELAY"); dl && *dl) {
     int where = 0, ns = 0;
     if (std::sscanf(dl, "%d:%d", &where, &ns) == 2 && where >= 1 && where <= 4 && ns > 0 && ns <= 1000000) {

@@ -212,7 +212,7 @@ struct DecodeParams {
   float* gu = nullptr;       ///< (2 ffn) in Interleave8 order
   float* part = nullptr;     ///< attention partials (n_q, max_chunks, hd + 2)
   int max_chunks = 0;
-  unsigned* attn_count = nullptr;  ///< (n_kv), zero between steps
+  unsigned* attn_count = nullptr;  ///< (n_kv), zero between steps; attn_done follows it
   /** (n_kv) layers whose attention output of this KV head's query heads is complete (the combining
    *  block's release); o-proj waits on it instead of a grid barrier. Zero between steps. */
   unsigned* attn_done = nullptr;
@@ -250,6 +250,12 @@ struct DecodeParams {
    *  every copy of the SM in flight. NIBBLE_MK_SYNCWARP at build_model (the plans depend on it);
    *  the generation barrier (barrier_mode 0) still arrives from thread 0. */
   int sync_warp = 0;
+  /** 1 (a candidate after v19, not yet measured on the GPU): no block combines the attention's
+   *  chunks; o-proj's blocks wait for every chunk of their heads (attn_count) and merge the
+   *  partials in their input build, one flag hop and one fence fewer per layer; 0: the last block
+   *  of each KV head combines into attn and releases attn_done (v6-v19). NIBBLE_MK_OCOMB=0/1 for
+   *  an A/B. */
+  int o_combine = 0;
   // this step
   const int64_t* token = nullptr;
   int pos = 0;
