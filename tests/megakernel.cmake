@@ -25,23 +25,28 @@ nibble_add_gtest(megakernel_decode_tiny
 # The test dlopens ${PROJECT_BINARY_DIR}/lib/libnibble_megakernel.so: build it with the test.
 add_dependencies(test_megakernel_decode_tiny nibble_megakernel)
 target_compile_definitions(test_megakernel_decode_tiny PRIVATE NIBBLE_SOLUTION="megakernel")
-# The same with o and down group-major (NIBBLE_MK_CHUNK=1:1): the tiny config's default chunks are
-# all of its groups, so only this run covers the decode kernel's partial input builds
-# ([g0, g1) of build_x_limbs and load_swiglu) and o-proj's wait for a subset of the heads there;
-# with v15's split barrier (NIBBLE_MK_SPLIT=1: no block barrier after the arrival), so that both
-# split modes stay covered.
-add_test(NAME nibble.test.megakernel_decode_tiny_group_major COMMAND test_megakernel_decode_tiny)
-set_tests_properties(nibble.test.megakernel_decode_tiny_group_major PROPERTIES
-  LABELS "gpu"
-  SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
-  ENVIRONMENT "NIBBLE_MK_CHUNK=1:1;NIBBLE_MK_SPLIT=1;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
-# The same with o-proj merging the attention's chunks itself (NIBBLE_MK_OCOMB=1: no combining
-# block, o waits for every chunk's count of its heads), group-major so that a block merges only a
-# subset of the heads.
-add_test(NAME nibble.test.megakernel_decode_tiny_o_combine COMMAND test_megakernel_decode_tiny)
-set_tests_properties(nibble.test.megakernel_decode_tiny_o_combine PROPERTIES
-  LABELS "gpu"
-  SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
-  ENVIRONMENT "NIBBLE_MK_OCOMB=1;NIBBLE_MK_CHUNK=1:1;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
+# The same under the A/B switches whose code paths the default run does not take (NOTES.md):
+#   group_major  o and down group-major (NIBBLE_MK_CHUNK=1:1): the tiny config's default chunks are
+#                all of its groups, so only this run covers the decode kernel's partial input
+#                builds ([g0, g1) of build_x_limbs and load_swiglu) and o-proj's wait for a subset
+#                of the heads there; with v15's split barrier (NIBBLE_MK_SPLIT=1: no block barrier
+#                after the arrival), so that both split modes stay covered
+#   o_combine    o-proj merges the attention's chunks itself (NIBBLE_MK_OCOMB=1: no combining block,
+#                o waits for every chunk's count of its heads), group-major so that a block merges
+#                only a subset of the heads
+#   kv_prefetch  each block's first K/V rows copied in the qkv barrier's split phase (NIBBLE_MK_KVPF=1)
+foreach(variant "group_major|NIBBLE_MK_CHUNK=1:1;NIBBLE_MK_SPLIT=1"
+                "o_combine|NIBBLE_MK_OCOMB=1;NIBBLE_MK_CHUNK=1:1"
+                "kv_prefetch|NIBBLE_MK_KVPF=1")
+  string(FIND "${variant}" "|" bar)
+  string(SUBSTRING "${variant}" 0 ${bar} name)
+  math(EXPR bar "${bar} + 1")
+  string(SUBSTRING "${variant}" ${bar} -1 env)
+  add_test(NAME nibble.test.megakernel_decode_tiny_${name} COMMAND test_megakernel_decode_tiny)
+  set_tests_properties(nibble.test.megakernel_decode_tiny_${name} PROPERTIES
+    LABELS "gpu"
+    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
+    ENVIRONMENT "${env};NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
+endforeach()
 set_target_properties(test_megakernel_stages test_megakernel_decode_tiny test_megakernel_abi PROPERTIES
   CUDA_RUNTIME_LIBRARY Shared)

@@ -15,8 +15,8 @@
 // V rows are contiguous in the cache, so they come into shared memory as two bulk copies
 // (cp.async.bulk on an mbarrier) of at most kAttnKvBytes, a "sub-chunk" (144 slots at hd 128: the
 // whole chunk at pos 2048); attention_stage issues the first one (v8-v14 issued it before the qkv
-// grid barrier, attention_prefetch, NIBBLE_MK_KVPF=1: measured slower since v15, the barrier's
-// release fence waits for those copies).
+// grid barrier's arrival, measured slower since v15: the barrier's release fence waits for those
+// copies; NIBBLE_MK_KVPF=1 issues it after the arrival's fence, attention_prefetch).
 // v3-v7 loaded the rows with 8-byte LDGs per lane, 72 KB per SM through the L1's miss queue, which
 // arrived at ~10 GB/s per SM (trace: 7.4 us from the barrier to the scores; NOTES.md).
 // (v19) Warp w takes the 16-slot tiles a + 16 w, a + 16 (w + 16), ... of a sub-chunk from shared
@@ -118,8 +118,8 @@ __device__ __forceinline__ void attn_kv_wait(AttnKv& kv) {
  * Block-wide: issue the copy of this block's first sub-chunk for the coming attention_stage (same
  * pos, max_chunks, caches), which then waits for it instead of issuing it. The cache rows do not
  * depend on this step (slot pos is patched from shared memory), so the decode kernel may call this
- * before the qkv grid barrier (NIBBLE_MK_KVPF=1; off by default since v15). Precondition: every thread is past its last use of kv.buf (a block
- * barrier since).
+ * during the qkv grid barrier (NIBBLE_MK_KVPF=1, after the arrival; off by default). Precondition:
+ * every thread is past its last use of kv.buf (a block barrier since).
  */
 template <int HD>
 __device__ __forceinline__ void attention_prefetch(AttnKv& kv, const uint16_t* k_cache, const uint16_t* v_cache,

@@ -231,17 +231,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
                     pl_o, true, gemv_stats(p, 0));
     mark_done(p, 5 * li + 0);
     probe_delay(p, 2);
-    // (NIBBLE_MK_KVPF=1, v8-v14's default) the block's first K/V rows of the attention, copied while
-    // the grid meets at the barrier (over xs and xf: every warp is past the GEMV that reads them).
-    // Off since v15: the barrier's release fence waits for those copies too (bench_fence_latency).
     __syncthreads();
-    if (p.kv_prefetch) attention_prefetch<HD>(kv, L->k_cache, L->v_cache, p.n_kv, p.max_seq, p.pos, p.max_chunks);
     // (NIBBLE_MK_L2PF) the later stages' weights into L2
     if (p.l2_prefetch & 1) gemv_prefetch_l2(layer_mat(p, kPlanO, li), pl_o);
     if (p.l2_prefetch & 2) gemv_prefetch_l2(layer_mat(p, kPlanGu, li), pl_gu);
     if (p.l2_prefetch & 4) gemv_prefetch_l2(layer_mat(p, kPlanDown, li), pl_down);
     gain_wait();
-    stage_barrier(p, 5 * li + 0, 4 * li + 0);
+    // (NIBBLE_MK_KVPF=1, not yet measured) the block's first K/V rows of the attention, copied
+    // after the arrival's fence has completed, while the block waits for the grid (over xs and
+    // xf: every warp is past the GEMV that reads them). v8-v14 issued them before the arrival;
+    // measured slower since v15, as the release fence waited for them, and removed (a second call
+    // site spilled 4 bytes into the default hd-128 kernel).
+    stage_barrier(p, 5 * li + 0, 4 * li + 0, [&] {
+      if (p.kv_prefetch) attention_prefetch<HD>(kv, L->k_cache, L->v_cache, p.n_kv, p.max_seq, p.pos, p.max_chunks);
+    });
 
     // 2. RoPE, KV append, attention -> attn; the last block of each KV head releases attn_done.
     attention_stage<HD, OCOMB>(p.qkv, p.rope, L->k_cache, L->v_cache, p.n_q, p.n_kv, p.max_seq, p.pos, p.part, p.max_chunks,

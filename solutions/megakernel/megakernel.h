@@ -231,9 +231,12 @@ struct DecodeParams {
    *  point is on the critical path, by less if the weight stream hides it. 0: off. */
   int delay_where = 0;
   int delay_ns = 0;
-  /** 1: each block's first K/V rows are copied before the qkv grid barrier (v8-v14); 0: by the
-   *  attention stage itself (v15: ~5-10 us per token faster, the barrier's release fence waits for
-   *  copies in flight). NIBBLE_MK_KVPF=1 for an A/B. */
+  /** 0: each block's first K/V rows are copied by the attention stage itself (v15-v19); 1 (a
+   *  candidate after v19, not yet measured): in the qkv barrier's split phase, once the arrival's
+   *  fence has completed (with split_barrier 2), so that the copy runs during the barrier's wait
+   *  without delaying the fence. v8-v14 copied them before the arrival (measured ~5-10 us per
+   *  token slower in v15: the release fence waited for them; that mode is gone). NIBBLE_MK_KVPF=1
+   *  for an A/B. */
   int kv_prefetch = 0;
   /** 2 (v18): the next GEMV's first ring stages that the current GEMV did not issue are issued
    *  after the release fence of the block's arrival at the grid barrier has completed (a block
