@@ -131,9 +131,6 @@ __device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, 
   }
   mark(p, 2 + 2 * stage);
 }
-__device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, int index) {
-  stage_barrier(p, stage, index, [] {});
-}
 
 /** Instead of a grid barrier after the attention (stage `stage` of layer li): wait until the KV
  *  heads whose query heads are o-proj inputs [128 g0, 128 g1) are combined (attention.cuh's done)
