@@ -206,6 +206,8 @@ __device__ __forceinline__ float combine_chunks(const float* part, int max_chunk
  * tr (optional, tracing): kAttnMarks clock64() values of this block's first item (megakernel.h).
  * sync_tid: the thread that takes the count and releases done (a fence waits for every bulk copy
  * the SM has in flight, whichever warp issued it: bench_fence_latency).
+ * grid_blocks: the blocks that run the step (blocks [0, grid_blocks) call it; 0: gridDim.x; the
+ * decode kernel's NIBBLE_MK_PFSM leaves the last blocks out), max_chunks planned for as many.
  * CONSUMER_COMBINE (after v19, NIBBLE_MK_OCOMB=1; not yet measured): no block combines; every
  * block releases its partials by adding 1 to count[kv head], which then only grows (n_chunks per
  * layer; the caller zeroes it at the end of the launch), and the consumer waits for its heads'
@@ -215,7 +217,8 @@ template <int HD, bool CONSUMER_COMBINE = false>
 __device__ void attention_stage(const float* qkv, const float2* __restrict__ rope, uint16_t* k_cache,
                                 uint16_t* v_cache, int n_q, int n_kv, int max_seq, int pos, float* part,
                                 int max_chunks, unsigned* count, float* out, float* smem, AttnKv& kv,
-                                unsigned* done = nullptr, long long* tr = nullptr, unsigned sync_tid = 0) {
+                                unsigned* done = nullptr, long long* tr = nullptr, unsigned sync_tid = 0,
+                                unsigned grid_blocks = 0) {
   constexpr int HALF = HD / 2;
   constexpr int S = attn_kv_slots<HD>();
   const int rep = n_q / n_kv;
@@ -246,7 +249,8 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
   if (tr && threadIdx.x == 0)
     for (int k = 0; k < kAttnMarks; ++k) tr[k] = 0;
 
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+  const int stride = int(grid_blocks ? grid_blocks : gridDim.x);
+  for (int item = blockIdx.x; item < items; item += stride) {
     const int kvh = item / n_chunks, c = item % n_chunks;
     const int s0 = c * chunk, s1 = min(pos + 1, s0 + chunk);
     __syncthreads();  // shared memory (scratch and K/V buffer) of the previous item

@@ -23,7 +23,9 @@
 // with the next GEMV stage's first weights as soon as the current stage's are all issued (they do
 // not depend on the activations), so they are in flight during the barrier, the input build and,
 // for o-proj, the attention stage; the RMSNorm gains are copied a stage early (cp.async).
-// Measured: NOTES.md (every version, its prediction and its time).
+// Measured: NOTES.md (every version, its prediction and its time). Experiments not yet measured
+// are template variants of the kernel (DecodeVariant: NIBBLE_MK_OCOMB, NIBBLE_MK_PFSM), so that
+// the default kernel keeps its registers.
 // Buffers zeroed for the next atomics: logits in stage 1 of layer 0, qkv in stage 4 (every block is
 // past its attention), gu after the down barrier, so both are zero when the kernel returns
 // (build_model zeroes them first).
@@ -64,8 +66,9 @@ struct SmemLayout {
   }
 };
 
-__device__ __forceinline__ void zero_grid_stride(float* p, int n) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = 0.f;
+/** p[0, n) = 0 by blocks [0, nblk) (the blocks that run the step). */
+__device__ __forceinline__ void zero_grid_stride(float* p, int n, unsigned nblk) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += nblk * blockDim.x) p[i] = 0.f;
 }
 
 /** Tracing (DecodeParams::trace): this block's clock at mark k. */
@@ -96,10 +99,10 @@ __device__ __forceinline__ void mark_done(const DecodeParams& p, int stage) {
 }
 
 /** The grid barrier after stage `stage` (0-based over the whole step, traced), the `index`-th grid
- *  barrier of the step (the counter barrier's target). `between` runs on every thread after the
- *  block's arrival and before its wait (split phase). */
+ *  barrier of the step (the counter barrier's target) among the nblk blocks that run the step.
+ *  `between` runs on every thread after the block's arrival and before its wait (split phase). */
 template <class F>
-__device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, int index, F&& between) {
+__device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, int index, unsigned nblk, F&& between) {
   if (p.trace) {
     __syncthreads();
     mark(p, 1 + 2 * stage);
@@ -123,7 +126,7 @@ __device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, 
     // does not also wait for those copies
     if (p.split_barrier == 2) __syncthreads();
     between();
-    grid_wait(p.barrier, unsigned(index + 1) * gridDim.x, sync_tid);
+    grid_wait(p.barrier, unsigned(index + 1) * nblk, sync_tid);
     __syncthreads();
   } else {
     between();
@@ -171,10 +174,66 @@ __device__ __forceinline__ PackedMatrix layer_mat(const DecodeParams& p, int kin
   return m;
 }
 
-// OCOMB = p.o_combine, a template argument so that the default kernel carries none of its code
-// (as a run-time branch it cost the hd-128 kernel 16 / 32 bytes of spills).
-template <int HD, bool OCOMB>
+/** The prefetch blocks' whole step (DecodeParams::pf_blocks, blocks [nblk, gridDim.x)): follow the
+ *  compute blocks' grid barrier count and, once a GEMV has started, pull the next one's codes and
+ *  metadata into L2 (in 32 KB pieces spread over every prefetch warp, so that the DRAM channels
+ *  share them): o when qkv starts, gate|up at the qkv barrier (the attention moves only the
+ *  K/V rows), down at the o barrier, the next layer's qkv at the gate|up barrier. At most two
+ *  GEMVs' weights (gate|up and down, ~38 MB full config) are in L2 ahead of need; the LM head
+ *  (206 MB, larger than L2) is left to the rings. Nothing here delays a compute block's fence:
+ *  a fence waits only for its own SM's copies. */
+__device__ __forceinline__ void prefetch_blocks_run(const DecodeParams& p, unsigned nblk) {
+  constexpr size_t kPiece = 32768;  // a multiple of 16, as the prefetch needs (kUnitStride is too)
+  const size_t slot = size_t(blockIdx.x - nblk) * kWarps + (threadIdx.x >> 5);
+  const size_t slots = size_t(gridDim.x - nblk) * kWarps;
+  const auto until = [&](int k) {  // the compute blocks have passed grid barrier k (k < 0: now)
+    if (k >= 0 && threadIdx.x == 0)
+      while (ld_acquire_gpu(p.barrier) < unsigned(k + 1) * nblk) {
+      }
+    __syncthreads();
+  };
+  const auto pull = [&](const PackedMatrix& m) {
+    if ((threadIdx.x & 31) != 0) return;
+    const auto* base = reinterpret_cast<const unsigned char*>(m.w);
+    const size_t bytes = size_t(m.tiles) * size_t(m.groups) * kUnitStride;
+    for (size_t a = slot * kPiece; a < bytes; a += slots * kPiece)
+      sol::bulk_prefetch_l2(base + a, uint32_t(min(kPiece, bytes - a)));
+  };
+  for (int li = 0; li < p.n_layers; ++li) {
+    until(4 * li - 1);  // qkv of layer li runs
+    pull(layer_mat(p, kPlanO, li));
+    until(4 * li);  // the attention, then o
+    pull(layer_mat(p, kPlanGu, li));
+    until(4 * li + 1);  // gate|up
+    pull(layer_mat(p, kPlanDown, li));
+    until(4 * li + 2);  // down
+    if (li + 1 < p.n_layers) pull(layer_mat(p, kPlanQkv, li + 1));
+  }
+}
+
+/** Template variants, so that the default kernel (0) carries none of an experiment's code: as run-
+ *  time branches they spilled into the hd-128 kernel, which is at 128 registers (o_combine: 16 / 32
+ *  bytes). */
+enum DecodeVariant : int { kVarOcomb = 1, kVarPfsm = 2 };
+
+// V: DecodeVariant bits (kVarOcomb: p.o_combine, kVarPfsm: p.pf_blocks > 0).
+template <int HD, int V>
 __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams p) {
+  constexpr bool OCOMB = (V & kVarOcomb) != 0, PFSM = (V & kVarPfsm) != 0;
+  // PFSM: no ring goes on into the next GEMV during a GEMV (its first stages are issued in the
+  // barrier's split phase, after the arrival's fence), so nothing of the block's is in flight at a
+  // release fence; the prefetch blocks have put those weights in L2.
+  constexpr bool kChain = !PFSM;
+  // the blocks that run the step; from the constant bank, not a register held across the kernel
+  // (gridDim.x - pf_blocks computed here spilled 16 / 72 bytes)
+  const unsigned nblk = PFSM ? unsigned(p.compute_blocks) : gridDim.x;
+  if constexpr (PFSM) {
+    if (blockIdx.x >= nblk) {  // a prefetch block: none of the step's shared memory or state
+      prefetch_blocks_run(p, nblk);
+      kernel_done(p.barrier, p.attn_count, 2 * p.n_kv);
+      return;
+    }
+  }
   extern __shared__ __align__(16) unsigned char smem[];
   const int qdim = p.n_q * HD;
   const int max_k = max(max(p.d, p.ffn), qdim);
@@ -189,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
 
   // This block's warps' plans of the five GEMV kinds (every layer has the same shapes), copied once.
   GemvPlan* plan = reinterpret_cast<GemvPlan*>(smem + lay.plan);
-  const int warp = threadIdx.x >> 5, nw = gridDim.x * kWarps;
+  const int warp = threadIdx.x >> 5, nw = int(nblk) * kWarps;
   load_block_plans(plan, p.plans, kPlanKinds, nw);
   __syncthreads();
   const GemvPlan& pl_qkv = plan[kPlanQkv * kWarps + warp];
@@ -212,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     // 1. qkv = W_qkv RMSNorm(h) * in_norm.
     if (li == 0) {
       load_embed_row(p.embed, p.vocab, p.d, p.token, xs, blockIdx.x == 0 ? p.h : nullptr);
-      zero_grid_stride(p.logits, p.vocab);
+      zero_grid_stride(p.logits, p.vocab, nblk);
       gain_wait();
     } else {
       load_vector(p.h, p.d, xs);
@@ -225,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     gain_prefetch(L->post_norm, p.d, gn);
     const bool split = p.split_barrier;
     gemv_run(layer_mat(p, kPlanQkv, li), pl_qkv, p.qkv, xquant_view(xf, p.d), ring, layer_mat(p, kPlanO, li),
-                    pl_o, true, gemv_stats(p, 0));
+                    pl_o, kChain, gemv_stats(p, 0));
     mark_done(p, 5 * li + 0);
     probe_delay(p, 2);
     __syncthreads();
@@ -239,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     // xf: every warp is past the GEMV that reads them). v8-v14 issued them before the arrival;
     // measured slower since v15, as the release fence waited for them, and removed (a second call
     // site spilled 4 bytes into the default hd-128 kernel).
-    stage_barrier(p, 5 * li + 0, 4 * li + 0, [&] {
+    stage_barrier(p, 5 * li + 0, 4 * li + 0, nblk, [&] {
       if (p.kv_prefetch) attention_prefetch<HD>(kv, L->k_cache, L->v_cache, p.n_kv, p.max_seq, p.pos, p.max_chunks);
     });
 
@@ -248,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
                         p.attn_count, p.attn, att, kv, p.attn_done,
                         p.trace ? p.trace + size_t(blockIdx.x) * trace_marks(p.n_layers) + trace_attn(p.n_layers, li)
                                 : nullptr,
-                        sync_thread(p));
+                        sync_thread(p), PFSM ? nblk : 0u);
     probe_delay(p, 1);
     mark_ready(p, 5 * li + 1);
     ring_prefetch(layer_mat(p, kPlanO, li), pl_o, ring);
@@ -270,21 +329,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     __syncthreads();
     mark_ready(p, 5 * li + 2);
     gemv_run(layer_mat(p, kPlanO, li), pl_o, p.h, xquant_view(xf, qdim), ring, layer_mat(p, kPlanGu, li), pl_gu,
-                   true, gemv_stats(p, 1));
+                   kChain, gemv_stats(p, 1));
     mark_done(p, 5 * li + 2);
     // The next GEMV's first ring stages not yet issued: after the arrival (split phase), so that
     // their issue overlaps the barrier's wait (-3 to -19 us per token, NOTES.md v15), and (v18) once
     // the arrival's release fence has completed: it waits for every copy the SM has in flight,
     // including those issued while it runs (-8 us).
     if (!split) ring_prefetch(layer_mat(p, kPlanGu, li), pl_gu, ring);
-    stage_barrier(p, 5 * li + 2, 4 * li + 1, [&] {
+    stage_barrier(p, 5 * li + 2, 4 * li + 1, nblk, [&] {
       if (split) ring_prefetch(layer_mat(p, kPlanGu, li), pl_gu, ring);
     });
 
     // 4. gu = [W_gate | W_up] RMSNorm(h) * post_norm. (Every block is past its attention: q|k|v
     //    can be zeroed for the next layer's atomics, gate|up for this stage's were zeroed before.)
     load_vector(p.h, p.d, xs);
-    zero_grid_stride(p.qkv, qdim + 2 * p.n_kv * HD);
+    zero_grid_stride(p.qkv, qdim + 2 * p.n_kv * HD, nblk);
     __syncthreads();
     rs = rms_scale(xs, p.d, p.eps, red);
     build_x_limbs(xs, p.d, xf, gn, rs);
@@ -292,10 +351,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     probe_delay(p, 3);
     mark_ready(p, 5 * li + 3);
     gemv_run(layer_mat(p, kPlanGu, li), pl_gu, p.gu, xquant_view(xf, p.d), ring, layer_mat(p, kPlanDown, li),
-                    pl_down, true, gemv_stats(p, 2));
+                    pl_down, kChain, gemv_stats(p, 2));
     mark_done(p, 5 * li + 3);
     if (!split) ring_prefetch(layer_mat(p, kPlanDown, li), pl_down, ring);
-    stage_barrier(p, 5 * li + 3, 4 * li + 2, [&] {
+    stage_barrier(p, 5 * li + 3, 4 * li + 2, nblk, [&] {
       if (split) ring_prefetch(layer_mat(p, kPlanDown, li), pl_down, ring);
     });
 
@@ -310,16 +369,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
     const bool last = li + 1 == p.n_layers;
     const PackedMatrix after = last ? p.head : layer_mat(p, kPlanQkv, li + 1);
     const GemvPlan& pl_after = last ? pl_head : pl_qkv;
-    gemv_run(layer_mat(p, kPlanDown, li), pl_down, p.h, xquant_view(xf, p.ffn), ring, after, pl_after, true, gemv_stats(p, 3));
+    gemv_run(layer_mat(p, kPlanDown, li), pl_down, p.h, xquant_view(xf, p.ffn), ring, after, pl_after, kChain, gemv_stats(p, 3));
     mark_done(p, 5 * li + 4);
     if (!split) ring_prefetch(after, pl_after, ring);
     probe_delay(p, 4);
     gain_wait();
     // gate|up is read by every block before this barrier: zeroed for the next layer after it
-    stage_barrier(p, 5 * li + 4, 4 * li + 3, [&] {
+    stage_barrier(p, 5 * li + 4, 4 * li + 3, nblk, [&] {
       if (split) ring_prefetch(after, pl_after, ring);
     });
-    zero_grid_stride(p.gu, 2 * p.ffn);
+    zero_grid_stride(p.gu, 2 * p.ffn, nblk);
   }
 
   // LM head: logits = W_embed RMSNorm(h) * final_norm.
@@ -336,12 +395,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   }
 }
 
-const void* kernel_for(int hd, bool o_combine) {
-  if (hd == 64) return o_combine ? reinterpret_cast<const void*>(&decode_kernel<64, true>)
-                                 : reinterpret_cast<const void*>(&decode_kernel<64, false>);
-  return o_combine ? reinterpret_cast<const void*>(&decode_kernel<128, true>)
-                   : reinterpret_cast<const void*>(&decode_kernel<128, false>);
+template <int HD>
+const void* kernel_for(int variant) {
+  switch (variant) {
+    case kVarOcomb: return reinterpret_cast<const void*>(&decode_kernel<HD, kVarOcomb>);
+    case kVarPfsm: return reinterpret_cast<const void*>(&decode_kernel<HD, kVarPfsm>);
+    case kVarOcomb | kVarPfsm: return reinterpret_cast<const void*>(&decode_kernel<HD, kVarOcomb | kVarPfsm>);
+    default: return reinterpret_cast<const void*>(&decode_kernel<HD, 0>);
+  }
 }
+const void* kernel_for(int hd, int variant) { return hd == 64 ? kernel_for<64>(variant) : kernel_for<128>(variant); }
+int variant_of(const DecodeParams& p) { return (p.o_combine ? kVarOcomb : 0) | (p.pf_blocks > 0 ? kVarPfsm : 0); }
 
 }  // namespace
 
@@ -353,10 +417,10 @@ cudaError_t decode_grid_blocks(int hd, size_t smem, int* blocks) {
   int dev = 0, sms = 0, per_sm = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  for (const bool oc : {false, true})
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel_for(hd, oc), cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  // both variants take the same shared memory and registers (__launch_bounds__(kThreads, 1))
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(hd, false), kThreads, smem);
+  for (int v = 0; v <= (kVarOcomb | kVarPfsm); ++v)
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel_for(hd, v), cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  // every variant takes the same shared memory and registers (__launch_bounds__(kThreads, 1))
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(hd, 0), kThreads, smem);
   if (e != cudaSuccess) return e;
   *blocks = sms * std::min(per_sm, 1);  // one block per SM: the work split assumes 16 warps per SM
   return cudaSuccess;
@@ -392,11 +456,13 @@ std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int gr
 
 cudaError_t launch_decode(const DecodeParams& p, int blocks, size_t smem, cudaStream_t stream) {
   if (blocks < 1 || !p.layers || !p.plans || p.n_layers < 1 || (p.hd != 64 && p.hd != 128) || p.n_q / p.n_kv > kMaxRep ||
-      p.max_chunks != attn_max_chunks(blocks, p.n_kv) || p.pos < 0 || p.pos >= p.max_seq)
+      p.pf_blocks < 0 || p.pf_blocks >= blocks || (p.pf_blocks > 0 && p.compute_blocks != blocks - p.pf_blocks) ||
+      p.max_chunks != attn_max_chunks(blocks - p.pf_blocks, p.n_kv) ||
+      p.pos < 0 || p.pos >= p.max_seq)
     return cudaErrorInvalidValue;
   DecodeParams args = p;
   void* kargs[] = {&args};
-  return cudaLaunchCooperativeKernel(kernel_for(p.hd, p.o_combine != 0), dim3(unsigned(blocks)), dim3(kThreads), kargs, smem, stream);
+  return cudaLaunchCooperativeKernel(kernel_for(p.hd, variant_of(p)), dim3(unsigned(blocks)), dim3(kThreads), kargs, smem, stream);
 }
 
 }  // namespace nibble::megakernel

@@ -78,7 +78,8 @@ struct Model {
  *  all means; wait = arrival to release (min over blocks: the barrier's latency seen by the last
  *  block to arrive, and with the split phase, the default, the next stage's copies issued). Clocks are SM cycles (per-block differences only); us at 1.98 GHz. */
 void write_trace(const Model& m) {
-  const int L = m.cfg.layers, K = trace_marks(L), B = m.blocks;
+  // the compute blocks only: NIBBLE_MK_PFSM's prefetch blocks (the last ones) write no mark
+  const int L = m.cfg.layers, K = trace_marks(L), B = m.blocks - m.params.pf_blocks;
   std::vector<long long> t(size_t(B) * K);
   SOL_CUDA(cudaMemcpy(t.data(), m.trace.get(), t.size() * 8, cudaMemcpyDeviceToHost));
   const char* names[5] = {"qkv", "attn", "o", "gate/up", "down"};
@@ -367,7 +368,16 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   // Every warp's share of each GEMV kind (the layers' shapes are equal; the device never divides).
   const char* sw = std::getenv("NIBBLE_MK_SYNCWARP");
   const bool sync_warp = sw && *sw == '1';
-  const int nw = mdl->blocks * kWarps;
+  // NIBBLE_MK_PFSM=n (an experiment, DecodeParams::pf_blocks): the last n blocks only prefetch, so
+  // the step's work is planned over the others.
+  int pf_blocks = 0;
+  if (const char* pf = std::getenv("NIBBLE_MK_PFSM"); pf && *pf) pf_blocks = std::atoi(pf);
+  if (pf_blocks < 0 || pf_blocks > 16 || pf_blocks >= mdl->blocks)
+    fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_MK_PFSM=" + std::string(std::getenv("NIBBLE_MK_PFSM")) +
+                                          ": give 0 to 16 prefetch blocks, fewer than the grid's " +
+                                          std::to_string(mdl->blocks));
+  const int compute_blocks = mdl->blocks - pf_blocks;
+  const int nw = compute_blocks * kWarps;
   const PackedMatrix* kinds[kPlanKinds] = {&mdl->layers[0].qkv, &mdl->layers[0].o, &mdl->layers[0].gu,
                                            &mdl->layers[0].down, &head};
   std::vector<GemvPlan> plans(size_t(kPlanKinds) * nw);
@@ -376,7 +386,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   }
 
   // Scratch: activations, attention partials, counters, the RoPE table, the layer array, the plans.
-  const int max_chunks = attn_max_chunks(mdl->blocks, c.n_kv);
+  const int max_chunks = attn_max_chunks(compute_blocks, c.n_kv);
   const size_t n_rope = size_t(c.max_seq) * (c.hd / 2);
   const size_t sizes[] = {
       size_t(c.d) * 4,                                   // h
@@ -476,6 +486,11 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   if (const char* sp = std::getenv("NIBBLE_MK_SPLIT"); sp && *sp) P.split_barrier = std::min(std::max(std::atoi(sp), 0), 2);
   P.sync_warp = sync_warp ? 1 : 0;
   if (const char* oc = std::getenv("NIBBLE_MK_OCOMB"); oc && *oc) P.o_combine = *oc == '1' ? 1 : 0;
+  P.pf_blocks = pf_blocks;
+  P.compute_blocks = compute_blocks;
+  if (pf_blocks > 0 && (P.barrier_mode != 1 || P.split_barrier < 1))
+    fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_MK_PFSM needs the counter barrier and a split phase (unset "
+                                      "NIBBLE_MK_BARRIER=0 and NIBBLE_MK_SPLIT=0)");
   if (const char* dl = std::getenv("NIBBLE_MK_DELAY"); dl && *dl) {
     int where = 0, ns = 0;
     if (std::sscanf(dl, "%d:%d", &where, &ns) == 2 && where >= 1 && where <= 4 && ns > 0 && ns <= 1000000) {

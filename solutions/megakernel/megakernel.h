@@ -259,6 +259,17 @@ struct DecodeParams {
    *  of each KV head combines into attn and releases attn_done (v6-v19). NIBBLE_MK_OCOMB=0/1 for
    *  an A/B. */
   int o_combine = 0;
+  /** n > 0 (a candidate after v19, not yet measured on the GPU; NIBBLE_MK_PFSM=n at build_model):
+   *  the last n blocks of the grid run none of the step. They follow the grid barrier's count and
+   *  pull the GEMV after the running one into L2 (cp.async.bulk.prefetch.L2), while the other
+   *  blocks' rings are not chained across a barrier (the next GEMV's first stages go out in the
+   *  split phase, after the arrival's fence), so a compute block's release fence has no copy of its
+   *  own in flight to wait for (bench_fence_latency: ~500 against ~4,800 cycles) and its refills
+   *  after the barrier come from L2. The plans, the barrier targets, the attention's items and the
+   *  zeroing are over the gridDim.x - n compute blocks. Needs the counter barrier and a split phase
+   *  (barrier_mode 1, split_barrier >= 1). 0: every block computes (v1-v19). */
+  int pf_blocks = 0;
+  int compute_blocks = 0;  ///< the grid's blocks less pf_blocks (read by the PFSM kernels only)
   // this step
   const int64_t* token = nullptr;
   int pos = 0;
