@@ -224,9 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   // barrier's split phase, after the arrival's fence), so nothing of the block's is in flight at a
   // release fence; the prefetch blocks have put those weights in L2.
   constexpr bool kChain = !PFSM;
-  // the blocks that run the step; from the constant bank, not a register held across the kernel
-  // (gridDim.x - pf_blocks computed here spilled 16 / 72 bytes)
-  const unsigned nblk = PFSM ? unsigned(p.compute_blocks) : gridDim.x;
+  const unsigned nblk = PFSM ? gridDim.x - unsigned(p.pf_blocks) : gridDim.x;  // the blocks that run the step
   if constexpr (PFSM) {
     if (blockIdx.x >= nblk) {  // a prefetch block: none of the step's shared memory or state
       prefetch_blocks_run(p, nblk);
@@ -456,8 +454,7 @@ std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int gr
 
 cudaError_t launch_decode(const DecodeParams& p, int blocks, size_t smem, cudaStream_t stream) {
   if (blocks < 1 || !p.layers || !p.plans || p.n_layers < 1 || (p.hd != 64 && p.hd != 128) || p.n_q / p.n_kv > kMaxRep ||
-      p.pf_blocks < 0 || p.pf_blocks >= blocks || (p.pf_blocks > 0 && p.compute_blocks != blocks - p.pf_blocks) ||
-      p.max_chunks != attn_max_chunks(blocks - p.pf_blocks, p.n_kv) ||
+      p.pf_blocks < 0 || p.pf_blocks >= blocks || p.max_chunks != attn_max_chunks(blocks - p.pf_blocks, p.n_kv) ||
       p.pos < 0 || p.pos >= p.max_seq)
     return cudaErrorInvalidValue;
   DecodeParams args = p;

@@ -487,7 +487,6 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   P.sync_warp = sync_warp ? 1 : 0;
   if (const char* oc = std::getenv("NIBBLE_MK_OCOMB"); oc && *oc) P.o_combine = *oc == '1' ? 1 : 0;
   P.pf_blocks = pf_blocks;
-  P.compute_blocks = compute_blocks;
   if (pf_blocks > 0 && (P.barrier_mode != 1 || P.split_barrier < 1))
     fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_MK_PFSM needs the counter barrier and a split phase (unset "
                                       "NIBBLE_MK_BARRIER=0 and NIBBLE_MK_SPLIT=0)");

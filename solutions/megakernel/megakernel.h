@@ -269,7 +269,6 @@ struct DecodeParams {
    *  zeroing are over the gridDim.x - n compute blocks. Needs the counter barrier and a split phase
    *  (barrier_mode 1, split_barrier >= 1). 0: every block computes (v1-v19). */
   int pf_blocks = 0;
-  int compute_blocks = 0;  ///< the grid's blocks less pf_blocks (read by the PFSM kernels only)
   // this step
   const int64_t* token = nullptr;
   int pos = 0;
