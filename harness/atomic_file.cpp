@@ -13,35 +13,82 @@
 
 namespace nibble {
 
-void write_file_atomic(const std::string& path, const std::string& content) {
-  namespace fs = std::filesystem;
-  const fs::path p(path);
-  std::error_code ec;
-  if (path.empty()) throw std::runtime_error("cannot write a file: the output path is empty; give a file name");
-  if (fs::is_directory(p, ec))
-    throw std::runtime_error("cannot write " + path + ": it is a folder; give a file name inside it");
-  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot write " + path + ": " + strerror(errno));
+namespace {
+
+/** Every byte of content to fd; false with errno set on an error. */
+bool write_all(int fd, const std::string& content) {
   size_t off = 0;
   while (off < content.size()) {
     const ssize_t w = write(fd, content.data() + off, content.size() - off);
     if (w < 0) {
       if (errno == EINTR) continue;
-      const std::string why = strerror(errno);
-      close(fd);
-      unlink(tmp.c_str());
-      throw std::runtime_error("cannot write " + path + ": " + why);
+      return false;
     }
     off += size_t(w);
+  }
+  return true;
+}
+
+/** Where a new file for p goes when p does not exist: p with every symbolic link on its last
+ *  component followed, so that a dangling link gets its target created and stays a link. */
+std::filesystem::path follow_dangling_links(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  std::error_code ec;
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+    if (hops == 40) throw std::runtime_error("cannot write " + path + ": too many levels of symbolic links");
+    const fs::path next = fs::read_symlink(p, ec);
+    if (ec) throw std::runtime_error("cannot write " + path + ": " + ec.message());
+    p = next.is_absolute() ? next : p.parent_path() / next;
+  }
+  return p;
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) throw std::runtime_error("cannot write a file: the output path is empty; give a file name");
+  // What the path names once the kernel has followed every link (also /proc's, e.g. /dev/stdout).
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st))
+    throw std::runtime_error("cannot write " + path + ": it is a folder; give a file name inside it");
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    // A pipe, a terminal or a device (-o /dev/stdout): a rename would replace it with a file that
+    // nobody reads, and such a target has no old content to keep, so the bytes go straight in.
+    const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("cannot write " + path + ": " + strerror(errno));
+    if (!write_all(fd, content)) {
+      const std::string why = strerror(errno);
+      close(fd);
+      throw std::runtime_error("cannot write " + path + ": " + why);
+    }
+    if (close(fd) != 0) throw std::runtime_error("cannot write " + path + ": " + strerror(errno));
+    return;
+  }
+  // The file that the new content replaces (a link stays a link, as a shell's `>` keeps it): the
+  // link's resolved target, or where a dangling link points, or the path itself.
+  std::error_code cec;
+  const fs::path p = fs::exists(st) ? fs::canonical(path, cec) : follow_dangling_links(path);
+  if (cec) throw std::runtime_error("cannot write " + path + ": " + cec.message());
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  const std::string target = p.string();
+  const std::string tmp = target + ".tmp." + std::to_string(getpid());
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write " + path + ": " + strerror(errno));
+  if (!write_all(fd, content)) {
+    const std::string why = strerror(errno);
+    close(fd);
+    unlink(tmp.c_str());
+    throw std::runtime_error("cannot write " + path + ": " + why);
   }
   if (fsync(fd) != 0 || close(fd) != 0) {
     const std::string why = strerror(errno);
     unlink(tmp.c_str());
     throw std::runtime_error("cannot write " + path + ": " + why);
   }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
+  if (rename(tmp.c_str(), target.c_str()) != 0) {
     const std::string why = strerror(errno);
     unlink(tmp.c_str());
     throw std::runtime_error("cannot write " + path + " (renaming the finished temporary file onto it): " + why);

@@ -6,7 +6,9 @@
 namespace nibble {
 
 /** Write `content` to `path` via a temp file in the same folder, fsync, rename. Creates missing
- *  parent folders. Throws std::runtime_error naming the path and the OS error. */
+ *  parent folders. A symbolic link is written through (its target gets the file, the link stays);
+ *  a pipe, terminal or device (e.g. /dev/stdout) is written into directly, not atomically (a
+ *  rename would replace it). Throws std::runtime_error naming the path and the OS error. */
 void write_file_atomic(const std::string& path, const std::string& content);
 
 /** Read a whole file; throws std::runtime_error naming the path when it cannot. */

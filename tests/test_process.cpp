@@ -1,7 +1,12 @@
 // test_process.cpp: child processes end as data (exit status, signal, watchdog), files atomically.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -111,4 +116,44 @@ TEST(AtomicFile, EmptyPathOrFolderIsRefusedClearly) {
   int entries = 0;
   for (const auto& e : std::filesystem::directory_iterator(t.path())) entries += e.is_regular_file();
   EXPECT_EQ(entries, 1) << "a temporary file was left behind";
+}
+
+// A symbolic link is written through, as a shell's `>` does: the link stays a link and its target
+// (also a dangling link's, which is created) gets the content; the old target file is replaced
+// atomically, so a temporary file sits beside the target, not beside the link.
+TEST(AtomicFile, SymbolicLinksAreWrittenThrough) {
+  TempDir t;
+  fs::create_directories(t.path() + "/real");
+  write_file_atomic(t.path() + "/real/target.json", "old");
+  fs::create_symlink("real/target.json", t.path() + "/link.json");
+  fs::create_symlink(t.path() + "/link.json", t.path() + "/link2.json");  // a link to a link
+  write_file_atomic(t.path() + "/link2.json", "new");
+  EXPECT_TRUE(fs::is_symlink(t.path() + "/link.json"));
+  EXPECT_TRUE(fs::is_symlink(t.path() + "/link2.json"));
+  EXPECT_EQ(read_file(t.path() + "/real/target.json"), "new");
+  fs::create_symlink("real/missing.json", t.path() + "/dangling.json");
+  write_file_atomic(t.path() + "/dangling.json", "created");
+  EXPECT_TRUE(fs::is_symlink(t.path() + "/dangling.json"));
+  EXPECT_EQ(read_file(t.path() + "/real/missing.json"), "created");
+}
+
+// A pipe or a device (-o /dev/stdout) gets the bytes directly: a rename would put a regular file in
+// its place that nobody reads (seen: `report html ... -o /dev/stdout` replaced the /dev/stdout link).
+TEST(AtomicFile, PipesAreWrittenIntoNotReplaced) {
+  TempDir t;
+  const std::string fifo = t.path() + "/pipe";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << strerror(errno);
+  // The read end opened first and non-blocking: the writer's open then succeeds at once, and a
+  // writer that replaced the pipe instead cannot leave this test blocked.
+  const int rd = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(rd, 0) << strerror(errno);
+  write_file_atomic(fifo, "through the pipe");
+  char buf[64] = {};
+  const ssize_t n = read(rd, buf, sizeof buf);
+  close(rd);
+  EXPECT_EQ(std::string(buf, n > 0 ? size_t(n) : 0), "through the pipe");
+  EXPECT_TRUE(fs::is_fifo(fifo)) << "the pipe was replaced";
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(t.path())) entries += e.is_regular_file();
+  EXPECT_EQ(entries, 0) << "a regular file appeared beside the pipe";
 }
