@@ -29,22 +29,26 @@ bool write_all(int fd, const std::string& content) {
   return true;
 }
 
-/** Where a new file for p goes when p does not exist: p with every symbolic link on its last
- *  component followed, so that a dangling link gets its target created and stays a link. */
-std::filesystem::path follow_dangling_links(const std::string& path) {
+}  // namespace
+
+std::string write_target(const std::string& path) {
   namespace fs = std::filesystem;
-  fs::path p(path);
   std::error_code ec;
+  if (fs::exists(fs::status(path, ec))) {
+    const fs::path c = fs::canonical(path, ec);
+    if (!ec) return c.string();
+  }
+  // not there (yet): follow a dangling link on the last component to the file it would create
+  fs::path p(path);
   for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
     if (hops == 40) throw std::runtime_error("cannot write " + path + ": too many levels of symbolic links");
     const fs::path next = fs::read_symlink(p, ec);
     if (ec) throw std::runtime_error("cannot write " + path + ": " + ec.message());
     p = next.is_absolute() ? next : p.parent_path() / next;
   }
-  return p;
+  const fs::path w = fs::weakly_canonical(p, ec);
+  return (ec ? fs::absolute(p) : w).string();
 }
-
-}  // namespace
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   namespace fs = std::filesystem;
@@ -67,11 +71,8 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     if (close(fd) != 0) throw std::runtime_error("cannot write " + path + ": " + strerror(errno));
     return;
   }
-  // The file that the new content replaces (a link stays a link, as a shell's `>` keeps it): the
-  // link's resolved target, or where a dangling link points, or the path itself.
-  std::error_code cec;
-  const fs::path p = fs::exists(st) ? fs::canonical(path, cec) : follow_dangling_links(path);
-  if (cec) throw std::runtime_error("cannot write " + path + ": " + cec.message());
+  // The file that the new content replaces (a link stays a link, as a shell's `>` keeps it).
+  const fs::path p = write_target(path);
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   const std::string target = p.string();
   const std::string tmp = target + ".tmp." + std::to_string(getpid());

@@ -11,6 +11,10 @@ namespace nibble {
  *  rename would replace it). Throws std::runtime_error naming the path and the OS error. */
 void write_file_atomic(const std::string& path, const std::string& content);
 
+/** The file write_file_atomic(path) replaces or creates, absolute: a link's resolved target, the
+ *  file a dangling link names, or the path itself (normalised). Throws on a loop of links. */
+std::string write_target(const std::string& path);
+
 /** Read a whole file; throws std::runtime_error naming the path when it cannot. */
 std::string read_file(const std::string& path);
 

@@ -213,6 +213,44 @@ void remove_folders(const std::vector<fs::path>& v) {
   for (const fs::path& f : v) fs::remove(f, ec);  // deepest first; a folder something else filled stays
 }
 
+/** Whether two paths name the same file once written: the same existing file, or the same file
+ *  write_file_atomic would create (links, dangling ones too, followed). */
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+  try {
+    return write_target(a) == write_target(b);
+  } catch (const std::exception&) {
+    return false;  // a loop of links: check_writable refuses it next
+  }
+}
+
+/** The grade's outputs (--out, --gbench-json, --history) name three different files, none of them
+ *  an input the grade reads (the solution, the reference, the calibration table, the fixture's
+ *  files): a later write would destroy the earlier one (the report under the gbench JSON) or the
+ *  input (the candidate .so under its own report). std::invalid_argument naming both options. */
+void check_distinct_outputs(const GradeOptions& opt) {
+  std::vector<std::pair<std::string, std::string>> outs{{"--out", opt.out}};
+  if (!opt.gbench_json.empty()) outs.emplace_back("--gbench-json", opt.gbench_json);
+  if (!opt.history.empty()) outs.emplace_back("--history", opt.history);
+  std::vector<std::pair<std::string, std::string>> ins{{"--solution", opt.solution}};
+  if (!opt.reference.empty()) ins.emplace_back("--reference", opt.reference);
+  if (!opt.calibration.empty()) ins.emplace_back("--calibration", opt.calibration);
+  if (!opt.fixture_dir.empty())
+    for (const char* f : {"model.safetensors", "manifest.json"})
+      ins.emplace_back("--fixture's " + std::string(f), (fs::path(opt.fixture_dir) / f).string());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    for (size_t j = i + 1; j < outs.size(); ++j)
+      if (same_file(outs[i].second, outs[j].second))
+        throw std::invalid_argument(outs[i].first + " and " + outs[j].first + " name the same file (" + outs[i].second +
+                                    "): give each output a file of its own");
+    for (const auto& [what, path] : ins)
+      if (same_file(outs[i].second, path))
+        throw std::invalid_argument(outs[i].first + " " + outs[i].second + " is the grade's input " + what +
+                                    ": writing it would destroy that input; choose another " + outs[i].first);
+  }
+}
+
 }  // namespace
 
 void check_writable(const std::string& path) {
@@ -231,6 +269,7 @@ void check_writable(const std::string& path) {
 
 void check_grade_options(const GradeOptions& opt) {
   check_solution_file(opt.solution);
+  check_distinct_outputs(opt);
   if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
   if (!opt.fixture_dir.empty() && opt.seeds.size() != 1)
     throw std::invalid_argument("--fixture names one fixture, so give exactly one seed with --seeds");

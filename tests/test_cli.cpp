@@ -158,7 +158,15 @@ TEST(Cli, OutputsAndOptionsAreCheckedBeforeAnyWork) {
       {{"--max-timing-seconds", "-1"}, "--max-timing-seconds"},
       {{"--calibration", t.path() + "/none.json"}, "not a readable JSON file"},
       {{"--calibration", t.path() + "/cal-full.json"}, "calibrated for megakernel-int4-weight-decode / full"},
+      // Outputs that collide: each later write would destroy the earlier file, or the input.
+      {{"--gbench-json", t.path() + "/r.json"}, "--out and --gbench-json name the same file"},
+      {{"--history", t.path() + "/sub/../r.json"}, "--out and --history name the same file"},
+      {{"--gbench-json", t.path() + "/alias.json"}, "--out and --gbench-json name the same file"},
+      {{"--out", so}, "is the grade's input --solution"},
+      {{"--history", so}, "is the grade's input --solution"},
   };
+  fs::create_directories(t.path() + "/sub");
+  fs::create_symlink(t.path() + "/r.json", t.path() + "/alias.json");  // dangling: r.json is not written yet
   // A real table of another config: refused before any work (it would chart the wrong variants).
   write_file_atomic(t.path() + "/cal-full.json",
                     R"({"schema": "nibble.calibration", "task": "megakernel-int4-weight-decode", "config": "full", "rows": []})");
