@@ -454,7 +454,8 @@ std::string unsupported_reason(int d, int ffn, int n_q, int n_kv, int hd, int gr
 
 cudaError_t launch_decode(const DecodeParams& p, int blocks, size_t smem, cudaStream_t stream) {
   if (blocks < 1 || !p.layers || !p.plans || p.n_layers < 1 || (p.hd != 64 && p.hd != 128) || p.n_q / p.n_kv > kMaxRep ||
-      p.pf_blocks < 0 || p.pf_blocks >= blocks || p.max_chunks != attn_max_chunks(blocks - p.pf_blocks, p.n_kv) ||
+      p.pf_blocks < 0 || p.pf_blocks >= blocks || (p.pf_blocks > 0 && (p.barrier_mode != 1 || p.split_barrier != 2)) ||
+      p.max_chunks != attn_max_chunks(blocks - p.pf_blocks, p.n_kv) ||
       p.pos < 0 || p.pos >= p.max_seq)
     return cudaErrorInvalidValue;
   DecodeParams args = p;

@@ -487,9 +487,12 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
   P.sync_warp = sync_warp ? 1 : 0;
   if (const char* oc = std::getenv("NIBBLE_MK_OCOMB"); oc && *oc) P.o_combine = *oc == '1' ? 1 : 0;
   P.pf_blocks = pf_blocks;
-  if (pf_blocks > 0 && (P.barrier_mode != 1 || P.split_barrier < 1))
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_MK_PFSM needs the counter barrier and a split phase (unset "
-                                      "NIBBLE_MK_BARRIER=0 and NIBBLE_MK_SPLIT=0)");
+  // The generation barrier counts every block (the prefetch blocks never arrive: a hang), and
+  // without split 2's block barrier the split-phase copies go out while the arrival's fence runs,
+  // which then waits for them (v18): what PFSM exists to avoid.
+  if (pf_blocks > 0 && (P.barrier_mode != 1 || P.split_barrier != 2))
+    fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_MK_PFSM needs the counter barrier and split 2 (unset "
+                                      "NIBBLE_MK_BARRIER=0 and NIBBLE_MK_SPLIT)");
   if (const char* dl = std::getenv("NIBBLE_MK_DELAY"); dl && *dl) {
     int where = 0, ns = 0;
     if (std::sscanf(dl, "%d:%d", &where, &ns) == 2 && where >= 1 && where <= 4 && ns > 0 && ns <= 1000000) {

@@ -266,8 +266,8 @@ struct DecodeParams {
    *  split phase, after the arrival's fence), so a compute block's release fence has no copy of its
    *  own in flight to wait for (bench_fence_latency: ~500 against ~4,800 cycles) and its refills
    *  after the barrier come from L2. The plans, the barrier targets, the attention's items and the
-   *  zeroing are over the gridDim.x - n compute blocks. Needs the counter barrier and a split phase
-   *  (barrier_mode 1, split_barrier >= 1). 0: every block computes (v1-v19). */
+   *  zeroing are over the gridDim.x - n compute blocks. Needs the counter barrier and split 2
+   *  (barrier_mode 1, split_barrier 2; launch_decode refuses others). 0: every block computes (v1-v19). */
   int pf_blocks = 0;
   // this step
   const int64_t* token = nullptr;
