@@ -358,6 +358,32 @@ int grade_gemm_main(const GradeOptions& opt) {
     return kExitGraderFailed;
   }
   TempDir work("nibble-grade-gemm");
+  // A fixture the user named is checked before anything else, as the decode grade does (never
+  // rebuilt in place: ensure_gemm_fixture's `given`); the cache is filled after the GPU probe.
+  std::vector<std::string> dirs;
+  std::vector<FixtureManifest> manifests;  // as read before any candidate ran
+  json fixtures = json::array();
+  auto fixtures_stage = [&]() -> int {
+    try {
+      for (uint64_t seed : opt.seeds) {
+        const std::string dir = gemm_fixture_dir(cfg, seed, opt.fixture_dir);
+        const auto t0 = std::chrono::steady_clock::now();
+        const FixtureManifest m =
+            ensure_gemm_fixture(cfg, seed, dir, opt.threads, opt.verify_fixture, {}, !opt.fixture_dir.empty());
+        fixtures.push_back({{"seed", seed}, {"dir", dir}, {"file_sha256", m.file_sha256}, {"file_bytes", m.file_bytes},
+                            {"generator_version", m.generator_version}, {"seconds", since(t0)}});
+        dirs.push_back(dir);
+        manifests.push_back(m);
+      }
+    } catch (const std::exception& e) {
+      // Bad input: a missing, wrong or corrupt fixture (the message names it and the rebuild command).
+      std::fprintf(stderr, "nibble grade: fixture: %s\n", e.what());
+      return kExitUsage;
+    }
+    return 0;
+  };
+  if (!opt.fixture_dir.empty())
+    if (const int code = fixtures_stage()) return code;
   json report = document_header("nibble.report", opt.argv, opt.task, cfg.name);
   report["config_dims"] = {{"M", cfg.M}, {"N", cfg.N}, {"K", cfg.K}, {"block", cfg.block}};
   report["seeds"] = opt.seeds;
@@ -379,23 +405,9 @@ int grade_gemm_main(const GradeOptions& opt) {
   device.erase("ok");
   report["device"] = device;
 
-  std::vector<std::string> dirs;
-  std::vector<FixtureManifest> manifests;  // as read before any candidate ran
-  json fixtures = json::array();
-  try {
-    for (uint64_t seed : opt.seeds) {
-      const std::string dir = gemm_fixture_dir(cfg, seed, opt.fixture_dir);
-      const auto t0 = std::chrono::steady_clock::now();
-      const FixtureManifest m = ensure_gemm_fixture(cfg, seed, dir, opt.threads, opt.verify_fixture, {});
-      fixtures.push_back({{"seed", seed}, {"dir", dir}, {"file_sha256", m.file_sha256}, {"file_bytes", m.file_bytes},
-                          {"generator_version", m.generator_version}, {"seconds", since(t0)}});
-      dirs.push_back(dir);
-      manifests.push_back(m);
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble grade: fixture: %s\n", e.what());
-    return kExitUsage;
-  }
+  // 2. Fixtures (the cache, when none was named: a named one was checked before the probe).
+  if (opt.fixture_dir.empty())
+    if (const int code = fixtures_stage()) return code;
   report["fixtures"] = fixtures;
   json sol = {{"path", solution}, {"sha256", sha256_file_hex(solution)}};
   json ref = {{"path", reference}};
@@ -619,8 +631,9 @@ int calibrate_gemm_main(const CalibrateOptions& opt) {
     try {
       ensure_gemm_fixture(cfg, seed, dir, opt.threads, true, {});
     } catch (const std::exception& e) {
+      // a corrupt or foreign cached fixture: bad input, as the decode task's calibrate says
       std::fprintf(stderr, "nibble calibrate: fixture: %s\n", e.what());
-      return 3;
+      return 2;
     }
     if (path == "cpu") {
       try {

@@ -73,17 +73,13 @@ int fixture_verify(const std::string& dir) {
     const FixtureManifest m = read_manifest(dir);
     verify_fixture(dir, m);
     // The hashes only say the bytes are the ones the manifest names: check they are a fixture of
-    // the task and config it claims (every tensor present with its dtype and shape).
+    // the task and config it claims (every tensor present with its dtype and shape), and that the
+    // manifest's per-tensor hashes, which name the tensors that differ in later checks, are right.
     check_task(m.task);
     const std::vector<TensorSpec> specs =
         is_gemm_task(m.task) ? gemm_config(m.task, m.config).tensors() : decode_config(m.config).tensors();
-    const SafetensorsFile f(dir + "/" + m.file);
-    for (const TensorSpec& t : specs) {
-      const auto& e = f.entry(t.name);
-      if (e.dtype != t.dtype || e.shape != t.shape)
-        throw std::runtime_error("tensor '" + t.name + "' has the wrong dtype or shape for " + m.task + " / " + m.config +
-                                 "; rebuild with `nibble fixture build`");
-    }
+    check_fixture_tensors(dir, m, specs);
+    verify_fixture_tensors(dir, m);
     std::printf("fixture %s: %s / %s seed %llu, generator %d, SHA-256 %s: OK\n", dir.c_str(), m.task.c_str(),
                 m.config.c_str(), (unsigned long long)m.seed, m.generator_version, m.file_sha256.c_str());
     return 0;

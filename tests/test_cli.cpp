@@ -5,7 +5,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
+#include "fixtures/fixture.h"
+#include "fixtures/safetensors.h"
+#include "fixtures/sha256.h"
 #include "gpu_test_util.h"
 #include "harness/atomic_file.h"
 #include "harness/process.h"
@@ -319,4 +323,135 @@ TEST(Cli, HugeGemmShapeIsRefusedUpFront) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("is too large: A (M x K) has 99999999 x 99999998 elements"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(t.path() + "/f"));
+}
+
+namespace {
+/** `nibble` with extra environment variables (KEY=VALUE), through env(1). */
+Result run_nibble_env(const std::vector<std::string>& env, std::vector<std::string> args, const TempDir& t) {
+  args.insert(args.begin(), nibble_exe());
+  args.insert(args.begin(), env.begin(), env.end());
+  args.insert(args.begin(), "/usr/bin/env");
+  const std::string log = t.path() + "/cli.log";
+  std::error_code ec;
+  fs::remove(log, ec);
+  const ChildExit e = run_child(args, log, 120);
+  EXPECT_EQ(e.kind, ChildExit::Exited) << e.describe();
+  return {e.code, file_tail(log, 1 << 16)};
+}
+
+/** Rewrite <dir>'s fixture without tensor `drop`, its manifest rehashed to match: the hashes then
+ *  verify, only the tensor set tells it is not a fixture of its config. */
+void drop_tensor_and_rehash(const std::string& dir, const std::string& drop) {
+  const std::string model = dir + "/model.safetensors";
+  {
+    const SafetensorsFile f(model);
+    std::vector<TensorView> keep;
+    for (const auto& e : f.entries())
+      if (e.name != drop) keep.push_back({e.name, e.dtype, e.shape, f.data(e.name), e.nbytes()});
+    write_safetensors(dir + "/new.safetensors", keep, f.metadata());
+  }
+  fs::rename(dir + "/new.safetensors", model);
+  FixtureManifest m = read_manifest(dir);
+  m.file_sha256 = sha256_file_hex(model);
+  m.file_bytes = int64_t(fs::file_size(model));
+  m.tensor_sha256.erase(drop);
+  write_file_atomic(dir + "/manifest.json", manifest_to_json(m).dump(2) + "\n");
+}
+}  // namespace
+
+// The grader checks a fixture's tensors as `fixture verify` does: hashes that match a manifest
+// rewritten for a file without `tokens` say nothing of whether it is a tiny fixture.
+TEST(Cli, GradeChecksTheFixturesTensorsNotOnlyItsHashes) {
+  TempDir t;
+  const std::string dir = t.path() + "/fx";
+  Result r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "3", "--out", dir, "-q"}, t);
+  ASSERT_EQ(r.code, 0) << r.output;
+  drop_tensor_and_rehash(dir, "tokens");
+  r = run_nibble({"fixture", "verify", dir}, t);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("has no tensor 'tokens'"), std::string::npos) << r.output;
+  r = run_nibble({"grade", "--config", "tiny", "--seeds", "3", "--fixture", dir, "--solution",
+                  bindir() + "/tests/lib/libbad_nothing.so", "--out", t.path() + "/r.json"},
+                 t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("has no tensor 'tokens'"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("probing the GPU"), std::string::npos) << "checked after other work:\n" << r.output;
+}
+
+// A GEMM grade checks a fixture folder it was given before any other work, as the decode grade
+// does, and never rebuilds into it.
+TEST(Cli, GemmGradeChecksANamedFixtureFirstAndNeverRebuildsIt) {
+  TempDir t;
+  const std::string so = bindir() + "/lib/libnibble_gemm_baseline.so";
+  Result r = run_nibble({"grade", "--task", "gemm-w4a16-nvfp4", "--config", "tiny", "--seeds", "7", "--solution", so,
+                         "--fixture", t.path() + "/none", "--out", t.path() + "/r.json"},
+                        t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("no fixture in " + t.path() + "/none"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nibble fixture build --task gemm-w4a16-nvfp4 --config tiny --seed 7"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/none"));
+  const std::string dec = t.path() + "/decode";
+  r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "7", "--out", dec, "-q"}, t);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string before = sha256_file_hex(dec + "/model.safetensors");
+  r = run_nibble({"grade", "--task", "gemm-w4a16-nvfp4", "--config", "tiny", "--seeds", "7", "--solution", so, "--fixture",
+                  dec, "--out", t.path() + "/r.json"},
+                 t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("is for task megakernel-int4-weight-decode"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("probing the GPU"), std::string::npos) << "checked after other work:\n" << r.output;
+  EXPECT_EQ(sha256_file_hex(dec + "/model.safetensors"), before) << "the folder was rebuilt";
+}
+
+// A cached GEMM fixture that fails its hash is reported (exit 2, the tensor and the rebuild command
+// named), not silently rebuilt over, as the decode task's cache.
+TEST(Cli, CorruptCachedGemmFixtureIsReportedNotRebuilt) {
+  TempDir t;
+  const std::vector<std::string> env = {"NIBBLE_CACHE_DIR=" + t.path() + "/cache"};
+  const std::vector<std::string> cal = {"calibrate", "--task", "gemm-w4a16-nvfp4", "--config", "tiny", "--seeds", "0",
+                                        "--path", "cpu", "--out", t.path() + "/c.json", "-q"};
+  Result r = run_nibble_env(env, cal, t);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string model = t.path() + "/cache/fixtures/gemm-w4a16-nvfp4/tiny/seed0-g1/model.safetensors";
+  ASSERT_TRUE(fs::exists(model)) << "the cache layout changed: " << model;
+  std::string bytes = read_file(model);
+  bytes[bytes.size() - 3] ^= 0x40;  // in the last tensor's data
+  write_file_atomic(model, bytes);
+  r = run_nibble_env(env, cal, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("does not match its manifest"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nibble fixture build"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(model), bytes) << "the corrupt file was rebuilt instead of reported";
+}
+
+// The manifest's per-tensor hashes (what names the differing tensors later) are checked by
+// `fixture verify`: a wrong value, a missing entry and an entry for no tensor each fail it.
+TEST(Cli, FixtureVerifyChecksThePerTensorHashes) {
+  TempDir t;
+  const std::string dir = t.path() + "/fx";
+  Result r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "2", "--out", dir, "-q"}, t);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const FixtureManifest good = read_manifest(dir);
+  struct Case {
+    const char* what;
+    std::function<void(FixtureManifest&)> edit;
+    const char* says;
+  } cases[] = {
+      {"wrong value", [](FixtureManifest& m) { m.tensor_sha256["tokens"] = std::string(64, '0'); },
+       "tensor_sha256['tokens'] does not match the tensor's bytes"},
+      {"missing", [](FixtureManifest& m) { m.tensor_sha256.erase("tokens"); }, "has no tensor_sha256 for tensor 'tokens'"},
+      {"extra", [](FixtureManifest& m) { m.tensor_sha256["nope"] = std::string(64, 'a'); }, "a tensor its file does not have"},
+  };
+  for (const Case& c : cases) {
+    FixtureManifest m = good;
+    c.edit(m);
+    write_file_atomic(dir + "/manifest.json", manifest_to_json(m).dump(2) + "\n");
+    r = run_nibble({"fixture", "verify", dir}, t);
+    EXPECT_EQ(r.code, 1) << c.what << ": " << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.what << ": " << r.output;
+  }
+  write_file_atomic(dir + "/manifest.json", manifest_to_json(good).dump(2) + "\n");
+  r = run_nibble({"fixture", "verify", dir}, t);
+  EXPECT_EQ(r.code, 0) << r.output;
 }
