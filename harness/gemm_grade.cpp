@@ -363,24 +363,17 @@ int grade_gemm_main(const GradeOptions& opt) {
   std::vector<std::string> dirs;
   std::vector<FixtureManifest> manifests;  // as read before any candidate ran
   json fixtures = json::array();
-  auto fixtures_stage = [&]() -> int {
-    try {
-      for (uint64_t seed : opt.seeds) {
-        const std::string dir = gemm_fixture_dir(cfg, seed, opt.fixture_dir);
-        const auto t0 = std::chrono::steady_clock::now();
-        const FixtureManifest m =
-            ensure_gemm_fixture(cfg, seed, dir, opt.threads, opt.verify_fixture, {}, !opt.fixture_dir.empty());
-        fixtures.push_back({{"seed", seed}, {"dir", dir}, {"file_sha256", m.file_sha256}, {"file_bytes", m.file_bytes},
-                            {"generator_version", m.generator_version}, {"seconds", since(t0)}});
-        dirs.push_back(dir);
-        manifests.push_back(m);
-      }
-    } catch (const std::exception& e) {
-      // Bad input: a missing, wrong or corrupt fixture (the message names it and the rebuild command).
-      std::fprintf(stderr, "nibble grade: fixture: %s\n", e.what());
-      return kExitUsage;
-    }
-    return 0;
+  auto fixtures_stage = [&] {
+    return fixture_stage(opt.seeds, [&](uint64_t seed) {
+      const std::string dir = gemm_fixture_dir(cfg, seed, opt.fixture_dir);
+      const auto t0 = std::chrono::steady_clock::now();
+      const FixtureManifest m =
+          ensure_gemm_fixture(cfg, seed, dir, opt.threads, opt.verify_fixture, {}, !opt.fixture_dir.empty());
+      fixtures.push_back({{"seed", seed}, {"dir", dir}, {"file_sha256", m.file_sha256}, {"file_bytes", m.file_bytes},
+                          {"generator_version", m.generator_version}, {"seconds", since(t0)}});
+      dirs.push_back(dir);
+      manifests.push_back(m);
+    });
   };
   if (!opt.fixture_dir.empty())
     if (const int code = fixtures_stage()) return code;

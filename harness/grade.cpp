@@ -65,20 +65,13 @@ int grade_main(const GradeOptions& opt) {
   std::vector<std::string> fixture_dirs;
   std::vector<FixtureManifest> manifests;  // as read before any candidate ran
   json fixtures = json::array();
-  auto fixtures_stage = [&]() -> int {
-    try {
-      for (uint64_t seed : opt.seeds) {
-        std::string dir;
-        fixtures.push_back(ensure_fixture(cfg, seed, opt.fixture_dir, opt.threads, opt.verify_fixture, log, &dir));
-        fixture_dirs.push_back(dir);
-        manifests.push_back(read_manifest(dir));
-      }
-    } catch (const std::exception& e) {
-      // Bad input: a wrong or corrupt fixture (the message names the tensor and the rebuild command).
-      std::fprintf(stderr, "nibble grade: fixture: %s\n", e.what());
-      return kExitUsage;
-    }
-    return 0;
+  auto fixtures_stage = [&] {
+    return fixture_stage(opt.seeds, [&](uint64_t seed) {
+      std::string dir;
+      fixtures.push_back(ensure_fixture(cfg, seed, opt.fixture_dir, opt.threads, opt.verify_fixture, log, &dir));
+      fixture_dirs.push_back(dir);
+      manifests.push_back(read_manifest(dir));
+    });
   };
   if (!opt.fixture_dir.empty())
     if (const int code = fixtures_stage()) return code;

@@ -126,6 +126,20 @@ bool run_variant_children(const VariantArgs& args, const std::vector<std::string
 struct GradeOptions;
 void check_grade_options(const GradeOptions& opt);
 
+/** The grade's fixture stage: each(seed) for every seed; an exception is bad input (a missing,
+ *  wrong or corrupt fixture, its message naming the tensor and the rebuild command), printed as
+ *  "nibble grade: fixture: ..." and answered 2 (GradeExit's kExitUsage); else 0. */
+template <class F>
+int fixture_stage(const std::vector<uint64_t>& seeds, F&& each) {
+  try {
+    for (uint64_t seed : seeds) each(seed);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble grade: fixture: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
+
 /** --calibration FILE: a readable `nibble calibrate` table (schema "nibble.calibration", rows) of
  *  this task and config; std::invalid_argument naming what is wrong otherwise. */
 void check_calibration_file(const std::string& path, const std::string& task, const std::string& config);

@@ -29,8 +29,14 @@ struct Result {
   std::string output;
 };
 
-Result run_nibble(std::vector<std::string> args, const TempDir& t) {
+/** `nibble args...`, with extra environment variables (KEY=VALUE, through env(1)) when env is not
+ *  empty; its exit code and the tail of its output. */
+Result run_nibble_env(const std::vector<std::string>& env, std::vector<std::string> args, const TempDir& t) {
   args.insert(args.begin(), nibble_exe());
+  if (!env.empty()) {
+    args.insert(args.begin(), env.begin(), env.end());
+    args.insert(args.begin(), "/usr/bin/env");
+  }
   const std::string log = t.path() + "/cli.log";
   std::error_code ec;
   fs::remove(log, ec);
@@ -38,6 +44,7 @@ Result run_nibble(std::vector<std::string> args, const TempDir& t) {
   EXPECT_EQ(e.kind, ChildExit::Exited) << e.describe();
   return {e.code, file_tail(log, 1 << 16)};
 }
+Result run_nibble(std::vector<std::string> args, const TempDir& t) { return run_nibble_env({}, std::move(args), t); }
 }  // namespace
 
 TEST(Cli, MissingSolutionIsAUsageError) {
@@ -326,19 +333,6 @@ TEST(Cli, HugeGemmShapeIsRefusedUpFront) {
 }
 
 namespace {
-/** `nibble` with extra environment variables (KEY=VALUE), through env(1). */
-Result run_nibble_env(const std::vector<std::string>& env, std::vector<std::string> args, const TempDir& t) {
-  args.insert(args.begin(), nibble_exe());
-  args.insert(args.begin(), env.begin(), env.end());
-  args.insert(args.begin(), "/usr/bin/env");
-  const std::string log = t.path() + "/cli.log";
-  std::error_code ec;
-  fs::remove(log, ec);
-  const ChildExit e = run_child(args, log, 120);
-  EXPECT_EQ(e.kind, ChildExit::Exited) << e.describe();
-  return {e.code, file_tail(log, 1 << 16)};
-}
-
 /** Rewrite <dir>'s fixture without tensor `drop`, its manifest rehashed to match: the hashes then
  *  verify, only the tensor set tells it is not a fixture of its config. */
 void drop_tensor_and_rehash(const std::string& dir, const std::string& drop) {
