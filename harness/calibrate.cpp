@@ -124,6 +124,23 @@ int calibrate_main(const CalibrateOptions& opt) {
   json device;
   const std::string path = calibration_path(opt.path, exe, work.path(), log, &device);
   if (path.empty()) return 2;
+  // `auto` found no GPU: the fp64 oracle costs about one multiply-add per weight and step (the LM
+  // head included, the tied embedding counted once more), for the reference and every variant, per
+  // seed: hours at the full config. Fall back on it silently only where that is minutes at most,
+  // as the GEMM tasks do.
+  double per_step = 0;
+  for (const QuantWeight& w : cfg.quant_weights()) per_step += double(w.out) * double(w.in);
+  const double macs = per_step * double(cfg.checked_steps) * double(ref::decode_variants().size() + 1) *
+                      double(opt.seeds.size());
+  if (path == "cpu" && opt.path == "auto" && macs > kAutoCpuOracleMaxMacs) {
+    std::fprintf(stderr,
+                 "nibble calibrate: no usable GPU, and the fp64 CPU oracle at %s is %.3g multiply-adds (%.3g per step x "
+                 "%d steps x %zu runs x %zu seeds), far beyond what --path auto runs on the CPU (%.3g); run it on a GPU, "
+                 "--config tiny here, or pass --path cpu to run the oracle anyway\n",
+                 cfg.name.c_str(), macs, per_step, cfg.checked_steps, ref::decode_variants().size() + 1, opt.seeds.size(),
+                 kAutoCpuOracleMaxMacs);
+    return 2;
+  }
   if (path == "cpu" && cfg.name == "full")
     log("warning: the fp64 oracle on the full config takes a long time per step");
   report["path"] = path == "gpu" ? "gpu: bundled reference .so per variant, child processes" : "cpu: fp64 oracle per variant";

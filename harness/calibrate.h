@@ -21,6 +21,11 @@ struct CalibrateOptions {
   std::vector<std::string> argv;
 };
 
+/** Most fp64 multiply-adds `calibrate --path auto` runs on the CPU when no GPU answers (all
+ *  variants and seeds; minutes at most): GEMM m16-n3072-k3072's 7 variants are 1e9 (a minute or
+ *  two); the decode task's tiny config ~1e8, its full config ~7e11 (hours). */
+constexpr double kAutoCpuOracleMaxMacs = 2e10;
+
 /**
  * Runs every variant of the reference on the fixtures and prints the table (variant, worst
  * relative error per seed, ratio to the gate, expected PASS/FAIL, verdict). Returns 0 when the

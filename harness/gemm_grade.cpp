@@ -28,6 +28,7 @@
 #include "fixtures/gemm_fixture.h"
 #include "fixtures/gemm_task.h"
 #include "fixtures/sha256.h"
+#include "harness/calibrate.h"
 #include "harness/child_support.h"
 #include "harness/cupti_timer.h"
 #include "harness/gpu_checks.h"
@@ -37,10 +38,6 @@
 #include "reference/gemm_oracle.h"
 
 namespace nibble {
-
-/** Most fp64 multiply-adds `calibrate --path auto` runs on the CPU when no GPU answers (all
- *  variants and seeds of a shape): m16-n3072-k3072's 7 variants are 1e9 (a minute or two). */
-constexpr double kAutoCpuOracleMaxMacs = 2e10;
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;

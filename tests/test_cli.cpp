@@ -308,6 +308,21 @@ TEST(Cli, GemmCalibrateAutoWithoutAGpuRefusesAnHoursLongCpuOracle) {
   EXPECT_FALSE(fs::exists(t.path() + "/c.json"));
 }
 
+// The decode task's full config likewise: without a GPU, --path auto (the README's first calibrate
+// command) refuses the hours-long CPU oracle before building the 2 GB fixture.
+TEST(Cli, DecodeCalibrateAutoWithoutAGpuRefusesTheFullConfigsCpuOracle) {
+  std::string why;
+  if (test::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: --path auto takes it";
+  TempDir t;
+  const Result r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/cache"},
+                                  {"calibrate", "--config", "full", "--out", t.path() + "/c.json", "-q"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("multiply-adds"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--config tiny"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/cache")) << "a fixture was built before the refusal";
+  EXPECT_FALSE(fs::exists(t.path() + "/c.json"));
+}
+
 TEST(Cli, GemmCalibrateOnTheGpuWithoutOneSaysSo) {
   std::string why;
   if (test::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: the no-GPU answer cannot be observed here";
