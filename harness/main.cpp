@@ -101,6 +101,34 @@ const CLI::Validator kSeed(
     },
     "SEED");
 
+/** A comma-separated list of seeds, every element one kSeed ("0,,1" or "0," is an error, not 0,1
+ *  or 0: CLI11's own delimiter drops empty elements). */
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out(1);
+  for (char ch : s) {
+    if (ch == ',')
+      out.emplace_back();
+    else
+      out.back() += ch;
+  }
+  return out;
+}
+const CLI::Validator kSeedList(
+    [](std::string& s) -> std::string {
+      if (s.empty()) return "must not be empty (leave --seeds out for its default, 0,1)";
+      for (std::string w : split_commas(s)) {
+        if (w.empty()) return "'" + s + "' has an empty element: give seeds separated by single commas";
+        if (const std::string why = kSeed(w); !why.empty()) return why;
+      }
+      return "";
+    },
+    "SEED[,SEED...]");
+std::vector<uint64_t> parse_seed_list(const std::string& s) {
+  std::vector<uint64_t> v;
+  for (const std::string& w : split_commas(s)) v.push_back(std::stoull(w));
+  return v;
+}
+
 /** A path or name given on the command line must not be empty: for these options "" would
  *  otherwise read as "not given" and silently pick the default (the fixture cache, every task). */
 const CLI::Validator kNonEmpty(
@@ -136,7 +164,9 @@ int main(int argc, char** argv) {
   grade->add_option("--task", g.task, "Task to grade")->capture_default_str();
   grade->add_option("--solution", g.solution, "Solution shared object (C ABI of include/nibble/nibble.h)")->required();
   grade->add_option("--config", g.config, "Task config: full | tiny (decode); tiny | m<M>-n<N>-k<K> (GEMM tasks)")->capture_default_str();
-  grade->add_option("--seeds", g.seeds, "Fixture seeds, comma separated")->delimiter(',')->check(kSeed)->capture_default_str();
+  grade->add_option_function<std::string>("--seeds", [&g](const std::string& s) { g.seeds = parse_seed_list(s); },
+                                          "Fixture seeds, comma separated (default 0,1)")
+      ->check(kSeedList);
   grade->add_option("--fixture", g.fixture_dir, "Fixture folder (one seed); default: the cache, built when missing")->check(kNonEmpty);
   grade->add_option("--out", g.out, "Report path (written atomically)")->capture_default_str();
   grade->add_option("--dump", g.dump_dir, "Write reference and candidate logits + appended K/V of every checked step here")->check(kNonEmpty);
@@ -144,16 +174,16 @@ int main(int argc, char** argv) {
   grade->add_option("--calibration", g.calibration, "nibble calibrate JSON giving the report its context (default: the committed one)")->check(kNonEmpty);
   grade->add_option("--history", g.history, "Append one JSON line (commit, date, GPU, solution, median, worst error)")->check(kNonEmpty);
   grade->add_option("--reference", g.reference, "Reference .so (default: the bundled fp32 cuBLAS reference)")->check(kNonEmpty);
-  grade->add_option("--timeout", g.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str();
+  grade->add_option("--timeout", g.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str()->check(kNonEmpty);
   grade->add_option("--step-timeout", g.step_timeout_seconds, "Watchdog per decode_step call (+ device sync), seconds")
-      ->capture_default_str();
+      ->capture_default_str()->check(kNonEmpty);
   grade->add_option("--build-timeout", g.build_timeout_seconds, "Watchdog of build_model and teardown, seconds")
-      ->capture_default_str();
-  grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed steps' token ids (GEMM: of A's sign masks in the timed calls and of which call each round keeps), for a reproducible run; default: no seed, every id and mask seed drawn from the OS by the child when needed, after build_model / prepare, so a candidate can neither learn nor predict them");
-  grade->add_option("--min-rounds", g.min_rounds, "Rounds of 32 timed steps (GEMM: calls) at least")->capture_default_str();
-  grade->add_option("--max-rounds", g.max_rounds, "Rounds of 32 timed steps (GEMM: calls) at most")->capture_default_str();
-  grade->add_option("--max-timing-seconds", g.max_timing_seconds, "Stop timing after this long")->capture_default_str();
-  grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+      ->capture_default_str()->check(kNonEmpty);
+  grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed steps' token ids (GEMM: of A's sign masks in the timed calls and of which call each round keeps), for a reproducible run->check(kNonEmpty); default: no seed, every id and mask seed drawn from the OS by the child when needed, after build_model / prepare, so a candidate can neither learn nor predict them");
+  grade->add_option("--min-rounds", g.min_rounds, "Rounds of 32 timed steps (GEMM: calls) at least")->capture_default_str()->check(kNonEmpty);
+  grade->add_option("--max-rounds", g.max_rounds, "Rounds of 32 timed steps (GEMM: calls) at most")->capture_default_str()->check(kNonEmpty);
+  grade->add_option("--max-timing-seconds", g.max_timing_seconds, "Stop timing after this long")->capture_default_str()->check(kNonEmpty);
+  grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmpty);
   bool no_timing = false, no_verify = false;
   grade->add_flag("--no-timing", no_timing, "Check correctness only");
   grade->add_flag("--no-verify-fixture", no_verify, "Skip re-hashing the fixtures (before the candidate runs and again before the reference reads them)");
@@ -164,13 +194,15 @@ int main(int argc, char** argv) {
   auto* calibrate = app.add_subcommand("calibrate", "Measure the drop-the-feature table: every reference variant against the gate");
   calibrate->add_option("--task", c.task, "Task")->capture_default_str();
   calibrate->add_option("--config", c.config, "Config: full | tiny (decode); tiny | m<M>-n<N>-k<K> (GEMM tasks)")->capture_default_str();
-  calibrate->add_option("--seeds", c.seeds, "Fixture seeds, comma separated")->delimiter(',')->check(kSeed)->capture_default_str();
+  calibrate->add_option_function<std::string>("--seeds", [&c](const std::string& s) { c.seeds = parse_seed_list(s); },
+                                              "Fixture seeds, comma separated (default 0,1)")
+      ->check(kSeedList);
   calibrate->add_option("--out", c.out, "Table as JSON (written atomically)")->capture_default_str();
   calibrate->add_option("--path", c.path, "gpu: the reference .so per variant; cpu: the fp64 oracle; auto: gpu if present")
       ->capture_default_str();
   calibrate->add_option("--reference", c.reference, "Reference .so (default: the bundled one)")->check(kNonEmpty);
-  calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
-  calibrate->add_option("--timeout", c.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str();
+  calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmpty);
+  calibrate->add_option("--timeout", c.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str()->check(kNonEmpty);
   calibrate->add_flag("-q,--quiet", c.quiet, "No progress lines");
 
   // nibble compare BASE.json NEW.json | nibble report show|html REPORT.json: they parse their own
@@ -189,7 +221,7 @@ int main(int argc, char** argv) {
   fbuild->add_option("--config", f_config, "Config: full | tiny (decode); tiny | m<M>-n<N>-k<K> (GEMM tasks)")->capture_default_str();
   fbuild->add_option("--seed", f_seed, "Seed")->required()->check(kSeed);
   fbuild->add_option("--out", f_out, "Output folder (default: the fixture cache)")->check(kNonEmpty);
-  fbuild->add_option("--threads", f_threads, "Threads (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+  fbuild->add_option("--threads", f_threads, "Threads (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmpty);
   fbuild->add_flag("-q,--quiet", f_quiet, "No progress");
   std::string v_dir;
   auto* fverify = fixture->add_subcommand("verify", "Re-hash a fixture and compare with its manifest");

@@ -59,6 +59,11 @@ nlohmann::ordered_json load_calibration(const std::string& path, const nlohmann:
 
 }  // namespace
 
+/** A value given on the command line must not be empty: CLI11 reads "" as 0 for a number
+ *  (--max-slowdown "" would be 0%) and "" for a path would read as "not given". */
+const CLI::Validator kNonEmptyValue([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
+                                    "NONEMPTY");
+
 int compare_command(std::vector<std::string> args) {
   CLI::App app{"Is NEW slower than BASE beyond noise? Per timed figure: the ratio of medians NEW/BASE with a bootstrap "
                "interval, a Mann-Whitney U p-value, and a verdict SAME / FASTER / SLOWER / UNSURE.",
@@ -68,10 +73,11 @@ int compare_command(std::vector<std::string> args) {
   bool as_json = false;
   app.add_option("BASE", base, "Baseline report (nibble grade --out)")->required();
   app.add_option("NEW", neu, "New report")->required();
-  app.add_option("--max-slowdown", opt.max_slowdown_pct, "Tolerated slowdown, percent")->capture_default_str();
-  app.add_option("--alpha", opt.alpha, "Significance level (the interval is at 1 - alpha)")->capture_default_str();
+  app.add_option("--max-slowdown", opt.max_slowdown_pct, "Tolerated slowdown, percent")->capture_default_str()->check(kNonEmptyValue);
+  app.add_option("--alpha", opt.alpha, "Significance level (the interval is at 1 - alpha)")->capture_default_str()->check(kNonEmptyValue);
   app.add_option("--resamples", opt.resamples, "Bootstrap resamples")
       ->capture_default_str()
+      ->check(kNonEmptyValue)
       ->check(CLI::Range(100, kMaxResamples));
   app.add_flag("--force", opt.force, "Compare reports that are not comparable (different task, config, fixture, GPU; no timing); the output says so");
   app.add_flag("--json", as_json, "Print the comparison as JSON (schema nibble.compare) instead of the table");
@@ -94,14 +100,11 @@ int report_command(std::vector<std::string> args) {
   auto* html = app.add_subcommand("html", "Write one self-contained HTML page (inline CSS and SVG; no script, no network)");
   html->add_option("REPORT", html_path, "Report to show")->required();
   html->add_option("BASE", html_base, "Optional baseline report: adds nibble compare's table");
-  // "" for a path would read as "not given" (the calibration) or fail only at the write (the page).
-  const CLI::Validator non_empty([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
-                                 "NONEMPTY");
-  html->add_option("-o,--out", html_out, "HTML file to write (atomically)")->required()->check(non_empty);
+  html->add_option("-o,--out", html_out, "HTML file to write (atomically)")->required()->check(kNonEmptyValue);
   html->add_option("--calibration", html_calibration,
-                   "nibble calibrate's table (same task and config): its variants become the error chart's reference points")->check(non_empty);
-  html->add_option("--max-slowdown", opt.max_slowdown_pct, "With BASE: tolerated slowdown, percent")->capture_default_str();
-  html->add_option("--alpha", opt.alpha, "With BASE: significance level")->capture_default_str();
+                   "nibble calibrate's table (same task and config): its variants become the error chart's reference points")->check(kNonEmptyValue);
+  html->add_option("--max-slowdown", opt.max_slowdown_pct, "With BASE: tolerated slowdown, percent")->capture_default_str()->check(kNonEmptyValue);
+  html->add_option("--alpha", opt.alpha, "With BASE: significance level")->capture_default_str()->check(kNonEmptyValue);
   app.footer("Exit codes: 0 done; 1 the HTML file could not be written; 4 bad input (missing file, not a nibble report, bad arguments).");
   if (const int rc = parse_own(app, std::move(args)); rc >= 0) return rc;
 

@@ -161,6 +161,9 @@ TEST(Cli, OutputsAndOptionsAreCheckedBeforeAnyWork) {
       {{"--out", t.path()}, "is a folder"},
       {{"--seeds", "0,0"}, "given twice"},
       {{"--seeds", "-1"}, "non-negative integer"},
+      {{"--seeds", "0,,1"}, "has an empty element"},  // not read as 0,1
+      {{"--seeds", "0,"}, "has an empty element"},    // not read as 0
+      {{"--threads", ""}, "--threads"},              // not read as 0, all cores
       {{"--min-rounds", "5", "--max-rounds", "2"}, "--min-rounds"},
       {{"--timeout", "-5"}, "positive"},
       {{"--history", t.path()}, "--history"},
@@ -239,6 +242,15 @@ TEST(Cli, UnknownCommandEmptyValuesAndNotAFolderAreUsageErrors) {
     r = run_nibble(args, t);
     EXPECT_EQ(r.code, 2) << cmd << ": " << r.output;
     EXPECT_NE(r.output.find("--config is required for gemm-bf16-mxfp4"), std::string::npos) << r.output;
+  }
+  // A number given as "" is not 0 (compare and report html exit 4 on a bad command line).
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"compare", "--max-slowdown", "", "a.json", "b.json"},
+        std::vector<std::string>{"compare", "--alpha", "", "a.json", "b.json"},
+        std::vector<std::string>{"report", "html", "a.json", "-o", t.path() + "/p.html", "--max-slowdown", ""}}) {
+    r = run_nibble(args, t);
+    EXPECT_EQ(r.code, 4) << args[1] << ": " << r.output;
+    EXPECT_NE(r.output.find("must not be empty"), std::string::npos) << r.output;
   }
   write_file_atomic(t.path() + "/file", "x");
   for (const std::string& dir : {t.path() + "/none", std::string(), t.path() + "/file"}) {
