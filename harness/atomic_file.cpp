@@ -2,6 +2,7 @@
 #include "harness/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,6 +32,18 @@ bool write_all(int fd, const std::string& content) {
 
 }  // namespace
 
+int standard_stream_fd(const std::string& path) {
+  if (path == "/dev/stdout") return STDOUT_FILENO;
+  if (path == "/dev/stderr") return STDERR_FILENO;
+  for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    const std::string pre(prefix);
+    if (path.size() > pre.size() && path.compare(0, pre.size(), pre) == 0 &&
+        path.find_first_not_of("0123456789", pre.size()) == std::string::npos && path.size() - pre.size() <= 9)
+      return std::stoi(path.substr(pre.size()));
+  }
+  return -1;
+}
+
 std::string write_target(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -50,17 +63,42 @@ std::string write_target(const std::string& path) {
   return (ec ? fs::absolute(p) : w).string();
 }
 
+bool same_output_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+  try {
+    return write_target(a) == write_target(b);
+  } catch (const std::exception&) {
+    return false;  // a loop of links: the write's own check refuses it
+  }
+}
+
+void check_output_name(const std::string& path) {
+  if (path.empty()) throw std::runtime_error("cannot write a file: the output path is empty; give a file name");
+  if (path.back() == '/')
+    throw std::runtime_error("cannot write " + path + ": it names a folder (it ends in '/'); give a file name inside it");
+  if (std::filesystem::is_directory(path))
+    throw std::runtime_error("cannot write " + path + ": it is a folder; give a file name inside it");
+}
+
 void write_file_atomic(const std::string& path, const std::string& content) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (path.empty()) throw std::runtime_error("cannot write a file: the output path is empty; give a file name");
-  // What the path names once the kernel has followed every link (also /proc's, e.g. /dev/stdout).
+  check_output_name(path);
+  if (const int sfd = standard_stream_fd(path); sfd >= 0) {
+    // -o /dev/stdout: into the stream itself, as a shell's redirection set it up (`>> log` appends,
+    // `( ... ) > f` keeps what follows); opening the path anew would start a regular file over at
+    // offset 0, and a rename would replace it.
+    if (!write_all(sfd, content)) throw std::runtime_error("cannot write " + path + ": " + strerror(errno));
+    return;
+  }
+  // What the path names once the kernel has followed every link.
   const fs::file_status st = fs::status(path, ec);
-  if (fs::is_directory(st))
-    throw std::runtime_error("cannot write " + path + ": it is a folder; give a file name inside it");
   if (fs::exists(st) && !fs::is_regular_file(st)) {
-    // A pipe, a terminal or a device (-o /dev/stdout): a rename would replace it with a file that
-    // nobody reads, and such a target has no old content to keep, so the bytes go straight in.
+    // A pipe, a terminal or a device: a rename would replace it with a file that nobody reads, and
+    // such a target has no old content to keep, so the bytes go straight in (a pipe without a
+    // reader blocks until one comes, as a shell's `> pipe` does).
     const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) throw std::runtime_error("cannot write " + path + ": " + strerror(errno));
     if (!write_all(fd, content)) {
@@ -71,13 +109,18 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     if (close(fd) != 0) throw std::runtime_error("cannot write " + path + ": " + strerror(errno));
     return;
   }
-  // The file that the new content replaces (a link stays a link, as a shell's `>` keeps it).
+  // The file that the new content replaces (a link stays a link, as a shell's `>` keeps it). Its
+  // permissions carry over; a hard link to the old file keeps the old content (a new inode is
+  // what makes the replacement atomic).
   const fs::path p = write_target(path);
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   const std::string target = p.string();
+  struct stat old {};
+  const bool had = ::stat(target.c_str(), &old) == 0;
   const std::string tmp = target + ".tmp." + std::to_string(getpid());
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("cannot write " + path + ": " + strerror(errno));
+  if (had) (void)fchmod(fd, old.st_mode & 07777);  // best effort: the content matters more
   if (!write_all(fd, content)) {
     const std::string why = strerror(errno);
     close(fd);

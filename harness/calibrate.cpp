@@ -136,9 +136,9 @@ int calibrate_main(const CalibrateOptions& opt) {
     std::fprintf(stderr,
                  "nibble calibrate: no usable GPU, and the fp64 CPU oracle at %s is %.3g multiply-adds (%.3g per step x "
                  "%d steps x %zu runs x %zu seeds), far beyond what --path auto runs on the CPU (%.3g); run it on a GPU, "
-                 "--config tiny here, or pass --path cpu to run the oracle anyway\n",
+                 "%s here, or pass --path cpu to run the oracle anyway\n",
                  cfg.name.c_str(), macs, per_step, cfg.checked_steps, ref::decode_variants().size() + 1, opt.seeds.size(),
-                 kAutoCpuOracleMaxMacs);
+                 kAutoCpuOracleMaxMacs, cfg.name == "tiny" ? "fewer seeds" : "--config tiny");
     return 2;
   }
   if (path == "cpu" && cfg.name == "full")
@@ -269,7 +269,7 @@ int calibrate_main(const CalibrateOptions& opt) {
     return 3;
   }
   o << "  report: " << opt.out << "  (" << fmt(since(t_start), 3) << " s)\n";
-  std::cout << o.str() << std::flush;
+  summary_stream(opt.out) << o.str() << std::flush;
   return healthy ? 0 : 1;
 }
 

@@ -566,7 +566,7 @@ int grade_gemm_main(const GradeOptions& opt) {
     std::fprintf(stderr, "nibble grade: %s\n", e.what());
     return kExitGraderFailed;
   }
-  std::cout << format_summary(report, opt.out) << std::flush;  // what `nibble report show` prints
+  summary_stream(opt.out) << format_summary(report, opt.out) << std::flush;  // what `nibble report show` prints
   return disposition == kPassed ? kExitPassed : kExitNotPassed;
 }
 
@@ -694,7 +694,7 @@ int calibrate_gemm_main(const CalibrateOptions& opt) {
     std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
     return 3;
   }
-  std::cout << o.str() << "  report: " << opt.out << "\n" << std::flush;
+  summary_stream(opt.out) << o.str() << "  report: " << opt.out << "\n" << std::flush;
   return healthy ? 0 : 1;
 }
 

@@ -287,21 +287,7 @@ int grade_main(const GradeOptions& opt) {
   // this config (or --calibration FILE), so a reader sees whether a pass is comfortable or marginal.
   json calib_ctx;
   {
-    std::string cal = opt.calibration;
-    if (cal.empty()) {
-      std::error_code ec;
-      const fs::path reports = fs::path(NIBBLE_SOURCE_DIR) / "reports";
-      if (fs::is_directory(reports, ec))
-        for (const auto& dir : fs::directory_iterator(reports, ec)) {
-          const fs::path f = dir.path() / ("calibration-" + cfg.name + ".json");
-          if (!fs::exists(f, ec)) continue;
-          try {  // only a table of this task and config
-            check_calibration_file(f.string(), opt.task, cfg.name);
-            cal = f.string();
-          } catch (const std::exception&) {
-          }
-        }
-    }
+    const std::string cal = opt.calibration.empty() ? committed_calibration(opt.task, cfg.name) : opt.calibration;
     if (!cal.empty()) {
       try {
         const json c = json::parse(read_file(cal));
@@ -426,7 +412,7 @@ int grade_main(const GradeOptions& opt) {
   }
 
   // 5. The summary a person reads (the same text `nibble report show` prints from the JSON).
-  std::cout << format_summary(report, opt.out) << std::flush;
+  summary_stream(opt.out) << format_summary(report, opt.out) << std::flush;
   return disposition == kPassed ? kExitPassed : kExitNotPassed;
 }
 

@@ -1,6 +1,9 @@
 // grade_common.cpp: see grade_common.h.
 #include "harness/grade_common.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -80,12 +83,15 @@ json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::string& g
   json j;
   j["seed"] = seed;
   j["dir"] = dir;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw std::invalid_argument("fixture " + dir + " is not a folder: give the folder `nibble fixture build --out` wrote");
   const bool have = fs::exists(dir + "/manifest.json") && fs::exists(dir + "/model.safetensors");
   FixtureManifest m;
   if (!have) {
     if (!given_dir.empty())
-      throw std::invalid_argument("no fixture in " + dir + " (manifest.json and model.safetensors expected); build one with `nibble fixture build --task " +
-                                  std::string(kDecodeTask) + " --config " + cfg.name + " --seed " + std::to_string(seed) + " --out " + dir + "`");
+      throw std::invalid_argument("no fixture in " + dir + " (manifest.json and model.safetensors expected); build one with `" +
+                                  fixture_build_command(kDecodeTask, cfg.name, seed, dir) + "`");
     log("building fixture " + cfg.name + " seed " + std::to_string(seed) + " into " + dir);
     const auto t0 = std::chrono::steady_clock::now();
     m = build_decode_fixture(cfg, seed, dir, threads, [&](const std::string& phase, double f) {
@@ -94,10 +100,17 @@ json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::string& g
     j["built_now"] = true;
     j["build_seconds"] = since(t0);
   } else {
-    m = read_manifest(dir);
+    try {
+      m = read_manifest(dir);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(std::string(e.what()) + "; rebuild it with `" +
+                               fixture_build_command(kDecodeTask, cfg.name, seed, dir) + "`");
+    }
     if (m.task != kDecodeTask || m.config != cfg.name || m.seed != seed)
       throw std::invalid_argument("fixture " + dir + " is for task " + m.task + ", config " + m.config + ", seed " +
-                                  std::to_string(m.seed) + ", not " + cfg.name + " seed " + std::to_string(seed));
+                                  std::to_string(m.seed) + ", not " + kDecodeTask + " / " + cfg.name + " seed " +
+                                  std::to_string(seed) + ": give that fixture's folder, or build one with `" +
+                                  fixture_build_command(kDecodeTask, cfg.name, seed, "NEW_DIR") + "`");
     if (m.generator_version != kGeneratorVersion)
       throw std::invalid_argument("fixture " + dir + " was made by generator version " + std::to_string(m.generator_version) +
                                   "; this nibble makes version " + std::to_string(kGeneratorVersion) + ": rebuild it with `" +
@@ -216,39 +229,47 @@ void remove_folders(const std::vector<fs::path>& v) {
   for (const fs::path& f : v) fs::remove(f, ec);  // deepest first; a folder something else filled stays
 }
 
-/** Whether two paths name the same file once written: the same existing file, or the same file
- *  write_file_atomic would create (links, dangling ones too, followed). */
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
-  try {
-    return write_target(a) == write_target(b);
-  } catch (const std::exception&) {
-    return false;  // a loop of links: check_writable refuses it next
-  }
-}
-
 /** The grade's outputs (--out, --gbench-json, --history) name three different files, none of them
- *  an input the grade reads (the solution, the reference, the calibration table, the fixture's
- *  files): a later write would destroy the earlier one (the report under the gbench JSON) or the
- *  input (the candidate .so under its own report). std::invalid_argument naming both options. */
+ *  a file the grade reads or writes besides (the solution, the reference, the calibration table,
+ *  each seed's fixture files, the --dump files), given or by default: a later write would destroy
+ *  the earlier one (the report under the gbench JSON) or the input (the candidate .so under its
+ *  own report). std::invalid_argument naming both. */
 void check_distinct_outputs(const GradeOptions& opt) {
   std::vector<std::pair<std::string, std::string>> outs{{"--out", opt.out}};
   if (!opt.gbench_json.empty()) outs.emplace_back("--gbench-json", opt.gbench_json);
   if (!opt.history.empty()) outs.emplace_back("--history", opt.history);
   std::vector<std::pair<std::string, std::string>> ins{{"--solution", opt.solution}};
-  if (!opt.reference.empty()) ins.emplace_back("--reference", opt.reference);
-  if (!opt.calibration.empty()) ins.emplace_back("--calibration", opt.calibration);
-  if (!opt.fixture_dir.empty())
+  if (!opt.reference.empty()) {
+    ins.emplace_back("--reference", opt.reference);
+  } else {  // the bundled references, beside this executable (decode and GEMM)
+    const fs::path lib = fs::path(bundled_reference(self_exe(), "")).parent_path();
+    for (const char* f : {"libnibble_reference.so", "libnibble_gemm_reference.so"})
+      ins.emplace_back("the bundled reference", (lib / f).string());
+  }
+  const std::string cal = !opt.calibration.empty() ? opt.calibration : committed_calibration(opt.task, opt.config);
+  if (!cal.empty()) ins.emplace_back(opt.calibration.empty() ? "the committed calibration table" : "--calibration", cal);
+  for (uint64_t seed : opt.seeds) {
+    std::string dir = opt.fixture_dir;
+    if (dir.empty()) {
+      try {
+        dir = default_fixture_dir(opt.task, opt.config, seed);
+      } catch (const std::exception&) {
+        continue;  // no cache folder: refused later, with its reason
+      }
+    }
     for (const char* f : {"model.safetensors", "manifest.json"})
-      ins.emplace_back("--fixture's " + std::string(f), (fs::path(opt.fixture_dir) / f).string());
+      ins.emplace_back("the fixture's " + std::string(f), (fs::path(dir) / f).string());
+    if (!opt.dump_dir.empty())
+      for (const char* who : {"reference", "candidate"})
+        ins.emplace_back("a --dump file", (fs::path(opt.dump_dir) / ("seed" + std::to_string(seed) + "-" + who + ".safetensors")).string());
+  }
   for (size_t i = 0; i < outs.size(); ++i) {
     for (size_t j = i + 1; j < outs.size(); ++j)
-      if (same_file(outs[i].second, outs[j].second))
+      if (same_output_file(outs[i].second, outs[j].second))
         throw std::invalid_argument(outs[i].first + " and " + outs[j].first + " name the same file (" + outs[i].second +
                                     "): give each output a file of its own");
     for (const auto& [what, path] : ins)
-      if (same_file(outs[i].second, path))
+      if (same_output_file(outs[i].second, path))
         throw std::invalid_argument(outs[i].first + " " + outs[i].second + " is the grade's input " + what +
                                     ": writing it would destroy that input; choose another " + outs[i].first);
   }
@@ -256,13 +277,29 @@ void check_distinct_outputs(const GradeOptions& opt) {
 
 }  // namespace
 
+std::ostream& summary_stream(const std::string& out) {
+  return standard_stream_fd(out) == STDOUT_FILENO ? std::cerr : std::cout;
+}
+
 void check_writable(const std::string& path) {
-  if (path.empty()) throw std::runtime_error("an empty path");
-  if (fs::is_directory(path)) throw std::runtime_error(path + " is a folder; name a file");
-  const std::vector<fs::path> made = missing_folders(path, false);
+  check_output_name(path);
+  if (const int fd = standard_stream_fd(path); fd >= 0) {
+    if (fcntl(fd, F_GETFL) < 0) throw std::runtime_error(path + " is not open in this process");
+    return;
+  }
+  // Where the write lands (a link's target, not beside the link), probed there: a pipe or device
+  // must be writable, a file's folder must take a new file.
+  const std::string target = write_target(path);
+  std::error_code ec;
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    if (access(target.c_str(), W_OK) != 0) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+    return;
+  }
+  const std::vector<fs::path> made = missing_folders(target, false);
   try {
-    write_file_atomic(path + ".nibble-probe", "");
-    fs::remove(path + ".nibble-probe");
+    write_file_atomic(target + ".nibble-probe", "");
+    fs::remove(target + ".nibble-probe");
   } catch (...) {
     remove_folders(made);
     throw;
@@ -290,12 +327,26 @@ void check_grade_options(const GradeOptions& opt) {
   }
   if (!opt.history.empty()) {
     if (fs::is_directory(opt.history)) throw std::invalid_argument("--history " + opt.history + " is a folder; name a file");
+    // The file the line is appended to (through a link; a dangling link's target is created then).
+    std::string target;
+    try {
+      target = standard_stream_fd(opt.history) >= 0 ? opt.history : write_target(opt.history);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("--history: " + std::string(e.what()));
+    }
     std::error_code ec;
-    const bool existed = fs::exists(opt.history, ec);
-    FILE* f = std::fopen(opt.history.c_str(), "a");
-    if (!f) throw std::invalid_argument("--history " + opt.history + " cannot be appended to: " + std::strerror(errno));
-    std::fclose(f);
-    if (!existed) fs::remove(opt.history, ec);  // appended to after the grade, created then
+    const fs::file_status st = fs::status(target, ec);
+    if (standard_stream_fd(opt.history) < 0 && fs::exists(st) && !fs::is_regular_file(st))
+      throw std::invalid_argument("--history " + opt.history +
+                                  " is not a regular file (a pipe or a device): the grade appends one line to a file");
+    if (standard_stream_fd(opt.history) < 0) {
+      const bool existed = fs::exists(st);
+      FILE* f = std::fopen(target.c_str(), "a");
+      const int err = errno;
+      if (f) std::fclose(f);
+      if (!existed) fs::remove(target, ec);  // appended to after the grade, created then
+      if (!f) throw std::invalid_argument("--history " + opt.history + " cannot be appended to: " + std::strerror(err));
+    }
   }
   if (!opt.dump_dir.empty()) {
     const std::vector<fs::path> made = missing_folders(opt.dump_dir, true);
@@ -314,6 +365,23 @@ void check_grade_options(const GradeOptions& opt) {
   if (!positive(opt.max_timing_seconds))
     throw std::invalid_argument("--max-timing-seconds must be a positive, finite number of seconds");
   if (!opt.calibration.empty()) check_calibration_file(opt.calibration, opt.task, opt.config);
+}
+
+std::string committed_calibration(const std::string& task, const std::string& config) {
+  std::string cal;
+  std::error_code ec;
+  const fs::path reports = fs::path(NIBBLE_SOURCE_DIR) / "reports";
+  if (fs::is_directory(reports, ec))
+    for (const auto& dir : fs::directory_iterator(reports, ec)) {
+      const fs::path f = dir.path() / ("calibration-" + config + ".json");
+      if (!fs::exists(f, ec)) continue;
+      try {  // only a table of this task and config
+        check_calibration_file(f.string(), task, config);
+        cal = f.string();
+      } catch (const std::exception&) {
+      }
+    }
+  return cal;
 }
 
 void check_calibration_file(const std::string& path, const std::string& task, const std::string& config) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <functional>
+#include <iostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -140,9 +141,18 @@ int fixture_stage(const std::vector<uint64_t>& seeds, F&& each) {
   return 0;
 }
 
+/** The committed calibration table a decode grade of (task, config) shows its place in when no
+ *  --calibration is given: reports/<gpu>/calibration-<config>.json of the source tree, the last
+ *  of this task and config in folder order; "" when there is none. */
+std::string committed_calibration(const std::string& task, const std::string& config);
+
 /** --calibration FILE: a readable `nibble calibrate` table (schema "nibble.calibration", rows) of
  *  this task and config; std::invalid_argument naming what is wrong otherwise. */
 void check_calibration_file(const std::string& path, const std::string& task, const std::string& config);
+
+/** Where a command's human summary goes: stderr when its JSON output `out` is this process's
+ *  stdout (--out /dev/stdout: the JSON alone on stdout, for a pipe), else stdout. */
+std::ostream& summary_stream(const std::string& out);
 
 /** printf("%.*g"). */
 std::string fmt(double v, int prec = 3);

@@ -70,7 +70,13 @@ int fixture_verify(const std::string& dir) {
     return 2;
   }
   try {
-    const FixtureManifest m = read_manifest(dir);
+    FixtureManifest m;
+    try {
+      m = read_manifest(dir);
+    } catch (const std::runtime_error& e) {  // no task, config or seed to name: the general command
+      throw std::runtime_error(std::string(e.what()) +
+                               "; rebuild the fixture with `nibble fixture build --task T --config C --seed S --out " + dir + "`");
+    }
     verify_fixture(dir, m);
     // The hashes only say the bytes are the ones the manifest names: check they are a fixture of
     // the task and config it claims (every tensor present with its dtype and shape), and that the
@@ -179,7 +185,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(kNonEmpty);
   grade->add_option("--build-timeout", g.build_timeout_seconds, "Watchdog of build_model and teardown, seconds")
       ->capture_default_str()->check(kNonEmpty);
-  grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed steps' token ids (GEMM: of A's sign masks in the timed calls and of which call each round keeps), for a reproducible run->check(kNonEmpty); default: no seed, every id and mask seed drawn from the OS by the child when needed, after build_model / prepare, so a candidate can neither learn nor predict them");
+  grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed steps' token ids (GEMM: of A's sign masks in the timed calls and of which call each round keeps), for a reproducible run; default: no seed, every id and mask seed drawn from the OS by the child when needed, after build_model / prepare, so a candidate can neither learn nor predict them")
+      ->check(kSeed);  // as a fixture seed: "", -1 or 2^64 would otherwise become another seed silently
   grade->add_option("--min-rounds", g.min_rounds, "Rounds of 32 timed steps (GEMM: calls) at least")->capture_default_str()->check(kNonEmpty);
   grade->add_option("--max-rounds", g.max_rounds, "Rounds of 32 timed steps (GEMM: calls) at most")->capture_default_str()->check(kNonEmpty);
   grade->add_option("--max-timing-seconds", g.max_timing_seconds, "Stop timing after this long")->capture_default_str()->check(kNonEmpty);

@@ -117,6 +117,12 @@ int report_command(std::vector<std::string> args) {
     }
     return 0;
   }
+  for (const std::string& in : {html_path, html_base, html_calibration})
+    if (!in.empty() && same_output_file(html_out, in)) {
+      std::fprintf(stderr, "nibble report html: -o %s is the page's input %s: writing it would destroy that input; choose another -o\n",
+                   html_out.c_str(), in.c_str());
+      return kCompareBadInput;
+    }
   if (!(opt.max_slowdown_pct >= 0) || !(opt.alpha > 0 && opt.alpha < 1)) {
     std::fprintf(stderr, "nibble report html: --max-slowdown must be >= 0 and --alpha in (0, 1)\n");
     return kCompareBadInput;
@@ -150,7 +156,8 @@ int report_command(std::vector<std::string> args) {
     std::fprintf(stderr, "nibble report html: %s\n", e.what());
     return 1;
   }
-  std::printf("nibble report html: wrote %s (%zu bytes)\n", html_out.c_str(), page.size());
+  // a status line, on stderr: with -o /dev/stdout the page alone is on stdout
+  std::fprintf(stderr, "nibble report html: wrote %s (%zu bytes)\n", html_out.c_str(), page.size());
   return 0;
 }
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # test.sh: install what is missing, build, run every test. GPU tests skip (with the reason) on a
-# machine without a GPU; CTest then lists them as skipped, never as passed.
+# machine without a GPU; CTest lists a test binary as skipped when every case in it skipped, as
+# passed when its CPU cases passed and the rest skipped (tests/gtest_main.cpp), never a failure
+# as either.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -1,7 +1,9 @@
 // test_cli.cpp: the `nibble` command's answers to bad input: a clear message, the documented exit
 // code, nothing half-written.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +25,11 @@ std::string bindir() {
   return b ? b : ".";
 }
 std::string nibble_exe() { return bindir() + "/bin/nibble"; }
+/** A committed report of the source tree (report html's input in the output tests). */
+std::string source_report() {
+  const char* src = std::getenv("NIBBLE_SOURCE_DIR");
+  return std::string(src ? src : "..") + "/reports/h200/unfused-full.json";
+}
 
 struct Result {
   int code;
@@ -360,22 +367,46 @@ TEST(Cli, HugeGemmShapeIsRefusedUpFront) {
 }
 
 namespace {
-/** Rewrite <dir>'s fixture without tensor `drop`, its manifest rehashed to match: the hashes then
- *  verify, only the tensor set tells it is not a fixture of its config. */
-void drop_tensor_and_rehash(const std::string& dir, const std::string& drop) {
+/** `nibble fixture build` of the tiny decode config, seed `seed`, into <t>/fx; its folder. */
+std::string tiny_fixture(const TempDir& t, int seed) {
+  const std::string dir = t.path() + "/fx";
+  const Result r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", std::to_string(seed), "--out", dir, "-q"}, t);
+  EXPECT_EQ(r.code, 0) << r.output;
+  return dir;
+}
+
+/** `fixture verify` (exit 1) and a grade naming the fixture (exit 2, before any other work) both
+ *  refuse the tiny fixture of `seed` in <dir>, saying `says`. */
+void expect_fixture_refused(const TempDir& t, const std::string& dir, int seed, const std::string& says) {
+  Result r = run_nibble({"fixture", "verify", dir}, t);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+  r = run_nibble({"grade", "--config", "tiny", "--seeds", std::to_string(seed), "--fixture", dir, "--solution",
+                  bindir() + "/tests/lib/libbad_nothing.so", "--out", t.path() + "/r.json"},
+                 t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("probing the GPU"), std::string::npos) << "checked after other work:\n" << r.output;
+}
+
+/** Rewrite <dir>'s fixture with `edit` applied to its tensor list, the manifest rehashed to match
+ *  (whole file, size, every tensor): the hashes then verify, only the tensor set tells it is not a
+ *  fixture of its config. */
+void rewrite_and_rehash(const std::string& dir, const std::function<void(std::vector<TensorView>&)>& edit) {
   const std::string model = dir + "/model.safetensors";
+  FixtureManifest m = read_manifest(dir);
   {
     const SafetensorsFile f(model);
-    std::vector<TensorView> keep;
-    for (const auto& e : f.entries())
-      if (e.name != drop) keep.push_back({e.name, e.dtype, e.shape, f.data(e.name), e.nbytes()});
-    write_safetensors(dir + "/new.safetensors", keep, f.metadata());
+    std::vector<TensorView> views;
+    for (const auto& e : f.entries()) views.push_back({e.name, e.dtype, e.shape, f.data(e.name), e.nbytes()});
+    edit(views);
+    m.tensor_sha256.clear();
+    for (const TensorView& v : views) m.tensor_sha256[v.name] = sha256_hex(v.data, v.nbytes);
+    write_safetensors(dir + "/new.safetensors", views, f.metadata());
   }
   fs::rename(dir + "/new.safetensors", model);
-  FixtureManifest m = read_manifest(dir);
   m.file_sha256 = sha256_file_hex(model);
   m.file_bytes = int64_t(fs::file_size(model));
-  m.tensor_sha256.erase(drop);
   write_file_atomic(dir + "/manifest.json", manifest_to_json(m).dump(2) + "\n");
 }
 }  // namespace
@@ -384,19 +415,11 @@ void drop_tensor_and_rehash(const std::string& dir, const std::string& drop) {
 // rewritten for a file without `tokens` say nothing of whether it is a tiny fixture.
 TEST(Cli, GradeChecksTheFixturesTensorsNotOnlyItsHashes) {
   TempDir t;
-  const std::string dir = t.path() + "/fx";
-  Result r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "3", "--out", dir, "-q"}, t);
-  ASSERT_EQ(r.code, 0) << r.output;
-  drop_tensor_and_rehash(dir, "tokens");
-  r = run_nibble({"fixture", "verify", dir}, t);
-  EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find("has no tensor 'tokens'"), std::string::npos) << r.output;
-  r = run_nibble({"grade", "--config", "tiny", "--seeds", "3", "--fixture", dir, "--solution",
-                  bindir() + "/tests/lib/libbad_nothing.so", "--out", t.path() + "/r.json"},
-                 t);
-  EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("has no tensor 'tokens'"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("probing the GPU"), std::string::npos) << "checked after other work:\n" << r.output;
+  const std::string dir = tiny_fixture(t, 3);
+  rewrite_and_rehash(dir, [](std::vector<TensorView>& v) {
+    v.erase(std::remove_if(v.begin(), v.end(), [](const TensorView& x) { return x.name == "tokens"; }), v.end());
+  });
+  expect_fixture_refused(t, dir, 3, "has no tensor 'tokens'");
 }
 
 // A GEMM grade checks a fixture folder it was given before any other work, as the decode grade
@@ -450,9 +473,8 @@ TEST(Cli, CorruptCachedGemmFixtureIsReportedNotRebuilt) {
 // `fixture verify`: a wrong value, a missing entry and an entry for no tensor each fail it.
 TEST(Cli, FixtureVerifyChecksThePerTensorHashes) {
   TempDir t;
-  const std::string dir = t.path() + "/fx";
-  Result r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "2", "--out", dir, "-q"}, t);
-  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string dir = tiny_fixture(t, 2);
+  Result r{};
   const FixtureManifest good = read_manifest(dir);
   struct Case {
     const char* what;
@@ -475,4 +497,138 @@ TEST(Cli, FixtureVerifyChecksThePerTensorHashes) {
   write_file_atomic(dir + "/manifest.json", manifest_to_json(good).dump(2) + "\n");
   r = run_nibble({"fixture", "verify", dir}, t);
   EXPECT_EQ(r.code, 0) << r.output;
+}
+
+// A named fixture folder whose manifest cannot be read, or that is a file, or of another seed:
+// exit 2 before any work, each with the command that would make the right fixture.
+TEST(Cli, BadNamedFixturesSayHowToMakeTheRightOne) {
+  TempDir t;
+  const std::string dir = tiny_fixture(t, 3);
+  Result r{};
+  const std::string so = bindir() + "/tests/lib/libbad_nothing.so";
+  const auto grade = [&](const std::string& fixture, const std::string& seed) {
+    return run_nibble({"grade", "--config", "tiny", "--seeds", seed, "--fixture", fixture, "--solution", so, "--out",
+                       t.path() + "/r.json"},
+                      t);
+  };
+  r = grade(dir, "4");  // a fixture of seed 3
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("seed 3, not megakernel-int4-weight-decode / tiny seed 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nibble fixture build --task megakernel-int4-weight-decode --config tiny --seed 4"), std::string::npos)
+      << r.output;
+  r = grade(dir + "/manifest.json", "3");  // a file, not a folder
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("is not a folder"), std::string::npos) << r.output;
+  write_file_atomic(dir + "/manifest.json", "{ not json");
+  r = grade(dir, "3");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("rebuild it with `nibble fixture build --task megakernel-int4-weight-decode --config tiny --seed 3 --out " + dir),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("probing the GPU"), std::string::npos) << r.output;
+}
+
+// Outputs that are links, pipes or standard streams, checked where the write lands (second newcomer
+// review): a link into a place that cannot be written is refused before the work, not after it;
+// "dir/" is a folder; a --history link survives the check; a --history pipe is refused, not
+// waited on; the grade's outputs never land on the bundled reference, a cached fixture or a --dump
+// file; a page never replaces its own report.
+TEST(Cli, OutputsAreCheckedWhereTheWriteLands) {
+  TempDir t;
+  write_file_atomic(t.path() + "/a.json", "{}");
+  fs::create_symlink(t.path() + "/a.json/x.json", t.path() + "/into-a-file");  // its folder is a file
+  const std::string so = bindir() + "/tests/lib/libbad_nothing.so";
+  const std::vector<std::string> grade = {"grade", "--config", "tiny", "--seeds", "0", "--solution", so};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = grade;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  Result r = run_nibble({"calibrate", "--config", "tiny", "--seeds", "0", "--path", "cpu", "-q", "--out", t.path() + "/into-a-file"}, t);
+  EXPECT_EQ(r.code, 2) << "refused after the work, or not at all: " << r.output;
+  r = run_nibble(with({"--out", t.path() + "/into-a-file"}), t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("report cannot be written"), std::string::npos) << r.output;
+  r = run_nibble(with({"--out", t.path() + "/newdir/"}), t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("ends in '/'"), std::string::npos) << r.output;
+  r = run_nibble({"report", "html", source_report(), "-o", t.path() + "/newdir2/"}, t);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/newdir2")) << "a folder was left behind";
+  // --history through a dangling link: the link stays (the grade is refused later: no GPU here).
+  fs::create_symlink(t.path() + "/hist-target.jsonl", t.path() + "/hist-link");
+  r = run_nibble(with({"--out", t.path() + "/r.json", "--history", t.path() + "/hist-link"}), t);
+  EXPECT_TRUE(fs::is_symlink(t.path() + "/hist-link")) << r.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/hist-target.jsonl")) << "the probe's file was left behind";
+  // --history on a pipe with no reader: refused at once (run_nibble's watchdog is 120 s).
+  ASSERT_EQ(mkfifo((t.path() + "/pipe").c_str(), 0600), 0);
+  r = run_nibble(with({"--out", t.path() + "/r.json", "--history", t.path() + "/pipe"}), t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("not a regular file"), std::string::npos) << r.output;
+  // Files the grade reads or writes besides its outputs.
+  r = run_nibble(with({"--out", bindir() + "/lib/libnibble_reference.so"}), t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("the bundled reference"), std::string::npos) << r.output;
+  r = run_nibble(with({"--out", t.path() + "/d/seed0-candidate.safetensors", "--dump", t.path() + "/d"}), t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("a --dump file"), std::string::npos) << r.output;
+  r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/cache"},
+                     with({"--out", t.path() + "/cache/fixtures/megakernel-int4-weight-decode/tiny/seed0-g1/manifest.json"}), t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("the fixture's manifest.json"), std::string::npos) << r.output;
+  // A page over its own report.
+  write_file_atomic(t.path() + "/rep.json", read_file(source_report()));
+  r = run_nibble({"report", "html", t.path() + "/rep.json", "-o", t.path() + "/rep.json"}, t);
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_EQ(read_file(t.path() + "/rep.json"), read_file(source_report())) << "the report was replaced";
+}
+
+// -o /dev/stdout behaves as the shell's own redirection: `>> log` appends after what is there, the
+// page (or table) alone is on stdout, the status line on stderr.
+TEST(Cli, DevStdoutIsTheStreamTheShellGave) {
+  TempDir t;
+  const std::string log = t.path() + "/log.txt";
+  write_file_atomic(log, "PRIOR\n");
+  const ChildExit e = run_child({"/bin/sh", "-c", "'" + nibble_exe() + "' report html '" + source_report() +
+                                                      "' -o /dev/stdout >> '" + log + "' 2>/dev/null; echo AFTER >> '" + log + "'"},
+                                t.path() + "/sh.log", 120);
+  ASSERT_EQ(e.kind, ChildExit::Exited);
+  EXPECT_EQ(e.code, 0) << file_tail(t.path() + "/sh.log", 4096);
+  const std::string got = read_file(log);
+  EXPECT_EQ(got.rfind("PRIOR\n<!DOCTYPE html>", 0), 0u) << got.substr(0, 80);
+  EXPECT_NE(got.find("</html>"), std::string::npos);
+  EXPECT_EQ(got.substr(got.size() - 6), "AFTER\n") << got.substr(got.size() - 80);
+  EXPECT_EQ(got.find("nibble report html: wrote"), std::string::npos) << "the status line went to stdout";
+}
+
+// --timing-seed is a seed like --seeds: "", -1 and 2^64 are refused, not read as another seed.
+TEST(Cli, TimingSeedIsCheckedAsASeed) {
+  TempDir t;
+  for (const char* v : {"", "-1", "18446744073709551616"}) {
+    const Result r = run_nibble({"grade", "--config", "tiny", "--solution", bindir() + "/tests/lib/libbad_nothing.so",
+                                 "--out", t.path() + "/r.json", "--timing-seed", v},
+                                t);
+    EXPECT_EQ(r.code, 2) << "'" << v << "': " << r.output;
+    EXPECT_NE(r.output.find("--timing-seed"), std::string::npos) << r.output;
+  }
+}
+
+// A fixture with a tensor its config does not have, or whose manifest names another file, is not a
+// fixture of that config: fixture verify and the grade both refuse it.
+TEST(Cli, ExtraTensorsAndAnotherFileNameAreRefused) {
+  TempDir t;
+  const std::string dir = tiny_fixture(t, 1);
+  const std::vector<uint8_t> extra(8, 0);
+  rewrite_and_rehash(dir, [&](std::vector<TensorView>& v) { v.push_back({"extra.tensor", DType::U8, {8}, extra.data(), extra.size()}); });
+  expect_fixture_refused(t, dir, 1, "has a tensor 'extra.tensor'");
+  Result r{};
+  std::string m = read_file(dir + "/manifest.json");
+  const auto at = m.find("\"model.safetensors\"");
+  ASSERT_NE(at, std::string::npos);
+  m.replace(at, std::string("\"model.safetensors\"").size(), "\"weights.bin\"");
+  fs::rename(dir + "/model.safetensors", dir + "/weights.bin");
+  write_file_atomic(dir + "/manifest.json", m);
+  r = run_nibble({"fixture", "verify", dir}, t);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("field 'file'"), std::string::npos) << r.output;
 }

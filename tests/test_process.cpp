@@ -157,3 +157,19 @@ TEST(AtomicFile, PipesAreWrittenIntoNotReplaced) {
   for (const auto& e : fs::directory_iterator(t.path())) entries += e.is_regular_file();
   EXPECT_EQ(entries, 0) << "a regular file appeared beside the pipe";
 }
+
+// The replaced file keeps its permissions (a rename gives a new inode: 0644 by default), and a path
+// that ends in '/' is refused before anything is created.
+TEST(AtomicFile, KeepsPermissionsAndRefusesAFolderName) {
+  TempDir t;
+  const std::string p = t.path() + "/private.json";
+  write_file_atomic(p, "old");
+  ASSERT_EQ(chmod(p.c_str(), 0600), 0);
+  write_file_atomic(p, "new");
+  struct stat st {};
+  ASSERT_EQ(stat(p.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(read_file(p), "new");
+  EXPECT_THROW(write_file_atomic(t.path() + "/newdir/", "x"), std::runtime_error);
+  EXPECT_FALSE(fs::exists(t.path() + "/newdir"));
+}
