@@ -99,6 +99,17 @@ std::string cell(double v) { return std::isnan(v) ? "NaN" : fmt(v, 3); }
 
 }  // namespace
 
+bool refuse_slow_cpu_oracle(const CalibrateOptions& opt, const std::string& path, double macs, const std::string& breakdown,
+                            const std::string& instead) {
+  if (path != "cpu" || opt.path != "auto" || !(macs > kAutoCpuOracleMaxMacs)) return false;
+  std::fprintf(stderr,
+               "nibble calibrate: no usable GPU, and the fp64 CPU oracle at %s is %.3g multiply-adds (%s), far beyond "
+               "what --path auto runs on the CPU (%.3g); run it on a GPU, %sor pass --path cpu to run the oracle anyway\n",
+               opt.config.c_str(), macs, breakdown.c_str(), kAutoCpuOracleMaxMacs,
+               instead.empty() ? "" : (instead + " here, ").c_str());
+  return true;
+}
+
 int calibrate_main(const CalibrateOptions& opt) {
   if (is_gemm_task(opt.task)) return calibrate_gemm_main(opt);
   const auto t_start = std::chrono::steady_clock::now();
@@ -132,15 +143,12 @@ int calibrate_main(const CalibrateOptions& opt) {
   for (const QuantWeight& w : cfg.quant_weights()) per_step += double(w.out) * double(w.in);
   const double macs = per_step * double(cfg.checked_steps) * double(ref::decode_variants().size() + 1) *
                       double(opt.seeds.size());
-  if (path == "cpu" && opt.path == "auto" && macs > kAutoCpuOracleMaxMacs) {
-    std::fprintf(stderr,
-                 "nibble calibrate: no usable GPU, and the fp64 CPU oracle at %s is %.3g multiply-adds (%.3g per step x "
-                 "%d steps x %zu runs x %zu seeds), far beyond what --path auto runs on the CPU (%.3g); run it on a GPU, "
-                 "%s here, or pass --path cpu to run the oracle anyway\n",
-                 cfg.name.c_str(), macs, per_step, cfg.checked_steps, ref::decode_variants().size() + 1, opt.seeds.size(),
-                 kAutoCpuOracleMaxMacs, cfg.name == "tiny" ? "fewer seeds" : "--config tiny");
+  if (refuse_slow_cpu_oracle(opt, path, macs,
+                             fmt(per_step) + " per step x " + std::to_string(cfg.checked_steps) + " steps x " +
+                                 std::to_string(ref::decode_variants().size() + 1) + " runs x " +
+                                 std::to_string(opt.seeds.size()) + " seeds",
+                             cfg.name == "tiny" ? "fewer seeds" : "--config tiny"))
     return 2;
-  }
   if (path == "cpu" && cfg.name == "full")
     log("warning: the fp64 oracle on the full config takes a long time per step");
   report["path"] = path == "gpu" ? "gpu: bundled reference .so per variant, child processes" : "cpu: fp64 oracle per variant";

@@ -26,6 +26,12 @@ struct CalibrateOptions {
  *  two); the decode task's tiny config ~1e8, its full config ~7e11 (hours). */
 constexpr double kAutoCpuOracleMaxMacs = 2e10;
 
+/** Whether calibrate must refuse the fp64 CPU oracle it fell back on: `path` is "cpu" because
+ *  --path auto found no GPU, and `macs` (its multiply-adds, `breakdown` saying of what) is beyond
+ *  kAutoCpuOracleMaxMacs. Prints why and what to do instead (a GPU, `instead` here, or --path cpu). */
+bool refuse_slow_cpu_oracle(const CalibrateOptions& opt, const std::string& path, double macs, const std::string& breakdown,
+                            const std::string& instead);
+
 /**
  * Runs every variant of the reference on the fixtures and prints the table (variant, worst
  * relative error per seed, ratio to the gate, expected PASS/FAIL, verdict). Returns 0 when the

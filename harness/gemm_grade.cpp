@@ -603,14 +603,11 @@ int calibrate_gemm_main(const CalibrateOptions& opt) {
   // large shapes. Fall back on it silently only where that is minutes at most.
   const double macs = double(cfg.M) * double(cfg.N) * double(cfg.K) * double(oracle::gemm_variants_for(opt.task).size()) *
                       double(opt.seeds.size());
-  if (path == "cpu" && opt.path == "auto" && macs > kAutoCpuOracleMaxMacs) {
-    std::fprintf(stderr,
-                 "nibble calibrate: no usable GPU, and the fp64 CPU oracle at %s is %.3g multiply-adds (M N K x %zu variants "
-                 "x %zu seeds), far beyond what --path auto runs on the CPU (%.3g); run it on a GPU, or pass --path cpu to "
-                 "run the oracle anyway\n",
-                 cfg.name.c_str(), macs, oracle::gemm_variants_for(opt.task).size(), opt.seeds.size(), kAutoCpuOracleMaxMacs);
+  if (refuse_slow_cpu_oracle(opt, path, macs,
+                             "M N K x " + std::to_string(oracle::gemm_variants_for(opt.task).size()) + " variants x " +
+                                 std::to_string(opt.seeds.size()) + " seeds",
+                             ""))
     return 2;
-  }
   report["path"] = path == "gpu" ? "gpu: bundled GEMM reference .so per variant, child processes" : "cpu: fp64 oracle per variant";
   if (path == "gpu") report["device"] = device;
   const auto variants = oracle::gemm_variants_for(opt.task);

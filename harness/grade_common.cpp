@@ -83,15 +83,9 @@ json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::string& g
   json j;
   j["seed"] = seed;
   j["dir"] = dir;
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    throw std::invalid_argument("fixture " + dir + " is not a folder: give the folder `nibble fixture build --out` wrote");
-  const bool have = fs::exists(dir + "/manifest.json") && fs::exists(dir + "/model.safetensors");
+  const bool have = fixture_present(dir, kDecodeTask, cfg.name, seed, !given_dir.empty());
   FixtureManifest m;
   if (!have) {
-    if (!given_dir.empty())
-      throw std::invalid_argument("no fixture in " + dir + " (manifest.json and model.safetensors expected); build one with `" +
-                                  fixture_build_command(kDecodeTask, cfg.name, seed, dir) + "`");
     log("building fixture " + cfg.name + " seed " + std::to_string(seed) + " into " + dir);
     const auto t0 = std::chrono::steady_clock::now();
     m = build_decode_fixture(cfg, seed, dir, threads, [&](const std::string& phase, double f) {
@@ -100,30 +94,10 @@ json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::string& g
     j["built_now"] = true;
     j["build_seconds"] = since(t0);
   } else {
-    try {
-      m = read_manifest(dir);
-    } catch (const std::runtime_error& e) {
-      throw std::runtime_error(std::string(e.what()) + "; rebuild it with `" +
-                               fixture_build_command(kDecodeTask, cfg.name, seed, dir) + "`");
-    }
-    if (m.task != kDecodeTask || m.config != cfg.name || m.seed != seed)
-      throw std::invalid_argument("fixture " + dir + " is for task " + m.task + ", config " + m.config + ", seed " +
-                                  std::to_string(m.seed) + ", not " + kDecodeTask + " / " + cfg.name + " seed " +
-                                  std::to_string(seed) + ": give that fixture's folder, or build one with `" +
-                                  fixture_build_command(kDecodeTask, cfg.name, seed, "NEW_DIR") + "`");
-    if (m.generator_version != kGeneratorVersion)
-      throw std::invalid_argument("fixture " + dir + " was made by generator version " + std::to_string(m.generator_version) +
-                                  "; this nibble makes version " + std::to_string(kGeneratorVersion) + ": rebuild it with `" +
-                                  fixture_build_command(kDecodeTask, cfg.name, seed, dir) + "`");
-    if (verify) {
-      log("verifying fixture " + dir + " (SHA-256)");
-      const auto t0 = std::chrono::steady_clock::now();
-      verify_fixture(dir, m);
-      j["verify_seconds"] = since(t0);
-    }
-    // The bytes being the manifest's says nothing of whether they are this config's tensors (a
-    // manifest rewritten for a file without `tokens` verifies): the header, as `fixture verify`.
-    check_fixture_tensors(dir, m, cfg.tensors());
+    if (verify) log("verifying fixture " + dir + " (SHA-256)");
+    const auto t0 = std::chrono::steady_clock::now();
+    m = check_fixture(dir, kDecodeTask, cfg.name, seed, cfg.tensors(), verify);
+    if (verify) j["verify_seconds"] = since(t0);
     j["built_now"] = false;
   }
   j["generator_version"] = m.generator_version;
@@ -325,28 +299,26 @@ void check_grade_options(const GradeOptions& opt) {
       throw std::invalid_argument(std::string("--gbench-json cannot be written: ") + e.what());
     }
   }
-  if (!opt.history.empty()) {
+  // --history /dev/stdout appends to the stream as it is; any other history is a regular file
+  // (through a link; a dangling link's target is created after the grade).
+  if (!opt.history.empty() && standard_stream_fd(opt.history) < 0) {
     if (fs::is_directory(opt.history)) throw std::invalid_argument("--history " + opt.history + " is a folder; name a file");
-    // The file the line is appended to (through a link; a dangling link's target is created then).
     std::string target;
     try {
-      target = standard_stream_fd(opt.history) >= 0 ? opt.history : write_target(opt.history);
+      target = write_target(opt.history);
     } catch (const std::exception& e) {
       throw std::invalid_argument("--history: " + std::string(e.what()));
     }
     std::error_code ec;
     const fs::file_status st = fs::status(target, ec);
-    if (standard_stream_fd(opt.history) < 0 && fs::exists(st) && !fs::is_regular_file(st))
+    if (fs::exists(st) && !fs::is_regular_file(st))
       throw std::invalid_argument("--history " + opt.history +
                                   " is not a regular file (a pipe or a device): the grade appends one line to a file");
-    if (standard_stream_fd(opt.history) < 0) {
-      const bool existed = fs::exists(st);
-      FILE* f = std::fopen(target.c_str(), "a");
-      const int err = errno;
-      if (f) std::fclose(f);
-      if (!existed) fs::remove(target, ec);  // appended to after the grade, created then
-      if (!f) throw std::invalid_argument("--history " + opt.history + " cannot be appended to: " + std::strerror(err));
-    }
+    FILE* f = std::fopen(target.c_str(), "a");
+    const int err = errno;
+    if (f) std::fclose(f);
+    if (!fs::exists(st)) fs::remove(target, ec);  // appended to after the grade, created then
+    if (!f) throw std::invalid_argument("--history " + opt.history + " cannot be appended to: " + std::strerror(err));
   }
   if (!opt.dump_dir.empty()) {
     const std::vector<fs::path> made = missing_folders(opt.dump_dir, true);
