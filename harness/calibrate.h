@@ -8,8 +8,8 @@
 namespace nibble {
 
 struct CalibrateOptions {
-  std::string task = "megakernel-int4-weight-decode";
-  std::string config = "full";
+  std::string task;    // default: the registry's first task (main.cpp)
+  std::string config;  // default: the task's default config
   std::vector<uint64_t> seeds{0, 1};
   std::string out = "nibble-calibration.json";
   std::string reference;     // default: the bundled reference .so

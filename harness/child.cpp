@@ -1,161 +1,86 @@
-// child.cpp: the grader's child processes (see child.h).
+// child.cpp: `nibble __child`, the grader's child process (see child.h and protocol.h).
 #include "harness/child.h"
 
 #include <cublas_v2.h>
-#include <sys/prctl.h>
 #include <cuda_runtime.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <atomic>
-#include <mutex>
-#include <random>
-#include <thread>
 
 #include "fixtures/safetensors.h"
-#include "fixtures/task.h"
-#include "harness/atomic_file.h"
+#include "harness/child_support.h"
 #include "harness/cuda_check.h"
 #include "harness/cupti_timer.h"
-#include "harness/decode_session.h"
-#include "harness/device_model.h"
-#include "harness/child_support.h"
 #include "harness/gpu_checks.h"
 #include "harness/process.h"
+#include "harness/protocol.h"
 #include "harness/solution_library.h"
 #include "harness/stats.h"
+#include "harness/task.h"
 
 namespace nibble {
 
-namespace {
-
 using namespace nibble::child;
 
-/** GPU checksums of everything a candidate may read but not write: every weight and norm, and the
- *  KV prefix (slots [0, prefill) of every cache). */
-class InputGuard {
- public:
-  InputGuard(const DeviceModel& m, cudaStream_t s) : stream_(s) {
-    const auto& c = m.config();
-    const size_t slot = size_t(c.dims.hd) * 2;
-    for (const TensorSpec& t : c.tensors()) {
-      if (t.name == "tokens") continue;
-      Region r{t.name, m.device_ptr(t.name), 1, 0, size_t(t.nbytes())};
-      if (t.name.rfind("kv.", 0) == 0) {
-        r.name += " (prefix slots 0.." + std::to_string(c.prefill - 1) + ")";
-        r.blocks = size_t(c.dims.batch) * c.dims.n_kv;
-        r.stride = size_t(c.dims.max_seq) * slot;
-        r.bytes = size_t(c.prefill) * slot;
-      }
-      r.stride = r.stride ? r.stride : r.bytes;
-      r.sum = sum(r);
-      regions_.push_back(r);
-    }
-  }
-  /** "" when every region is unchanged, else the first changed tensor's name. */
-  std::string first_changed() const {
-    for (const auto& r : regions_)
-      if (sum(r) != r.sum) return r.name;
-    return "";
-  }
+namespace {
 
- private:
-  struct Region {
-    std::string name;
-    void* ptr;
-    size_t blocks, stride, bytes;
-    uint64_t sum = 0;
-  };
-  uint64_t sum(const Region& r) const {
-    // Whole 8-byte words on the GPU; a tensor whose size is not a multiple of 8 adds its tail bytes.
-    const size_t whole = r.bytes / 8 * 8;
-    uint64_t h = device_checksum(r.ptr, r.blocks, r.stride, whole, stream_);
-    if (whole != r.bytes) {
-      for (size_t b = 0; b < r.blocks; ++b) {
-        uint8_t tail[8] = {};
-        NIBBLE_CUDA_CALL(cudaMemcpy(tail, static_cast<const uint8_t*>(r.ptr) + b * r.stride + whole, r.bytes - whole,
-                                    cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < r.bytes - whole; ++i) h = h * 1099511628211ull + tail[i] + 1 + b;
-      }
-    }
-    return h;
-  }
-  cudaStream_t stream_;
-  std::vector<Region> regions_;
-};
-
-/** Name of the first KV cache holding a non-zero word in slots (pos, max_seq): nothing may be
- *  written there (the fixture leaves them zero and no call before this one had reason to). */
-std::string first_written_above(const DeviceModel& m, int32_t pos, cudaStream_t s) {
-  const auto& d = m.config().dims;
-  if (pos + 1 >= d.max_seq) return "";
-  const size_t slot = size_t(d.hd) * 2;
-  for (int l = 0; l < d.layers; ++l)
-    for (const char* kv : {".k", ".v"}) {
-      const std::string name = "kv." + std::to_string(l) + kv;
-      const auto* base = static_cast<const uint8_t*>(m.device_ptr(name));
-      if (device_count_nonzero(base + size_t(pos + 1) * slot, size_t(d.batch) * d.n_kv, size_t(d.max_seq) * slot,
-                               size_t(d.max_seq - pos - 1) * slot, s) != 0)
-        return name;
-    }
-  return "";
+ChildError error_of(const char* kind, const std::string& message) {
+  ChildError e;
+  e.kind = kind;
+  e.message = message;
+  return e;
 }
 
-/** Outputs kept for the parent: tensors copied into owned blobs, written as one safetensors file. */
-}  // namespace
-
-int child_run_main(const RunOptions& opt) {
+/** One solution (candidate, reference or variant) through the job: build, checked calls, the
+ *  reference's replay of a candidate's kept timed calls, the timed rounds, teardown. */
+int run_job(const Job& job) {
   // Daemons the solution starts (setsid, double fork) reparent to this process, which kills them
   // before every write of its results (ResultWriter::phase).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  ResultWriter out{opt.out_dir + "/result.json", json::object(), {}};
-  out.j["solution"] = opt.solution;
+  ResultWriter out{job.result_fd, Result{}, {}};
   const auto t_start = std::chrono::steady_clock::now();
-  json secs = json::object();
+  nlohmann::json secs = nlohmann::json::object();
+  const Task* task = task_or_null(job.task);
+  if (!task) return out.fail(error_of(kErrHarness, "unknown task '" + job.task + "'"), 3);
 
-  DecodeConfig cfg;
   std::unique_ptr<SafetensorsFile> fixture;
-  std::unique_ptr<DeviceModel> model;
-  json replay;
   try {
-    cfg = decode_config(opt.config);
-    if (!opt.replay_file.empty()) replay = json::parse(read_file(opt.replay_file));
     NIBBLE_CUDA_CALL(cudaSetDevice(0));
     NIBBLE_CUDA_CALL(cudaFree(nullptr));  // create the context before anything is timed
-    fixture = std::make_unique<SafetensorsFile>(opt.fixture_dir + "/model.safetensors");
-    model = std::make_unique<DeviceModel>(cfg, *fixture);
+    fixture = std::make_unique<SafetensorsFile>(job.fixture_dir + "/model.safetensors");
   } catch (const std::exception& e) {
-    return out.fail(kErrHarness, e.what(), 3);
+    return out.fail(error_of(kErrHarness, e.what()), 3);
   }
-  secs["load_fixture"] = seconds_since(t_start);
-  out.phase("loaded");
-
   std::unique_ptr<SolutionLibrary> lib;
   try {
-    lib = std::make_unique<SolutionLibrary>(opt.solution);
+    lib = std::make_unique<SolutionLibrary>(job.solution, task->abi());
   } catch (const LoadError& e) {
-    return out.fail(kErrLoad, e.what(), 4, json{{"load_kind", load_kind_name(e.kind)}});
+    ChildError err = error_of(kErrLoad, e.what());
+    err.load_kind = load_kind_name(e.kind);
+    return out.fail(err, 4);
   }
-  out.j["solution_name"] = lib->name();
-  out.j["numerics"] = lib->numerics();
-  out.phase("opened");  // a crash in build_model still leaves the solution's name
-  if (!opt.variant.empty())
-    if (const int code = select_variant(out, *lib, opt.solution, opt.variant)) return code;
+  out.r.solution_name = lib->name();
+  out.r.numerics = lib->numerics();
+  out.phase("opened");  // a crash in the build still leaves the solution's name
+  if (!job.variant.empty())
+    if (const int code = select_variant(out, *lib, job.solution, job.variant)) return code;
 
-  cudaStream_t stream = nullptr, harness_stream = nullptr;
-  std::unique_ptr<DecodeSession> session;
   CallWatchdog watchdog(&out);
-  const auto& d = cfg.dims;
-  OutputFile outputs;
+  // One solution call under the watchdog; false after recording a SolutionError.
   auto call = [&](const std::string& what, double limit, auto&& body) -> bool {
     watchdog.arm(what, limit);
     try {
       body();
     } catch (const SolutionError& e) {
       watchdog.disarm();
-      out.fail(kErrSolution, e.what(), 5, json{{"call", what}, {"status", status_name(e.status)}});
+      ChildError err = error_of(kErrSolution, e.what());
+      err.call = what;
+      err.status = status_name(e.status);
+      out.fail(err, 5);
       return false;
     } catch (...) {
       watchdog.disarm();
@@ -164,208 +89,183 @@ int child_run_main(const RunOptions& opt) {
     watchdog.disarm();
     return true;
   };
+  auto modified = [&](const std::string& what) {
+    ChildError err = error_of(kErrInputModified, what);
+    return out.fail(err, 7);
+  };
   try {
+    cudaStream_t stream = nullptr, harness_stream = nullptr;
     NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&harness_stream, cudaStreamNonBlocking));
-    const InputGuard guard(*model, harness_stream);
-    auto inputs_intact = [&](const char* when) -> bool {
-      const std::string changed = guard.first_changed();
-      if (changed.empty()) return true;
-      out.fail(kErrInputModified, "the candidate modified '" + changed + "' " + when + " (inputs are read-only)", 7,
-               json{{"tensor", changed}});
-      return false;
-    };
-    // Timing's flush and CUPTI subscription from here, before build_model: the harness's own kernels
-    // between two timed steps (the flush; prepare_step and the logits read are a memset and copies)
-    // are counted before the candidate can have started anything (TimedCalls).
-    std::unique_ptr<TimedCalls> timed;
-    if (opt.timing) timed = std::make_unique<TimedCalls>(harness_stream, [] {});
     auto t = std::chrono::steady_clock::now();
-    if (!call("build_model", opt.build_timeout_seconds, [&] {
-          session = std::make_unique<DecodeSession>(*lib, *model, stream);
-        }))
-      return 5;
-    secs["build_model"] = seconds_since(t);
-    if (!inputs_intact("in build_model")) return 7;
+    std::unique_ptr<Session> session = task->open_session(job, *lib, *fixture, stream, harness_stream);
+    secs["load_fixture"] = seconds_since(t);
+    out.r.facts = session->facts();
+    // Timing's flush and CUPTI subscription from here, before the build: the harness's own work
+    // between two timed calls is counted before the candidate can have started anything.
+    std::unique_ptr<TimedCalls> timed;
+    if (job.timing) timed = std::make_unique<TimedCalls>(harness_stream, [&] { session->dry_gap(); });
+    auto intact = [&](const std::string& when) {
+      const std::string changed = session->inputs_changed();
+      return changed.empty() ? std::string() : "the candidate modified '" + changed + "' " + when + " (inputs are read-only)";
+    };
+
+    t = std::chrono::steady_clock::now();
+    if (!call(task->build_call(), job.build_timeout_seconds, [&] { session->build(); })) return 5;
+    secs["build"] = seconds_since(t);
+    if (const std::string m = intact("in " + task->build_call()); !m.empty()) return modified(m);
     out.phase("built");
 
-    if (!replay.is_null()) {
-      // Replay: the fixture's state plus the given tokens from pos = prefill; keep the logits of the
-      // listed steps (the parent's check of a candidate's timed calls).
-      const auto tokens = replay["tokens"].get<std::vector<int64_t>>();
-      const auto keep = replay["keep_steps"].get<std::vector<int>>();
-      const int last = *std::max_element(keep.begin(), keep.end());
-      for (int s = 0; s <= last; ++s) {
-        std::vector<int64_t> tok(tokens.begin() + int64_t(s) * d.batch, tokens.begin() + int64_t(s + 1) * d.batch);
-        std::vector<float> logits;
-        if (!call("decode_step", opt.step_timeout_seconds, [&] {
-              session->launch_step(tok, cfg.prefill + s);
-              NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-            }))
-          return 5;
-        if (std::find(keep.begin(), keep.end(), s) != keep.end()) {
-          logits = session->read_logits();
-          outputs.add("timed" + std::to_string(s) + ".logits", DType::F32, {d.batch, d.vocab}, logits.data(),
-                      logits.size() * 4);
-        }
+    t = std::chrono::steady_clock::now();
+    OutputFile outputs;
+    for (int i = 0; i < job.checked_calls; ++i) {
+      std::string changed;
+      if (!call(task->timed_call(), job.call_timeout_seconds, [&] { changed = session->checked_call(i, outputs); })) {
+        outputs.write(job.outputs_fd, lib->name());  // the calls before this one are still compared
+        return 5;
       }
-      outputs.write(opt.out_dir + "/outputs.safetensors", lib->name());
-      out.phase("checked");
-    } else {
-      // Checked steps: the fixture's tokens, consecutive positions from prefill, outputs kept.
-      t = std::chrono::steady_clock::now();
-      json checked = json::array();
-      std::vector<int64_t> positions;
-      for (int s = 0; s < opt.checked_steps; ++s) {
-        const int32_t pos = cfg.prefill + s;
-        std::vector<int64_t> tok(model->tokens().begin() + int64_t(s) * d.batch,
-                                 model->tokens().begin() + int64_t(s + 1) * d.batch);
-        StepOutputs so;
-        if (!call("decode_step", opt.step_timeout_seconds, [&] { so = session->run_step(tok, pos); })) return 5;
-        if (!session->tokens_intact())
-          return out.fail(kErrInputModified, "the candidate modified the token_ids buffer at pos " + std::to_string(pos), 7,
-                          json{{"tensor", "token_ids"}});
-        // Variants (calibrate) are our own reference measured for their error, not policed: the
-        // kv_slot_plus1 variant must be allowed to write slot pos + 1 so its error can be measured.
-        const std::string above = opt.variant.empty() ? first_written_above(*model, pos, harness_stream) : "";
-        if (!above.empty())
-          return out.fail(kErrInputModified, "the candidate wrote into '" + above + "' beyond slot pos = " +
-                                                 std::to_string(pos) + " (only slot pos may be appended)", 7,
-                          json{{"tensor", above}});
-        positions.push_back(pos);
-        checked.push_back({{"step", s}, {"pos", pos}, {"token", tok}});
-        const std::string p = "step" + std::to_string(s) + ".";
-        outputs.add(p + "logits", DType::F32, {d.batch, d.vocab}, so.logits.data(), so.logits.size() * 4);
-        outputs.add(p + "k", DType::BF16, {d.layers, d.batch, d.n_kv, d.hd}, so.k_appended.data(), so.k_appended.size() * 2);
-        outputs.add(p + "v", DType::BF16, {d.layers, d.batch, d.n_kv, d.hd}, so.v_appended.data(), so.v_appended.size() * 2);
-      }
-      if (!inputs_intact("during the checked steps")) return 7;
-      outputs.add("positions", DType::I64, {int64_t(positions.size())}, positions.data(), positions.size() * 8);
-      outputs.write(opt.out_dir + "/outputs.safetensors", lib->name());
-      secs["checked_steps"] = seconds_since(t);
-      out.j["checked"] = checked;
-      out.phase("checked");
+      if (!changed.empty()) return modified(changed);
+      out.r.checked_calls_done = i + 1;
     }
+    if (!job.replay.is_null() &&
+        !call(task->timed_call(), job.call_timeout_seconds * 64, [&] { session->replay(job.replay, outputs); }))
+      return 5;
+    outputs.write(job.outputs_fd, lib->name());
+    if (const std::string m = intact("during the checked calls"); !m.empty()) return modified(m);
+    secs["checked_calls"] = seconds_since(t);
+    out.phase("checked");
 
-    if (opt.timing) {
+    if (job.timing) {
+      const TimingJob& tj = *job.timing;
       t = std::chrono::steady_clock::now();
-      TimedRandom rng(opt.timing_seed);
-      std::uniform_int_distribution<int64_t> token_dist(0, d.vocab - 1);
-      std::vector<double> span_us, busy_us, wall_us;
-      std::vector<int> kernels, memcpys, memsets, positions_t;
-      int invalid = 0, nonfinite = 0;
-      std::string invalid_reason, stop_reason = "max rounds";
+      TimedRandom rng(tj.seed);
+      TimingResult tr;
+      tr.seed = tj.seed;
+      tr.seed_from = tj.seed ? "nibble grade --timing-seed" : "none: every draw from the OS after the build, when needed";
+      tr.calls_per_round = tj.calls_per_round;
+      tr.stop_reason = "max rounds";
+      OutputFile kept;
       double prev_median = -1;
-      int rounds = 0;
-      std::vector<int64_t> round_tokens;
-      OutputFile timed_out;
-      std::vector<int> keep_steps;
-      // Work between timed steps is in no window: TimedCalls judges every gap.
+      // Work between timed calls is in no window: TimedCalls judges every gap.
       timed->begin();
-      for (int r = 0; r < opt.max_rounds; ++r) {
-        round_tokens.clear();
-        OutputFile round_out;
-        // Which calls of this round are re-checked against the reference (kept for the last round).
-        std::vector<int> keep;
-        for (int s = 0; s < opt.steps_per_round; ++s)
-          if (s == opt.steps_per_round - 1 || rng() % 8 == 0) keep.push_back(s);
-        for (int s = 0; s < opt.steps_per_round; ++s) {
-          const int32_t pos = cfg.prefill + s;
-          std::vector<int64_t> tok(size_t(d.batch));
-          for (auto& x : tok) x = token_dist(rng);
-          round_tokens.insert(round_tokens.end(), tok.begin(), tok.end());
-          session->prepare_step(tok);
+      for (int r = 0; r < tj.max_rounds; ++r) {
+        // Which calls of this round are re-checked against the reference: one at random, and each
+        // other with probability 1/8 (the outputs of the last round are kept).
+        std::vector<int> keep{int(rng() % uint64_t(tj.calls_per_round))};
+        for (int n = 0; n < tj.calls_per_round; ++n)
+          if (n != keep[0] && rng() % 8 == 0) keep.push_back(n);
+        std::sort(keep.begin(), keep.end());
+        OutputFile round_kept;
+        for (int n = 0; n < tj.calls_per_round; ++n) {
+          session->stage_timed(n, rng);
           const uint64_t c0 = timed->open();
           const auto w0 = std::chrono::steady_clock::now();
           // All work the call caused, on any stream, is inside the window: sync the device.
-          if (!call("decode_step", opt.step_timeout_seconds, [&] {
-                session->call_step(pos);
+          if (!call(task->timed_call(), job.call_timeout_seconds, [&] {
+                session->call();
                 NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
               }))
             return 5;
           const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
           const SpanStats st = timed->close(c0);
           if (!st.valid) {
-            ++invalid;
-            invalid_reason = st.invalid_reason;
+            ++tr.invalid_samples;
+            tr.invalid_reason = st.invalid_reason;
           }
-          span_us.push_back(double(st.span_ns) / 1e3);
-          busy_us.push_back(double(st.busy_ns) / 1e3);
-          wall_us.push_back(wall);
-          kernels.push_back(st.kernels);
-          memcpys.push_back(st.memcpys);
-          memsets.push_back(st.memsets);
-          positions_t.push_back(pos);
-          const auto logits = session->read_logits();
-          if (!all_finite(logits.data(), logits.size())) ++nonfinite;
-          if (std::find(keep.begin(), keep.end(), s) != keep.end())
-            round_out.add("timed" + std::to_string(s) + ".logits", DType::F32, {d.batch, d.vocab}, logits.data(),
-                          logits.size() * 4);
+          tr.gpu_span_us.push_back(double(st.span_ns) / 1e3);
+          tr.busy_us.push_back(double(st.busy_ns) / 1e3);
+          tr.host_wall_us.push_back(wall);
+          tr.kernels.push_back(st.kernels);
+          tr.memcpys.push_back(st.memcpys);
+          tr.memsets.push_back(st.memsets);
+          const bool keep_n = std::binary_search(keep.begin(), keep.end(), n);
+          if (!session->timed_outputs(n, keep_n, round_kept)) ++tr.nonfinite_calls;
         }
-        ++rounds;
-        timed_out = std::move(round_out);
-        keep_steps = keep;
-        const double med = summarize(span_us).median;
-        if (rounds >= opt.min_rounds && prev_median > 0 && std::fabs(med - prev_median) < opt.stable_fraction * med) {
-          stop_reason = "median stable";
+        ++tr.rounds;
+        kept = std::move(round_kept);
+        tr.kept = keep;
+        const double med = summarize(tr.gpu_span_us).median;
+        if (tr.rounds >= tj.min_rounds && prev_median > 0 && std::fabs(med - prev_median) < tj.stable_fraction * med) {
+          tr.stop_reason = "median stable";
           break;
         }
         prev_median = med;
-        if (rounds >= opt.min_rounds && seconds_since(t) > opt.max_timing_seconds) {
-          stop_reason = "time budget";
+        if (tr.rounds >= tj.min_rounds && seconds_since(t) > tj.max_seconds) {
+          tr.stop_reason = "time budget";
           break;
         }
       }
-      // The last round's kept logits, and what the reference needs to replay that round.
-      timed_out.write(opt.out_dir + "/timed_outputs.safetensors", lib->name());
-      if (!inputs_intact("during the timed steps")) return 7;
-      json tj;
-      tj["token_seed"] = opt.timing_seed ? json(*opt.timing_seed) : json(nullptr);
-      tj["token_seed_from"] = opt.timing_seed ? "nibble grade --timing-seed"
-                                              : "none: every id drawn from the OS after build_model, when needed";
-      tj["steps_per_round"] = opt.steps_per_round;
-      tj["rounds"] = rounds;
-      tj["stop_reason"] = stop_reason;
-      tj["invalid_samples"] = invalid;
-      tj["invalid_reason"] = invalid_reason;
-      tj["nonfinite_outputs"] = nonfinite;
-      tj["gaps_with_foreign_kernels"] = timed->gaps_with_foreign_kernels();
-      tj["harness_kernels_per_gap"] = timed->harness_kernels_per_gap();
-      tj["late_kernels"] = timed->late_kernels();
-      tj["replay"] = {{"tokens", round_tokens}, {"keep_steps", keep_steps}};
-      tj["pos"] = positions_t;
-      tj["gpu_span_us"] = span_us;
-      tj["busy_us"] = busy_us;
-      tj["host_wall_us"] = wall_us;
-      tj["kernels"] = kernels;
-      tj["memcpys"] = memcpys;
-      tj["memsets"] = memsets;
+      kept.write(job.timed_outputs_fd, lib->name());
+      if (const std::string m = intact("during the timed calls"); !m.empty()) return modified(m);
+      tr.gaps_with_foreign_work = timed->gaps_with_foreign_kernels();
+      tr.harness_kernels_per_gap = timed->harness_kernels_per_gap();
+      tr.late_kernels = timed->late_kernels();
+      tr.task_figures = session->timing_figures();
       {
         std::lock_guard<std::mutex> lock(out.mu);
-        out.j["timing"] = tj;
+        out.r.replay = session->replay_spec(tr.kept);
+        out.r.timing = std::move(tr);
       }
       secs["timing"] = seconds_since(t);
       out.phase("timed");
     }
-    if (!call("teardown", opt.build_timeout_seconds, [&] { session->close(); })) return 5;
+    if (!call("teardown", job.build_timeout_seconds, [&] { session->teardown(); })) return 5;
     session.reset();
   } catch (const CudaError& e) {
-    return out.fail(kErrCuda, e.what(), 6);
+    return out.fail(error_of(kErrCuda, e.what()), 6);
   } catch (const std::exception& e) {
-    return out.fail(kErrHarness, e.what(), 3);
+    return out.fail(error_of(kErrHarness, e.what()), 3);
   }
   secs["total"] = seconds_since(t_start);
   {
     std::lock_guard<std::mutex> lock(out.mu);
-    out.j["seconds"] = secs;
+    out.r.seconds = secs;
   }
   out.phase("done");
   return 0;
 }
 
-int child_probe_main(const std::string& out_file, bool measure_bandwidth, size_t read_floor_bytes) {
-  json j;
+/** The device's facts, its copy bandwidth and (read_floor_bytes > 0) a task's weight-read floor. */
+nlohmann::json probe_device(bool measure_bandwidth, size_t read_floor_bytes);
+
+}  // namespace
+
+int child_main(int job_fd) {
+  Job job;
   try {
+    job = nlohmann::json::parse(read_channel(job_fd)).get<Job>();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble __child: the job is not readable: %s\n", e.what());
+    return 2;
+  }
+  if (job.protocol != kProtocolVersion) {
+    std::fprintf(stderr, "nibble __child: job protocol %d, this nibble speaks %d\n", job.protocol, kProtocolVersion);
+    return 2;
+  }
+  if (job.kind == "run") return run_job(job);
+  Result r;
+  r.phase = "failed";
+  try {
+    r.probe = probe_device(job.measure_bandwidth, size_t(job.read_floor_bytes));
+    r.phase = "done";
+  } catch (const std::exception& e) {
+    r.error = error_of(kErrHarness, e.what());
+    std::fprintf(stderr, "nibble probe: %s\n", e.what());
+  }
+  try {
+    write_channel(job.result_fd, nlohmann::json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble probe: %s\n", e.what());
+    return 3;
+  }
+  return r.phase == "done" ? 0 : 3;
+}
+
+namespace {
+
+nlohmann::json probe_device(bool measure_bandwidth, size_t read_floor_bytes) {
+  nlohmann::json j;
+  {
     int dev = 0;
     NIBBLE_CUDA_CALL(cudaSetDevice(dev));
     cudaDeviceProp p{};
@@ -438,7 +338,7 @@ int child_probe_main(const std::string& out_file, bool measure_bandwidth, size_t
         L2Flusher flusher;
         CuptiTimer timer;
         // Three grid shapes (1, 2, 4 blocks of 512 threads per SM); the floor is the fastest median.
-        json shapes = json::array();
+        nlohmann::json shapes = nlohmann::json::array();
         double best = 0;
         for (const int bps : {1, 2, 4}) {
           std::vector<double> us;
@@ -457,25 +357,10 @@ int child_probe_main(const std::string& out_file, bool measure_bandwidth, size_t
         j["read_floor"] = {{"error", e.what()}};
       }
     }
-    j["ok"] = true;
-  } catch (const std::exception& e) {
-    j["ok"] = false;
-    j["error"] = e.what();
-    std::fprintf(stderr, "nibble probe: %s\n", e.what());
-    try {
-      write_file_atomic(out_file, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
-    } catch (const std::exception& w) {
-      std::fprintf(stderr, "nibble probe: %s\n", w.what());
-    }
-    return 3;
   }
-  try {
-    write_file_atomic(out_file, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble probe: %s\n", e.what());
-    return 3;
-  }
-  return 0;
+  return j;
 }
+
+}  // namespace
 
 }  // namespace nibble

@@ -1,5 +1,5 @@
-// child_support.h: the pieces every child runner shares (decode and GEMM): result.json written
-// after every phase, the per-call watchdog, the L2 flush before timed calls, owned output tensors.
+// child_support.h: the child's pieces: its Result written after every phase, the per-call
+// watchdog, the L2 flush before timed calls, the CUPTI windows of the timed calls.
 // Internal to harness/.
 #pragma once
 
@@ -21,9 +21,10 @@
 #include "fixtures/safetensors.h"
 #include "harness/atomic_file.h"
 #include "harness/child.h"
+#include "harness/protocol.h"
 #include "harness/cuda_check.h"
 #include "harness/cupti_timer.h"
-#include "harness/device_model.h"
+#include "harness/device_buffer.h"
 #include "harness/process.h"
 #include "harness/solution_library.h"
 
@@ -45,44 +46,31 @@ inline const char* load_kind_name(LoadError::Kind k) {
   return "?";
 }
 
-inline const char* status_name(nibble_status s) {
-  switch (s) {
-    case NIBBLE_OK: return "OK";
-    case NIBBLE_ERR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case NIBBLE_ERR_NOT_SUPPORTED: return "NOT_SUPPORTED";
-    case NIBBLE_ERR_CUDA: return "CUDA";
-    case NIBBLE_ERR_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
-    case NIBBLE_ERR_INTERNAL: return "INTERNAL";
-  }
-  return "?";
-}
-
-/** Writes result.json after every phase, so a crash later still leaves what was learnt. Shared
- *  with the watchdog thread, hence the mutex. */
+/** The child's Result, rewritten into the parent's channel after every phase, so a crash later
+ *  still leaves what was learnt. Shared with the watchdog thread, hence the mutex. */
 struct ResultWriter {
-  std::string path;
-  json j;
+  int fd;
+  Result r;
   std::mutex mu;
   void phase(const char* p) {
     // Nothing the solution started outside this process (a daemon reparented to us, the child
     // subreaper) may outlive a write of our results and rewrite them afterwards.
     reap_descendants();
     std::lock_guard<std::mutex> lock(mu);
-    j["phase"] = p;
-    write_file_atomic(path, j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
+    r.phase = p;
+    nlohmann::json j = r;
+    write_channel(fd, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
-  int fail(const char* kind, const std::string& msg, int code, json extra = json::object()) {
+  /** Records the error (kind: load, solution, cuda, harness, timeout, input_modified), writes the
+   *  result, returns `code` for the process to exit with. */
+  int fail(ChildError e, int code) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      json e;
-      e["kind"] = kind;
-      e["message"] = msg;
-      for (auto& [k, v] : extra.items()) e[k] = v;
-      e["during_phase"] = j.value("phase", "start");
-      j["error"] = e;
+      e.during_phase = r.phase;
+      r.error = e;
     }
     phase("failed");
-    std::fprintf(stderr, "nibble child: %s error: %s\n", kind, msg.c_str());
+    std::fprintf(stderr, "nibble child: %s error: %s\n", e.kind.c_str(), e.message.c_str());
     return code;
   }
 };
@@ -116,8 +104,11 @@ class CallWatchdog {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       std::lock_guard<std::mutex> lock(mu_);
       if (armed_ && std::chrono::steady_clock::now() > deadline_) {
-        out_->fail(kErrTimeout, call_ + " did not return within " + std::to_string(int(limit_)) + " s (watchdog)", 9,
-                   json{{"call", call_}});
+        ChildError e;
+        e.kind = kErrTimeout;
+        e.message = call_ + " did not return within " + std::to_string(int(limit_)) + " s (watchdog)";
+        e.call = call_;
+        out_->fail(e, 9);
         std::_Exit(9);
       }
     }
@@ -134,32 +125,6 @@ class CallWatchdog {
 
 /** An L2-sized scratch written before every timed call, so each call starts with a cold L2
  *  (weights cannot stay resident between calls). Twice the L2: the replacement policy is not LRU. */
-/**
- * The randomness of the timed calls (token ids, A's sign masks, which calls are kept for the
- * check), a UniformRandomBitGenerator of 64-bit words. With a seed (nibble grade --timing-seed:
- * reproducible, and so predictable to a candidate that reads it) mt19937_64(seed); without one,
- * every word is read from the OS (std::random_device, two 32-bit draws) when it is needed, so
- * nothing a candidate sees, not even a recovered mask seed or the MT state behind earlier words,
- * tells it the next one.
- */
-class TimedRandom {
- public:
-  using result_type = uint64_t;
-  explicit TimedRandom(std::optional<uint64_t> seed) {
-    if (seed) mt_.emplace(*seed);
-  }
-  static constexpr result_type min() { return 0; }
-  static constexpr result_type max() { return ~result_type(0); }
-  result_type operator()() {
-    if (mt_) return (*mt_)();
-    return (uint64_t(dev_()) << 32) ^ uint64_t(dev_());  // random_device yields 32-bit words
-  }
-
- private:
-  std::optional<std::mt19937_64> mt_;
-  std::random_device dev_;
-};
-
 class L2Flusher {
  public:
   L2Flusher() {
@@ -253,37 +218,33 @@ class TimedCalls {
   uint64_t gap_start_ = 0;
 };
 
-struct OutputFile {
-  std::vector<std::vector<uint8_t>> blobs;
-  std::vector<TensorView> views;
-  void add(const std::string& name, DType dt, std::vector<int64_t> shape, const void* data, size_t n) {
-    blobs.emplace_back(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n);
-    views.push_back({name, dt, std::move(shape), nullptr, n});
-  }
-  void write(const std::string& path, const std::string& solution) {
-    for (size_t i = 0; i < views.size(); ++i) views[i].data = blobs[i].data();
-    write_safetensors(path, views, {{"solution", solution}});
-  }
-};
-
 /** Select a variant of the bundled reference (nibble_reference_set_variant) before its build
  *  call; returns 0, or the child's exit code after recording the failure. */
 inline int select_variant(ResultWriter& out, const SolutionLibrary& lib, const std::string& solution,
                           const std::string& variant) {
   using set_variant_fn = nibble_status (*)(const char*, nibble_error*);
   auto set_variant = reinterpret_cast<set_variant_fn>(lib.optional_symbol("nibble_reference_set_variant"));
-  if (!set_variant)
-    return out.fail(kErrLoad, solution + " has no nibble_reference_set_variant: variants need the bundled reference", 4,
-                    json{{"load_kind", "MissingSymbol"}});
+  if (!set_variant) {
+    ChildError e;
+    e.kind = kErrLoad;
+    e.message = solution + " has no nibble_reference_set_variant: variants need the bundled reference";
+    e.load_kind = "MissingSymbol";
+    return out.fail(e, 4);
+  }
   nibble_error err{};
-  if (set_variant(variant.c_str(), &err) != NIBBLE_OK)
-    return out.fail(kErrSolution, std::string("nibble_reference_set_variant: ") + err.message, 5,
-                    json{{"call", "nibble_reference_set_variant"}, {"status", "INVALID_ARGUMENT"}});
-  out.j["variant"] = variant;
+  if (set_variant(variant.c_str(), &err) != NIBBLE_OK) {
+    ChildError e;
+    e.kind = kErrSolution;
+    e.message = std::string("nibble_reference_set_variant: ") + err.message;
+    e.call = "nibble_reference_set_variant";
+    e.status = "INVALID_ARGUMENT";
+    return out.fail(e, 5);
+  }
+  out.r.variant = variant;
   // The numerics string names the variant once one is selected.
   using numerics_fn = const char* (*)(void);
   if (auto num = reinterpret_cast<numerics_fn>(lib.optional_symbol("nibble_reference_numerics")))
-    out.j["numerics"] = num() ? num() : "";
+    out.r.numerics = num() ? num() : "";
   return 0;
 }
 

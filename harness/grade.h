@@ -17,8 +17,8 @@ enum GradeExit : int {
 };
 
 struct GradeOptions {
-  std::string task = "megakernel-int4-weight-decode";
-  std::string config = "full";
+  std::string task;    // default: the registry's first task (main.cpp)
+  std::string config;  // default: the task's default config
   std::string solution;
   std::string reference;             // default: <dir of nibble>/../lib/libnibble_reference.so
   std::vector<uint64_t> seeds{0, 1};
@@ -44,15 +44,7 @@ struct GradeOptions {
 /** Runs the whole grade; returns a GradeExit. Never throws for anything a candidate does. */
 int grade_main(const GradeOptions& opt);
 
-/** Dispositions (after CUTLASS's profiler): exactly one per graded candidate, with a reason. */
-inline constexpr const char* kPassed = "Passed";
-inline constexpr const char* kIncorrect = "Incorrect";
-inline constexpr const char* kCrashed = "Crashed";
-inline constexpr const char* kTimedOut = "TimedOut";
-inline constexpr const char* kInvalidTiming = "InvalidTiming";
-inline constexpr const char* kAbiMismatch = "AbiMismatch";
-inline constexpr const char* kMissingSymbol = "MissingSymbol";
-inline constexpr const char* kNotSupported = "NotSupported";
-inline constexpr const char* kNotLoadable = "NotLoadable";
+/** The schema_version of the reports grade writes (docs/report-schema.md). */
+inline constexpr const char* kReportSchemaVersion = "2.0.0";
 
 }  // namespace nibble

@@ -19,6 +19,7 @@
 #include "harness/grade.h"
 #include "harness/provenance.h"
 #include "harness/stats.h"
+#include "harness/task.h"
 
 namespace nibble {
 
@@ -29,66 +30,98 @@ double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-ChildRun run_child_in(const std::vector<std::string>& argv, const std::string& dir, double timeout, const Log* log,
-                      const std::string& what) {
-  fs::create_directories(dir);
+Channel::Channel(const std::string& name) : fd_(make_channel(name)) {}
+Channel::~Channel() { ::close(fd_); }
+bool Channel::empty() const { return ::lseek(fd_, 0, SEEK_END) <= 0; }
+
+std::string ChildRun::describe_failure() const {
+  if (result && result->error) return result->error->message;
+  return exit.describe() + (log_tail.empty() ? "" : "\n" + log_tail);
+}
+
+ChildRun run_job_child(Job job, const std::string& dir, double timeout, const Log* log, const std::string& what) {
   ChildRun r;
-  std::function<void(double)> tick;
-  if (log) tick = [&](double s) { log->progress(what + "  " + fmt(s, 3) + " s"); };
-  r.exit = run_child(argv, dir + "/log.txt", timeout, tick);
   try {
-    r.result = json::parse(read_file(dir + "/result.json"));
-  } catch (const std::exception&) {
-    r.result = json();
+    fs::create_directories(dir);
+    Channel job_ch("job"), result_ch("result");
+    r.outputs = std::make_shared<Channel>("outputs");
+    r.timed_outputs = std::make_shared<Channel>("timed-outputs");
+    job.result_fd = result_ch.fd();
+    job.outputs_fd = r.outputs->fd();
+    job.timed_outputs_fd = r.timed_outputs->fd();
+    write_channel(job_ch.fd(), nlohmann::json(job).dump());
+    std::function<void(double)> tick;
+    if (log) tick = [&](double sec) { log->progress(what + "  " + fmt(sec, 3) + " s"); };
+    r.exit = run_child({self_exe(), "__child", std::to_string(job_ch.fd())}, dir + "/log.txt", timeout, tick,
+                       {job_ch.fd(), result_ch.fd(), r.outputs->fd(), r.timed_outputs->fd()});
+    try {
+      r.result = nlohmann::json::parse(read_channel(result_ch.fd())).get<Result>();
+    } catch (const std::exception&) {
+      r.result.reset();  // nothing readable: the child died before its first phase, or wrote garbage
+    }
+  } catch (const std::exception& e) {
+    r.exit.kind = ChildExit::SpawnFailed;
+    r.log_tail = std::string("the grader could not start the child: ") + e.what();
+    return r;
   }
   r.log_tail = file_tail(dir + "/log.txt", 3000);
   return r;
 }
 
-/** Disposition and reason for a candidate child that did not complete. */
-std::pair<std::string, std::string> failure_disposition(const ChildRun& c) {
-  if (c.exit.kind == ChildExit::TimedOut)
-    return {kTimedOut, "the candidate's process " + c.exit.describe() + " (phase reached: " +
-                           c.result.value("phase", std::string("start")) + ")"};
-  if (c.result.is_object() && c.result.contains("error")) {
-    const json& e = c.result["error"];
-    const std::string kind = e.value("kind", "");
-    const std::string msg = e.value("message", "");
-    if (kind == "load") {
-      const std::string lk = e.value("load_kind", "");
-      if (lk == "AbiMismatch") return {kAbiMismatch, msg};
-      if (lk == "MissingSymbol") return {kMissingSymbol, msg};
-      return {kNotLoadable, msg};
-    }
-    if (kind == "timeout") return {kTimedOut, msg};
-    if (kind == "input_modified") return {kIncorrect, msg};
-    if (kind == "solution" && e.value("status", "") == "NOT_SUPPORTED") return {kNotSupported, msg};
-    if (kind == "solution") return {kCrashed, msg};
-    if (kind == "cuda") return {kCrashed, "CUDA error after a solution call: " + msg};
-    return {kCrashed, "harness error in the candidate's process: " + msg};
+void child_evidence(const ChildRun& c, const Task& task, Evidence* e) {
+  if (c.completed()) {
+    e->end = ChildEnd::Completed;
+    return;
   }
+  const std::string phase = c.phase();
+  if (c.exit.kind == ChildExit::TimedOut) {
+    e->end = ChildEnd::TimedOut;
+    e->end_message = "the candidate's process " + c.exit.describe() + " (phase reached: " + phase + ")";
+    e->failed_in_build = phase == "start" || phase == "opened";
+    return;
+  }
+  if (c.result && c.result->error) {
+    const ChildError& err = *c.result->error;
+    e->end_message = err.message;
+    e->failed_in_build = err.call == task.build_call();
+    if (err.kind == "load") {
+      e->end = ChildEnd::LoadFailed;
+      e->load_kind = err.load_kind;
+    } else if (err.kind == "timeout") {
+      e->end = ChildEnd::CallTimedOut;
+    } else if (err.kind == "input_modified") {
+      e->end = ChildEnd::InputModified;
+    } else if (err.kind == "solution") {
+      e->end = ChildEnd::CallFailed;
+      e->call_status = err.status;
+    } else if (err.kind == "cuda") {
+      e->end = ChildEnd::CudaError;
+    } else {
+      e->end = ChildEnd::HarnessError;
+    }
+    return;
+  }
+  e->end = ChildEnd::Died;
   if (c.exit.kind == ChildExit::Signaled)
-    return {kCrashed, "the candidate's process was " + c.exit.describe() + " (phase reached: " +
-                          c.result.value("phase", std::string("start")) + ")"};
-  return {kCrashed, "the candidate's process ended (" + c.exit.describe() + ") during phase '" +
-                        (c.result.is_object() ? c.result.value("phase", std::string("start")) : std::string("start")) +
-                        "', before the grade finished: a solution must not end the process"};
+    e->end_message = "the candidate's process was " + c.exit.describe() + " (phase reached: " + phase + ")";
+  else
+    e->end_message = "the candidate's process ended (" + c.exit.describe() + ") during phase '" + phase +
+                     "', before the grade finished: a solution must not end the process";
 }
 
-/** The fixture for (config, seed): given, cached, or built now. */
-json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::string& given_dir, int threads, bool verify,
-                    const Log& log, std::string* dir_out) {
-  const std::string dir = given_dir.empty() ? default_fixture_dir(kDecodeTask, cfg.name, seed) : given_dir;
+json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, const std::string& given_dir, int threads,
+                    bool verify, const Log& log, std::string* dir_out, FixtureManifest* manifest_out) {
+  const std::string dir = given_dir.empty() ? default_fixture_dir(task.name(), config, seed) : given_dir;
   *dir_out = dir;
   json j;
   j["seed"] = seed;
   j["dir"] = dir;
-  const bool have = fixture_present(dir, kDecodeTask, cfg.name, seed, !given_dir.empty());
+  const bool have = fixture_present(dir, task.name(), config, seed, !given_dir.empty());
   FixtureManifest m;
   if (!have) {
-    log("building fixture " + cfg.name + " seed " + std::to_string(seed) + " into " + dir);
+    log("building fixture " + config + " seed " + std::to_string(seed) + " into " + dir);
     const auto t0 = std::chrono::steady_clock::now();
-    m = build_decode_fixture(cfg, seed, dir, threads, [&](const std::string& phase, double f) {
+    m = task.build_fixture(config, seed, dir, threads, [&](const std::string& phase, double f) {
       log.progress(phase + "  " + fmt(100 * f, 3) + "%");
     });
     j["built_now"] = true;
@@ -96,7 +129,7 @@ json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::string& g
   } else {
     if (verify) log("verifying fixture " + dir + " (SHA-256)");
     const auto t0 = std::chrono::steady_clock::now();
-    m = check_fixture(dir, kDecodeTask, cfg.name, seed, cfg.tensors(), verify);
+    m = check_fixture(dir, task.name(), config, seed, task.tensors(config), verify);
     if (verify) j["verify_seconds"] = since(t0);
     j["built_now"] = false;
   }
@@ -104,40 +137,8 @@ json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::string& g
   j["file_sha256"] = m.file_sha256;
   j["file_bytes"] = m.file_bytes;
   j["verified"] = verify || !have;
+  *manifest_out = m;
   return j;
-}
-
-/** Errors of the candidate's checked steps against the reference's, for one seed. */
-json compare_outputs(const DecodeConfig& cfg, const std::string& ref_file, const std::string& cand_file, double* worst,
-                     bool* all_finite_out, double* worst_logits, double* worst_kv) {
-  SafetensorsFile ref(ref_file), cand(cand_file);
-  json steps = json::array();
-  for (int s = 0; s < cfg.checked_steps; ++s) {
-    const std::string p = "step" + std::to_string(s) + ".";
-    const auto& re = ref.entry(p + "logits");
-    const size_t n = re.nbytes() / 4;
-    const auto* r = reinterpret_cast<const float*>(ref.data(p + "logits"));
-    const auto* c = reinterpret_cast<const float*>(cand.data(p + "logits"));
-    const bool finite = all_finite(c, n);
-    const double err = relative_error(c, r, n);
-    const size_t nk = ref.entry(p + "k").nbytes() / 2;
-    const double kerr = relative_error_bf16(reinterpret_cast<const uint16_t*>(cand.data(p + "k")),
-                                            reinterpret_cast<const uint16_t*>(ref.data(p + "k")), nk);
-    const double verr = relative_error_bf16(reinterpret_cast<const uint16_t*>(cand.data(p + "v")),
-                                            reinterpret_cast<const uint16_t*>(ref.data(p + "v")), nk);
-    const double kv = std::isnan(kerr) || std::isnan(verr) ? NAN : std::max(kerr, verr);
-    *all_finite_out = *all_finite_out && finite;
-    auto acc = [](double* w, double e) {
-      if (w) *w = std::isnan(e) || std::isnan(*w) ? NAN : std::max(*w, e);
-    };
-    acc(worst, err);
-    acc(worst, kv);
-    acc(worst_logits, err);
-    acc(worst_kv, kv);
-    steps.push_back({{"step", s}, {"pos", cfg.prefill + s}, {"logits_rel_err", std::isnan(err) ? json(nullptr) : json(err)},
-                     {"kv_appended_rel_err", std::isnan(kv) ? json(nullptr) : json(kv)}, {"finite", finite}});
-  }
-  return steps;
 }
 
 std::string fmt(double v, int prec) {
@@ -169,8 +170,8 @@ json document_header(const std::string& schema, const std::vector<std::string>& 
   return j;
 }
 
-std::string bundled_reference(const std::string& exe, const std::string& given) {
-  return given.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / "libnibble_reference.so").string() : given;
+std::string bundled_reference(const std::string& exe, const Task& task, const std::string& given) {
+  return given.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / task.reference_library()).string() : given;
 }
 
 void check_solution_file(const std::string& path) {
@@ -215,10 +216,8 @@ void check_distinct_outputs(const GradeOptions& opt) {
   std::vector<std::pair<std::string, std::string>> ins{{"--solution", opt.solution}};
   if (!opt.reference.empty()) {
     ins.emplace_back("--reference", opt.reference);
-  } else {  // the bundled references, beside this executable (decode and GEMM)
-    const fs::path lib = fs::path(bundled_reference(self_exe(), "")).parent_path();
-    for (const char* f : {"libnibble_reference.so", "libnibble_gemm_reference.so"})
-      ins.emplace_back("the bundled reference", (lib / f).string());
+  } else {  // every task's bundled reference, beside this executable
+    for (const Task* t : all_tasks()) ins.emplace_back("the bundled reference", bundled_reference(self_exe(), *t, ""));
   }
   const std::string cal = !opt.calibration.empty() ? opt.calibration : committed_calibration(opt.task, opt.config);
   if (!cal.empty()) ins.emplace_back(opt.calibration.empty() ? "the committed calibration table" : "--calibration", cal);
@@ -454,26 +453,26 @@ void check_seeds(const std::vector<uint64_t>& seeds) {
   }
 }
 
-bool run_variant_children(const VariantArgs& args, const std::vector<std::string>& variants, const std::string& seed_dir,
+bool run_variant_children(const Job& job, const std::vector<std::string>& variants, const std::string& seed_dir,
                           double timeout_seconds, const Log& log,
-                          const std::function<void(size_t, const std::string&, const std::string&)>& compare) {
-  const std::string exact_dir = seed_dir + "/exact";
+                          const std::function<void(size_t, const ChildRun&, const ChildRun&)>& compare) {
   log("the exact reference");
-  ChildRun exact = run_child_in(args("", exact_dir), exact_dir, timeout_seconds);
+  const ChildRun exact = run_job_child(job, seed_dir + "/exact", timeout_seconds, &log, "exact reference");
   if (!exact.completed()) {
-    std::fprintf(stderr, "nibble calibrate: the reference failed (%s)\n%s\n", exact.exit.describe().c_str(), exact.log_tail.c_str());
+    std::fprintf(stderr, "nibble calibrate: the reference failed: %s\n", exact.describe_failure().c_str());
     return false;
   }
   for (size_t i = 0; i < variants.size(); ++i) {
-    const std::string vd = seed_dir + "/" + variants[i];
+    Job v = job;
+    v.variant = variants[i];
+    v.police = false;  // our own reference, measured for its error (kv_slot_plus1 writes slot pos + 1)
     log("variant " + variants[i]);
-    ChildRun c = run_child_in(args(variants[i], vd), vd, timeout_seconds, &log, variants[i]);
+    const ChildRun c = run_job_child(v, seed_dir + "/" + variants[i], timeout_seconds, &log, variants[i]);
     if (!c.completed()) {
-      std::fprintf(stderr, "nibble calibrate: variant %s failed to run (%s)\n%s\n", variants[i].c_str(),
-                   c.exit.describe().c_str(), c.log_tail.c_str());
+      std::fprintf(stderr, "nibble calibrate: variant %s failed to run: %s\n", variants[i].c_str(), c.describe_failure().c_str());
       return false;
     }
-    compare(i, vd, exact_dir);
+    compare(i, c, exact);
   }
   return true;
 }
@@ -487,20 +486,28 @@ void check_calibrate_options(const CalibrateOptions& opt) {
   check_writable(opt.out);
 }
 
-std::string calibration_path(const std::string& want, const std::string& exe, const std::string& work_dir, const Log& log,
-                             ordered_json* device) {
+bool probe_device(const std::string& work_dir, bool measure_bandwidth, uint64_t read_floor_bytes, json* device,
+                  std::string* why) {
+  Job job;
+  job.kind = "probe";
+  job.measure_bandwidth = measure_bandwidth;
+  job.read_floor_bytes = read_floor_bytes;
+  const ChildRun probe = run_job_child(job, work_dir + "/probe", 120);
+  if (probe.completed()) {
+    *device = probe.result->probe;
+    return true;
+  }
+  *why = probe.describe_failure();
+  return false;
+}
+
+std::string calibration_path(const std::string& want, const std::string& work_dir, const Log& log, json* device) {
   if (want == "cpu") return "cpu";
   log("probing the GPU");
-  ChildRun probe = run_child_in({exe, "__probe", "--no-bandwidth", "--out", work_dir + "/probe/result.json"},
-                                work_dir + "/probe", 120);
-  if (probe.result.is_object() && probe.result.value("ok", false)) {
-    *device = probe.result;
-    device->erase("ok");
-    return "gpu";
-  }
+  std::string why;
+  if (probe_device(work_dir, false, 0, device, &why)) return "gpu";
   if (want == "gpu") {
-    std::fprintf(stderr, "nibble calibrate: --path gpu, but no usable NVIDIA GPU: %s\n",
-                 probe.result.is_object() ? probe.result.value("error", std::string()).c_str() : probe.log_tail.c_str());
+    std::fprintf(stderr, "nibble calibrate: --path gpu, but no usable NVIDIA GPU: %s\n", why.c_str());
     return "";
   }
   log("no GPU: using the fp64 CPU oracle");

@@ -11,8 +11,15 @@
 #include <utility>
 #include <vector>
 
-#include "fixtures/task.h"
+#include <memory>
+#include <optional>
+
+#include "fixtures/fixture.h"
+#include "fixtures/tensor.h"
 #include "harness/process.h"
+#include "harness/protocol.h"
+#include "harness/task.h"
+#include "harness/verdict.h"
 
 namespace nibble {
 
@@ -42,41 +49,57 @@ struct Log {
   mutable bool progress_open = false;
 };
 
-/** A child's end plus the result.json it left (null when it left none). */
-struct ChildRun {
-  ChildExit exit;
-  ordered_json result;
-  std::string log_tail;
-  bool completed() const { return exit.kind == ChildExit::Exited && exit.code == 0 && result.value("phase", "") == "done"; }
+/** A memory file the parent created for a child (protocol.h), closed with this object. */
+class Channel {
+ public:
+  explicit Channel(const std::string& name);
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+  int fd() const { return fd_; }
+  /** A path that reopens this channel in this process (for readers that take a path). */
+  std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
+  /** Whether the child wrote anything into it. */
+  bool empty() const;
+
+ private:
+  int fd_;
 };
 
-/** Run one child with its own folder (log.txt, result.json) and a watchdog of `timeout` seconds. */
-ChildRun run_child_in(const std::vector<std::string>& argv, const std::string& dir, double timeout,
-                      const Log* log = nullptr, const std::string& what = "");
+/** A child's end, the Result it left (none when it left nothing readable) and its output channels. */
+struct ChildRun {
+  ChildExit exit;
+  std::optional<Result> result;
+  std::shared_ptr<Channel> outputs, timed_outputs;
+  std::string log_tail;
+  bool completed() const { return exit.kind == ChildExit::Exited && exit.code == 0 && result && result->phase == "done"; }
+  /** The last phase the child reported ("start" when none). */
+  std::string phase() const { return result ? result->phase : "start"; }
+  /** What went wrong, for a person: the child's error, else its end and log tail. */
+  std::string describe_failure() const;
+};
 
-/** Disposition and reason for a candidate child that did not complete. */
-std::pair<std::string, std::string> failure_disposition(const ChildRun& c);
+/** Runs `job` in a child (`nibble __child`) with its log in `dir`, the parent's channels and a
+ *  watchdog of `timeout` seconds. Never throws for anything the child does. */
+ChildRun run_job_child(Job job, const std::string& dir, double timeout, const Log* log = nullptr, const std::string& what = "");
 
-/** The fixture for (config, seed): `given_dir`, or the cache (built when missing); verified by
- *  SHA-256 when `verify`. Returns the report's fixture entry; *dir_out gets the folder.
- *  Throws std::invalid_argument for bad input (wrong fixture, other generator version). */
-ordered_json ensure_fixture(const DecodeConfig& cfg, uint64_t seed, const std::string& given_dir, int threads, bool verify,
-                            const Log& log, std::string* dir_out);
+/** What the verdict needs to know of a candidate's end (judge's load, build and crash rules). */
+void child_evidence(const ChildRun& c, const Task& task, Evidence* e);
 
-/** Per-step errors of a candidate's checked outputs against the reference's (fp64): logits and
- *  appended K/V. *worst gets the worst of both (NaN if any is NaN); *all_finite_out is cleared on
- *  a non-finite logit. */
-ordered_json compare_outputs(const DecodeConfig& cfg, const std::string& ref_file, const std::string& cand_file,
-                             double* worst, bool* all_finite_out, double* worst_logits = nullptr,
-                             double* worst_kv = nullptr);
+/** The fixture of (task, config, seed): `given_dir`, or the cache (built when missing); verified
+ *  by SHA-256 when `verify`. Returns the report's fixture entry; *dir_out and *manifest_out get the
+ *  folder and its manifest. Throws std::invalid_argument for bad input (wrong fixture, other
+ *  generator version), naming the command that makes the right one. */
+ordered_json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, const std::string& given_dir,
+                            int threads, bool verify, const Log& log, std::string* dir_out, FixtureManifest* manifest_out);
 
 /** The provenance every nibble JSON document opens with (after nvbench's json_printer): schema
  *  and version, nibble version, UTC time, argv, git commit and dirty flag, host, task, config. */
 ordered_json document_header(const std::string& schema, const std::vector<std::string>& argv, const std::string& task,
                              const std::string& config);
 
-/** The bundled reference next to the nibble executable (<bin>/../lib), unless `given` names one. */
-std::string bundled_reference(const std::string& exe, const std::string& given);
+/** The task's bundled reference next to the nibble executable (<bin>/../lib), unless `given` names one. */
+std::string bundled_reference(const std::string& exe, const Task& task, const std::string& given);
 
 /** Throws std::invalid_argument unless `path` exists and starts with an ELF header (checked
  *  without loading it: the parent never dlopens a candidate). */
@@ -102,23 +125,24 @@ void check_seeds(const std::vector<uint64_t>& seeds);
 struct CalibrateOptions;
 void check_calibrate_options(const CalibrateOptions& opt);
 
-/** Calibration's path for `want` ("gpu", "cpu" or "auto", as check_calibrate_options allows):
- *  "gpu" when the probe child (run in work_dir) finds a GPU, with its facts in *device; "cpu" for
- *  want "cpu" or for "auto" without a GPU; "" after printing why when want is "gpu" and no GPU
- *  answers (exit 2). Shared by the decode and GEMM calibrations. */
-std::string calibration_path(const std::string& want, const std::string& exe, const std::string& work_dir, const Log& log,
-                             ordered_json* device);
+/** The device probe in a child (run in work_dir): its facts, the copy bandwidth when
+ *  `measure_bandwidth`, a weight-read floor over `read_floor_bytes` when > 0. Returns false (with
+ *  *why) when no usable GPU answers. */
+bool probe_device(const std::string& work_dir, bool measure_bandwidth, uint64_t read_floor_bytes, ordered_json* device,
+                  std::string* why);
 
-/** The child arguments of one reference run: variant ("" = the exact reference), output folder. */
-using VariantArgs = std::function<std::vector<std::string>(const std::string& variant, const std::string& out_dir)>;
+/** Calibration's path for `want` ("gpu", "cpu" or "auto", as check_calibrate_options allows):
+ *  "gpu" when the probe finds a GPU, with its facts in *device; "cpu" for want "cpu" or for "auto"
+ *  without a GPU; "" after printing why when want is "gpu" and no GPU answers (exit 2). */
+std::string calibration_path(const std::string& want, const std::string& work_dir, const Log& log, ordered_json* device);
 
 /** Calibration's GPU runs of one seed, each in a child process under seed_dir: the exact reference
- *  (seed_dir/exact), then every name in `variants` (seed_dir/<name>), calling compare(i, variant
- *  folder, exact folder) after variant i (it may throw: the caller reports it). Returns false after
- *  printing why when a child fails. */
-bool run_variant_children(const VariantArgs& args, const std::vector<std::string>& variants, const std::string& seed_dir,
+ *  (`job` as given), then every name in `variants` (the same job with that variant), calling
+ *  compare(i, variant run, exact run) after variant i (it may throw: the caller reports it).
+ *  Returns false after printing why when a child fails. */
+bool run_variant_children(const Job& job, const std::vector<std::string>& variants, const std::string& seed_dir,
                           double timeout_seconds, const Log& log,
-                          const std::function<void(size_t, const std::string&, const std::string&)>& compare);
+                          const std::function<void(size_t, const ChildRun&, const ChildRun&)>& compare);
 
 /** Everything about a grade's options that can be wrong, checked before any work (both task
  *  families): the solution file, seeds (present, distinct, one with --fixture), report,

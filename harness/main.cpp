@@ -7,7 +7,7 @@
 //   nibble compare BASE.json NEW.json [--max-slowdown PCT] [--alpha A] [--force] [--json]
 //   nibble report show R.json | nibble report html R.json [BASE.json] -o R.html
 //   nibble configs [--task T]     the tasks and their official configs, one "task config" per line
-// Hidden: `nibble __run` and `nibble __probe`, the grader's child processes.
+// Hidden: `nibble __child <job-fd>`, the grader's child process (harness/protocol.h).
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -18,14 +18,11 @@
 
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
-#include "fixtures/task.h"
 #include "harness/calibrate.h"
 #include "harness/child.h"
-#include "harness/gemm_grade.h"
 #include "harness/grade.h"
-#include "fixtures/gemm_fixture.h"
-#include "fixtures/gemm_task.h"
 #include "harness/report_cli.h"
+#include "harness/task.h"
 
 using namespace nibble;
 
@@ -34,7 +31,8 @@ namespace {
 int fixture_build(const std::string& task, const std::string& config, uint64_t seed, std::string out, int threads,
                   bool quiet) {
   try {
-    check_task(task);
+    const Task& t = find_task(task);
+    t.check_config(config);
     if (out.empty()) out = default_fixture_dir(task, config, seed);
     const bool tty = !quiet && isatty(STDERR_FILENO);
     ProgressFn progress;
@@ -45,8 +43,7 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
       };
     }
     const auto t0 = std::chrono::steady_clock::now();
-    const FixtureManifest m = is_gemm_task(task) ? build_gemm_fixture(gemm_config(task, config), seed, out, threads, progress)
-                                                 : build_decode_fixture(decode_config(config), seed, out, threads, progress);
+    const FixtureManifest m = t.build_fixture(config, seed, out, threads, progress);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (tty) std::fprintf(stderr, "\n");
     std::printf("fixture %s / %s seed %llu -> %s\n  %lld bytes, SHA-256 %s, built in %.2f s with %d threads\n",
@@ -81,10 +78,7 @@ int fixture_verify(const std::string& dir) {
     // The hashes only say the bytes are the ones the manifest names: check they are a fixture of
     // the task and config it claims (every tensor present with its dtype and shape), and that the
     // manifest's per-tensor hashes, which name the tensors that differ in later checks, are right.
-    check_task(m.task);
-    const std::vector<TensorSpec> specs =
-        is_gemm_task(m.task) ? gemm_config(m.task, m.config).tensors() : decode_config(m.config).tensors();
-    check_fixture_tensors(dir, m, specs);
+    check_fixture_tensors(dir, m, find_task(m.task).tensors(m.config));
     verify_fixture_tensors(dir, m);
     std::printf("fixture %s: %s / %s seed %llu, generator %d, SHA-256 %s: OK\n", dir.c_str(), m.task.c_str(),
                 m.config.c_str(), (unsigned long long)m.seed, m.generator_version, m.file_sha256.c_str());
@@ -145,14 +139,10 @@ const CLI::Validator kNonEmpty(
  *  for scripts that grade every shape (scripts/gemm-all.sh). Exit 2 for an unknown task. */
 int list_configs(const std::string& task) {
   try {
-    std::vector<std::string> tasks = task_names();
-    if (!task.empty()) {
-      check_task(task);
-      tasks = {task};
-    }
-    for (const std::string& t : tasks)
-      for (const std::string& c : is_gemm_task(t) ? gemm_config_names() : decode_config_names())
-        std::printf("%s %s\n", t.c_str(), c.c_str());
+    std::vector<const Task*> tasks = all_tasks();
+    if (!task.empty()) tasks = {&find_task(task)};
+    for (const Task* t : tasks)
+      for (const std::string& c : t->official_configs()) std::printf("%s %s\n", t->name().c_str(), c.c_str());
     return 0;
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "nibble configs: %s\n", e.what());
@@ -164,12 +154,18 @@ int main(int argc, char** argv) {
   CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI"};
   app.require_subcommand(1);
 
+  // What --task and --config accept, from the registry.
+  std::string config_help = "Task config (default: the task's default";
+  for (const Task* t : all_tasks())
+    config_help += "; " + t->name() + ": " + t->config_syntax() + (t->default_config().empty() ? ", required" : ", default " + t->default_config());
+  config_help += ")";
   GradeOptions g;
+  g.task = all_tasks().front()->name();
   for (int i = 0; i < argc; ++i) g.argv.push_back(argv[i]);
   auto* grade = app.add_subcommand("grade", "Check a solution .so against the reference and time it; write a JSON report");
   grade->add_option("--task", g.task, "Task to grade")->capture_default_str();
   grade->add_option("--solution", g.solution, "Solution shared object (C ABI of include/nibble/nibble.h)")->required();
-  grade->add_option("--config", g.config, "Task config: full | tiny (decode); tiny | m<M>-n<N>-k<K> (GEMM tasks)")->capture_default_str();
+  grade->add_option("--config", g.config, config_help);
   grade->add_option_function<std::string>("--seeds", [&g](const std::string& s) { g.seeds = parse_seed_list(s); },
                                           "Fixture seeds, comma separated (default 0,1)")
       ->check(kSeedList);
@@ -187,8 +183,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(kNonEmpty);
   grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed steps' token ids (GEMM: of A's sign masks in the timed calls and of which call each round keeps), for a reproducible run; default: no seed, every id and mask seed drawn from the OS by the child when needed, after build_model / prepare, so a candidate can neither learn nor predict them")
       ->check(kSeed);  // as a fixture seed: "", -1 or 2^64 would otherwise become another seed silently
-  grade->add_option("--min-rounds", g.min_rounds, "Rounds of 32 timed steps (GEMM: calls) at least")->capture_default_str()->check(kNonEmpty);
-  grade->add_option("--max-rounds", g.max_rounds, "Rounds of 32 timed steps (GEMM: calls) at most")->capture_default_str()->check(kNonEmpty);
+  grade->add_option("--min-rounds", g.min_rounds, "Rounds of timed calls (a decode step is one call) at least")->capture_default_str()->check(kNonEmpty);
+  grade->add_option("--max-rounds", g.max_rounds, "Rounds of timed calls at most")->capture_default_str()->check(kNonEmpty);
   grade->add_option("--max-timing-seconds", g.max_timing_seconds, "Stop timing after this long")->capture_default_str()->check(kNonEmpty);
   grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmpty);
   bool no_timing = false, no_verify = false;
@@ -197,10 +193,11 @@ int main(int argc, char** argv) {
   grade->add_flag("-q,--quiet", g.quiet, "No progress lines");
 
   CalibrateOptions c;
+  c.task = g.task;
   c.argv = g.argv;
   auto* calibrate = app.add_subcommand("calibrate", "Measure the drop-the-feature table: every reference variant against the gate");
   calibrate->add_option("--task", c.task, "Task")->capture_default_str();
-  calibrate->add_option("--config", c.config, "Config: full | tiny (decode); tiny | m<M>-n<N>-k<K> (GEMM tasks)")->capture_default_str();
+  calibrate->add_option("--config", c.config, config_help);
   calibrate->add_option_function<std::string>("--seeds", [&c](const std::string& s) { c.seeds = parse_seed_list(s); },
                                               "Fixture seeds, comma separated (default 0,1)")
       ->check(kSeedList);
@@ -219,13 +216,13 @@ int main(int argc, char** argv) {
 
   auto* fixture = app.add_subcommand("fixture", "Build or verify task fixtures");
   fixture->require_subcommand(1);
-  std::string f_task = kDecodeTask, f_config = "tiny", f_out;
+  std::string f_task = all_tasks().front()->name(), f_config = "tiny", f_out;
   uint64_t f_seed = 0;
   int f_threads = 0;
   bool f_quiet = false;
   auto* fbuild = fixture->add_subcommand("build", "Build a fixture: same (task, config, seed) -> same bytes on any machine");
   fbuild->add_option("--task", f_task, "Task")->capture_default_str();
-  fbuild->add_option("--config", f_config, "Config: full | tiny (decode); tiny | m<M>-n<N>-k<K> (GEMM tasks)")->capture_default_str();
+  fbuild->add_option("--config", f_config, config_help + "; here the default is tiny")->capture_default_str();
   fbuild->add_option("--seed", f_seed, "Seed")->required()->check(kSeed);
   fbuild->add_option("--out", f_out, "Output folder (default: the fixture cache)")->check(kNonEmpty);
   fbuild->add_option("--threads", f_threads, "Threads (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmpty);
@@ -234,54 +231,13 @@ int main(int argc, char** argv) {
   auto* fverify = fixture->add_subcommand("verify", "Re-hash a fixture and compare with its manifest");
   fverify->add_option("dir", v_dir, "Fixture folder")->required();
 
-  RunOptions r;
-  auto* run = app.add_subcommand("__run", "(internal) run one solution in this process");
-  run->group("");
-  run->add_option("--solution", r.solution)->required();
-  run->add_option("--fixture", r.fixture_dir)->required();
-  run->add_option("--config", r.config)->required();
-  run->add_option("--out", r.out_dir)->required();
-  run->add_option("--checked-steps", r.checked_steps);
-  run->add_flag("--timing", r.timing);
-  run->add_option("--timing-seed", r.timing_seed);
-  run->add_option("--min-rounds", r.min_rounds);
-  run->add_option("--max-rounds", r.max_rounds);
-  run->add_option("--max-timing-seconds", r.max_timing_seconds);
-  run->add_option("--build-timeout", r.build_timeout_seconds);
-  run->add_option("--step-timeout", r.step_timeout_seconds);
-  run->add_option("--replay", r.replay_file);
-  run->add_option("--variant", r.variant);
-  GemmRunOptions gr;
-  auto* run_gemm = app.add_subcommand("__run-gemm", "(internal) run one GEMM solution in this process");
-  run_gemm->group("");
-  run_gemm->add_option("--solution", gr.solution)->required();
-  run_gemm->add_option("--fixture", gr.fixture_dir)->required();
-  run_gemm->add_option("--task", gr.task)->required();
-  run_gemm->add_option("--config", gr.config)->required();
-  run_gemm->add_option("--out", gr.out_dir)->required();
-  run_gemm->add_option("--checked-calls", gr.checked_calls);
-  run_gemm->add_option("--extra-call", gr.extra_call);
-  run_gemm->add_option("--extra-seed", gr.extra_seed);
-  run_gemm->add_option("--timed-seed", gr.timed_seed);
-  run_gemm->add_option("--variant", gr.variant);
-  run_gemm->add_flag("--timing", gr.timing);
-  run_gemm->add_option("--timing-seed", gr.timing_seed);
-  run_gemm->add_option("--min-rounds", gr.min_rounds);
-  run_gemm->add_option("--max-rounds", gr.max_rounds);
-  run_gemm->add_option("--max-timing-seconds", gr.max_timing_seconds);
-  run_gemm->add_option("--call-timeout", gr.call_timeout_seconds);
-  run_gemm->add_option("--prepare-timeout", gr.prepare_timeout_seconds);
   std::string cf_task;
   auto* configs = app.add_subcommand("configs", "List the tasks and their official configs, one `task config` per line");
   configs->add_option("--task", cf_task, "Only this task's configs")->check(kNonEmpty);
-  std::string probe_out;
-  bool probe_no_bw = false;
-  auto* probe = app.add_subcommand("__probe", "(internal) device facts and copy bandwidth");
-  probe->group("");
-  probe->add_option("--out", probe_out)->required();
-  probe->add_flag("--no-bandwidth", probe_no_bw);
-  int64_t probe_read_floor = 0;
-  probe->add_option("--read-floor-bytes", probe_read_floor)->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  int job_fd = -1;
+  auto* child = app.add_subcommand("__child", "(internal) run one job of the grader in this process");
+  child->group("");
+  child->add_option("job_fd", job_fd)->required();
 
   // A first word that is not an option must be a command: CLI11 alone would say "A subcommand is
   // required" for `nibble bogus`.
@@ -308,15 +264,18 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // The default config ("full") is the decode task's: a GEMM task must name one.
-  for (auto [sub, task] : {std::pair<CLI::App*, const std::string*>{grade, &g.task}, {calibrate, &c.task}})
-    if (sub->parsed() && sub->get_option("--config")->count() == 0 && is_gemm_task(*task)) {
-      std::fprintf(stderr,
-                   "nibble %s: --config is required for %s: tiny or m<M>-n<N>-k<K> (`nibble configs --task %s` lists the "
-                   "official ones)\n",
-                   sub->get_name().c_str(), task->c_str(), task->c_str());
+  // A task without a default config must be given one.
+  for (auto [sub, task, config] : {std::tuple<CLI::App*, const std::string*, std::string*>{grade, &g.task, &g.config},
+                                   {calibrate, &c.task, &c.config}}) {
+    const Task* t = task_or_null(*task);
+    if (!sub->parsed() || sub->get_option("--config")->count() != 0 || !t) continue;
+    *config = t->default_config();
+    if (config->empty()) {
+      std::fprintf(stderr, "nibble %s: --config is required for %s: %s (`nibble configs --task %s` lists the official ones)\n",
+                   sub->get_name().c_str(), task->c_str(), t->config_syntax().c_str(), task->c_str());
       return 2;
     }
+  }
   if (grade->parsed()) {
     g.timing = !no_timing;
     g.verify_fixture = !no_verify;
@@ -326,8 +285,6 @@ int main(int argc, char** argv) {
   if (configs->parsed()) return list_configs(cf_task);
   if (fbuild->parsed()) return fixture_build(f_task, f_config, f_seed, f_out, f_threads, f_quiet);
   if (fverify->parsed()) return fixture_verify(v_dir);
-  if (run->parsed()) return child_run_main(r);
-  if (run_gemm->parsed()) return child_gemm_main(gr);
-  if (probe->parsed()) return child_probe_main(probe_out, !probe_no_bw, size_t(probe_read_floor));
+  if (child->parsed()) return child_main(job_fd);
   return 2;
 }

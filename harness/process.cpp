@@ -72,7 +72,7 @@ void reap_descendants() {
 }
 
 ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path, double timeout_seconds,
-                    const std::function<void(double)>& tick) {
+                    const std::function<void(double)>& tick, const std::vector<int>& pass_fds) {
   static const bool subreaper = prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
   (void)subreaper;
   ChildExit r;
@@ -91,6 +91,7 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
     setpgid(0, 0);  // own process group: the watchdog kills whatever the solution spawned too
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
+    for (const int fd : pass_fds) fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) & ~FD_CLOEXEC);
     execv(args[0], args.data());
     std::fprintf(stderr, "execv %s failed: %s\n", args[0], strerror(errno));
     _exit(127);

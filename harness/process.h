@@ -19,10 +19,11 @@ struct ChildExit {
  * fork + execv(argv[0], argv) with stdout and stderr appended to `log_path`; waits at most
  * `timeout_seconds` (<= 0: no limit), then SIGKILLs the child's whole process group. `tick`, when
  * given, is called about four times a second while the child runs (progress display). When it
- * returns, nothing the child started is still running (see reap_descendants).
+ * returns, nothing the child started is still running (see reap_descendants). The descriptors in
+ * `pass_fds` (the parent's channels, close-on-exec elsewhere) stay open across the child's exec.
  */
 ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path, double timeout_seconds,
-                    const std::function<void(double elapsed_seconds)>& tick = {});
+                    const std::function<void(double elapsed_seconds)>& tick = {}, const std::vector<int>& pass_fds = {});
 
 /** Kill and reap every process reparented to this one (run_child makes this process a child
  *  subreaper, so daemons a child left behind end up here). run_child calls it after every child. */

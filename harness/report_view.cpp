@@ -8,8 +8,8 @@
 #include <limits>
 #include <sstream>
 
-#include "fixtures/gemm_task.h"
-#include "fixtures/task.h"
+#include "fixtures/gemm_fp4/gemm_config.h"
+#include "fixtures/decode/decode_config.h"
 
 namespace nibble {
 

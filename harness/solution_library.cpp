@@ -2,6 +2,7 @@
 #include "harness/solution_library.h"
 
 #include <dlfcn.h>
+#include <cstring>
 #include <sys/stat.h>
 
 namespace nibble {
@@ -85,6 +86,24 @@ void* SolutionLibrary::optional_symbol(const char* name) const { return handle_ 
 SolutionLibrary::~SolutionLibrary() {
   // Never dlclose a library whose kernels may still be registered with the CUDA runtime: the
   // process is about to exit anyway, and unloading a module mid-teardown has crashed drivers.
+}
+
+const char* status_name(nibble_status s) {
+  switch (s) {
+    case NIBBLE_OK: return "OK";
+    case NIBBLE_ERR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case NIBBLE_ERR_NOT_SUPPORTED: return "NOT_SUPPORTED";
+    case NIBBLE_ERR_CUDA: return "CUDA";
+    case NIBBLE_ERR_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
+    case NIBBLE_ERR_INTERNAL: return "INTERNAL";
+  }
+  return "unknown status";
+}
+
+void check_status(nibble_status s, const nibble_error& err, const char* call) {
+  if (s == NIBBLE_OK) return;
+  const std::string msg(err.message, strnlen(err.message, sizeof(err.message)));
+  throw SolutionError(s, std::string(call) + " returned " + status_name(s) + (msg.empty() ? "" : ": " + msg));
 }
 
 }  // namespace nibble

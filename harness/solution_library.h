@@ -54,4 +54,16 @@ class SolutionLibrary {
   void* handle_ = nullptr;
 };
 
+/** A solution entry point returned something other than NIBBLE_OK. */
+struct SolutionError : std::runtime_error {
+  nibble_status status;
+  SolutionError(nibble_status s, const std::string& what) : std::runtime_error(what), status(s) {}
+};
+
+/** "OK", "INVALID_ARGUMENT", "NOT_SUPPORTED", "CUDA", "OUT_OF_MEMORY", "INTERNAL". */
+const char* status_name(nibble_status s);
+
+/** Throws SolutionError "<call> returned <status>: <the solution's message>" unless s is NIBBLE_OK. */
+void check_status(nibble_status s, const nibble_error& err, const char* call);
+
 }  // namespace nibble

@@ -3,7 +3,7 @@
 reports of `nibble grade` (scripts/gemm-all.sh writes one per task, config and solution, named
 <task>-<config>-<solution>.json), as a Markdown table, with issue 7's targets checked: at M <= 16 at
 least 3x the speed of cuBLAS bf16, at M = 4096 at least 0.9x. Reports that carry the weight-read
-floor (`timing.floor_us_weight_read`: a kernel that only reads W's codes and scales, timed by the
+floor (`timing.floors.weight_read_us`, schema 1 `timing.floor_us_weight_read`: a kernel that only reads W's codes and scales, timed by the
 same grade) add two columns: the solution's time as a multiple of that floor, and at M <= 16 the
 3x target's time (cuBLAS / 3) over the floor; below 1.00 no kernel that reads the weights can meet
 the target under the grader's protocol.
@@ -96,7 +96,8 @@ def main():
             target = "3x: " + ("met" if ratio >= 3 else "missed")
         elif m and int(m.group(1)) == 4096:
             target = "0.9x: " + ("met" if ratio >= 0.9 else "missed")
-        floor = s["timing"].get("floor_us_weight_read")
+        floors = s["timing"].get("floors")  # schema 2; schema 1 kept it at timing.floor_us_weight_read
+        floor = floors.get("weight_read_us") if isinstance(floors, dict) else s["timing"].get("floor_us_weight_read")
         has_floor = number(floor) and floor > 0 and floor != float("inf")
         fcols = " | ".join([f"{floor:.2f}" if has_floor else "", f"{ts / floor:.2f}x" if has_floor else "",
                             f"{tc / 3 / floor:.2f}" if has_floor and small else ""]) + " |"

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <string>
 
+#include "fixtures/decode/decode_fixture.h"
 #include "fixtures/fixture.h"
 
 namespace {

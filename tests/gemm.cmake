@@ -6,7 +6,7 @@ nibble_add_gtest(fp4_quantise SOURCES test_fp4_quantise.cpp LIBS nibble_fixtures
 nibble_add_gtest(fp4_twiddle SOURCES test_fp4_twiddle.cpp LIBS nibble_fixtures LABELS cpu)
 nibble_add_gtest(fp4_fixture SOURCES test_fp4_fixture.cpp LIBS nibble_fixtures LABELS cpu)
 if(TARGET nibble_gemm_oracle)
-  nibble_add_gtest(fp4_oracle SOURCES test_fp4_oracle.cpp LIBS nibble_gemm_oracle LABELS cpu)
+  nibble_add_gtest(fp4_oracle SOURCES test_fp4_oracle.cpp LIBS nibble_gemm_oracle nibble_runtime LABELS cpu)
 endif()
 
 # include/nibble/nibble_gemm.h must compile as strict C99; the test compares the struct layouts the

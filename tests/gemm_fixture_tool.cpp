@@ -9,7 +9,7 @@
 #include <iostream>
 #include <string>
 
-#include "fixtures/gemm_fixture.h"
+#include "fixtures/gemm_fp4/gemm_fixture.h"
 
 namespace {
 

@@ -27,6 +27,10 @@ endforeach()
 nibble_add_gtest(calibrate_cpu SOURCES test_calibrate_cpu.cpp LIBS nibble_runtime LABELS cpu)
 add_dependencies(test_calibrate_cpu nibble)
 nibble_add_gtest(gemm_guard SOURCES test_gemm_guard.cpp LIBS nibble_runtime LABELS cpu)
+# The verdict rules for every task of the registry, the parent-child protocol, the one comparison.
+nibble_add_gtest(verdict SOURCES test_verdict.cpp LIBS nibble_tasks LABELS cpu)
+nibble_add_gtest(protocol SOURCES test_protocol.cpp LIBS nibble_tasks LABELS cpu)
+add_dependencies(test_protocol nibble)
 
 # GEMM cheats (tests/solutions/gemm_hostile.cu, one .so per behaviour) on the baseline, its exports
 # renamed. GradeGemmGpu.ReplayingTheFirstCallFails and .WorkBetweenTimedCallsIsInvalidTiming grade them.

@@ -13,6 +13,6 @@ if(TARGET nibble_runtime AND TARGET nibble_reference)
 else()
   message(WARNING "nibble_runtime or nibble_reference is not defined: test_reference_gpu is not built")
 endif()
-# The drop-the-feature / precision variants (reference/variants.h): table, pieces by hand, and the
+# The drop-the-feature / precision variants (reference/decode/variants.h): table, pieces by hand, and the
 # oracle with each variant on a tiny fixture against the gate.
 nibble_add_gtest(variants SOURCES test_variants.cpp LIBS nibble_oracle nibble_fixtures LABELS cpu)

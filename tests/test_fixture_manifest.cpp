@@ -10,8 +10,9 @@
 #include <optional>
 
 #include "fixtures/bf16.h"
+#include "fixtures/decode/decode_fixture.h"
 #include "fixtures/fixture.h"
-#include "fixtures/quantise.h"
+#include "fixtures/decode/quantise.h"
 #include "fixtures/safetensors.h"
 #include "fixtures/sha256.h"
 #include "test_fixture_util.h"

@@ -6,6 +6,7 @@
 // and update the values here; if it fails without one, fixture bytes are not deterministic.
 #include <gtest/gtest.h>
 
+#include "fixtures/decode/decode_fixture.h"
 #include "fixtures/fixture.h"
 #include "test_fixture_util.h"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "fixtures/bf16.h"
-#include "fixtures/quantise.h"
+#include "fixtures/decode/quantise.h"
 #include "fixtures/rng.h"
 
 namespace nibble {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "fixtures/decode/decode_fixture.h"
 #include "fixtures/fixture.h"
 #include "fixtures/rng.h"
 #include "fixtures/safetensors.h"

@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "fixtures/gemm_task.h"
+#include "fixtures/gemm_fp4/gemm_config.h"
 #include "nibble/nibble_gemm.h"
 
 extern "C" size_t nibble_test_c_gemm_problem_size(void);

@@ -15,7 +15,7 @@
 #include <stdexcept>
 
 #include "fixtures/fp4.h"
-#include "fixtures/gemm_fixture.h"
+#include "fixtures/gemm_fp4/gemm_fixture.h"
 #include "fixtures/sha256.h"
 #include "test_fixture_util.h"
 

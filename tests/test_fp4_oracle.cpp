@@ -1,4 +1,4 @@
-// test_fp4_oracle.cpp: the fp64 GEMM oracle (reference/gemm_oracle.h) on a 2 x 3 x 32 product worked
+// test_fp4_oracle.cpp: the fp64 GEMM oracle (reference/gemm_fp4/gemm_oracle.h) on a 2 x 3 x 32 product worked
 // by hand for both formats, each variant's dequantisation of chosen bytes, the variant table, and
 // the variants on fixture data (a preview of the calibrate table, printed).
 #include <gtest/gtest.h>
@@ -8,9 +8,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "harness/stats.h"
 #include "fixtures/bf16.h"
-#include "fixtures/gemm_fixture.h"
-#include "reference/gemm_oracle.h"
+#include "fixtures/gemm_fp4/gemm_fixture.h"
+#include "reference/gemm_fp4/gemm_oracle.h"
 #include "test_fixture_util.h"
 
 namespace nibble::oracle {
@@ -135,9 +136,6 @@ TEST(GemmOracle, Pieces) {
   const double exact = 6.0 * 0.5 * double(1.0f / 3.0f);
   EXPECT_NE(w.at(1, 0), exact);
   EXPECT_EQ(w.at(1, 0), round_bf16(exact));
-  EXPECT_EQ(relative_error({1, 2}, {1, 2}), 0.0);
-  EXPECT_TRUE(std::isinf(relative_error({NAN, 2}, {1, 2})));
-  EXPECT_THROW(relative_error({1}, {1, 2}), std::invalid_argument);
 }
 
 TEST(GemmVariants, Table) {
@@ -167,7 +165,8 @@ TEST(GemmVariants, SeparateOnFixtureData) {
       SafetensorsFile f(dir / kFixtureModelFile);
       const auto ref = gemm_fixture(cfg, f, {}, 2);
       for (const auto& v : gemm_variants_for(task)) {
-        const double err = relative_error(gemm_fixture(cfg, f, v.options, 2), ref);
+        const auto got = gemm_fixture(cfg, f, v.options, 2);
+        const double err = nibble::relative_error(got.data(), ref.data(), ref.size());
         std::printf("%-17s %-15s %-22s %s relerr %.3e\n", task.c_str(), name, v.name,
                     v.must_pass ? "pass" : "fail", err);
         if (v.must_pass)

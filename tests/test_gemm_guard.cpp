@@ -1,8 +1,7 @@
 // test_gemm_guard.cpp: the GEMM grader's replay guard (gemm_call_a): every call after the first
 // flips the signs of a fresh half of A's elements, so no kept C, re-signed per row or not, matches
 // a later call. The whole-grade check of a cheat is GradeGemmGpu.ReplayingTheFirstCallFails (gpu).
-// And TimedRandom, the timed calls' randomness (a seed only when the user fixes one), and
-// compare_gemm_outputs, the call-by-call comparison of the candidate's C with the reference's.
+// And TimedRandom, the timed calls' randomness (a seed only when the user fixes one).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,8 +11,8 @@
 #include <set>
 #include <vector>
 
-#include "harness/child_support.h"
-#include "harness/gemm_guard.h"
+#include "harness/task.h"
+#include "harness/gemm_fp4/gemm_guard.h"
 #include "harness/process.h"
 
 using namespace nibble;
@@ -70,10 +69,10 @@ TEST(GemmGuard, LaterCallsFlipOnlySignsAboutHalfOfThemAFreshMaskEachCall) {
 // The timed calls' randomness: with a seed exactly mt19937_64(seed) (a reproducible run); without,
 // 64-bit words from the OS, distinct draw to draw (no seed to recover), usable as any URBG.
 TEST(TimedRandom, SeededIsMt19937_64UnseededIsTheOs) {
-  nibble::child::TimedRandom seeded(uint64_t(7));
+  nibble::TimedRandom seeded(uint64_t(7));
   std::mt19937_64 mt(7);
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(seeded(), mt()) << i;
-  nibble::child::TimedRandom os(std::nullopt), os2(std::nullopt);
+  nibble::TimedRandom os(std::nullopt), os2(std::nullopt);
   std::set<uint64_t> seen;
   uint64_t high = 0, low = 0;
   for (int i = 0; i < 1000; ++i) {
@@ -92,77 +91,4 @@ TEST(TimedRandom, SeededIsMt19937_64UnseededIsTheOs) {
     ASSERT_GE(t, 0);
     ASSERT_LE(t, 128255);
   }
-}
-
-namespace {
-struct Out {
-  std::string name;
-  std::vector<float> c;
-  int64_t call;
-  uint64_t seed;
-};
-std::string write_outputs(const std::string& path, const std::vector<Out>& outs) {
-  std::vector<nibble::TensorView> v;
-  for (const auto& o : outs) {
-    v.push_back({o.name + ".C", nibble::DType::F32, {int64_t(o.c.size())}, o.c.data(), o.c.size() * 4});
-    v.push_back({o.name + ".call", nibble::DType::I64, {1}, &o.call, 8});
-    v.push_back({o.name + ".seed", nibble::DType::I64, {1}, &o.seed, 8});
-  }
-  nibble::write_safetensors(path, v);
-  return path;
-}
-std::string compare_error(const std::vector<Out>& cand, const std::vector<Out>& ref, const std::vector<std::string>& names,
-                          int64_t M, int64_t N) {
-  nibble::TempDir t;
-  nibble::SafetensorsFile c(write_outputs(t.path() + "/c.safetensors", cand)), r(write_outputs(t.path() + "/r.safetensors", ref));
-  double worst = 0;
-  try {
-    compare_gemm_outputs(c, r, names, M, N, &worst);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
-
-// By hand: C_ref = (3, 4), ||C_ref|| = 5; the candidate (3, 4.5) is off by 0.5: 0.1. A timed call
-// (1005) with its seed passes through; a NaN makes the error NaN and sticks in *worst.
-TEST(CompareGemmOutputs, ErrorsPerCallByHand) {
-  nibble::TempDir t;
-  const uint64_t big = 0xF00DF00DF00DF00Dull;  // a uint64 above INT64_MAX: stored as the same bits
-  const std::vector<Out> ref = {{"call0", {3, 4}, 0, 7}, {"call1", {1, 0}, 1, 7}, {"timed", {0, 2}, 1005, big}};
-  const std::vector<Out> cand = {{"call0", {3, 4.5f}, 0, 7}, {"call1", {1, 0}, 1, 7}, {"timed", {0, 2}, 1005, big}};
-  nibble::SafetensorsFile c(write_outputs(t.path() + "/c.safetensors", cand)), r(write_outputs(t.path() + "/r.safetensors", ref));
-  double worst = 0;
-  const auto calls = compare_gemm_outputs(c, r, {"call0", "call1"}, 1, 2, &worst);
-  ASSERT_EQ(calls.size(), 2u);
-  EXPECT_NEAR(calls[0]["rel_err"].get<double>(), 0.1, 1e-12);
-  EXPECT_EQ(calls[1]["rel_err"].get<double>(), 0.0);
-  EXPECT_EQ(calls[1]["call"], 1);
-  EXPECT_NEAR(worst, 0.1, 1e-12);
-  const auto timed = compare_gemm_outputs(c, r, {"timed"}, 1, 2, &worst);
-  EXPECT_EQ(timed[0]["call"], 1005);
-  EXPECT_NEAR(worst, 0.1, 1e-12) << "a smaller error leaves the worst as it was";
-  uint64_t s = 0;
-  EXPECT_TRUE(nibble::gemm_stored_seed(c, "timed", &s));
-  EXPECT_EQ(s, big);
-  EXPECT_EQ(nibble::gemm_stored_call(c, "absent"), -1);
-  const float nan_c[2] = {NAN, 4}, ref_c[2] = {3, 4};
-  EXPECT_TRUE(std::isnan(nibble::gemm_rel_err(nan_c, ref_c, 2)));
-  const float zero[2] = {0, 0};
-  EXPECT_EQ(nibble::gemm_rel_err(zero, zero, 2), 0.0);
-  EXPECT_TRUE(std::isinf(nibble::gemm_rel_err(ref_c, zero, 2)));
-}
-
-// Outputs that cannot be compared are refused with a reason, never compared against the wrong A.
-TEST(CompareGemmOutputs, RefusesMismatchedCallsSeedsSizesAndUntimedKeptCalls) {
-  const std::vector<Out> ref = {{"call1", {1, 2}, 1, 7}, {"timed", {1, 2}, 1001, 9}};
-  EXPECT_NE(compare_error({{"call1", {1, 2}, 2, 7}}, ref, {"call1"}, 1, 2).find("call1: the candidate's output is of call 2, the reference's of call 1"),
-            std::string::npos);
-  EXPECT_NE(compare_error({{"call1", {1, 2}, 1, 8}}, ref, {"call1"}, 1, 2).find("different seeds"), std::string::npos);
-  EXPECT_NE(compare_error({{"call1", {1, 2, 3}, 1, 7}}, ref, {"call1"}, 1, 2).find("holds 12 bytes, not M x N fp32 (8)"),
-            std::string::npos);
-  EXPECT_NE(compare_error({{"timed", {1, 2}, 1, 9}}, {{"timed", {1, 2}, 1, 9}}, {"timed"}, 1, 2).find("not a timed call"),
-            std::string::npos);
-  EXPECT_EQ(compare_error({{"timed", {1, 2}, 1001, 9}}, ref, {"timed"}, 1, 2), "");
 }

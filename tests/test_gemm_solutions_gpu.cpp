@@ -1,5 +1,5 @@
 // test_gemm_solutions_gpu.cpp: the FP4 GEMM .so's (issue 7) through their C ABI
-// (include/nibble/nibble_gemm.h) against the fp64 CPU oracle (reference/gemm_oracle.h), on the GPU.
+// (include/nibble/nibble_gemm.h) against the fp64 CPU oracle (reference/gemm_fp4/gemm_oracle.h), on the GPU.
 //
 // For both tasks and each config below, the fixture is built in a temporary folder, A and the
 // weight tensors are uploaded, and each library is dlopened (plain dlopen/dlsym: the harness's
@@ -51,12 +51,12 @@
 #include <vector>
 
 #include "fixtures/fixture.h"
-#include "fixtures/gemm_fixture.h"
-#include "fixtures/gemm_task.h"
+#include "fixtures/gemm_fp4/gemm_fixture.h"
+#include "fixtures/gemm_fp4/gemm_config.h"
 #include "fixtures/safetensors.h"
 #include "gpu_test_util.h"
 #include "nibble/nibble_gemm.h"
-#include "reference/gemm_oracle.h"
+#include "reference/gemm_fp4/gemm_oracle.h"
 #include "test_fixture_util.h"
 
 namespace nibble {

@@ -184,7 +184,7 @@ Times times_of(const Graded& g) {
   if (!j.contains("gpu_span_us")) return t;
   t.span = j["gpu_span_us"]["median"];
   t.busy = j["busy_us"]["median"];
-  t.kernels = j["kernels_per_step"]["median"];
+  t.kernels = j["kernels_per_call"]["median"];
   t.wall = j["host_wall_us"]["median"];
   return t;
 }

@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "fixtures/task.h"
-#include "reference/oracle_fp64.h"
+#include "fixtures/decode/decode_config.h"
+#include "reference/decode/oracle_fp64.h"
 
 namespace nibble::oracle {
 namespace {

@@ -5,10 +5,11 @@
 #include <cstring>
 #include <vector>
 
+#include "fixtures/decode/decode_fixture.h"
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
-#include "fixtures/task.h"
-#include "reference/oracle_fp64.h"
+#include "fixtures/decode/decode_config.h"
+#include "reference/decode/oracle_fp64.h"
 #include "test_fixture_util.h"
 
 namespace nibble::oracle {

@@ -14,7 +14,7 @@
 // RMS), and at least 99.5% identical to the oracle's own rounding (ties are rare; a systematic
 // rounding error such as truncation would differ in about half of them).
 //
-// Variants (reference/variants.h): for each one, the .so with that variant selected through its
+// Variants (reference/decode/variants.h): for each one, the .so with that variant selected through its
 // export nibble_reference_set_variant (resolved like the grader's child does) against the oracle
 // with the same ReferenceOptions, tiny, seed 0, 8 steps. Two kinds:
 //  - exact-arithmetic variants (every mutant, and bf16_dequant: it rounds the dequantised weight,
@@ -42,17 +42,18 @@
 #include <string>
 #include <vector>
 
+#include "fixtures/decode/decode_fixture.h"
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
-#include "fixtures/task.h"
+#include "fixtures/decode/decode_config.h"
 #include "gpu_test_util.h"
 #include "harness/cuda_check.h"
-#include "harness/decode_session.h"
-#include "harness/device_model.h"
+#include "harness/decode/decode_session.h"
+#include "harness/decode/device_model.h"
 #include "harness/solution_library.h"
-#include "reference/oracle_fp64.h"
-#include "reference/reference_options.h"
-#include "reference/variants.h"
+#include "reference/decode/oracle_fp64.h"
+#include "reference/decode/reference_options.h"
+#include "reference/decode/variants.h"
 #include "test_fixture_util.h"
 
 namespace nibble {

@@ -22,14 +22,15 @@
 #include <string>
 #include <vector>
 
+#include "fixtures/decode/decode_fixture.h"
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
-#include "fixtures/task.h"
+#include "fixtures/decode/decode_config.h"
 #include "gpu_test_util.h"
-#include "harness/decode_session.h"
-#include "harness/device_model.h"
+#include "harness/decode/decode_session.h"
+#include "harness/decode/device_model.h"
 #include "harness/solution_library.h"
-#include "reference/oracle_fp64.h"
+#include "reference/decode/oracle_fp64.h"
 #include "test_fixture_util.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// test_variants.cpp: the decode task's variants (reference/variants.h), on the CPU.
+// test_variants.cpp: the decode task's variants (reference/decode/variants.h), on the CPU.
 //
 // 1. The table: names, the default row, lookup errors, the name <-> options mapping.
 // 2. Each variant's piece of math in the fp64 oracle, against values worked out by hand: the
@@ -20,11 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "fixtures/decode/decode_fixture.h"
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
-#include "fixtures/task.h"
-#include "reference/oracle_fp64.h"
-#include "reference/variants.h"
+#include "fixtures/decode/decode_config.h"
+#include "reference/decode/oracle_fp64.h"
+#include "reference/decode/variants.h"
 #include "test_fixture_util.h"
 
 namespace nibble::oracle {

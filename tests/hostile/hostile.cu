@@ -13,6 +13,8 @@
 #include <cuda.h>  // driver API types only: the entry points come from cudaGetDriverEntryPointByVersion,
                    // so no variant links libcuda (the CPU tests dlopen them on machines without a driver)
 #include <cuda_runtime.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -87,9 +89,8 @@ struct State {
   const void* graph_logits = nullptr;
   cudaAccessPolicyWindow window{};                         // persist_l2
   bool window_ok = false;
-  std::string out_dir;                                     // forge_*, steal_reference: the child's --out
-  std::vector<int64_t> stolen_pos;                         // steal_reference: the reference's checked
-  std::vector<std::vector<uint8_t>> stolen_logits, stolen_k, stolen_v;  // steps, read from its folder
+  std::vector<std::vector<uint8_t>> stolen_logits, stolen_k, stolen_v;  // steal_reference: checked calls
+  size_t steps_seen = 0;                                   // steal_reference: decode_step calls so far
   std::thread gap_thread;                                  // gap_work: launches kernels until stop
   std::atomic<bool> stop{false};
 };
@@ -130,29 +131,28 @@ void spew(FILE* f, int call) {
 }
 
 
-// ---- Files of the grader's child process ---------------------------------------------------------
-// The child is started as `nibble __run ... --out <dir>`: its result.json and outputs.safetensors
-// live there, and the reference's outputs of the same seed in <dir>/../reference. A solution runs
-// in that process, with its rights: it can read and write all of them.
+// ---- The grader's child process ----------------------------------------------------------------
+// The child is started as `nibble __child <job-fd>`: the job (JSON) names the fixture folder and the
+// descriptors of the parent's channels (result, outputs). A solution runs in that process, with its
+// rights: it can read the job, write into those descriptors, and look at its parent's /proc entry.
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-bool write_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".hostile-tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(bytes.data(), std::streamsize(bytes.size()));
-    if (!f) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
+/** Replace the content of the file behind `path` (a /proc/self/fd link included) with `bytes`. */
+bool overwrite(const std::string& path, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, bytes.data(), bytes.size()) == ssize_t(bytes.size());
+  ::close(fd);
+  return ok;
 }
 
-/** The value after `flag` on this process's command line (/proc/self/cmdline), "" when absent:
- *  the child's --out and --fixture folders. */
-std::string child_arg(const char* flag) {
+/** The job the grader handed this child: the text behind the descriptor after `__child` on this
+ *  process's command line ("" when this is not a grader child). */
+std::string child_job() {
   const std::string all = read_text("/proc/self/cmdline");
   std::vector<std::string> argv;
   for (size_t b = 0, e; b < all.size(); b = e + 1) {
@@ -161,11 +161,29 @@ std::string child_arg(const char* flag) {
     argv.push_back(all.substr(b, e - b));
   }
   for (size_t i = 0; i + 1 < argv.size(); ++i)
-    if (argv[i] == flag) return argv[i + 1];
+    if (argv[i] == "__child") return read_text("/proc/self/fd/" + argv[i + 1]);
   return "";
 }
-std::string child_out_dir() { return child_arg("--out"); }
-std::string child_fixture_dir() { return child_arg("--fixture"); }
+/** A string field of the job's JSON ("" when absent). */
+std::string job_string(const char* key) {
+  const std::string job = child_job(), k = std::string("\"") + key + "\":\"";
+  const size_t at = job.find(k);
+  if (at == std::string::npos) return "";
+  const size_t b = at + k.size(), e = job.find('"', b);
+  return e == std::string::npos ? "" : job.substr(b, e - b);
+}
+/** An integer field of the job's JSON (-1 when absent). */
+long job_int(const char* key) {
+  const std::string job = child_job(), k = std::string("\"") + key + "\":";
+  const size_t at = job.find(k);
+  return at == std::string::npos ? -1 : std::strtol(job.c_str() + at + k.size(), nullptr, 10);
+}
+std::string child_fixture_dir() { return job_string("fixture_dir"); }
+/** /proc/self/fd/<n> of the job's descriptor `key` ("" when absent). */
+std::string child_channel(const char* key) {
+  const long fd = job_int(key);
+  return fd < 0 ? "" : "/proc/self/fd/" + std::to_string(fd);
+}
 
 /** Divide every number of the JSON array `"key": [...]` in `text` by `by`. */
 bool scale_array(std::string& text, const char* key, double by) {
@@ -192,23 +210,18 @@ bool scale_array(std::string& text, const char* key, double by) {
   return true;
 }
 
-/** Where the grader's child writes its result, a detached process of ours waits for the final
- *  result.json and halves the timings in it before the grader reads it. */
+/** A detached process of ours, holding the child's result channel (inherited), waits for the final
+ *  result and halves the timings in it before the grader reads it. */
 void start_forger(const std::string& result) {
   const pid_t pid = fork();
   if (pid != 0) return;  // the solution's process (or fork failed): carry on
   setsid();              // out of the child's process group: a group kill does not reach us
   for (int i = 0; i < 600000; ++i) {  // at most ~5 min
     usleep(500);
-    struct stat st {};
-    if (stat(result.c_str(), &st) != 0) {
-      if (i > 1000) break;  // the folder is gone: the grade is over
-      continue;
-    }
     std::string text = read_text(result);
     if (text.find("\"done\"") == std::string::npos || text.find("\"gpu_span_us\"") == std::string::npos) continue;
     if (scale_array(text, "gpu_span_us", 2) && scale_array(text, "busy_us", 2) && scale_array(text, "host_wall_us", 2))
-      write_atomic(result, text);
+      overwrite(result, text);
     break;
   }
   _exit(0);  // never back into the CUDA process image
@@ -217,7 +230,7 @@ void start_forger(const std::string& result) {
 /** A safetensors header nested 200000 arrays deep (a reader that recurses on it overflows its stack). */
 std::string deep_safetensors() {
   const int depth = 200000;
-  std::string h = "{\"step0.logits\":{\"dtype\":";
+  std::string h = "{\"call0.logits\":{\"dtype\":";
   h.append(size_t(depth), '[');
   h.append(size_t(depth), ']');
   h += ",\"shape\":[1],\"data_offsets\":[0,4]}}";
@@ -236,37 +249,41 @@ bool find_offsets(const std::string& header, const std::string& name, uint64_t* 
                      reinterpret_cast<unsigned long*>(e)) == 2;
 }
 
-/** The reference's checked steps (logits, appended K and V), read from its outputs file. */
+/** The reference's checked calls (logits, appended K and V), looked for in every descriptor its
+ *  parent, the grader, holds (the reference's outputs channel, if one were open). */
 void steal_reference(State& s) {
-  const std::string file = read_text(s.out_dir + "/../reference/outputs.safetensors");
-  if (file.size() < 8) return;
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(file[size_t(i)])) << (8 * i);
-  if (n > file.size() - 8) return;
-  const std::string header = file.substr(8, n);
-  const uint8_t* data = reinterpret_cast<const uint8_t*>(file.data()) + 8 + n;
-  const uint64_t data_size = file.size() - 8 - n;
-  auto tensor = [&](const std::string& name, std::vector<uint8_t>* out) {
-    uint64_t b = 0, e = 0;
-    if (!find_offsets(header, name, &b, &e) || b > e || e > data_size) return false;
-    out->assign(data + b, data + e);
-    return true;
-  };
-  std::vector<uint8_t> pos;
-  if (!tensor("positions", &pos)) return;
-  for (size_t i = 0; i < pos.size() / 8; ++i) {
-    std::vector<uint8_t> l, k, v;
-    const std::string p = "step" + std::to_string(i) + ".";
-    if (!tensor(p + "logits", &l) || !tensor(p + "k", &k) || !tensor(p + "v", &v)) return;
-    int64_t q = 0;
-    std::memcpy(&q, pos.data() + 8 * i, 8);
-    s.stolen_pos.push_back(q);
-    s.stolen_logits.push_back(std::move(l));
-    s.stolen_k.push_back(std::move(k));
-    s.stolen_v.push_back(std::move(v));
+  const std::string dir = "/proc/" + std::to_string(getppid()) + "/fd";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::string> files;
+  while (const dirent* e = readdir(d))
+    if (e->d_name[0] != '.') files.push_back(read_text(dir + "/" + e->d_name));
+  closedir(d);
+  for (const std::string& file : files) {
+    if (file.size() < 8) continue;
+    uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(file[size_t(i)])) << (8 * i);
+    if (n > file.size() - 8) continue;
+    const std::string header = file.substr(8, n);
+    const uint8_t* data = reinterpret_cast<const uint8_t*>(file.data()) + 8 + n;
+    const uint64_t data_size = file.size() - 8 - n;
+    auto tensor = [&](const std::string& name, std::vector<uint8_t>* out) {
+      uint64_t b = 0, e = 0;
+      if (!find_offsets(header, name, &b, &e) || b > e || e > data_size) return false;
+      out->assign(data + b, data + e);
+      return true;
+    };
+    for (size_t i = 0;; ++i) {
+      std::vector<uint8_t> l, k, v;
+      const std::string p = "call" + std::to_string(i) + ".";
+      if (!tensor(p + "logits", &l) || !tensor(p + "k_appended", &k) || !tensor(p + "v_appended", &v)) break;
+      s.stolen_logits.push_back(std::move(l));
+      s.stolen_k.push_back(std::move(k));
+      s.stolen_v.push_back(std::move(v));
+    }
   }
-  std::fprintf(stderr, "hostile-steal_reference: %zu steps of the reference's answers read from %s/../reference\n",
-               s.stolen_pos.size(), s.out_dir.c_str());
+  std::fprintf(stderr, "hostile-steal_reference: %zu calls of the reference's answers found among the grader's descriptors\n",
+               s.stolen_logits.size());
 }
 
 }  // namespace hostile
@@ -431,13 +448,12 @@ nibble_status build(const nibble_decode_model* model, cudaStream_t stream, State
 #if defined(HOSTILE_DRIVER_API)
   H_OK(load_driver_module(err));
 #endif
-  s.out_dir = child_out_dir();
 #if defined(HOSTILE_FORGE_TIMING)
-  if (!s.out_dir.empty()) start_forger(s.out_dir + "/result.json");
+  if (const std::string result = child_channel("result_fd"); !result.empty()) start_forger(result);
 #endif
 #if defined(HOSTILE_STEAL_REFERENCE)
   // Computes nothing: it only needs the KV caches' addresses.
-  if (!s.out_dir.empty()) steal_reference(s);
+  steal_reference(s);
   s.harness_kv.assign(size_t(2 * c.layers), nullptr);
   for (int l = 0; l < c.layers; ++l)
     for (int kv = 0; kv < 2; ++kv)
@@ -580,8 +596,8 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   const size_t per_layer = size_t(c.batch) * c.n_kv * c.hd;  // bf16 elements of one layer's slot pos
   const size_t row = size_t(c.hd) * 2, pitch = size_t(c.max_seq) * row;
   size_t i = 0;
-  while (i < s.stolen_pos.size() && s.stolen_pos[i] != pos) ++i;
-  const bool have = i < s.stolen_pos.size() && s.stolen_logits[i].size() == n_logits * 4 &&
+  i = s.steps_seen++;  // the checked calls come first, in order
+  const bool have = i < s.stolen_logits.size() && s.stolen_logits[i].size() == n_logits * 4 &&
                     s.stolen_k[i].size() == per_layer * c.layers * 2 && s.stolen_v[i].size() == per_layer * c.layers * 2;
   if (have)
     H_CUDA(cudaMemcpyAsync(out, s.stolen_logits[i].data(), n_logits * 4, cudaMemcpyHostToDevice, stream));
@@ -687,9 +703,9 @@ nibble_status teardown(State& s, cudaStream_t stream, nibble_error* err) {
     if (g) H_CUDA(cudaGraphExecDestroy(g));
   if (s.capture_stream) H_CUDA(cudaStreamDestroy(s.capture_stream));
 #if defined(HOSTILE_FORGE_OUTPUTS)
-  // The checked steps' outputs are on disk by now; the parent grader parses them after we exit.
-  if (!s.out_dir.empty() && !write_atomic(s.out_dir + "/outputs.safetensors", deep_safetensors()))
-    std::fprintf(stderr, "hostile-forge_outputs: could not replace %s/outputs.safetensors\n", s.out_dir.c_str());
+  // The checked calls' outputs are in the parent's channel by now; the grader parses them after we exit.
+  if (!overwrite(child_channel("outputs_fd"), deep_safetensors()))
+    std::fprintf(stderr, "hostile-forge_outputs: could not replace the outputs channel\n");
 #endif
   if (s.inner) H_OK(unfused_decode_teardown(s.inner, stream, err));
   H_CUDA(cudaStreamSynchronize(stream));

@@ -7,7 +7,7 @@ Builds the tiny fixture with the C++ generator (tests/fixture_tool) into a tempo
   2. recomputes every tensor's SHA-256 and the whole file's with hashlib and compares with
      manifest.json,
   3. re-implements generator version 1 (fixtures/rng.h: splitmix64 + FNV-1a counter hash,
-     Irwin-Hall normals; fixtures/quantise.h: RTN int4 with a bf16 scale; fixtures/fixture.h: the
+     Irwin-Hall normals; fixtures/decode/quantise.h: RTN int4 with a bf16 scale; fixtures/decode/decode_fixture.h: the
      distribution) in numpy and compares every byte of every tensor.
 
 Exit status 0 only if everything matches; any mismatch prints what and where and exits 1. Missing

@@ -5,7 +5,7 @@ Builds the tiny fixture of gemm-w4a16-nvfp4 and gemm-bf16-mxfp4 with the C++ gen
 (tests/gemm_fixture_tool) into a temporary folder, then
   1. checks the safetensors header (names, order, dtypes, shapes) against a tensor list derived here
      from the config, and the manifest's SHA-256 values with hashlib,
-  2. re-implements the GEMM generator (fixtures/gemm_fixture.h) and the FP4 codecs and quantisers
+  2. re-implements the GEMM generator (fixtures/gemm_fp4/gemm_fixture.h) and the FP4 codecs and quantisers
      (fixtures/fp4.h) in numpy and compares every byte of every tensor.
 
 The codecs here are deliberately written another way than the C++ ones: e2m1 and e4m3 encoding is

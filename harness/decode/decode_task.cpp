@@ -1,0 +1,322 @@
+// decode_task.cpp: the whole-model W4A16 decode step (megakernel-int4-weight-decode) as a Task.
+//
+// A checked call is one decode step at pos = prefill + i with the fixture's tokens; its outputs are
+// the (batch, vocab) fp32 logits and the K and V it appended at slot pos (bf16, every layer). A
+// timed call is a step with fresh token ids at pos = prefill + n; the reference re-checks the kept
+// ones by replaying the round's tokens from prefill (a step reads the cache up to pos, so the
+// replay must run every step up to the last kept one).
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <thread>
+
+#include "fixtures/decode/decode_fixture.h"
+#include "fixtures/fixture.h"
+#include "fixtures/decode/decode_config.h"
+#include "harness/cuda_check.h"
+#include "harness/decode/decode_session.h"
+#include "harness/decode/device_model.h"
+#include "harness/gpu_checks.h"
+#include "harness/stats.h"
+#include "harness/task.h"
+#include "reference/decode/oracle_fp64.h"
+#include "reference/decode/variants.h"
+
+namespace nibble {
+
+namespace {
+
+using json = nlohmann::json;
+
+/** GPU checksums of everything a candidate may read but not write: every weight and norm, and the
+ *  KV prefix (slots [0, prefill) of every cache). */
+class InputGuard {
+ public:
+  InputGuard(const DeviceModel& m, cudaStream_t s) : stream_(s) {
+    const auto& c = m.config();
+    const size_t slot = size_t(c.dims.hd) * 2;
+    for (const TensorSpec& t : c.tensors()) {
+      if (t.name == "tokens") continue;
+      Region r{t.name, m.device_ptr(t.name), 1, 0, size_t(t.nbytes())};
+      if (t.name.rfind("kv.", 0) == 0) {
+        r.name += " (prefix slots 0.." + std::to_string(c.prefill - 1) + ")";
+        r.blocks = size_t(c.dims.batch) * c.dims.n_kv;
+        r.stride = size_t(c.dims.max_seq) * slot;
+        r.bytes = size_t(c.prefill) * slot;
+      }
+      r.stride = r.stride ? r.stride : r.bytes;
+      r.sum = sum(r);
+      regions_.push_back(r);
+    }
+  }
+  /** "" when every region is unchanged, else the first changed tensor's name. */
+  std::string first_changed() const {
+    for (const auto& r : regions_)
+      if (sum(r) != r.sum) return r.name;
+    return "";
+  }
+
+ private:
+  struct Region {
+    std::string name;
+    void* ptr;
+    size_t blocks, stride, bytes;
+    uint64_t sum = 0;
+  };
+  uint64_t sum(const Region& r) const {
+    // Whole 8-byte words on the GPU; a tensor whose size is not a multiple of 8 adds its tail bytes.
+    const size_t whole = r.bytes / 8 * 8;
+    uint64_t h = device_checksum(r.ptr, r.blocks, r.stride, whole, stream_);
+    if (whole != r.bytes) {
+      for (size_t b = 0; b < r.blocks; ++b) {
+        uint8_t tail[8] = {};
+        NIBBLE_CUDA_CALL(cudaMemcpy(tail, static_cast<const uint8_t*>(r.ptr) + b * r.stride + whole, r.bytes - whole,
+                                    cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < r.bytes - whole; ++i) h = h * 1099511628211ull + tail[i] + 1 + b;
+      }
+    }
+    return h;
+  }
+  cudaStream_t stream_;
+  std::vector<Region> regions_;
+};
+
+/** Name of the first KV cache holding a non-zero word in slots (pos, max_seq): nothing may be
+ *  written there (the fixture leaves them zero and no call before this one had reason to). */
+std::string first_written_above(const DeviceModel& m, int32_t pos, cudaStream_t s) {
+  const auto& d = m.config().dims;
+  if (pos + 1 >= d.max_seq) return "";
+  const size_t slot = size_t(d.hd) * 2;
+  for (int l = 0; l < d.layers; ++l)
+    for (const char* kv : {".k", ".v"}) {
+      const std::string name = "kv." + std::to_string(l) + kv;
+      const auto* base = static_cast<const uint8_t*>(m.device_ptr(name));
+      if (device_count_nonzero(base + size_t(pos + 1) * slot, size_t(d.batch) * d.n_kv, size_t(d.max_seq) * slot,
+                               size_t(d.max_seq - pos - 1) * slot, s) != 0)
+        return name;
+    }
+  return "";
+}
+
+class DecodeRun final : public Session {
+ public:
+  DecodeRun(const Job& job, const SolutionLibrary& lib, const SafetensorsFile& fixture, cudaStream_t stream,
+            cudaStream_t harness_stream)
+      : cfg_(decode_config(job.config)),
+        lib_(lib),
+        model_(cfg_, fixture),
+        stream_(stream),
+        harness_stream_(harness_stream),
+        police_(job.police),
+        guard_(model_, harness_stream) {}
+
+  void build() override {
+    session_ = std::make_unique<DecodeSession>(lib_, model_, stream_);
+    NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+  }
+
+  std::string checked_call(int i, OutputFile& out) override {
+    const auto& d = cfg_.dims;
+    const int32_t pos = cfg_.prefill + i;
+    const std::vector<int64_t> tok(model_.tokens().begin() + int64_t(i) * d.batch,
+                                   model_.tokens().begin() + int64_t(i + 1) * d.batch);
+    const StepOutputs so = session_->run_step(tok, pos);
+    if (!session_->tokens_intact()) return "the candidate modified the token_ids buffer at pos " + std::to_string(pos);
+    // Variants of our own reference are measured, not policed: kv_slot_plus1 must be allowed to
+    // write slot pos + 1 so that its error can be measured.
+    if (police_) {
+      const std::string above = first_written_above(model_, pos, harness_stream_);
+      if (!above.empty())
+        return "the candidate wrote into '" + above + "' beyond slot pos = " + std::to_string(pos) +
+               " (only slot pos may be appended)";
+    }
+    const std::string p = "call" + std::to_string(i) + ".";
+    out.add(p + "logits", DType::F32, {d.batch, d.vocab}, so.logits.data(), so.logits.size() * 4);
+    out.add(p + "k_appended", DType::BF16, {d.layers, d.batch, d.n_kv, d.hd}, so.k_appended.data(), so.k_appended.size() * 2);
+    out.add(p + "v_appended", DType::BF16, {d.layers, d.batch, d.n_kv, d.hd}, so.v_appended.data(), so.v_appended.size() * 2);
+    return "";
+  }
+
+  void stage_timed(int n, TimedRandom& rng) override {
+    if (n == 0) round_tokens_.clear();
+    std::uniform_int_distribution<int64_t> token(0, cfg_.dims.vocab - 1);
+    std::vector<int64_t> tok(size_t(cfg_.dims.batch));
+    for (auto& x : tok) x = token(rng);
+    round_tokens_.insert(round_tokens_.end(), tok.begin(), tok.end());
+    session_->prepare_step(tok);
+    pos_ = cfg_.prefill + n;
+    positions_.push_back(pos_);
+  }
+
+  void call() override { session_->call_step(pos_); }
+
+  bool timed_outputs(int n, bool keep, OutputFile& out) override {
+    const auto logits = session_->read_logits();
+    if (keep)
+      out.add("timed" + std::to_string(n) + ".logits", DType::F32, {cfg_.dims.batch, cfg_.dims.vocab}, logits.data(),
+              logits.size() * 4);
+    return all_finite(logits.data(), logits.size());
+  }
+
+  json replay_spec(const std::vector<int>& kept) const override {
+    const int last = kept.empty() ? -1 : *std::max_element(kept.begin(), kept.end());
+    const std::vector<int64_t> tokens(round_tokens_.begin(), round_tokens_.begin() + int64_t(last + 1) * cfg_.dims.batch);
+    return {{"tokens", tokens}, {"kept", kept}};
+  }
+
+  void replay(const json& spec, OutputFile& out) override {
+    const auto tokens = spec.at("tokens").get<std::vector<int64_t>>();
+    const auto kept = spec.at("kept").get<std::vector<int>>();
+    const int64_t b = cfg_.dims.batch;
+    for (int64_t s = 0; s < int64_t(tokens.size()) / b; ++s) {
+      session_->launch_step({tokens.begin() + s * b, tokens.begin() + (s + 1) * b}, cfg_.prefill + int32_t(s));
+      NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+      if (std::find(kept.begin(), kept.end(), int(s)) == kept.end()) continue;
+      const auto logits = session_->read_logits();
+      out.add("timed" + std::to_string(s) + ".logits", DType::F32, {b, cfg_.dims.vocab}, logits.data(), logits.size() * 4);
+    }
+  }
+
+  std::string inputs_changed() override { return guard_.first_changed(); }
+  // prepare_step and the logits read are a memset and copies: the gap holds no harness kernel but the flush.
+  void dry_gap() override {}
+  void teardown() override { session_->close(); }
+  json timing_figures() const override { return {{"positions", positions_}}; }
+
+ private:
+  DecodeConfig cfg_;
+  const SolutionLibrary& lib_;
+  DeviceModel model_;
+  cudaStream_t stream_, harness_stream_;
+  bool police_;
+  InputGuard guard_;
+  std::unique_ptr<DecodeSession> session_;
+  std::vector<int64_t> round_tokens_;
+  std::vector<int> positions_;
+  int32_t pos_ = 0;
+};
+
+class DecodeTask final : public Task {
+ public:
+  std::string name() const override { return kDecodeTask; }
+  std::string family() const override { return "decode"; }
+  std::string description() const override {
+    return "one decode step of a Llama-3.2-3B-shaped decoder, int4 weights with group-128 scale and zero point";
+  }
+  std::vector<std::string> official_configs() const override { return decode_config_names(); }
+  std::string default_config() const override { return "full"; }
+  std::string config_syntax() const override { return "full | tiny"; }
+  void check_config(const std::string& config) const override { (void)decode_config(config); }
+  nlohmann::ordered_json config_dims(const std::string& config) const override {
+    const DecodeConfig cfg = decode_config(config);
+    const auto& d = cfg.dims;
+    return {{"layers", d.layers}, {"d", d.d}, {"ffn", d.ffn}, {"n_q", d.n_q}, {"n_kv", d.n_kv}, {"hd", d.hd},
+            {"vocab", d.vocab}, {"group", d.group}, {"batch", d.batch}, {"max_seq", d.max_seq}, {"eps", d.eps},
+            {"theta", d.theta}, {"prefill", cfg.prefill}};
+  }
+  std::vector<TensorSpec> tensors(const std::string& config) const override { return decode_config(config).tensors(); }
+  FixtureManifest build_fixture(const std::string& config, uint64_t seed, const std::string& dir, int threads,
+                                const ProgressFn& progress) const override {
+    return build_decode_fixture(decode_config(config), seed, dir, threads, progress);
+  }
+  double gate(const std::string& config) const override { return decode_config(config).gate; }
+  std::optional<double> element_guard(const std::string&) const override { return std::nullopt; }
+  std::string error_metric() const override {
+    return "||out - ref||_2 / ||ref||_2 in fp64 per output of every checked step: (batch, vocab) logits, and the K and V "
+           "appended at slot pos (every layer)";
+  }
+  std::vector<std::string> outputs() const override { return {"logits", "k_appended", "v_appended"}; }
+  std::string unit() const override { return "token"; }
+  std::string build_call() const override { return "build_model"; }
+  std::string timed_call() const override { return "decode_step"; }
+  int checked_calls(const std::string& config) const override { return decode_config(config).checked_steps; }
+  int calls_per_round() const override { return 32; }
+  Roofline roofline(const std::string& config, const json&) const override {
+    const DecodeConfig cfg = decode_config(config);
+    const auto& d = cfg.dims;
+    // Multiply-adds: every projection and the LM head (the tied embedding read once more), and
+    // attention's QK^T and PV over prefill + decode_steps slots.
+    double macs = 0;
+    for (const QuantWeight& w : cfg.quant_weights()) macs += double(w.out) * double(w.in);
+    macs += 2.0 * d.layers * d.n_q * d.hd * double(cfg.prefill + cfg.decode_steps);
+    return {double(cfg.bytes_per_step()), 2.0 * macs * d.batch,
+            "packed codes + scales + zeros of every weight, norm gains, K and V at prefill + 32 slots, fp32 logits"};
+  }
+  nlohmann::ordered_json timing_protocol() const override {
+    return {{"inputs", "fresh token ids per step, uploaded before the window (TimedRandom: --timing-seed, or the OS)"},
+            {"positions", "pos = prefill .. prefill + 31, repeated per round"},
+            {"outputs", "logits read back and checked finite after every step, outside the window"}};
+  }
+  std::string reference_library() const override { return "libnibble_reference.so"; }
+  SolutionLibrary::Abi abi() const override { return SolutionLibrary::Abi::Decode; }
+  std::unique_ptr<Session> open_session(const Job& job, const SolutionLibrary& lib, const SafetensorsFile& fixture,
+                                        cudaStream_t stream, cudaStream_t harness_stream) const override {
+    return std::make_unique<DecodeRun>(job, lib, fixture, stream, harness_stream);
+  }
+  std::vector<TaskVariant> variants() const override {
+    std::vector<TaskVariant> v;
+    for (const auto& x : ref::decode_variants()) v.push_back({x.name, x.description, x.must_pass, x.caught_by});
+    return v;
+  }
+  double oracle_macs(const std::string& config) const override {
+    const DecodeConfig cfg = decode_config(config);
+    double per_step = 0;
+    for (const QuantWeight& w : cfg.quant_weights()) per_step += double(w.out) * double(w.in);
+    return per_step * cfg.checked_steps * double(ref::decode_variants().size() + 1);
+  }
+  OracleErrors oracle_errors(const std::string& config, const SafetensorsFile& f, uint64_t, int threads) const override {
+    const DecodeConfig cfg = decode_config(config);
+    const auto& d = cfg.dims;
+    struct Run {
+      std::vector<std::vector<double>> logits;
+      std::vector<std::vector<uint16_t>> k, v;
+    };
+    auto run = [&](const ref::ReferenceOptions& o) {
+      oracle::DecodeOracle orc(cfg, f, threads, o);
+      const auto* all = reinterpret_cast<const int64_t*>(f.data("tokens"));
+      Run r;
+      for (int s = 0; s < cfg.checked_steps; ++s) {
+        std::vector<uint16_t> ka, va;
+        r.logits.push_back(orc.step({all + int64_t(s) * d.batch, all + int64_t(s + 1) * d.batch}, cfg.prefill + s, &ka, &va));
+        r.k.push_back(std::move(ka));
+        r.v.push_back(std::move(va));
+      }
+      return r;
+    };
+    auto nan_max = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
+    const Run exact = run(ref::variant_options(ref::kDefaultVariant));
+    OracleErrors out{outputs(), {}};
+    for (const auto& var : ref::decode_variants()) {
+      const Run r = run(var.options);
+      std::vector<double> e(3, 0.0);
+      for (int s = 0; s < cfg.checked_steps; ++s) {
+        e[0] = nan_max(e[0], relative_error(r.logits[s].data(), exact.logits[s].data(), r.logits[s].size()));
+        e[1] = nan_max(e[1], relative_error_bf16(r.k[s].data(), exact.k[s].data(), r.k[s].size()));
+        e[2] = nan_max(e[2], relative_error_bf16(r.v[s].data(), exact.v[s].data(), r.v[s].size()));
+      }
+      out.per_variant.push_back(e);
+    }
+    return out;
+  }
+  std::vector<TimeAnchor> time_anchors(const std::string& config, const std::string& gpu) const override {
+    if (config != "full" || gpu.find("H200") == std::string::npos) return {};
+    // Measured on the H200 with PyTorch, same shapes, batch 1, KV at 2048 (docs/architecture.md).
+    return {{"PyTorch int4 tinygemm, CUDA graph", 4160}, {"PyTorch dense bf16, CUDA graph", 5340}};
+  }
+  std::vector<ErrorAnchor> error_anchors(const std::string&) const override {
+    // The task specification's drop-the-feature table, for context only.
+    return {{"most precise legitimate variant", 4.9e-2, true},
+            {"nibble order swapped", 1.43, false},
+            {"one scale/zero per row", 1.51, false},
+            {"zero point ignored", 10.2, false}};
+  }
+};
+
+}  // namespace
+
+const Task& decode_task() {
+  static const DecodeTask t;
+  return t;
+}
+
+}  // namespace nibble

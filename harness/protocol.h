@@ -1,0 +1,132 @@
+// protocol.h: what the grader's parent hands a child process and what it gets back.
+//
+// One hidden command, `nibble __child <job-fd>`, runs every child (candidate, reference, variant,
+// device probe). The parent creates every channel: the job, the result and the output tensors are
+// memory files (memfd) it opens before the fork and keeps; the child gets their descriptor numbers,
+// never a path, so nothing it does to the file system can put words in its result or outputs. The
+// result is rewritten after every phase, so a child that dies still leaves what it learnt.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nlohmann {
+/** std::optional<T> as the value or null. */
+template <class T>
+struct adl_serializer<std::optional<T>> {
+  static void to_json(json& j, const std::optional<T>& o) {
+    if (o) j = *o;
+    else j = nullptr;
+  }
+  static void from_json(const json& j, std::optional<T>& o) {
+    if (j.is_null()) o.reset();
+    else o = j.get<T>();
+  }
+};
+}  // namespace nlohmann
+
+namespace nibble {
+
+/** Bumped on any change of Job or Result; a child refuses a job of another version. */
+inline constexpr int kProtocolVersion = 2;
+
+/** The timed rounds a candidate runs (after its checked calls). */
+struct TimingJob {
+  int calls_per_round = 32;
+  int min_rounds = 3, max_rounds = 20;
+  double max_seconds = 120;
+  double stable_fraction = 0.005;  // stop once the median moves less than this between rounds
+  // --timing-seed: every timed call's randomness from this seed (reproducible, so predictable);
+  // none: each draw from the OS when it is needed, after the build.
+  std::optional<uint64_t> seed;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingJob, calls_per_round, min_rounds, max_rounds, max_seconds,
+                                                stable_fraction, seed)
+
+/** What one child does. kind "run": one solution on one fixture; kind "probe": the device. */
+struct Job {
+  int protocol = kProtocolVersion;
+  std::string kind = "run";
+  std::string task, config;
+  std::string solution;       // .so path
+  std::string fixture_dir;    // holds model.safetensors
+  std::string variant;        // the bundled reference's variant ("" = exact)
+  bool police = true;         // side-effect checks (variants of our own reference are measured, not policed)
+  int checked_calls = 0;
+  uint64_t check_seed = 0;    // the checked calls' randomness (GEMM: A's sign masks after call 0)
+  std::optional<TimingJob> timing;
+  nlohmann::json replay;  // a candidate's Result::replay: recompute its kept timed calls
+  double build_timeout_seconds = 600;  // build_model / prepare / teardown
+  double call_timeout_seconds = 20;    // one call plus the device sync after it
+  // probe
+  bool measure_bandwidth = true;
+  uint64_t read_floor_bytes = 0;
+  // Descriptors the child writes (memfds the parent created): result JSON, outputs of the checked
+  // (and replayed) calls, outputs of the kept timed calls (safetensors).
+  int result_fd = -1, outputs_fd = -1, timed_outputs_fd = -1;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Job, protocol, kind, task, config, solution, fixture_dir, variant, police,
+                                                checked_calls, check_seed, timing, replay, build_timeout_seconds,
+                                                call_timeout_seconds, measure_bandwidth, read_floor_bytes, result_fd,
+                                                outputs_fd, timed_outputs_fd)
+
+/** Why a child stopped early. kind: load, solution, cuda, harness, timeout, input_modified. */
+struct ChildError {
+  std::string kind, message;
+  std::string load_kind;     // load: NotFound, NotLoadable, MissingSymbol, AbiMismatch
+  std::string call;          // solution/timeout: the entry point
+  std::string status;        // solution: the nibble_status name
+  std::string tensor;        // input_modified: what changed
+  std::string during_phase;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ChildError, kind, message, load_kind, call, status, tensor, during_phase)
+
+/** The timed rounds' record: one entry per timed call in the sample vectors. */
+struct TimingResult {
+  std::optional<uint64_t> seed;
+  std::string seed_from;
+  int calls_per_round = 0, rounds = 0;
+  std::string stop_reason;
+  int invalid_samples = 0;
+  std::string invalid_reason;
+  int nonfinite_calls = 0;            // timed calls whose checked outputs held NaN/Inf
+  int gaps_with_foreign_work = 0;     // gaps between timed calls with GPU work beyond the harness's
+  int harness_kernels_per_gap = 0;
+  int late_kernels = 0;
+  std::vector<double> gpu_span_us, busy_us, host_wall_us;
+  std::vector<int> kernels, memcpys, memsets;
+  std::vector<int> kept;              // calls of the last round whose outputs were kept
+  nlohmann::json task_figures;  // e.g. decode: the position of every call
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingResult, seed, seed_from, calls_per_round, rounds, stop_reason,
+                                                invalid_samples, invalid_reason, nonfinite_calls, gaps_with_foreign_work,
+                                                harness_kernels_per_gap, late_kernels, gpu_span_us, busy_us,
+                                                host_wall_us, kernels, memcpys, memsets, kept, task_figures)
+
+/** What a child says, rewritten after every phase: opened, built, checked, timed, done (or failed). */
+struct Result {
+  int protocol = kProtocolVersion;
+  std::string phase = "start";
+  std::string solution_name, numerics, variant;
+  nlohmann::json facts;        // task-specific facts of the solution (GEMM: c_dtype)
+  std::optional<ChildError> error;
+  int checked_calls_done = 0;
+  std::optional<TimingResult> timing;
+  nlohmann::json replay;       // what the reference needs to recompute the kept timed calls
+  nlohmann::json seconds;      // per phase
+  nlohmann::json probe;        // kind probe: the device's facts
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Result, protocol, phase, solution_name, numerics, variant, facts, error,
+                                                checked_calls_done, timing, replay, seconds, probe)
+
+/** A memory file (memfd, close-on-exec) named for /proc listings; throws std::runtime_error. */
+int make_channel(const std::string& name);
+/** The whole content of `fd` from offset 0; throws std::runtime_error. */
+std::string read_channel(int fd);
+/** Replace the content of `fd` with `data` (truncate, then write from offset 0). */
+void write_channel(int fd, const std::string& data);
+
+}  // namespace nibble

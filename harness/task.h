@@ -1,0 +1,213 @@
+// task.h: everything task-specific, behind one interface, and the registry that lists the tasks.
+//
+// The generic harness (grade, the child, calibrate, fixture, report, compare) asks the registry
+// for a Task by name and never names one. A task family lives in its own subfolder of harness/,
+// fixtures/, reference/, solutions/ and tests/ (decode, gemm_fp4); docs/adding-a-task.md lists the
+// files a new one adds.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fixtures/fixture.h"
+#include "fixtures/safetensors.h"
+#include "fixtures/tensor.h"
+#include "harness/protocol.h"
+#include "harness/solution_library.h"
+
+namespace nibble {
+
+/** Output tensors of a child, kept for the parent: `<call>.<output>`, e.g. call0.logits, timed3.C. */
+struct OutputFile {
+  std::vector<std::vector<uint8_t>> blobs;
+  std::vector<TensorView> views;
+  void add(const std::string& name, DType dt, std::vector<int64_t> shape, const void* data, size_t n);
+  /** The whole set as one safetensors file written into `fd` (a parent's channel). */
+  void write(int fd, const std::string& solution);
+  void clear() {
+    blobs.clear();
+    views.clear();
+  }
+};
+
+/** The randomness of the timed calls: mt19937_64(seed) with --timing-seed (reproducible, and so
+ *  predictable to a candidate that reads it); without one every 64-bit word from the OS
+ *  (std::random_device) when it is needed, so nothing a candidate saw tells it the next one. */
+class TimedRandom {
+ public:
+  using result_type = uint64_t;
+  explicit TimedRandom(std::optional<uint64_t> seed) {
+    if (seed) mt_.emplace(*seed);
+  }
+  static constexpr result_type min() { return 0; }
+  static constexpr result_type max() { return ~result_type(0); }
+  result_type operator()() {
+    if (mt_) return (*mt_)();
+    return (uint64_t(dev_()) << 32) ^ uint64_t(dev_());  // random_device yields 32-bit words
+  }
+
+ private:
+  std::optional<std::mt19937_64> mt_;
+  std::random_device dev_;
+};
+
+/**
+ * One solution driven through its task's ABI inside a child process. Every method that calls into
+ * the solution throws SolutionError (decode_session.h) for a non-OK status; CUDA failures throw
+ * CudaError. The child runner (harness/child.cpp) arms its watchdog around each call, times call()
+ * and judges nothing itself: what a method finds goes into the Result.
+ */
+class Session {
+ public:
+  virtual ~Session() = default;
+  /** build_model / prepare, the device synchronised after it. */
+  virtual void build() = 0;
+  /** Checked call i (0 ..): staged, called, synchronised; its outputs added as "call<i>.<output>".
+   *  Returns "" or what the call changed that it may not (then the child stops: input_modified). */
+  virtual std::string checked_call(int i, OutputFile& out) = 0;
+  /** Stage timed call `n` of a round (untimed: inputs uploaded, outputs poisoned), drawing its
+   *  randomness from `rng`. */
+  virtual void stage_timed(int n, TimedRandom& rng) = 0;
+  /** The solution's call alone (the child syncs the device after it, inside the timing window). */
+  virtual void call() = 0;
+  /** After timed call `n`: whether its outputs are finite (checked on every kept call at least),
+   *  and when `keep`, its outputs added as "timed<n>.<output>". */
+  virtual bool timed_outputs(int n, bool keep, OutputFile& out) = 0;
+  /** What the reference needs to recompute calls `kept` of the last round (Result::replay). */
+  virtual nlohmann::json replay_spec(const std::vector<int>& kept) const = 0;
+  /** Reference side: recompute the kept calls of `spec` into "timed<n>.<output>". */
+  virtual void replay(const nlohmann::json& spec, OutputFile& out) = 0;
+  /** "" when every read-only input (weights, caches' prefix, ...) is unchanged, else its name. */
+  virtual std::string inputs_changed() = 0;
+  /** The harness's own work between two timed calls but the flush (staging), run once before the
+   *  solution is built so the timer can count it (TimedCalls). */
+  virtual void dry_gap() = 0;
+  /** teardown; throws SolutionError. */
+  virtual void teardown() = 0;
+  /** Facts of the solution the report shows (GEMM: the output dtype it chose). */
+  virtual nlohmann::json facts() const { return nlohmann::json::object(); }
+  /** Per-call figures of the timed rounds the report keeps (decode: positions). */
+  virtual nlohmann::json timing_figures() const { return nlohmann::json(); }
+};
+
+/** One drop-the-feature variant of the bundled reference (calibrate's table). */
+struct TaskVariant {
+  std::string name, description;
+  bool must_pass = false;
+  std::string caught_by;  // which outputs are expected to catch it ("" for must-pass rows)
+};
+
+/** A timing a report can be set against (HTML page): an external measurement on one GPU. */
+struct TimeAnchor {
+  std::string label;
+  double us;
+};
+
+/** A point on the error axis (HTML page) when no calibration is at hand: the seed's table. */
+struct ErrorAnchor {
+  std::string label;
+  double rel_err;
+  bool must_pass;
+};
+
+/** What one config of a task moves and computes per timed sample (the roofline). */
+struct Roofline {
+  double bytes = 0, flops = 0;
+  std::string bytes_note;
+};
+
+/** Per-variant, per-call errors of the fp64 oracle path of calibrate. */
+struct OracleErrors {
+  std::vector<std::string> outputs;                 // output names, e.g. logits, k, v
+  std::vector<std::vector<double>> per_variant;     // [variant][output] worst relative error
+};
+
+/**
+ * Everything that makes a task. Implementations: harness/decode/decode_task.cpp,
+ * harness/gemm_fp4/gemm_task.cpp. Methods taking a config throw std::invalid_argument for a config
+ * the task does not know (check_config says so first).
+ */
+class Task {
+ public:
+  virtual ~Task() = default;
+  /** The registry name (--task). */
+  virtual std::string name() const = 0;
+  /** The subfolder of the task family in harness/, fixtures/, reference/, solutions/, tests/. */
+  virtual std::string family() const = 0;
+  virtual std::string description() const = 0;
+  /** The configs `nibble configs` lists and calibrate tables exist for. */
+  virtual std::vector<std::string> official_configs() const = 0;
+  /** The config grade and calibrate use without --config ("" = the user must name one). */
+  virtual std::string default_config() const { return ""; }
+  /** What --config accepts, for help and errors ("full | tiny", "tiny | m<M>-n<N>-k<K>"). */
+  virtual std::string config_syntax() const = 0;
+  /** Throws std::invalid_argument, naming what is accepted, unless the task knows `config`. */
+  virtual void check_config(const std::string& config) const = 0;
+  /** The config's dimensions for the report. */
+  virtual nlohmann::ordered_json config_dims(const std::string& config) const = 0;
+  /** The tensors of the fixture, in file order. */
+  virtual std::vector<TensorSpec> tensors(const std::string& config) const = 0;
+  /** Builds the fixture of (config, seed) into `dir` (deterministic bytes) and its manifest. */
+  virtual FixtureManifest build_fixture(const std::string& config, uint64_t seed, const std::string& dir, int threads,
+                                        const ProgressFn& progress) const = 0;
+  /** The gate: worst relative error allowed over every checked output. */
+  virtual double gate(const std::string& config) const = 0;
+  /** The per-element guard (max |out - ref| / max |ref| per output), none until calibrated. */
+  virtual std::optional<double> element_guard(const std::string& config) const = 0;
+  /** The error metric in words, for the report. */
+  virtual std::string error_metric() const = 0;
+  /** The outputs the gate covers (names after "call<i>."), in report order. */
+  virtual std::vector<std::string> outputs() const = 0;
+  /** What one timed sample is: "token" (one decode step) or "call". */
+  virtual std::string unit() const = 0;
+  /** The entry points' names for messages: the build ("build_model", "prepare"), the timed call. */
+  virtual std::string build_call() const = 0;
+  virtual std::string timed_call() const = 0;
+  /** Checked calls per seed. */
+  virtual int checked_calls(const std::string& config) const = 0;
+  /** Timed calls per round. */
+  virtual int calls_per_round() const = 0;
+  /** Bytes and FLOPs one timed sample moves and computes, given the solution's facts. */
+  virtual Roofline roofline(const std::string& config, const nlohmann::json& facts) const = 0;
+  /** Bytes of a read-only kernel the probe times as this task's weight-read floor (0: none). */
+  virtual uint64_t read_floor_bytes(const std::string& /*config*/) const { return 0; }
+  /** Whether host wall time per sample is launch noise (small GEMMs): compare does not judge it. */
+  virtual bool host_wall_informational() const { return false; }
+  /** What a timed call does, for the report's protocol section. */
+  virtual nlohmann::ordered_json timing_protocol() const = 0;
+  /** The bundled reference's file name in <prefix>/lib. */
+  virtual std::string reference_library() const = 0;
+  virtual SolutionLibrary::Abi abi() const = 0;
+  /** Child side: the fixture uploaded, the session ready to build `lib`. */
+  virtual std::unique_ptr<Session> open_session(const Job& job, const SolutionLibrary& lib, const SafetensorsFile& fixture,
+                                                cudaStream_t stream, cudaStream_t harness_stream) const = 0;
+  /** The drop-the-feature variants of the bundled reference and the fp64 oracle. */
+  virtual std::vector<TaskVariant> variants() const = 0;
+  /** fp64 multiply-adds of the oracle path (the exact run and every variant, every checked call), per seed. */
+  virtual double oracle_macs(const std::string& config) const = 0;
+  /** The fp64 oracle path of calibrate: every variant's worst error per output against the exact
+   *  oracle, over the same checked calls a child runs with this `check_seed`. */
+  virtual OracleErrors oracle_errors(const std::string& config, const SafetensorsFile& fixture, uint64_t check_seed,
+                                     int threads) const = 0;
+  /** External timings of this config on `gpu` (device name) for the HTML page. */
+  virtual std::vector<TimeAnchor> time_anchors(const std::string& /*config*/, const std::string& /*gpu*/) const { return {}; }
+  /** The seed's error table for the HTML page when a report has no calibration. */
+  virtual std::vector<ErrorAnchor> error_anchors(const std::string& /*config*/) const { return {}; }
+};
+
+/** Every task, in `nibble configs` order. */
+const std::vector<const Task*>& all_tasks();
+/** The task named `name`; throws std::invalid_argument listing the known tasks. */
+const Task& find_task(const std::string& name);
+/** nullptr when no task has that name. */
+const Task* task_or_null(const std::string& name);
+
+}  // namespace nibble

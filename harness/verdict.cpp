@@ -1,0 +1,127 @@
+// verdict.cpp: see verdict.h.
+#include "harness/verdict.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace nibble {
+
+namespace {
+
+std::string g3(double v) {
+  if (std::isnan(v)) return "NaN";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
+constexpr const char* kDispositionNames[] = {"Passed",        "Incorrect",     "Crashed",      "TimedOut",   "InvalidTiming",
+                                             "AbiMismatch",   "MissingSymbol", "NotSupported", "NotLoadable"};
+
+Verdict fail(Disposition d, Rule r, std::string why) { return {d, r, std::move(why)}; }
+
+}  // namespace
+
+const char* to_string(Disposition d) { return kDispositionNames[int(d)]; }
+
+std::optional<Disposition> disposition_from_string(const std::string& s) {
+  for (int i = 0; i < int(sizeof kDispositionNames / sizeof *kDispositionNames); ++i)
+    if (s == kDispositionNames[i]) return Disposition(i);
+  return std::nullopt;
+}
+
+const char* to_string(Rule r) {
+  switch (r) {
+    case Rule::Load: return "load";
+    case Rule::Build: return "build";
+    case Rule::Crash: return "crash";
+    case Rule::NonFinite: return "nonfinite";
+    case Rule::Gate: return "gate";
+    case Rule::ElementGuard: return "element_guard";
+    case Rule::Inputs: return "inputs";
+    case Rule::Timing: return "timing";
+    case Rule::Passed: return "passed";
+  }
+  return "?";
+}
+
+Verdict judge(const Evidence& e) {
+  using D = Disposition;
+  // 1. Load / ABI: nothing of the solution ran.
+  if (e.end == ChildEnd::LoadFailed) {
+    const D d = e.load_kind == "AbiMismatch" ? D::AbiMismatch : e.load_kind == "MissingSymbol" ? D::MissingSymbol : D::NotLoadable;
+    return fail(d, Rule::Load, e.end_message);
+  }
+  // 2. Build: build_model / prepare refused or failed.
+  if (e.failed_in_build && (e.end == ChildEnd::CallFailed || e.end == ChildEnd::CallTimedOut)) {
+    if (e.end == ChildEnd::CallTimedOut) return fail(D::TimedOut, Rule::Build, e.end_message);
+    return fail(e.call_status == "NOT_SUPPORTED" ? D::NotSupported : D::Crashed, Rule::Build, e.end_message);
+  }
+  // 3. Crash or timeout after the build.
+  switch (e.end) {
+    case ChildEnd::CallFailed:
+      return fail(e.call_status == "NOT_SUPPORTED" ? D::NotSupported : D::Crashed, Rule::Crash, e.end_message);
+    case ChildEnd::CallTimedOut:
+    case ChildEnd::TimedOut: return fail(D::TimedOut, Rule::Crash, e.end_message);
+    case ChildEnd::CudaError: return fail(D::Crashed, Rule::Crash, "CUDA error after a solution call: " + e.end_message);
+    case ChildEnd::HarnessError:
+      return fail(D::Crashed, Rule::Crash, "harness error in the candidate's process: " + e.end_message);
+    case ChildEnd::Died: return fail(D::Crashed, Rule::Crash, e.end_message);
+    default: break;
+  }
+  if (!e.compare_error.empty()) return fail(D::Crashed, Rule::Crash, e.compare_error);
+  // 4. Non-finite outputs anywhere (checked, verified or timed calls).
+  if (e.nonfinite_outputs > 0 || (e.compared && std::isnan(e.worst_rel_err)))
+    return fail(D::Incorrect, Rule::NonFinite,
+                "NaN or Inf in the candidate's outputs" + (e.worst_where.empty() ? std::string() : " (" + e.worst_where + ")"));
+  if (e.nonfinite_timed_calls > 0)
+    return fail(D::Incorrect, Rule::NonFinite,
+                std::to_string(e.nonfinite_timed_calls) + " timed " + e.unit + "(s) left NaN/Inf in the outputs");
+  // 5. The gate.
+  if (e.end == ChildEnd::InputModified && !e.compared) return fail(D::Incorrect, Rule::Inputs, e.end_message);
+  if (!e.compared) return fail(D::Crashed, Rule::Crash, "no checked output to compare: " + e.end_message);
+  if (!(e.worst_rel_err < e.gate))
+    return fail(D::Incorrect, Rule::Gate,
+                "worst relative error " + g3(e.worst_rel_err) + (e.worst_where.empty() ? "" : " (" + e.worst_where + ")") +
+                    " is above the gate " + g3(e.gate));
+  // 6. The per-element guard: a sliver of the output cannot be anything.
+  if (e.element_guard && !(e.worst_elem_err <= *e.element_guard))
+    return fail(D::Incorrect, Rule::ElementGuard,
+                "worst element error " + g3(e.worst_elem_err) + " (max |out - ref| / max |ref|) is above the per-element guard " +
+                    g3(*e.element_guard));
+  // 7. Inputs the candidate may read but not write.
+  if (e.end == ChildEnd::InputModified) return fail(D::Incorrect, Rule::Inputs, e.end_message);
+  if (!e.inputs_changed.empty()) return fail(D::Incorrect, Rule::Inputs, e.inputs_changed);
+  // 8. Timing validity.
+  if (e.timed) {
+    if (e.samples == 0) return fail(D::InvalidTiming, Rule::Timing, "no timed " + e.unit + " was recorded");
+    if (e.floor_us > 0 && e.span_min_us < e.floor_us)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  "a timed " + e.unit + " took " + g3(e.span_min_us) + " us, below the physical floor " + g3(e.floor_us) +
+                      " us (bytes per " + e.unit + " / theoretical bandwidth): not a record");
+    if (e.invalid_samples > 0)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  std::to_string(e.invalid_samples) + " timed " + e.unit + "(s) had no valid GPU record: " + e.invalid_reason);
+    // Host time the GPU never saw (a CPU-side computation, a sleep) is work the span would hide.
+    // Launch-bound work legitimately shows some host time beyond the span (the tiny decode config:
+    // 377 us wall for a 75 us span); hidden work worth hiding is far more than 1 ms.
+    if (e.wall_median_us > 2.0 * e.span_median_us && e.wall_median_us - e.span_median_us > 1000.0)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  "host wall time per " + e.unit + " (" + g3(e.wall_median_us) + " us median) is far above the CUPTI GPU span (" +
+                      g3(e.span_median_us) + " us): the call spends time the GPU timer cannot see");
+    if (e.wall_median_us < 0.9 * e.span_median_us)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  "host wall time (" + g3(e.wall_median_us) + " us) is below the CUPTI GPU span (" + g3(e.span_median_us) +
+                      " us): the clocks disagree");
+    if (e.gaps_with_foreign_work > 0)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  "the GPU ran work that was not the harness's between timed " + e.unit + "s (in " +
+                      std::to_string(e.gaps_with_foreign_work) +
+                      " gaps), outside every timing window: work a timed call may depend on was not timed");
+  }
+  char margin[64];
+  std::snprintf(margin, sizeof margin, " (%.2gx the gate)", e.worst_rel_err / e.gate);
+  return {D::Passed, Rule::Passed, "worst relative error " + g3(e.worst_rel_err) + " < gate " + g3(e.gate) + margin};
+}
+
+}  // namespace nibble

@@ -1,0 +1,94 @@
+// verdict.h: the grade's verdict as a type, and every rule that decides it in one pure function.
+//
+// The grade gathers what it saw (the child's end, the outputs' errors, the timing record) into one
+// plain Evidence; judge() applies the rules in a fixed order, the first failing rule wins. No task
+// has rules of its own: a task supplies numbers (its gate, its per-element guard, its floor).
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace nibble {
+
+/** Exactly one per graded candidate (after CUTLASS's profiler). */
+enum class Disposition {
+  Passed,
+  Incorrect,
+  Crashed,
+  TimedOut,
+  InvalidTiming,
+  AbiMismatch,
+  MissingSymbol,
+  NotSupported,
+  NotLoadable,
+};
+
+/** "Passed", "Incorrect", ...: the report's spelling. */
+const char* to_string(Disposition d);
+/** The inverse of to_string; std::nullopt for any other string. */
+std::optional<Disposition> disposition_from_string(const std::string& s);
+
+/** The rule of judge() that decided, in the order they apply. */
+enum class Rule { Load, Build, Crash, NonFinite, Gate, ElementGuard, Inputs, Timing, Passed };
+const char* to_string(Rule r);
+
+/** How the candidate's process ended, as far as the verdict cares. */
+enum class ChildEnd {
+  Completed,     // every phase ran and the child exited 0
+  LoadFailed,    // the .so was refused: load_kind says why
+  CallFailed,    // an entry point returned an error status (failed_call, call_status)
+  CallTimedOut,  // the child's watchdog ended one call
+  TimedOut,      // the parent's per-child timeout killed it
+  InputModified, // the child found a read-only input changed (inputs_message)
+  CudaError,     // a CUDA error surfaced after a solution call
+  HarnessError,  // the child's own code failed (fixture unreadable, out of memory, ...)
+  Died,          // killed by a signal or exited without saying why
+};
+
+/** Everything judge() looks at. Filled by the grade from the child's Result and the comparison. */
+struct Evidence {
+  ChildEnd end = ChildEnd::Completed;
+  std::string end_message;        // the child's error message, or the exit description
+  std::string load_kind;          // LoadFailed: NotFound, NotLoadable, MissingSymbol, AbiMismatch
+  bool failed_in_build = false;   // CallFailed/CallTimedOut in build_model/prepare
+  std::string call_status;        // CallFailed: "NOT_SUPPORTED", "INVALID_ARGUMENT", ...
+
+  // Correctness: worst over seeds, calls and outputs (NaN when any compared value was NaN/Inf).
+  bool compared = false;          // at least one checked call was compared with the reference
+  std::string compare_error;      // outputs that could not be read/compared (a Crash)
+  double worst_rel_err = 0;
+  std::string worst_where;        // "logits 0.12, k 0.001" or the call that failed: for the reason
+  double gate = 0;
+  double worst_elem_err = 0;      // max |c - r| / max |r| per output, worst over all
+  std::optional<double> element_guard;
+  int nonfinite_outputs = 0;      // checked or verified calls holding NaN/Inf
+  int nonfinite_timed_calls = 0;  // timed calls whose outputs held NaN/Inf
+  std::string inputs_changed;     // a fixture or input the candidate changed (grade-side checks)
+
+  // Timing (only when `timed`): medians and minimum of the per-call samples, us.
+  bool timed = false;
+  int samples = 0;
+  double span_median_us = 0, span_min_us = 0, wall_median_us = 0;
+  double floor_us = 0;            // bytes per call / theoretical bandwidth; 0 = unknown
+  int invalid_samples = 0;
+  std::string invalid_reason;
+  int gaps_with_foreign_work = 0;
+  std::string unit = "call";      // for messages: "step", "call"
+};
+
+struct Verdict {
+  Disposition disposition = Disposition::Passed;
+  Rule rule = Rule::Passed;
+  std::string reason;
+};
+
+/**
+ * The verdict, first failing rule first: load/ABI; build (an error or timeout in build_model/
+ * prepare); crash or timeout later; non-finite outputs (checked, verified or timed); the gate on the
+ * worst relative error; the per-element guard; input modification; timing validity (a sample below
+ * the bandwidth floor, calls without valid GPU records, host wall time far above or below the GPU
+ * span, foreign GPU work between timed calls). Pure: no I/O, no clock.
+ */
+Verdict judge(const Evidence& e);
+
+}  // namespace nibble

@@ -1,0 +1,170 @@
+// test_protocol.cpp: the parent-child protocol (Job, Result, memory-file channels) and the one
+// comparison of outputs, checked against values computed by hand.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fixtures/bf16.h"
+#include "fixtures/safetensors.h"
+#include "harness/outputs.h"
+#include "harness/process.h"
+#include "harness/protocol.h"
+#include "harness/task.h"
+
+using namespace nibble;
+
+TEST(Protocol, JobRoundTripsThroughJson) {
+  Job j;
+  j.task = "gemm-w4a16-nvfp4";
+  j.config = "tiny";
+  j.solution = "/x/lib.so";
+  j.checked_calls = 2;
+  j.check_seed = 0xfedcba9876543210ull;  // above 2^63: must survive as a uint64
+  TimingJob t;
+  t.seed = 7;
+  t.max_rounds = 5;
+  j.timing = t;
+  j.replay = {{"calls", {{{"n", 3}, {"call", 1004}, {"seed", 99}}}}};
+  const Job back = nlohmann::json::parse(nlohmann::json(j).dump()).get<Job>();
+  EXPECT_EQ(back.task, j.task);
+  EXPECT_EQ(back.check_seed, j.check_seed);
+  ASSERT_TRUE(back.timing.has_value());
+  EXPECT_EQ(back.timing->seed, std::optional<uint64_t>(7));
+  EXPECT_EQ(back.timing->max_rounds, 5);
+  EXPECT_EQ(back.replay, j.replay);
+  EXPECT_EQ(back.protocol, kProtocolVersion);
+  // No timing, no timing seed: absent stays absent.
+  Job plain;
+  const Job p = nlohmann::json::parse(nlohmann::json(plain).dump()).get<Job>();
+  EXPECT_FALSE(p.timing.has_value());
+}
+
+TEST(Protocol, MissingFieldsTakeTheirDefaults) {
+  const Result r = nlohmann::json::parse(R"({"phase": "checked", "checked_calls_done": 8})").get<Result>();
+  EXPECT_EQ(r.phase, "checked");
+  EXPECT_EQ(r.checked_calls_done, 8);
+  EXPECT_FALSE(r.error.has_value());
+  EXPECT_FALSE(r.timing.has_value());
+}
+
+TEST(Protocol, ResultWithErrorAndTiming) {
+  Result r;
+  ChildError e;
+  e.kind = "solution";
+  e.call = "prepare";
+  e.status = "NOT_SUPPORTED";
+  r.error = e;
+  TimingResult t;
+  t.gpu_span_us = {1.5, 2.5};
+  t.kept = {3};
+  r.timing = t;
+  const Result back = nlohmann::json::parse(nlohmann::json(r).dump()).get<Result>();
+  ASSERT_TRUE(back.error && back.timing);
+  EXPECT_EQ(back.error->status, "NOT_SUPPORTED");
+  EXPECT_EQ(back.timing->gpu_span_us, t.gpu_span_us);
+  EXPECT_EQ(back.timing->kept, t.kept);
+}
+
+TEST(Protocol, ChannelsAreRewrittenWhole) {
+  const int fd = make_channel("test");
+  write_channel(fd, std::string(100000, 'a'));
+  EXPECT_EQ(read_channel(fd).size(), 100000u);
+  write_channel(fd, "short");  // a later phase's shorter result leaves nothing of the earlier one
+  EXPECT_EQ(read_channel(fd), "short");
+  close(fd);
+}
+
+TEST(Protocol, AChildRefusesAJobOfAnotherVersion) {
+  const char* bin = std::getenv("NIBBLE_BINARY_DIR");
+  if (!bin) GTEST_SKIP() << "NIBBLE_BINARY_DIR is not set (run through ctest)";
+  const int job = make_channel("job");
+  Job j;
+  j.protocol = kProtocolVersion + 1;
+  write_channel(job, nlohmann::json(j).dump());
+  TempDir dir("nibble-test-protocol");
+  const ChildExit e = run_child({std::string(bin) + "/bin/nibble", "__child", std::to_string(job)}, dir.path() + "/log.txt", 30,
+                                {}, {job});
+  EXPECT_EQ(e.kind, ChildExit::Exited);
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(file_tail(dir.path() + "/log.txt").find("protocol"), std::string::npos);
+  close(job);
+}
+
+namespace {
+
+/** A safetensors file of F32 tensors in a temporary folder. */
+std::string write_f32(const TempDir& d, const std::string& file, const std::vector<std::pair<std::string, std::vector<float>>>& ts) {
+  std::vector<TensorView> v;
+  for (const auto& [name, data] : ts) v.push_back({name, DType::F32, {int64_t(data.size())}, data.data(), data.size() * 4});
+  const std::string path = d.path() + "/" + file;
+  write_safetensors(path, v);
+  return path;
+}
+
+}  // namespace
+
+TEST(Outputs, ErrorsByHand) {
+  TempDir d("nibble-test-outputs");
+  // ref (3, 4): ||r|| = 5. cand (3, 4.5) on call0.a: ||c - r|| = 0.5 -> 0.1; element error 0.5 / 4.
+  // call1.a identical -> 0. timed0.a: not a "call" tensor, skipped by the checked comparison.
+  const std::string r = write_f32(d, "r.safetensors", {{"call0.a", {3, 4}}, {"call1.a", {1, 0}}, {"timed0.a", {1, 1}}});
+  const std::string c = write_f32(d, "c.safetensors", {{"call0.a", {3, 4.5f}}, {"call1.a", {1, 0}}, {"timed0.a", {9, 9}}});
+  SafetensorsFile rf(r), cf(c);
+  ErrorTally t;
+  const auto calls = compare_outputs(cf, rf, "call", t);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_NEAR(calls[0]["outputs"]["a"]["rel_err"].get<double>(), 0.1, 1e-12);
+  EXPECT_NEAR(calls[0]["outputs"]["a"]["elem_err"].get<double>(), 0.125, 1e-12);
+  EXPECT_EQ(calls[1]["outputs"]["a"]["rel_err"].get<double>(), 0.0);
+  EXPECT_NEAR(t.worst, 0.1, 1e-12);
+  EXPECT_EQ(t.compared, 2);
+  EXPECT_EQ(t.where(), "a 0.1");
+  ErrorTally timed;
+  compare_outputs(cf, rf, "timed", timed);
+  EXPECT_NEAR(timed.worst, std::sqrt(128.0) / std::sqrt(2.0), 1e-12);  // (8, 8) against (1, 1)
+}
+
+TEST(Outputs, NaNSticksAndMissingTensorsAreNamed) {
+  TempDir d("nibble-test-outputs");
+  const std::string r = write_f32(d, "r.safetensors", {{"call0.x", {1, 2}}, {"call0.y", {1}}});
+  const std::string c = write_f32(d, "c.safetensors", {{"call0.x", {NAN, 2}}});
+  SafetensorsFile rf(r), cf(c);
+  ErrorTally t;
+  try {
+    compare_outputs(cf, rf, "call", t);
+    FAIL() << "a missing output must throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("call0.y"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::isnan(t.worst));  // call0.x was compared before call0.y was missed
+  EXPECT_EQ(t.nonfinite, 1);
+}
+
+TEST(Outputs, Bf16TensorsCompareAsTheirValues) {
+  TempDir d("nibble-test-outputs");
+  const std::vector<uint16_t> rv{f32_to_bf16(3), f32_to_bf16(4)}, cv{f32_to_bf16(3), f32_to_bf16(4.5f)};
+  write_safetensors(d.path() + "/r.safetensors", {{"call0.k", DType::BF16, {2}, rv.data(), 4}});
+  write_safetensors(d.path() + "/c.safetensors", {{"call0.k", DType::BF16, {2}, cv.data(), 4}});
+  SafetensorsFile rf(d.path() + "/r.safetensors"), cf(d.path() + "/c.safetensors");
+  const TensorErrors e = tensor_errors(cf, rf, "call0.k");
+  EXPECT_NEAR(e.rel_err, 0.1, 1e-12);  // 3, 4, 4.5 are exact in bf16
+}
+
+TEST(Registry, EveryTaskIsFoundByItsNameAndUnknownNamesListThem) {
+  for (const Task* t : all_tasks()) {
+    EXPECT_EQ(&find_task(t->name()), t);
+    EXPECT_FALSE(t->official_configs().empty()) << t->name();
+    EXPECT_FALSE(t->outputs().empty()) << t->name();
+    EXPECT_GT(t->gate(t->official_configs().front()), 0) << t->name();
+  }
+  try {
+    find_task("no-such-task");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    for (const Task* t : all_tasks()) EXPECT_NE(std::string(e.what()).find(t->name()), std::string::npos);
+  }
+}

@@ -1,0 +1,227 @@
+// test_verdict.cpp: judge(), every rule and the order between them, for every task in the registry
+// (each task's own gate, guard and unit; the evidence is what a grade of it would gather).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "harness/task.h"
+#include "harness/verdict.h"
+
+using namespace nibble;
+
+namespace {
+
+/** A candidate that passes everything: completed, compared at a tenth of the gate, timed validly
+ *  (span 1000 us, wall 1010 us, floor 400 us). */
+Evidence passing(const Task& t) {
+  const std::string config = t.official_configs().front();
+  Evidence e;
+  e.gate = t.gate(config);
+  e.element_guard = t.element_guard(config);
+  e.unit = t.unit();
+  e.compared = true;
+  e.worst_rel_err = e.gate / 10;
+  e.worst_elem_err = 0;
+  e.timed = true;
+  e.samples = 96;
+  e.span_median_us = 1000;
+  e.span_min_us = 990;
+  e.wall_median_us = 1010;
+  e.floor_us = 400;
+  return e;
+}
+
+class Judge : public ::testing::TestWithParam<const Task*> {
+ protected:
+  Evidence base() const { return passing(*GetParam()); }
+};
+
+void expect(const Evidence& e, Disposition d, Rule r, const std::string& reason_part = "") {
+  const Verdict v = judge(e);
+  EXPECT_EQ(to_string(v.disposition), std::string(to_string(d))) << v.reason;
+  EXPECT_EQ(to_string(v.rule), std::string(to_string(r))) << v.reason;
+  if (!reason_part.empty()) EXPECT_NE(v.reason.find(reason_part), std::string::npos) << v.reason;
+}
+
+}  // namespace
+
+TEST_P(Judge, AnHonestCandidatePassesWithItsMargin) {
+  const Evidence e = base();
+  expect(e, Disposition::Passed, Rule::Passed, "0.1x the gate");
+}
+
+TEST_P(Judge, LoadFailuresNameTheirKind) {
+  Evidence e = base();
+  e.end = ChildEnd::LoadFailed;
+  e.compared = false;
+  e.end_message = "bad .so";
+  e.load_kind = "AbiMismatch";
+  expect(e, Disposition::AbiMismatch, Rule::Load, "bad .so");
+  e.load_kind = "MissingSymbol";
+  expect(e, Disposition::MissingSymbol, Rule::Load);
+  e.load_kind = "NotLoadable";
+  expect(e, Disposition::NotLoadable, Rule::Load);
+  e.load_kind = "NotFound";
+  expect(e, Disposition::NotLoadable, Rule::Load);
+}
+
+TEST_P(Judge, BuildFailures) {
+  Evidence e = base();
+  e.compared = false;
+  e.failed_in_build = true;
+  e.end = ChildEnd::CallFailed;
+  e.call_status = "NOT_SUPPORTED";
+  expect(e, Disposition::NotSupported, Rule::Build);
+  e.call_status = "INTERNAL";
+  expect(e, Disposition::Crashed, Rule::Build);
+  e.end = ChildEnd::CallTimedOut;
+  expect(e, Disposition::TimedOut, Rule::Build);
+}
+
+TEST_P(Judge, CrashesAndTimeoutsAfterTheBuild) {
+  Evidence e = base();
+  for (auto [end, d] : std::vector<std::pair<ChildEnd, Disposition>>{{ChildEnd::Died, Disposition::Crashed},
+                                                                     {ChildEnd::TimedOut, Disposition::TimedOut},
+                                                                     {ChildEnd::CallTimedOut, Disposition::TimedOut},
+                                                                     {ChildEnd::CudaError, Disposition::Crashed},
+                                                                     {ChildEnd::HarnessError, Disposition::Crashed}}) {
+    e.end = end;
+    expect(e, d, Rule::Crash);
+  }
+  e.end = ChildEnd::CallFailed;
+  e.call_status = "NOT_SUPPORTED";
+  expect(e, Disposition::NotSupported, Rule::Crash);
+  e.call_status = "CUDA";
+  expect(e, Disposition::Crashed, Rule::Crash);
+  e = base();
+  e.compare_error = "the candidate's outputs could not be read";
+  expect(e, Disposition::Crashed, Rule::Crash, "could not be read");
+  e = base();
+  e.compared = false;  // completed, but nothing to compare
+  expect(e, Disposition::Crashed, Rule::Crash);
+}
+
+TEST_P(Judge, NonFiniteOutputsAnywhere) {
+  Evidence e = base();
+  e.worst_rel_err = NAN;
+  expect(e, Disposition::Incorrect, Rule::NonFinite);
+  e = base();
+  e.nonfinite_outputs = 1;
+  expect(e, Disposition::Incorrect, Rule::NonFinite);
+  e = base();
+  e.nonfinite_timed_calls = 3;
+  expect(e, Disposition::Incorrect, Rule::NonFinite, "3 timed");
+}
+
+TEST_P(Judge, TheGateIsStrict) {
+  Evidence e = base();
+  e.worst_rel_err = e.gate;  // not below the gate
+  expect(e, Disposition::Incorrect, Rule::Gate, "above the gate");
+  e.worst_rel_err = std::nextafter(e.gate, 0.0);
+  expect(e, Disposition::Passed, Rule::Passed);
+  e.worst_rel_err = INFINITY;  // a reference of zeros against a non-zero output
+  expect(e, Disposition::Incorrect, Rule::Gate);
+}
+
+TEST_P(Judge, ThePerElementGuard) {
+  Evidence e = base();
+  e.element_guard = 0.05;
+  e.worst_elem_err = 0.05;  // at the guard: allowed
+  expect(e, Disposition::Passed, Rule::Passed);
+  e.worst_elem_err = 0.7;   // a sliver of the output zeroed
+  expect(e, Disposition::Incorrect, Rule::ElementGuard, "per-element guard");
+  e.element_guard.reset();  // a task without a guard yet
+  expect(e, Disposition::Passed, Rule::Passed);
+}
+
+TEST_P(Judge, InputModification) {
+  Evidence e = base();
+  e.end = ChildEnd::InputModified;
+  e.end_message = "the candidate modified 'W'";
+  expect(e, Disposition::Incorrect, Rule::Inputs, "modified 'W'");
+  e.compared = false;  // stopped during the checked calls
+  expect(e, Disposition::Incorrect, Rule::Inputs);
+  e = base();
+  e.inputs_changed = "fixture file changed";
+  expect(e, Disposition::Incorrect, Rule::Inputs, "fixture file changed");
+}
+
+TEST_P(Judge, TimingValidity) {
+  Evidence e = base();
+  e.samples = 0;
+  expect(e, Disposition::InvalidTiming, Rule::Timing);
+  e = base();
+  e.span_min_us = 399;  // below the floor
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "below the physical floor");
+  e = base();
+  e.floor_us = 0;  // unknown floor: not judged
+  e.span_min_us = 1;
+  expect(e, Disposition::Passed, Rule::Passed);
+  e = base();
+  e.invalid_samples = 2;
+  e.invalid_reason = "no record";
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "no record");
+  e = base();
+  e.wall_median_us = 2500;  // > 2x the span and > 1 ms beyond it
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "far above");
+  e = base();
+  e.span_median_us = 75;  // launch-bound: 377 us wall for a 75 us span is not hidden work
+  e.span_min_us = 74;
+  e.floor_us = 10;
+  e.wall_median_us = 377;
+  expect(e, Disposition::Passed, Rule::Passed);
+  e = base();
+  e.wall_median_us = 800;  // below 0.9x the span
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "clocks disagree");
+  e = base();
+  e.gaps_with_foreign_work = 4;
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "in 4 gaps");
+  e = base();
+  e.timed = false;  // --no-timing: nothing to judge
+  e.samples = 0;
+  expect(e, Disposition::Passed, Rule::Passed);
+}
+
+TEST_P(Judge, TheFirstFailingRuleWins) {
+  // Each step adds the next rule's failure to every earlier one: the verdict stays with the first.
+  Evidence all = base();
+  all.gaps_with_foreign_work = 1;                                 // timing
+  expect(all, Disposition::InvalidTiming, Rule::Timing);
+  all.inputs_changed = "fixture changed";                         // inputs
+  expect(all, Disposition::Incorrect, Rule::Inputs);
+  all.element_guard = 0.01;
+  all.worst_elem_err = 0.5;                                       // element guard
+  expect(all, Disposition::Incorrect, Rule::ElementGuard);
+  all.worst_rel_err = all.gate * 2;                               // gate
+  expect(all, Disposition::Incorrect, Rule::Gate);
+  all.nonfinite_timed_calls = 1;                                  // non-finite
+  expect(all, Disposition::Incorrect, Rule::NonFinite);
+  all.end = ChildEnd::CudaError;                                  // crash
+  expect(all, Disposition::Crashed, Rule::Crash);
+  all.end = ChildEnd::CallFailed;                                 // build
+  all.failed_in_build = true;
+  all.call_status = "NOT_SUPPORTED";
+  expect(all, Disposition::NotSupported, Rule::Build);
+  all.end = ChildEnd::LoadFailed;                                 // load
+  all.load_kind = "MissingSymbol";
+  expect(all, Disposition::MissingSymbol, Rule::Load);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryTask, Judge, ::testing::ValuesIn(all_tasks()),
+                         [](const ::testing::TestParamInfo<const Task*>& p) {
+                           std::string n = p.param->name();
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+TEST(Disposition, StringsRoundTrip) {
+  for (int i = 0; i <= int(Disposition::NotLoadable); ++i) {
+    const auto d = Disposition(i);
+    ASSERT_EQ(disposition_from_string(to_string(d)), d);
+  }
+  EXPECT_FALSE(disposition_from_string("passed").has_value());
+  EXPECT_STREQ(to_string(Disposition::InvalidTiming), "InvalidTiming");
+}
