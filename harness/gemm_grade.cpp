@@ -566,7 +566,7 @@ int grade_gemm_main(const GradeOptions& opt) {
     std::fprintf(stderr, "nibble grade: %s\n", e.what());
     return kExitGraderFailed;
   }
-  summary_stream(opt.out) << format_summary(report, opt.out) << std::flush;  // what `nibble report show` prints
+  summary_stream(opt.out) << format_summary(graded_report_view(report), opt.out) << std::flush;  // what `nibble report show` prints
   return disposition == kPassed ? kExitPassed : kExitNotPassed;
 }
 
