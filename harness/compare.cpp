@@ -170,20 +170,16 @@ std::optional<double> sample_factor(const RatioCI& ci, double threshold, double 
 
 namespace {
 
-std::string str_at(const json& o, const char* k) {
-  return o.is_object() && o.contains(k) && o[k].is_string() ? o[k].get<std::string>() : std::string();
+/** A report's schema version for a message: as written, or "1 (none written)". */
+std::string schema_text(const ReportView& r) {
+  return r.schema_version.empty() ? std::to_string(r.schema_major) + " (none written)" : r.schema_version;
 }
 
 /** "seed 0 sha256 5f78..., seed 1 ..." of fixtures[], in report order. */
-std::vector<std::string> fixture_ids(const json& r) {
+std::vector<std::string> fixture_ids(const ReportView& r) {
   std::vector<std::string> ids;
-  if (!r.contains("fixtures") || !r["fixtures"].is_array()) return ids;
-  for (const json& f : r["fixtures"]) {
-    if (!f.is_object()) continue;
-    ids.push_back("seed " + (f.contains("seed") ? f["seed"].dump() : std::string("?")) + " " +
-                  (f.contains("file_sha256") && f["file_sha256"].is_string() ? f["file_sha256"].get<std::string>()
-                                                                              : std::string("(no SHA-256)")));
-  }
+  for (const FixtureView& f : r.fixtures)
+    ids.push_back("seed " + f.seed + " " + (f.file_sha256.empty() ? std::string("(no SHA-256)") : f.file_sha256));
   return ids;
 }
 
@@ -195,22 +191,22 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
 
 std::string err_str(double e) { return std::isnan(e) ? "NaN" : fmt_g(e); }
 
-json identity(const json& r, const std::string& label) {
+json identity(const ReportView& r, const std::string& label) {
   json id;
   id["file"] = label;
-  id["solution"] = solution_name(r);
-  id["solution_sha256"] = r.contains("solution") && r["solution"].is_object() ? str_at(r["solution"], "sha256") : "";
-  id["created_utc"] = str_at(r, "created_utc");
-  id["commit"] = r.contains("git") && r["git"].is_object() && r["git"].contains("commit") ? r["git"]["commit"] : json(nullptr);
-  id["task"] = r["task"];
-  id["config"] = r["config"];
-  id["gpu"] = device_name(r);
-  id["disposition"] = r["disposition"];
-  id["reason"] = str_at(r, "reason");
-  const double w = worst_rel_err(r);
-  id["worst_rel_err"] = std::isnan(w) ? json(nullptr) : json(w);
-  const double g = report_gate(r);
-  id["gate"] = std::isnan(g) ? json(nullptr) : json(g);
+  id["solution"] = r.solution_name;
+  id["solution_sha256"] = r.solution_sha256;
+  id["created_utc"] = r.created_utc;
+  id["commit"] = r.git_commit ? json(*r.git_commit) : json(nullptr);
+  id["task"] = r.task;
+  id["config"] = r.config;
+  id["gpu"] = r.device_name;
+  id["disposition"] = r.disposition;
+  id["reason"] = r.reason;
+  id["worst_rel_err"] = std::isnan(r.worst_rel_err) ? json(nullptr) : json(r.worst_rel_err);
+  id["gate"] = std::isnan(r.gate) ? json(nullptr) : json(r.gate);
+  id["schema_version"] = schema_text(r);
+  id["unit"] = r.unit;
   return id;
 }
 
@@ -222,7 +218,7 @@ std::string pct(double ratio) {
 
 }  // namespace
 
-Comparison compare_reports(const json& base, const json& neu, const CompareOptions& opt, const std::string& base_label,
+Comparison compare_reports(const ReportView& base, const ReportView& neu, const CompareOptions& opt, const std::string& base_label,
                            const std::string& new_label) {
   Comparison c;
   c.options = opt;
@@ -231,29 +227,45 @@ Comparison compare_reports(const json& base, const json& neu, const CompareOptio
   c.base_id = identity(base, base_label);
   c.new_id = identity(neu, new_label);
 
+  // 0. Can the figures mean the same thing at all? Version 1 and version 2 reports were timed under
+  // different protocols, and a token is not a call: --force cannot make these comparable.
+  // Issue 19 asked for exit 2 here, but 2 is the CI contract's correctness regression (compare.h):
+  // a pipeline that fails a build on 2 would blame the candidate for an old baseline. A baseline
+  // that cannot be compared is what 3 means.
+  if (base.schema_major != neu.schema_major)
+    c.refused.push_back("schema: BASE is a version " + schema_text(base) + " report, NEW a version " + schema_text(neu) +
+                        " one; their timing protocols differ, so their figures would be misread. Re-grade BASE with this nibble "
+                        "(nibble grade ... --out BASE.json) and compare again");
+  if (!base.unit.empty() && !neu.unit.empty() && base.unit != neu.unit)
+    c.refused.push_back("unit: a BASE sample is one " + base.unit + ", a NEW sample one " + neu.unit);
+  if (!c.refused.empty()) {
+    c.exit_code = kCompareNotComparable;
+    c.result = "not comparable: " + join(c.refused, "; ") + " (--force does not apply)";
+    return c;
+  }
+
   // 1. Same measurement? Task, config, fixture bytes and GPU model must match.
   auto differ = [&](const std::string& what, const std::string& b, const std::string& n) {
     if (b != n) c.not_comparable.push_back(what + ": BASE " + (b.empty() ? "(none)" : b) + ", NEW " + (n.empty() ? "(none)" : n));
   };
-  differ("task", str_at(base, "task"), str_at(neu, "task"));
-  differ("config", str_at(base, "config"), str_at(neu, "config"));
+  differ("task", base.task, neu.task);
+  differ("config", base.config, neu.config);
   differ("fixtures", join(fixture_ids(base), "; "), join(fixture_ids(neu), "; "));
-  differ("GPU", device_name(base), device_name(neu));
+  differ("GPU", base.device_name, neu.device_name);
 
   // 2. Correctness: a pass that became a fail, or an error that crossed the gate.
-  const std::string bd = str_at(base, "disposition"), nd = str_at(neu, "disposition");
-  if (bd == "Passed" && nd != "Passed")
-    c.correctness_regressions.push_back("NEW's disposition is " + nd + " (" + str_at(neu, "reason") + "); BASE's was Passed");
-  const double bw = worst_rel_err(base), nw = worst_rel_err(neu);
-  double gate = report_gate(neu);
-  if (std::isnan(gate)) gate = report_gate(base);
+  if (base.disposition == "Passed" && neu.disposition != "Passed")
+    c.correctness_regressions.push_back("NEW's disposition is " + neu.disposition + " (" + neu.reason + "); BASE's was Passed");
+  const double bw = base.worst_rel_err, nw = neu.worst_rel_err;
+  double gate = neu.gate;
+  if (std::isnan(gate)) gate = base.gate;
   if (!std::isnan(gate) && !std::isnan(bw) && bw < gate && (std::isnan(nw) || nw >= gate))
     c.correctness_regressions.push_back("NEW's worst relative error " + err_str(nw) + " is at or past the gate " + fmt_g(gate) +
                                         " (BASE: " + err_str(bw) + ")");
 
   // 3. The timed figures.
   for (const std::string& f : timed_figures()) {
-    const std::vector<double> b = figure_samples(base, f), n = figure_samples(neu, f);
+    const std::vector<double>&b = timed_figure(base, f).samples, &n = timed_figure(neu, f).samples;
     if (b.empty() || n.empty()) {
       if (!b.empty() || !n.empty() || f == timed_figures().front())
         c.missing_timing.push_back("timing." + f + ": " + (b.empty() && n.empty() ? "neither report has samples"
@@ -263,7 +275,7 @@ Comparison compare_reports(const json& base, const json& neu, const CompareOptio
     }
     FigureComparison fc;
     fc.figure = f;
-    fc.informational = f == "host_wall_us" && is_gemm_report(neu);
+    fc.informational = f == "host_wall_us" && neu.host_wall_informational;
     fc.n_base = b.size();
     fc.n_new = n.size();
     fc.median_base = median_of(b);
@@ -355,7 +367,6 @@ std::string format_comparison(const Comparison& c) {
   char line[512];
   const json& b = c.base_id;
   const json& n = c.new_id;
-  const bool gemm = is_gemm_report(n);
   o << "\nnibble compare  " << b["task"].get<std::string>() << " / " << b["config"].get<std::string>() << "  on "
     << (b["gpu"].get<std::string>().empty() ? "?" : b["gpu"].get<std::string>()) << "\n";
   for (const auto* id : {&b, &n}) {
@@ -366,6 +377,9 @@ std::string format_comparison(const Comparison& c) {
       << r["file"].get<std::string>() << (r["created_utc"].get<std::string>().empty() ? "" : ", " + r["created_utc"].get<std::string>())
       << ")\n";
   }
+  if (!c.refused.empty())
+    o << "\n  NOT COMPARABLE (--force does not apply):\n";
+  for (const auto& s : c.refused) o << "    - " << s << "\n";
   if (c.forced)
     o << "\n  FORCED (--force): these reports are not comparable, compared anyway:\n";
   else if (!c.not_comparable.empty() || !c.missing_timing.empty())
@@ -388,14 +402,14 @@ std::string format_comparison(const Comparison& c) {
     o << "\n";
     for (const auto& f : c.figures) {
       o << "  " << f.figure << ": " << f.verdict << ": " << f.why
-        << (f.informational ? " (informational for a GEMM task: launch and sync noise, not the exit code)" : "") << "\n";
+        << (f.informational ? " (informational for this task: launch and sync noise, not the exit code)" : "") << "\n";
       if (f.verdict == "UNSURE") {
         if (f.samples_needed_new) {
           const size_t need = std::max(*f.samples_needed_base, *f.samples_needed_new);
           const size_t rounds = (need + 31) / 32;
           o << "    about " << *f.samples_needed_base << " (BASE) and " << *f.samples_needed_new << " (NEW) samples per report would tell, "
             << "at the observed spread (now " << f.n_base << " and " << f.n_new << "; " << rounds
-            << " rounds of 32 " << (gemm ? "calls" : "steps") << ": nibble grade --min-rounds " << rounds << ")\n";
+            << " rounds of 32 " << sample_noun(n.value("unit", "")) << "s: nibble grade --min-rounds " << rounds << ")\n";
         } else {
           o << "    the ratio sits on the threshold: no realistic number of samples would tell\n";
         }
@@ -429,7 +443,8 @@ json comparison_json(const Comparison& c) {
                  {"p_value", "two-sided Mann-Whitney U, normal approximation, tie and continuity corrections"},
                  {"verdicts", "SLOWER: p < alpha and interval above 1+max_slowdown; FASTER: p < alpha and interval below "
                               "1/(1+max_slowdown); SAME: interval within both; UNSURE: otherwise"}};
-  j["comparable"] = c.not_comparable.empty() && c.missing_timing.empty();
+  j["comparable"] = c.refused.empty() && c.not_comparable.empty() && c.missing_timing.empty();
+  j["refused"] = c.refused;
   j["not_comparable"] = c.not_comparable;
   j["missing_timing"] = c.missing_timing;
   j["forced"] = c.forced;
@@ -478,10 +493,10 @@ int compare_files(const std::string& base_path, const std::string& new_path, con
   if (!(opt.max_slowdown_pct >= 0) || !std::isfinite(opt.max_slowdown_pct))
     return bad("--max-slowdown must be a percentage >= 0, got " + fmt_g(opt.max_slowdown_pct));
   if (!(opt.alpha > 0 && opt.alpha < 1)) return bad("--alpha must be in (0, 1), got " + fmt_g(opt.alpha));
-  json base, neu;
+  ReportView base, neu;
   try {
-    base = load_report(base_path);
-    neu = load_report(new_path);
+    base = load_report_view(base_path);
+    neu = load_report_view(new_path);
   } catch (const BadReport& e) {
     return bad(e.what());
   }

@@ -11,11 +11,16 @@
 //   2  a correctness regression: BASE Passed and NEW not, or NEW's worst relative error at or past
 //      the gate while BASE's was below it
 //   3  not comparable: different task, config, fixture SHA-256 (fixtures[].file_sha256), GPU model
-//      (device.name), or one report has no timing; --force compares anyway and says so
-//   4  bad input: a missing file, not JSON, not a nibble report (schema != "nibble.report"), or a
-//      bad command line
-// Precedence: 4, then 3 for a different task/config/fixture/GPU, then 2, then 3 for missing
-// timing, then 1. A correctness regression outranks missing timing because a crashed NEW has none.
+//      (device.name), or one report has no timing; --force compares anyway and says so. Also, and
+//      --force does not change it: a schema version 1 report against a version 2 one (their timing
+//      protocols differ: re-grade the baseline), or samples of different units (token, call)
+//   4  bad input: a missing file, not JSON, not a nibble report (schema != "nibble.report"), a
+//      schema version this nibble does not read, or a bad command line
+// Precedence: 4, then 3 for a different schema version or unit, then 3 for a different
+// task/config/fixture/GPU, then 2, then 3 for missing timing, then 1. A correctness regression
+// outranks missing timing because a crashed NEW has none.
+//
+// Both reports are read through ReportView (report_view.h): nothing here depends on the task.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +28,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "harness/report_view.h"
 
 namespace nibble {
 
@@ -137,8 +144,9 @@ struct FigureComparison {
   MannWhitney mwu;
   std::string verdict;          // SAME, FASTER, SLOWER, UNSURE
   std::string why;              // one line: why that verdict
-  // Shown, but its verdict does not set the exit code: host wall time of a GEMM task's call (a few
-  // us of kernel inside tens of us of launch and synchronisation, mostly the host's noise).
+  // Shown, but its verdict does not set the exit code: host wall time where NEW's report says it is
+  // informational (ReportView::host_wall_informational: a small GEMM's call is a few us of kernel
+  // inside tens of us of launch and synchronisation, mostly the host's noise).
   bool informational = false;
   // UNSURE only: samples per report that would settle it (both reports at that count), at the
   // observed spread, for the interval to clear the threshold with probability `power`. Empty when
@@ -150,6 +158,7 @@ struct FigureComparison {
 struct Comparison {
   CompareOptions options;
   std::string base_label, new_label;       // file paths as given
+  std::vector<std::string> refused;        // schema version or unit differ: not comparable, even forced
   std::vector<std::string> not_comparable; // identity differences (task, config, fixture, GPU)
   std::vector<std::string> missing_timing; // "BASE has no timing" ...
   bool forced = false;                     // not comparable, compared anyway (--force)
@@ -157,7 +166,7 @@ struct Comparison {
   std::vector<FigureComparison> figures;
   int exit_code = 0;
   std::string result;                      // one line: the exit code's meaning for these reports
-  nlohmann::ordered_json base_id, new_id;  // solution, disposition, worst error, created_utc, ...
+  nlohmann::ordered_json base_id, new_id;  // solution, disposition, worst error, created_utc, schema_version, unit, ...
 };
 
 /**
@@ -181,10 +190,9 @@ std::string classify(const RatioCI& ci, const MannWhitney& mwu, const CompareOpt
  */
 std::optional<double> sample_factor(const RatioCI& ci, double threshold, double alpha, double power);
 
-/** Compares two validated reports (load_report). Never throws for report content. */
-Comparison compare_reports(const nlohmann::ordered_json& base, const nlohmann::ordered_json& neu,
-                           const CompareOptions& opt, const std::string& base_label = "BASE",
-                           const std::string& new_label = "NEW");
+/** Compares two reports (read_report_view). Never throws for report content. */
+Comparison compare_reports(const ReportView& base, const ReportView& neu, const CompareOptions& opt,
+                           const std::string& base_label = "BASE", const std::string& new_label = "NEW");
 
 /** The table `nibble compare` prints: identity of both reports, one row per figure, the result. */
 std::string format_comparison(const Comparison& c);

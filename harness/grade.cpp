@@ -373,7 +373,7 @@ int grade_main(const GradeOptions& opt) {
   }
 
   // 5. The summary a person reads (the same text `nibble report show` prints from the JSON).
-  summary_stream(opt.out) << format_summary(report, opt.out) << std::flush;
+  summary_stream(opt.out) << format_summary(graded_report_view(report), opt.out) << std::flush;
   return v.disposition == Disposition::Passed ? kExitPassed : kExitNotPassed;
 }
 

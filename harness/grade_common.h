@@ -108,14 +108,6 @@ void check_solution_file(const std::string& path);
 /** Throws std::runtime_error unless a file can be written atomically at `path`. */
 void check_writable(const std::string& path);
 
-/** A report's timing in Google Benchmark's JSON format (context + one "iteration" entry per timed
- *  call + mean/median/stddev aggregates; times in us), for tools built for Google Benchmark. */
-ordered_json gbench_json(const ordered_json& report);
-
-/** Append one JSON line (date, commit, GPU, task, config, solution, disposition, median, worst
- *  error, report path) to a history file. Throws std::runtime_error when it cannot. */
-void append_history(const std::string& path, const ordered_json& report, const std::string& report_path);
-
 /** Throws std::invalid_argument unless `seeds` is non-empty and has no seed twice. */
 void check_seeds(const std::vector<uint64_t>& seeds);
 

@@ -31,55 +31,15 @@ std::string html_escape(const std::string& s) {
   return o;
 }
 
-namespace {
-
-/** The calibration object that carries the anchors: top-level "calibration" (report html
- *  --calibration), else correctness.calibration (what nibble grade records); null when neither. */
-const json* calibration_of(const json& report) {
-  if (report.contains("calibration") && report["calibration"].is_object()) return &report["calibration"];
-  if (report["correctness"].is_object() && report["correctness"].contains("calibration") &&
-      report["correctness"]["calibration"].is_object())
-    return &report["correctness"]["calibration"];
-  return nullptr;
-}
-
-}  // namespace
-
-std::vector<ErrorAnchor> error_anchors(const json& report) {
+std::vector<ErrorAnchor> error_anchors(const ReportView& report, const std::vector<ErrorAnchor>& task_anchors) {
+  const CalibrationView& c = report.calibration;
+  if (!c.rows.empty()) return c.rows;
+  // nibble grade's summary of the table: the two variants either side of the gate.
   std::vector<ErrorAnchor> a;
-  if (const json* c = calibration_of(report)) {
-    if (c->contains("rows") && (*c)["rows"].is_array()) {
-      for (const json& r : (*c)["rows"]) {
-        if (!r.is_object() || !r.contains("worst") || !r["worst"].is_number()) continue;
-        const std::string name = r.contains("variant") && r["variant"].is_string() ? r["variant"].get<std::string>() : "?";
-        const bool pass = r.contains("expected") && r["expected"] == "PASS";
-        a.push_back({name, r["worst"].get<double>(), pass});
-      }
-    } else {
-      // nibble grade's summary of the table: the two variants either side of the gate.
-      if (c->contains("legitimate_variants_worst") && (*c)["legitimate_variants_worst"].is_number())
-        a.push_back({"worst legitimate variant", (*c)["legitimate_variants_worst"].get<double>(), true});
-      if (c->contains("dropped_feature_variants_best") && (*c)["dropped_feature_variants_best"].is_number())
-        a.push_back({"best dropped-feature variant", (*c)["dropped_feature_variants_best"].get<double>(), false});
-    }
-    if (!a.empty()) return a;
-  }
-  // The seed's drop-the-feature table (megakernel_int4_weight_decode_spec.txt), for context only:
-  // the decode task's, so a GEMM report without a calibration gets none (its gate is 1e-2, not 0.1).
-  if (is_gemm_report(report)) return {};
-  return {{"most precise legitimate variant", 4.9e-2, true},
-          {"nibble order swapped", 1.43, false},
-          {"one scale/zero per row", 1.51, false},
-          {"zero point ignored", 10.2, false}};
-}
-
-
-std::vector<TimeAnchor> time_anchors(const json& report) {
-  if (report["task"] != "megakernel-int4-weight-decode" || report["config"] != "full") return {};
-  const std::string gpu = device_name(report);
-  if (gpu.find("H200") == std::string::npos) return {};
-  // shared/GPU-FACTS.md, "The decode task's numbers": PyTorch, same shapes, batch 1, KV at 2048.
-  return {{"PyTorch int4 tinygemm, CUDA graph", 4160}, {"PyTorch dense bf16, CUDA graph", 5340}};
+  if (!std::isnan(c.legitimate_variants_worst)) a.push_back({"worst legitimate variant", c.legitimate_variants_worst, true});
+  if (std::isfinite(c.dropped_feature_variants_best))
+    a.push_back({"best dropped-feature variant", c.dropped_feature_variants_best, false});
+  return a.empty() ? task_anchors : a;
 }
 
 namespace {
@@ -102,23 +62,12 @@ std::string us_str(double v) {
   return v >= 100 ? fixed(v, 1) : fmt_g(v, 4);
 }
 
-/** What one timed sample is: a decode step, or a call of a GEMM task. */
-std::string sample_unit(const json& report) { return is_gemm_report(report) ? "call" : "step"; }
-
 std::string err_str(double e) {
   if (std::isnan(e)) return "NaN";
   if (e == 0) return "0";
   char b[32];
   std::snprintf(b, sizeof b, "%.3g", e);
   return b;
-}
-
-double num(const json& o, const char* k, double dflt = NAN) {
-  return o.is_object() && o.contains(k) && o[k].is_number() ? o[k].get<double>() : dflt;
-}
-
-std::string str(const json& o, const char* k, const std::string& dflt = "") {
-  return o.is_object() && o.contains(k) && o[k].is_string() ? o[k].get<std::string>() : dflt;
 }
 
 /** Round tick values, about `target` of them, covering [lo, hi] (1, 2, 5 x 10^k steps). */
@@ -190,11 +139,10 @@ const char* kAnchor = "#6a1b9a";
 double label_width(const std::string& s, int size = 11) { return 0.58 * size * double(s.size()); }
 
 // --- 1. The error against the gate, log scale. ---
-std::string error_chart(const json& report) {
-  const double gate = report_gate(report);
-  const double w = worst_rel_err(report);
-  const bool nan = std::isnan(w) && report["correctness"].contains("worst_rel_err");  // null: NaN/Inf output
-  const auto anchors = error_anchors(report);
+std::string error_chart(const ReportView& report, const std::vector<ErrorAnchor>& anchors) {
+  const double gate = report.gate;
+  const double w = report.worst_rel_err;
+  const bool nan = std::isnan(w) && report.worst_rel_err_recorded;  // null: NaN/Inf output
   double lo_e = -7, hi_e = 2;  // decades
   auto decade = [](double v) { return std::log10(v); };
   if (w > 0 && std::isfinite(w)) lo_e = std::min(lo_e, std::floor(decade(w))), hi_e = std::max(hi_e, std::ceil(decade(w)));
@@ -267,26 +215,25 @@ std::string error_chart(const json& report) {
 }
 
 /** Median per position: (position, median of the samples there), in position order. */
-std::vector<std::pair<double, double>> per_position_median(const json& report) {
-  const auto samples = figure_samples(report, "gpu_span_us");
+std::vector<std::pair<double, double>> per_position_median(const ReportView& report) {
+  const std::vector<double>& samples = report.gpu_span_us.samples;
+  const std::vector<double>& pos = report.positions;
   std::map<long long, std::vector<double>> by;
-  const json& t = report["timing"];
-  if (!t.contains("positions") || !t["positions"].is_array() || t["positions"].size() != samples.size()) return {};
+  if (pos.size() != samples.size()) return {};
   for (size_t i = 0; i < samples.size(); ++i)
-    if (t["positions"][i].is_number()) by[t["positions"][i].get<long long>()].push_back(samples[i]);
+    if (std::isfinite(pos[i])) by[(long long)pos[i]].push_back(samples[i]);
   std::vector<std::pair<double, double>> out;
   for (auto& [p, v] : by) out.push_back({double(p), median_of(v)});
   return out;
 }
 
-// --- 2. Time per decode step across the positions. ---
-std::string positions_chart(const json& report, const json* base) {
-  const auto samples = figure_samples(report, "gpu_span_us");
-  const json& t = report["timing"];
+// --- 2. Time per sample across the positions (decode: the KV length grows the attention work). ---
+std::string positions_chart(const ReportView& report, const ReportView* base) {
+  const std::vector<double>& samples = report.gpu_span_us.samples;
   const auto med = per_position_median(report);
   if (med.empty()) return "<p class=\"note\">The report has no per-position samples.</p>\n";
   std::vector<std::pair<double, double>> bmed;
-  if (base && base->contains("timing")) bmed = per_position_median(*base);
+  if (base) bmed = per_position_median(*base);
   double lo = *std::min_element(samples.begin(), samples.end()), hi = *std::max_element(samples.begin(), samples.end());
   // BASE shares the scale only when that keeps the candidate readable (a 2x gap would flatten both).
   bool show_base = false;
@@ -309,7 +256,8 @@ std::string positions_chart(const json& report, const json* base) {
   auto X = [&](double p) { return L + (p - p0) / (p1 - p0) * (R - L); };
   auto Y = [&](double us) { return B - (us - lo) / (hi - lo) * (B - T); };
   std::ostringstream o;
-  o << svg_open(W, H, "GPU span per decode step against the KV position");
+  const std::string noun = sample_noun(report.unit);
+  o << svg_open(W, H, "GPU span per " + noun + " against the position");
   for (double v : nice_ticks(lo, hi, 6)) {
     o << line(L, Y(v), R, Y(v), "#e0e0e0");
     o << text(L - 6, Y(v) + 4, tick_label(v), "end", 10, "#555");
@@ -319,11 +267,12 @@ std::string positions_chart(const json& report, const json* base) {
     o << text(X(p), B + 18, tick_label(p), "middle", 10, "#555");
   }
   o << line(L, B, R, B, "#444") << line(L, T, L, B, "#444");
-  o << text((L + R) / 2.0, B + 38, "position of the decoded token (KV length)", "middle", 11, "#555");
-  o << text(14, (T + B) / 2.0, "GPU span per step (us)", "middle", 11, "#555", "transform=\"rotate(-90 14 " + f1((T + B) / 2.0) + ")\"");
+  o << text((L + R) / 2.0, B + 38, "position of the timed " + noun + " (KV length)", "middle", 11, "#555");
+  o << text(14, (T + B) / 2.0, "GPU span per " + noun + " (us)", "middle", 11, "#555",
+            "transform=\"rotate(-90 14 " + f1((T + B) / 2.0) + ")\"");
   for (size_t i = 0; i < samples.size(); ++i)
-    if (t["positions"][i].is_number())
-      o << circle(X(t["positions"][i].get<double>()), Y(samples[i]), 2.2, kCand, "fill-opacity=\"0.30\"");
+    if (std::isfinite(report.positions[i]))
+      o << circle(X(report.positions[i]), Y(samples[i]), 2.2, kCand, "fill-opacity=\"0.30\"");
   auto polyline = [&](const std::vector<std::pair<double, double>>& m, const char* col, const std::string& name) {
     std::string pts;
     for (auto& [p, v] : m) pts += f1(X(p)) + "," + f1(Y(v)) + " ";
@@ -339,16 +288,15 @@ std::string positions_chart(const json& report, const json* base) {
     o << line(L + 310, T + 8, L + 335, T + 8, kBase, 2) << text(L + 340, T + 12, "BASE median per position", "start", 11);
   o << "</svg>\n";
   if (!bmed.empty() && !show_base) {
-    const auto bs = figure_samples(*base, "gpu_span_us");
-    return o.str() + "<p class=\"note\">BASE (median " + html_escape(us_str(median_of(bs))) +
+    return o.str() + "<p class=\"note\">BASE (median " + html_escape(us_str(median_of(base->gpu_span_us.samples))) +
            " us) is off this scale; the roofline bar and the comparison above have it.</p>\n";
   }
   return o.str();
 }
 
 // --- 3. The distribution of the samples: a histogram, and with a base a strip plot on one axis. ---
-std::string histogram_chart(const json& report) {
-  std::vector<double> s = figure_samples(report, "gpu_span_us");
+std::string histogram_chart(const ReportView& report) {
+  std::vector<double> s = report.gpu_span_us.samples;
   std::sort(s.begin(), s.end());
   const Summary sm = summarize(s);
   // About 2 sqrt(n) bins: the samples are mostly one tight mode plus a few slow outliers.
@@ -388,7 +336,7 @@ std::string histogram_chart(const json& report) {
   o << line(X(sm.median), T - 10, X(sm.median), B, "#0d2c54", 2);
   o << text(X(sm.median) + 4, T - 14, "median " + us_str(sm.median) + " us", X(sm.median) > (L + R) / 2.0 ? "end" : "start", 11,
             "#0d2c54", "font-weight=\"bold\"");
-  o << text((L + R) / 2.0, B + 38, "GPU span per " + sample_unit(report) + " (us); shaded: q1 " + us_str(sm.q1) + " to q3 " + us_str(sm.q3) + ", n " +
+  o << text((L + R) / 2.0, B + 38, "GPU span per " + sample_noun(report.unit) + " (us); shaded: q1 " + us_str(sm.q1) + " to q3 " + us_str(sm.q3) + ", n " +
                                        std::to_string(sm.n),
             "middle", 11, "#555");
   o << text(14, (T + B) / 2.0, "calls", "middle", 11, "#555", "transform=\"rotate(-90 14 " + f1((T + B) / 2.0) + ")\"");
@@ -396,8 +344,8 @@ std::string histogram_chart(const json& report) {
   return o.str();
 }
 
-std::string strip_chart(const json& report, const json& base) {
-  const auto n = figure_samples(report, "gpu_span_us"), b = figure_samples(base, "gpu_span_us");
+std::string strip_chart(const ReportView& report, const ReportView& base) {
+  const std::vector<double>&n = report.gpu_span_us.samples, &b = base.gpu_span_us.samples;
   if (n.empty() || b.empty()) return "";
   double lo = std::min(*std::min_element(n.begin(), n.end()), *std::min_element(b.begin(), b.end()));
   double hi = std::max(*std::max_element(n.begin(), n.end()), *std::max_element(b.begin(), b.end()));
@@ -429,14 +377,13 @@ std::string strip_chart(const json& report, const json& base) {
   for (double v : nice_ticks(lo, hi, 8))
     o << line(X(v), 125, X(v), 130, "#444") << text(X(v), 143, tick_label(v), "middle", 10, "#555");
   o << line(L, 125, R, 125, "#444");
-  o << text((L + R) / 2.0, 162, "GPU span per " + sample_unit(report) + " (us), every timed call", "middle", 11, "#555");
+  o << text((L + R) / 2.0, 162, "GPU span per " + sample_noun(report.unit) + " (us), every timed call", "middle", 11, "#555");
   o << "</svg>\n";
   return o.str();
 }
 
 // --- 4. The roofline bar. ---
-std::string roofline_chart(const json& report, const json* base, const std::string& base_name) {
-  const json& t = report["timing"];
+std::string roofline_chart(const ReportView& report, const ReportView* base, const std::vector<TimeAnchor>& time_anchors) {
   struct Bar {
     std::string name;
     double us;
@@ -444,18 +391,16 @@ std::string roofline_chart(const json& report, const json* base, const std::stri
     bool bold;
   };
   std::vector<Bar> bars;
-  const double fm = num(t, "floor_us_measured_copy_bw"), ft = num(t, "floor_us_theoretical_bw");
+  const double fm = report.floor_measured_copy_bw_us, ft = report.floor_theoretical_bw_us;
   if (!std::isnan(ft)) bars.push_back({"floor at datasheet bandwidth", ft, kFloor, false});
   if (!std::isnan(fm)) bars.push_back({"floor at measured copy bandwidth", fm, kFloor, false});
-  const double fr = weight_read_floor_us(report);
+  const double fr = report.floor_weight_read_us;
   if (!std::isnan(fr)) bars.push_back({"weight-read floor (read-only kernel)", fr, kFloor, false});
-  const auto s = figure_samples(report, "gpu_span_us");
-  if (!s.empty()) bars.push_back({"this solution (" + solution_name(report) + ")", median_of(s), kCand, true});
-  if (base) {
-    const auto bs = figure_samples(*base, "gpu_span_us");
-    if (!bs.empty()) bars.push_back({"BASE (" + base_name + ")", median_of(bs), kBase, false});
-  }
-  for (const auto& a : time_anchors(report)) bars.push_back({a.name, a.us, kAnchor, false});
+  const std::vector<double>& s = report.gpu_span_us.samples;
+  if (!s.empty()) bars.push_back({"this solution (" + report.solution_name + ")", median_of(s), kCand, true});
+  if (base && !base->gpu_span_us.samples.empty())
+    bars.push_back({"BASE (" + base->solution_name + ")", median_of(base->gpu_span_us.samples), kBase, false});
+  for (const auto& a : time_anchors) bars.push_back({a.name, a.us, kAnchor, false});
   if (bars.empty()) return "";
   std::stable_sort(bars.begin(), bars.end(), [](const Bar& a, const Bar& b) { return a.us < b.us; });
   double mx = 0;
@@ -464,7 +409,7 @@ std::string roofline_chart(const json& report, const json* base, const std::stri
   const int H = T + rowh * int(bars.size()) + 40;
   auto X = [&](double us) { return L + us / (mx * 1.02) * (R - L); };
   std::ostringstream o;
-  o << svg_open(W, H, "time per " + sample_unit(report) + " against the bandwidth floor");
+  o << svg_open(W, H, "time per " + sample_noun(report.unit) + " against the bandwidth floor");
   for (double v : nice_ticks(0, mx * 1.02, 8)) {
     o << line(X(v), T, X(v), H - 30, "#eeeeee");
     o << text(X(v), H - 14, tick_label(v), "middle", 10, "#555");
@@ -475,7 +420,7 @@ std::string roofline_chart(const json& report, const json* base, const std::stri
     o << text(L - 8, y + 19, b.name, "end", 12, b.bold ? "#0d2c54" : "#333", b.bold ? "font-weight=\"bold\"" : "");
     o << rect(L, y + 5, X(b.us) - L, rowh - 10, b.col, b.bold ? "" : "fill-opacity=\"0.75\"");
     std::string lab = us_str(b.us) + " us";
-    // A GEMM report with its weight-read floor is measured against that (at small M the copy-
+    // A report with its weight-read floor is measured against that (for a GEMM at small M the copy-
     // bandwidth floor is several times below what any kernel reaches after the flush).
     if (!std::isnan(fr) && b.col != kFloor)
       lab += "  (" + fixed(b.us / fr, 2) + "x the weight-read floor)";
@@ -485,10 +430,8 @@ std::string roofline_chart(const json& report, const json* base, const std::stri
   }
   o << line(L, T, L, H - 30, "#444");
   if (!std::isnan(fm)) o << line(X(fm), T, X(fm), H - 30, kFloor, 1, "stroke-dasharray=\"3 3\"");
-  o << text((L + R) / 2.0, H - 1,
-            std::string(is_gemm_report(report) ? "microseconds per GEMM call" : "microseconds per decode step") +
-                " (median GPU span; shorter is better)",
-            "middle", 11, "#555");
+  o << text((L + R) / 2.0, H - 1, "microseconds per " + sample_noun(report.unit) + " (median GPU span; shorter is better)", "middle",
+            11, "#555");
   o << "</svg>\n";
   return o.str();
 }
@@ -502,8 +445,9 @@ std::string comparison_section(const Comparison& c) {
   o << "<h2>Comparison with BASE</h2>\n";
   if (c.forced)
     o << "<p class=\"warn\">FORCED: these reports are not comparable; compared anyway.</p>\n";
-  if (!c.not_comparable.empty() || !c.missing_timing.empty()) {
+  if (!c.refused.empty() || !c.not_comparable.empty() || !c.missing_timing.empty()) {
     o << "<ul class=\"warn\">\n";
+    for (const auto& s : c.refused) o << "<li>not comparable (--force does not apply): " << html_escape(s) << "</li>\n";
     for (const auto& s : c.not_comparable) o << "<li>not comparable: " << html_escape(s) << "</li>\n";
     for (const auto& s : c.missing_timing) o << "<li>" << html_escape(s) << "</li>\n";
     o << "</ul>\n";
@@ -584,99 +528,95 @@ code { font-size: 12px; }
 
 }  // namespace
 
-std::string error_anchor_source(const json& report) {
-  const json* c = calibration_of(report);
-  const auto a = error_anchors(report);
-  if (a.empty()) return "none: no calibration table given (report html --calibration, nibble calibrate --task ... --out)";
-  if (!c || (a.size() == 4 && a[0].name == "most precise legitimate variant")) return "the drop-the-feature table of the task's seed (for context)";
+std::string error_anchor_source(const ReportView& report, const std::vector<ErrorAnchor>& task_anchors) {
+  const CalibrationView& c = report.calibration;
+  if (error_anchors(report, task_anchors).empty())
+    return "none: no calibration table given (report html --calibration, nibble calibrate --task ... --out)";
+  if (!c.present || (c.rows.empty() && std::isnan(c.legitimate_variants_worst) && !std::isfinite(c.dropped_feature_variants_best)))
+    return "the drop-the-feature table of the task's seed (for context)";
   std::string s = "measured by nibble calibrate";
-  if (c->contains("device")) {
-    const json& d = (*c)["device"];
-    const std::string name = d.is_string() ? d.get<std::string>() : d.is_object() ? str(d, "name", "") : "";
-    if (!name.empty()) s += " on " + name;
-  }
-  if (!str(*c, "created_utc").empty()) s += ", " + str(*c, "created_utc");
-  if (!str(*c, "source").empty()) s += " (" + str(*c, "source") + ")";
+  if (!c.device.empty()) s += " on " + c.device;
+  if (!c.created_utc.empty()) s += ", " + c.created_utc;
+  if (!c.source.empty()) s += " (" + c.source + ")";
   return s;
 }
 
-std::string render_html_report(const json& report, const std::string& report_label, const json* base, const std::string& base_label,
-                               const Comparison* cmp) {
-  const std::string disp = str(report, "disposition", "?");
+std::string render_html_report(const ReportView& report, const std::string& report_label, const HtmlAnchors& anchors,
+                               const ReportView* base, const std::string& base_label, const Comparison* cmp) {
+  const std::string& disp = report.disposition;
   const bool passed = disp == "Passed";
-  const json& t = report.contains("timing") && report["timing"].is_object() ? report["timing"] : json::object();
-  const json& corr = report["correctness"];
-  const auto span = figure_samples(report, "gpu_span_us");
-  const std::string gpu = device_name(report).empty() ? "no GPU recorded" : device_name(report);
+  const std::vector<double>& span = report.gpu_span_us.samples;
+  const std::string gpu = report.device_name.empty() ? "no GPU recorded" : report.device_name;
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>nibble report: "
-    << html_escape(solution_name(report)) << ", " << html_escape(str(report, "task")) << " / " << html_escape(str(report, "config"))
+    << html_escape(report.solution_name) << ", " << html_escape(report.task) << " / " << html_escape(report.config)
     << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n<main>\n";
-  o << "<h1>nibble report: " << html_escape(solution_name(report)) << "</h1>\n";
-  o << "<p class=\"sub\">" << html_escape(str(report, "task")) << " / " << html_escape(str(report, "config")) << " on "
-    << html_escape(gpu) << ", graded " << html_escape(str(report, "created_utc", "?")) << " by nibble "
-    << html_escape(str(report, "nibble_version", "?")) << " &middot; " << html_escape(report_label) << "</p>\n";
+  o << "<h1>nibble report: " << html_escape(report.solution_name) << "</h1>\n";
+  o << "<p class=\"sub\">" << html_escape(report.task) << " / " << html_escape(report.config) << " on " << html_escape(gpu)
+    << ", graded " << html_escape(report.created_utc.empty() ? "?" : report.created_utc) << " by nibble "
+    << html_escape(report.nibble_version.empty() ? "?" : report.nibble_version) << " &middot; " << html_escape(report_label)
+    << "</p>\n";
 
   // The verdict.
   o << "<div class=\"verdict-box " << (passed ? "pass" : "fail") << "\"><span class=\"disp\" id=\"disposition\">" << html_escape(disp)
-    << "</span> <span id=\"reason\">" << html_escape(str(report, "reason")) << "</span></div>\n";
+    << "</span> <span id=\"reason\">" << html_escape(report.reason) << "</span></div>\n";
 
-  // Key figures.
-  const double w = worst_rel_err(report), gate = report_gate(report);
-  const double fm = num(t, "floor_us_measured_copy_bw"), ft = num(t, "floor_us_theoretical_bw");
+  // Key figures: those the report has (a report with its FLOPs shows its rates).
+  const double w = report.worst_rel_err, gate = report.gate;
+  const double fm = report.floor_measured_copy_bw_us, ft = report.floor_theoretical_bw_us, fr = report.floor_weight_read_us;
   auto fig = [&](const std::string& k, const std::string& id, const std::string& v, const std::string& unit) {
     o << "<div class=\"fig\"><div class=\"k\">" << html_escape(k) << "</div><div class=\"v\"><span id=\"" << id << "\">" << html_escape(v)
       << "</span>" << (unit.empty() ? "" : " " + html_escape(unit)) << "</div></div>\n";
   };
-  const bool gemm = is_gemm_report(report);
-  const std::string unit = sample_unit(report);
+  const std::string noun = sample_noun(report.unit);
   o << "<div class=\"figures\">\n";
-  fig("median GPU span per " + unit, "median-us", span.empty() ? "n/a" : us_str(median_of(span)), span.empty() ? "" : "us");
+  fig("median GPU span per " + noun, "median-us", span.empty() ? "n/a" : us_str(median_of(span)), span.empty() ? "" : "us");
   fig("floor at measured copy bandwidth", "floor-measured-us", us_str(fm), std::isnan(fm) ? "" : "us");
   fig("floor at datasheet bandwidth", "floor-theoretical-us", us_str(ft), std::isnan(ft) ? "" : "us");
-  if (gemm) {  // the GEMM reports carry the rates; the fraction below is the floor over the median
-    const double tf = num(t, "tflops"), bw = num(t, "achieved_bandwidth_Bps");
-    fig("arithmetic rate", "tflops", std::isnan(tf) ? "n/a" : fixed(tf, tf >= 100 ? 0 : 1), std::isnan(tf) ? "" : "TFLOP/s");
+  if (!std::isnan(report.tflops)) {  // the fraction below is the floor over the median
+    const double tf = report.tflops, bw = report.achieved_bandwidth_Bps;
+    fig("arithmetic rate", "tflops", fixed(tf, tf >= 100 ? 0 : 1), "TFLOP/s");
     fig("bytes moved per second", "tbps", std::isnan(bw) ? "n/a" : fixed(bw / 1e12, 2), std::isnan(bw) ? "" : "TB/s");
-    const double fr = weight_read_floor_us(report);
-    if (!std::isnan(fr)) fig("weight-read floor (read-only kernel, same flush)", "floor-weight-read-us", us_str(fr), "us");
   }
-  double frac = num(t, "fraction_of_measured_bw");
-  if (std::isnan(frac) && !span.empty() && fm > 0) frac = fm / median_of(span);
+  if (!std::isnan(fr)) fig("weight-read floor (read-only kernel, same flush)", "floor-weight-read-us", us_str(fr), "us");
+  const double frac = report.fraction_of_measured_bw;
   fig("of measured copy bandwidth", "fraction-measured-bw", std::isnan(frac) ? "n/a" : fixed(100 * frac, 1), std::isnan(frac) ? "" : "%");
-  fig("worst relative error", "worst-rel-err", corr.contains("worst_rel_err") ? err_str(w) : "not run", "");
+  fig("worst relative error", "worst-rel-err", report.worst_rel_err_recorded ? err_str(w) : "not run", "");
   fig("gate", "gate", err_str(gate), "");
   o << "</div>\n";
 
+  std::string outputs;
+  for (const auto& [name, e] : report.worst_by_output) outputs += (outputs.empty() ? " of " : ", ") + name;
+  const std::vector<ErrorAnchor> error_points = error_anchors(report, anchors.errors);
   o << "<h2>Error against the gate</h2>\n"
-    << "<p class=\"note\">"
-    << (gemm ? "Worst relative Frobenius error of C over the checked calls and seeds (the report's metric: " +
-                   html_escape(str(corr, "metric", "not recorded")) + "). "
-             : std::string("Worst relative error of the logits and the appended K/V over the checked steps and seeds. "))
-    << "Diamonds: the drop-the-feature variants, " << html_escape(error_anchor_source(report))
+    << "<p class=\"note\">Worst relative error" << html_escape(outputs) << " over the checked " << html_escape(noun)
+    << "s and seeds (the report's metric: " << html_escape(report.metric.empty() ? "not recorded" : report.metric) << "). "
+    << "Diamonds: the drop-the-feature variants, " << html_escape(error_anchor_source(report, anchors.errors))
     << "; green must pass, red must fail.</p>\n";
-  o << error_chart(report);
+  o << error_chart(report, error_points);
 
   // Speed: against the floor and the anchors first, then the comparison, then the detail.
   if (!span.empty()) {
-    o << "<h2>Against the roofline</h2>\n<p class=\"note\">Bytes a " << unit << " must move: "
-      << html_escape(fmt_g(num(t, gemm ? "bytes_per_call" : "bytes_per_step") / (gemm ? 1e6 : 1e9), 4)) << (gemm ? " MB" : " GB")
+    const double bytes = report.bytes_per_call;
+    o << "<h2>Against the roofline</h2>\n<p class=\"note\">Bytes a " << html_escape(noun) << " must move: "
+      << html_escape(bytes >= 1e9 ? fmt_g(bytes / 1e9, 4) + " GB" : fmt_g(bytes / 1e6, 4) + " MB")
       << ". Floors: those bytes at the copy bandwidth measured in this run and at "
       << "the datasheet bandwidth"
-      << (std::isnan(weight_read_floor_us(report))
-              ? "."
-              : "; and the weight-read floor, the span of a kernel that only reads W's codes and scales after the same L2 "
-                "flush (measured in the same grade), which the bars' ratios refer to.") << (time_anchors(report).empty() ? "" : " Purple: PyTorch on the same GPU and shapes, measured by the nibble team outside the harness (no report).")
+      << (std::isnan(fr) ? "."
+                         : "; and the weight-read floor, the span of a kernel that only reads W's codes and scales after the same L2 "
+                           "flush (measured in the same grade), which the bars' ratios refer to.")
+      << (anchors.times.empty() ? ""
+                                : " Purple: published times for the same work on the same GPU, measured outside the harness (no report).")
       << "</p>\n";
-    o << roofline_chart(report, base, base ? solution_name(*base) : "");
+    o << roofline_chart(report, base, anchors.times);
   } else {
     o << "<h2>Timing</h2>\n<p class=\"note\">This report has no timing (not timed, or the grade stopped before it).</p>\n";
   }
   if (base && cmp) o << comparison_section(*cmp);
-  if (!span.empty() && !gemm) {
-    auto field = [&](const char* k) { return html_escape(t.contains(k) ? (t[k].is_string() ? t[k].get<std::string>() : t[k].dump()) : "?"); };
-    o << "<h2>Time per decode step across the positions</h2>\n<p class=\"note\">" << field("steps_per_round") << " steps per round, "
-      << field("rounds") << " rounds; every call at its KV position (the attention work grows with it).</p>\n";
+  if (!span.empty() && !report.positions.empty()) {
+    auto count = [](double v) { return std::isnan(v) ? std::string("?") : fmt_g(v, 10); };
+    o << "<h2>Time per " << html_escape(noun) << " across the positions</h2>\n<p class=\"note\">" << count(report.calls_per_round) << " "
+      << html_escape(noun) << "s per round, " << count(report.rounds) << " rounds; every call at its position.</p>\n";
     o << positions_chart(report, base);
   }
   if (!span.empty()) {
@@ -687,45 +627,35 @@ std::string render_html_report(const json& report, const std::string& report_lab
 
   // Provenance.
   o << "<h2>How this report was made</h2>\n<table class=\"kv\">\n";
-  const json& sol = report.contains("solution") ? report["solution"] : json::object();
-  const json& ref = report.contains("reference") ? report["reference"] : json::object();
-  o << row("solution", html_escape(str(sol, "name", "?")) + " <code>" + html_escape(str(sol, "path")) + "</code>");
-  o << row("solution SHA-256", "<code>" + html_escape(str(sol, "sha256", "?")) + "</code>");
-  o << row("reference", html_escape(str(ref, "name", "?")) + " &middot; " + html_escape(str(ref, "numerics")));
-  if (report.contains("fixtures") && report["fixtures"].is_array())
-    for (const json& f : report["fixtures"])
-      o << row("fixture seed " + (f.contains("seed") ? f["seed"].dump() : std::string("?")),
-               "<code>" + html_escape(str(f, "file_sha256", "?")) + "</code>");
-  if (report.contains("device") && report["device"].is_object()) {
-    const json& d = report["device"];
-    o << row("GPU", html_escape(str(d, "name", "?")) + ", compute capability " + html_escape(str(d, "compute_capability", "?")) +
-                        ", " + (d.contains("sms") ? html_escape(d["sms"].dump()) : std::string("?")) + " SMs, driver " +
-                        (d.contains("driver_version") ? html_escape(d["driver_version"].dump()) : std::string("?")));
-  }
-  if (t.contains("protocol") && t["protocol"].is_object())
-    o << row("timing", html_escape(str(t["protocol"], "metric")) + "; " + html_escape(str(t["protocol"], "before_each_call")) +
-                           (t["protocol"].contains("between_calls") ? "; " + html_escape(str(t["protocol"], "between_calls")) : std::string()));
-  else if (t.contains("protocol") && t["protocol"].is_string())  // the GEMM grade's one-line protocol
-    o << row("timing", html_escape(t["protocol"].get<std::string>()));
-  if (t.contains("stop_reason")) o << row("timing stopped", html_escape(t["stop_reason"].is_string() ? t["stop_reason"].get<std::string>() : t["stop_reason"].dump()));
-  if (t.contains("gaps_with_foreign_kernels") && t["gaps_with_foreign_kernels"].is_number()) {
+  o << row("solution", html_escape(report.solution_name) + " <code>" + html_escape(report.solution_path) + "</code>");
+  o << row("solution SHA-256", "<code>" + html_escape(report.solution_sha256.empty() ? "?" : report.solution_sha256) + "</code>");
+  o << row("reference", html_escape(report.reference_name) + " &middot; " + html_escape(report.reference_numerics));
+  for (const FixtureView& f : report.fixtures)
+    o << row("fixture seed " + f.seed, "<code>" + html_escape(f.file_sha256.empty() ? "?" : f.file_sha256) + "</code>");
+  if (!report.device_name.empty() || report.device_sms != "?")
+    o << row("GPU", html_escape(report.device_name.empty() ? "?" : report.device_name) + ", compute capability " +
+                        html_escape(report.device_compute_capability) + ", " + html_escape(report.device_sms) + " SMs, driver " +
+                        html_escape(report.device_driver));
+  if (!report.timing_protocol.empty()) o << row("timing", html_escape(report.timing_protocol));
+  if (!report.stop_reason.empty()) o << row("timing stopped", html_escape(report.stop_reason));
+  if (!std::isnan(report.gaps_with_foreign_kernels)) {
     // The grader's check of the work between timed calls (kernels outside every window).
-    const auto n = [&](const char* k) { return t.contains(k) && t[k].is_number() ? t[k].dump() : std::string("?"); };
-    o << row("between calls", html_escape(n("gaps_with_foreign_kernels") + " gaps held kernels beyond the harness's own (" +
-                                          n("harness_kernels_per_gap") + " per gap); " + n("late_kernels") +
+    const auto n = [](double v) { return std::isnan(v) ? std::string("?") : fmt_g(v, 10); };
+    o << row("between calls", html_escape(n(report.gaps_with_foreign_kernels) + " gaps held kernels beyond the harness's own (" +
+                                          n(report.harness_kernels_per_gap) + " per gap); " + n(report.late_kernels) +
                                           " kernels reached the timer after their window or gap was collected (recorded, not judged)"));
   }
-  if (report.contains("git") && report["git"].is_object()) {
-    const json& g = report["git"];
-    std::string commit = g.contains("commit") && g["commit"].is_string() ? g["commit"].get<std::string>() : "unknown";
-    if (g.contains("dirty") && g["dirty"].is_boolean() && g["dirty"].get<bool>()) commit += " (dirty)";
-    if (g.contains("commit_from") && g["commit_from"].is_string()) commit += ", from " + g["commit_from"].get<std::string>();
+  if (!report.rule.empty()) o << row("verdict rule", html_escape(report.rule));
+  {
+    std::string commit = report.git_commit.value_or("unknown");
+    if (report.git_dirty) commit += " (dirty)";
+    if (!report.git_commit_from.empty()) commit += ", from " + report.git_commit_from;
     o << row("git", html_escape(commit));
   }
-  if (report.contains("host") && report["host"].is_object()) o << row("host", html_escape(report["host"].dump()));
-  if (report.contains("argv") && report["argv"].is_array()) {
+  if (!report.host_json.empty()) o << row("host", html_escape(report.host_json));
+  if (!report.argv.empty()) {
     std::string a;
-    for (const json& x : report["argv"]) a += (a.empty() ? "" : " ") + (x.is_string() ? x.get<std::string>() : x.dump());
+    for (const std::string& x : report.argv) a += (a.empty() ? "" : " ") + x;
     o << row("command", "<code>" + html_escape(a) + "</code>");
   }
   if (base) o << row("BASE report", html_escape(base_label));

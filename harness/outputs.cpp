@@ -111,8 +111,12 @@ json compare_outputs(const SafetensorsFile& cand, const SafetensorsFile& ref, co
     const std::string call = e.name.substr(0, dot), output = e.name.substr(dot + 1);
     const TensorErrors t = tensor_errors(cand, ref, e.name);
     tally.add(output, t.rel_err, t.elem_err);
-    if (calls.empty() || calls.back()["call"] != call) calls.push_back({{"call", call}, {"outputs", json::object()}});
-    calls.back()["outputs"][output] = {{"rel_err", num_or_null(t.rel_err)}, {"elem_err", num_or_null(t.elem_err)}};
+    if (calls.empty() || calls.back()["call"] != call)
+      calls.push_back({{"call", call}, {"rel_err", 0.0}, {"outputs", json::object()}});
+    json& c = calls.back();
+    c["outputs"][output] = {{"rel_err", num_or_null(t.rel_err)}, {"elem_err", num_or_null(t.elem_err)}};
+    // The call's worst over its outputs (null once any is NaN).
+    if (!c["rel_err"].is_null()) c["rel_err"] = std::isnan(t.rel_err) ? json(nullptr) : json(std::max(c["rel_err"].get<double>(), t.rel_err));
   }
   return calls;
 }

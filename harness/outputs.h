@@ -33,7 +33,8 @@ TensorErrors tensor_errors(const SafetensorsFile& cand, const SafetensorsFile& r
  * Every tensor of `ref` named `<call>.<output>` whose call starts with `call_prefix` ("call" for
  * the checked calls, "timed" for the re-checked timed ones) against the candidate's tensor of the
  * same name: same dtype and shape, else std::runtime_error naming the tensor. Returns
- * [{call, outputs: {output: {rel_err, elem_err}}}] (null for NaN), each added to `tally`.
+ * [{call, rel_err (the worst of its outputs), outputs: {output: {rel_err, elem_err}}}] (null for
+ * NaN), each added to `tally`.
  */
 nlohmann::ordered_json compare_outputs(const SafetensorsFile& cand, const SafetensorsFile& ref, const std::string& call_prefix,
                                        ErrorTally& tally);

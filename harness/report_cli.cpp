@@ -10,6 +10,7 @@
 #include "harness/compare.h"
 #include "harness/html_report.h"
 #include "harness/report_view.h"
+#include "harness/task_anchors.h"
 
 namespace nibble {
 
@@ -84,7 +85,9 @@ int compare_command(std::vector<std::string> args) {
   app.footer(
       "Exit codes: 0 no significant slowdown beyond --max-slowdown; 1 a figure is SLOWER; 2 correctness regression "
       "(BASE Passed and NEW not, or NEW's worst error crossed the gate); 3 not comparable (task, config, fixture "
-      "SHA-256, GPU model, or no timing) unless --force; 4 bad input (missing file, not a nibble report, bad arguments).");
+      "SHA-256, GPU model, or no timing) unless --force, and even with it for a schema version 1 report against a version 2 "
+      "one (re-grade BASE) or samples of another unit; 4 bad input (missing file, not a nibble report, a schema version other "
+      "than 1.x and 2.x, bad arguments).");
   if (const int rc = parse_own(app, std::move(args)); rc >= 0) return rc;
   return compare_files(base, neu, opt, as_json);
 }
@@ -110,7 +113,7 @@ int report_command(std::vector<std::string> args) {
 
   if (show->parsed()) {
     try {
-      std::cout << format_summary(load_report(show_path), show_path);
+      std::cout << format_summary(load_report_view(show_path), show_path);
     } catch (const BadReport& e) {
       std::fprintf(stderr, "nibble report show: %s\n", e.what());
       return kCompareBadInput;
@@ -127,28 +130,38 @@ int report_command(std::vector<std::string> args) {
     std::fprintf(stderr, "nibble report html: --max-slowdown must be >= 0 and --alpha in (0, 1)\n");
     return kCompareBadInput;
   }
-  nlohmann::ordered_json report, base;
+  ReportView report, base;
   try {
-    report = load_report(html_path);
-    if (!html_base.empty()) base = load_report(html_base);
-    if (!html_calibration.empty()) report["calibration"] = load_calibration(html_calibration, report);
+    nlohmann::ordered_json r = load_report(html_path);
+    // The table's rows become the report's calibration (read_report_view reads a top-level one).
+    if (!html_calibration.empty()) r["calibration"] = load_calibration(html_calibration, r);
+    report = read_report_view(r, html_path);
+    if (!html_base.empty()) base = load_report_view(html_base);
   } catch (const BadReport& e) {
     std::fprintf(stderr, "nibble report html: %s\n", e.what());
     return kCompareBadInput;
   }
   // A BASE of another task (decode against a GEMM) has no figure in common: refuse it, as a
   // calibration table of another task is refused, rather than draw verdicts across tasks.
-  if (!html_base.empty() && base.value("task", std::string()) != report.value("task", std::string())) {
+  if (!html_base.empty() && base.task != report.task) {
     std::fprintf(stderr, "nibble report html: BASE %s is a %s report, REPORT %s a %s one: not comparable\n", html_base.c_str(),
-                 base.value("task", std::string("?")).c_str(), html_path.c_str(), report.value("task", std::string("?")).c_str());
+                 base.task.c_str(), html_path.c_str(), report.task.c_str());
     return kCompareBadInput;
   }
+  const HtmlAnchors anchors{task_time_anchors(report.task, report.config, report.device_name),
+                            task_error_anchors(report.task, report.config)};
   std::string page;
   if (html_base.empty()) {
-    page = render_html_report(report, html_path);
+    page = render_html_report(report, html_path, anchors);
   } else {
     const Comparison c = compare_reports(base, report, opt, html_base, html_path);
-    page = render_html_report(report, html_path, &base, html_base, &c);
+    // Figures of another schema version or unit would be drawn beside this report's as if they
+    // were the same measurement.
+    if (!c.refused.empty()) {
+      std::fprintf(stderr, "nibble report html: BASE %s: %s\n", html_base.c_str(), c.result.c_str());
+      return kCompareBadInput;
+    }
+    page = render_html_report(report, html_path, anchors, &base, html_base, &c);
   }
   try {
     write_file_atomic(html_out, page);

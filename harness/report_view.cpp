@@ -1,15 +1,12 @@
-// report_view.cpp: load, validate and summarise a `nibble grade` report (see report_view.h).
+// report_view.cpp: read a `nibble grade` report of schema 1.x or 2.x into a ReportView, check it,
+// and print its summary (see report_view.h).
 #include "harness/report_view.h"
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <sstream>
-
-#include "fixtures/gemm_fp4/gemm_config.h"
-#include "fixtures/decode/decode_config.h"
 
 namespace nibble {
 
@@ -26,61 +23,275 @@ const std::vector<std::string>& timed_figures() {
   return f;
 }
 
-void validate_report(const json& r, const std::string& what) {
+const FigureView& timed_figure(const ReportView& report, const std::string& figure) {
+  return figure == "host_wall_us" ? report.host_wall_us : report.gpu_span_us;
+}
+
+std::string sample_noun(const std::string& unit) {
+  if (unit == "token") return "step";
+  return unit.empty() ? "sample" : unit;
+}
+
+namespace {
+
+/** A value of the report as the user wrote it, for a message. */
+std::string shown(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const json& none() {
+  static const json n;
+  return n;
+}
+
+/** o[k], or null when o is not an object or has no k. */
+const json& field(const json& o, const char* k) { return o.is_object() && o.contains(k) ? o[k] : none(); }
+
+/** The first of `keys` that o has (version 1 named a figure after its task's unit). */
+const json& first_of(const json& o, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (o.is_object() && o.contains(k)) return o[k];
+  return none();
+}
+
+double num(const json& v) { return v.is_number() ? v.get<double>() : NAN; }
+std::string str(const json& v, const std::string& dflt = "") { return v.is_string() ? v.get<std::string>() : dflt; }
+/** A value for display: a string as it is, anything else as JSON, "?" when absent. */
+std::string text(const json& v) { return v.is_null() ? "?" : v.is_string() ? v.get<std::string>() : shown(v); }
+
+int schema_major_of(const json& r) {
+  const json& v = field(r, "schema_version");
+  return v.is_string() && v.get<std::string>().rfind("2.", 0) == 0 ? 2 : 1;
+}
+
+void check_report(const json& r, const std::string& what) {
   if (!r.is_object()) throw BadReport(what + ": not a nibble report (the top level is not a JSON object)");
   if (!r.contains("schema") || !r["schema"].is_string())
     throw BadReport(what + ": not a nibble report (no \"schema\" field)");
   if (r["schema"] != "nibble.report")
-    throw BadReport(what + ": not a nibble report (schema is " + r["schema"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ", expected \"nibble.report\")");
-  // Reports of a later major schema version may mean other things by the same fields.
-  if (r.contains("schema_version") &&
-      (!r["schema_version"].is_string() || r["schema_version"].get<std::string>().rfind("1.", 0) != 0))
-    throw BadReport(what + ": schema_version " + r["schema_version"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-                    " is not one this nibble reads (1.x); use the nibble that wrote it");
+    throw BadReport(what + ": not a nibble report (schema is " + shown(r["schema"]) + ", expected \"nibble.report\")");
+  // Reports of another major schema version may mean other things by the same keys.
+  if (r.contains("schema_version")) {
+    const json& v = r["schema_version"];
+    const std::string s = str(v);
+    if (s.rfind("1.", 0) != 0 && s.rfind("2.", 0) != 0)
+      throw BadReport(what + ": schema_version " + shown(v) +
+                      " is not one this nibble reads (1.x or 2.x); use the nibble that wrote it");
+  }
   for (const char* k : {"task", "config", "disposition"})
     if (!r.contains(k) || !r[k].is_string())
       throw BadReport(what + ": malformed nibble report: \"" + k + "\" is missing or not a string");
-  // Every figure is read in its task's terms (steps or calls, GB/step or TFLOP/s): a task this
-  // nibble does not know would be shown as nan figures, not as the report it is.
-  if (const std::string task = r["task"].get<std::string>(); task != kDecodeTask && !is_gemm_task(task))
-    throw BadReport(what + ": task \"" + task + "\" is not one this nibble grades (" + kDecodeTask +
-                    ", or a GEMM task: nibble configs lists them)");
+  if (r["task"].get<std::string>().empty()) throw BadReport(what + ": malformed nibble report: \"task\" is empty");
   if (!r.contains("correctness") || !r["correctness"].is_object())
     throw BadReport(what + ": malformed nibble report: \"correctness\" is missing or not an object");
   // A Passed grade states the error it passed with (every report nibble writes does): without it,
   // compare would call the report a correctness regression (exit 2) rather than bad input.
-  if (r["disposition"] == "Passed") {
-    const json& c = r["correctness"];
-    if (!c.contains("worst_rel_err") || !c["worst_rel_err"].is_number() || !std::isfinite(c["worst_rel_err"].get<double>()))
-      throw BadReport(what + ": malformed nibble report: disposition Passed without a finite correctness.worst_rel_err");
-  }
-  if (r.contains("timing")) {
-    if (!r["timing"].is_object()) throw BadReport(what + ": malformed nibble report: \"timing\" is not an object");
-    for (const std::string& f : timed_figures()) {
-      if (!r["timing"].contains(f)) continue;
-      const json& s = r["timing"][f];
-      if (!s.is_object() || !s.contains("samples") || !s["samples"].is_array())
-        throw BadReport(what + ": malformed nibble report: timing." + f + " has no \"samples\" array");
-      for (const json& v : s["samples"])
-        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
-          throw BadReport(what + ": malformed nibble report: timing." + f + ".samples holds " + v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-                          ", not a positive time");
-    }
+  if (r["disposition"] == "Passed" && !std::isfinite(num(field(r["correctness"], "worst_rel_err"))))
+    throw BadReport(what + ": malformed nibble report: disposition Passed without a finite correctness.worst_rel_err");
+  if (!r.contains("timing")) return;
+  const json& t = r["timing"];
+  if (!t.is_object()) throw BadReport(what + ": malformed nibble report: \"timing\" is not an object");
+  if (schema_major_of(r) == 2 && field(t, "unit") != "token" && field(t, "unit") != "call")
+    throw BadReport(what + ": malformed nibble report: timing.unit is " + shown(field(t, "unit")) +
+                    ", not \"token\" or \"call\"");
+  for (const std::string& f : timed_figures()) {
+    if (!t.contains(f)) continue;
+    const json& s = t[f];
+    if (!s.is_object() || !s.contains("samples") || !s["samples"].is_array())
+      throw BadReport(what + ": malformed nibble report: timing." + f + " has no \"samples\" array");
+    for (const json& v : s["samples"])
+      if (!(num(v) > 0) || !std::isfinite(num(v)))
+        throw BadReport(what + ": malformed nibble report: timing." + f + ".samples holds " + shown(v) + ", not a positive time");
   }
 }
 
-double weight_read_floor_us(const nlohmann::ordered_json& report) {
-  if (!report.is_object() || !report.contains("timing") || !report["timing"].is_object()) return NAN;
-  const auto& t = report["timing"];
-  if (!t.contains("floor_us_weight_read") || !t["floor_us_weight_read"].is_number()) return NAN;
-  const double v = t["floor_us_weight_read"].get<double>();
-  return std::isfinite(v) && v > 0 ? v : NAN;
+FigureView figure_of(const json& s) {
+  FigureView f;
+  if (!s.is_object()) return f;
+  f.present = true;
+  for (const auto& [k, m] : {std::pair{"median", &FigureView::median}, {"q1", &FigureView::q1}, {"q3", &FigureView::q3},
+                             {"min", &FigureView::min}, {"max", &FigureView::max}, {"mean", &FigureView::mean},
+                             {"stdev", &FigureView::stdev}})
+    f.*m = num(field(s, k));
+  if (field(s, "n").is_number_integer()) f.n = field(s, "n").get<long long>();
+  for (const json& v : field(s, "samples"))
+    if (v.is_number()) f.samples.push_back(v.get<double>());
+  return f;
 }
 
-bool is_gemm_report(const json& report) {
-  return report.is_object() && report.contains("task") && report["task"].is_string() &&
-         report["task"].get<std::string>().rfind("gemm-", 0) == 0;
+/** Version 1 wrote no unit: its keys say what a sample was (the decode pipeline counted steps and
+ *  tokens, the GEMM pipeline calls). */
+std::string v1_unit(const json& r) {
+  const json& t = field(r, "timing");
+  for (const char* k : {"us_per_token", "kernels_per_step", "bytes_per_step"})
+    if (t.is_object() && t.contains(k)) return "token";
+  for (const char* k : {"us_per_call", "kernels_per_call", "bytes_per_call"})
+    if (t.is_object() && t.contains(k)) return "call";
+  const json& c = field(r, "correctness");
+  if (c.contains("checked_steps")) return "token";
+  const json& seeds = field(c, "per_seed");
+  if (seeds.is_array() && !seeds.empty() && field(seeds[0], "calls").is_array()) return "call";
+  return "";
 }
+
+void read_provenance(const json& r, ReportView& v) {
+  v.created_utc = str(field(r, "created_utc"));
+  v.nibble_version = str(field(r, "nibble_version"));
+  const json& sol = field(r, "solution");
+  v.solution_path = str(field(sol, "path"));
+  v.solution_sha256 = str(field(sol, "sha256"));
+  v.solution_name = str(field(sol, "name"));
+  if (v.solution_name.empty())
+    v.solution_name = v.solution_path.empty() ? "?" : std::filesystem::path(v.solution_path).filename().string();
+  const json& ref = field(r, "reference");
+  v.reference_name = str(field(ref, "name"), "?");
+  v.reference_numerics = str(field(ref, "numerics"));
+  const json& d = field(r, "device");
+  v.device_name = str(field(d, "name"));
+  v.device_compute_capability = text(field(d, "compute_capability"));
+  v.device_sms = text(field(d, "sms"));
+  v.device_driver = text(field(d, "driver_version"));
+  v.theoretical_bandwidth_Bps = num(field(d, "theoretical_bandwidth_Bps"));
+  v.copy_bandwidth_Bps = num(field(field(d, "copy_bandwidth"), "median_Bps"));
+  for (const json& f : field(r, "fixtures"))
+    if (f.is_object()) v.fixtures.push_back({text(field(f, "seed")), str(field(f, "file_sha256"))});
+  const json& g = field(r, "git");
+  if (field(g, "commit").is_string()) v.git_commit = g["commit"].get<std::string>();
+  v.git_dirty = field(g, "dirty").is_boolean() && g["dirty"].get<bool>();
+  v.git_commit_from = str(field(g, "commit_from"));
+  const json& h = field(r, "host");
+  if (h.is_object()) v.host_json = shown(h);
+  v.host_name = str(field(h, "hostname"));
+  if (field(h, "cpus").is_number_integer()) v.host_cpus = h["cpus"].get<int>();
+  for (const json& a : field(r, "argv")) v.argv.push_back(a.is_string() ? a.get<std::string>() : shown(a));
+  v.wall_seconds_total = num(field(field(r, "wall_seconds"), "total"));
+}
+
+void read_calibration(const json& r, CalibrationView& cv) {
+  // report html --calibration puts a whole table at the top level; the grade records its summary.
+  const json& c = field(r, "calibration").is_object() ? r["calibration"] : field(field(r, "correctness"), "calibration");
+  if (!c.is_object()) return;
+  cv.present = true;
+  for (const json& row : field(c, "rows"))
+    if (field(row, "worst").is_number())
+      cv.rows.push_back({str(field(row, "variant"), "?"), row["worst"].get<double>(), field(row, "expected") == "PASS"});
+  cv.legitimate_variants_worst = num(field(c, "legitimate_variants_worst"));
+  // No must-fail row leaves +inf, which JSON stores as null.
+  const json& dropped = field(c, "dropped_feature_variants_best");
+  if (dropped.is_number()) cv.dropped_feature_variants_best = dropped.get<double>();
+  const json& d = field(c, "device");
+  cv.device = d.is_string() ? d.get<std::string>() : str(field(d, "name"));
+  cv.source = str(field(c, "source"));
+  cv.created_utc = str(field(c, "created_utc"));
+}
+
+void read_correctness(const json& r, ReportView& v) {
+  const json& c = field(r, "correctness");
+  v.gate = num(field(c, "gate"));
+  v.element_guard = num(field(c, "element_guard"));
+  v.metric = str(field(c, "metric"));
+  v.worst_rel_err_recorded = c.contains("worst_rel_err");
+  v.worst_rel_err = num(field(c, "worst_rel_err"));
+  v.ratio_to_gate = num(field(c, "ratio_to_gate"));
+  if (v.schema_major == 2) {
+    for (const auto& [name, e] : field(c, "worst_by_output").items()) v.worst_by_output.push_back({name, num(e)});
+  } else {
+    if (c.contains("worst_logits_rel_err")) v.worst_by_output.push_back({"logits", num(c["worst_logits_rel_err"])});
+    if (c.contains("worst_kv_appended_rel_err")) v.worst_by_output.push_back({"kv_appended", num(c["worst_kv_appended_rel_err"])});
+  }
+  for (const json& s : field(c, "per_seed")) {
+    if (!s.is_object() || !s.contains("worst_rel_err")) continue;
+    SeedErrorView e;
+    if (field(s, "seed").is_number_unsigned()) e.seed = s["seed"].get<uint64_t>();
+    e.worst_rel_err = num(s["worst_rel_err"]);
+    // Calls per seed (version 1's GEMM kept the timed call apart); version 1's decode counted its
+    // steps once for every seed.
+    if (field(s, "calls").is_array() || field(s, "timed_call").is_array())
+      e.checked = (long long)(field(s, "calls").size() + field(s, "timed_call").size());
+    else if (field(c, "checked_steps").is_number_integer())
+      e.checked = c["checked_steps"].get<long long>();
+    v.per_seed.push_back(e);
+  }
+  read_calibration(r, v.calibration);
+}
+
+/** timing's protocol in one line: what is timed, what happens before each call and between calls. */
+std::string protocol_line(const json& p) {
+  if (p.is_string()) return p.get<std::string>();
+  std::string s = str(field(p, "metric")) + "; " + str(field(p, "before_each_call"));
+  if (p.is_object() && p.contains("between_calls")) s += "; " + str(p["between_calls"]);
+  return p.is_object() ? s : "";
+}
+
+void read_timing(const json& r, ReportView& v) {
+  const json& t = field(r, "timing");
+  v.timed = t.is_object();
+  const bool v2 = v.schema_major == 2;
+  v.unit = v2 ? str(field(t, "unit")) : v1_unit(r);
+  if (!v.timed) return;
+  v.us_per_call = num(first_of(t, {"us_per_call", "us_per_token"}));
+  v.gpu_span_us = figure_of(field(t, "gpu_span_us"));
+  v.host_wall_us = figure_of(field(t, "host_wall_us"));
+  v.busy_us = figure_of(field(t, "busy_us"));
+  v.kernels_per_call = figure_of(first_of(t, {"kernels_per_call", "kernels_per_step"}));
+  v.bytes_per_call = num(first_of(t, {"bytes_per_call", "bytes_per_step"}));
+  v.bytes_note = str(first_of(t, {"bytes_note", "bytes_per_step_note"}));
+  // The figures both versions name alike.
+  for (const auto& [k, m] :
+       {std::pair{"flops_per_call", &ReportView::flops_per_call}, {"tflops", &ReportView::tflops},
+        {"achieved_bandwidth_Bps", &ReportView::achieved_bandwidth_Bps}, {"rounds", &ReportView::rounds},
+        {"invalid_samples", &ReportView::invalid_samples}, {"nonfinite_outputs", &ReportView::nonfinite_outputs},
+        {"gaps_with_foreign_kernels", &ReportView::gaps_with_foreign_kernels},
+        {"harness_kernels_per_gap", &ReportView::harness_kernels_per_gap}, {"late_kernels", &ReportView::late_kernels}})
+    v.*m = num(field(t, k));
+  const json& fl = field(t, "floors");
+  v.floor_theoretical_bw_us = num(v2 ? field(fl, "theoretical_bw_us") : field(t, "floor_us_theoretical_bw"));
+  v.floor_measured_copy_bw_us = num(v2 ? field(fl, "measured_copy_bw_us") : field(t, "floor_us_measured_copy_bw"));
+  const double wr = num(v2 ? field(fl, "weight_read_us") : field(t, "floor_us_weight_read"));
+  v.floor_weight_read_us = std::isfinite(wr) && wr > 0 ? wr : NAN;
+  // Version 1's GEMM reports kept no fractions: the floor over the median is what they mean.
+  v.fraction_of_measured_bw = num(field(t, "fraction_of_measured_bw"));
+  if (std::isnan(v.fraction_of_measured_bw)) v.fraction_of_measured_bw = v.floor_measured_copy_bw_us / v.gpu_span_us.median;
+  v.fraction_of_theoretical_bw = num(field(t, "fraction_of_theoretical_bw"));
+  if (std::isnan(v.fraction_of_theoretical_bw)) v.fraction_of_theoretical_bw = v.floor_theoretical_bw_us / v.gpu_span_us.median;
+  // Version 1's GEMM pipeline (the one that counted calls) judged its host wall time as noise.
+  v.host_wall_informational = v2 ? field(t, "host_wall_informational") == true : v.unit == "call";
+  v.timing_protocol = protocol_line(v2 ? field(field(r, "protocol"), "timing") : field(t, "protocol"));
+  v.calls_per_round = num(first_of(t, {"calls_per_round", "steps_per_round"}));
+  v.stop_reason = field(t, "stop_reason").is_null() ? "" : text(t["stop_reason"]);
+  v.invalid_reason = str(field(t, "invalid_reason"));
+  for (const json& c : field(t, "verified_calls")) {
+    if (v2)
+      v.verified_calls.push_back({text(field(c, "call")), num(field(c, "rel_err"))});
+    else  // the decode pipeline's: {step, pos, logits_rel_err}
+      v.verified_calls.push_back({"step " + text(field(c, "step")), num(field(c, "logits_rel_err"))});
+  }
+  v.timing_seed_from = str(v2 ? field(t, "timing_seed_from") : first_of(t, {"token_seed_from", "flip_seed_from"}));
+  for (const json& p : v2 ? field(field(t, "task_figures"), "positions") : field(t, "positions"))
+    v.positions.push_back(num(p));
+}
+
+}  // namespace
+
+ReportView graded_report_view(const json& r) {
+  ReportView v;
+  v.schema_major = schema_major_of(r);
+  v.schema_version = str(field(r, "schema_version"));
+  v.task = str(field(r, "task"));
+  v.config = str(field(r, "config"));
+  v.disposition = str(field(r, "disposition"));
+  v.reason = str(field(r, "reason"));
+  v.rule = str(field(r, "rule"));
+  read_provenance(r, v);
+  read_correctness(r, v);
+  read_timing(r, v);
+  return v;
+}
+
+ReportView read_report_view(const json& report, const std::string& what) {
+  check_report(report, what);
+  return graded_report_view(report);
+}
+
+void validate_report(const json& report, const std::string& what) { check_report(report, what); }
 
 json load_report(const std::string& path) {
   namespace fs = std::filesystem;
@@ -97,159 +308,79 @@ json load_report(const std::string& path) {
   } catch (const json::exception& e) {  // parse errors, and numbers a double cannot hold (1e999)
     throw BadReport(path + ": not valid JSON (" + e.what() + ")");
   }
-  validate_report(r, path);
+  check_report(r, path);
   return r;
 }
 
-std::vector<double> figure_samples(const json& r, const std::string& figure) {
-  std::vector<double> out;
-  if (!r.contains("timing") || !r["timing"].is_object() || !r["timing"].contains(figure)) return out;
-  const json& s = r["timing"][figure];
-  if (!s.is_object() || !s.contains("samples") || !s["samples"].is_array()) return out;
-  for (const json& v : s["samples"])
-    if (v.is_number()) out.push_back(v.get<double>());
-  return out;
-}
-
-double worst_rel_err(const json& r) {
-  const json& c = r["correctness"];
-  if (!c.is_object() || !c.contains("worst_rel_err") || !c["worst_rel_err"].is_number())
-    return std::numeric_limits<double>::quiet_NaN();
-  return c["worst_rel_err"].get<double>();
-}
-
-double report_gate(const json& r) {
-  const json& c = r["correctness"];
-  if (!c.is_object() || !c.contains("gate") || !c["gate"].is_number()) return std::numeric_limits<double>::quiet_NaN();
-  return c["gate"].get<double>();
-}
-
-std::string device_name(const json& r) {
-  if (!r.contains("device") || !r["device"].is_object()) return "";
-  const json& d = r["device"];
-  return d.contains("name") && d["name"].is_string() ? d["name"].get<std::string>() : "";
-}
-
-std::string solution_name(const json& r) {
-  if (r.contains("solution") && r["solution"].is_object()) {
-    const json& s = r["solution"];
-    if (s.contains("name") && s["name"].is_string() && !s["name"].get<std::string>().empty()) return s["name"];
-    if (s.contains("path") && s["path"].is_string()) return std::filesystem::path(s["path"].get<std::string>()).filename();
-  }
-  return "?";
-}
+ReportView load_report_view(const std::string& path) { return graded_report_view(load_report(path)); }  // checked once
 
 namespace {
 
-std::string str_or(const json& o, const char* k, const std::string& dflt) {
-  return o.is_object() && o.contains(k) && o[k].is_string() ? o[k].get<std::string>() : dflt;
-}
-
-double num_or(const json& o, const char* k, double dflt) {
-  return o.is_object() && o.contains(k) && o[k].is_number() ? o[k].get<double>() : dflt;
-}
-
 /** The between-calls line: only when the grade saw kernels outside the windows (foreign ones in a
  *  gap, which make the grade InvalidTiming, or late ones, recorded only). */
-void between_calls_line(std::ostream& o, const json& t) {
-  const double gaps = num_or(t, "gaps_with_foreign_kernels", 0), late = num_or(t, "late_kernels", 0);
+void between_calls_line(std::ostream& o, const ReportView& r) {
+  const double gaps = r.gaps_with_foreign_kernels, late = r.late_kernels;
   if (!(gaps > 0) && !(late > 0)) return;
-  o << "  between      " << fmt_g(gaps, 6) << " gaps between timed calls held kernels beyond the harness's own ("
-    << fmt_g(num_or(t, "harness_kernels_per_gap", NAN), 3) << " per gap); " << fmt_g(late, 6)
+  o << "  between      " << fmt_g(std::isnan(gaps) ? 0 : gaps, 6) << " gaps between timed calls held kernels beyond the harness's own ("
+    << fmt_g(r.harness_kernels_per_gap, 3) << " per gap); " << fmt_g(std::isnan(late) ? 0 : late, 6)
     << " kernels reached the timer only after their window or gap was collected\n";
 }
 
+std::string count_or_unknown(long long n) { return n < 0 ? "?" : std::to_string(n); }
+
 }  // namespace
 
-// Mirrors the block "5. The summary a person reads" of harness/grade.cpp line for line; where the
-// grade used its in-memory state (bytes per step, copy bandwidth, worst error) this reads the same
-// numbers from the fields the grade wrote them to.
-std::string format_summary(const json& report, const std::string& report_path) {
-  const json none = json::object();
-  const json& sol = report.contains("solution") ? report["solution"] : none;
-  const json& corr = report["correctness"];
-  const std::string config = str_or(report, "config", "?");
-  const double worst = worst_rel_err(report);
+// Mirrors the block "5. The summary a person reads" of the grade line for line; where the grade
+// used its in-memory state (bytes per sample, copy bandwidth, worst error) this reads the same
+// numbers from the fields the grade wrote them to. Which lines appear follows the figures the
+// report has (FLOPs: a throughput line; a weight-read floor: its line), never the task's name.
+std::string format_summary(const ReportView& r, const std::string& report_path) {
+  const std::string noun = sample_noun(r.unit);
   std::ostringstream o;
-  o << "\nnibble grade  " << str_or(report, "task", "?") << " / " << config << "  on "
-    << (device_name(report).empty() ? "?" : device_name(report)) << "\n";
-  o << "  solution     " << str_or(sol, "name", "?") << "  (" << str_or(sol, "path", "?") << ")\n";
-  o << "  disposition  " << str_or(report, "disposition", "?") << ": " << str_or(report, "reason", "") << "\n";
-  // correctness.calibration: where the drop-the-feature table puts the gate's neighbours.
-  const json& cc = corr.contains("calibration") ? corr["calibration"] : none;
-  if (cc.is_object() && cc.contains("legitimate_variants_worst")) {
-    // No must-fail row leaves +inf, which JSON stores as null.
-    const json& d = cc.contains("dropped_feature_variants_best") ? cc["dropped_feature_variants_best"] : none;
-    o << "  calibration  legitimate precision variants reach " << fmt_g(num_or(cc, "legitimate_variants_worst", NAN))
-      << ", dropped features start at " << (d.is_number() ? fmt_g(d.get<double>()) : std::string("inf")) << " (gate "
-      << fmt_g(report_gate(report)) << ")\n";
-  }
-  // A GEMM task's report counts calls (C = A W^T), a decode task's steps (tokens).
-  const bool gemm = is_gemm_report(report);
-  const json per_seed = corr.contains("per_seed") && corr["per_seed"].is_array() ? corr["per_seed"] : json::array();
-  if (!std::isnan(worst) && !per_seed.empty()) {
-    for (const auto& s : per_seed)
-      if (s.is_object() && s.contains("worst_rel_err")) {
-        std::string over;
-        if (gemm) {
-          const size_t calls = (s.contains("calls") && s["calls"].is_array() ? s["calls"].size() : 0) +
-                               (s.contains("timed_call") && s["timed_call"].is_array() ? s["timed_call"].size() : 0);
-          over = std::to_string(calls) + " calls";
-        } else {
-          over = (corr.contains("checked_steps") ? corr["checked_steps"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                                                 : std::string("?")) + " steps";
-        }
-        o << "  seed " << (s.contains("seed") ? s["seed"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : std::string("?")) << "       worst relative error "
-          << (s["worst_rel_err"].is_number() ? fmt_g(s["worst_rel_err"].get<double>()) : std::string("NaN")) << " over " << over
-          << " (gate " << fmt_g(report_gate(report)) << ")\n";
-      }
-  }
-  if (gemm && report.contains("timing") && report["timing"].is_object() && report["timing"].contains("gpu_span_us")) {
-    const json& t = report["timing"];
-    const json& s = t["gpu_span_us"];
-    const json& w = t.contains("host_wall_us") ? t["host_wall_us"] : none;
-    const json& k = t.contains("kernels_per_call") ? t["kernels_per_call"] : none;
-    const double median = num_or(s, "median", NAN);
-    o << "  time/call    " << fmt_g(median, 5) << " us median GPU span (q1 " << fmt_g(num_or(s, "q1", NAN), 5) << ", q3 "
-      << fmt_g(num_or(s, "q3", NAN), 5) << ", n " << (s.contains("n") ? s["n"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : std::string("?"))
-      << "), host wall " << fmt_g(num_or(w, "median", NAN), 5) << " us, " << fmt_g(num_or(k, "median", NAN), 4)
-      << " kernels/call\n";
-    o << "  throughput   " << fmt_g(num_or(t, "tflops", NAN), 4) << " TFLOP/s, " << fmt_g(num_or(t, "achieved_bandwidth_Bps", NAN) / 1e12, 3)
-      << " TB/s of the " << fmt_g(num_or(t, "bytes_per_call", NAN) / 1e6, 4) << " MB a call must move";
-    if (t.contains("floor_us_measured_copy_bw"))
-      o << "; floor " << fmt_g(num_or(t, "floor_us_measured_copy_bw", NAN), 4) << " us at the measured copy bandwidth -> "
-        << fmt_g(100 * num_or(t, "floor_us_measured_copy_bw", NAN) / median, 3) << "% of it";
-    o << "\n";
-    if (const double rf = weight_read_floor_us(report); !std::isnan(rf))
-      o << "  read floor   " << fmt_g(rf, 4) << " us for a kernel that only reads W's codes and scales (same flush, same timer) -> "
-        << fmt_g(100 * rf / median, 3) << "% of it\n";
-    between_calls_line(o, t);
-  } else if (report.contains("timing") && report["timing"].is_object() && report["timing"].contains("gpu_span_us")) {
-    const json& t = report["timing"];
-    const json& s = t["gpu_span_us"];
-    const json& w = t.contains("host_wall_us") ? t["host_wall_us"] : none;
-    const json& k = t.contains("kernels_per_step") ? t["kernels_per_step"] : none;
-    o << "  time/token   " << fmt_g(num_or(s, "median", NAN), 5) << " us median GPU span (q1 " << fmt_g(num_or(s, "q1", NAN), 5)
-      << ", q3 " << fmt_g(num_or(s, "q3", NAN), 5) << ", n " << (s.contains("n") ? s["n"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) : std::string("?"))
-      << "), host wall " << fmt_g(num_or(w, "median", NAN), 5) << " us, " << fmt_g(num_or(k, "median", NAN), 4)
-      << " kernels/step\n";
-    if (t.contains("floor_us_measured_copy_bw")) {
-      const double bytes = num_or(t, "bytes_per_step", NAN);
-      const double copy_bw = report.contains("device") && report["device"].contains("copy_bandwidth")
-                                 ? num_or(report["device"]["copy_bandwidth"], "median_Bps", NAN)
-                                 : NAN;
-      o << "  roofline     " << fmt_g(bytes / 1e9, 4) << " GB/step; floor " << fmt_g(num_or(t, "floor_us_measured_copy_bw", NAN), 4)
-        << " us at the measured copy bandwidth " << fmt_g(copy_bw / 1e12, 3) << " TB/s -> "
-        << fmt_g(100 * num_or(t, "fraction_of_measured_bw", NAN), 3) << "% of it\n";
+  o << "\nnibble grade  " << r.task << " / " << r.config << "  on " << (r.device_name.empty() ? "?" : r.device_name) << "\n";
+  o << "  solution     " << r.solution_name << "  (" << (r.solution_path.empty() ? "?" : r.solution_path) << ")\n";
+  o << "  disposition  " << r.disposition << ": " << r.reason << "\n";
+  // Where the drop-the-feature table puts the gate's neighbours.
+  const CalibrationView& cal = r.calibration;
+  if (cal.present && !std::isnan(cal.legitimate_variants_worst))
+    o << "  calibration  legitimate precision variants reach " << fmt_g(cal.legitimate_variants_worst)
+      << ", dropped features start at "
+      << (std::isfinite(cal.dropped_feature_variants_best) ? fmt_g(cal.dropped_feature_variants_best) : std::string("inf"))
+      << " (gate " << fmt_g(r.gate) << ")\n";
+  if (!std::isnan(r.worst_rel_err))
+    for (const SeedErrorView& s : r.per_seed)
+      o << "  seed " << (s.seed ? std::to_string(*s.seed) : std::string("?")) << "       worst relative error "
+        << (std::isnan(s.worst_rel_err) ? std::string("NaN") : fmt_g(s.worst_rel_err)) << " over " << count_or_unknown(s.checked)
+        << " " << noun << "s (gate " << fmt_g(r.gate) << ")\n";
+  if (r.gpu_span_us.present) {
+    const FigureView& s = r.gpu_span_us;
+    std::string label = "time/" + (r.unit.empty() ? std::string("sample") : r.unit);
+    label.resize(std::max<size_t>(label.size() + 1, 13), ' ');
+    o << "  " << label << fmt_g(s.median, 5) << " us median GPU span (q1 " << fmt_g(s.q1, 5) << ", q3 " << fmt_g(s.q3, 5)
+      << ", n " << count_or_unknown(s.n) << "), host wall " << fmt_g(r.host_wall_us.median, 5) << " us, "
+      << fmt_g(r.kernels_per_call.median, 4) << " kernels/" << noun << "\n";
+    const double floor = r.floor_measured_copy_bw_us;
+    if (!std::isnan(r.tflops)) {
+      o << "  throughput   " << fmt_g(r.tflops, 4) << " TFLOP/s, " << fmt_g(r.achieved_bandwidth_Bps / 1e12, 3) << " TB/s of the "
+        << fmt_g(r.bytes_per_call / 1e6, 4) << " MB a " << noun << " must move";
+      if (!std::isnan(floor))
+        o << "; floor " << fmt_g(floor, 4) << " us at the measured copy bandwidth -> " << fmt_g(100 * r.fraction_of_measured_bw, 3)
+          << "% of it";
+      o << "\n";
+    } else if (!std::isnan(floor)) {
+      o << "  roofline     " << fmt_g(r.bytes_per_call / 1e9, 4) << " GB/" << noun << "; floor " << fmt_g(floor, 4)
+        << " us at the measured copy bandwidth " << fmt_g(r.copy_bandwidth_Bps / 1e12, 3) << " TB/s -> "
+        << fmt_g(100 * r.fraction_of_measured_bw, 3) << "% of it\n";
     }
-    between_calls_line(o, t);
+    if (!std::isnan(r.floor_weight_read_us))
+      o << "  read floor   " << fmt_g(r.floor_weight_read_us, 4)
+        << " us for a kernel that only reads W's codes and scales (same flush, same timer) -> "
+        << fmt_g(100 * r.floor_weight_read_us / s.median, 3) << "% of it\n";
+    between_calls_line(o, r);
   }
-  const double total = report.contains("wall_seconds") ? num_or(report["wall_seconds"], "total", NAN) : NAN;
   o << "  report       " << (report_path.empty() ? std::string("-") : report_path) << "  ("
-    << (std::isnan(total) ? std::string("?") : fmt_g(total, 3)) << " s)\n";
+    << (std::isnan(r.wall_seconds_total) ? std::string("?") : fmt_g(r.wall_seconds_total, 3)) << " s)\n";
   return o.str();
 }
-
-std::string format_summary(const json& report) { return format_summary(report, ""); }
 
 }  // namespace nibble

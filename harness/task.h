@@ -20,6 +20,7 @@
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
 #include "fixtures/tensor.h"
+#include "harness/anchors.h"
 #include "harness/protocol.h"
 #include "harness/solution_library.h"
 
@@ -103,19 +104,6 @@ struct TaskVariant {
   std::string name, description;
   bool must_pass = false;
   std::string caught_by;  // which outputs are expected to catch it ("" for must-pass rows)
-};
-
-/** A timing a report can be set against (HTML page): an external measurement on one GPU. */
-struct TimeAnchor {
-  std::string label;
-  double us;
-};
-
-/** A point on the error axis (HTML page) when no calibration is at hand: the seed's table. */
-struct ErrorAnchor {
-  std::string label;
-  double rel_err;
-  bool must_pass;
 };
 
 /** What one config of a task moves and computes per timed sample (the roofline). */

@@ -27,6 +27,15 @@ std::string source_dir() {
 std::string data(const std::string& name) { return source_dir() + "/tests/data/" + name; }
 json unfused() { return load_report(data("reports/h200-unfused-full.json")); }
 json reference() { return load_report(data("reports/h200-reference-full.json")); }
+json gemm() { return load_report(data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json")); }
+// The same two grades in schema 2.0.0 (docs/report-schema.md; tests/data/reports/v2/README.md).
+json unfused_v2() { return load_report(data("reports/v2/h200-unfused-full.json")); }
+json gemm_v2() { return load_report(data("reports/v2/h200-gemm-nvfp4-m16-fp4_sm90.json")); }
+ReportView view(const json& r) { return read_report_view(r, "a test report"); }
+std::vector<double> samples_of(const json& r, const std::string& figure) { return timed_figure(view(r), figure).samples; }
+Comparison compare_json(const json& base, const json& neu, const CompareOptions& opt) {
+  return compare_reports(view(base), view(neu), opt);
+}
 
 const FigureComparison& figure(const Comparison& c, const std::string& name) {
   for (const auto& f : c.figures)
@@ -93,13 +102,13 @@ TEST(MannWhitney, MatchesScipyAsymptoticTwoSided) {
 TEST(MannWhitney, MatchesScipyOnTheH200Reports) {
   const json u = unfused(), r = reference();
   // x = reference, y = unfused (96 each): fully separated, so the tail p keeps its digits via erfc.
-  const MannWhitney span = mann_whitney_u(figure_samples(r, "gpu_span_us"), figure_samples(u, "gpu_span_us"));
+  const MannWhitney span = mann_whitney_u(samples_of(r, "gpu_span_us"), samples_of(u, "gpu_span_us"));
   EXPECT_DOUBLE_EQ(span.u1, 9216.0);
   EXPECT_NEAR(span.p, 5.2536846851596044e-33, 1e-9 * 5.25e-33);
-  const MannWhitney wall = mann_whitney_u(figure_samples(r, "host_wall_us"), figure_samples(u, "host_wall_us"));
+  const MannWhitney wall = mann_whitney_u(samples_of(r, "host_wall_us"), samples_of(u, "host_wall_us"));
   EXPECT_NEAR(wall.p, 5.254326993995392e-33, 1e-9 * 5.25e-33);
   // Overlapping: the unfused run's first 40 calls against its last 40.
-  const auto s = figure_samples(u, "gpu_span_us"), w = figure_samples(u, "host_wall_us");
+  const auto s = samples_of(u, "gpu_span_us"), w = samples_of(u, "host_wall_us");
   const MannWhitney a = mann_whitney_u({s.begin(), s.begin() + 40}, {s.end() - 40, s.end()});
   EXPECT_DOUBLE_EQ(a.u1, 656.0);
   EXPECT_NEAR(a.p, 0.16732893475783828, 1e-12);
@@ -138,7 +147,7 @@ TEST(Bootstrap, ReproducesAnIndependentImplementationExactly) {
   EXPECT_DOUBLE_EQ(ci.level, 0.95);
 
   const json u = unfused(), r = reference();
-  const RatioCI g = bootstrap_ratio_of_medians(figure_samples(r, "gpu_span_us"), figure_samples(u, "gpu_span_us"), 0.05);
+  const RatioCI g = bootstrap_ratio_of_medians(samples_of(r, "gpu_span_us"), samples_of(u, "gpu_span_us"), 0.05);
   EXPECT_NEAR(g.ratio, 0.4294709141355339, 1e-14);
   EXPECT_NEAR(g.lo, 0.4288583273202732, 1e-13);
   EXPECT_NEAR(g.hi, 0.43056841681052876, 1e-13);
@@ -153,7 +162,7 @@ TEST(Bootstrap, AgreesWithScipyBootstrapWithinMonteCarloError) {
   EXPECT_NEAR(ci.lo, 0.9995085327422284, 2e-3);
   EXPECT_NEAR(ci.hi, 1.0296780684104627, 2e-3);
   const json u = unfused(), r = reference();
-  const RatioCI g = bootstrap_ratio_of_medians(figure_samples(r, "gpu_span_us"), figure_samples(u, "gpu_span_us"), 0.05, 20000, 7);
+  const RatioCI g = bootstrap_ratio_of_medians(samples_of(r, "gpu_span_us"), samples_of(u, "gpu_span_us"), 0.05, 20000, 7);
   EXPECT_NEAR(g.lo, 0.42886490445300096, 3e-4);
   EXPECT_NEAR(g.hi, 0.4305788879108684, 3e-4);
 }
@@ -246,7 +255,7 @@ TEST(Classify, VerdictRules) {
 // Reports: verdicts and exit codes
 
 TEST(CompareReports, UnfusedAgainstReferenceIsFaster) {
-  const Comparison c = compare_reports(reference(), unfused(), CompareOptions{});
+  const Comparison c = compare_json(reference(), unfused(), CompareOptions{});
   EXPECT_EQ(c.exit_code, kCompareOk) << c.result;
   ASSERT_EQ(c.figures.size(), 2u);
   for (const auto& f : c.figures) {
@@ -261,7 +270,7 @@ TEST(CompareReports, UnfusedAgainstReferenceIsFaster) {
 }
 
 TEST(CompareReports, ReferenceAgainstUnfusedIsASlowdown) {
-  const Comparison c = compare_reports(unfused(), reference(), CompareOptions{});
+  const Comparison c = compare_json(unfused(), reference(), CompareOptions{});
   EXPECT_EQ(c.exit_code, kCompareSlower) << c.result;
   for (const auto& f : c.figures) EXPECT_EQ(f.verdict, "SLOWER") << f.figure << ": " << f.why;
   EXPECT_NEAR(figure(c, "gpu_span_us").ci.ratio, 6148.038 / 2640.4035, 1e-9);
@@ -272,7 +281,7 @@ TEST(CompareReports, ReferenceAgainstUnfusedIsASlowdown) {
 
 TEST(CompareReports, SameReportTwiceIsSame) {
   const json u = unfused();
-  const Comparison c = compare_reports(u, u, CompareOptions{});
+  const Comparison c = compare_json(u, u, CompareOptions{});
   EXPECT_EQ(c.exit_code, kCompareOk);
   for (const auto& f : c.figures) {
     EXPECT_EQ(f.verdict, "SAME") << f.figure << ": " << f.why;
@@ -285,7 +294,7 @@ TEST(CompareReports, ANoisySampleSetIsUnsureAndSaysHowManyMoreSamples) {
   // 32 calls each, +-25% noise, NEW 4% slower: the interval straddles the 5% threshold.
   const json base = with_samples(unfused(), noisy(2640, 660, 32, 11));
   const json neu = with_samples(unfused(), noisy(2640 * 1.04, 660, 32, 12));
-  const Comparison c = compare_reports(base, neu, CompareOptions{});
+  const Comparison c = compare_json(base, neu, CompareOptions{});
   const FigureComparison& f = figure(c, "gpu_span_us");
   EXPECT_EQ(f.verdict, "UNSURE") << f.why;
   EXPECT_LT(f.ci.lo, 1.05);
@@ -306,7 +315,7 @@ TEST(CompareReports, TooFewSamplesAreUnsureWhateverTheInterval) {
   // inside the 5% threshold, which alone would say SAME.
   const json base = with_samples(unfused(), {2640.0});
   const json neu = with_samples(unfused(), {2640.0 * 1.044});
-  const Comparison c = compare_reports(base, neu, CompareOptions{});
+  const Comparison c = compare_json(base, neu, CompareOptions{});
   const FigureComparison& f = figure(c, "gpu_span_us");
   EXPECT_EQ(f.verdict, "UNSURE") << f.why;
   EXPECT_NE(f.why.find("too few"), std::string::npos) << f.why;
@@ -321,25 +330,25 @@ TEST(CompareReports, AGemmCallsHostWallTimeIsInformational) {
   json base = load_report(data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json"));
   json neu = base;
   for (auto& x : neu["timing"]["host_wall_us"]["samples"]) x = x.get<double>() * 1.3;
-  const Comparison c = compare_reports(base, neu, CompareOptions{});
+  const Comparison c = compare_json(base, neu, CompareOptions{});
   EXPECT_EQ(figure(c, "gpu_span_us").verdict, "SAME");
   const FigureComparison& h = figure(c, "host_wall_us");
   EXPECT_EQ(h.verdict, "SLOWER") << h.why;
   EXPECT_TRUE(h.informational);
   EXPECT_EQ(c.exit_code, kCompareOk) << c.result;
-  EXPECT_NE(format_comparison(c).find("informational for a GEMM task"), std::string::npos);
+  EXPECT_NE(format_comparison(c).find("informational for this task"), std::string::npos);
   EXPECT_FALSE(comparison_json(c)["figures"][1]["sets_exit_code"].get<bool>());
   // The decode task's host wall time still counts (a step is ~1.5 ms of GPU work).
   json ub = unfused(), un = unfused();
   for (auto& x : un["timing"]["host_wall_us"]["samples"]) x = x.get<double>() * 1.3;
-  EXPECT_EQ(compare_reports(ub, un, CompareOptions{}).exit_code, kCompareSlower);
+  EXPECT_EQ(compare_json(ub, un, CompareOptions{}).exit_code, kCompareSlower);
 }
 
 TEST(CompareReports, ANoisyButLargeSameSetIsSame) {
   // Same distribution, 640 calls each, 1% noise: the interval is narrow around 1.
   const json base = with_samples(unfused(), noisy(2640, 26, 640, 21));
   const json neu = with_samples(unfused(), noisy(2640, 26, 640, 22));
-  const Comparison c = compare_reports(base, neu, CompareOptions{});
+  const Comparison c = compare_json(base, neu, CompareOptions{});
   EXPECT_EQ(figure(c, "gpu_span_us").verdict, "SAME") << figure(c, "gpu_span_us").why;
   EXPECT_EQ(c.exit_code, kCompareOk);
 }
@@ -348,10 +357,10 @@ TEST(CompareReports, ThresholdDecidesASmallSignificantSlowdown) {
   // NEW 3% slower with tight samples: significant, but below a 5% threshold; above a 1% one.
   const json base = with_samples(unfused(), noisy(2640, 10, 96, 31));
   const json neu = with_samples(unfused(), noisy(2640 * 1.03, 10, 96, 32));
-  EXPECT_EQ(compare_reports(base, neu, CompareOptions{}).exit_code, kCompareOk);
+  EXPECT_EQ(compare_json(base, neu, CompareOptions{}).exit_code, kCompareOk);
   CompareOptions strict;
   strict.max_slowdown_pct = 1;
-  const Comparison c = compare_reports(base, neu, strict);
+  const Comparison c = compare_json(base, neu, strict);
   EXPECT_EQ(c.exit_code, kCompareSlower) << c.result;
   EXPECT_EQ(figure(c, "gpu_span_us").verdict, "SLOWER");
 }
@@ -362,14 +371,14 @@ TEST(CompareReports, CorrectnessRegressionExits2) {
   neu["disposition"] = "Incorrect";
   neu["reason"] = "worst relative error 1.43 is above the gate 0.1";
   neu["correctness"]["worst_rel_err"] = 1.43;
-  Comparison c = compare_reports(base, neu, CompareOptions{});
+  Comparison c = compare_json(base, neu, CompareOptions{});
   EXPECT_EQ(c.exit_code, kCompareCorrectness) << c.result;
   EXPECT_EQ(c.correctness_regressions.size(), 2u);  // the disposition and the gate crossing
 
   // The error crossing the gate alone (a report whose disposition says Passed regardless).
   json past_gate = unfused();
   past_gate["correctness"]["worst_rel_err"] = 0.25;
-  c = compare_reports(base, past_gate, CompareOptions{});
+  c = compare_json(base, past_gate, CompareOptions{});
   EXPECT_EQ(c.exit_code, kCompareCorrectness) << c.result;
   EXPECT_NE(c.result.find("at or past the gate 0.1"), std::string::npos) << c.result;
 
@@ -379,11 +388,11 @@ TEST(CompareReports, CorrectnessRegressionExits2) {
   crashed["reason"] = "killed by signal 11";
   crashed["correctness"]["worst_rel_err"] = nullptr;
   crashed.erase("timing");
-  c = compare_reports(base, crashed, CompareOptions{});
+  c = compare_json(base, crashed, CompareOptions{});
   EXPECT_EQ(c.exit_code, kCompareCorrectness) << c.result;
 
   // A fail that stays a fail is no regression.
-  c = compare_reports(crashed, crashed, CompareOptions{});
+  c = compare_json(crashed, crashed, CompareOptions{});
   EXPECT_NE(c.exit_code, kCompareCorrectness);
 }
 
@@ -402,13 +411,13 @@ TEST(CompareReports, NotComparableExits3AndForceSaysSo) {
   for (const Case& k : cases) {
     json neu = reference();  // slower: forced, it must come out 1
     k.change(neu);
-    Comparison c = compare_reports(base, neu, CompareOptions{});
+    Comparison c = compare_json(base, neu, CompareOptions{});
     EXPECT_EQ(c.exit_code, kCompareNotComparable) << k.what;
     ASSERT_EQ(c.not_comparable.size(), 1u) << k.what;
     EXPECT_EQ(c.not_comparable[0].rfind(k.what, 0), 0u) << c.not_comparable[0];
     CompareOptions force;
     force.force = true;
-    c = compare_reports(base, neu, force);
+    c = compare_json(base, neu, force);
     EXPECT_EQ(c.exit_code, kCompareSlower) << k.what;
     EXPECT_TRUE(c.forced);
     EXPECT_NE(format_comparison(c).find("FORCED (--force)"), std::string::npos);
@@ -416,7 +425,7 @@ TEST(CompareReports, NotComparableExits3AndForceSaysSo) {
     // Forced and faster: 0, still stated.
     json faster = base;
     k.change(faster);
-    c = compare_reports(reference(), faster, force);
+    c = compare_json(reference(), faster, force);
     EXPECT_EQ(c.exit_code, kCompareOk) << k.what;
     EXPECT_TRUE(c.forced);
   }
@@ -425,13 +434,13 @@ TEST(CompareReports, NotComparableExits3AndForceSaysSo) {
 TEST(CompareReports, MissingTimingExits3EvenWhenForced) {
   json neu = unfused();
   neu.erase("timing");  // graded with --no-timing: passes, but nothing to compare
-  Comparison c = compare_reports(unfused(), neu, CompareOptions{});
+  Comparison c = compare_json(unfused(), neu, CompareOptions{});
   EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
   EXPECT_TRUE(c.figures.empty());
   // --force compares what there is; with nothing there, it is still not a pass.
   CompareOptions force;
   force.force = true;
-  c = compare_reports(unfused(), neu, force);
+  c = compare_json(unfused(), neu, force);
   EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
   EXPECT_NE(c.result.find("nothing to compare"), std::string::npos) << c.result;
   EXPECT_TRUE(c.forced);
@@ -449,10 +458,10 @@ TEST(CompareReports, IdentityDifferenceOutranksCorrectness) {
   json neu = unfused();
   neu["config"] = "tiny";
   neu["disposition"] = "Incorrect";
-  EXPECT_EQ(compare_reports(unfused(), neu, CompareOptions{}).exit_code, kCompareNotComparable);
+  EXPECT_EQ(compare_json(unfused(), neu, CompareOptions{}).exit_code, kCompareNotComparable);
   CompareOptions force;
   force.force = true;
-  EXPECT_EQ(compare_reports(unfused(), neu, force).exit_code, kCompareCorrectness);
+  EXPECT_EQ(compare_json(unfused(), neu, force).exit_code, kCompareCorrectness);
 }
 
 TEST(LoadReport, BadInputIsBadReport) {
@@ -484,9 +493,12 @@ TEST(LoadReport, BadInputIsBadReport) {
                           false),
             kCompareBadInput);
   r = unfused();
-  r["task"] = "x";  // a task this nibble does not grade: its figures cannot be read
+  r["task"] = "";  // no task: nothing says what was measured
+  write_file_atomic(t.path() + "/task-empty.json", r.dump());
+  EXPECT_THROW(load_report(t.path() + "/task-empty.json"), BadReport);
+  r["task"] = "x";  // any task reads: its figures are named by the report, not by a list of tasks
   write_file_atomic(t.path() + "/task-x.json", r.dump());
-  EXPECT_THROW(load_report(t.path() + "/task-x.json"), BadReport);
+  EXPECT_NO_THROW(load_report(t.path() + "/task-x.json"));
   EXPECT_EQ(compare_files(t.path() + "/missing.json", data("reports/h200-unfused-full.json"), CompareOptions{}, false),
             kCompareBadInput);
   EXPECT_EQ(compare_files(data("reports/h200-unfused-full.json"), t.path() + "/calib.json", CompareOptions{}, true),
@@ -507,7 +519,7 @@ TEST(ReportShow, ReproducesTheGradeSummary) {
       "  time/token   2640.4 us median GPU span (q1 2633.3, q3 2651.7, n 96), host wall 2652.9 us, 283 kernels/step\n"
       "  roofline     1.921 GB/step; floor 458.9 us at the measured copy bandwidth 4.19 TB/s -> 17.4% of it\n"
       "  report       r.json  (8.35 s)\n";
-  EXPECT_EQ(format_summary(unfused(), "r.json"), expected);
+  EXPECT_EQ(format_summary(view(unfused()), "r.json"), expected);
 }
 
 TEST(ReportShow, CalibrationContextLine) {
@@ -515,7 +527,7 @@ TEST(ReportShow, CalibrationContextLine) {
   r["correctness"]["calibration"] = {{"source", "reports/h200/calibration-full.json"}, {"device", "NVIDIA H200"},
                                      {"legitimate_variants_worst", 0.028604363236744437},
                                      {"dropped_feature_variants_best", 1.4203777056362472}};
-  const std::string s = format_summary(r, "r.json");
+  const std::string s = format_summary(view(r), "r.json");
   EXPECT_NE(s.find("  disposition  Passed: worst relative error 0.000224 < gate 0.1 (0.0022x the gate)\n"
                    "  calibration  legitimate precision variants reach 0.0286, dropped features start at 1.42 (gate 0.1)\n"
                    "  seed 0 "),
@@ -528,10 +540,10 @@ TEST(ReportShow, KernelsBetweenTimedCallsGetALineOnlyWhenSeen) {
   r["timing"]["gaps_with_foreign_kernels"] = 0;
   r["timing"]["harness_kernels_per_gap"] = 0;
   r["timing"]["late_kernels"] = 0;
-  EXPECT_EQ(format_summary(r, "r.json").find("between"), std::string::npos) << "nothing seen: no line";
+  EXPECT_EQ(format_summary(view(r), "r.json").find("between"), std::string::npos) << "nothing seen: no line";
   r["timing"]["gaps_with_foreign_kernels"] = 12;
   r["timing"]["late_kernels"] = 3;
-  const std::string s = format_summary(r, "r.json");
+  const std::string s = format_summary(view(r), "r.json");
   EXPECT_NE(s.find("  between      12 gaps between timed calls held kernels beyond the harness's own (0 per gap); 3 kernels "
                    "reached the timer only after their window or gap was collected\n  report "),
             std::string::npos)
@@ -544,7 +556,7 @@ TEST(ReportShow, AFailedGradeWithoutTiming) {
   r["reason"] = "killed by signal 11 (Segmentation fault) in decode_step";
   r["correctness"]["worst_rel_err"] = nullptr;
   r.erase("timing");
-  const std::string s = format_summary(r);
+  const std::string s = format_summary(view(r));
   EXPECT_NE(s.find("disposition  Crashed: killed by signal 11"), std::string::npos) << s;
   EXPECT_EQ(s.find("time/token"), std::string::npos) << s;
   EXPECT_EQ(s.find("seed 0"), std::string::npos) << "the grade prints no per-seed line when the worst error is NaN";
@@ -554,7 +566,7 @@ TEST(ReportShow, AGemmReportCountsCallsNotSteps) {
   // A GEMM grade on the H200 (gemm_fp4_sm90, nvfp4 m16-n3072-k3072): seed 0 checked 2 calls and the
   // timed one; 5.603 MB per call; floor 1.333 us at the measured copy bandwidth, 7.488 us median.
   const json r = load_report(data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json"));
-  const std::string s = format_summary(r, "g.json");
+  const std::string s = format_summary(view(r), "g.json");
   EXPECT_NE(s.find("  seed 0       worst relative error 1.21e-07 over 3 calls (gate 0.01)\n"), std::string::npos) << s;
   EXPECT_NE(s.find("  time/call    7.488 us median GPU span (q1 7.424, q3 7.584, n 96), host wall 23.538 us, 1 kernels/call\n"),
             std::string::npos)
@@ -570,14 +582,206 @@ TEST(ReportShow, AGemmReportCountsCallsNotSteps) {
   // 3.56 / 7.488 = 47.5%.
   json f = r;
   f["timing"]["floor_us_weight_read"] = 3.56;
-  const std::string sf = format_summary(f, "g.json");
+  const std::string sf = format_summary(view(f), "g.json");
   EXPECT_NE(sf.find("  read floor   3.56 us for a kernel that only reads W's codes and scales (same flush, same timer) -> "
                     "47.5% of it\n"),
             std::string::npos)
       << sf;
   for (const json& bad : {json(-1.0), json(nullptr), json("3.5")}) {
     f["timing"]["floor_us_weight_read"] = bad;
-    EXPECT_EQ(format_summary(f, "g.json").find("read floor"), std::string::npos) << bad.dump();
+    EXPECT_EQ(format_summary(view(f), "g.json").find("read floor"), std::string::npos) << bad.dump();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema versions: one ReportView for 1.x and 2.x; compare refuses to mix them
+
+TEST(ReportView, ReadsTheSameGradeFromEitherSchema) {
+  const ReportView d1 = view(unfused()), d2 = view(unfused_v2());
+  EXPECT_EQ(d1.schema_major, 1);
+  EXPECT_EQ(d2.schema_major, 2);
+  for (const ReportView* d : {&d1, &d2}) {
+    EXPECT_EQ(d->task, "megakernel-int4-weight-decode");
+    EXPECT_EQ(d->unit, "token");
+    EXPECT_FALSE(d->host_wall_informational);
+    EXPECT_DOUBLE_EQ(d->us_per_call, 2640.4035);
+    EXPECT_DOUBLE_EQ(d->gpu_span_us.median, 2640.4035);
+    EXPECT_EQ(d->gpu_span_us.samples.size(), 96u);
+    EXPECT_EQ(d->host_wall_us.samples.size(), 96u);
+    EXPECT_DOUBLE_EQ(d->kernels_per_call.median, 283);
+    EXPECT_DOUBLE_EQ(d->bytes_per_call, 1920996352);
+    EXPECT_NEAR(d->floor_measured_copy_bw_us, 458.86, 0.01);
+    EXPECT_NEAR(d->floor_theoretical_bw_us, 399.02, 0.01);
+    EXPECT_NEAR(d->fraction_of_measured_bw, 0.17378, 1e-5);
+    EXPECT_TRUE(std::isnan(d->floor_weight_read_us));
+    EXPECT_EQ(d->positions.size(), 96u);
+    EXPECT_DOUBLE_EQ(d->calls_per_round, 32);
+    EXPECT_EQ(d->stop_reason, "median stable");
+    ASSERT_EQ(d->per_seed.size(), 2u);
+    EXPECT_EQ(d->per_seed[1].checked, 8);
+    EXPECT_DOUBLE_EQ(d->worst_rel_err, 0.00022404104408230472);
+    EXPECT_TRUE(std::isnan(d->element_guard));
+  }
+  EXPECT_EQ(d1.rule, "");
+  EXPECT_EQ(d2.rule, "passed");
+  EXPECT_EQ(d2.timing_seed_from, "os");
+  EXPECT_EQ(d2.verified_calls.size(), 2u);
+  ASSERT_EQ(d2.worst_by_output.size(), 3u);
+  EXPECT_EQ(d2.worst_by_output[1].first, "k");
+  EXPECT_NEAR(d2.tflops, 2.702, 1e-3);
+
+  const ReportView g1 = view(gemm()), g2 = view(gemm_v2());
+  for (const ReportView* g : {&g1, &g2}) {
+    EXPECT_EQ(g->unit, "call");
+    EXPECT_TRUE(g->host_wall_informational);
+    EXPECT_DOUBLE_EQ(g->us_per_call, 7.488);
+    EXPECT_DOUBLE_EQ(g->kernels_per_call.median, 1);
+    EXPECT_DOUBLE_EQ(g->bytes_per_call, 5603332);
+    EXPECT_DOUBLE_EQ(g->flops_per_call, 301989888);
+    EXPECT_NEAR(g->tflops, 40.33, 0.01);
+    EXPECT_NEAR(g->fraction_of_measured_bw, 1.3331 / 7.488, 1e-4);  // version 1: the floor over the median
+    ASSERT_EQ(g->per_seed.size(), 1u);
+    EXPECT_EQ(g->per_seed[0].checked, 3);
+    EXPECT_TRUE(g->positions.empty());
+  }
+  EXPECT_TRUE(std::isnan(g1.floor_weight_read_us));
+  EXPECT_DOUBLE_EQ(g2.floor_weight_read_us, 3.56);
+  EXPECT_DOUBLE_EQ(g2.element_guard, 0.05);
+  EXPECT_EQ(g2.solution_name, "gemm-fp4-sm90");
+}
+
+TEST(ReportView, AnUnknownMajorVersionOrUnitIsBadReport) {
+  json r = unfused_v2();
+  r["schema_version"] = "3.0.0";
+  try {
+    read_report_view(r, "new.json");
+    FAIL() << "a version 3 report must not read";
+  } catch (const BadReport& e) {
+    EXPECT_NE(std::string(e.what()).find("new.json: schema_version \"3.0.0\" is not one this nibble reads (1.x or 2.x)"),
+              std::string::npos)
+        << e.what();
+  }
+  r["schema_version"] = "2.1.0";  // a minor version adds, never changes: it reads
+  EXPECT_NO_THROW(read_report_view(r, "new.json"));
+  for (const json& unit : {json("frame"), json(nullptr), json(3)}) {
+    r["timing"]["unit"] = unit;
+    EXPECT_THROW(read_report_view(r, "new.json"), BadReport) << unit.dump();
+  }
+  r["timing"].erase("unit");
+  EXPECT_THROW(read_report_view(r, "new.json"), BadReport);
+  r.erase("timing");  // a grade that stopped before timing has no unit to state
+  EXPECT_EQ(read_report_view(r, "new.json").unit, "");
+}
+
+TEST(ReportShow, AVersion2Report) {
+  EXPECT_EQ(format_summary(view(gemm_v2()), "g.json"),
+            "\nnibble grade  gemm-w4a16-nvfp4 / m16-n3072-k3072  on NVIDIA H200\n"
+            "  solution     gemm-fp4-sm90  (/work/main/build-hopper/lib/libnibble_gemm_fp4_sm90.so)\n"
+            "  disposition  Passed: worst relative error 1.21e-07 < gate 0.01\n"
+            "  seed 0       worst relative error 1.21e-07 over 3 calls (gate 0.01)\n"
+            "  time/call    7.488 us median GPU span (q1 7.424, q3 7.584, n 96), host wall 23.538 us, 1 kernels/call\n"
+            "  throughput   40.33 TFLOP/s, 0.748 TB/s of the 5.603 MB a call must move; floor 1.333 us at the measured copy "
+            "bandwidth -> 17.8% of it\n"
+            "  read floor   3.56 us for a kernel that only reads W's codes and scales (same flush, same timer) -> 47.5% of it\n"
+            "  report       g.json  (1.86 s)\n");
+  // The decode grade: the same lines as its version 1 report, but a report with its FLOPs shows
+  // its throughput where version 1 showed GB per step.
+  const std::string s = format_summary(view(unfused_v2()), "r.json");
+  EXPECT_NE(s.find("  seed 1       worst relative error 0.000224 over 8 steps (gate 0.1)\n"
+                   "  time/token   2640.4 us median GPU span (q1 2633.3, q3 2651.7, n 96), host wall 2652.9 us, 283 kernels/step\n"
+                   "  throughput   2.702 TFLOP/s, 0.728 TB/s of the 1921 MB a step must move; floor 458.9 us at the measured copy "
+                   "bandwidth -> 17.4% of it\n"),
+            std::string::npos)
+      << s;
+}
+
+TEST(CompareReports, Version2AgainstVersion2ComparesAsBefore) {
+  const json base = unfused_v2();
+  Comparison c = compare_json(base, base, CompareOptions{});
+  EXPECT_EQ(c.exit_code, kCompareOk) << c.result;
+  EXPECT_EQ(figure(c, "gpu_span_us").verdict, "SAME");
+  json slower = base;
+  for (auto& x : slower["timing"]["gpu_span_us"]["samples"]) x = x.get<double>() * 1.5;
+  c = compare_json(base, slower, CompareOptions{});
+  EXPECT_EQ(c.exit_code, kCompareSlower) << c.result;
+  EXPECT_EQ(figure(c, "gpu_span_us").verdict, "SLOWER");
+  EXPECT_EQ(comparison_json(c)["new"]["schema_version"], "2.0.0");
+  // The GEMM's host wall time: informational because the report says so (timing.host_wall_informational).
+  json g = gemm_v2(), gw = gemm_v2();
+  for (auto& x : gw["timing"]["host_wall_us"]["samples"]) x = x.get<double>() * 1.3;
+  c = compare_json(g, gw, CompareOptions{});
+  EXPECT_TRUE(figure(c, "host_wall_us").informational);
+  EXPECT_EQ(c.exit_code, kCompareOk) << c.result;
+  gw["timing"]["host_wall_informational"] = false;
+  EXPECT_EQ(compare_json(g, gw, CompareOptions{}).exit_code, kCompareSlower);
+  // Correctness regressions read the same way.
+  json bad = base;
+  bad["disposition"] = "Incorrect";
+  bad["rule"] = "gate";
+  EXPECT_EQ(compare_json(base, bad, CompareOptions{}).exit_code, kCompareCorrectness);
+}
+
+TEST(CompareReports, Version1AgainstVersion2IsRefusedEvenForced) {
+  CompareOptions force;
+  force.force = true;
+  for (const auto& [b, n] : {std::pair<json, json>{unfused(), unfused_v2()}, {unfused_v2(), unfused()}, {gemm(), gemm_v2()}}) {
+    for (const CompareOptions& opt : {CompareOptions{}, force}) {
+      const Comparison c = compare_json(b, n, opt);
+      EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
+      EXPECT_TRUE(c.figures.empty());
+      EXPECT_FALSE(c.forced);
+      ASSERT_EQ(c.refused.size(), 1u);
+      EXPECT_NE(c.result.find("version 1.0.0"), std::string::npos) << c.result;
+      EXPECT_NE(c.result.find("version 2.0.0"), std::string::npos) << c.result;
+      EXPECT_NE(c.result.find("Re-grade BASE with this nibble"), std::string::npos) << c.result;
+      EXPECT_NE(c.result.find("--force does not apply"), std::string::npos) << c.result;
+      EXPECT_NE(format_comparison(c).find("NOT COMPARABLE (--force does not apply)"), std::string::npos);
+      EXPECT_FALSE(comparison_json(c)["comparable"].get<bool>());
+    }
+  }
+  json old = unfused();  // version 1 before schema_version existed
+  old.erase("schema_version");
+  EXPECT_NE(compare_json(old, unfused_v2(), CompareOptions{}).result.find("version 1 (none written)"), std::string::npos);
+}
+
+TEST(CompareReports, SamplesOfAnotherUnitAreRefusedEvenForced) {
+  CompareOptions force;
+  force.force = true;
+  json calls = unfused_v2();
+  calls["timing"]["unit"] = "call";
+  for (const CompareOptions& opt : {CompareOptions{}, force}) {
+    const Comparison c = compare_json(unfused_v2(), calls, opt);
+    EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
+    EXPECT_NE(c.result.find("unit: a BASE sample is one token, a NEW sample one call"), std::string::npos) << c.result;
+  }
+  // Version 1: the unit read from the keys (a decode report against a GEMM one, forced past the task).
+  const Comparison c = compare_json(unfused(), gemm(), force);
+  EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
+  EXPECT_NE(c.result.find("unit"), std::string::npos) << c.result;
+}
+
+TEST(ReportOutputs, GbenchJsonAndHistoryReadEitherSchema) {
+  for (const json& r : {unfused(), unfused_v2(), gemm(), gemm_v2()}) {
+    const json g = gbench_json(r);
+    EXPECT_EQ(g["context"]["gpu"], "NVIDIA H200");
+    EXPECT_EQ(g["context"]["nibble_report_schema"], r["schema_version"]);
+    ASSERT_EQ(g["benchmarks"].size(), 2u * (96 + 3));  // GPU span and host wall: 96 calls + 3 aggregates each
+    EXPECT_EQ(g["benchmarks"][0]["real_time"], r["timing"]["gpu_span_us"]["samples"][0]);
+    EXPECT_DOUBLE_EQ(g["benchmarks"][96 + 1]["real_time"].get<double>(), r["timing"]["gpu_span_us"]["median"].get<double>());
+    TempDir t;
+    append_history(t.path() + "/h.jsonl", r, "r.json");
+    append_history(t.path() + "/h.jsonl", r, "r.json");
+    std::ifstream f(t.path() + "/h.jsonl");
+    std::string line;
+    int lines = 0;
+    while (std::getline(f, line)) {
+      const json h = json::parse(line);
+      EXPECT_EQ(h["task"], r["task"]);
+      EXPECT_EQ(h["median_us"], r["timing"]["gpu_span_us"]["median"]);
+      EXPECT_EQ(h["worst_rel_err"], r["correctness"]["worst_rel_err"]);
+      ++lines;
+    }
+    EXPECT_EQ(lines, 2);
   }
 }
 
@@ -655,6 +859,30 @@ TEST(CompareCli, EveryExitCode) {
   EXPECT_NE(x.out.find("Exit codes"), std::string::npos) << x.out;
 }
 
+TEST(CompareCli, SchemaVersions) {
+  if (!fs::exists(nibble_exe())) GTEST_SKIP() << "nibble binary not built at " << nibble_exe();
+  TempDir t;
+  const std::string u = data("reports/h200-unfused-full.json"), u2 = data("reports/v2/h200-unfused-full.json");
+  CliRun x = run_nibble({"compare", u2, u2}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("SAME"), std::string::npos) << x.out;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"compare", u, u2}, std::vector<std::string>{"compare", u, u2, "--force"}}) {
+    x = run_nibble(args, t);
+    EXPECT_EQ(x.code, 3) << x.out;
+    EXPECT_NE(x.out.find("BASE is a version 1.0.0 report, NEW a version 2.0.0 one"), std::string::npos) << x.out;
+    EXPECT_NE(x.out.find("Re-grade BASE with this nibble"), std::string::npos) << x.out;
+  }
+  json v3 = load_report(u2);
+  v3["schema_version"] = "3.0.0";
+  write_file_atomic(t.path() + "/v3.json", v3.dump());
+  x = run_nibble({"compare", u2, t.path() + "/v3.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("schema_version \"3.0.0\" is not one this nibble reads"), std::string::npos) << x.out;
+  x = run_nibble({"report", "show", t.path() + "/v3.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+}
+
 TEST(CompareCli, JsonOutputParsesAndCarriesTheVerdicts) {
   if (!fs::exists(nibble_exe())) GTEST_SKIP() << "nibble binary not built at " << nibble_exe();
   TempDir t;
@@ -723,6 +951,20 @@ TEST(ReportCli, ShowAndHtml) {
   x = run_nibble({"report", "html", g, "-o", t.path() + "/g.html"}, t);
   EXPECT_EQ(x.code, 0) << x.out;
   EXPECT_NE(read_file(t.path() + "/g.html").find("id=\"tflops\">40.3<"), std::string::npos);
+  // Version 2 reports: show, html, and html with a version 2 BASE.
+  const std::string g2 = data("reports/v2/h200-gemm-nvfp4-m16-fp4_sm90.json"), u2 = data("reports/v2/h200-unfused-full.json");
+  x = run_nibble({"report", "show", g2}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("time/call    7.488 us"), std::string::npos) << x.out;
+  x = run_nibble({"report", "html", u2, u2, "-o", t.path() + "/u2.html"}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(read_file(t.path() + "/u2.html").find("id=\"median-us\">2640.4<"), std::string::npos);
+  EXPECT_NE(read_file(t.path() + "/u2.html").find("4160.0 us"), std::string::npos) << "the task's anchors, from task_anchors";
+  // A version 1 BASE beside a version 2 REPORT would be drawn as the same measurement: refused.
+  x = run_nibble({"report", "html", u2, u, "-o", t.path() + "/u12.html"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("Re-grade BASE with this nibble"), std::string::npos) << x.out;
+  EXPECT_FALSE(std::filesystem::exists(t.path() + "/u12.html"));
   // A BASE of the other task has no figure in common with REPORT: bad input, no page.
   x = run_nibble({"report", "html", u, g, "-o", t.path() + "/ug.html"}, t);
   EXPECT_EQ(x.code, 4) << x.out;

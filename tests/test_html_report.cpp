@@ -16,6 +16,7 @@
 #include "harness/html_report.h"
 #include "harness/process.h"
 #include "harness/report_view.h"
+#include "harness/task_anchors.h"
 
 using namespace nibble;
 using json = nlohmann::ordered_json;
@@ -29,6 +30,26 @@ std::string data(const std::string& name) {
 }
 json unfused() { return load_report(data("reports/h200-unfused-full.json")); }
 json reference() { return load_report(data("reports/h200-reference-full.json")); }
+ReportView view(const json& r) { return read_report_view(r, "a test report"); }
+
+/** What `nibble report html` draws beside `r`: its task's anchors (task_anchors.h). */
+HtmlAnchors anchors_of(const ReportView& r) {
+  return {task_time_anchors(r.task, r.config, r.device_name), task_error_anchors(r.task, r.config)};
+}
+
+/** The page `nibble report html` writes for `r` (and BASE `base` with the comparison `c`). */
+std::string page(const json& r, const std::string& label, const json* base = nullptr, const std::string& base_label = "",
+                 const Comparison* c = nullptr) {
+  const ReportView v = view(r);
+  if (!base) return render_html_report(v, label, anchors_of(v));
+  const ReportView b = view(*base);
+  return render_html_report(v, label, anchors_of(v), &b, base_label, c);
+}
+
+Comparison compare_json(const json& base, const json& neu, const CompareOptions& opt, const std::string& base_label = "BASE",
+                        const std::string& new_label = "NEW") {
+  return compare_reports(view(base), view(neu), opt, base_label, new_label);
+}
 
 /** Text of the element with id="<id>" (no nested tags), or "" when absent. */
 std::string by_id(const std::string& html, const std::string& id) {
@@ -105,30 +126,34 @@ std::string markup_problem(const std::string& s) {
 }  // namespace
 
 TEST(HtmlReport, KeyFiguresOfTheUnfusedReport) {
-  const std::string html = render_html_report(unfused(), "h200-unfused-full.json");
-  EXPECT_EQ(by_id(html, "disposition"), "Passed");
-  EXPECT_EQ(by_id(html, "reason"), "worst relative error 0.000224 &lt; gate 0.1 (0.0022x the gate)");
-  EXPECT_EQ(by_id(html, "median-us"), "2640.4");
-  EXPECT_EQ(by_id(html, "floor-measured-us"), "458.9");
-  EXPECT_EQ(by_id(html, "floor-theoretical-us"), "399.0");
-  EXPECT_EQ(by_id(html, "worst-rel-err"), "0.000224");
-  EXPECT_EQ(by_id(html, "gate"), "0.1");
-  EXPECT_EQ(by_id(html, "fraction-measured-bw"), "17.4");
-  // Four charts: error vs gate, per position, histogram, roofline.
-  EXPECT_EQ(count(html, "<svg "), 4u);
-  // The anchors: the seed's drop-the-feature points and the team's PyTorch times.
-  for (const char* s : {"nibble order swapped 1.43", "one scale/zero per row 1.51", "zero point ignored 10.2",
-                        "most precise legitimate variant 0.049", "4160.0 us", "5340.0 us", "x the measured floor"})
-    EXPECT_NE(html.find(s), std::string::npos) << s;
-  // Self-contained: nothing to fetch, nothing to run. (The SVG namespace URI names, never fetches.)
-  const std::string stripped = std::regex_replace(html, std::regex("http://www\\.w3\\.org/2000/svg"), "");
-  for (const char* s : {"<script", "http://", "https://", "src=", "<link", "url("}) EXPECT_EQ(stripped.find(s), std::string::npos) << s;
+  // The same grade in either schema: the same figures, ids, charts and anchors.
+  for (const char* file : {"reports/h200-unfused-full.json", "reports/v2/h200-unfused-full.json"}) {
+    SCOPED_TRACE(file);
+    const std::string html = page(load_report(data(file)), file);
+    EXPECT_EQ(by_id(html, "disposition"), "Passed");
+    EXPECT_EQ(by_id(html, "reason"), "worst relative error 0.000224 &lt; gate 0.1 (0.0022x the gate)");
+    EXPECT_EQ(by_id(html, "median-us"), "2640.4");
+    EXPECT_EQ(by_id(html, "floor-measured-us"), "458.9");
+    EXPECT_EQ(by_id(html, "floor-theoretical-us"), "399.0");
+    EXPECT_EQ(by_id(html, "worst-rel-err"), "0.000224");
+    EXPECT_EQ(by_id(html, "gate"), "0.1");
+    EXPECT_EQ(by_id(html, "fraction-measured-bw"), "17.4");
+    // Four charts: error vs gate, per position, histogram, roofline.
+    EXPECT_EQ(count(html, "<svg "), 4u);
+    // The anchors: the seed's drop-the-feature points and the team's PyTorch times.
+    for (const char* s : {"nibble order swapped 1.43", "one scale/zero per row 1.51", "zero point ignored 10.2",
+                          "most precise legitimate variant 0.049", "4160.0 us", "5340.0 us", "x the measured floor"})
+      EXPECT_NE(html.find(s), std::string::npos) << s;
+    // Self-contained: nothing to fetch, nothing to run. (The SVG namespace URI names, never fetches.)
+    const std::string stripped = std::regex_replace(html, std::regex("http://www\\.w3\\.org/2000/svg"), "");
+    for (const char* s : {"<script", "http://", "https://", "src=", "<link", "url("}) EXPECT_EQ(stripped.find(s), std::string::npos) << s;
+  }
 }
 
 TEST(HtmlReport, KeyFiguresOfAGemmReport) {
   // A gemm_fp4_sm90 grade (nvfp4 m16-n3072-k3072): its rates, per call, no decode-only chart.
   const json g = load_report(data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json"));
-  const std::string html = render_html_report(g, "gemm.json");
+  const std::string html = page(g, "gemm.json");
   EXPECT_EQ(by_id(html, "disposition"), "Passed");
   EXPECT_EQ(by_id(html, "median-us"), "7.488");
   EXPECT_EQ(by_id(html, "floor-measured-us"), "1.333");
@@ -141,7 +166,7 @@ TEST(HtmlReport, KeyFiguresOfAGemmReport) {
   EXPECT_EQ(count(html, "<svg "), 3u);
   EXPECT_EQ(html.find("decode step"), std::string::npos);
   EXPECT_EQ(html.find("per step"), std::string::npos);
-  EXPECT_NE(html.find("microseconds per GEMM call"), std::string::npos);
+  EXPECT_NE(html.find("microseconds per call"), std::string::npos);
   EXPECT_NE(html.find("Bytes a call must move: 5.603 MB"), std::string::npos);
   EXPECT_EQ(markup_problem(html), "");
   // Without a calibration table no variant points: the decode seed's (0.049, 1.43, ...) belong to
@@ -152,7 +177,7 @@ TEST(HtmlReport, KeyFiguresOfAGemmReport) {
   EXPECT_EQ(html.find("floor-weight-read-us"), std::string::npos) << "that report predates the weight-read floor";
   json f = g;
   f["timing"]["floor_us_weight_read"] = 3.56;
-  const std::string hf = render_html_report(f, "gemm.json");
+  const std::string hf = page(f, "gemm.json");
   EXPECT_EQ(by_id(hf, "floor-weight-read-us"), "3.56");
   EXPECT_NE(hf.find("weight-read floor (read-only kernel)"), std::string::npos);
   EXPECT_NE(hf.find("(2.10x the weight-read floor)"), std::string::npos);  // 7.488 / 3.56
@@ -165,10 +190,68 @@ TEST(HtmlReport, KeyFiguresOfAGemmReport) {
   for (const json& bad : {json(-1.0), json(nullptr), json("3.5"), json(0.0)}) {
     json b = g;
     b["timing"]["floor_us_weight_read"] = bad;
-    const std::string hb = render_html_report(b, "gemm.json");
+    const std::string hb = page(b, "gemm.json");
     EXPECT_EQ(hb.find("floor-weight-read-us"), std::string::npos) << bad.dump();
     EXPECT_EQ(hb.find("weight-read floor"), std::string::npos) << bad.dump();
   }
+}
+
+TEST(HtmlReport, KeyFiguresOfVersion2Reports) {
+  // What only version 2 says (the grades' shared figures: KeyFiguresOfTheUnfusedReport).
+  const json u = load_report(data("reports/v2/h200-unfused-full.json"));
+  std::string html = page(u, "v2/h200-unfused-full.json");
+  EXPECT_EQ(by_id(html, "tflops"), "2.7");  // a decode step's FLOPs
+  EXPECT_NE(html.find("Worst relative error of logits, k, v over the checked steps"), std::string::npos);
+  EXPECT_NE(html.find("<th>verdict rule</th><td>passed</td>"), std::string::npos);
+  EXPECT_EQ(markup_problem(html), "");
+  const json g = load_report(data("reports/v2/h200-gemm-nvfp4-m16-fp4_sm90.json"));
+  html = page(g, "v2/gemm.json", &g, "v2/gemm.json", nullptr);
+  EXPECT_EQ(by_id(html, "median-us"), "7.488");
+  EXPECT_EQ(by_id(html, "tflops"), "40.3");
+  EXPECT_EQ(by_id(html, "floor-weight-read-us"), "3.56");
+  EXPECT_EQ(by_id(html, "fraction-measured-bw"), "17.8");
+  EXPECT_NE(html.find("(2.10x the weight-read floor)"), std::string::npos);
+  EXPECT_EQ(count(html, "<svg "), 4u);  // error, roofline, histogram, strip (no positions)
+  EXPECT_EQ(html.find("per step"), std::string::npos);
+  EXPECT_NE(html.find("Worst relative error of C over the checked calls"), std::string::npos);
+  EXPECT_EQ(markup_problem(html), "");
+  // With a comparison: v2 against v2.
+  const ReportView gv = view(g);
+  const Comparison c = compare_reports(gv, gv, CompareOptions{});
+  html = render_html_report(gv, "g.json", HtmlAnchors{}, &gv, "g.json", &c);
+  EXPECT_EQ(by_id(html, "compare-exit"), "0");
+  EXPECT_EQ(markup_problem(html), "");
+}
+
+TEST(HtmlReport, TheAnchorsComeFromTheCallerNotTheTask) {
+  // The renderer draws what it is given: a report of a task it has never heard of renders from its
+  // own figures, and the decode report without its task's anchors shows none.
+  json u = unfused();
+  u["task"] = "some-new-task";
+  const ReportView v = view(u);
+  std::string html = render_html_report(v, "u.json", HtmlAnchors{});
+  EXPECT_EQ(count(html, "<svg "), 4u);
+  EXPECT_EQ(html.find("nibble order swapped"), std::string::npos);
+  EXPECT_EQ(html.find("4160.0 us"), std::string::npos);
+  EXPECT_NE(html.find("none: no calibration table given"), std::string::npos);
+  EXPECT_EQ(markup_problem(html), "");
+  html = render_html_report(v, "u.json", HtmlAnchors{{{"a published time", 3000}}, {{"a mutant", 2.5, false}}});
+  EXPECT_NE(html.find("a published time"), std::string::npos);
+  EXPECT_NE(html.find("a mutant 2.5"), std::string::npos);
+  EXPECT_NE(html.find("the drop-the-feature table of the task&#39;s seed"), std::string::npos);
+}
+
+TEST(TaskAnchors, TodaysData) {
+  EXPECT_EQ(task_time_anchors("megakernel-int4-weight-decode", "full", "NVIDIA H200").size(), 2u);
+  EXPECT_TRUE(task_time_anchors("megakernel-int4-weight-decode", "full", "NVIDIA H100 80GB HBM3").empty());
+  EXPECT_TRUE(task_time_anchors("megakernel-int4-weight-decode", "tiny", "NVIDIA H200").empty());
+  EXPECT_TRUE(task_time_anchors("gemm-w4a16-nvfp4", "m16-n3072-k3072", "NVIDIA H200").empty());
+  const auto e = task_error_anchors("megakernel-int4-weight-decode", "full");
+  ASSERT_EQ(e.size(), 4u);
+  EXPECT_TRUE(e[0].must_pass);
+  EXPECT_DOUBLE_EQ(e[3].worst_rel_err, 10.2);
+  EXPECT_TRUE(task_error_anchors("gemm-bf16-mxfp4", "m1-n3072-k3072").empty())
+      << "a gate of 1e-2, not 0.1: the decode points would mislead";
 }
 
 TEST(HtmlReport, ExtremeSamplesStillRender) {
@@ -177,7 +260,7 @@ TEST(HtmlReport, ExtremeSamplesStillRender) {
   for (double v : {1e16, 1e300, 3.0}) {
     json u = unfused();
     for (auto& x : u["timing"]["gpu_span_us"]["samples"]) x = v;
-    const std::string html = render_html_report(u, "extreme.json", &u, "extreme.json");
+    const std::string html = page(u, "extreme.json", &u, "extreme.json");
     EXPECT_EQ(markup_problem(html), "") << v;
     EXPECT_EQ(count(html, "<svg "), 5u) << v;  // error, roofline, positions, histogram, strip
   }
@@ -192,9 +275,9 @@ TEST(HtmlReport, NumbersADoubleCannotHoldAreBadInput) {
 
 TEST(HtmlReport, MarkupIsBalancedAndSvgWellFormed) {
   const json u = unfused(), r = reference();
-  const Comparison c = compare_reports(r, u, CompareOptions{});
-  for (const std::string& html : {render_html_report(u, "u.json"), render_html_report(u, "u.json", &r, "r.json", &c),
-                                  render_html_report(r, "r.json")}) {
+  const Comparison c = compare_json(r, u, CompareOptions{});
+  for (const std::string& html : {page(u, "u.json"), page(u, "u.json", &r, "r.json", &c),
+                                  page(r, "r.json")}) {
     EXPECT_EQ(markup_problem(html), "");
     // Each SVG on its own, as an XML parser (the browser's, for an inline SVG's text) sees it.
     for (size_t p = html.find("<svg "); p != std::string::npos; p = html.find("<svg ", p + 1)) {
@@ -211,15 +294,15 @@ TEST(HtmlReport, MarkupIsBalancedAndSvgWellFormed) {
 
 TEST(HtmlReport, WithABaseShowsTheComparison) {
   const json u = unfused(), r = reference();
-  const Comparison c = compare_reports(r, u, CompareOptions{});
-  const std::string html = render_html_report(u, "u.json", &r, "r.json", &c);
+  const Comparison c = compare_json(r, u, CompareOptions{});
+  const std::string html = page(u, "u.json", &r, "r.json", &c);
   EXPECT_EQ(by_id(html, "compare-exit"), "0");
   EXPECT_EQ(count(html, "class=\"verdict good\" data-figure=\"gpu_span_us\">FASTER<"), 1u) << html.substr(html.find("compare-table"), 1500);
   EXPECT_EQ(count(html, "data-figure=\"host_wall_us\">FASTER<"), 1u);
   EXPECT_EQ(count(html, "<svg "), 5u);  // + the strip plot of both sample sets
   EXPECT_NE(html.find("BASE (reference-fp32-cublas)"), std::string::npos);  // on the roofline bar
-  const Comparison slower = compare_reports(u, r, CompareOptions{});
-  const std::string h2 = render_html_report(r, "r.json", &u, "u.json", &slower);
+  const Comparison slower = compare_json(u, r, CompareOptions{});
+  const std::string h2 = page(r, "r.json", &u, "u.json", &slower);
   EXPECT_EQ(by_id(h2, "compare-exit"), "1");
   EXPECT_EQ(count(h2, ">SLOWER<"), 2u);
 }
@@ -232,7 +315,7 @@ TEST(HtmlReport, EscapesEveryStringFromTheReport) {
   u["device"]["name"] = evil;
   u["argv"][0] = evil;
   u["calibration"]["rows"] = json::array({{{"variant", evil}, {"worst", 1.5}, {"expected", "FAIL"}}});
-  const std::string html = render_html_report(u, evil);
+  const std::string html = page(u, evil);
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_NE(html.find("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&#39;"), std::string::npos);
   EXPECT_EQ(markup_problem(html), "");
@@ -242,18 +325,18 @@ TEST(HtmlReport, CalibrationRowsReplaceTheSeedPoints) {
   json u = unfused();
   u["calibration"]["rows"] = json::array({{{"variant", "bf16_dequant"}, {"worst", 0.031}, {"expected", "PASS"}},
                                           {{"variant", "swap_nibbles"}, {"worst", 1.38}, {"expected", "FAIL"}}});
-  const auto a = error_anchors(u);
+  const auto a = error_anchors(view(u), anchors_of(view(u)).errors);
   ASSERT_EQ(a.size(), 2u);
   EXPECT_TRUE(a[0].must_pass);
-  const std::string html = render_html_report(u, "u.json");
+  const std::string html = page(u, "u.json");
   EXPECT_NE(html.find("swap_nibbles 1.38"), std::string::npos);
   EXPECT_EQ(html.find("nibble order swapped"), std::string::npos);
-  EXPECT_EQ(error_anchors(unfused()).size(), 4u);
+  EXPECT_EQ(error_anchors(view(unfused()), anchors_of(view(unfused())).errors).size(), 4u);
   // Many mutants near one error (measured: swap, RoPE, KV slot, GQA all at 1.42-1.43): the labels
   // stack in rows and the chart grows to hold them.
   for (const char* v : {"rope_interleaved", "kv_slot_plus1", "gqa_modulo", "row_scale"})
     u["calibration"]["rows"].push_back({{"variant", v}, {"worst", 1.42}, {"expected", "FAIL"}});
-  const std::string tall = render_html_report(u, "u.json");
+  const std::string tall = page(u, "u.json");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(tall, m, std::regex("<svg [^>]*height=\"([0-9]+)\"[^>]*aria-label=\"worst relative error")));
   EXPECT_GT(std::stoi(m[1].str()), 200);
@@ -265,15 +348,15 @@ TEST(HtmlReport, GradesCalibrationSummaryGivesTwoPoints) {
   json u = unfused();
   u["correctness"]["calibration"] = {{"source", "reports/h200/calibration-full.json"}, {"device", "NVIDIA H200"},
                                      {"legitimate_variants_worst", 0.0286}, {"dropped_feature_variants_best", 1.42}};
-  const auto a = error_anchors(u);
+  const auto a = error_anchors(view(u), anchors_of(view(u)).errors);
   ASSERT_EQ(a.size(), 2u);
   EXPECT_TRUE(a[0].must_pass);
   EXPECT_FALSE(a[1].must_pass);
-  const std::string html = render_html_report(u, "u.json");
+  const std::string html = page(u, "u.json");
   EXPECT_NE(html.find("worst legitimate variant 0.0286"), std::string::npos);
   EXPECT_NE(html.find("best dropped-feature variant 1.42"), std::string::npos);
   EXPECT_NE(html.find("measured by nibble calibrate on NVIDIA H200 (reports/h200/calibration-full.json)"), std::string::npos);
-  EXPECT_NE(error_anchor_source(unfused()).find("seed"), std::string::npos);
+  EXPECT_NE(error_anchor_source(view(unfused()), anchors_of(view(unfused())).errors).find("seed"), std::string::npos);
 }
 
 TEST(HtmlReport, AFailedGradeWithoutTimingStillRenders) {
@@ -282,7 +365,7 @@ TEST(HtmlReport, AFailedGradeWithoutTimingStillRenders) {
   u["reason"] = "killed by signal 11 (Segmentation fault) in decode_step";
   u["correctness"]["worst_rel_err"] = nullptr;
   u.erase("timing");
-  std::string html = render_html_report(u, "u.json");
+  std::string html = page(u, "u.json");
   EXPECT_EQ(by_id(html, "disposition"), "Crashed");
   EXPECT_EQ(by_id(html, "median-us"), "n/a");
   EXPECT_EQ(by_id(html, "worst-rel-err"), "NaN");
@@ -291,15 +374,15 @@ TEST(HtmlReport, AFailedGradeWithoutTimingStillRenders) {
   EXPECT_NE(html.find("this solution: NaN/Inf"), std::string::npos);
   // Stopped before any output was compared: no worst error at all.
   u["correctness"].erase("worst_rel_err");
-  html = render_html_report(u, "u.json");
+  html = page(u, "u.json");
   EXPECT_EQ(by_id(html, "worst-rel-err"), "not run");
   EXPECT_NE(html.find("this solution: not checked"), std::string::npos);
   EXPECT_EQ(html.find("nan"), std::string::npos);
   EXPECT_EQ(markup_problem(html), "");
-  EXPECT_TRUE(time_anchors(u).size() == 2u);
+  EXPECT_TRUE(anchors_of(view(u)).times.size() == 2u);
   json tiny = unfused();
   tiny["config"] = "tiny";
-  EXPECT_TRUE(time_anchors(tiny).empty()) << "the PyTorch anchors are for the full config only";
+  EXPECT_TRUE(anchors_of(view(tiny)).times.empty()) << "the PyTorch anchors are for the full config only";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -334,8 +417,8 @@ TEST(HtmlReportChromium, RendersToAScreenshotAndTheDomHasTheFigures) {
                     "the page is not rendered in a browser here";
   TempDir t("nibble-chromium");
   const json u = unfused(), r = reference();
-  const Comparison c = compare_reports(r, u, CompareOptions{}, "h200-reference-full.json", "h200-unfused-full.json");
-  write_file_atomic(t.path() + "/report.html", render_html_report(u, "h200-unfused-full.json", &r, "h200-reference-full.json", &c));
+  const Comparison c = compare_json(r, u, CompareOptions{}, "h200-reference-full.json", "h200-unfused-full.json");
+  write_file_atomic(t.path() + "/report.html", page(u, "h200-unfused-full.json", &r, "h200-reference-full.json", &c));
   const std::string url = "file://" + t.path() + "/report.html";
   const std::vector<std::string> common = {chromium, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
                                            "--user-data-dir=" + t.path() + "/profile", "--hide-scrollbars"};

@@ -118,6 +118,7 @@ TEST(Outputs, ErrorsByHand) {
   const auto calls = compare_outputs(cf, rf, "call", t);
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_NEAR(calls[0]["outputs"]["a"]["rel_err"].get<double>(), 0.1, 1e-12);
+  EXPECT_NEAR(calls[0]["rel_err"].get<double>(), 0.1, 1e-12);  // the call's worst output
   EXPECT_NEAR(calls[0]["outputs"]["a"]["elem_err"].get<double>(), 0.125, 1e-12);
   EXPECT_EQ(calls[1]["outputs"]["a"]["rel_err"].get<double>(), 0.0);
   EXPECT_NEAR(t.worst, 0.1, 1e-12);

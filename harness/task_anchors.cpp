@@ -1,0 +1,18 @@
+// task_anchors.cpp: the anchors of a report's task, from the registry (task_anchors.h).
+#include "harness/task_anchors.h"
+
+#include "harness/task.h"
+
+namespace nibble {
+
+std::vector<TimeAnchor> task_time_anchors(const std::string& task, const std::string& config, const std::string& gpu) {
+  const Task* t = task_or_null(task);
+  return t ? t->time_anchors(config, gpu) : std::vector<TimeAnchor>{};
+}
+
+std::vector<ErrorAnchor> task_error_anchors(const std::string& task, const std::string& config) {
+  const Task* t = task_or_null(task);
+  return t ? t->error_anchors(config) : std::vector<ErrorAnchor>{};
+}
+
+}  // namespace nibble
