@@ -31,7 +31,7 @@ nibble_add_gtest(gemm_guard SOURCES test_gemm_guard.cpp LIBS nibble_runtime LABE
 # GEMM cheats (tests/solutions/gemm_hostile.cu, one .so per behaviour) on the baseline, its exports
 # renamed. GradeGemmGpu.ReplayingTheFirstCallFails and .WorkBetweenTimedCallsIsInvalidTiming grade them.
 if(TARGET nibble_gemm_baseline)
-  add_library(hostile_gemm_baseline_core OBJECT ${PROJECT_SOURCE_DIR}/solutions/gemm_baseline/gemm_baseline.cu)
+  add_library(hostile_gemm_baseline_core OBJECT ${PROJECT_SOURCE_DIR}/solutions/gemm_fp4/baseline/gemm_baseline.cu)
   target_include_directories(hostile_gemm_baseline_core PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
   target_compile_definitions(hostile_gemm_baseline_core PRIVATE
     nibble_abi_version=gemm_baseline_abi_version

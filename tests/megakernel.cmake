@@ -1,4 +1,4 @@
-# Tests of solutions/megakernel, included by tests/CMakeLists.txt.
+# Tests of solutions/decode/megakernel, included by tests/CMakeLists.txt.
 
 # megakernel: the GEMV and attention stages alone at shapes that break them (odd rows, one group,
 # partial tiles split between warps, few blocks; chunk edges, 1..4 query heads per KV head) against
@@ -15,7 +15,7 @@ nibble_add_gtest(megakernel_abi
   LABELS cpu)
 add_dependencies(test_megakernel_abi nibble_megakernel)
 # gemv_plan is host code in megakernel.h (which names CUDA types): its headers, no CUDA library.
-target_include_directories(test_megakernel_abi PRIVATE ${PROJECT_SOURCE_DIR}/solutions/megakernel
+target_include_directories(test_megakernel_abi PRIVATE ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel
                                                        ${CUDAToolkit_INCLUDE_DIRS})
 # megakernel: the whole .so through the C ABI on the tiny fixture, against the fp64 oracle.
 nibble_add_gtest(megakernel_decode_tiny

@@ -1,5 +1,5 @@
 // test_gemm_fp4_sm90_layout.cpp: gemm_fp4_sm90's repacked layout and register decode
-// (solutions/gemm_fp4_sm90/fp4_frag.h) on the CPU, against the exact definition of every weight
+// (solutions/gemm_fp4/sm90/fp4_frag.h) on the CPU, against the exact definition of every weight
 // (fixtures/fp4.h nvfp4_dequant_at / mxfp4_dequant_at, what the oracle uses).
 //
 // For both formats and both k orders, random codes and scale bytes (NVFP4: every non-NaN e4m3 byte,
@@ -22,7 +22,7 @@
 
 #include "fixtures/bf16.h"
 #include "fixtures/fp4.h"
-#include "solutions/gemm_fp4_sm90/fp4_frag.h"
+#include "solutions/gemm_fp4/sm90/fp4_frag.h"
 
 namespace nibble::gemm_fp4_sm90 {
 namespace {

@@ -25,7 +25,7 @@
 //   m67-n300-k3080  the baseline's tiled kernel with a partial tile in M, N and K
 //   m17-n65-k202    the tiled kernel's smallest M, K % 32 = 10
 //
-// The tuned sm_90a solution (libnibble_gemm_fp4_sm90.so, solutions/gemm_fp4_sm90) is checked the
+// The tuned sm_90a solution (libnibble_gemm_fp4_sm90.so, solutions/gemm_fp4/sm90) is checked the
 // same way (1e-4: exact weights, bf16 products, fp32 tensor-core sums; expected ~1e-6; two runs
 // bitwise equal) on every kernel it picks by M, each at a residue shape (N = 3000 or 300, not a
 // multiple of 128; K = 3080, a partial last block; K = 202, K % 8 != 0): M = 1 and 3 (mma.sync,

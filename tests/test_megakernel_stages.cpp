@@ -1,4 +1,4 @@
-// test_megakernel_stages.cpp: the megakernel's stages alone (solutions/megakernel/blocks.cu) against
+// test_megakernel_stages.cpp: the megakernel's stages alone (solutions/decode/megakernel/blocks.cu) against
 // fp64 CPU references, at the shapes that break them, and the configs it declines.
 //
 // GEMV stage (repack.cu + int4_mma_gemv.cuh): rows in {1, 3, 17, 733} (one row of a 16-row tile, a

@@ -5,7 +5,7 @@
 # the stream kernel (KIND=stream), of the current default (mma) and of cuBLAS bf16, plus the stream
 # kernel forced to split 2 / 4 / 8 at two shapes: 48 grades of ~2.5 s and ~45 s of test, ~3 min.
 #
-#   solutions/gemm_fp4_sm90/run_stream.sh BUILD_DIR [COMMIT]
+#   solutions/gemm_fp4/sm90/run_stream.sh BUILD_DIR [COMMIT]
 # BUILD_DIR needs bin/, lib/ and tests/test_gemm_solutions_gpu (a build made on the CPU machine runs
 # there unchanged). Output: $OUT/gputest.log, $OUT/reports.tar and the table on stdout (run_h200.sh).
 set -u

@@ -57,8 +57,8 @@
 #include "solutions/common/abi_util.h"
 #include "solutions/common/gemm_abi_util.h"
 #include "solutions/common/sm90_async.cuh"
-#include "solutions/gemm_fp4_sm90/fp4_frag.h"
-#include "solutions/gemm_fp4_sm90/wgmma_rs.cuh"
+#include "solutions/gemm_fp4/sm90/fp4_frag.h"
+#include "solutions/gemm_fp4/sm90/wgmma_rs.cuh"
 
 namespace nibble::gemm_fp4_sm90 {
 namespace {

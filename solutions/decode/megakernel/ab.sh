@@ -2,11 +2,11 @@
 # ab.sh: A/B of the megakernel's env switches on the H200 (NOTES.md), each a full-config grade of
 # seed 0 in one call, untraced (TRACE=1: traced too, the trace tables appended to $OUT/traces.txt;
 # the trace's clocks and counters slow the step, so compare traced with traced only).
-#   OUT=dir bash solutions/megakernel/ab.sh "NIBBLE_MK_PFENCE=0" "NIBBLE_MK_PFENCE=1" ...
+#   OUT=dir bash solutions/decode/megakernel/ab.sh "NIBBLE_MK_PFENCE=0" "NIBBLE_MK_PFENCE=1" ...
 # An argument may set several switches: "NIBBLE_MK_PFENCE=0 NIBBLE_MK_FLUSH=0".
 set -u
 B=${B:-build-hopper}
-[ $# -gt 0 ] || { echo "usage: OUT=dir bash solutions/megakernel/ab.sh \"NIBBLE_MK_X=0\" \"NIBBLE_MK_X=1\" ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: OUT=dir bash solutions/decode/megakernel/ab.sh \"NIBBLE_MK_X=0\" \"NIBBLE_MK_X=1\" ..." >&2; exit 2; }
 OUT=${OUT:-out-ab}
 mkdir -p "$OUT" || exit 2
 [ -x "$B/bin/nibble" ] || { echo "ab.sh: $B/bin/nibble not found: build first (cmake --preset hopper)" >&2; exit 2; }

@@ -59,7 +59,7 @@ if has ab; then
   for round in 1 2; do
     for cfg in "${cfgs[@]}"; do
       cfg=$(echo "$cfg" | xargs)  # trim
-      OUT="$OUT/ab/r$round" B=$B bash solutions/megakernel/ab.sh "$cfg" 2>&1 | sed "s/^/[round $round] /" | tee -a "$OUT/log.txt"
+      OUT="$OUT/ab/r$round" B=$B bash solutions/decode/megakernel/ab.sh "$cfg" 2>&1 | sed "s/^/[round $round] /" | tee -a "$OUT/log.txt"
       [ "${PIPESTATUS[0]}" -eq 0 ] || failed=$((failed + 1))
     done
   done
