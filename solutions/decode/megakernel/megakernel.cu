@@ -20,6 +20,7 @@
 #include "megakernel.h"
 #include "nibble/nibble.h"
 #include "solutions/common/abi_util.h"
+#include "solutions/common/export.h"
 
 namespace nibble::megakernel {
 
@@ -232,8 +233,7 @@ void require_aligned(const void* p, const std::string& name) {
     fail(NIBBLE_ERR_INVALID_ARGUMENT, "tensor '" + name + "' is not 16-byte aligned");
 }
 
-void build(const nibble_decode_model* model, cudaStream_t stream, void** handle) {
-  if (!model || !handle) fail(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: model and handle must not be NULL");
+std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stream) {
   if (model->struct_size < sizeof(nibble_decode_model))
     fail(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: nibble_decode_model.struct_size is smaller than this solution's");
   if (!model->task || std::strcmp(model->task, "megakernel-int4-weight-decode") != 0)
@@ -511,7 +511,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     SOL_CUDA(cudaMemsetAsync(mdl->trace_gemv.get(), 0, 5 * kGemvStats * 8, stream));
     P.trace_gemv = reinterpret_cast<unsigned long long*>(mdl->trace_gemv.get());
   }
-  *handle = mdl.release();
+  return mdl;
 }
 
 void step(Model& m, const nibble_tensor* token_ids, int32_t pos, nibble_tensor* logits, cudaStream_t stream) {
@@ -561,45 +561,18 @@ void step(Model& m, const nibble_tensor* token_ids, int32_t pos, nibble_tensor* 
   }
 }
 
+/** After the stream is drained (export.h): write the trace if one was asked for, free every
+ *  buffer, checked. */
+void teardown(Model& m, cudaStream_t) {
+  if (m.trace.get()) write_trace(m);
+  m.trace.release();
+  m.trace_gemv.release();
+  m.weights.release();
+  m.scratch.release();
+}
+
 }  // namespace
 }  // namespace nibble::megakernel
 
-using nibble::megakernel::Model;
-
-extern "C" {
-
-NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
-
-NIBBLE_EXPORT const char* nibble_solution_name(void) { return "megakernel"; }
-
-NIBBLE_EXPORT nibble_status nibble_decode_build_model(const nibble_decode_model* model, void* stream, void** handle,
-                                                      nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (handle) *handle = nullptr;
-    nibble::megakernel::build(model, static_cast<cudaStream_t>(stream), handle);
-  });
-}
-
-NIBBLE_EXPORT nibble_status nibble_decode_step(void* handle, const nibble_tensor* token_ids, int32_t pos,
-                                               nibble_tensor* logits, void* stream, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: NULL handle");
-    nibble::megakernel::step(*static_cast<Model*>(handle), token_ids, pos, logits, static_cast<cudaStream_t>(stream));
-  });
-}
-
-NIBBLE_EXPORT nibble_status nibble_decode_teardown(void* handle, void* stream, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) return;
-    std::unique_ptr<Model> m(static_cast<Model*>(handle));
-    // Work still queued on the stream may read the buffers: wait for it before freeing.
-    SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-    if (m->trace.get()) nibble::megakernel::write_trace(*m);
-    m->trace.release();
-    m->trace_gemv.release();
-    m->weights.release();
-    m->scratch.release();
-  });
-}
-
-}  // extern "C"
+NIBBLE_DECODE_SOLUTION("megakernel", nibble::megakernel::build, nibble::megakernel::step,
+                       nibble::megakernel::teardown);

@@ -24,6 +24,7 @@
 #include "kernels.h"
 #include "nibble/nibble.h"
 #include "solutions/common/abi_util.h"
+#include "solutions/common/export.h"
 
 namespace nibble::unfused {
 namespace {
@@ -151,8 +152,7 @@ QuantTriple quant(const nibble_decode_model* m, const std::string& name, int64_t
 
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-void build(const nibble_decode_model* model, cudaStream_t stream, void** handle) {
-  if (!model || !handle) fail(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: model and handle must not be NULL");
+std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stream) {
   if (model->struct_size < sizeof(nibble_decode_model))
     fail(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: nibble_decode_model.struct_size is smaller than this solution's");
   if (!model->task || std::strcmp(model->task, "megakernel-int4-weight-decode") != 0)
@@ -227,7 +227,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
     }
   SOL_CUDA(cudaMemcpyAsync(mdl->rope, rope.data(), n_rope * sizeof(float2), cudaMemcpyHostToDevice, stream));
   SOL_CUDA(cudaStreamSynchronize(stream));  // the host table goes out of scope
-  *handle = mdl.release();
+  return mdl;
 }
 
 void step(Model& m, const nibble_tensor* token_ids, int32_t pos, nibble_tensor* logits, cudaStream_t stream) {
@@ -291,41 +291,10 @@ void step(Model& m, const nibble_tensor* token_ids, int32_t pos, nibble_tensor* 
   }
 }
 
+/** After the stream is drained (export.h): free the scratch, checked. */
+void teardown(Model& m, cudaStream_t) { m.scratch.release(); }
+
 }  // namespace
 }  // namespace nibble::unfused
 
-using nibble::unfused::Model;
-
-extern "C" {
-
-NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
-
-NIBBLE_EXPORT const char* nibble_solution_name(void) { return "unfused"; }
-
-NIBBLE_EXPORT nibble_status nibble_decode_build_model(const nibble_decode_model* model, void* stream, void** handle,
-                                                      nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (handle) *handle = nullptr;
-    nibble::unfused::build(model, static_cast<cudaStream_t>(stream), handle);
-  });
-}
-
-NIBBLE_EXPORT nibble_status nibble_decode_step(void* handle, const nibble_tensor* token_ids, int32_t pos,
-                                               nibble_tensor* logits, void* stream, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: NULL handle");
-    nibble::unfused::step(*static_cast<Model*>(handle), token_ids, pos, logits, static_cast<cudaStream_t>(stream));
-  });
-}
-
-NIBBLE_EXPORT nibble_status nibble_decode_teardown(void* handle, void* stream, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) return;
-    std::unique_ptr<Model> m(static_cast<Model*>(handle));
-    // Work still queued on the stream may read the scratch: wait for it before freeing.
-    SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-    m->scratch.release();
-  });
-}
-
-}  // extern "C"
+NIBBLE_DECODE_SOLUTION("unfused", nibble::unfused::build, nibble::unfused::step, nibble::unfused::teardown);

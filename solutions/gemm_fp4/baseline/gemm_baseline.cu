@@ -37,6 +37,7 @@
 #include "fixtures/bf16.h"
 #include "nibble/nibble_gemm.h"
 #include "solutions/common/abi_util.h"
+#include "solutions/common/export.h"
 #include "solutions/common/fp4_device.cuh"
 #include "solutions/common/gemm_abi_util.h"
 
@@ -249,55 +250,34 @@ struct Handle {
   sol::GemmProblem g;
 };
 
+/** Check the problem; nothing to allocate or repack (the kernels read the harness's W as it is). */
+std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t) {
+  auto h = std::make_unique<Handle>();
+  h->g = sol::parse_gemm_problem(problem);
+  return h;
+}
+
+void run(Handle& h, const nibble_tensor* A, nibble_tensor* C, cudaStream_t stream) {
+  const sol::GemmProblem& g = h.g;
+  Args a{};
+  sol::check_gemm_io(g, A, C, &a.A, &a.C);
+  a.packed = g.packed;
+  a.scale = g.scale;
+  a.M = int(g.M);
+  a.N = int(g.N);
+  a.K = int(g.K);
+  a.scale_cols = int(g.scale_cols);
+  a.block = g.block;
+  a.nvfp4 = g.nvfp4;
+  a.global = g.nvfp4 ? g.global_scale : 1.0f;
+  launch(a, stream);
+}
+
+/** Nothing but the handle to free (export.h deletes it). */
+void teardown(Handle&, cudaStream_t) {}
+
 }  // namespace
 }  // namespace nibble::gemm_baseline
 
-// ---- The C ABI ----------------------------------------------------------------------------------
-
-extern "C" {
-
-NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
-
-NIBBLE_EXPORT int32_t nibble_gemm_abi_version(void) { return NIBBLE_GEMM_ABI_VERSION; }
-
-NIBBLE_EXPORT const char* nibble_solution_name(void) { return "gemm-baseline"; }
-
-NIBBLE_EXPORT nibble_status nibble_gemm_prepare(const nibble_gemm_problem* problem, void* stream, void** handle,
-                                                nibble_error* err) {
-  (void)stream;  // nothing to do on the GPU
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "prepare: null handle");
-    auto h = std::make_unique<nibble::gemm_baseline::Handle>();
-    h->g = nibble::sol::parse_gemm_problem(problem);
-    *handle = h.release();
-  });
-}
-
-NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A, nibble_tensor* C, void* stream,
-                                            nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "run: null handle");
-    const nibble::sol::GemmProblem& g = static_cast<nibble::gemm_baseline::Handle*>(handle)->g;
-    nibble::gemm_baseline::Args a{};
-    nibble::sol::check_gemm_io(g, A, C, &a.A, &a.C);
-    a.packed = g.packed;
-    a.scale = g.scale;
-    a.M = int(g.M);
-    a.N = int(g.N);
-    a.K = int(g.K);
-    a.scale_cols = int(g.scale_cols);
-    a.block = g.block;
-    a.nvfp4 = g.nvfp4;
-    a.global = g.nvfp4 ? g.global_scale : 1.0f;
-    nibble::gemm_baseline::launch(a, static_cast<cudaStream_t>(stream));
-  });
-}
-
-NIBBLE_EXPORT nibble_status nibble_gemm_teardown(void* handle, void* stream, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    std::unique_ptr<nibble::gemm_baseline::Handle> h(static_cast<nibble::gemm_baseline::Handle*>(handle));
-    if (h) SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-  });
-}
-
-}  // extern "C"
+NIBBLE_GEMM_SOLUTION("gemm-baseline", nibble::gemm_baseline::prepare, nibble::gemm_baseline::run,
+                     nibble::gemm_baseline::teardown);

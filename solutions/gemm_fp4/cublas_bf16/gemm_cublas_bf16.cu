@@ -26,6 +26,7 @@
 #include "nibble/nibble_gemm.h"
 #include "solutions/common/abi_util.h"
 #include "solutions/common/cublas_check.h"
+#include "solutions/common/export.h"
 #include "solutions/common/fp4_device.cuh"
 #include "solutions/common/gemm_abi_util.h"
 
@@ -70,8 +71,7 @@ struct Handle {
   }
 };
 
-void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** handle) {
-  if (!handle) throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "prepare: null handle");
+std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t stream) {
   auto h = std::make_unique<Handle>();
   h->g = sol::parse_gemm_problem(problem);
   const sol::GemmProblem& g = h->g;
@@ -87,7 +87,7 @@ void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** han
                                                         h->Wb);
   SOL_CHECK_LAUNCH();
   SOL_CUDA(cudaStreamSynchronize(stream));
-  *handle = h.release();
+  return h;
 }
 
 void run(Handle& h, const nibble_tensor* A, nibble_tensor* C, cudaStream_t stream) {
@@ -104,41 +104,11 @@ void run(Handle& h, const nibble_tensor* A, nibble_tensor* C, cudaStream_t strea
                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+/** After the stream is drained (export.h): the cuBLAS handle and the bf16 weights, checked. */
+void teardown(Handle& h, cudaStream_t) { h.release(); }
+
 }  // namespace
 }  // namespace nibble::gemm_cublas_bf16
 
-// ---- The C ABI ----------------------------------------------------------------------------------
-
-extern "C" {
-
-NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
-
-NIBBLE_EXPORT int32_t nibble_gemm_abi_version(void) { return NIBBLE_GEMM_ABI_VERSION; }
-
-NIBBLE_EXPORT const char* nibble_solution_name(void) { return "cublas-bf16-predequantised"; }
-
-NIBBLE_EXPORT nibble_status nibble_gemm_prepare(const nibble_gemm_problem* problem, void* stream, void** handle,
-                                                nibble_error* err) {
-  return nibble::sol::abi_guard(
-      err, [&] { nibble::gemm_cublas_bf16::prepare(problem, static_cast<cudaStream_t>(stream), handle); });
-}
-
-NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A, nibble_tensor* C, void* stream,
-                                            nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "run: null handle");
-    nibble::gemm_cublas_bf16::run(*static_cast<nibble::gemm_cublas_bf16::Handle*>(handle), A, C,
-                                  static_cast<cudaStream_t>(stream));
-  });
-}
-
-NIBBLE_EXPORT nibble_status nibble_gemm_teardown(void* handle, void* stream, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) return;
-    std::unique_ptr<nibble::gemm_cublas_bf16::Handle> h(static_cast<nibble::gemm_cublas_bf16::Handle*>(handle));
-    SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-    h->release();
-  });
-}
-
-}  // extern "C"
+NIBBLE_GEMM_SOLUTION("cublas-bf16-predequantised", nibble::gemm_cublas_bf16::prepare, nibble::gemm_cublas_bf16::run,
+                     nibble::gemm_cublas_bf16::teardown);

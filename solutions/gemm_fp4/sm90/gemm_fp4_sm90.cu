@@ -55,6 +55,7 @@
 
 #include "nibble/nibble_gemm.h"
 #include "solutions/common/abi_util.h"
+#include "solutions/common/export.h"
 #include "solutions/common/gemm_abi_util.h"
 #include "solutions/common/sm90_async.cuh"
 #include "solutions/gemm_fp4/sm90/fp4_frag.h"
@@ -1386,8 +1387,9 @@ void write_mma_trace(const Handle& h) {
               {"entry", "warp 0 first codes landed", "warp 0 K loop done", "all warps done", "C written"}, title);
 }
 
-void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** handle) {
-  if (!handle) throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "prepare: null handle");
+/** Check the problem, pick the kernel by M, repack codes and scales into its layout (host, untimed).
+ *  NOT_SUPPORTED: not an sm_90 device, a NaN block scale, or M beyond the grid. */
+std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t stream) {
   auto h = std::make_unique<Handle>();
   h->g = sol::parse_gemm_problem(problem);
   const sol::GemmProblem& g = h->g;
@@ -1420,8 +1422,7 @@ void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** han
   SOL_CUDA(cudaStreamSynchronize(stream));
   if (h->kind == Kind::kStream) {
     upload_stream(*h, packed, scale, stream);
-    *handle = h.release();
-    return;
+    return h;
   }
   Repacked r;
   const std::string why = repack(g.nvfp4, g.N, g.K, packed.data(), scale.data(), g.global_scale, h->order, h->group, &r);
@@ -1441,61 +1442,31 @@ void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** han
     SOL_CUDA(cudaMemsetAsync(h->mma_trace, 0, n * 8, stream));
   }
   SOL_CUDA(cudaStreamSynchronize(stream));  // the host vectors go out of scope
-  *handle = h.release();
+  return h;
+}
+
+/** One GEMM: one kernel launch on `stream` (mma.sync for M <= 16, wgmma above; the stream kernel
+ *  when NIBBLE_FP4SM90_KIND=stream). */
+void run(Handle& h, const nibble_tensor* A, nibble_tensor* C, cudaStream_t stream) {
+  const uint16_t* a = nullptr;
+  float* c = nullptr;
+  sol::check_gemm_io(h.g, A, C, &a, &c);
+  if (h.g.nvfp4)
+    launch<true>(h, a, c, stream);
+  else
+    launch<false>(h, a, c, stream);
+}
+
+/** After the stream is drained (export.h): write the trace if one was asked for, free the repacked
+ *  weights, checked. */
+void teardown(Handle& h, cudaStream_t) {
+  if (h.sa.trace && h.kind == Kind::kStream) write_stream_trace(h);
+  if (h.mma_trace && h.kind == Kind::kMma) write_mma_trace(h);
+  h.mem.release();
 }
 
 }  // namespace
 }  // namespace nibble::gemm_fp4_sm90
 
-// ---- The C ABI ----------------------------------------------------------------------------------
-
-extern "C" {
-
-/** The nibble.h ABI version this library was built against (NIBBLE_ABI_VERSION). */
-NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
-
-/** The GEMM ABI version (NIBBLE_GEMM_ABI_VERSION). */
-NIBBLE_EXPORT int32_t nibble_gemm_abi_version(void) { return NIBBLE_GEMM_ABI_VERSION; }
-
-/** The name reports show: "gemm-fp4-sm90". */
-NIBBLE_EXPORT const char* nibble_solution_name(void) { return "gemm-fp4-sm90"; }
-
-/** Check the problem, pick the kernel by M, repack codes and scales into its layout (host, untimed).
- *  NOT_SUPPORTED: not an sm_90 device, a NaN block scale, or M beyond the grid. */
-NIBBLE_EXPORT nibble_status nibble_gemm_prepare(const nibble_gemm_problem* problem, void* stream, void** handle,
-                                                nibble_error* err) {
-  return nibble::sol::abi_guard(
-      err, [&] { nibble::gemm_fp4_sm90::prepare(problem, static_cast<cudaStream_t>(stream), handle); });
-}
-
-/** One GEMM: one kernel launch on `stream` (mma.sync for M <= 16, wgmma above; the stream kernel
- *  when NIBBLE_FP4SM90_KIND=stream). */
-NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A, nibble_tensor* C, void* stream,
-                                            nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "run: null handle");
-    auto& h = *static_cast<nibble::gemm_fp4_sm90::Handle*>(handle);
-    const uint16_t* a = nullptr;
-    float* c = nullptr;
-    nibble::sol::check_gemm_io(h.g, A, C, &a, &c);
-    const cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (h.g.nvfp4)
-      nibble::gemm_fp4_sm90::launch<true>(h, a, c, s);
-    else
-      nibble::gemm_fp4_sm90::launch<false>(h, a, c, s);
-  });
-}
-
-/** Wait for the stream, free the repacked weights. */
-NIBBLE_EXPORT nibble_status nibble_gemm_teardown(void* handle, void* stream, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    std::unique_ptr<nibble::gemm_fp4_sm90::Handle> h(static_cast<nibble::gemm_fp4_sm90::Handle*>(handle));
-    if (!h) return;
-    SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-    if (h->sa.trace && h->kind == nibble::gemm_fp4_sm90::Kind::kStream) nibble::gemm_fp4_sm90::write_stream_trace(*h);
-    if (h->mma_trace && h->kind == nibble::gemm_fp4_sm90::Kind::kMma) nibble::gemm_fp4_sm90::write_mma_trace(*h);
-    h->mem.release();
-  });
-}
-
-}  // extern "C"
+NIBBLE_GEMM_SOLUTION("gemm-fp4-sm90", nibble::gemm_fp4_sm90::prepare, nibble::gemm_fp4_sm90::run,
+                     nibble::gemm_fp4_sm90::teardown);
