@@ -55,7 +55,7 @@ using sol::AbiFailure;
 constexpr cublasMath_t kMathMode = CUBLAS_PEDANTIC_MATH;
 
 /** The variant the next build_model builds: an index into decode_variants(), whose row 0 is the
- *  default "fp32" (tests/test_variants.cpp pins that). Process-wide; atomic so a selection racing a
+ *  default "fp32" (tests/decode/test_variants.cpp pins that). Process-wide; atomic so a selection racing a
  *  build is at worst applied to the next build. */
 std::atomic<size_t> g_variant{0};
 

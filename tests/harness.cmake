@@ -29,7 +29,6 @@ foreach(sol nibble_unfused nibble_gemm_reference nibble_gemm_baseline nibble_gem
 endforeach()
 nibble_add_gtest(calibrate_cpu SOURCES test_calibrate_cpu.cpp LIBS nibble_runtime LABELS cpu)
 add_dependencies(test_calibrate_cpu nibble)
-nibble_add_gtest(gemm_guard SOURCES test_gemm_guard.cpp LIBS nibble_runtime LABELS cpu)
 
 # GEMM cheats (tests/solutions/gemm_hostile.cu, one .so per behaviour) on the baseline, its exports
 # renamed. GradeGemmGpu.ReplayingTheFirstCallFails and .WorkBetweenTimedCallsIsInvalidTiming grade them.

@@ -34,7 +34,7 @@ if has build; then
   run 150 bash -c "cmake --preset hopper -DNIBBLE_BUILD_BENCH=ON >/dev/null && cmake --build --preset hopper -j16 --target nibble nibble_reference nibble_megakernel test_megakernel_stages test_megakernel_decode_tiny bench_megakernel_blocks bench_mma_latency 2>&1 | grep -E 'error|warning|Linking' " || { tail -40 "$OUT/log.txt"; exit 1; }
 fi
 has stages && run 90 $B/tests/test_megakernel_stages --gtest_brief=1
-if has tiny; then  # as the CTest entries (tests/megakernel.cmake)
+if has tiny; then  # as the CTest entries (tests/decode/megakernel.cmake)
   run 60 $B/tests/test_megakernel_decode_tiny
   run 60 env NIBBLE_MK_CHUNK=1:1 NIBBLE_MK_SPLIT=1 $B/tests/test_megakernel_decode_tiny
   run 60 env NIBBLE_MK_OCOMB=1 NIBBLE_MK_CHUNK=1:1 $B/tests/test_megakernel_decode_tiny

@@ -1,7 +1,7 @@
 // fp4_frag.h: the repacked weight layout of gemm_fp4_sm90 (both FP4 GEMM tasks, issue 7) and the
 // register decode that turns it into bf16 tensor-core A fragments. Host and device: the repack
 // runs on the host in prepare, the decode in the kernels, and the CPU test
-// (tests/test_gemm_fp4_sm90_layout.cpp) runs this same decode on the host against the oracle's
+// (tests/gemm_fp4/test_gemm_fp4_sm90_layout.cpp) runs this same decode on the host against the oracle's
 // definition of every weight.
 //
 // The GEMM is computed as C^T = W A^T: W's rows are the MMA's M side (16 rows per warp, a "slab"),

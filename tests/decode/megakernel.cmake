@@ -4,13 +4,13 @@
 # partial tiles split between warps, few blocks; chunk edges, 1..4 query heads per KV head) against
 # fp64, and the configs the solution declines.
 nibble_add_gtest(megakernel_stages
-  SOURCES test_megakernel_stages.cpp
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_megakernel_stages.cpp
   LIBS nibble_megakernel_kernels CUDA::cudart
   LABELS gpu)
 # megakernel: the .so's name and the configs it declines, through the C ABI (no GPU needed: the
 # config is checked before any CUDA call).
 nibble_add_gtest(megakernel_abi
-  SOURCES test_megakernel_abi.cpp
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_megakernel_abi.cpp
   LIBS nibble_runtime
   LABELS cpu)
 add_dependencies(test_megakernel_abi nibble_megakernel)
@@ -19,7 +19,7 @@ target_include_directories(test_megakernel_abi PRIVATE ${PROJECT_SOURCE_DIR}/sol
                                                        ${CUDAToolkit_INCLUDE_DIRS})
 # megakernel: the whole .so through the C ABI on the tiny fixture, against the fp64 oracle.
 nibble_add_gtest(megakernel_decode_tiny
-  SOURCES test_solution_decode_tiny.cpp
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_solution_decode_tiny.cpp
   LIBS nibble_runtime nibble_oracle nibble_fixtures
   LABELS gpu)
 # The test dlopens ${PROJECT_BINARY_DIR}/lib/libnibble_megakernel.so: build it with the test.

@@ -3,7 +3,7 @@
 # against the fp64 oracle.
 if(TARGET nibble_gemm_reference AND TARGET nibble_gemm_baseline AND TARGET nibble_gemm_cublas_bf16
    AND TARGET nibble_gemm_fp4_sm90 AND TARGET nibble_gemm_oracle)
-  nibble_add_gtest(gemm_solutions_gpu SOURCES test_gemm_solutions_gpu.cpp
+  nibble_add_gtest(gemm_solutions_gpu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_solutions_gpu.cpp
                    LIBS nibble_gemm_oracle nibble_fixtures CUDA::cudart ${CMAKE_DL_LIBS} LABELS gpu)
   # The test dlopens the .so's: build them first, and tell the test where they are.
   add_dependencies(test_gemm_solutions_gpu nibble_gemm_reference nibble_gemm_baseline nibble_gemm_cublas_bf16

@@ -1,5 +1,5 @@
 // test_solution_decode_tiny.cpp: a bundled solution .so through the C ABI against the fp64 oracle.
-// Compiled once per solution (tests/solutions.cmake, tests/megakernel.cmake) with
+// Compiled once per solution (tests/decode/solutions.cmake, tests/decode/megakernel.cmake) with
 // NIBBLE_SOLUTION = its target's name ("unfused", "megakernel").
 //
 // The tiny config (2 layers, d 256, ffn 512, 4 q / 2 kv heads, hd 64, vocab 1000), fixture seed 0,
