@@ -17,15 +17,8 @@ add_dependencies(test_megakernel_abi nibble_megakernel)
 # gemv_plan is host code in megakernel.h (which names CUDA types): its headers, no CUDA library.
 target_include_directories(test_megakernel_abi PRIVATE ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel
                                                        ${CUDAToolkit_INCLUDE_DIRS})
-# megakernel: the whole .so through the C ABI on the tiny fixture, against the fp64 oracle.
-nibble_add_gtest(megakernel_decode_tiny
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_solution_decode_tiny.cpp
-  LIBS nibble_runtime nibble_oracle nibble_fixtures
-  LABELS gpu)
-# The test dlopens ${PROJECT_BINARY_DIR}/lib/libnibble_megakernel.so: build it with the test.
-add_dependencies(test_megakernel_decode_tiny nibble_megakernel)
-target_compile_definitions(test_megakernel_decode_tiny PRIVATE NIBBLE_SOLUTION="megakernel")
-# The same under the A/B switches whose code paths the default run does not take (NOTES.md):
+# test_megakernel_decode_tiny (decode/solutions.cmake, as for every bundled decode solution) again
+# under the A/B switches whose code paths the default run does not take (NOTES.md):
 #   group_major  o and down group-major (NIBBLE_MK_CHUNK=1:1): the tiny config's default chunks are
 #                all of its groups, so only this run covers the decode kernel's partial input
 #                builds ([g0, g1) of build_x_limbs and load_swiglu) and o-proj's wait for a subset
@@ -52,5 +45,5 @@ foreach(variant "group_major|NIBBLE_MK_CHUNK=1:1;NIBBLE_MK_SPLIT=1"
     SKIP_RETURN_CODE ${NIBBLE_TEST_SKIP_CODE}
     ENVIRONMENT "${env};NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
 endforeach()
-set_target_properties(test_megakernel_stages test_megakernel_decode_tiny test_megakernel_abi PROPERTIES
+set_target_properties(test_megakernel_stages test_megakernel_abi PROPERTIES
   CUDA_RUNTIME_LIBRARY Shared)

@@ -1,6 +1,7 @@
 // test_solution_decode_tiny.cpp: a bundled solution .so through the C ABI against the fp64 oracle.
-// Compiled once per solution (tests/decode/solutions.cmake, tests/decode/megakernel.cmake) with
-// NIBBLE_SOLUTION = its target's name ("unfused", "megakernel").
+// Compiled once per bundled decode solution (tests/decode/solutions.cmake) with
+// NIBBLE_SOLUTION_TARGET = its CMake target ("nibble_unfused"), whose .so and architectures come
+// from bundled_solutions.h; skipped, with the reason, on a GPU the .so is not built for.
 //
 // The tiny config (2 layers, d 256, ffn 512, 4 q / 2 kv heads, hd 64, vocab 1000), fixture seed 0,
 // run exactly as the grader's child runs a solution (SolutionLibrary + DeviceModel + DecodeSession:
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bundled_solutions.h"
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
 #include "fixtures/task.h"
@@ -59,13 +61,11 @@ double bf16_relerr(const std::vector<uint16_t>& a, const std::vector<uint16_t>& 
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-std::string solution_path() {
-  const char* bin = std::getenv("NIBBLE_BINARY_DIR");
-  return std::string(bin && *bin ? bin : ".") + "/lib/libnibble_" NIBBLE_SOLUTION ".so";
-}
-
 TEST(SolutionDecodeTiny, MatchesOracleFor8Steps) {
   NIBBLE_REQUIRE_GPU();
+  const nibble::test::BundledSolution sol = nibble::test::bundled_solution(NIBBLE_SOLUTION_TARGET);
+  std::string why;
+  if (!nibble::test::runs_on_this_device(sol.cuda_architectures, &why)) GTEST_SKIP() << sol.target << ": " << why;
   using namespace nibble;
   const DecodeConfig cfg = decode_config("tiny");
   const auto& d = cfg.dims;
@@ -75,8 +75,9 @@ TEST(SolutionDecodeTiny, MatchesOracleFor8Steps) {
   DeviceModel dev(cfg, file);
   oracle::DecodeOracle oracle(cfg, file, /*threads=*/2);
 
-  const SolutionLibrary lib(solution_path());
-  EXPECT_EQ(lib.name(), NIBBLE_SOLUTION);
+  const SolutionLibrary lib(sol.path);
+  EXPECT_FALSE(lib.name().empty()) << sol.path << ": nibble_solution_name";
+  std::printf("%s: %s\n", sol.target, lib.name().c_str());
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
 

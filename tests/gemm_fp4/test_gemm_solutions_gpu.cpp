@@ -25,6 +25,10 @@
 //   m67-n300-k3080  the baseline's tiled kernel with a partial tile in M, N and K
 //   m17-n65-k202    the tiled kernel's smallest M, K % 32 = 10
 //
+// Every bundled GEMM solution (bundled_solutions.h: each nibble_add_solution(... FAMILY gemm_fp4)),
+// whatever it is, on the same configs: ABI versions, a name, every element of C written and finite
+// on both runs, and the error below the tasks' gate (1e-2); a .so not built for this GPU is skipped.
+//
 // The tuned sm_90a solution (libnibble_gemm_fp4_sm90.so, solutions/gemm_fp4/sm90) is checked the
 // same way (1e-4: exact weights, bf16 products, fp32 tensor-core sums; expected ~1e-6; two runs
 // bitwise equal) on every kernel it picks by M, each at a residue shape (N = 3000 or 300, not a
@@ -50,6 +54,7 @@
 #include <utility>
 #include <vector>
 
+#include "bundled_solutions.h"
 #include "fixtures/fixture.h"
 #include "fixtures/gemm_fixture.h"
 #include "fixtures/gemm_task.h"
@@ -67,6 +72,7 @@ constexpr double kBf16CapTol = 2e-2;        // cuBLAS bf16: at most this
 constexpr double kVariantTol = 1e-4;        // reference variant vs the oracle's same variant
 constexpr double kBf16VariantTol = 1e-2;    // ... for bf16_dequant_fp32_acc
 constexpr double kFp4Sm90Tol = 1e-4;        // gemm_fp4_sm90 vs the oracle
+constexpr double kGateTol = 1e-2;           // any bundled solution: the tasks' gate (nibble calibrate)
 constexpr uint64_t kSeed = 0;
 constexpr int kOracleThreads = 2;
 
@@ -173,27 +179,13 @@ std::string reference_so() {
   return lib_path("nibble_gemm_reference");
 #endif
 }
-std::string baseline_so() {
-#ifdef NIBBLE_GEMM_BASELINE_SO
-  return NIBBLE_GEMM_BASELINE_SO;
-#else
-  return lib_path("nibble_gemm_baseline");
-#endif
-}
-std::string cublas_bf16_so() {
-#ifdef NIBBLE_GEMM_CUBLAS_BF16_SO
-  return NIBBLE_GEMM_CUBLAS_BF16_SO;
-#else
-  return lib_path("nibble_gemm_cublas_bf16");
-#endif
-}
+/** The .so of bundled solution `target` (bundled_solutions.h). */
+std::string solution_so(const char* target) { return test::bundled_solution(target).path; }
 
-std::string fp4_sm90_so() {
-#ifdef NIBBLE_GEMM_FP4_SM90_SO
-  return NIBBLE_GEMM_FP4_SM90_SO;
-#else
-  return lib_path("nibble_gemm_fp4_sm90");
-#endif
+/** Empty when bundled solution `target` runs on this GPU, else why not. */
+std::string not_built_for_this_gpu(const char* target) {
+  std::string why;
+  return test::runs_on_this_device(test::bundled_solution(target).cuda_architectures, &why) ? "" : why;
 }
 
 /** Each library loaded once per process. */
@@ -348,7 +340,12 @@ void check_solution(const std::string& so, const char* want_name, const GpuGemmF
   }
   EXPECT_EQ(lib.abi_version(), NIBBLE_ABI_VERSION);
   EXPECT_EQ(lib.gemm_abi_version(), NIBBLE_GEMM_ABI_VERSION);
-  EXPECT_STREQ(lib.name(), want_name);
+  if (want_name)
+    EXPECT_STREQ(lib.name(), want_name);
+  else
+    want_name = lib.name();
+  ASSERT_NE(want_name, nullptr);
+  EXPECT_STRNE(want_name, "") << so << ": nibble_solution_name";
   std::vector<std::vector<float>> outs;
   drive(lib, fx, 2, &outs);
   if (::testing::Test::HasFatalFailure()) return;
@@ -377,11 +374,34 @@ TEST_P(GemmSolutions, ReferenceBaselineAndCublasBf16MatchTheOracle) {
   std::printf("oracle bf16_dequant_fp32_acc vs fp32: %.3e -> cuBLAS bf16 bound %.3e\n", bf16_row, bf16_tol);
 
   check_solution(reference_so(), "gemm-reference-fp32-cublas", fx, ref, kExactTol, false);
-  check_solution(baseline_so(), "gemm-baseline", fx, ref, kExactTol, true);
-  check_solution(cublas_bf16_so(), "cublas-bf16-predequantised", fx, ref, bf16_tol, false);
+  check_solution(solution_so("nibble_gemm_baseline"), "gemm-baseline", fx, ref, kExactTol, true);
+  check_solution(solution_so("nibble_gemm_cublas_bf16"), "cublas-bf16-predequantised", fx, ref, bf16_tol, false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, GemmSolutions, ::testing::ValuesIn(all_cases()), case_name);
+
+// ---- every bundled solution -----------------------------------------------------------------------
+
+class BundledGemmSolution : public ::testing::TestWithParam<std::tuple<test::BundledSolution, Case>> {};
+
+TEST_P(BundledGemmSolution, WritesEveryElementWithinTheGate) {
+  NIBBLE_REQUIRE_GPU();
+  const test::BundledSolution& sol = std::get<0>(GetParam());
+  const Case c = std::get<1>(GetParam());
+  if (const std::string why = not_built_for_this_gpu(sol.target); !why.empty()) GTEST_SKIP() << sol.target << ": " << why;
+  const GpuGemmFixture fx(c.task, c.config);
+  check_solution(sol.path, nullptr, fx, fx.oracle_c(), kGateTol, false);
+}
+
+std::string bundled_name(const ::testing::TestParamInfo<std::tuple<test::BundledSolution, Case>>& info) {
+  return std::string(std::get<0>(info.param).target) + "_" +
+         case_name(::testing::TestParamInfo<Case>(std::get<1>(info.param), info.index));
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, BundledGemmSolution,
+                         ::testing::Combine(::testing::ValuesIn(test::bundled_solutions("gemm_fp4")),
+                                            ::testing::ValuesIn(all_cases())),
+                         bundled_name);
 
 // ---- the tuned sm_90a solution ------------------------------------------------------------------
 
@@ -400,14 +420,11 @@ std::vector<Case> sm90_cases() {
 
 TEST_P(GemmFp4Sm90, MatchesTheOracle) {
   NIBBLE_REQUIRE_GPU();
-  int dev = 0;
-  cudaDeviceProp prop{};
-  cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
-  cuda_ok(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
-  if (prop.major != 9) GTEST_SKIP() << "gemm_fp4_sm90 is built for sm_90a; this GPU is sm_" << prop.major << prop.minor;
+  if (const std::string why = not_built_for_this_gpu("nibble_gemm_fp4_sm90"); !why.empty())
+    GTEST_SKIP() << "gemm_fp4_sm90: " << why;
   const Case c = GetParam();
   const GpuGemmFixture fx(c.task, c.config);
-  check_solution(fp4_sm90_so(), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
+  check_solution(solution_so("nibble_gemm_fp4_sm90"), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, GemmFp4Sm90, ::testing::ValuesIn(sm90_cases()), case_name);
@@ -445,11 +462,8 @@ class GemmFp4Sm90Forced : public ::testing::TestWithParam<std::tuple<const char*
 
 TEST_P(GemmFp4Sm90Forced, MatchesTheOracle) {
   NIBBLE_REQUIRE_GPU();
-  int dev = 0;
-  cudaDeviceProp prop{};
-  cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
-  cuda_ok(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
-  if (prop.major != 9) GTEST_SKIP() << "gemm_fp4_sm90 is built for sm_90a; this GPU is sm_" << prop.major << prop.minor;
+  if (const std::string why = not_built_for_this_gpu("nibble_gemm_fp4_sm90"); !why.empty())
+    GTEST_SKIP() << "gemm_fp4_sm90: " << why;
   const char* task = std::get<0>(GetParam());
   const Forced f = std::get<1>(GetParam());
   const GpuGemmFixture fx(task, f.config);
@@ -460,7 +474,7 @@ TEST_P(GemmFp4Sm90Forced, MatchesTheOracle) {
   set_or_unset("STAGES", f.stages);
   std::printf("forced kind %s split %s wtma %s grid %s stages %s\n", f.kind, *f.split ? f.split : "(auto)", f.wtma,
               f.grid, f.stages);
-  check_solution(fp4_sm90_so(), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
+  check_solution(solution_so("nibble_gemm_fp4_sm90"), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
   for (const char* v : {"KIND", "SPLIT", "WTMA", "GRID", "STAGES"}) set_or_unset(v, "");
 }
 
