@@ -1,5 +1,5 @@
 // bench_fence_latency.cu: what a bulk-copy weight stream in flight does to the latency of the small
-// synchronising operations of the megakernel (issue 6; solutions/megakernel/NOTES.md "v15"): the
+// synchronising operations of the megakernel (issue 6; solutions/decode/megakernel/NOTES.md "v15"): the
 // grid barrier's release (red.release.gpu), a fence, an L2 load, an atomic, a cp.async wait.
 //
 // One block of 16 warps per SM (the megakernel's shape). Each round, every warp but the last

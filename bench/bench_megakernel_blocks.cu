@@ -1,6 +1,6 @@
 // bench_megakernel_blocks.cu: the megakernel's building blocks in isolation (issue 6).
 //
-//   BM_Int4GemvAllLayers   the int4 GEMV stage (solutions/megakernel/int4_mma_gemv.cuh) over every
+//   BM_Int4GemvAllLayers   the int4 GEMV stage (solutions/decode/megakernel/int4_mma_gemv.cuh) over every
 //                          projection of all 28 layers at full size (qkv 5120x3072, o 3072x3072,
 //                          gate|up 16384x3072, down 3072x8192): 1.476 GB of codes + 92 MB of
 //                          metadata per iteration (o and down in the decode kernel's chunked unit

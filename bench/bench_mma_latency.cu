@@ -1,5 +1,5 @@
 // bench_mma_latency.cu: latency and throughput of the two mma.sync shapes the int4 GEMVs use
-// (issue 6; solutions/megakernel/NOTES.md "not yet checked (3)"): IMMA m16n8k32 u8 x s8 -> s32
+// (issue 6; solutions/decode/megakernel/NOTES.md "not yet checked (3)"): IMMA m16n8k32 u8 x s8 -> s32
 // (the megakernel since v5) and HMMA m16n8k16 bf16 -> fp32 (v4, the unfused solution).
 //
 //   BM_MmaLatency/<0 int8 | 1 bf16>      one warp, one dependent chain of 8192 mma (each waits for

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gemm-all.sh: grade every official shape of both FP4 GEMM tasks (issue 7: "Both tasks grade ... on
 # the H200 with every shape") for the given bundled solutions, one JSON report each, bundled into
-# $OUT/reports.tar, and a table of median us / TFLOP/s / TB/s / error (solutions/gemm_fp4_sm90/
+# $OUT/reports.tar, and a table of median us / TFLOP/s / TB/s / error (solutions/gemm_fp4/sm90/
 # run_h200.sh does the grading). The shapes come from `nibble configs`, so the list is the harness's.
 #   OUT=out scripts/gemm-all.sh [BUILD_DIR] [SOLUTION ...]     (default: build-hopper fp4_sm90 cublas_bf16)
 # About 2-4 s per grade on the H200: 2 tasks x 29 configs x 2 solutions fit one 10-minute device call.
@@ -43,4 +43,4 @@ runs=""
 while read -r task cfg; do
   for s in $SOLS; do runs="$runs $task:$cfg:$s"; done
 done <<<"$shapes"
-exec bash solutions/gemm_fp4_sm90/run_h200.sh "$B" "$COMMIT" "$runs" none
+exec bash solutions/gemm_fp4/sm90/run_h200.sh "$B" "$COMMIT" "$runs" none

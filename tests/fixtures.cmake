@@ -1,25 +1,6 @@
-# Fixture tests (label cpu): the quantiser, the RNG and thread-count independence, safetensors I/O,
-# the manifest, the pinned SHA-256 of the tiny fixture, and an independent numpy re-implementation
-# of the generator (tests/python/check_fixture.py).
-nibble_add_gtest(fixture_quantise SOURCES test_fixture_quantise.cpp LIBS nibble_fixtures LABELS cpu)
+# Fixture tests of the task-free pieces (label cpu): the RNG and thread-count independence,
+# safetensors I/O, the manifest. The decode fixture's own tests are in decode/fixtures.cmake, the
+# FP4 GEMM fixture's in gemm_fp4/gemm.cmake.
 nibble_add_gtest(fixture_rng SOURCES test_fixture_rng.cpp LIBS nibble_fixtures LABELS cpu)
 nibble_add_gtest(fixture_safetensors SOURCES test_fixture_safetensors.cpp LIBS nibble_fixtures LABELS cpu)
 nibble_add_gtest(fixture_manifest SOURCES test_fixture_manifest.cpp LIBS nibble_fixtures LABELS cpu)
-nibble_add_gtest(fixture_pinned SOURCES test_fixture_pinned.cpp LIBS nibble_fixtures LABELS cpu)
-
-add_executable(fixture_tool fixture_tool.cpp)
-target_link_libraries(fixture_tool PRIVATE nibble_fixtures)
-
-# The Python cross-check. Without an interpreter the test still exists and fails with the fix,
-# rather than vanishing from the run.
-find_package(Python3 COMPONENTS Interpreter)
-if(Python3_Interpreter_FOUND)
-  add_test(NAME nibble.test.fixture_python
-           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/python/check_fixture.py
-                   --tool $<TARGET_FILE:fixture_tool>)
-else()
-  add_test(NAME nibble.test.fixture_python
-           COMMAND ${CMAKE_COMMAND} -E echo "python3 not found: run scripts/setup.sh")
-  set_tests_properties(nibble.test.fixture_python PROPERTIES FAIL_REGULAR_EXPRESSION "python3 not found")
-endif()
-set_tests_properties(nibble.test.fixture_python PROPERTIES LABELS cpu)

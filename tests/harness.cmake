@@ -14,19 +14,18 @@ nibble_add_gtest(stats SOURCES test_stats.cpp LIBS nibble_runtime LABELS cpu)
 nibble_add_gtest(process SOURCES test_process.cpp LIBS nibble_runtime LABELS cpu)
 nibble_add_gtest(solution_library SOURCES test_solution_library.cpp LIBS nibble_runtime LABELS cpu)
 add_dependencies(test_solution_library ${NIBBLE_BAD_SOLUTIONS})
+# solutions/common/export.h, the entry points every bundled solution exports, on the CPU.
+nibble_add_gtest(solution_export SOURCES test_solution_export.cpp LIBS CUDA::cudart LABELS cpu)
+target_include_directories(test_solution_export PRIVATE ${PROJECT_SOURCE_DIR}/include)
 nibble_add_gtest(cli SOURCES test_cli.cpp LIBS nibble_runtime LABELS cpu)
 nibble_add_gtest(provenance SOURCES test_provenance.cpp LIBS nibble_runtime LABELS cpu)
 add_dependencies(test_cli nibble ${NIBBLE_BAD_SOLUTIONS})
 nibble_add_gtest(grade_gpu SOURCES test_grade_gpu.cpp LIBS nibble_runtime LABELS "gpu;slow")
-add_dependencies(test_grade_gpu nibble nibble_reference ${NIBBLE_BAD_SOLUTIONS})
-foreach(sol nibble_unfused nibble_gemm_reference nibble_gemm_baseline nibble_gemm_cublas_bf16)
-  if(TARGET ${sol})
-    add_dependencies(test_grade_gpu ${sol})
-  endif()
-endforeach()
+add_dependencies(test_grade_gpu nibble nibble_reference nibble_gemm_reference ${NIBBLE_BAD_SOLUTIONS})
+# It grades every bundled solution of both families (bundled_solutions.h).
+nibble_test_needs_solutions(test_grade_gpu decode gemm_fp4)
 nibble_add_gtest(calibrate_cpu SOURCES test_calibrate_cpu.cpp LIBS nibble_runtime LABELS cpu)
 add_dependencies(test_calibrate_cpu nibble)
-nibble_add_gtest(gemm_guard SOURCES test_gemm_guard.cpp LIBS nibble_runtime LABELS cpu)
 # The verdict rules for every task of the registry, the parent-child protocol, the one comparison.
 nibble_add_gtest(verdict SOURCES test_verdict.cpp LIBS nibble_tasks LABELS cpu)
 nibble_add_gtest(protocol SOURCES test_protocol.cpp LIBS nibble_tasks LABELS cpu)
@@ -35,7 +34,7 @@ add_dependencies(test_protocol nibble)
 # GEMM cheats (tests/solutions/gemm_hostile.cu, one .so per behaviour) on the baseline, its exports
 # renamed. GradeGemmGpu.ReplayingTheFirstCallFails and .WorkBetweenTimedCallsIsInvalidTiming grade them.
 if(TARGET nibble_gemm_baseline)
-  add_library(hostile_gemm_baseline_core OBJECT ${PROJECT_SOURCE_DIR}/solutions/gemm_baseline/gemm_baseline.cu)
+  add_library(hostile_gemm_baseline_core OBJECT ${PROJECT_SOURCE_DIR}/solutions/gemm_fp4/baseline/gemm_baseline.cu)
   target_include_directories(hostile_gemm_baseline_core PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
   target_compile_definitions(hostile_gemm_baseline_core PRIVATE
     nibble_abi_version=gemm_baseline_abi_version

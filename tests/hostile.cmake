@@ -6,7 +6,7 @@
 # the README), nibble.test.hostile_gpu (whole grades; gpu, slow), nibble.test.hostile_readme, and the
 # fuzz target of the fixture readers (tests/fuzz/fuzz.cmake).
 set(NIBBLE_HOSTILE_DIR ${CMAKE_CURRENT_SOURCE_DIR}/hostile)
-set(NIBBLE_UNFUSED_DIR ${PROJECT_SOURCE_DIR}/solutions/unfused)
+set(NIBBLE_UNFUSED_DIR ${PROJECT_SOURCE_DIR}/solutions/decode/unfused)
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${NIBBLE_HOSTILE_DIR}/expectations.json)
 file(READ ${NIBBLE_HOSTILE_DIR}/expectations.json nibble_hostile_json)
 string(JSON nibble_hostile_n LENGTH "${nibble_hostile_json}" rows)
@@ -27,7 +27,7 @@ set_target_properties(hostile_unfused_core PROPERTIES
   POSITION_INDEPENDENT_CODE ON CUDA_RUNTIME_LIBRARY Shared
   CUDA_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
 
-# solutions/unfused/swiglu.cu as a fatbin for the project's architectures, embedded in a header:
+# solutions/decode/unfused/swiglu.cu as a fatbin for the project's architectures, embedded in a header:
 # the driver-API variant loads it with cuModuleLoadData at run time.
 set(nibble_hostile_gen ${CMAKE_CURRENT_BINARY_DIR}/hostile_gen)
 set(nibble_hostile_gencode)

@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
 
+#include "bundled_solutions.h"
 #include "fixtures/safetensors.h"
 #include "gpu_test_util.h"
 #include "harness/atomic_file.h"
@@ -73,14 +76,26 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   std::cout << g.output;
 }
 
-TEST(GradeGpu, UnfusedPasses) {
+// Every bundled decode solution (bundled_solutions.h) passes a timed grade; a .so not built for
+// this GPU is skipped with the reason.
+class GradeBundledDecodeGpu : public ::testing::TestWithParam<test::BundledSolution> {};
+
+TEST_P(GradeBundledDecodeGpu, Passes) {
   NIBBLE_REQUIRE_GPU();
-  const Graded g = grade(lib("nibble_unfused"), {"--min-rounds", "2", "--max-rounds", "3"});
+  const test::BundledSolution& sol = GetParam();
+  std::string why;
+  if (!test::runs_on_this_device(sol.cuda_architectures, &why)) GTEST_SKIP() << sol.target << ": " << why;
+  const Graded g = grade(sol.path, {"--min-rounds", "2", "--max-rounds", "3"});
   ASSERT_EQ(g.code, 0) << g.output;
   EXPECT_EQ(g.report["disposition"], "Passed");
   EXPECT_LT(g.report["correctness"]["worst_rel_err"].get<double>(), 1e-1);
   std::cout << g.output;
 }
+
+std::string target_name(const ::testing::TestParamInfo<test::BundledSolution>& info) { return info.param.target; }
+
+INSTANTIATE_TEST_SUITE_P(Solutions, GradeBundledDecodeGpu, ::testing::ValuesIn(test::bundled_solutions("decode")),
+                         target_name);
 
 TEST(GradeGpu, UnwrittenLogitsAreIncorrect) {
   NIBBLE_REQUIRE_GPU();
@@ -151,20 +166,45 @@ TEST(GradeGpu, HistoryAndGoogleBenchmarkJson) {
   EXPECT_EQ(iterations, 2 * 32);  // gpu span and host wall, one entry per timed call
 }
 
-// The FP4 GEMM tasks through the same grader: the bundled reference graded as a candidate and the
-// baseline pass on the tiny config; a decode-ABI library is refused for a GEMM task.
+// The FP4 GEMM tasks through the same grader: the bundled reference graded as a candidate and every
+// bundled GEMM solution (bundled_solutions.h; skipped on a GPU it is not built for) pass on the tiny
+// config; a decode-ABI library is refused for a GEMM task.
+void expect_gemm_pass(const std::string& so, const char* task) {
+  const Graded g = grade_gemm(so, task);
+  EXPECT_EQ(g.code, 0) << so << "\n" << g.output;
+  EXPECT_EQ(g.report["disposition"], "Passed") << so;
+  EXPECT_GT(g.report["timing"]["tflops"].get<double>(), 0.0) << so;
+  EXPECT_EQ(g.report["timing"]["gaps_with_foreign_kernels"], 0) << so;
+  std::cout << g.output;
+}
+
+class GradeBundledGemmGpu : public ::testing::TestWithParam<std::tuple<test::BundledSolution, const char*>> {};
+
+TEST_P(GradeBundledGemmGpu, Passes) {
+  NIBBLE_REQUIRE_GPU();
+  const test::BundledSolution& sol = std::get<0>(GetParam());
+  std::string why;
+  if (!test::runs_on_this_device(sol.cuda_architectures, &why)) GTEST_SKIP() << sol.target << ": " << why;
+  expect_gemm_pass(sol.path, std::get<1>(GetParam()));
+}
+
+std::string target_task_name(const ::testing::TestParamInfo<std::tuple<test::BundledSolution, const char*>>& info) {
+  std::string s = std::string(std::get<0>(info.param).target) + "_" + std::get<1>(info.param);
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Solutions, GradeBundledGemmGpu,
+                         ::testing::Combine(::testing::ValuesIn(test::bundled_solutions("gemm_fp4")),
+                                            ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4")),
+                         target_task_name);
+
 class GradeGemmGpu : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(GradeGemmGpu, ReferenceAndBaselinePassADecodeLibraryIsRefused) {
+TEST_P(GradeGemmGpu, ReferencePassesADecodeLibraryIsRefused) {
   NIBBLE_REQUIRE_GPU();
-  for (const char* so : {"nibble_gemm_reference", "nibble_gemm_baseline", "nibble_gemm_cublas_bf16"}) {
-    Graded g = grade_gemm(lib(so), GetParam());
-    EXPECT_EQ(g.code, 0) << so << "\n" << g.output;
-    EXPECT_EQ(g.report["disposition"], "Passed") << so;
-    EXPECT_GT(g.report["timing"]["tflops"].get<double>(), 0.0) << so;
-    EXPECT_EQ(g.report["timing"]["gaps_with_foreign_kernels"], 0) << so;
-    std::cout << g.output;
-  }
+  expect_gemm_pass(lib("nibble_gemm_reference"), GetParam());
   Graded g = grade(lib("nibble_unfused"), {"--task", GetParam(), "--seeds", "0", "--no-timing"});
   EXPECT_EQ(g.code, 1) << g.output;
   EXPECT_EQ(g.report["disposition"], "MissingSymbol");

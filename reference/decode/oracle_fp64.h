@@ -3,7 +3,7 @@
 // One decode step of the seed's model (megakernel_int4_weight_decode_spec.txt; the math is also
 // in include/nibble/nibble.h), computed in double precision on the CPU from the fixture's packed
 // bytes, written for clarity only. The fp32 cuBLAS reference (reference/decode/reference_abi.cu) is
-// checked against it on the `tiny` config (tests/test_reference_gpu.cpp); nothing here is fast.
+// checked against it on the `tiny` config (tests/decode/test_reference_gpu.cpp); nothing here is fast.
 //
 // What is exact and what is rounded:
 //   - dequantised weights (code - zero) * scale: exact in double (the bf16 scale converts exactly);

@@ -31,6 +31,7 @@
 #include "reference/decode/reference_options.h"
 #include "reference/decode/variants.h"
 #include "solutions/common/abi_util.h"
+#include "solutions/common/export.h"
 
 namespace nibble::ref {
 namespace {
@@ -54,7 +55,7 @@ using sol::AbiFailure;
 constexpr cublasMath_t kMathMode = CUBLAS_PEDANTIC_MATH;
 
 /** The variant the next build_model builds: an index into decode_variants(), whose row 0 is the
- *  default "fp32" (tests/test_variants.cpp pins that). Process-wide; atomic so a selection racing a
+ *  default "fp32" (tests/decode/test_variants.cpp pins that). Process-wide; atomic so a selection racing a
  *  build is at worst applied to the next build. */
 std::atomic<size_t> g_variant{0};
 
@@ -163,8 +164,7 @@ float* dequantise(Reference& r, const nibble_decode_model* model, const std::str
   return w;
 }
 
-void build(const nibble_decode_model* model, cudaStream_t stream, void** handle) {
-  if (!model || !handle) throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: null model or handle");
+std::unique_ptr<Reference> build(const nibble_decode_model* model, cudaStream_t stream) {
   check_config(model);
   auto r = std::make_unique<Reference>();
   r->cfg = model->cfg;
@@ -214,7 +214,7 @@ void build(const nibble_decode_model* model, cudaStream_t stream, void** handle)
 
   // Untimed: wait for the dequantisation so a fault is reported by build_model, not the first step.
   SOL_CUDA(cudaStreamSynchronize(stream));
-  *handle = r.release();
+  return r;
 }
 
 void check_io(const nibble_decode_config& c, const nibble_tensor* token_ids, const nibble_tensor* logits) {
@@ -278,16 +278,18 @@ void step(Reference& r, const nibble_tensor* token_ids, int32_t pos, nibble_tens
   linear(r, r.embed, c.vocab, c.d, r.a, out, 0.0f);  // tied LM head
 }
 
+/** After the stream is drained (export.h): the dequantised weights, scratch and cuBLAS, checked. */
+void teardown(Reference& r, cudaStream_t) { r.release(); }
+
 }  // namespace
 }  // namespace nibble::ref
 
 // ---- The C ABI --------------------------------------------------------------------------------
 
+NIBBLE_DECODE_SOLUTION("reference-fp32-cublas", nibble::ref::build, nibble::ref::step, nibble::ref::teardown);
+
+// The reference's own exports (reference/reference_options.h): the variant and the numerics sentence.
 extern "C" {
-
-NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
-
-NIBBLE_EXPORT const char* nibble_solution_name(void) { return "reference-fp32-cublas"; }
 
 NIBBLE_EXPORT const char* nibble_reference_numerics(void) {
   static const char* const kBase =
@@ -329,28 +331,5 @@ NIBBLE_EXPORT nibble_status nibble_reference_set_variant(const char* name, nibbl
 }
 
 NIBBLE_EXPORT const char* nibble_reference_variant(void) { return nibble::ref::selected_variant().name; }
-
-NIBBLE_EXPORT nibble_status nibble_decode_build_model(const nibble_decode_model* model, void* stream, void** handle,
-                                                      nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] { nibble::ref::build(model, static_cast<cudaStream_t>(stream), handle); });
-}
-
-NIBBLE_EXPORT nibble_status nibble_decode_step(void* handle, const nibble_tensor* token_ids, int32_t pos,
-                                               nibble_tensor* logits, void* stream, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: null handle");
-    nibble::ref::step(*static_cast<nibble::ref::Reference*>(handle), token_ids, pos, logits,
-                      static_cast<cudaStream_t>(stream));
-  });
-}
-
-NIBBLE_EXPORT nibble_status nibble_decode_teardown(void* handle, void* stream, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) return;  // nothing was built
-    std::unique_ptr<nibble::ref::Reference> r(static_cast<nibble::ref::Reference*>(handle));
-    SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-    r->release();
-  });
-}
 
 }  // extern "C"

@@ -40,6 +40,7 @@
 #include "reference/decode/reference_options.h"  // the extern "C" declarations of the reference's extra exports
 #include "solutions/common/abi_util.h"
 #include "solutions/common/cublas_check.h"
+#include "solutions/common/export.h"
 #include "solutions/common/gemm_abi_util.h"
 
 namespace nibble::gemmref {
@@ -161,8 +162,7 @@ struct Reference {
   }
 };
 
-void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** handle) {
-  if (!handle) throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "prepare: null handle");
+std::unique_ptr<Reference> prepare(const nibble_gemm_problem* problem, cudaStream_t stream) {
   auto r = std::make_unique<Reference>();
   r->g = sol::parse_gemm_problem(problem);
   const sol::GemmProblem& g = r->g;
@@ -186,7 +186,7 @@ void prepare(const nibble_gemm_problem* problem, cudaStream_t stream, void** han
   SOL_CHECK_LAUNCH();
   // Untimed: wait, so a fault is reported by prepare rather than the first run.
   SOL_CUDA(cudaStreamSynchronize(stream));
-  *handle = r.release();
+  return r;
 }
 
 void run(Reference& r, const nibble_tensor* A, nibble_tensor* C, cudaStream_t stream) {
@@ -208,18 +208,19 @@ void run(Reference& r, const nibble_tensor* A, nibble_tensor* C, cudaStream_t st
   }
 }
 
+/** After the stream is drained (export.h): the dequantised weights, scratch and cuBLAS, checked. */
+void teardown(Reference& r, cudaStream_t) { r.release(); }
+
 }  // namespace
 }  // namespace nibble::gemmref
 
 // ---- The C ABI ------------------------------------------------------------------------------------
 
+NIBBLE_GEMM_SOLUTION("gemm-reference-fp32-cublas", nibble::gemmref::prepare, nibble::gemmref::run,
+                     nibble::gemmref::teardown);
+
+// The reference's own exports (reference/reference_options.h): the variant and the numerics sentence.
 extern "C" {
-
-NIBBLE_EXPORT int32_t nibble_abi_version(void) { return NIBBLE_ABI_VERSION; }
-
-NIBBLE_EXPORT int32_t nibble_gemm_abi_version(void) { return NIBBLE_GEMM_ABI_VERSION; }
-
-NIBBLE_EXPORT const char* nibble_solution_name(void) { return "gemm-reference-fp32-cublas"; }
 
 NIBBLE_EXPORT const char* nibble_reference_numerics(void) {
   static const char* const kBase =
@@ -259,28 +260,5 @@ NIBBLE_EXPORT nibble_status nibble_reference_set_variant(const char* name, nibbl
 }
 
 NIBBLE_EXPORT const char* nibble_reference_variant(void) { return nibble::gemmref::selected_variant().name; }
-
-NIBBLE_EXPORT nibble_status nibble_gemm_prepare(const nibble_gemm_problem* problem, void* stream, void** handle,
-                                                nibble_error* err) {
-  return nibble::sol::abi_guard(err,
-                                [&] { nibble::gemmref::prepare(problem, static_cast<cudaStream_t>(stream), handle); });
-}
-
-NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A, nibble_tensor* C, void* stream,
-                                            nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "run: null handle");
-    nibble::gemmref::run(*static_cast<nibble::gemmref::Reference*>(handle), A, C, static_cast<cudaStream_t>(stream));
-  });
-}
-
-NIBBLE_EXPORT nibble_status nibble_gemm_teardown(void* handle, void* stream, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    if (!handle) return;
-    std::unique_ptr<nibble::gemmref::Reference> r(static_cast<nibble::gemmref::Reference*>(handle));
-    SOL_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
-    r->release();
-  });
-}
 
 }  // extern "C"

@@ -2,7 +2,7 @@
 //
 // The formats are fixtures/fp4.h's (OCP MX v1.0, OCP FP8 E4M3): these decoders build the fp32 bit
 // pattern with integer ops (the exponent-rebias trick), no table in memory, and are exact. The
-// definition they must agree with is reference/gemm_fp4/gemm_oracle.h's (tests/test_gemm_solutions_gpu.cpp
+// definition they must agree with is reference/gemm_fp4/gemm_oracle.h's (tests/gemm_fp4/test_gemm_solutions_gpu.cpp
 // compares every solution against it); the reference's own dequantisation (reference/
 // gemm_reference_kernels.cu) is written separately, as a table, for clarity.
 #pragma once

@@ -2,7 +2,7 @@
 // answer, or almost, one per compile definition HOSTILE_<NAME> (tests/hostile/expectations.json
 // lists them with the disposition each must get; tests/hostile.cmake builds one .so per row).
 //
-// Every one wraps the unfused solution: solutions/unfused/unfused.cu is compiled once more with its
+// Every one wraps the unfused solution: solutions/decode/unfused/unfused.cu is compiled once more with its
 // entry points renamed to unfused_decode_* (tests/hostile.cmake, target hostile_unfused_core), and
 // with its SwiGLU launcher renamed to hostile_launch_swiglu, defined here (the driver-API variant
 // launches that kernel through cuLaunchKernel; every other variant forwards to the unfused launcher).
@@ -36,7 +36,7 @@
 #include "nibble/nibble.h"
 
 #ifdef HOSTILE_DRIVER_API
-#include "hostile_swiglu_fatbin.h"  // generated: solutions/unfused/swiglu.cu as a fatbin (bin2c)
+#include "hostile_swiglu_fatbin.h"  // generated: solutions/decode/unfused/swiglu.cu as a fatbin (bin2c)
 #endif
 
 #ifndef HOSTILE_SLEEP_US
@@ -293,7 +293,7 @@ using namespace hostile;
 
 #ifdef HOSTILE_DRIVER_API
 // ---- The driver-API path ----------------------------------------------------------------------------
-// The fatbin of solutions/unfused/swiglu.cu is loaded at run time (cuModuleLoadData) and its kernel
+// The fatbin of solutions/decode/unfused/swiglu.cu is loaded at run time (cuModuleLoadData) and its kernel
 // found by name (cuModuleEnumerateFunctions + cuFuncGetName: it lives in an anonymous namespace,
 // so its mangled name is not written down anywhere).
 using PFN_LoadData = CUresult (*)(CUmodule*, const void*);

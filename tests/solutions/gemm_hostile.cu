@@ -1,5 +1,5 @@
 // gemm_hostile.cu: GEMM cheats the grader must catch, one .so per behaviour (tests/harness.cmake), on
-// top of the baseline (solutions/gemm_baseline, compiled again with its exports renamed
+// top of the baseline (solutions/gemm_fp4/baseline, compiled again with its exports renamed
 // gemm_baseline_*). test_grade_gpu's GradeGemmGpu cases grade them.
 //   HOSTILE_GEMM_REPLAY    (libhostile_gemm_replay.so) runs the baseline on its first call only,
 //                          keeps that C and A, and answers every later call from them: row m of C
