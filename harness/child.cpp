@@ -141,7 +141,8 @@ int run_job(const Job& job) {
       TimedRandom rng(tj.seed);
       TimingResult tr;
       tr.seed = tj.seed;
-      tr.seed_from = tj.seed ? "nibble grade --timing-seed" : "none: every draw from the OS after the build, when needed";
+      tr.seed_from = tj.seed ? "nibble grade --timing-seed: reproducible, and so predictable to a solution that reads it: not tamper-proof"
+                            : "none: every draw from the OS after the build, when needed";
       tr.calls_per_round = tj.calls_per_round;
       tr.stop_reason = "max rounds";
       OutputFile kept;
@@ -149,12 +150,10 @@ int run_job(const Job& job) {
       // Work between timed calls is in no window: TimedCalls judges every gap.
       timed->begin();
       for (int r = 0; r < tj.max_rounds; ++r) {
-        // Which calls of this round are re-checked against the reference: one at random, and each
-        // other with probability 1/8 (the outputs of the last round are kept).
-        std::vector<int> keep{int(rng() % uint64_t(tj.calls_per_round))};
-        for (int n = 0; n < tj.calls_per_round; ++n)
-          if (n != keep[0] && rng() % 8 == 0) keep.push_back(n);
-        std::sort(keep.begin(), keep.end());
+        // Which calls of this round are re-checked against the reference: each with probability
+        // 1/8, drawn after the call has returned (so no call can know whether it will be), and the
+        // last one when none before it was (the outputs of the last round are kept).
+        std::vector<int> keep;
         OutputFile round_kept;
         for (int n = 0; n < tj.calls_per_round; ++n) {
           session->stage_timed(n, rng);
@@ -178,8 +177,10 @@ int run_job(const Job& job) {
           tr.kernels.push_back(st.kernels);
           tr.memcpys.push_back(st.memcpys);
           tr.memsets.push_back(st.memsets);
-          const bool keep_n = std::binary_search(keep.begin(), keep.end(), n);
+          const bool keep_n = rng() % 8 == 0 || (keep.empty() && n == tj.calls_per_round - 1);
+          if (keep_n) keep.push_back(n);
           if (!session->timed_outputs(n, keep_n, round_kept)) ++tr.nonfinite_calls;
+          if (const std::string m = session->after_timed_call(); !m.empty()) return modified(m);
         }
         ++tr.rounds;
         kept = std::move(round_kept);
@@ -197,6 +198,7 @@ int run_job(const Job& job) {
       }
       kept.write(job.timed_outputs_fd, lib->name());
       if (const std::string m = intact("during the timed calls"); !m.empty()) return modified(m);
+      if (const std::string m = session->after_timing(); !m.empty()) return modified(m);
       tr.gaps_with_foreign_work = timed->gaps_with_foreign_kernels();
       tr.harness_kernels_per_gap = timed->harness_kernels_per_gap();
       tr.late_kernels = timed->late_kernels();

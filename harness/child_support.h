@@ -131,17 +131,21 @@ class L2Flusher {
     int dev = 0, l2 = 0;
     NIBBLE_CUDA_CALL(cudaGetDevice(&dev));
     NIBBLE_CUDA_CALL(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    NIBBLE_CUDA_CALL(cudaDeviceGetAttribute(&persisting_max_, cudaDevAttrMaxPersistingL2CacheSize, dev));
     buf_ = DeviceBuffer(size_t(std::max(l2, 1 << 20)) * 2);
   }
   void flush(cudaStream_t s) {
-    // Persisting lines (a solution may have set an access-policy window on its weights) become
-    // normal first, so the writes below can evict them.
+    // No persisting carve-out (a solution may have set cudaLimitPersistingL2CacheSize and an
+    // access-policy window on its weights), and persisting lines become normal, so the writes
+    // below evict them and nothing stays resident across calls.
+    if (persisting_max_ > 0) NIBBLE_CUDA_CALL(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0));
     NIBBLE_CUDA_CALL(cudaCtxResetPersistingL2Cache());
     NIBBLE_CUDA_CALL(cudaMemsetAsync(buf_.get(), int(++n_ & 0xff), buf_.bytes(), s));
   }
 
  private:
   DeviceBuffer buf_;
+  int persisting_max_ = 0;
   unsigned n_ = 0;
 };
 

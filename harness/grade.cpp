@@ -129,7 +129,9 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
 
 }  // namespace
 
-int grade_main(const GradeOptions& opt) {
+namespace {
+
+int grade_run(const GradeOptions& opt) {
   const auto t_start = std::chrono::steady_clock::now();
   const Log log{opt.quiet, isatty(STDERR_FILENO) != 0};
   const Task* task = nullptr;
@@ -348,7 +350,7 @@ int grade_main(const GradeOptions& opt) {
       {"after_each_call", "device synchronised inside the window"},
       {"between_calls", "a kernel between two timed calls beyond the harness's own (counted before the build) makes the grade InvalidTiming"},
       {"rounds", "calls_per_round calls per round; stop when the median moves less than 0.5% between rounds (after min rounds), at max rounds or the time budget"},
-      {"rechecked", "one call per round at random and each other with probability 1/8; those of the last round are recomputed by the reference"},
+      {"rechecked", "each call with probability 1/8, drawn after it returned (the round's last when none before it was); those of the last round are recomputed by the reference"},
       {"timed_seed", opt.seeds.front()}};
   const json task_protocol = task->timing_protocol();
   for (const auto& [k, val] : task_protocol.items()) timing_protocol[k] = val;
@@ -375,6 +377,32 @@ int grade_main(const GradeOptions& opt) {
   // 5. The summary a person reads (the same text `nibble report show` prints from the JSON).
   summary_stream(opt.out) << format_summary(graded_report_view(report), opt.out) << std::flush;
   return v.disposition == Disposition::Passed ? kExitPassed : kExitNotPassed;
+}
+
+}  // namespace
+
+int grade_main(const GradeOptions& opt) {
+  // Whatever a candidate did, it is a disposition inside grade_run; what is left here is a failure
+  // of the grader itself (its temporary folder is gone by now, RAII): it still leaves a report that
+  // says so, for a CI job that reads the report before the exit status.
+  try {
+    return grade_run(opt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble grade: the grader failed: %s\n", e.what());
+    try {
+      json report = document_header("nibble.report", opt.argv, opt.task, opt.config);
+      report["schema_version"] = kReportSchemaVersion;
+      report["correctness"] = json::object();
+      report["protocol"] = {{"parent_child", kProtocolVersion}};
+      report["disposition"] = "GraderFailed";
+      report["rule"] = "grader";
+      report["reason"] = std::string("the grader itself failed, not the candidate: ") + e.what();
+      write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    } catch (const std::exception& w) {
+      std::fprintf(stderr, "nibble grade: no report could be written either: %s\n", w.what());
+    }
+    return kExitGraderFailed;
+  }
 }
 
 }  // namespace nibble

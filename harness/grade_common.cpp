@@ -41,9 +41,11 @@ std::string ChildRun::describe_failure() const {
 
 ChildRun run_job_child(Job job, const std::string& dir, double timeout, const Log* log, const std::string& what) {
   ChildRun r;
+  (void)dir;
   try {
-    fs::create_directories(dir);
-    Channel job_ch("job"), result_ch("result");
+    // The child's stdout and stderr go to a memory file too: the grader writes nothing on disk for a
+    // child, so nothing a candidate puts in a folder can stand in the way of a grade.
+    Channel job_ch("job"), result_ch("result"), log_ch("log");
     r.outputs = std::make_shared<Channel>("outputs");
     r.timed_outputs = std::make_shared<Channel>("timed-outputs");
     job.result_fd = result_ch.fd();
@@ -52,8 +54,9 @@ ChildRun run_job_child(Job job, const std::string& dir, double timeout, const Lo
     write_channel(job_ch.fd(), nlohmann::json(job).dump());
     std::function<void(double)> tick;
     if (log) tick = [&](double sec) { log->progress(what + "  " + fmt(sec, 3) + " s"); };
-    r.exit = run_child({self_exe(), "__child", std::to_string(job_ch.fd())}, dir + "/log.txt", timeout, tick,
+    r.exit = run_child({self_exe(), "__child", std::to_string(job_ch.fd())}, log_ch.path(), timeout, tick,
                        {job_ch.fd(), result_ch.fd(), r.outputs->fd(), r.timed_outputs->fd()});
+    r.log_tail = file_tail(log_ch.path(), 3000);
     try {
       r.result = nlohmann::json::parse(read_channel(result_ch.fd())).get<Result>();
     } catch (const std::exception&) {
@@ -62,9 +65,7 @@ ChildRun run_job_child(Job job, const std::string& dir, double timeout, const Lo
   } catch (const std::exception& e) {
     r.exit.kind = ChildExit::SpawnFailed;
     r.log_tail = std::string("the grader could not start the child: ") + e.what();
-    return r;
   }
-  r.log_tail = file_tail(dir + "/log.txt", 3000);
   return r;
 }
 

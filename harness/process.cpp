@@ -22,7 +22,10 @@ std::string ChildExit::describe() const {
   switch (kind) {
     case Exited: return "exit status " + std::to_string(code);
     case Signaled: return "killed by signal " + std::to_string(code) + " (" + strsignal(code) + ")";
-    case TimedOut: return "timed out after " + std::to_string(int(seconds)) + " s and was killed";
+    case TimedOut:
+      return stopped ? "was stopped by a signal (SIGSTOP or SIGTSTP) for more than " + std::to_string(int(kStoppedSeconds)) +
+                           " s and was killed"
+                     : "timed out after " + std::to_string(int(seconds)) + " s and was killed";
     case SpawnFailed: return "could not be started";
   }
   return "?";
@@ -99,10 +102,30 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
   close(log_fd);
   setpgid(pid, pid);
   int status = 0;
-  double last_tick = 0;
+  double last_tick = 0, stopped_at = -1;
   for (;;) {
-    const pid_t w = waitpid(pid, &status, WNOHANG);
+    // WUNTRACED/WCONTINUED: a child stopped by a signal (SIGSTOP, SIGTSTP) is a hang the per-child
+    // timeout would only notice after minutes; a stop that lasts kStoppedSeconds ends it.
+    const pid_t w = waitpid(pid, &status, WNOHANG | WUNTRACED | WCONTINUED);
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (w == pid && WIFSTOPPED(status)) {
+      stopped_at = el;
+      continue;
+    }
+    if (w == pid && WIFCONTINUED(status)) {
+      stopped_at = -1;
+      continue;
+    }
+    if (stopped_at >= 0 && el - stopped_at > kStoppedSeconds) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      reap_descendants();
+      r.kind = ChildExit::TimedOut;
+      r.stopped = true;
+      r.seconds = el;
+      return r;
+    }
     if (w == pid) {
       r.seconds = el;
       if (WIFEXITED(status)) {

@@ -7,11 +7,16 @@
 
 namespace nibble {
 
+/** A child stopped by a signal for longer than this is killed as TimedOut (a stopped child never
+ *  finishes; the per-child timeout is minutes). */
+inline constexpr double kStoppedSeconds = 2.0;
+
 /** How a child ended. */
 struct ChildExit {
   enum Kind { Exited, Signaled, TimedOut, SpawnFailed } kind = SpawnFailed;
   int code = -1;         // exit status (Exited) or signal number (Signaled)
   double seconds = 0;    // wall time from spawn to reap
+  bool stopped = false;  // TimedOut because it stayed stopped by a signal (run_child's kStoppedSeconds)
   std::string describe() const;  // "exit status 3", "killed by signal 11 (Segmentation fault)", ...
 };
 

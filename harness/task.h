@@ -82,6 +82,12 @@ class Session {
   /** After timed call `n`: whether its outputs are finite (checked on every kept call at least),
    *  and when `keep`, its outputs added as "timed<n>.<output>". */
   virtual bool timed_outputs(int n, bool keep, OutputFile& out) = 0;
+  /** After each timed call, outside the window: "" or what the call changed that it may not (cheap
+   *  checks only: the token ids). */
+  virtual std::string after_timed_call() { return ""; }
+  /** After the timed rounds: "" or what they changed that they may not (the caches above the last
+   *  position). Once, not per round: its kernels would be GPU work in a gap between timed calls. */
+  virtual std::string after_timing() { return ""; }
   /** What the reference needs to recompute calls `kept` of the last round (Result::replay). */
   virtual nlohmann::json replay_spec(const std::vector<int>& kept) const = 0;
   /** Reference side: recompute the kept calls of `spec` into "timed<n>.<output>". */

@@ -73,7 +73,7 @@ const Graded& graded(const Row& r) {
   Graded g;
   g.argv = {bin + "/bin/nibble", "grade", "--config", "tiny", "--seeds", "0",
             "--solution", bin + "/tests/lib/libhostile_" + r.name + ".so", "--out", t.path() + "/report.json",
-            "--timeout", "300", "--timing-seed", "1", "-q"};
+            "--timeout", "300", "-q"};  // no --timing-seed: the timed calls' draws come from the OS, as by default
   if (r.timing == "none") g.argv.push_back("--no-timing");
   if (r.timing == "short") g.argv.insert(g.argv.end(), {"--min-rounds", "2", "--max-rounds", "2"});
   // One round of 32 calls (the row sleeps a second in each): stop at the first check of the budget.
@@ -235,9 +235,6 @@ TEST(HostileTiming, HonestLaunchPathsAgree) {
     } else if (r.compare == "double") {
       check(t.kernels == 2 * base.kernels, "twice the control's kernels expected");
       check(rb > 1.7 && rb < 2.3, "busy time should be about twice the control's");
-    } else if (r.compare == "no_faster") {
-      check(t.kernels == base.kernels, "the timer saw a different number of kernels per step");
-      check(rb > 0.9, "persisting L2 made the step faster: the reset before each call did not hold");
     }
     outcomes()[r.name].timing = ok ? 1 : 0;
   }

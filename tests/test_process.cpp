@@ -41,6 +41,20 @@ TEST(RunChild, WatchdogKillsAHangAndItsChildren) {
   EXPECT_LT(s, 5.0);
 }
 
+// A child that stops itself (SIGSTOP) never finishes: it is found in seconds, not at the timeout.
+TEST(RunChild, AStoppedChildIsKilledWithinSeconds) {
+  TempDir d;
+  const ChildExit e = run_child({"/bin/sh", "-c", "kill -STOP $$; echo never"}, d.path() + "/log.txt", 120);
+  EXPECT_EQ(e.kind, ChildExit::TimedOut);
+  EXPECT_TRUE(e.stopped);
+  EXPECT_LT(e.seconds, kStoppedSeconds + 5);
+  EXPECT_NE(e.describe().find("stopped"), std::string::npos) << e.describe();
+  // Stopped and continued again within the limit: not a hang.
+  const ChildExit c = run_child({"/bin/sh", "-c", "(sleep 0.5; kill -CONT $$) & kill -STOP $$; exit 3"}, d.path() + "/log2.txt", 60);
+  EXPECT_EQ(c.kind, ChildExit::Exited) << c.describe();
+  EXPECT_EQ(c.code, 3);
+}
+
 TEST(RunChild, MissingExecutableIsExit127) {
   TempDir t;
   const ChildExit e = run_child({"/nonexistent/program"}, t.path() + "/log", 10);

@@ -158,6 +158,17 @@ class DecodeRun final : public Session {
     return all_finite(logits.data(), logits.size());
   }
 
+  std::string after_timed_call() override {
+    return session_->tokens_intact() ? "" : "the candidate modified the token_ids buffer at pos " + std::to_string(pos_) + " (a timed step)";
+  }
+
+  std::string after_timing() override {
+    if (!police_) return "";
+    const std::string above = first_written_above(model_, pos_, harness_stream_);
+    return above.empty() ? "" : "the candidate wrote into '" + above + "' beyond slot pos = " + std::to_string(pos_) +
+                                    " during the timed steps (only slot pos may be appended)";
+  }
+
   json replay_spec(const std::vector<int>& kept) const override {
     const int last = kept.empty() ? -1 : *std::max_element(kept.begin(), kept.end());
     const std::vector<int64_t> tokens(round_tokens_.begin(), round_tokens_.begin() + int64_t(last + 1) * cfg_.dims.batch);

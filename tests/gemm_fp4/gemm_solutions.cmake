@@ -4,7 +4,7 @@
 # point and the tuned sm_90a solution each at its own tolerance.
 if(TARGET nibble_gemm_reference AND TARGET nibble_gemm_oracle)
   nibble_add_gtest(gemm_solutions_gpu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_solutions_gpu.cpp
-                   LIBS nibble_gemm_oracle nibble_fixtures CUDA::cudart ${CMAKE_DL_LIBS} LABELS gpu)
+                   LIBS nibble_gemm_oracle nibble_runtime nibble_fixtures CUDA::cudart ${CMAKE_DL_LIBS} LABELS gpu)
   # The test dlopens the .so's: build them first, and tell the test where the reference is.
   add_dependencies(test_gemm_solutions_gpu nibble_gemm_reference)
   nibble_test_needs_solutions(test_gemm_solutions_gpu gemm_fp4)

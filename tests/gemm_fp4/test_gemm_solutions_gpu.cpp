@@ -60,12 +60,19 @@
 #include "fixtures/gemm_fp4/gemm_config.h"
 #include "fixtures/safetensors.h"
 #include "gpu_test_util.h"
+#include "harness/stats.h"
 #include "nibble/nibble_gemm.h"
 #include "reference/gemm_fp4/gemm_oracle.h"
 #include "test_fixture_util.h"
 
 namespace nibble {
 namespace {
+
+/** ||out - ref||_2 / ||ref||_2 in fp64 (harness/stats.h, the gate's one implementation). */
+double vec_rel_err(const std::vector<double>& out, const std::vector<double>& ref) {
+  if (out.size() != ref.size()) throw std::invalid_argument("vec_rel_err: sizes differ");
+  return relative_error(out.data(), ref.data(), out.size());
+}
 
 constexpr double kExactTol = 1e-5;          // reference and baseline vs the oracle
 constexpr double kBf16CapTol = 2e-2;        // cuBLAS bf16: at most this
@@ -300,7 +307,7 @@ size_t non_finite(const std::vector<float>& c) {
 }
 
 double rel_err(const std::vector<float>& c, const std::vector<double>& ref) {
-  return oracle::relative_error(std::vector<double>(c.begin(), c.end()), ref);
+  return vec_rel_err(std::vector<double>(c.begin(), c.end()), ref);
 }
 
 // ---- parameterised over (task, config) ----------------------------------------------------------
@@ -369,7 +376,7 @@ TEST_P(GemmSolutions, ReferenceBaselineAndCublasBf16MatchTheOracle) {
   const std::vector<double> ref = fx.oracle_c();
   // The cuBLAS bf16 bound: twice what the oracle's own bf16 tensor-core row measures here.
   const double bf16_row =
-      oracle::relative_error(fx.oracle_c(oracle::find_gemm_variant(c.task, "bf16_dequant_fp32_acc").options), ref);
+      vec_rel_err(fx.oracle_c(oracle::find_gemm_variant(c.task, "bf16_dequant_fp32_acc").options), ref);
   const double bf16_tol = std::min(kBf16CapTol, 2.0 * bf16_row);
   std::printf("oracle bf16_dequant_fp32_acc vs fp32: %.3e -> cuBLAS bf16 bound %.3e\n", bf16_row, bf16_tol);
 
@@ -564,7 +571,7 @@ TEST_P(GemmReferenceVariants, EachVariantMatchesTheOraclesSameVariant) {
     const double e = rel_err(outs[0], want);
     std::printf("reference variant %-22s %-17s %-15s relerr vs oracle variant %.3e (tol %.0e); vs exact %.3e "
                 "(oracle variant vs exact %.3e)\n",
-                v.name, c.task, c.config, e, tol, rel_err(outs[0], exact), oracle::relative_error(want, exact));
+                v.name, c.task, c.config, e, tol, rel_err(outs[0], exact), vec_rel_err(want, exact));
     EXPECT_LT(e, tol) << v.name << " " << c.task << " " << c.config;
   }
   // Later tests in this process get the task's definition back.
