@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -240,6 +241,7 @@ int child_main(int job_fd) {
     std::fprintf(stderr, "nibble __child: the job is not readable: %s\n", e.what());
     return 2;
   }
+  close(job_fd);  // read once; a solution has no use for it
   if (job.protocol != kProtocolVersion) {
     std::fprintf(stderr, "nibble __child: job protocol %d, this nibble speaks %d\n", job.protocol, kProtocolVersion);
     return 2;
@@ -256,6 +258,7 @@ int child_main(int job_fd) {
   }
   try {
     write_channel(job.result_fd, nlohmann::json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    seal_channel(job.result_fd);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble probe: %s\n", e.what());
     return 3;

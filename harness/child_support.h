@@ -52,15 +52,23 @@ struct ResultWriter {
   int fd;
   Result r;
   std::mutex mu;
+  /** Writes the result at phase `p`; the last phases (done, failed) seal the channel, so nothing
+   *  that runs after (solution threads, exit handlers, destructors) can change what the parent reads. */
   void phase(const char* p) {
     // Nothing the solution started outside this process (a daemon reparented to us, the child
     // subreaper) may outlive a write of our results and rewrite them afterwards.
     reap_descendants();
     std::lock_guard<std::mutex> lock(mu);
+    if (sealed) return;
     r.phase = p;
     nlohmann::json j = r;
     write_channel(fd, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    if (r.phase == "done" || r.phase == "failed") {
+      seal_channel(fd);
+      sealed = true;
+    }
   }
+  bool sealed = false;
   /** Records the error (kind: load, solution, cuda, harness, timeout, input_modified), writes the
    *  result, returns `code` for the process to exit with. */
   int fail(ChildError e, int code) {
@@ -131,21 +139,25 @@ class L2Flusher {
     int dev = 0, l2 = 0;
     NIBBLE_CUDA_CALL(cudaGetDevice(&dev));
     NIBBLE_CUDA_CALL(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    NIBBLE_CUDA_CALL(cudaDeviceGetAttribute(&persisting_max_, cudaDevAttrMaxPersistingL2CacheSize, dev));
+    int persisting_max = 0;
+    NIBBLE_CUDA_CALL(cudaDeviceGetAttribute(&persisting_max, cudaDevAttrMaxPersistingL2CacheSize, dev));
+    // Where the limit cannot be set (no persisting L2; MPS clients), nothing can set it either.
+    carveout_settable_ = persisting_max > 0 && cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0) == cudaSuccess;
+    if (!carveout_settable_) (void)cudaGetLastError();
     buf_ = DeviceBuffer(size_t(std::max(l2, 1 << 20)) * 2);
   }
   void flush(cudaStream_t s) {
     // No persisting carve-out (a solution may have set cudaLimitPersistingL2CacheSize and an
     // access-policy window on its weights), and persisting lines become normal, so the writes
     // below evict them and nothing stays resident across calls.
-    if (persisting_max_ > 0) NIBBLE_CUDA_CALL(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0));
+    if (carveout_settable_) NIBBLE_CUDA_CALL(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0));
     NIBBLE_CUDA_CALL(cudaCtxResetPersistingL2Cache());
     NIBBLE_CUDA_CALL(cudaMemsetAsync(buf_.get(), int(++n_ & 0xff), buf_.bytes(), s));
   }
 
  private:
   DeviceBuffer buf_;
-  int persisting_max_ = 0;
+  bool carveout_settable_ = false;
   unsigned n_ = 0;
 };
 

@@ -36,6 +36,11 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
+/** A failure of the grader itself (its reference missing or failing), not of the candidate. */
+struct GraderError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 /** Where the candidate sits in the committed (or given) drop-the-feature table of this config, so a
  *  reader sees whether a pass is comfortable or marginal. Null when there is no table. */
 json calibration_context(const std::string& cal, double worst) {
@@ -147,11 +152,8 @@ int grade_run(const GradeOptions& opt) {
   const std::string exe = self_exe();
   const std::string reference = bundled_reference(exe, *task, opt.reference);
   const std::string solution = fs::absolute(opt.solution).string();
-  if (!fs::exists(reference)) {
-    std::fprintf(stderr, "nibble grade: the reference %s does not exist; build the project (scripts/test.sh) or pass --reference\n",
-                 reference.c_str());
-    return kExitGraderFailed;
-  }
+  if (!fs::exists(reference))
+    throw GraderError("the reference " + reference + " does not exist; build the project (scripts/test.sh) or pass --reference");
   TempDir work("nibble-grade");
   // A fixture the user named is checked before anything else (the cache is filled after the GPU
   // probe, so a machine without a GPU never builds gigabytes for nothing).
@@ -204,9 +206,7 @@ int grade_run(const GradeOptions& opt) {
   try {
     ref["sha256"] = sha256_file_hex(reference);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble grade: the reference %s cannot be read (%s); build the project or pass --reference\n",
-                 reference.c_str(), e.what());
-    return kExitGraderFailed;
+    throw GraderError("the reference " + reference + " cannot be read (" + e.what() + "); build the project or pass --reference");
   }
 
   Evidence ev;
@@ -249,6 +249,7 @@ int grade_run(const GradeOptions& opt) {
     wall["candidate_seed" + std::to_string(seed)] = since(t0);
     if (c.result) {
       sol["name"] = c.result->solution_name;
+      sol["numerics"] = c.result->numerics;
       sol["facts"] = json(c.result->facts);
     }
     if (!c.completed()) {
@@ -268,6 +269,13 @@ int grade_run(const GradeOptions& opt) {
       }
     }
     const bool have_timing = timed && c.result && c.result->timing;
+    // Nothing to compare (the candidate ended before its checked calls did): its verdict needs no
+    // reference, and a GPU it left broken must not turn into a failure of the grader.
+    const bool have_outputs = c.result && c.result->checked_calls_done == base.checked_calls;
+    if (!have_outputs) {
+      per_seed.push_back({{"seed", seed}});
+      break;
+    }
     Job rj = base;
     rj.solution = reference;
     rj.fixture_dir = fixture_dirs[i];
@@ -276,11 +284,9 @@ int grade_run(const GradeOptions& opt) {
     t0 = std::chrono::steady_clock::now();
     const ChildRun r = run_job_child(rj, sd + "/reference", opt.timeout_seconds, &log, "reference");
     wall["reference_seed" + std::to_string(seed)] = since(t0);
-    if (!r.completed()) {
-      std::fprintf(stderr, "nibble grade: the reference failed on seed %llu; the grader cannot judge without it: %s\n",
-                   (unsigned long long)seed, r.describe_failure().c_str());
-      return kExitGraderFailed;
-    }
+    if (!r.completed())
+      throw GraderError("the reference failed on seed " + std::to_string(seed) + "; the grader cannot judge without it: " +
+                        r.describe_failure());
     ref["name"] = r.result->solution_name;
     ref["numerics"] = r.result->numerics;
     if (!opt.dump_dir.empty()) {
@@ -290,16 +296,17 @@ int grade_run(const GradeOptions& opt) {
           write_file_atomic(opt.dump_dir + "/seed" + std::to_string(seed) + "-" + who + ".safetensors", read_channel(ch->fd()));
     }
     json seed_j = {{"seed", seed}};
-    if (c.result && c.result->checked_calls_done == base.checked_calls && !c.outputs->empty()) {
+    {
       ErrorTally seed_tally;
       try {
         const SafetensorsFile cf(c.outputs->path()), rf(r.outputs->path());
         seed_j["calls"] = compare_outputs(cf, rf, "call", seed_tally);
         tally.merge(seed_tally);
         ev.compared = true;
-        if (have_timing && !c.timed_outputs->empty()) {
+        if (have_timing) {  // an empty or missing channel is unreadable outputs, never "nothing to check"
           const SafetensorsFile tf(c.timed_outputs->path());
           for (auto& v : compare_outputs(tf, rf, "timed", timed_tally)) verified.push_back(v);
+          if (verified.empty()) throw std::runtime_error("no timed call was re-checked against the reference");
         }
       } catch (const std::exception& e) {
         ev.compare_error = std::string("the candidate's outputs could not be read: ") + e.what();
@@ -325,15 +332,17 @@ int grade_run(const GradeOptions& opt) {
   correctness["metric"] = task->error_metric();
   correctness["checked_calls"] = base.checked_calls;
   correctness["per_seed"] = per_seed;
-  correctness["worst_rel_err"] = num_or_null(tally.worst);
+  ErrorTally all = tally;  // the checked calls and the re-checked timed ones: what the gate judged
+  all.merge(timed_tally);
+  correctness["worst_rel_err"] = num_or_null(all.worst);
   json by_output = json::object();
-  for (const auto& [name, e] : tally.by_output) by_output[name] = num_or_null(e);
+  for (const auto& [name, e] : all.by_output) by_output[name] = num_or_null(e);
   correctness["worst_by_output"] = by_output;
   correctness["worst_elem_err"] = num_or_null(ev.worst_elem_err);
-  correctness["ratio_to_gate"] = num_or_null(tally.worst / ev.gate);
-  correctness["verdict"] = !ev.compared ? "not run" : tally.worst < ev.gate && timed_tally.worst < ev.gate ? "pass" : "fail";
+  correctness["ratio_to_gate"] = num_or_null(all.worst / ev.gate);
+  correctness["verdict"] = !ev.compared ? "not run" : all.worst < ev.gate ? "pass" : "fail";
   const json cal = calibration_context(opt.calibration.empty() ? committed_calibration(task->name(), config) : opt.calibration,
-                                       tally.worst);
+                                       all.worst);
   if (!cal.is_null()) correctness["calibration"] = cal;
 
   report["solution"] = sol;

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -285,6 +286,12 @@ int main(int argc, char** argv) {
   if (configs->parsed()) return list_configs(cf_task);
   if (fbuild->parsed()) return fixture_build(f_task, f_config, f_seed, f_out, f_threads, f_quiet);
   if (fverify->parsed()) return fixture_verify(v_dir);
-  if (child->parsed()) return child_main(job_fd);
+  if (child->parsed()) {
+    // No exit handlers or static destructors after the result is sealed: a solution's atexit() or
+    // library destructor gets no last word (and cannot hang the exit).
+    const int code = child_main(job_fd);
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
   return 2;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fixtures/bf16.h"
+#include "harness/protocol.h"
 #include "harness/stats.h"
 #include "harness/task.h"
 
@@ -50,6 +51,7 @@ void OutputFile::add(const std::string& name, DType dt, std::vector<int64_t> sha
 void OutputFile::write(int fd, const std::string& solution) {
   for (size_t i = 0; i < views.size(); ++i) views[i].data = blobs[i].data();
   write_safetensors_fd(fd, views, {{"solution", solution}}, "the outputs channel");
+  seal_channel(fd);  // written once: no solution code that runs later (teardown, exit) may change it
 }
 
 json num_or_null(double v) { return std::isnan(v) ? json(nullptr) : json(v); }

@@ -122,10 +122,14 @@ struct Result {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Result, protocol, phase, solution_name, numerics, variant, facts, error,
                                                 checked_calls_done, timing, replay, seconds, probe)
 
-/** A memory file (memfd, close-on-exec) named for /proc listings; throws std::runtime_error. */
+/** A memory file (memfd, close-on-exec, sealable) named for /proc listings; throws std::runtime_error. */
 int make_channel(const std::string& name);
-/** The whole content of `fd` from offset 0; throws std::runtime_error. */
-std::string read_channel(int fd);
+/** The whole content of `fd` from offset 0; throws std::runtime_error, also when it holds more than
+ *  `max_bytes` (a child that grew its result to fill the parent's memory). */
+std::string read_channel(int fd, size_t max_bytes = size_t(64) << 20);
+/** Seal `fd` against any later write, truncation or growth (F_SEAL_WRITE, SHRINK, GROW, SEAL): what
+ *  the child wrote last is what the parent reads, whatever solution code runs after. */
+void seal_channel(int fd);
 /** Replace the content of `fd` with `data` (truncate, then write from offset 0). */
 void write_channel(int fd, const std::string& data);
 

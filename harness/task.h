@@ -31,7 +31,7 @@ struct OutputFile {
   std::vector<std::vector<uint8_t>> blobs;
   std::vector<TensorView> views;
   void add(const std::string& name, DType dt, std::vector<int64_t> shape, const void* data, size_t n);
-  /** The whole set as one safetensors file written into `fd` (a parent's channel). */
+  /** The whole set as one safetensors file written into `fd` (a parent's channel), then sealed. */
   void write(int fd, const std::string& solution);
   void clear() {
     blobs.clear();

@@ -53,8 +53,8 @@ Verdict judge(const Evidence& e) {
     return fail(d, Rule::Load, e.end_message);
   }
   // 2. Build: build_model / prepare refused or failed.
-  if (e.failed_in_build && (e.end == ChildEnd::CallFailed || e.end == ChildEnd::CallTimedOut)) {
-    if (e.end == ChildEnd::CallTimedOut) return fail(D::TimedOut, Rule::Build, e.end_message);
+  if (e.failed_in_build && (e.end == ChildEnd::CallFailed || e.end == ChildEnd::CallTimedOut || e.end == ChildEnd::TimedOut)) {
+    if (e.end != ChildEnd::CallFailed) return fail(D::TimedOut, Rule::Build, e.end_message);
     return fail(e.call_status == "NOT_SUPPORTED" ? D::NotSupported : D::Crashed, Rule::Build, e.end_message);
   }
   // 3. Crash or timeout after the build.
@@ -78,7 +78,10 @@ Verdict judge(const Evidence& e) {
     return fail(D::Incorrect, Rule::NonFinite,
                 std::to_string(e.nonfinite_timed_calls) + " timed " + e.unit + "(s) left NaN/Inf in the outputs");
   // 5. The gate.
+  // Stopped before anything could be compared because an input changed (in the child, or the
+  // fixture on disk, found before the reference ran): that is the verdict, not a crash.
   if (e.end == ChildEnd::InputModified && !e.compared) return fail(D::Incorrect, Rule::Inputs, e.end_message);
+  if (!e.inputs_changed.empty() && !e.compared) return fail(D::Incorrect, Rule::Inputs, e.inputs_changed);
   if (!e.compared) return fail(D::Crashed, Rule::Crash, "no checked output to compare: " + e.end_message);
   if (!(e.worst_rel_err < e.gate))
     return fail(D::Incorrect, Rule::Gate,
@@ -95,13 +98,13 @@ Verdict judge(const Evidence& e) {
   // 8. Timing validity.
   if (e.timed) {
     if (e.samples == 0) return fail(D::InvalidTiming, Rule::Timing, "no timed " + e.unit + " was recorded");
+    if (e.invalid_samples > 0)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  std::to_string(e.invalid_samples) + " timed " + e.unit + "(s) had no valid GPU record: " + e.invalid_reason);
     if (e.floor_us > 0 && e.span_min_us < e.floor_us)
       return fail(D::InvalidTiming, Rule::Timing,
                   "a timed " + e.unit + " took " + g3(e.span_min_us) + " us, below the physical floor " + g3(e.floor_us) +
                       " us (bytes per " + e.unit + " / theoretical bandwidth): not a record");
-    if (e.invalid_samples > 0)
-      return fail(D::InvalidTiming, Rule::Timing,
-                  std::to_string(e.invalid_samples) + " timed " + e.unit + "(s) had no valid GPU record: " + e.invalid_reason);
     // Host time the GPU never saw (a CPU-side computation, a sleep) is work the span would hide.
     // Launch-bound work legitimately shows some host time beyond the span (the tiny decode config:
     // 377 us wall for a 75 us span); hidden work worth hiding is far more than 1 ms.

@@ -84,10 +84,11 @@ struct Verdict {
 
 /**
  * The verdict, first failing rule first: load/ABI; build (an error or timeout in build_model/
- * prepare); crash or timeout later; non-finite outputs (checked, verified or timed); the gate on the
+ * prepare, or the process ended or stopped before its build returned); crash or timeout later; non-finite outputs (checked, verified or timed); the gate on the
  * worst relative error; the per-element guard; input modification; timing validity (a sample below
  * the bandwidth floor, calls without valid GPU records, host wall time far above or below the GPU
- * span, foreign GPU work between timed calls). Pure: no I/O, no clock.
+ * span, foreign GPU work between timed calls). An input change found before anything could be
+ * compared is the inputs rule's, not a crash. Pure: no I/O, no clock.
  */
 Verdict judge(const Evidence& e);
 

@@ -78,6 +78,8 @@ TEST_P(Judge, BuildFailures) {
   expect(e, Disposition::Crashed, Rule::Build);
   e.end = ChildEnd::CallTimedOut;
   expect(e, Disposition::TimedOut, Rule::Build);
+  e.end = ChildEnd::TimedOut;  // the parent's timeout (or a stopped child) before the build returned
+  expect(e, Disposition::TimedOut, Rule::Build);
 }
 
 TEST_P(Judge, CrashesAndTimeoutsAfterTheBuild) {
@@ -146,6 +148,8 @@ TEST_P(Judge, InputModification) {
   e = base();
   e.inputs_changed = "fixture file changed";
   expect(e, Disposition::Incorrect, Rule::Inputs, "fixture file changed");
+  e.compared = false;  // found before the reference ran: nothing was compared, still not a crash
+  expect(e, Disposition::Incorrect, Rule::Inputs, "fixture file changed");
 }
 
 TEST_P(Judge, TimingValidity) {
@@ -162,7 +166,8 @@ TEST_P(Judge, TimingValidity) {
   e = base();
   e.invalid_samples = 2;
   e.invalid_reason = "no record";
-  expect(e, Disposition::InvalidTiming, Rule::Timing, "no record");
+  e.span_min_us = 0;  // an invalid sample's span: said as what it is, not as a record below the floor
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "no valid GPU record: no record");
   e = base();
   e.wall_median_us = 2500;  // > 2x the span and > 1 ms beyond it
   expect(e, Disposition::InvalidTiming, Rule::Timing, "far above");
