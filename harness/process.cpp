@@ -120,16 +120,6 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
       stopped_at = -1;
       continue;
     }
-    if (stopped_at >= 0 && el - stopped_at > kStoppedSeconds) {
-      kill(-pid, SIGKILL);
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      reap_descendants();
-      r.kind = ChildExit::TimedOut;
-      r.stopped = true;
-      r.seconds = el;
-      return r;
-    }
     if (w == pid) {
       r.seconds = el;
       if (WIFEXITED(status)) {
@@ -144,15 +134,18 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
       return r;
     }
     if (w < 0 && errno != EINTR) throw std::runtime_error(std::string("waitpid: ") + strerror(errno));
-    if (timeout_seconds > 0 && el > timeout_seconds) {
+    const bool stuck = stopped_at >= 0 && el - stopped_at > kStoppedSeconds;
+    if (stuck || (timeout_seconds > 0 && el > timeout_seconds)) {  // a hang: the child and all it started go
       kill(-pid, SIGKILL);
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
       reap_descendants();
       r.kind = ChildExit::TimedOut;
+      r.stopped = stuck;
       r.seconds = el;
       return r;
     }
+
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (tick && el - last_tick >= 0.25) {
       last_tick = el;
