@@ -256,8 +256,13 @@ void steal_reference(State& s) {
   DIR* d = opendir(dir.c_str());
   if (!d) return;
   std::vector<std::string> files;
-  while (const dirent* e = readdir(d))
-    if (e->d_name[0] != '.') files.push_back(read_text(dir + "/" + e->d_name));
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    // Memory files only: reading the parent's stdin (a terminal, a pipe) could block forever.
+    char target[256] = {};
+    const ssize_t n = readlink((dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
+    if (n > 0 && std::strncmp(target, "/memfd:", 7) == 0) files.push_back(read_text(dir + "/" + e->d_name));
+  }
   closedir(d);
   for (const std::string& file : files) {
     if (file.size() < 8) continue;
