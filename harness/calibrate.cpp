@@ -95,8 +95,9 @@ int calibrate_main(const CalibrateOptions& opt) {
 
   const auto variants = task->variants();
   const auto outputs = task->outputs();
-  // errs[variant][seed][output]: worst relative error over the checked calls.
-  std::vector<std::vector<std::map<std::string, double>>> errs(variants.size());
+  // errs[variant][seed][output]: worst relative error over the checked calls; elems: the same for
+  // the element error (max |out - ref| / max |ref|), the measure a per-element guard bounds.
+  std::vector<std::vector<std::map<std::string, double>>> errs(variants.size()), elems(variants.size());
   json fixtures = json::array();
   for (uint64_t seed : opt.seeds) {
     std::string dir;
@@ -114,9 +115,13 @@ int calibrate_main(const CalibrateOptions& opt) {
         const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
         const OracleErrors e = task->oracle_errors(config, f, seed, threads);
         for (size_t v = 0; v < variants.size(); ++v) {
-          std::map<std::string, double> by;
-          for (size_t o = 0; o < e.outputs.size(); ++o) by[e.outputs[o]] = e.per_variant[v][o];
+          std::map<std::string, double> by, el;
+          for (size_t o = 0; o < e.outputs.size(); ++o) {
+            by[e.outputs[o]] = e.per_variant[v][o];
+            el[e.outputs[o]] = e.elem_per_variant[v][o];
+          }
           errs[v].push_back(by);
+          elems[v].push_back(el);
         }
       } catch (const std::exception& e) {
         std::fprintf(stderr, "nibble calibrate: oracle: %s\n", e.what());
@@ -142,6 +147,7 @@ int calibrate_main(const CalibrateOptions& opt) {
                                               ErrorTally t;
                                               compare_outputs(vf, ef, "call", t);
                                               errs[i].push_back(t.by_output);
+                                              elems[i].push_back(t.elem_by_output);
                                             });
       if (!ran) return 3;
     } catch (const std::exception& e) {
@@ -166,12 +172,12 @@ int calibrate_main(const CalibrateOptions& opt) {
     std::snprintf(line, sizeof line, "  %-9s", ("seed " + std::to_string(s)).c_str());
     hdr += line;
   }
-  std::snprintf(line, sizeof line, "  %-9s %-8s %-14s %s", "worst", "x gate", "caught by", "verdict");
+  std::snprintf(line, sizeof line, "  %-9s %-8s %-9s %-28s %s", "worst", "x gate", "element", "caught by", "verdict");
   hdr += line;
   o << hdr << "\n  " << std::string(hdr.size() - 2, '-') << "\n";
   for (size_t i = 0; i < variants.size(); ++i) {
     const auto& v = variants[i];
-    double worst = 0;
+    double worst = 0, worst_elem = 0;
     std::map<std::string, double> worst_by;
     json per_seed = json::array();
     std::string seeds_cells;
@@ -183,7 +189,10 @@ int calibrate_main(const CalibrateOptions& opt) {
         by[name] = num_or_null(e);
         worst_by[name] = worst_by.count(name) ? nan_max(worst_by[name], e) : e;
       }
-      per_seed.push_back({{"seed", opt.seeds[s]}, {"worst", num_or_null(w)}, {"by_output", by}});
+      double we = 0;
+      for (const auto& [name, e] : elems[i][s]) we = nan_max(we, e);
+      worst_elem = nan_max(worst_elem, we);
+      per_seed.push_back({{"seed", opt.seeds[s]}, {"worst", num_or_null(w)}, {"by_output", by}, {"worst_elem", num_or_null(we)}});
       worst = nan_max(worst, w);
       std::snprintf(line, sizeof line, "  %-9s", cell(w).c_str());
       seeds_cells += line;
@@ -202,9 +211,9 @@ int calibrate_main(const CalibrateOptions& opt) {
     }
     if (v.must_pass) caught = "-";
     else if (caught.empty()) caught = "none";
-    std::snprintf(line, sizeof line, "  %-22s %-6s%s  %-9s %-8s %-14s %s%s\n", v.name.c_str(), v.must_pass ? "PASS" : "FAIL",
-                  seeds_cells.c_str(), cell(worst).c_str(), cell(worst / gate).c_str(), caught.c_str(), passes ? "PASS" : "FAIL",
-                  ok ? "" : "  <-- margin below 2x");
+    std::snprintf(line, sizeof line, "  %-22s %-6s%s  %-9s %-8s %-9s %-28s %s%s\n", v.name.c_str(), v.must_pass ? "PASS" : "FAIL",
+                  seeds_cells.c_str(), cell(worst).c_str(), cell(worst / gate).c_str(), cell(worst_elem).c_str(), caught.c_str(),
+                  passes ? "PASS" : "FAIL", ok ? "" : "  <-- margin below 2x");
     o << line;
     rows.push_back({{"variant", v.name},
                     {"description", v.description},
@@ -213,6 +222,7 @@ int calibrate_main(const CalibrateOptions& opt) {
                     {"worst", num_or_null(worst)},
                     {"worst_by_output", worst_by_j},
                     {"ratio_to_gate", num_or_null(worst / gate)},
+                    {"worst_elem", num_or_null(worst_elem)},
                     {"verdict", passes ? "PASS" : "FAIL"},
                     {"caught_by", caught},
                     {"expected_caught_by", v.caught_by},

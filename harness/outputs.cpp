@@ -63,6 +63,8 @@ void ErrorTally::add(const std::string& output, double rel_err, double elem_err)
   worst_elem = nan_max(worst_elem, elem_err);
   auto it = by_output.find(output);
   by_output[output] = it == by_output.end() ? rel_err : nan_max(it->second, rel_err);
+  auto ie = elem_by_output.find(output);
+  elem_by_output[output] = ie == elem_by_output.end() ? elem_err : nan_max(ie->second, elem_err);
 }
 
 void ErrorTally::merge(const ErrorTally& o) {
@@ -73,6 +75,10 @@ void ErrorTally::merge(const ErrorTally& o) {
   for (const auto& [name, e] : o.by_output) {
     auto it = by_output.find(name);
     by_output[name] = it == by_output.end() ? e : nan_max(it->second, e);
+  }
+  for (const auto& [name, e] : o.elem_by_output) {
+    auto it = elem_by_output.find(name);
+    elem_by_output[name] = it == elem_by_output.end() ? e : nan_max(it->second, e);
   }
 }
 
@@ -92,15 +98,7 @@ TensorErrors tensor_errors(const SafetensorsFile& cand, const SafetensorsFile& r
   if (ce.dtype != re.dtype || ce.shape != re.shape)
     throw std::runtime_error("the candidate's '" + name + "' has another dtype or shape than the reference's");
   const std::vector<double> c = as_doubles(cand, name), r = as_doubles(ref, name);
-  TensorErrors t;
-  t.rel_err = relative_error(c.data(), r.data(), c.size());
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    max_diff = std::max(max_diff, std::fabs(c[i] - r[i]));
-    max_ref = std::max(max_ref, std::fabs(r[i]));
-  }
-  t.elem_err = std::isnan(t.rel_err) ? NAN : max_ref > 0 ? max_diff / max_ref : (max_diff == 0 ? 0.0 : INFINITY);
-  return t;
+  return {relative_error(c.data(), r.data(), c.size()), element_error(c.data(), r.data(), c.size())};
 }
 
 json compare_outputs(const SafetensorsFile& cand, const SafetensorsFile& ref, const std::string& call_prefix,

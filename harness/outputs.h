@@ -14,7 +14,8 @@ struct ErrorTally {
   int compared = 0;                       // tensors compared
   int nonfinite = 0;                      // candidate tensors holding NaN/Inf
   double worst = 0, worst_elem = 0;
-  std::map<std::string, double> by_output;  // output name (after "<call>.") -> worst relative error
+  std::map<std::string, double> by_output;       // output name (after "<call>.") -> worst relative error
+  std::map<std::string, double> elem_by_output;  // output name -> worst element error
   void add(const std::string& output, double rel_err, double elem_err);
   /** Everything `o` saw, as if added here. */
   void merge(const ErrorTally& o);

@@ -84,6 +84,33 @@ double relative_error_bf16(const uint16_t* out, const uint16_t* ref, size_t n) {
                  [&](size_t i) { return double(bf16_to_f32(ref[i])); }, n);
 }
 
+namespace {
+template <class Out, class Ref>
+double elem_err(const Out& out, const Ref& ref, size_t n) {
+  double diff = 0, top = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double o = out(i), r = ref(i);
+    if (!std::isfinite(o)) return std::numeric_limits<double>::quiet_NaN();
+    diff = std::max(diff, std::fabs(o - r));
+    top = std::max(top, std::fabs(r));
+  }
+  if (top == 0) return diff == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return diff / top;
+}
+}  // namespace
+
+double element_error(const double* out, const double* ref, size_t n) {
+  return elem_err([&](size_t i) { return out[i]; }, [&](size_t i) { return ref[i]; }, n);
+}
+
+double element_error(const float* out, const double* ref, size_t n) {
+  return elem_err([&](size_t i) { return double(out[i]); }, [&](size_t i) { return ref[i]; }, n);
+}
+
+double element_error_bf16(const uint16_t* out, const uint16_t* ref, size_t n) {
+  return elem_err([&](size_t i) { return double(bf16_to_f32(out[i])); }, [&](size_t i) { return double(bf16_to_f32(ref[i])); }, n);
+}
+
 bool all_finite(const float* x, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(x[i])) return false;

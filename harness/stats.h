@@ -31,6 +31,12 @@ double relative_error(const float* out, const float* ref, size_t n);
 double relative_error(const double* out, const double* ref, size_t n);
 /** Same for bf16 bit patterns (appended K/V). */
 double relative_error_bf16(const uint16_t* out, const uint16_t* ref, size_t n);
+/** The per-element error max_i |out_i - ref_i| / max_i |ref_i| in fp64: what the per-element guard
+ *  bounds (a sliver of the output set to anything moves it, however small the relative error).
+ *  NaN when any element of `out` is NaN or Inf; 0 when both are zero, +Inf when only ref is. */
+double element_error(const double* out, const double* ref, size_t n);
+double element_error(const float* out, const double* ref, size_t n);
+double element_error_bf16(const uint16_t* out, const uint16_t* ref, size_t n);
 /** True when every element is finite. */
 bool all_finite(const float* x, size_t n);
 

@@ -120,8 +120,9 @@ struct Roofline {
 
 /** Per-variant, per-call errors of the fp64 oracle path of calibrate. */
 struct OracleErrors {
-  std::vector<std::string> outputs;                 // output names, e.g. logits, k, v
+  std::vector<std::string> outputs;                 // output names, e.g. logits, k_appended, v_appended
   std::vector<std::vector<double>> per_variant;     // [variant][output] worst relative error
+  std::vector<std::vector<double>> elem_per_variant;  // [variant][output] worst element error
 };
 
 /**

@@ -28,6 +28,13 @@ TEST(CalibrateCpu, TinyTableHasTheExpectedVerdicts) {
     EXPECT_EQ(row["verdict"], row["expected"]) << row.dump();
     EXPECT_TRUE(row["healthy"].get<bool>()) << row.dump();
     EXPECT_EQ(row["per_seed"].size(), 2u);
+    // The element error (the per-element guard's measure) is never below the relative error's
+    // share of one element, and is there for every row (null only for a NaN output).
+    if (row["worst_elem"].is_number() && row["worst"].is_number()) {
+      EXPECT_GE(row["worst_elem"].get<double>(), 0.0) << row.dump();
+    } else {
+      EXPECT_TRUE(row["worst_elem"].is_null() || row["worst_elem"].is_number()) << row.dump();
+    }
   }
   EXPECT_TRUE(j["healthy"].get<bool>());
   EXPECT_EQ(e.code, 0) << log;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "fixtures/bf16.h"
 #include "harness/cupti_timer.h"
@@ -98,4 +99,24 @@ TEST(GpuSpan, NoRecordOrZeroDurationIsInvalid) {
   EXPECT_FALSE(z.valid);
   EXPECT_EQ(z.kernels, 2);
   EXPECT_EQ(z.memcpys, 1);
+}
+
+TEST(Stats, ElementErrorByHand) {
+  // ref (3, -4): max |ref| = 4; out (3, -3): max |diff| = 1 -> 0.25. One element zeroed of a long
+  // vector keeps the relative error small but the element error is that element over the largest.
+  const double ref[] = {3, -4}, out[] = {3, -3};
+  EXPECT_DOUBLE_EQ(element_error(out, ref, 2), 0.25);
+  std::vector<double> r(1000, 1.0), o(1000, 1.0);
+  r[7] = 2.0;
+  o[7] = 0.0;  // the sliver: one element set to zero
+  EXPECT_LT(relative_error(o.data(), r.data(), r.size()), 0.07);
+  EXPECT_DOUBLE_EQ(element_error(o.data(), r.data(), r.size()), 1.0);
+  const double zero[] = {0, 0}, nan_out[] = {NAN, 0};
+  EXPECT_EQ(element_error(zero, zero, 2), 0.0);
+  EXPECT_TRUE(std::isinf(element_error(ref, zero, 2)));
+  EXPECT_TRUE(std::isnan(element_error(nan_out, ref, 2)));
+  const float f[] = {3.0f, -3.0f};
+  EXPECT_DOUBLE_EQ(element_error(f, ref, 2), 0.25);
+  const uint16_t bo[] = {f32_to_bf16(3), f32_to_bf16(-3)}, br[] = {f32_to_bf16(3), f32_to_bf16(-4)};
+  EXPECT_DOUBLE_EQ(element_error_bf16(bo, br, 2), 0.25);
 }

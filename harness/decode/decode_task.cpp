@@ -296,16 +296,21 @@ class DecodeTask final : public Task {
     };
     auto nan_max = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
     const Run exact = run(ref::variant_options(ref::kDefaultVariant));
-    OracleErrors out{outputs(), {}};
+    OracleErrors out{outputs(), {}, {}};
     for (const auto& var : ref::decode_variants()) {
       const Run r = run(var.options);
-      std::vector<double> e(3, 0.0);
+      std::vector<double> e(3, 0.0), m(3, 0.0);
       for (int s = 0; s < cfg.checked_steps; ++s) {
-        e[0] = nan_max(e[0], relative_error(r.logits[s].data(), exact.logits[s].data(), r.logits[s].size()));
-        e[1] = nan_max(e[1], relative_error_bf16(r.k[s].data(), exact.k[s].data(), r.k[s].size()));
-        e[2] = nan_max(e[2], relative_error_bf16(r.v[s].data(), exact.v[s].data(), r.v[s].size()));
+        const size_t nl = r.logits[s].size(), nk = r.k[s].size();
+        e[0] = nan_max(e[0], relative_error(r.logits[s].data(), exact.logits[s].data(), nl));
+        e[1] = nan_max(e[1], relative_error_bf16(r.k[s].data(), exact.k[s].data(), nk));
+        e[2] = nan_max(e[2], relative_error_bf16(r.v[s].data(), exact.v[s].data(), nk));
+        m[0] = nan_max(m[0], element_error(r.logits[s].data(), exact.logits[s].data(), nl));
+        m[1] = nan_max(m[1], element_error_bf16(r.k[s].data(), exact.k[s].data(), nk));
+        m[2] = nan_max(m[2], element_error_bf16(r.v[s].data(), exact.v[s].data(), nk));
       }
       out.per_variant.push_back(e);
+      out.elem_per_variant.push_back(m);
     }
     return out;
   }

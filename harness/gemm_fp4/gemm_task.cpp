@@ -246,15 +246,17 @@ class GemmTask final : public Task {
     const GemmConfig c = gemm_config(name_, config);
     const GemmFixtureView view = gemm_fixture_view(c, f);
     const auto variants = oracle::gemm_variants_for(name_);
-    OracleErrors out{outputs(), std::vector<std::vector<double>>(variants.size(), {0.0})};
+    OracleErrors out{outputs(), std::vector<std::vector<double>>(variants.size(), {0.0}),
+                     std::vector<std::vector<double>>(variants.size(), {0.0})};
+    auto nan_max = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
     std::vector<uint16_t> a(size_t(c.M * c.K));
     for (int call = 0; call < checked_calls(config); ++call) {  // the A of each checked call, as a child stages it
       gemm_call_a(view.A, c.M * c.K, check_seed, call, a.data());
       const auto exact = oracle::gemm_fixture(c, f, {}, threads, a.data());
       for (size_t v = 0; v < variants.size(); ++v) {
         const auto got = oracle::gemm_fixture(c, f, variants[v].options, threads, a.data());
-        const double e = relative_error(got.data(), exact.data(), got.size());
-        out.per_variant[v][0] = std::isnan(e) || std::isnan(out.per_variant[v][0]) ? NAN : std::max(out.per_variant[v][0], e);
+        out.per_variant[v][0] = nan_max(out.per_variant[v][0], relative_error(got.data(), exact.data(), got.size()));
+        out.elem_per_variant[v][0] = nan_max(out.elem_per_variant[v][0], element_error(got.data(), exact.data(), got.size()));
       }
     }
     return out;
