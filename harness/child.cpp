@@ -94,12 +94,15 @@ int run_job(const Job& job) {
     ChildError err = error_of(kErrInputModified, what);
     return out.fail(err, 7);
   };
+  // Outside the try: on an error the session (and the solution's teardown, which may crash after,
+  // say, a cudaDeviceReset) goes only after the failure is written and sealed.
+  std::unique_ptr<Session> session;
   try {
     cudaStream_t stream = nullptr, harness_stream = nullptr;
     NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&harness_stream, cudaStreamNonBlocking));
     auto t = std::chrono::steady_clock::now();
-    std::unique_ptr<Session> session = task->open_session(job, *lib, *fixture, stream, harness_stream);
+    session = task->open_session(job, *lib, *fixture, stream, harness_stream);
     secs["load_fixture"] = seconds_since(t);
     out.r.facts = session->facts();
     // Timing's flush and CUPTI subscription from here, before the build: the harness's own work

@@ -146,7 +146,7 @@ TEST(GradeGpu, DumpWritesBothSidesOfEveryCheckedStep) {
   for (const char* who : {"reference", "candidate"}) {
     SafetensorsFile f(dump.path() + "/seed0-" + who + ".safetensors");
     for (int s = 0; s < 8; ++s)
-      for (const char* t : {".logits", ".k", ".v"}) EXPECT_TRUE(f.has("step" + std::to_string(s) + t)) << who << s << t;
+      for (const char* t : {".logits", ".k_appended", ".v_appended"}) EXPECT_TRUE(f.has("call" + std::to_string(s) + t)) << who << s << t;
   }
 }
 

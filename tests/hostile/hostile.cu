@@ -132,9 +132,10 @@ void spew(FILE* f, int call) {
 
 
 // ---- The grader's child process ----------------------------------------------------------------
-// The child is started as `nibble __child <job-fd>`: the job (JSON) names the fixture folder and the
-// descriptors of the parent's channels (result, outputs). A solution runs in that process, with its
-// rights: it can read the job, write into those descriptors, and look at its parent's /proc entry.
+// The child is started as `nibble __child <job-fd>`; the parent's channels (result, outputs, log) are
+// memory files named nibble-<name> among its descriptors. A solution runs in that process, with its
+// rights: it can find them in /proc/self/fd, the fixture in /proc/self/maps, and look at its
+// parent's /proc entry.
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -150,39 +151,31 @@ bool overwrite(const std::string& path, const std::string& bytes) {
   return ok;
 }
 
-/** The job the grader handed this child: the text behind the descriptor after `__child` on this
- *  process's command line ("" when this is not a grader child). */
-std::string child_job() {
-  const std::string all = read_text("/proc/self/cmdline");
-  std::vector<std::string> argv;
-  for (size_t b = 0, e; b < all.size(); b = e + 1) {
-    e = all.find('\0', b);
-    if (e == std::string::npos) e = all.size();
-    argv.push_back(all.substr(b, e - b));
+/** The fixture folder: the child maps <dir>/model.safetensors, and /proc/self/maps names it (the job,
+ *  which names it too, is closed before any solution code runs). */
+std::string child_fixture_dir() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const size_t at = line.find("/model.safetensors");
+    const size_t path = line.find('/');
+    if (at != std::string::npos && path != std::string::npos && path < at) return line.substr(path, at - path);
   }
-  for (size_t i = 0; i + 1 < argv.size(); ++i)
-    if (argv[i] == "__child") return read_text("/proc/self/fd/" + argv[i + 1]);
   return "";
 }
-/** A string field of the job's JSON ("" when absent). */
-std::string job_string(const char* key) {
-  const std::string job = child_job(), k = std::string("\"") + key + "\":\"";
-  const size_t at = job.find(k);
-  if (at == std::string::npos) return "";
-  const size_t b = at + k.size(), e = job.find('"', b);
-  return e == std::string::npos ? "" : job.substr(b, e - b);
-}
-/** An integer field of the job's JSON (-1 when absent). */
-long job_int(const char* key) {
-  const std::string job = child_job(), k = std::string("\"") + key + "\":";
-  const size_t at = job.find(k);
-  return at == std::string::npos ? -1 : std::strtol(job.c_str() + at + k.size(), nullptr, 10);
-}
-std::string child_fixture_dir() { return job_string("fixture_dir"); }
-/** /proc/self/fd/<n> of the job's descriptor `key` ("" when absent). */
-std::string child_channel(const char* key) {
-  const long fd = job_int(key);
-  return fd < 0 ? "" : "/proc/self/fd/" + std::to_string(fd);
+/** /proc/self/fd/<n> of the grader's channel `name` (a memfd named "nibble-<name>"), "" when none. */
+std::string child_channel(const char* name) {
+  const std::string want = std::string("/memfd:nibble-") + name + " ";
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return "";
+  std::string found;
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char target[256] = {};
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    if (readlink(link.c_str(), target, sizeof target - 1) > 0 && std::string(target).rfind(want, 0) == 0) found = link;
+  }
+  closedir(d);
+  return found;
 }
 
 /** Divide every number of the JSON array `"key": [...]` in `text` by `by`. */
@@ -454,7 +447,7 @@ nibble_status build(const nibble_decode_model* model, cudaStream_t stream, State
   H_OK(load_driver_module(err));
 #endif
 #if defined(HOSTILE_FORGE_TIMING)
-  if (const std::string result = child_channel("result_fd"); !result.empty()) start_forger(result);
+  if (const std::string result = child_channel("result"); !result.empty()) start_forger(result);
 #endif
 #if defined(HOSTILE_STEAL_REFERENCE)
   // Computes nothing: it only needs the KV caches' addresses.
@@ -709,7 +702,7 @@ nibble_status teardown(State& s, cudaStream_t stream, nibble_error* err) {
   if (s.capture_stream) H_CUDA(cudaStreamDestroy(s.capture_stream));
 #if defined(HOSTILE_FORGE_OUTPUTS)
   // The checked calls' outputs are in the parent's channel by now; the grader parses them after we exit.
-  if (!overwrite(child_channel("outputs_fd"), deep_safetensors()))
+  if (!overwrite(child_channel("outputs"), deep_safetensors()))
     std::fprintf(stderr, "hostile-forge_outputs: could not replace the outputs channel\n");
 #endif
   if (s.inner) H_OK(unfused_decode_teardown(s.inner, stream, err));
