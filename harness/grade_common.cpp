@@ -134,10 +134,21 @@ json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, 
     if (verify) j["verify_seconds"] = since(t0);
     j["built_now"] = false;
   }
+  // Trusted by content: a fixture whose (task, config, seed) the source pins must be those bytes,
+  // whatever its manifest says (a cache someone rewrote, manifest and all, is refused, not used).
+  const std::optional<std::string> pinned = task.pinned_fixture_sha256(config, seed);
+  if (pinned && m.file_sha256 != *pinned)
+    throw std::invalid_argument("fixture " + dir + " (" + task.name() + " / " + config + " seed " + std::to_string(seed) +
+                                ") has SHA-256 " + m.file_sha256 + ", not " + *pinned +
+                                ", which the generator makes and the source pins: its bytes were changed; remove it and "
+                                "rebuild it with `" + fixture_build_command(task.name(), config, seed, given_dir) + "`");
   j["generator_version"] = m.generator_version;
   j["file_sha256"] = m.file_sha256;
   j["file_bytes"] = m.file_bytes;
   j["verified"] = verify || !have;
+  j["trust"] = pinned ? (verify || !have ? "pinned: the file's SHA-256, recomputed, is the one the source pins"
+                                         : "pinned, unverified: the manifest's SHA-256 is the one the source pins (--no-verify-fixture)")
+                      : "manifest: no SHA-256 pinned for this config and seed; the file matches its manifest";
   *manifest_out = m;
   return j;
 }

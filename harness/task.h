@@ -153,6 +153,10 @@ class Task {
   /** Builds the fixture of (config, seed) into `dir` (deterministic bytes) and its manifest. */
   virtual FixtureManifest build_fixture(const std::string& config, uint64_t seed, const std::string& dir, int threads,
                                         const ProgressFn& progress) const = 0;
+  /** The whole-file SHA-256 the generator makes for (config, seed), when the source pins it. */
+  virtual std::optional<std::string> pinned_fixture_sha256(const std::string& /*config*/, uint64_t /*seed*/) const {
+    return std::nullopt;
+  }
   /** The gate: worst relative error allowed over every checked output. */
   virtual double gate(const std::string& config) const = 0;
   /** The per-element guard (max |out - ref| / max |ref| per output), none until calibrated. */

@@ -470,6 +470,33 @@ TEST(Cli, CorruptCachedGemmFixtureIsReportedNotRebuilt) {
   EXPECT_EQ(read_file(model), bytes) << "the corrupt file was rebuilt instead of reported";
 }
 
+// A cache someone rewrote consistently (a flipped byte, the manifest's hashes recomputed to match) is
+// refused for a fixture whose SHA-256 the source pins: it is trusted by its bytes, not its manifest.
+TEST(Cli, APoisonedCacheWithARewrittenManifestIsRefused) {
+  TempDir t;
+  const std::vector<std::string> env = {"NIBBLE_CACHE_DIR=" + t.path() + "/cache"};
+  const std::vector<std::string> cal = {"calibrate", "--task", "gemm-w4a16-nvfp4", "--config", "tiny", "--seeds", "0",
+                                        "--path", "cpu", "--out", t.path() + "/c.json", "-q"};
+  Result r = run_nibble_env(env, cal, t);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string dir = t.path() + "/cache/fixtures/gemm-w4a16-nvfp4/tiny/seed0-g1";
+  std::string bytes = read_file(dir + "/model.safetensors");
+  bytes[bytes.size() - 3] ^= 0x40;  // in the last tensor's data
+  write_file_atomic(dir + "/model.safetensors", bytes);
+  FixtureManifest m = read_manifest(dir);
+  m.file_sha256 = sha256_hex(bytes.data(), bytes.size());
+  {
+    SafetensorsFile f(dir + "/model.safetensors");
+    for (const auto& e : f.entries()) m.tensor_sha256[e.name] = sha256_hex(f.data(e.name), e.nbytes());
+  }
+  write_file_atomic(dir + "/manifest.json", manifest_to_json(m).dump(2) + "\n");
+  ASSERT_EQ(run_nibble({"fixture", "verify", dir}, t).code, 0) << "the poisoned fixture must be consistent with its manifest";
+  r = run_nibble_env(env, cal, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("the source pins"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nibble fixture build"), std::string::npos) << r.output;
+}
+
 // The manifest's per-tensor hashes (what names the differing tensors later) are checked by
 // `fixture verify`: a wrong value, a missing entry and an entry for no tensor each fail it.
 TEST(Cli, FixtureVerifyChecksThePerTensorHashes) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "fixtures/decode/decode_fixture.h"
+#include "fixtures/decode/decode_fixture.h"
 #include "fixtures/fixture.h"
 #include "fixtures/decode/decode_config.h"
 #include "harness/cuda_check.h"
@@ -229,6 +230,9 @@ class DecodeTask final : public Task {
   FixtureManifest build_fixture(const std::string& config, uint64_t seed, const std::string& dir, int threads,
                                 const ProgressFn& progress) const override {
     return build_decode_fixture(decode_config(config), seed, dir, threads, progress);
+  }
+  std::optional<std::string> pinned_fixture_sha256(const std::string& config, uint64_t seed) const override {
+    return find_pinned(decode_pinned_fixtures(), name(), config, seed);
   }
   double gate(const std::string& config) const override { return decode_config(config).gate; }
   std::optional<double> element_guard(const std::string&) const override { return std::nullopt; }

@@ -201,6 +201,9 @@ class GemmTask final : public Task {
                                 const ProgressFn& progress) const override {
     return build_gemm_fixture(gemm_config(name_, config), seed, dir, threads, progress);
   }
+  std::optional<std::string> pinned_fixture_sha256(const std::string& config, uint64_t seed) const override {
+    return find_pinned(gemm_fp4_pinned_fixtures(), name_, config, seed);
+  }
   double gate(const std::string&) const override { return kGemmGate; }
   std::optional<double> element_guard(const std::string&) const override { return std::nullopt; }
   std::string error_metric() const override {
