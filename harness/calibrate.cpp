@@ -64,7 +64,6 @@ int calibrate_main(const CalibrateOptions& opt) {
   const std::string& config = opt.config;
   const double gate = task->gate(config);
   const std::string reference = bundled_reference(self_exe(), *task, opt.reference);
-  TempDir work("nibble-calibrate");
 
   json report = document_header("nibble.calibration", opt.argv, task->name(), config);
   report["seeds"] = opt.seeds;
@@ -72,7 +71,7 @@ int calibrate_main(const CalibrateOptions& opt) {
 
   // GPU when one answers (or is demanded); the fp64 oracle otherwise.
   json device;
-  const std::string path = calibration_path(opt.path, work.path(), log, &device);
+  const std::string path = calibration_path(opt.path, log, &device);
   if (path.empty()) return 2;
   if (path == "gpu" && !fs::exists(reference)) {
     std::fprintf(stderr, "nibble calibrate: the reference %s does not exist; build the project (scripts/test.sh) or pass --reference\n",
@@ -141,7 +140,7 @@ int calibrate_main(const CalibrateOptions& opt) {
     for (const auto& v : variants) names.push_back(v.name);
     log("seed " + std::to_string(seed) + ": the reference and " + std::to_string(names.size()) + " variants");
     try {
-      const bool ran = run_variant_children(job, names, work.path() + "/seed" + std::to_string(seed), opt.timeout_seconds, log,
+      const bool ran = run_variant_children(job, names, opt.timeout_seconds, log,
                                             [&](size_t i, const ChildRun& var, const ChildRun& exact) {
                                               const SafetensorsFile vf(var.outputs->path()), ef(exact.outputs->path());
                                               ErrorTally t;

@@ -154,7 +154,6 @@ int grade_run(const GradeOptions& opt) {
   const std::string solution = fs::absolute(opt.solution).string();
   if (!fs::exists(reference))
     throw GraderError("the reference " + reference + " does not exist; build the project (scripts/test.sh) or pass --reference");
-  TempDir work("nibble-grade");
   // A fixture the user named is checked before anything else (the cache is filled after the GPU
   // probe, so a machine without a GPU never builds gigabytes for nothing).
   std::vector<std::string> fixture_dirs;
@@ -182,7 +181,7 @@ int grade_run(const GradeOptions& opt) {
   log("probing the GPU");
   json device;
   std::string why;
-  if (!probe_device(work.path(), true, task->read_floor_bytes(config), &device, &why)) {
+  if (!probe_device(true, task->read_floor_bytes(config), &device, &why)) {
     std::fprintf(stderr,
                  "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n"
                  "  Run nibble grade on a machine with a CUDA GPU and driver; the tests (scripts/test.sh) run without one.\n",
@@ -228,7 +227,6 @@ int grade_run(const GradeOptions& opt) {
   // run_child kills) could read them.
   for (size_t i = 0; i < opt.seeds.size(); ++i) {
     const uint64_t seed = opt.seeds[i];
-    const std::string sd = work.path() + "/seed" + std::to_string(seed);
     const bool timed = opt.timing && i == 0;
     Job cj = base;
     cj.solution = solution;
@@ -244,7 +242,7 @@ int grade_run(const GradeOptions& opt) {
     }
     log("seed " + std::to_string(seed) + ": running the candidate" + (timed ? " (checked, then timed)" : ""));
     auto t0 = std::chrono::steady_clock::now();
-    const ChildRun c = run_job_child(cj, sd + "/candidate", opt.timeout_seconds, &log,
+    const ChildRun c = run_job_child(cj, opt.timeout_seconds, &log,
                                      timed ? "candidate: checked calls, then timing" : "candidate: checked calls");
     wall["candidate_seed" + std::to_string(seed)] = since(t0);
     if (c.result) {
@@ -282,7 +280,7 @@ int grade_run(const GradeOptions& opt) {
     if (have_timing) rj.replay = c.result->replay;
     log("seed " + std::to_string(seed) + ": running the reference" + (have_timing ? " (and the kept timed calls)" : ""));
     t0 = std::chrono::steady_clock::now();
-    const ChildRun r = run_job_child(rj, sd + "/reference", opt.timeout_seconds, &log, "reference");
+    const ChildRun r = run_job_child(rj, opt.timeout_seconds, &log, "reference");
     wall["reference_seed" + std::to_string(seed)] = since(t0);
     if (!r.completed())
       throw GraderError("the reference failed on seed " + std::to_string(seed) + "; the grader cannot judge without it: " +

@@ -39,9 +39,8 @@ std::string ChildRun::describe_failure() const {
   return exit.describe() + (log_tail.empty() ? "" : "\n" + log_tail);
 }
 
-ChildRun run_job_child(Job job, const std::string& dir, double timeout, const Log* log, const std::string& what) {
+ChildRun run_job_child(Job job, double timeout, const Log* log, const std::string& what) {
   ChildRun r;
-  (void)dir;
   try {
     // The child's stdout and stderr go to a memory file too: the grader writes nothing on disk for a
     // child, so nothing a candidate puts in a folder can stand in the way of a grade.
@@ -393,11 +392,11 @@ void check_seeds(const std::vector<uint64_t>& seeds) {
   }
 }
 
-bool run_variant_children(const Job& job, const std::vector<std::string>& variants, const std::string& seed_dir,
+bool run_variant_children(const Job& job, const std::vector<std::string>& variants,
                           double timeout_seconds, const Log& log,
                           const std::function<void(size_t, const ChildRun&, const ChildRun&)>& compare) {
   log("the exact reference");
-  const ChildRun exact = run_job_child(job, seed_dir + "/exact", timeout_seconds, &log, "exact reference");
+  const ChildRun exact = run_job_child(job, timeout_seconds, &log, "exact reference");
   if (!exact.completed()) {
     std::fprintf(stderr, "nibble calibrate: the reference failed: %s\n", exact.describe_failure().c_str());
     return false;
@@ -407,7 +406,7 @@ bool run_variant_children(const Job& job, const std::vector<std::string>& varian
     v.variant = variants[i];
     v.police = false;  // our own reference, measured for its error (kv_slot_plus1 writes slot pos + 1)
     log("variant " + variants[i]);
-    const ChildRun c = run_job_child(v, seed_dir + "/" + variants[i], timeout_seconds, &log, variants[i]);
+    const ChildRun c = run_job_child(v, timeout_seconds, &log, variants[i]);
     if (!c.completed()) {
       std::fprintf(stderr, "nibble calibrate: variant %s failed to run: %s\n", variants[i].c_str(), c.describe_failure().c_str());
       return false;
@@ -426,13 +425,13 @@ void check_calibrate_options(const CalibrateOptions& opt) {
   check_writable(opt.out);
 }
 
-bool probe_device(const std::string& work_dir, bool measure_bandwidth, uint64_t read_floor_bytes, json* device,
+bool probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, json* device,
                   std::string* why) {
   Job job;
   job.kind = "probe";
   job.measure_bandwidth = measure_bandwidth;
   job.read_floor_bytes = read_floor_bytes;
-  const ChildRun probe = run_job_child(job, work_dir + "/probe", 120);
+  const ChildRun probe = run_job_child(job, 120);
   if (probe.completed()) {
     *device = probe.result->probe;
     return true;
@@ -441,11 +440,11 @@ bool probe_device(const std::string& work_dir, bool measure_bandwidth, uint64_t 
   return false;
 }
 
-std::string calibration_path(const std::string& want, const std::string& work_dir, const Log& log, json* device) {
+std::string calibration_path(const std::string& want, const Log& log, json* device) {
   if (want == "cpu") return "cpu";
   log("probing the GPU");
   std::string why;
-  if (probe_device(work_dir, false, 0, device, &why)) return "gpu";
+  if (probe_device(false, 0, device, &why)) return "gpu";
   if (want == "gpu") {
     std::fprintf(stderr, "nibble calibrate: --path gpu, but no usable NVIDIA GPU: %s\n", why.c_str());
     return "";

@@ -81,7 +81,7 @@ struct ChildRun {
 
 /** Runs `job` in a child (`nibble __child`) with its log in `dir`, the parent's channels and a
  *  watchdog of `timeout` seconds. Never throws for anything the child does. */
-ChildRun run_job_child(Job job, const std::string& dir, double timeout, const Log* log = nullptr, const std::string& what = "");
+ChildRun run_job_child(Job job, double timeout, const Log* log = nullptr, const std::string& what = "");
 
 /** What the verdict needs to know of a candidate's end (judge's load, build and crash rules). */
 void child_evidence(const ChildRun& c, const Task& task, Evidence* e);
@@ -117,22 +117,22 @@ void check_seeds(const std::vector<uint64_t>& seeds);
 struct CalibrateOptions;
 void check_calibrate_options(const CalibrateOptions& opt);
 
-/** The device probe in a child (run in work_dir): its facts, the copy bandwidth when
+/** The device probe in a child: its facts, the copy bandwidth when
  *  `measure_bandwidth`, a weight-read floor over `read_floor_bytes` when > 0. Returns false (with
  *  *why) when no usable GPU answers. */
-bool probe_device(const std::string& work_dir, bool measure_bandwidth, uint64_t read_floor_bytes, ordered_json* device,
+bool probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, ordered_json* device,
                   std::string* why);
 
 /** Calibration's path for `want` ("gpu", "cpu" or "auto", as check_calibrate_options allows):
  *  "gpu" when the probe finds a GPU, with its facts in *device; "cpu" for want "cpu" or for "auto"
  *  without a GPU; "" after printing why when want is "gpu" and no GPU answers (exit 2). */
-std::string calibration_path(const std::string& want, const std::string& work_dir, const Log& log, ordered_json* device);
+std::string calibration_path(const std::string& want, const Log& log, ordered_json* device);
 
-/** Calibration's GPU runs of one seed, each in a child process under seed_dir: the exact reference
+/** Calibration's GPU runs of one seed, each in a child process: the exact reference
  *  (`job` as given), then every name in `variants` (the same job with that variant), calling
  *  compare(i, variant run, exact run) after variant i (it may throw: the caller reports it).
  *  Returns false after printing why when a child fails. */
-bool run_variant_children(const Job& job, const std::vector<std::string>& variants, const std::string& seed_dir,
+bool run_variant_children(const Job& job, const std::vector<std::string>& variants,
                           double timeout_seconds, const Log& log,
                           const std::function<void(size_t, const ChildRun&, const ChildRun&)>& compare);
 
