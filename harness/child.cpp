@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,7 @@
 #include "harness/cuda_check.h"
 #include "harness/cupti_timer.h"
 #include "harness/gpu_checks.h"
+#include "harness/ledger.h"
 #include "harness/process.h"
 #include "harness/protocol.h"
 #include "harness/solution_library.h"
@@ -28,6 +30,9 @@ namespace nibble {
 using namespace nibble::child;
 
 namespace {
+
+/** Windows the ledger times around a harness kernel before the build: its own overhead. */
+constexpr int kLedgerCalibrationWindows = 16;
 
 ChildError error_of(const char* kind, const std::string& message) {
   ChildError e;
@@ -108,7 +113,22 @@ int run_job(const Job& job) {
     // Timing's flush and CUPTI subscription from here, before the build: the harness's own work
     // between two timed calls is counted before the candidate can have started anything.
     std::unique_ptr<TimedCalls> timed;
-    if (job.timing) timed = std::make_unique<TimedCalls>(harness_stream, [&] { session->dry_gap(); });
+    std::unique_ptr<LedgerClient> ledger;
+    std::vector<double> calibration_span_us;
+    if (job.timing) {
+      timed = std::make_unique<TimedCalls>(harness_stream, [&] { session->dry_gap(); });
+      ledger = std::make_unique<LedgerClient>(job.ledger_read_fd, job.ledger_write_fd);
+      // The ledger's own overhead, before the solution's build: windows around a harness kernel.
+      DeviceBuffer probe(size_t(1) << 20);
+      for (int i = 0; i < kLedgerCalibrationWindows; ++i) {
+        const uint64_t c0 = timed->open();
+        ledger->open(-1, i);
+        launch_read_stream(probe.get(), probe.bytes(), harness_stream, 1);
+        NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+        (void)ledger->done(-1, i);
+        calibration_span_us.push_back(double(timed->close(c0).span_ns) / 1e3);
+      }
+    }
     auto intact = [&](const std::string& when) {
       const std::string changed = session->inputs_changed();
       return changed.empty() ? std::string() : "the candidate modified '" + changed + "' " + when + " (inputs are read-only)";
@@ -131,9 +151,11 @@ int run_job(const Job& job) {
       if (!changed.empty()) return modified(changed);
       out.r.checked_calls_done = i + 1;
     }
-    if (!job.replay.is_null() &&
-        !call(task->timed_call(), job.call_timeout_seconds * 64, [&] { session->replay(job.replay, outputs); }))
-      return 5;
+    // The reference's side of a candidate's kept timed calls: every round's, under one watchdog each.
+    for (const auto& round : job.replay.is_array() ? job.replay : nlohmann::json::array())
+      if (!call(task->timed_call(), job.call_timeout_seconds * 64,
+                [&] { session->replay(round.at("spec"), round.at("prefix").get<std::string>(), outputs); }))
+        return 5;
     outputs.write(job.outputs_fd, lib->name());
     if (const std::string m = intact("during the checked calls"); !m.empty()) return modified(m);
     secs["checked_calls"] = seconds_since(t);
@@ -149,19 +171,21 @@ int run_job(const Job& job) {
                             : "none: every draw from the OS after the build, when needed";
       tr.calls_per_round = tj.calls_per_round;
       tr.stop_reason = "max rounds";
+      tr.calibration_span_us = calibration_span_us;
       OutputFile kept;
+      nlohmann::json replay = nlohmann::json::array();
       double prev_median = -1;
       // Work between timed calls is in no window: TimedCalls judges every gap.
       timed->begin();
       for (int r = 0; r < tj.max_rounds; ++r) {
-        // Which calls of this round are re-checked against the reference: each with probability
-        // 1/8, drawn after the call has returned (so no call can know whether it will be), and the
-        // last one when none before it was (the outputs of the last round are kept).
+        // Which calls are re-checked against the reference is the parent's pick (the call ledger),
+        // answered after each call has returned: no call can know whether it will be.
         std::vector<int> keep;
-        OutputFile round_kept;
+        const std::string prefix = "timed" + std::to_string(r) + "-";
         for (int n = 0; n < tj.calls_per_round; ++n) {
           session->stage_timed(n, rng);
           const uint64_t c0 = timed->open();
+          ledger->open(r, n);
           const auto w0 = std::chrono::steady_clock::now();
           // All work the call caused, on any stream, is inside the window: sync the device.
           if (!call(task->timed_call(), job.call_timeout_seconds, [&] {
@@ -170,6 +194,7 @@ int run_job(const Job& job) {
               }))
             return 5;
           const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
+          const bool keep_n = ledger->done(r, n);
           const SpanStats st = timed->close(c0);
           if (!st.valid) {
             ++tr.invalid_samples;
@@ -181,14 +206,18 @@ int run_job(const Job& job) {
           tr.kernels.push_back(st.kernels);
           tr.memcpys.push_back(st.memcpys);
           tr.memsets.push_back(st.memsets);
-          const bool keep_n = rng() % 8 == 0 || (keep.empty() && n == tj.calls_per_round - 1);
-          if (keep_n) keep.push_back(n);
-          if (!session->timed_outputs(n, keep_n, round_kept)) ++tr.nonfinite_calls;
-          if (const std::string m = session->after_timed_call(); !m.empty()) return modified(m);
+          if (keep_n) {
+            keep.push_back(n);
+            tr.kept.push_back(prefix + std::to_string(n));
+          }
+          if (!session->timed_outputs(prefix + std::to_string(n), keep_n, kept)) ++tr.nonfinite_calls;
+          if (const std::string m = session->after_timed_call(keep_n); !m.empty()) return modified(m);
+          if (keep_n)
+            if (const std::string m = intact("in timed call " + std::to_string(n) + " of round " + std::to_string(r)); !m.empty())
+              return modified(m);
         }
         ++tr.rounds;
-        kept = std::move(round_kept);
-        tr.kept = keep;
+        replay.push_back({{"prefix", prefix}, {"spec", session->replay_spec(keep)}});
         const double med = summarize(tr.gpu_span_us).median;
         if (tr.rounds >= tj.min_rounds && prev_median > 0 && std::fabs(med - prev_median) < tj.stable_fraction * med) {
           tr.stop_reason = "median stable";
@@ -203,13 +232,14 @@ int run_job(const Job& job) {
       kept.write(job.timed_outputs_fd, lib->name());
       if (const std::string m = intact("during the timed calls"); !m.empty()) return modified(m);
       if (const std::string m = session->after_timing(); !m.empty()) return modified(m);
-      tr.gaps_with_foreign_work = timed->gaps_with_foreign_kernels();
-      tr.harness_kernels_per_gap = timed->harness_kernels_per_gap();
+      tr.gaps_with_foreign_work = timed->gaps_with_foreign_work();
+      tr.foreign_work = timed->foreign_work();
+      tr.harness_records_per_gap = timed->harness_records_per_gap();
       tr.late_kernels = timed->late_kernels();
       tr.task_figures = session->timing_figures();
       {
         std::lock_guard<std::mutex> lock(out.mu);
-        out.r.replay = session->replay_spec(tr.kept);
+        out.r.replay = std::move(replay);
         out.r.timing = std::move(tr);
       }
       secs["timing"] = seconds_since(t);
@@ -293,6 +323,18 @@ nlohmann::json probe_device(bool measure_bandwidth, size_t read_floor_bytes) {
     const int mem_khz = attr(cudaDevAttrMemoryClockRate);
     const int bus_bits = attr(cudaDevAttrGlobalMemoryBusWidth);
     j["name"] = p.name;
+    {
+      // As NVML and nvidia-smi spell it ("GPU-" and the 16 bytes in 8-4-4-4-12 hex groups): the
+      // parent's call ledger finds this GPU in NVML by it.
+      std::string u = "GPU-";
+      char hex[3];
+      for (int i = 0; i < 16; ++i) {
+        std::snprintf(hex, sizeof hex, "%02x", unsigned(static_cast<unsigned char>(p.uuid.bytes[i])));
+        u += hex;
+        if (i == 3 || i == 5 || i == 7 || i == 9) u += '-';
+      }
+      j["uuid"] = u;
+    }
     j["compute_capability"] = std::to_string(p.major) + "." + std::to_string(p.minor);
     j["sms"] = p.multiProcessorCount;
     j["l2_bytes"] = p.l2CacheSize;

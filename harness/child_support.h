@@ -178,35 +178,44 @@ SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
 }
 
 /**
- * Timed calls with the work between them watched, for both graders: the L2 flush and one CUPTI
- * subscription. Built before the candidate is: the constructor counts the kernels the harness itself
- * runs between two timed calls on a dry gap (`harness_gap`, everything the harness does there but
- * the flush, then the flush), so a thread the candidate starts later cannot hide in that count.
- * begin() drops what was recorded since (the build, the checked calls); then per timed call open()
- * (flush, device sync, the window's opening timestamp: one timestamp ends the gap and opens the
- * window), the call with its device sync, and close(c0): one collect after the call, split at c0
- * (a collect just before the launch put CUPTI's next buffer request inside the window, e970ed3).
- * A gap with kernels beyond the harness's own counts in gaps_with_foreign_kernels(); kernels CUPTI
+ * Timed calls with the work between them watched, for every task: the L2 flush and one CUPTI
+ * subscription. All of the harness's own GPU work between two timed calls (staging, read-backs,
+ * checks, the flush) runs on `stream`, the harness's stream, which the solution is never given; a
+ * record in a gap on any other stream is the solution's work (kernel, copy or memset) that no
+ * window timed. Built before the candidate is: the constructor runs a dry gap (`harness_gap`,
+ * everything the harness does there but the flush, then the flush) and counts what the harness
+ * itself leaves on other streams (none expected: the allowance is measured, not assumed), so a
+ * thread the candidate starts later cannot hide in that count. begin() drops what was recorded
+ * since (the build, the checked calls); then per timed call open() (record kinds re-enabled, flush,
+ * device sync, the window's opening timestamp: one timestamp ends the gap and opens the window),
+ * the call with its device sync, and close(c0): one collect after the call, split at c0 (a collect
+ * just before the launch put CUPTI's next buffer request inside the window, e970ed3). Kernels CUPTI
  * delivers only after the collect that should have seen them (still running past a window's device
- * sync) in late_kernels(), recorded, not judged. Throws std::runtime_error on CUDA/CUPTI errors.
+ * sync) count in late_kernels(), recorded, not judged. Throws std::runtime_error on CUDA/CUPTI
+ * errors.
  */
 class TimedCalls {
  public:
   template <class F>
-  TimedCalls(cudaStream_t stream, F&& harness_gap) : stream_(stream) {
+  TimedCalls(cudaStream_t stream, F&& harness_gap) : stream_(stream), stream_id_(timer_.stream_id(stream)) {
     const uint64_t g0 = timer_.now();
     harness_gap();
     flusher_.flush(stream_);
     NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-    harness_gap_kernels_ = span_of(timer_.collect(g0, timer_.now())).kernels;
+    const std::vector<ActivityRecord> dry = timer_.collect(g0, timer_.now());
+    harness_records_per_gap_ = int(dry.size());
+    allowance_ = span_of(off_stream(dry));
   }
-  /** The first gap starts now; everything recorded before is neither a gap nor late. */
+  /** The first gap starts now; everything recorded before (the build, the checked calls, the
+   *  ledger's calibration windows) is neither a gap nor late. */
   void begin() {
     gap_start_ = timer_.now();
     (void)timer_.collect(0, gap_start_);
+    gaps_with_foreign_work_ = late_kernels_ = foreign_kernels_ = foreign_memcpys_ = foreign_memsets_ = 0;
   }
   /** L2 flushed, device synchronised; returns the window's opening timestamp. */
   uint64_t open() {
+    timer_.reenable();
     flusher_.flush(stream_);
     NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
     return timer_.now();
@@ -217,20 +226,44 @@ class TimedCalls {
     const uint64_t c1 = timer_.now();
     std::vector<ActivityRecord> gap, window, late;
     for (const ActivityRecord& r : timer_.collect(gap_start_, c1, &late)) (r.start_ns < c0 ? gap : window).push_back(r);
-    if (span_of(gap).kernels > harness_gap_kernels_) ++gaps_with_foreign_kernels_;
+    const SpanStats foreign = span_of(off_stream(gap));
+    if (foreign.kernels > allowance_.kernels || foreign.memcpys > allowance_.memcpys || foreign.memsets > allowance_.memsets) {
+      ++gaps_with_foreign_work_;
+      foreign_kernels_ += foreign.kernels;
+      foreign_memcpys_ += foreign.memcpys;
+      foreign_memsets_ += foreign.memsets;
+    }
     late_kernels_ += span_of(late).kernels;
     gap_start_ = c1;
     return span_of(window);
   }
-  int harness_kernels_per_gap() const { return harness_gap_kernels_; }
-  int gaps_with_foreign_kernels() const { return gaps_with_foreign_kernels_; }
+  /** The harness's own records in one gap (all streams), counted on the dry gap. */
+  int harness_records_per_gap() const { return harness_records_per_gap_; }
+  int gaps_with_foreign_work() const { return gaps_with_foreign_work_; }
+  /** What the gaps with foreign work held beyond the harness's, e.g. "3 kernels, 1 memcpy". */
+  std::string foreign_work() const {
+    std::string s;
+    for (const auto& [n, what] : {std::pair<int, const char*>{foreign_kernels_, "kernel"}, {foreign_memcpys_, "memcpy"},
+                                  {foreign_memsets_, "memset"}})
+      if (n > 0) s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + what + (n > 1 ? "s" : "");
+    return s;
+  }
   int late_kernels() const { return late_kernels_; }
 
  private:
+  std::vector<ActivityRecord> off_stream(const std::vector<ActivityRecord>& rs) const {
+    std::vector<ActivityRecord> out;
+    for (const ActivityRecord& r : rs)
+      if (r.stream_id != stream_id_) out.push_back(r);
+    return out;
+  }
   cudaStream_t stream_;
   L2Flusher flusher_;
   CuptiTimer timer_;
-  int harness_gap_kernels_ = 0, gaps_with_foreign_kernels_ = 0, late_kernels_ = 0;
+  uint32_t stream_id_;
+  SpanStats allowance_;
+  int harness_records_per_gap_ = 0, gaps_with_foreign_work_ = 0, late_kernels_ = 0;
+  int foreign_kernels_ = 0, foreign_memcpys_ = 0, foreign_memsets_ = 0;
   uint64_t gap_start_ = 0;
 };
 

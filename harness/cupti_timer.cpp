@@ -58,6 +58,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         got.push_back({ActivityRecord::Memcpy, m->start, m->end, m->streamId});
         break;
       }
+      case CUPTI_ACTIVITY_KIND_MEMCPY2: {  // peer-to-peer: work a solution could start too
+        auto* m = reinterpret_cast<CUpti_ActivityMemcpyPtoP4*>(rec);
+        got.push_back({ActivityRecord::Memcpy, m->start, m->end, m->streamId});
+        break;
+      }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         auto* m = reinterpret_cast<CUpti_ActivityMemset4*>(rec);
         got.push_back({ActivityRecord::Memset, m->start, m->end, m->streamId});
@@ -127,13 +132,27 @@ CuptiTimer::CuptiTimer() {
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable CONCURRENT_KERNEL");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable MEMCPY");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET), "enable MEMSET");
+  check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2), "enable MEMCPY2");
   g_active = true;
+}
+
+void CuptiTimer::reenable() {
+  for (const CUpti_ActivityKind k : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                     CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMCPY2})
+    check(cuptiActivityEnable(k), "re-enable an activity kind");
+}
+
+uint32_t CuptiTimer::stream_id(cudaStream_t s) const {
+  uint32_t id = 0;
+  check(cuptiGetStreamIdEx(nullptr, s, 0, &id), "cuptiGetStreamIdEx");
+  return id;
 }
 
 CuptiTimer::~CuptiTimer() {
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard<std::mutex> lock(g_mutex);
   g_records.clear();

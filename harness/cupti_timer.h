@@ -3,6 +3,8 @@
 // not by what the candidate chose to tell us.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -30,7 +32,7 @@ SpanStats span_of(const std::vector<ActivityRecord>& records);
 
 /**
  * Owns the process's CUPTI activity subscription (CUPTI's callbacks are process-global, so at most
- * one instance may exist). Constructing enables CONCURRENT_KERNEL, MEMCPY and MEMSET records;
+ * one instance may exist). Constructing enables CONCURRENT_KERNEL, MEMCPY, MEMCPY2 (peer) and MEMSET records;
  * destroying disables them. Throws std::runtime_error with CUPTI's message on failure.
  */
 class CuptiTimer {
@@ -40,6 +42,11 @@ class CuptiTimer {
   CuptiTimer(const CuptiTimer&) = delete;
   CuptiTimer& operator=(const CuptiTimer&) = delete;
 
+  /** Enable the record kinds again (a solution may have disabled one: CUPTI's switches are
+   *  process-wide); called before each timed window. Throws as the constructor. */
+  void reenable();
+  /** CUPTI's id of `s`, the stream_id its records carry. Throws std::runtime_error. */
+  uint32_t stream_id(cudaStream_t s) const;
   /** CUPTI's timestamp in ns. */
   uint64_t now() const;
   /** Flush CUPTI's buffers and return (and forget) every record whose start lies in [t0, t1];

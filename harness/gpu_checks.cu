@@ -109,8 +109,9 @@ uint64_t device_checksum_bytes(const void* p, size_t bytes, cudaStream_t s) {
   uint64_t h = whole ? device_checksum(p, whole, s) : 0;
   if (whole != bytes) {
     uint8_t tail[8] = {};
-    NIBBLE_CUDA_CALL(cudaStreamSynchronize(s));  // the stream's writes first (a non-blocking stream)
-    NIBBLE_CUDA_CALL(cudaMemcpy(tail, static_cast<const uint8_t*>(p) + whole, bytes - whole, cudaMemcpyDeviceToHost));
+    // On `s` like the rest: the timer tells the harness's work by its stream (TimedCalls).
+    NIBBLE_CUDA_CALL(cudaMemcpyAsync(tail, static_cast<const uint8_t*>(p) + whole, bytes - whole, cudaMemcpyDeviceToHost, s));
+    NIBBLE_CUDA_CALL(cudaStreamSynchronize(s));
     for (size_t i = 0; i < bytes - whole; ++i) h = h * 1099511628211ull + tail[i] + 1;  // FNV-style fold
   }
   return h;

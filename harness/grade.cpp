@@ -16,6 +16,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
@@ -68,9 +69,66 @@ json calibration_context(const std::string& cal, double worst) {
   }
 }
 
-/** The report's timing section from the candidate's record, and the timing part of the evidence. */
-json timing_section(const Task& task, const std::string& config, const TimingResult& tr, const json& device,
-                    const json& facts, Evidence* ev) {
+/** Throws std::runtime_error unless the candidate's kept timed outputs are exactly the calls the
+ *  grader's ledger picked (names "timed<round>-<call>.<output>"). */
+void check_kept_calls(const SafetensorsFile& timed, const CallLedger& ledger) {
+  std::set<std::string> picked, got;
+  for (const LedgerCall& c : ledger.calls())
+    if (c.kept) picked.insert("timed" + std::to_string(c.round) + "-" + std::to_string(c.call));
+  for (const auto& e : timed.entries()) got.insert(e.name.substr(0, e.name.find('.')));
+  if (picked != got)
+    throw std::runtime_error("the kept timed calls (" + std::to_string(got.size()) + ") are not the " +
+                             std::to_string(picked.size()) + " the grader picked");
+}
+
+/** The call ledger's part of the report (the grader's own clock, the kept calls, NVML's clocks)
+ *  and of the evidence; returns, per timed call, whether its round ran throttled. */
+std::vector<bool> ledger_section(const CallLedger& ledger, const TimingResult& tr, Evidence* ev, json* out) {
+  const auto& calls = ledger.calls();
+  ev->ledger_calls = int(calls.size());
+  ev->ledger_violation = ledger.violation();
+  std::vector<double> window, sm, mem, cal_gap;
+  for (const LedgerCall& c : calls) window.push_back(c.window_us);
+  const auto& cal = ledger.calibration();
+  for (size_t i = 0; i < cal.size() && i < tr.calibration_span_us.size(); ++i)
+    cal_gap.push_back(cal[i].window_us - tr.calibration_span_us[i]);
+  const Summary w = summarize(window), o = summarize(cal_gap);
+  ev->window_median_us = w.median;
+  ev->window_overhead_us = cal_gap.empty() ? 0.0 : o.median;
+  std::vector<int> throttled_rounds;
+  std::vector<bool> throttled(calls.size(), false);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].sm_mhz > 0) sm.push_back(calls[i].sm_mhz);
+    if (calls[i].mem_mhz > 0) mem.push_back(calls[i].mem_mhz);
+    if ((calls[i].clock_events & kThrottleReasons) &&
+        (throttled_rounds.empty() || throttled_rounds.back() != calls[i].round))
+      throttled_rounds.push_back(calls[i].round);
+  }
+  for (size_t i = 0; i < calls.size(); ++i)
+    throttled[i] = std::find(throttled_rounds.begin(), throttled_rounds.end(), calls[i].round) != throttled_rounds.end();
+  json kept = json::array();
+  for (const LedgerCall& c : calls)
+    if (c.kept) kept.push_back("timed" + std::to_string(c.round) + "-" + std::to_string(c.call));
+  json clocks = {{"nvml", ledger.nvml_available() ? json("sampled after every timed call") : json(ledger.nvml_why())}};
+  if (!sm.empty()) clocks["sm_mhz"] = summary_json(summarize(sm));
+  if (!mem.empty()) clocks["memory_mhz"] = summary_json(summarize(mem));
+  clocks["throttled_rounds"] = throttled_rounds;
+  clocks["throttle_reasons_mask"] = kThrottleReasons;
+  *out = {{"window_us", summary_json(w, &window)},
+          {"overhead_us", ev->window_overhead_us},
+          {"calibration_windows", cal.size()},
+          {"hidden_us", ev->window_median_us - ev->window_overhead_us - ev->span_median_us},
+          {"hidden_allowance_us", hidden_time_allowance_us(ev->span_median_us)},
+          {"kept", kept},
+          {"violation", ledger.violation()},
+          {"clocks", clocks}};
+  return throttled;
+}
+
+/** The report's timing section from the candidate's record and the grader's call ledger, and the
+ *  timing part of the evidence. */
+json timing_section(const Task& task, const std::string& config, const TimingResult& tr, const CallLedger& ledger,
+                    const json& device, const json& facts, Evidence* ev) {
   json t;
   t["unit"] = task.unit();
   ev->timed = true;
@@ -78,15 +136,26 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   ev->invalid_samples = tr.invalid_samples;
   ev->invalid_reason = tr.invalid_reason;
   ev->gaps_with_foreign_work = tr.gaps_with_foreign_work;
+  ev->foreign_work = tr.foreign_work;
   ev->nonfinite_timed_calls = tr.nonfinite_calls;
   const Roofline roof = task.roofline(config, facts);
   const double copy_bw = device.contains("copy_bandwidth") ? device["copy_bandwidth"].value("median_Bps", 0.0) : 0.0;
   const double peak_bw = device.value("theoretical_bandwidth_Bps", 0.0);
+  // Rounds the GPU ran throttled (NVML) are left out of the median while any other round is left.
+  const Summary all_spans = summarize(tr.gpu_span_us);
+  ev->span_median_us = all_spans.median;
+  json ledger_j;
+  const std::vector<bool> throttled = ledger_section(ledger, tr, ev, &ledger_j);
+  std::vector<double> spans;
+  for (size_t i = 0; i < tr.gpu_span_us.size(); ++i)
+    if (i >= throttled.size() || !throttled[i]) spans.push_back(tr.gpu_span_us[i]);
+  const bool excluded = !spans.empty() && spans.size() < tr.gpu_span_us.size();
+  if (!excluded) spans = tr.gpu_span_us;
+  ledger_j["clocks"]["throttled_rounds_excluded_from_median"] = excluded;
   if (!tr.gpu_span_us.empty()) {
     std::vector<double> kernels(tr.kernels.begin(), tr.kernels.end());
-    const Summary s = summarize(tr.gpu_span_us), w = summarize(tr.host_wall_us);
-    ev->span_median_us = s.median;
-    ev->span_min_us = s.min;
+    const Summary s = summarize(spans), w = summarize(tr.host_wall_us);
+    ev->span_min_us = all_spans.min;
     ev->wall_median_us = w.median;
     t["us_per_call"] = s.median;
     t["gpu_span_us"] = summary_json(s, &tr.gpu_span_us);
@@ -123,12 +192,14 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   t["invalid_samples"] = tr.invalid_samples;
   t["invalid_reason"] = tr.invalid_reason;
   t["nonfinite_outputs"] = tr.nonfinite_calls;
-  t["gaps_with_foreign_kernels"] = tr.gaps_with_foreign_work;
-  t["harness_kernels_per_gap"] = tr.harness_kernels_per_gap;
+  t["gaps_with_foreign_work"] = tr.gaps_with_foreign_work;
+  t["foreign_work"] = tr.foreign_work;
+  t["harness_records_per_gap"] = tr.harness_records_per_gap;
   t["late_kernels"] = tr.late_kernels;
   t["timing_seed"] = tr.seed ? json(*tr.seed) : json(nullptr);
   t["timing_seed_from"] = tr.seed_from;
   t["task_figures"] = json(tr.task_figures);
+  t["ledger"] = ledger_j;
   return t;
 }
 
@@ -238,6 +309,8 @@ int grade_run(const GradeOptions& opt) {
       tj.max_rounds = opt.max_rounds;
       tj.max_seconds = opt.max_timing_seconds;
       tj.seed = opt.timing_seed;
+      tj.kept_per_round = task->kept_calls_per_round();
+      tj.gpu_uuid = device.value("uuid", "");
       cj.timing = tj;
     }
     log("seed " + std::to_string(seed) + ": running the candidate" + (timed ? " (checked, then timed)" : ""));
@@ -266,7 +339,7 @@ int grade_run(const GradeOptions& opt) {
         break;
       }
     }
-    const bool have_timing = timed && c.result && c.result->timing;
+    const bool have_timing = timed && c.result && c.result->timing && c.ledger;
     // Nothing to compare (the candidate ended before its checked calls did): its verdict needs no
     // reference, and a GPU it left broken must not turn into a failure of the grader.
     const bool have_outputs = c.result && c.result->checked_calls_done == base.checked_calls;
@@ -303,6 +376,7 @@ int grade_run(const GradeOptions& opt) {
         ev.compared = true;
         if (have_timing) {  // an empty or missing channel is unreadable outputs, never "nothing to check"
           const SafetensorsFile tf(c.timed_outputs->path());
+          check_kept_calls(tf, *c.ledger);
           for (auto& v : compare_outputs(tf, rf, "timed", timed_tally)) verified.push_back(v);
           if (verified.empty()) throw std::runtime_error("no timed call was re-checked against the reference");
         }
@@ -311,7 +385,7 @@ int grade_run(const GradeOptions& opt) {
       }
       seed_j["worst_rel_err"] = num_or_null(seed_tally.worst);
     }
-    if (have_timing) timing = timing_section(*task, config, *c.result->timing, device, c.result->facts, &ev);
+    if (have_timing) timing = timing_section(*task, config, *c.result->timing, *c.ledger, device, c.result->facts, &ev);
     per_seed.push_back(seed_j);
     if (!c.completed()) break;
   }
@@ -355,9 +429,10 @@ int grade_run(const GradeOptions& opt) {
       {"metric", "GPU span: first CUPTI activity record's start to the last one's end (CONCURRENT_KERNEL, MEMCPY, MEMSET; all streams), per timed call"},
       {"before_each_call", "inputs staged, persisting L2 reset, L2 flushed (2x its size written), device synchronised; outside the window"},
       {"after_each_call", "device synchronised inside the window"},
-      {"between_calls", "a kernel between two timed calls beyond the harness's own (counted before the build) makes the grade InvalidTiming"},
-      {"rounds", "calls_per_round calls per round; stop when the median moves less than 0.5% between rounds (after min rounds), at max rounds or the time budget"},
-      {"rechecked", "each call with probability 1/8, drawn after it returned (the round's last when none before it was); those of the last round are recomputed by the reference"},
+      {"between_calls", "any GPU record (kernel, memcpy, memset) between two timed calls on a stream other than the harness's own, beyond what the harness leaves there (counted before the build), makes the grade InvalidTiming"},
+      {"rounds", "calls_per_round calls per round; stop when the median moves less than 0.5% between rounds (after min rounds), at max rounds or the time budget; rounds NVML saw throttled are left out of the median while any other is left"},
+      {"rechecked", "kept_per_round calls of every round, picked by the grader's parent process after each call returned (the call ledger); every kept call is recomputed by the reference and audited (inputs, caches beyond the written slots)"},
+      {"grader_clock", "the parent stamps each call's open and done on its own clock (the call ledger): median window - ledger overhead - GPU span above 100 us + 10% of the span, or a span longer than the window, makes the grade InvalidTiming"},
       {"timed_seed", opt.seeds.front()}};
   const json task_protocol = task->timing_protocol();
   for (const auto& [k, val] : task_protocol.items()) timing_protocol[k] = val;

@@ -45,6 +45,6 @@ struct GradeOptions {
 int grade_main(const GradeOptions& opt);
 
 /** The schema_version of the reports grade writes (docs/report-schema.md). */
-inline constexpr const char* kReportSchemaVersion = "2.0.0";
+inline constexpr const char* kReportSchemaVersion = "2.1.0";
 
 }  // namespace nibble

@@ -50,11 +50,19 @@ ChildRun run_job_child(Job job, double timeout, const Log* log, const std::strin
     job.result_fd = result_ch.fd();
     job.outputs_fd = r.outputs->fd();
     job.timed_outputs_fd = r.timed_outputs->fd();
+    std::vector<int> fds = {job_ch.fd(), result_ch.fd(), r.outputs->fd(), r.timed_outputs->fd()};
+    if (job.timing) {
+      r.ledger = std::make_shared<CallLedger>(job.timing->calls_per_round, job.timing->kept_per_round, job.timing->seed,
+                                              job.timing->gpu_uuid);
+      job.ledger_read_fd = r.ledger->child_read_fd();
+      job.ledger_write_fd = r.ledger->child_write_fd();
+      fds.insert(fds.end(), {job.ledger_read_fd, job.ledger_write_fd});
+    }
     write_channel(job_ch.fd(), nlohmann::json(job).dump());
     std::function<void(double)> tick;
     if (log) tick = [&](double sec) { log->progress(what + "  " + fmt(sec, 3) + " s"); };
-    r.exit = run_child({self_exe(), "__child", std::to_string(job_ch.fd())}, log_ch.path(), timeout, tick,
-                       {job_ch.fd(), result_ch.fd(), r.outputs->fd(), r.timed_outputs->fd()});
+    r.exit = run_child({self_exe(), "__child", std::to_string(job_ch.fd())}, log_ch.path(), timeout, tick, fds);
+    if (r.ledger) r.ledger->finish();
     r.log_tail = file_tail(log_ch.path(), 3000);
     try {
       r.result = nlohmann::json::parse(read_channel(result_ch.fd())).get<Result>();
@@ -62,6 +70,7 @@ ChildRun run_job_child(Job job, double timeout, const Log* log, const std::strin
       r.result.reset();  // nothing readable: the child died before its first phase, or wrote garbage
     }
   } catch (const std::exception& e) {
+    if (r.ledger) r.ledger->finish();
     r.exit.kind = ChildExit::SpawnFailed;
     r.log_tail = std::string("the grader could not start the child: ") + e.what();
   }

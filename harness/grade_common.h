@@ -16,6 +16,7 @@
 
 #include "fixtures/fixture.h"
 #include "fixtures/tensor.h"
+#include "harness/ledger.h"
 #include "harness/process.h"
 #include "harness/protocol.h"
 #include "harness/task.h"
@@ -71,6 +72,7 @@ struct ChildRun {
   ChildExit exit;
   std::optional<Result> result;
   std::shared_ptr<Channel> outputs, timed_outputs;
+  std::shared_ptr<CallLedger> ledger;  // with timing: the parent's record of the timed calls
   std::string log_tail;
   bool completed() const { return exit.kind == ChildExit::Exited && exit.code == 0 && result && result->phase == "done"; }
   /** The last phase the child reported ("start" when none). */
@@ -79,8 +81,8 @@ struct ChildRun {
   std::string describe_failure() const;
 };
 
-/** Runs `job` in a child (`nibble __child`) with its log in `dir`, the parent's channels and a
- *  watchdog of `timeout` seconds. Never throws for anything the child does. */
+/** Runs `job` in a child (`nibble __child`) with the parent's channels (and, with timing, its
+ *  call ledger) and a watchdog of `timeout` seconds. Never throws for anything the child does. */
 ChildRun run_job_child(Job job, double timeout, const Log* log = nullptr, const std::string& what = "");
 
 /** What the verdict needs to know of a candidate's end (judge's load, build and crash rules). */

@@ -638,11 +638,13 @@ std::string render_html_report(const ReportView& report, const std::string& repo
                         html_escape(report.device_driver));
   if (!report.timing_protocol.empty()) o << row("timing", html_escape(report.timing_protocol));
   if (!report.stop_reason.empty()) o << row("timing stopped", html_escape(report.stop_reason));
-  if (!std::isnan(report.gaps_with_foreign_kernels)) {
-    // The grader's check of the work between timed calls (kernels outside every window).
+  if (!std::isnan(report.gaps_with_foreign_work)) {
+    // The grader's check of the work between timed calls (GPU work outside every window).
     const auto n = [](double v) { return std::isnan(v) ? std::string("?") : fmt_g(v, 10); };
-    o << row("between calls", html_escape(n(report.gaps_with_foreign_kernels) + " gaps held kernels beyond the harness's own (" +
-                                          n(report.harness_kernels_per_gap) + " per gap); " + n(report.late_kernels) +
+    o << row("between calls", html_escape(n(report.gaps_with_foreign_work) + " gaps held GPU work" +
+                                          (report.foreign_work.empty() ? "" : " (" + report.foreign_work + ")") +
+                                          " beyond the harness's own (" + n(report.harness_records_per_gap) +
+                                          " records per gap); " + n(report.late_kernels) +
                                           " kernels reached the timer after their window or gap was collected (recorded, not judged)"));
   }
   if (!report.rule.empty()) o << row("verdict rule", html_escape(report.rule));

@@ -31,7 +31,7 @@ struct adl_serializer<std::optional<T>> {
 namespace nibble {
 
 /** Bumped on any change of Job or Result; a child refuses a job of another version. */
-inline constexpr int kProtocolVersion = 2;
+inline constexpr int kProtocolVersion = 3;
 
 /** The timed rounds a candidate runs (after its checked calls). */
 struct TimingJob {
@@ -42,9 +42,13 @@ struct TimingJob {
   // --timing-seed: every timed call's randomness from this seed (reproducible, so predictable);
   // none: each draw from the OS when it is needed, after the build.
   std::optional<uint64_t> seed;
+  // Read by the parent's call ledger (ledger.h), not the child: how many calls of each round it
+  // keeps for the reference, and the GPU (UUID) whose clocks it samples through NVML.
+  int kept_per_round = 1;
+  std::string gpu_uuid;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingJob, calls_per_round, min_rounds, max_rounds, max_seconds,
-                                                stable_fraction, seed)
+                                                stable_fraction, seed, kept_per_round, gpu_uuid)
 
 /** What one child does. kind "run": one solution on one fixture; kind "probe": the device. */
 struct Job {
@@ -67,11 +71,13 @@ struct Job {
   // Descriptors the child writes (memfds the parent created): result JSON, outputs of the checked
   // (and replayed) calls, outputs of the kept timed calls (safetensors).
   int result_fd = -1, outputs_fd = -1, timed_outputs_fd = -1;
+  // With timing: the call ledger's pipes (ledger.h), the answers to read and the messages to write.
+  int ledger_read_fd = -1, ledger_write_fd = -1;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Job, protocol, kind, task, config, solution, fixture_dir, variant, police,
                                                 checked_calls, check_seed, timing, replay, build_timeout_seconds,
                                                 call_timeout_seconds, measure_bandwidth, read_floor_bytes, result_fd,
-                                                outputs_fd, timed_outputs_fd)
+                                                outputs_fd, timed_outputs_fd, ledger_read_fd, ledger_write_fd)
 
 /** Why a child stopped early. kind: load, solution, cuda, harness, timeout, input_modified. */
 struct ChildError {
@@ -94,17 +100,20 @@ struct TimingResult {
   std::string invalid_reason;
   int nonfinite_calls = 0;            // timed calls whose checked outputs held NaN/Inf
   int gaps_with_foreign_work = 0;     // gaps between timed calls with GPU work beyond the harness's
-  int harness_kernels_per_gap = 0;
+  std::string foreign_work;           // what those gaps held: "3 kernels, 1 memcpy"
+  int harness_records_per_gap = 0;
   int late_kernels = 0;
   std::vector<double> gpu_span_us, busy_us, host_wall_us;
   std::vector<int> kernels, memcpys, memsets;
-  std::vector<int> kept;              // calls of the last round whose outputs were kept
+  std::vector<double> calibration_span_us;  // the ledger's calibration windows (a harness kernel)
+  std::vector<std::string> kept;      // the calls whose outputs were kept, "timed<round>-<call>"
   nlohmann::json task_figures;  // e.g. decode: the position of every call
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingResult, seed, seed_from, calls_per_round, rounds, stop_reason,
                                                 invalid_samples, invalid_reason, nonfinite_calls, gaps_with_foreign_work,
-                                                harness_kernels_per_gap, late_kernels, gpu_span_us, busy_us,
-                                                host_wall_us, kernels, memcpys, memsets, kept, task_figures)
+                                                foreign_work, harness_records_per_gap, late_kernels, gpu_span_us, busy_us,
+                                                host_wall_us, kernels, memcpys, memsets, calibration_span_us, kept,
+                                                task_figures)
 
 /** What a child says, rewritten after every phase: opened, built, checked, timed, done (or failed). */
 struct Result {
@@ -115,7 +124,8 @@ struct Result {
   std::optional<ChildError> error;
   int checked_calls_done = 0;
   std::optional<TimingResult> timing;
-  nlohmann::json replay;       // what the reference needs to recompute the kept timed calls
+  nlohmann::json replay;       // what the reference needs to recompute the kept timed calls:
+                               // [{"prefix": "timed<round>-", "spec": <the task's>}], one per round
   nlohmann::json seconds;      // per phase
   nlohmann::json probe;        // kind probe: the device's facts
 };

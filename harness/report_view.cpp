@@ -239,9 +239,11 @@ void read_timing(const json& r, ReportView& v) {
        {std::pair{"flops_per_call", &ReportView::flops_per_call}, {"tflops", &ReportView::tflops},
         {"achieved_bandwidth_Bps", &ReportView::achieved_bandwidth_Bps}, {"rounds", &ReportView::rounds},
         {"invalid_samples", &ReportView::invalid_samples}, {"nonfinite_outputs", &ReportView::nonfinite_outputs},
-        {"gaps_with_foreign_kernels", &ReportView::gaps_with_foreign_kernels},
-        {"harness_kernels_per_gap", &ReportView::harness_kernels_per_gap}, {"late_kernels", &ReportView::late_kernels}})
+        {"late_kernels", &ReportView::late_kernels}})
     v.*m = num(field(t, k));
+  v.gaps_with_foreign_work = num(first_of(t, {"gaps_with_foreign_work", "gaps_with_foreign_kernels"}));
+  v.harness_records_per_gap = num(first_of(t, {"harness_records_per_gap", "harness_kernels_per_gap"}));
+  v.foreign_work = str(field(t, "foreign_work"));
   const json& fl = field(t, "floors");
   v.floor_theoretical_bw_us = num(v2 ? field(fl, "theoretical_bw_us") : field(t, "floor_us_theoretical_bw"));
   v.floor_measured_copy_bw_us = num(v2 ? field(fl, "measured_copy_bw_us") : field(t, "floor_us_measured_copy_bw"));
@@ -316,13 +318,14 @@ ReportView load_report_view(const std::string& path) { return graded_report_view
 
 namespace {
 
-/** The between-calls line: only when the grade saw kernels outside the windows (foreign ones in a
- *  gap, which make the grade InvalidTiming, or late ones, recorded only). */
+/** The between-calls line: only when the grade saw GPU work outside the windows (the solution's
+ *  in a gap, which makes the grade InvalidTiming, or late kernels, recorded only). */
 void between_calls_line(std::ostream& o, const ReportView& r) {
-  const double gaps = r.gaps_with_foreign_kernels, late = r.late_kernels;
+  const double gaps = r.gaps_with_foreign_work, late = r.late_kernels;
   if (!(gaps > 0) && !(late > 0)) return;
-  o << "  between      " << fmt_g(std::isnan(gaps) ? 0 : gaps, 6) << " gaps between timed calls held kernels beyond the harness's own ("
-    << fmt_g(r.harness_kernels_per_gap, 3) << " per gap); " << fmt_g(std::isnan(late) ? 0 : late, 6)
+  o << "  between      " << fmt_g(std::isnan(gaps) ? 0 : gaps, 6) << " gaps between timed calls held GPU work"
+    << (r.foreign_work.empty() ? "" : " (" + r.foreign_work + ")") << " beyond the harness's own ("
+    << fmt_g(r.harness_records_per_gap, 3) << " records per gap); " << fmt_g(std::isnan(late) ? 0 : late, 6)
     << " kernels reached the timer only after their window or gap was collected\n";
 }
 

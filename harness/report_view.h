@@ -112,7 +112,10 @@ struct ReportView {
   double rounds = NAN, calls_per_round = NAN;
   std::string stop_reason, invalid_reason;
   double invalid_samples = NAN, nonfinite_outputs = NAN;
-  double gaps_with_foreign_kernels = NAN, harness_kernels_per_gap = NAN, late_kernels = NAN;
+  // Between timed calls: gaps with the solution's GPU work (schema 2.0's gaps_with_foreign_kernels
+  // counted kernels only), what they held, the harness's own records per gap.
+  double gaps_with_foreign_work = NAN, harness_records_per_gap = NAN, late_kernels = NAN;
+  std::string foreign_work;
   std::vector<std::pair<std::string, double>> verified_calls;  // call, rel err (NaN: null)
   std::string timing_seed_from;  // "os", "nibble grade --timing-seed", or "" (not recorded)
   std::vector<double> positions;  // per sample of gpu_span_us: its position (decode: the KV length); may be empty

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,19 +80,22 @@ class Session {
   virtual void stage_timed(int n, TimedRandom& rng) = 0;
   /** The solution's call alone (the child syncs the device after it, inside the timing window). */
   virtual void call() = 0;
-  /** After timed call `n`: whether its outputs are finite (checked on every kept call at least),
-   *  and when `keep`, its outputs added as "timed<n>.<output>". */
-  virtual bool timed_outputs(int n, bool keep, OutputFile& out) = 0;
-  /** After each timed call, outside the window: "" or what the call changed that it may not (cheap
-   *  checks only: the token ids). */
-  virtual std::string after_timed_call() { return ""; }
+  /** After a timed call: whether its outputs are finite (checked on every kept call at least),
+   *  and when `keep`, its outputs added as "<call_name>.<output>". */
+  virtual bool timed_outputs(const std::string& call_name, bool keep, OutputFile& out) = 0;
+  /** After each timed call, outside the window: "" or what the call changed that it may not. Every
+   *  call gets the cheap checks (the token ids); an `audit` (a call the grader picked to keep, so
+   *  unpredictable to the solution) gets the costly ones too (caches beyond the positions written
+   *  so far). The child also re-checks inputs_changed() after an audited call. */
+  virtual std::string after_timed_call(bool audit) { (void)audit; return ""; }
   /** After the timed rounds: "" or what they changed that they may not (the caches above the last
    *  position). Once, not per round: its kernels would be GPU work in a gap between timed calls. */
   virtual std::string after_timing() { return ""; }
-  /** What the reference needs to recompute calls `kept` of the last round (Result::replay). */
+  /** What the reference needs to recompute calls `kept` of the round just ended (called at the end
+   *  of every round, before the next one is staged). */
   virtual nlohmann::json replay_spec(const std::vector<int>& kept) const = 0;
-  /** Reference side: recompute the kept calls of `spec` into "timed<n>.<output>". */
-  virtual void replay(const nlohmann::json& spec, OutputFile& out) = 0;
+  /** Reference side: recompute the kept calls of one round's `spec` into "<prefix><n>.<output>". */
+  virtual void replay(const nlohmann::json& spec, const std::string& prefix, OutputFile& out) = 0;
   /** "" when every read-only input (weights, caches' prefix, ...) is unchanged, else its name. */
   virtual std::string inputs_changed() = 0;
   /** The harness's own work between two timed calls but the flush (staging), run once before the
@@ -174,6 +178,9 @@ class Task {
   virtual int checked_calls(const std::string& config) const = 0;
   /** Timed calls per round. */
   virtual int calls_per_round() const = 0;
+  /** Calls of every round the grader keeps and has the reference re-check, picked by the parent
+   *  after each call returned (ledger.h): one in eight by default. */
+  virtual int kept_calls_per_round() const { return std::max(1, calls_per_round() / 8); }
   /** Bytes and FLOPs one timed sample moves and computes, given the solution's facts. */
   virtual Roofline roofline(const std::string& config, const nlohmann::json& facts) const = 0;
   /** Bytes of a read-only kernel the probe times as this task's weight-read floor (0: none). */

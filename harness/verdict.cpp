@@ -105,20 +105,32 @@ Verdict judge(const Evidence& e) {
       return fail(D::InvalidTiming, Rule::Timing,
                   "a timed " + e.unit + " took " + g3(e.span_min_us) + " us, below the physical floor " + g3(e.floor_us) +
                       " us (bytes per " + e.unit + " / theoretical bandwidth): not a record");
-    // Host time the GPU never saw (a CPU-side computation, a sleep) is work the span would hide.
-    // Launch-bound work legitimately shows some host time beyond the span (the tiny decode config:
-    // 377 us wall for a 75 us span); hidden work worth hiding is far more than 1 ms.
-    if (e.wall_median_us > 2.0 * e.span_median_us && e.wall_median_us - e.span_median_us > 1000.0)
+    // The grader's own clock (the parent's call ledger) bounds what CUPTI, which the solution
+    // shares a process with, says.
+    if (!e.ledger_violation.empty())
+      return fail(D::InvalidTiming, Rule::Timing, "the grader's call ledger was tampered with: " + e.ledger_violation);
+    if (e.ledger_calls != e.samples)
       return fail(D::InvalidTiming, Rule::Timing,
-                  "host wall time per " + e.unit + " (" + g3(e.wall_median_us) + " us median) is far above the CUPTI GPU span (" +
-                      g3(e.span_median_us) + " us): the call spends time the GPU timer cannot see");
-    if (e.wall_median_us < 0.9 * e.span_median_us)
+                  "the child reported " + std::to_string(e.samples) + " timed " + e.unit + "s, the grader's own ledger saw " +
+                      std::to_string(e.ledger_calls));
+    // Time the GPU timer never saw (host work, a sleep, GPU work hidden from CUPTI) is work the
+    // span would hide.
+    const double hidden = e.window_median_us - e.window_overhead_us - e.span_median_us;
+    if (hidden > hidden_time_allowance_us(e.span_median_us))
       return fail(D::InvalidTiming, Rule::Timing,
-                  "host wall time (" + g3(e.wall_median_us) + " us) is below the CUPTI GPU span (" + g3(e.span_median_us) +
-                      " us): the clocks disagree");
+                  "each " + e.unit + " took " + g3(e.window_median_us) + " us (median) of wall time on the grader's own clock, " +
+                      g3(hidden) + " us beyond its CUPTI GPU span (" + g3(e.span_median_us) + " us) and the ledger's overhead (" +
+                      g3(e.window_overhead_us) + " us), more than the " + g3(hidden_time_allowance_us(e.span_median_us)) +
+                      " us allowed: the call spends time the GPU timer cannot see (host work, GPU work hidden from "
+                      "CUPTI, or another process using this GPU)");
+    if (e.span_median_us > e.window_median_us + kSpanOverWindowSlackUs)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  "the CUPTI GPU span (" + g3(e.span_median_us) + " us median) is longer than the " + e.unit +
+                      " lasted on the grader's own clock (" + g3(e.window_median_us) + " us): the clocks disagree");
     if (e.gaps_with_foreign_work > 0)
       return fail(D::InvalidTiming, Rule::Timing,
-                  "the GPU ran work that was not the harness's between timed " + e.unit + "s (in " +
+                  "the GPU ran work that was not the harness's between timed " + e.unit + "s (" +
+                      (e.foreign_work.empty() ? std::string() : e.foreign_work + " ") + "in " +
                       std::to_string(e.gaps_with_foreign_work) +
                       " gaps), outside every timing window: work a timed call may depend on was not timed");
   }

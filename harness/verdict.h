@@ -69,12 +69,27 @@ struct Evidence {
   bool timed = false;
   int samples = 0;
   double span_median_us = 0, span_min_us = 0, wall_median_us = 0;
+  // The parent's call ledger (ledger.h): the calls it saw, the median window on its own clock, the
+  // ledger's own overhead (calibration windows around a harness kernel: window - span), and the
+  // first message out of sequence ("" when none).
+  int ledger_calls = 0;
+  double window_median_us = 0, window_overhead_us = 0;
+  std::string ledger_violation;
   double floor_us = 0;            // bytes per call / theoretical bandwidth; 0 = unknown
   int invalid_samples = 0;
   std::string invalid_reason;
   int gaps_with_foreign_work = 0;
+  std::string foreign_work;       // "3 kernels, 1 memcpy"
   std::string unit = "call";      // for messages: "step", "call"
 };
+
+/** Hidden time a call may show on the grader's clock beyond its GPU span and the ledger's own
+ *  overhead: 100 us + 10% of the span. Launch-bound honest paths on the H200 stay within it (the
+ *  tiny decode config through a CUDA graph: ~50 us beyond a 64 us span, dd87b38); a solution that
+ *  hides a tenth of a 1 ms call's GPU work from CUPTI does not. */
+inline double hidden_time_allowance_us(double span_us) { return 100.0 + 0.1 * span_us; }
+/** How far the median GPU span may exceed the median ledger window: the two clocks' noise. */
+inline constexpr double kSpanOverWindowSlackUs = 20.0;
 
 struct Verdict {
   Disposition disposition = Disposition::Passed;
@@ -86,8 +101,9 @@ struct Verdict {
  * The verdict, first failing rule first: load/ABI; build (an error or timeout in build_model/
  * prepare, or the process ended or stopped before its build returned); crash or timeout later; non-finite outputs (checked, verified or timed); the gate on the
  * worst relative error; the per-element guard; input modification; timing validity (a sample below
- * the bandwidth floor, calls without valid GPU records, host wall time far above or below the GPU
- * span, foreign GPU work between timed calls). An input change found before anything could be
+ * the bandwidth floor, calls without valid GPU records, a call ledger out of sequence or at odds
+ * with the child's count, time on the grader's clock far above the GPU span or below it, foreign
+ * GPU work between timed calls). An input change found before anything could be
  * compared is the inputs rule's, not a crash. Pure: no I/O, no clock.
  */
 Verdict judge(const Evidence& e);

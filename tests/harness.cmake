@@ -30,6 +30,8 @@ add_dependencies(test_calibrate_cpu nibble)
 nibble_add_gtest(verdict SOURCES test_verdict.cpp LIBS nibble_tasks LABELS cpu)
 nibble_add_gtest(protocol SOURCES test_protocol.cpp LIBS nibble_tasks LABELS cpu)
 add_dependencies(test_protocol nibble)
+# The call ledger (the parent's clock and picks) over its real pipes, client and parent in one process.
+nibble_add_gtest(ledger SOURCES test_ledger.cpp LIBS nibble_runtime LABELS cpu)
 
 # GEMM cheats (tests/solutions/gemm_hostile.cu, one .so per behaviour) on the baseline, its exports
 # renamed. GradeGemmGpu.ReplayingTheFirstCallFails and .WorkBetweenTimedCallsIsInvalidTiming grade them.

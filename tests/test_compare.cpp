@@ -537,17 +537,27 @@ TEST(ReportShow, CalibrationContextLine) {
 
 TEST(ReportShow, KernelsBetweenTimedCallsGetALineOnlyWhenSeen) {
   json r = unfused();
-  r["timing"]["gaps_with_foreign_kernels"] = 0;
-  r["timing"]["harness_kernels_per_gap"] = 0;
+  r["timing"]["gaps_with_foreign_work"] = 0;
+  r["timing"]["harness_records_per_gap"] = 0;
   r["timing"]["late_kernels"] = 0;
   EXPECT_EQ(format_summary(view(r), "r.json").find("between"), std::string::npos) << "nothing seen: no line";
-  r["timing"]["gaps_with_foreign_kernels"] = 12;
+  r["timing"]["gaps_with_foreign_work"] = 12;
+  r["timing"]["foreign_work"] = "12 memcpys";
   r["timing"]["late_kernels"] = 3;
   const std::string s = format_summary(view(r), "r.json");
-  EXPECT_NE(s.find("  between      12 gaps between timed calls held kernels beyond the harness's own (0 per gap); 3 kernels "
-                   "reached the timer only after their window or gap was collected\n  report "),
+  EXPECT_NE(s.find("  between      12 gaps between timed calls held GPU work (12 memcpys) beyond the harness's own (0 records "
+                   "per gap); 3 kernels reached the timer only after their window or gap was collected\n  report "),
             std::string::npos)
       << s;
+}
+
+TEST(ReportShow, SchemaTwoZeroKernelGapCountsStillRead) {
+  json r = unfused();
+  r["timing"]["gaps_with_foreign_kernels"] = 5;  // schema 2.0's name, kernels only
+  r["timing"]["harness_kernels_per_gap"] = 1;
+  const ReportView v = view(r);
+  EXPECT_EQ(v.gaps_with_foreign_work, 5);
+  EXPECT_EQ(v.harness_records_per_gap, 1);
 }
 
 TEST(ReportShow, AFailedGradeWithoutTiming) {

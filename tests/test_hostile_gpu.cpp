@@ -35,6 +35,7 @@ struct Row {
   std::string name, behaviour, disposition, reason, timing, compare;
   double step_timeout = 0;
   bool private_cache = false;  // the row damages its fixture: a cache of its own
+  long long timing_seed = -1;  // >= 0: graded with --timing-seed (the one row that shows what it gives away)
 };
 
 std::vector<Row> load_rows() {
@@ -43,7 +44,8 @@ std::vector<Row> load_rows() {
     const json j = json::parse(read_file(env_or("NIBBLE_SOURCE_DIR", ".") + "/tests/hostile/expectations.json"));
     for (const auto& r : j.at("rows"))
       rows.push_back({r.at("name"), r.at("behaviour"), r.at("disposition"), r.at("reason"), r.at("timing"),
-                      r.value("compare", std::string()), r.value("step_timeout", 0.0), r.value("private_cache", false)});
+                      r.value("compare", std::string()), r.value("step_timeout", 0.0), r.value("private_cache", false),
+                      r.value("timing_seed", -1LL)});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cannot read tests/hostile/expectations.json (is NIBBLE_SOURCE_DIR set?): %s\n", e.what());
   }
@@ -73,7 +75,8 @@ const Graded& graded(const Row& r) {
   Graded g;
   g.argv = {bin + "/bin/nibble", "grade", "--config", "tiny", "--seeds", "0",
             "--solution", bin + "/tests/lib/libhostile_" + r.name + ".so", "--out", t.path() + "/report.json",
-            "--timeout", "300", "-q"};  // no --timing-seed: the timed calls' draws come from the OS, as by default
+            "--timeout", "300", "-q"};  // no --timing-seed but in its one row: the draws come from the OS, as by default
+  if (r.timing_seed >= 0) g.argv.insert(g.argv.end(), {"--timing-seed", std::to_string(r.timing_seed)});
   if (r.timing == "none") g.argv.push_back("--no-timing");
   if (r.timing == "short") g.argv.insert(g.argv.end(), {"--min-rounds", "2", "--max-rounds", "2"});
   // One round of 32 calls (the row sleeps a second in each): stop at the first check of the budget.
@@ -166,6 +169,15 @@ TEST_P(Hostile, GetsItsDisposition) {
   if (r.timing != "none" && r.disposition == "Passed") {
     ASSERT_TRUE(g.report.contains("timing") && g.report["timing"].contains("gpu_span_us")) << "a timed pass without timing";
     EXPECT_GT(g.report["timing"]["gpu_span_us"]["median"].get<double>(), 0.0);
+  }
+  // Every row but one is graded as by default, and its report says so; the fixed-seed row's says
+  // what the seed gives away.
+  if (r.timing != "none" && g.report.contains("timing")) {
+    const std::string from = g.report["timing"].value("timing_seed_from", std::string());
+    if (r.timing_seed >= 0)
+      EXPECT_NE(from.find("not tamper-proof"), std::string::npos) << from;
+    else
+      EXPECT_EQ(from.rfind("none: every draw from the OS", 0), 0u) << from;
   }
   outcomes()[r.name].caught = !::testing::Test::HasFailure();
 }

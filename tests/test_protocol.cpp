@@ -60,7 +60,7 @@ TEST(Protocol, ResultWithErrorAndTiming) {
   r.error = e;
   TimingResult t;
   t.gpu_span_us = {1.5, 2.5};
-  t.kept = {3};
+  t.kept = {"timed0-3"};
   r.timing = t;
   const Result back = nlohmann::json::parse(nlohmann::json(r).dump()).get<Result>();
   ASSERT_TRUE(back.error && back.timing);

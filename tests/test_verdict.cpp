@@ -14,7 +14,8 @@ using namespace nibble;
 namespace {
 
 /** A candidate that passes everything: completed, compared at a tenth of the gate, timed validly
- *  (span 1000 us, wall 1010 us, floor 400 us). */
+ *  (span 1000 us, wall 1010 us, floor 400 us; the grader's ledger saw every call, 1030 us each,
+ *  20 us of it its own overhead). */
 Evidence passing(const Task& t) {
   const std::string config = t.official_configs().front();
   Evidence e;
@@ -30,6 +31,9 @@ Evidence passing(const Task& t) {
   e.span_min_us = 990;
   e.wall_median_us = 1010;
   e.floor_us = 400;
+  e.ledger_calls = 96;
+  e.window_median_us = 1030;
+  e.window_overhead_us = 20;
   return e;
 }
 
@@ -168,21 +172,39 @@ TEST_P(Judge, TimingValidity) {
   e.invalid_reason = "no record";
   e.span_min_us = 0;  // an invalid sample's span: said as what it is, not as a record below the floor
   expect(e, Disposition::InvalidTiming, Rule::Timing, "no valid GPU record: no record");
+  // The grader's own clock: hidden time beyond the span and the ledger's overhead may be at most
+  // 100 us + 10% of the span (here 200 us: a window of 1220 us is at the edge, 1221 beyond it).
   e = base();
-  e.wall_median_us = 2500;  // > 2x the span and > 1 ms beyond it
-  expect(e, Disposition::InvalidTiming, Rule::Timing, "far above");
+  e.window_median_us = 1220;
+  expect(e, Disposition::Passed, Rule::Passed);
+  e.window_median_us = 1221;
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "201 us beyond its CUPTI GPU span");
   e = base();
-  e.span_median_us = 75;  // launch-bound: 377 us wall for a 75 us span is not hidden work
-  e.span_min_us = 74;
+  e.span_median_us = 64;  // launch-bound through a CUDA graph (tiny, H200): 132 us of wall
+  e.span_min_us = 60;
   e.floor_us = 10;
-  e.wall_median_us = 377;
+  e.window_median_us = 132 + 20;
   expect(e, Disposition::Passed, Rule::Passed);
   e = base();
-  e.wall_median_us = 800;  // below 0.9x the span
+  e.span_median_us = 400;  // a third of a 1 ms call's work visible to CUPTI, the rest hidden
+  e.span_min_us = 400;
+  e.window_median_us = 1030;
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "wall time on the grader's own clock");
+  e = base();
+  e.window_median_us = 979;  // the span is longer than the call lasted, beyond 20 us of noise
   expect(e, Disposition::InvalidTiming, Rule::Timing, "clocks disagree");
+  e.window_median_us = 980;
+  expect(e, Disposition::Passed, Rule::Passed);
+  e = base();
+  e.ledger_calls = 95;  // the child says 96 calls, the grader saw 95
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "ledger saw 95");
+  e = base();
+  e.ledger_violation = "a call out of sequence (round 0, call 5)";
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "call ledger was tampered with: a call out of sequence");
   e = base();
   e.gaps_with_foreign_work = 4;
-  expect(e, Disposition::InvalidTiming, Rule::Timing, "in 4 gaps");
+  e.foreign_work = "4 memcpys";
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "(4 memcpys in 4 gaps)");
   e = base();
   e.timed = false;  // --no-timing: nothing to judge
   e.samples = 0;

@@ -10,10 +10,12 @@
 
 namespace nibble {
 
-DecodeSession::DecodeSession(const SolutionLibrary& lib, DeviceModel& model, cudaStream_t stream)
+DecodeSession::DecodeSession(const SolutionLibrary& lib, DeviceModel& model, cudaStream_t stream,
+                             cudaStream_t harness_stream)
     : lib_(lib),
       model_(model),
       stream_(stream),
+      harness_stream_(harness_stream),
       tokens_(DType::I64, {model.config().dims.batch}),
       logits_(DType::F32, {model.config().dims.batch, model.config().dims.vocab}) {
   nibble_error err{};
@@ -49,11 +51,11 @@ void DecodeSession::prepare_step(const std::vector<int64_t>& tokens) {
   const auto& d = model_.config().dims;
   if (int64_t(tokens.size()) != d.batch) throw std::invalid_argument("launch_step: one token per sequence expected");
   // 0xFF bytes are an fp32 NaN: an element the solution leaves unwritten fails the check.
-  NIBBLE_CUDA_CALL(cudaMemsetAsync(logits_.buf.get(), 0xFF, logits_.buf.bytes(), stream_));
+  NIBBLE_CUDA_CALL(cudaMemsetAsync(logits_.buf.get(), 0xFF, logits_.buf.bytes(), harness_stream_));
   last_tokens_ = tokens;
   NIBBLE_CUDA_CALL(cudaMemcpyAsync(tokens_.buf.get(), tokens.data(), tokens.size() * sizeof(int64_t),
-                                   cudaMemcpyHostToDevice, stream_));
-  NIBBLE_CUDA_CALL(cudaStreamSynchronize(stream_));
+                                   cudaMemcpyHostToDevice, harness_stream_));
+  NIBBLE_CUDA_CALL(cudaStreamSynchronize(harness_stream_));
 }
 
 void DecodeSession::call_step(int32_t pos) {
@@ -64,13 +66,17 @@ void DecodeSession::call_step(int32_t pos) {
 
 bool DecodeSession::tokens_intact() const {
   std::vector<int64_t> now(last_tokens_.size());
-  NIBBLE_CUDA_CALL(cudaMemcpy(now.data(), tokens_.buf.get(), now.size() * sizeof(int64_t), cudaMemcpyDeviceToHost));
+  NIBBLE_CUDA_CALL(cudaMemcpyAsync(now.data(), tokens_.buf.get(), now.size() * sizeof(int64_t), cudaMemcpyDeviceToHost,
+                                   harness_stream_));
+  NIBBLE_CUDA_CALL(cudaStreamSynchronize(harness_stream_));
   return now == last_tokens_;
 }
 
 std::vector<float> DecodeSession::read_logits() const {
   std::vector<float> out(logits_.buf.bytes() / sizeof(float));
-  NIBBLE_CUDA_CALL(cudaMemcpy(out.data(), logits_.buf.get(), logits_.buf.bytes(), cudaMemcpyDeviceToHost));
+  NIBBLE_CUDA_CALL(cudaMemcpyAsync(out.data(), logits_.buf.get(), logits_.buf.bytes(), cudaMemcpyDeviceToHost,
+                                   harness_stream_));
+  NIBBLE_CUDA_CALL(cudaStreamSynchronize(harness_stream_));
   return out;
 }
 
@@ -89,10 +95,12 @@ StepOutputs DecodeSession::run_step(const std::vector<int64_t>& tokens, int32_t 
       const auto* base = static_cast<const uint16_t*>(
           model_.device_ptr("kv." + std::to_string(l) + (kv == 0 ? ".k" : ".v")));
       uint16_t* dst = (kv == 0 ? out.k_appended : out.v_appended).data() + per_layer * l;
-      NIBBLE_CUDA_CALL(cudaMemcpy2D(dst, size_t(d.hd) * 2, base + size_t(pos) * d.hd, size_t(d.max_seq) * d.hd * 2,
-                                    size_t(d.hd) * 2, size_t(d.batch) * d.n_kv, cudaMemcpyDeviceToHost));
+      NIBBLE_CUDA_CALL(cudaMemcpy2DAsync(dst, size_t(d.hd) * 2, base + size_t(pos) * d.hd, size_t(d.max_seq) * d.hd * 2,
+                                         size_t(d.hd) * 2, size_t(d.batch) * d.n_kv, cudaMemcpyDeviceToHost,
+                                         harness_stream_));
     }
   }
+  NIBBLE_CUDA_CALL(cudaStreamSynchronize(harness_stream_));
   return out;
 }
 

@@ -28,8 +28,10 @@ struct StepOutputs {
 
 class DecodeSession {
  public:
-  /** Calls build_model; throws SolutionError (status and the solution's message). */
-  DecodeSession(const SolutionLibrary& lib, DeviceModel& model, cudaStream_t stream);
+  /** Calls build_model on `stream` (the solution's); the harness's own staging and read-backs run
+   *  on `harness_stream`, so that the timer can tell them from the solution's work between timed
+   *  calls (TimedCalls). Throws SolutionError (status and the solution's message). */
+  DecodeSession(const SolutionLibrary& lib, DeviceModel& model, cudaStream_t stream, cudaStream_t harness_stream);
   /** Calls teardown (errors are reported to stderr: destructors do not throw). */
   ~DecodeSession();
   DecodeSession(const DecodeSession&) = delete;
@@ -53,7 +55,7 @@ class DecodeSession {
  private:
   const SolutionLibrary& lib_;
   DeviceModel& model_;
-  cudaStream_t stream_;
+  cudaStream_t stream_, harness_stream_;
   void* handle_ = nullptr;
   bool open_ = false;
   DeviceTensor tokens_;

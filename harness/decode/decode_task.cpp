@@ -71,8 +71,9 @@ class InputGuard {
     if (whole != r.bytes) {
       for (size_t b = 0; b < r.blocks; ++b) {
         uint8_t tail[8] = {};
-        NIBBLE_CUDA_CALL(cudaMemcpy(tail, static_cast<const uint8_t*>(r.ptr) + b * r.stride + whole, r.bytes - whole,
-                                    cudaMemcpyDeviceToHost));
+        NIBBLE_CUDA_CALL(cudaMemcpyAsync(tail, static_cast<const uint8_t*>(r.ptr) + b * r.stride + whole, r.bytes - whole,
+                                         cudaMemcpyDeviceToHost, stream_));
+        NIBBLE_CUDA_CALL(cudaStreamSynchronize(stream_));
         for (size_t i = 0; i < r.bytes - whole; ++i) h = h * 1099511628211ull + tail[i] + 1 + b;
       }
     }
@@ -112,7 +113,7 @@ class DecodeRun final : public Session {
         guard_(model_, harness_stream) {}
 
   void build() override {
-    session_ = std::make_unique<DecodeSession>(lib_, model_, stream_);
+    session_ = std::make_unique<DecodeSession>(lib_, model_, stream_, harness_stream_);
     NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
   }
 
@@ -122,6 +123,7 @@ class DecodeRun final : public Session {
     const std::vector<int64_t> tok(model_.tokens().begin() + int64_t(i) * d.batch,
                                    model_.tokens().begin() + int64_t(i + 1) * d.batch);
     const StepOutputs so = session_->run_step(tok, pos);
+    max_pos_ = std::max(max_pos_, pos);
     if (!session_->tokens_intact()) return "the candidate modified the token_ids buffer at pos " + std::to_string(pos);
     // Variants of our own reference are measured, not policed: kv_slot_plus1 must be allowed to
     // write slot pos + 1 so that its error can be measured.
@@ -151,24 +153,22 @@ class DecodeRun final : public Session {
 
   void call() override { session_->call_step(pos_); }
 
-  bool timed_outputs(int n, bool keep, OutputFile& out) override {
+  bool timed_outputs(const std::string& call_name, bool keep, OutputFile& out) override {
     const auto logits = session_->read_logits();
     if (keep)
-      out.add("timed" + std::to_string(n) + ".logits", DType::F32, {cfg_.dims.batch, cfg_.dims.vocab}, logits.data(),
+      out.add(call_name + ".logits", DType::F32, {cfg_.dims.batch, cfg_.dims.vocab}, logits.data(),
               logits.size() * 4);
     return all_finite(logits.data(), logits.size());
   }
 
-  std::string after_timed_call() override {
-    return session_->tokens_intact() ? "" : "the candidate modified the token_ids buffer at pos " + std::to_string(pos_) + " (a timed step)";
+  std::string after_timed_call(bool audit) override {
+    if (!session_->tokens_intact())
+      return "the candidate modified the token_ids buffer at pos " + std::to_string(pos_) + " (a timed step)";
+    max_pos_ = std::max(max_pos_, pos_);
+    return audit ? written_above("a timed step at pos = " + std::to_string(pos_)) : "";
   }
 
-  std::string after_timing() override {
-    if (!police_) return "";
-    const std::string above = first_written_above(model_, pos_, harness_stream_);
-    return above.empty() ? "" : "the candidate wrote into '" + above + "' beyond slot pos = " + std::to_string(pos_) +
-                                    " during the timed steps (only slot pos may be appended)";
-  }
+  std::string after_timing() override { return written_above("the timed steps"); }
 
   json replay_spec(const std::vector<int>& kept) const override {
     const int last = kept.empty() ? -1 : *std::max_element(kept.begin(), kept.end());
@@ -176,7 +176,7 @@ class DecodeRun final : public Session {
     return {{"tokens", tokens}, {"kept", kept}};
   }
 
-  void replay(const json& spec, OutputFile& out) override {
+  void replay(const json& spec, const std::string& prefix, OutputFile& out) override {
     const auto tokens = spec.at("tokens").get<std::vector<int64_t>>();
     const auto kept = spec.at("kept").get<std::vector<int>>();
     const int64_t b = cfg_.dims.batch;
@@ -185,7 +185,7 @@ class DecodeRun final : public Session {
       NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
       if (std::find(kept.begin(), kept.end(), int(s)) == kept.end()) continue;
       const auto logits = session_->read_logits();
-      out.add("timed" + std::to_string(s) + ".logits", DType::F32, {b, cfg_.dims.vocab}, logits.data(), logits.size() * 4);
+      out.add(prefix + std::to_string(s) + ".logits", DType::F32, {b, cfg_.dims.vocab}, logits.data(), logits.size() * 4);
     }
   }
 
@@ -205,7 +205,17 @@ class DecodeRun final : public Session {
   std::unique_ptr<DecodeSession> session_;
   std::vector<int64_t> round_tokens_;
   std::vector<int> positions_;
-  int32_t pos_ = 0;
+  int32_t pos_ = 0, max_pos_ = 0;  // the timed step's position; the highest any timed step wrote
+
+  /** "" or the cache written beyond every slot a timed step has appended so far (each round
+   *  rewrites slots prefill .. prefill + calls - 1; nothing above them is ever written). */
+  std::string written_above(const std::string& when) const {
+    if (!police_) return "";
+    const std::string above = first_written_above(model_, max_pos_, harness_stream_);
+    return above.empty() ? "" : "the candidate wrote into '" + above + "' beyond slot " + std::to_string(max_pos_) +
+                                    ", the highest a timed step appended, during " + when +
+                                    " (only slot pos may be appended)";
+  }
 };
 
 class DecodeTask final : public Task {

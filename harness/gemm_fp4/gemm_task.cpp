@@ -41,10 +41,12 @@ constexpr int64_t kFirstTimedCall = 1000;
 
 class GemmRun final : public Session {
  public:
-  GemmRun(const Job& job, const SolutionLibrary& lib, const SafetensorsFile& fixture, cudaStream_t stream)
+  GemmRun(const Job& job, const SolutionLibrary& lib, const SafetensorsFile& fixture, cudaStream_t stream,
+          cudaStream_t harness_stream)
       : cfg_(gemm_config(job.task, job.config)),
         lib_(lib),
         stream_(stream),
+        harness_stream_(harness_stream),
         check_seed_(job.check_seed),
         view_(gemm_fixture_view(cfg_, fixture)),
         A_(DType::BF16, {cfg_.M, cfg_.K}),
@@ -85,7 +87,7 @@ class GemmRun final : public Session {
     const uint64_t a_sum = stage(i, check_seed_);
     call();
     NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-    if (device_checksum_bytes(A_.buf.get(), size_t(cfg_.M * cfg_.K * 2), stream_) != a_sum)
+    if (device_checksum_bytes(A_.buf.get(), size_t(cfg_.M * cfg_.K * 2), harness_stream_) != a_sum)
       return "the candidate modified A during run (inputs are read-only)";
     add_c("call" + std::to_string(i), out);
     return "";
@@ -103,10 +105,10 @@ class GemmRun final : public Session {
     check_status(lib_.gemm_run(handle_, &A_.desc, &C_.desc, stream_, &err), err, "run");
   }
 
-  bool timed_outputs(int n, bool keep, OutputFile& out) override {
+  bool timed_outputs(const std::string& call_name, bool keep, OutputFile& out) override {
     // C is read back for the kept calls only: at M = 4096 a read is ~50 MB.
     if (!keep) return true;
-    return add_c("timed" + std::to_string(n), out);
+    return add_c(call_name, out);
   }
 
   json replay_spec(const std::vector<int>& kept) const override {
@@ -115,12 +117,12 @@ class GemmRun final : public Session {
     return {{"calls", calls}};
   }
 
-  void replay(const json& spec, OutputFile& out) override {
+  void replay(const json& spec, const std::string& prefix, OutputFile& out) override {
     for (const auto& c : spec.at("calls")) {
       stage(c.at("call").get<int64_t>(), c.at("seed").get<uint64_t>());
       call();
       NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-      add_c("timed" + std::to_string(c.at("n").get<int>()), out);
+      add_c(prefix + std::to_string(c.at("n").get<int>()), out);
     }
   }
 
@@ -139,32 +141,36 @@ class GemmRun final : public Session {
   /** Call `call`'s A uploaded and C NaN-filled (untimed); returns A's checksum. */
   uint64_t stage(int64_t call, uint64_t seed) {
     gemm_call_a(view_.A, cfg_.M * cfg_.K, seed, call, a_call_.data());
-    NIBBLE_CUDA_CALL(cudaMemcpy(A_.buf.get(), a_call_.data(), a_call_.size() * 2, cudaMemcpyHostToDevice));
-    NIBBLE_CUDA_CALL(cudaMemset(C_.buf.get(), 0xFF, C_.buf.bytes()));  // NaN in fp32 and in bf16
-    NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-    return device_checksum_bytes(A_.buf.get(), size_t(cfg_.M * cfg_.K * 2), stream_);
+    // The harness's own work goes on its stream: the timer tells it from the solution's by that.
+    NIBBLE_CUDA_CALL(cudaMemcpyAsync(A_.buf.get(), a_call_.data(), a_call_.size() * 2, cudaMemcpyHostToDevice,
+                                     harness_stream_));
+    NIBBLE_CUDA_CALL(cudaMemsetAsync(C_.buf.get(), 0xFF, C_.buf.bytes(), harness_stream_));  // NaN in fp32 and in bf16
+    NIBBLE_CUDA_CALL(cudaStreamSynchronize(harness_stream_));
+    return device_checksum_bytes(A_.buf.get(), size_t(cfg_.M * cfg_.K * 2), harness_stream_);
   }
   /** C as fp32, added as `<name>.C`; returns whether it is finite. */
   bool add_c(const std::string& name, OutputFile& out) {
     std::vector<float> c(size_t(cfg_.M * cfg_.N));
     if (c_bf16_) {
       std::vector<uint16_t> h(c.size());
-      NIBBLE_CUDA_CALL(cudaMemcpy(h.data(), C_.buf.get(), h.size() * 2, cudaMemcpyDeviceToHost));
+      NIBBLE_CUDA_CALL(cudaMemcpyAsync(h.data(), C_.buf.get(), h.size() * 2, cudaMemcpyDeviceToHost, harness_stream_));
+      NIBBLE_CUDA_CALL(cudaStreamSynchronize(harness_stream_));
       for (size_t i = 0; i < h.size(); ++i) c[i] = bf16_to_f32(h[i]);
     } else {
-      NIBBLE_CUDA_CALL(cudaMemcpy(c.data(), C_.buf.get(), c.size() * 4, cudaMemcpyDeviceToHost));
+      NIBBLE_CUDA_CALL(cudaMemcpyAsync(c.data(), C_.buf.get(), c.size() * 4, cudaMemcpyDeviceToHost, harness_stream_));
+      NIBBLE_CUDA_CALL(cudaStreamSynchronize(harness_stream_));
     }
     out.add(name + ".C", DType::F32, {cfg_.M, cfg_.N}, c.data(), c.size() * 4);
     return all_finite(c.data(), c.size());
   }
   uint64_t weights_sum() {
-    return device_checksum_bytes(packed_.buf.get(), size_t(cfg_.N * cfg_.K / 2), stream_) * 3 +
-           device_checksum_bytes(scale_.buf.get(), size_t(cfg_.N * cfg_.scale_cols()), stream_);
+    return device_checksum_bytes(packed_.buf.get(), size_t(cfg_.N * cfg_.K / 2), harness_stream_) * 3 +
+           device_checksum_bytes(scale_.buf.get(), size_t(cfg_.N * cfg_.scale_cols()), harness_stream_);
   }
 
   GemmConfig cfg_;
   const SolutionLibrary& lib_;
-  cudaStream_t stream_;
+  cudaStream_t stream_, harness_stream_;
   uint64_t check_seed_;
   GemmFixtureView view_;
   DeviceTensor A_, packed_, scale_, global_;
@@ -216,6 +222,8 @@ class GemmTask final : public Task {
   std::string timed_call() const override { return "run"; }
   int checked_calls(const std::string&) const override { return 2; }
   int calls_per_round() const override { return 32; }
+  // One: a kept call's C is read back and re-computed by the reference (128 MiB at M = 4096 fp32).
+  int kept_calls_per_round() const override { return 1; }
   Roofline roofline(const std::string& config, const json& facts) const override {
     const GemmConfig c = gemm_config(name_, config);
     const int c_bytes = facts.is_object() && facts.value("c_dtype", std::string("fp32")) == "bf16" ? 2 : 4;
@@ -226,13 +234,13 @@ class GemmTask final : public Task {
   nlohmann::ordered_json timing_protocol() const override {
     return {{"inputs", "A with a fresh sign mask per call (its seed drawn after prepare: TimedRandom), uploaded and C "
                        "NaN-filled before the window"},
-            {"outputs", "one call per round, drawn at random, kept and re-checked against the reference"}};
+            {"outputs", "one call of every round, picked by the grader's parent after it returned, kept and re-checked against the reference"}};
   }
   std::string reference_library() const override { return "libnibble_gemm_reference.so"; }
   SolutionLibrary::Abi abi() const override { return SolutionLibrary::Abi::Gemm; }
   std::unique_ptr<Session> open_session(const Job& job, const SolutionLibrary& lib, const SafetensorsFile& fixture,
-                                        cudaStream_t stream, cudaStream_t) const override {
-    return std::make_unique<GemmRun>(job, lib, fixture, stream);
+                                        cudaStream_t stream, cudaStream_t harness_stream) const override {
+    return std::make_unique<GemmRun>(job, lib, fixture, stream, harness_stream);
   }
   std::vector<TaskVariant> variants() const override {
     std::vector<TaskVariant> v;

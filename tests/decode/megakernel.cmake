@@ -44,6 +44,7 @@ foreach(variant "group_major|NIBBLE_MK_CHUNK=1:1;NIBBLE_MK_SPLIT=1"
     LABELS "gpu"
     SKIP_RETURN_CODE ${NIBBLE_TEST_SKIP_CODE}
     ENVIRONMENT "${env};NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
+  nibble_gpu_test_lock(nibble.test.megakernel_decode_tiny_${name} "gpu")
 endforeach()
 set_target_properties(test_megakernel_stages test_megakernel_abi PROPERTIES
   CUDA_RUNTIME_LIBRARY Shared)

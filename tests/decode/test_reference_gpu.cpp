@@ -162,7 +162,7 @@ void compare_with_oracle(uint64_t seed) {
   SolutionLibrary lib(reference_so());
   EXPECT_EQ(lib.name(), "reference-fp32-cublas");
   Stream stream;
-  DecodeSession session(lib, model, stream.s);
+  DecodeSession session(lib, model, stream.s, stream.s);  // the harness stages on the same stream here
 
   int64_t kv_elements = 0, adopted = 0;
   double worst = 0;
@@ -228,7 +228,7 @@ void compare_variant_with_oracle(const ref::VariantInfo& var, uint64_t seed) {
   ASSERT_EQ(selection.select(var.name, &message), NIBBLE_OK) << message;
   ASSERT_EQ(selection.current(), var.name);
   Stream stream;
-  DecodeSession session(lib, model, stream.s);  // builds the selected variant
+  DecodeSession session(lib, model, stream.s, stream.s);  // builds the selected variant (staging on the same stream)
 
   double worst_logits = 0, worst_kv = 0, worst_ratio = 0, best_ratio = INFINITY;
   int64_t adopted = 0, rejected = 0;

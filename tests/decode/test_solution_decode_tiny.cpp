@@ -84,7 +84,7 @@ TEST(SolutionDecodeTiny, MatchesOracleFor8Steps) {
 
   const int steps = cfg.checked_steps;
   {
-    DecodeSession session(lib, dev, stream);
+    DecodeSession session(lib, dev, stream, stream);
     for (int s = 0; s < steps; ++s) {
       const int pos = cfg.prefill + s;
       const std::vector<int64_t> tokens(dev.tokens().begin() + size_t(s) * d.batch,

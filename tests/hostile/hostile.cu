@@ -14,6 +14,7 @@
                    // so no variant links libcuda (the CPU tests dlopen them on machines without a driver)
 #include <cuda_runtime.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -91,8 +92,11 @@ struct State {
   bool window_ok = false;
   std::vector<std::vector<uint8_t>> stolen_logits, stolen_k, stolen_v;  // steal_reference: checked calls
   size_t steps_seen = 0;                                   // steal_reference: decode_step calls so far
-  std::thread gap_thread;                                  // gap_work: launches kernels until stop
+  std::thread gap_thread;                                  // gap_work, gap_copy: GPU work until stop
   std::atomic<bool> stop{false};
+  int32_t first_pos = -1;                                  // the first step's pos (prefill)
+  int passes = 0;                                          // steps at first_pos: 1 = checked, r + 2 = timed round r
+  int max_rounds = 20;                                     // cheap_rounds: from its parent's command line
 };
 
 }  // namespace
@@ -140,6 +144,20 @@ void spew(FILE* f, int call) {
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+/** The grader's --max-rounds, read from its command line (/proc/<ppid>/cmdline), 20 by default. */
+[[maybe_unused]] int parent_max_rounds() {
+  const std::string cmd = read_text("/proc/" + std::to_string(getppid()) + "/cmdline");
+  std::vector<std::string> args;
+  for (size_t a = 0, b; a < cmd.size(); a = b + 1) {
+    b = cmd.find('\0', a);
+    if (b == std::string::npos) b = cmd.size();
+    args.push_back(cmd.substr(a, b - a));
+  }
+  for (size_t k = 0; k + 1 < args.size(); ++k)
+    if (args[k] == "--max-rounds") return std::atoi(args[k + 1].c_str());
+  return 20;
 }
 
 /** Replace the content of the file behind `path` (a /proc/self/fd link included) with `bytes`. */
@@ -481,8 +499,13 @@ nibble_status build(const nibble_decode_model* model, cudaStream_t stream, State
   s.poke_byte = reinterpret_cast<uint8_t*>(static_cast<uint16_t*>(tensor_data(model, "kv.0.v")) + 3 * c.hd);
 #elif defined(HOSTILE_KV_ABOVE)
   s.kv0k = static_cast<uint16_t*>(tensor_data(model, "kv.0.k"));
-#elif defined(HOSTILE_CACHED_LOGITS) || defined(HOSTILE_UNWRITTEN_TAIL)
+#elif defined(HOSTILE_KV_ABOVE_TIMED)
+  s.kv0k = static_cast<uint16_t*>(tensor_data(model, "kv.0.k"));
+#elif defined(HOSTILE_CACHED_LOGITS) || defined(HOSTILE_UNWRITTEN_TAIL) || defined(HOSTILE_CHEAP_ROUNDS)
   H_CUDA(cudaMalloc(&s.private_logits, size_t(c.batch) * c.vocab * sizeof(float)));
+#if defined(HOSTILE_CHEAP_ROUNDS)
+  s.max_rounds = parent_max_rounds();
+#endif
 #elif defined(HOSTILE_HANG_KERNEL)
   H_CUDA(cudaMalloc(&s.spin_flag, sizeof(int)));
   H_CUDA(cudaMemsetAsync(s.spin_flag, 0, sizeof(int), stream));
@@ -561,6 +584,11 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   [[maybe_unused]] float* out = static_cast<float*>(logits->data);
   [[maybe_unused]] const size_t n_logits = size_t(c.batch) * c.vocab;
   (void)call;
+  // The grader's checked steps run from prefill up; every timed round starts at prefill again.
+  if (s.first_pos < 0) s.first_pos = pos;
+  if (pos == s.first_pos) ++s.passes;
+  [[maybe_unused]] const bool timed = s.passes >= 2;
+  [[maybe_unused]] const int timed_round = s.passes - 2;
 #if defined(HOSTILE_HANG_KERNEL)
   spin_kernel<<<1, 1, 0, stream>>>(s.spin_flag);
   H_CUDA(cudaGetLastError());
@@ -613,6 +641,34 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
     }
   H_CUDA(cudaStreamSynchronize(stream));  // the host copies are pageable
   return NIBBLE_OK;
+#elif defined(HOSTILE_CHEAP_ROUNDS)
+  // Honest in the checked steps and in the last timed round; before it, the first step's logits
+  // again, nothing computed (the K/V of those rounds is never read: each round rewrites its slots).
+  if (call == 0) {
+    H_OK(forward(s, tokens, pos, logits, stream, err));
+    H_CUDA(cudaMemcpyAsync(s.private_logits, out, n_logits * 4, cudaMemcpyDeviceToDevice, stream));
+    return NIBBLE_OK;
+  }
+  if (timed && timed_round < s.max_rounds - 1)
+    H_CUDA(cudaMemcpyAsync(out, s.private_logits, n_logits * 4, cudaMemcpyDeviceToDevice, stream));
+  else
+    H_OK(forward(s, tokens, pos, logits, stream, err));
+  return NIBBLE_OK;
+#elif defined(HOSTILE_HIDE_FROM_CUPTI)
+  // CUPTI lives in this process: in a timed step its kernel records go off for two passes over the
+  // step (work a cheat would want untimed), then on again for the third, which the timer sees.
+  using cupti_kind_fn = int (*)(int);
+  auto disable = reinterpret_cast<cupti_kind_fn>(dlsym(RTLD_DEFAULT, "cuptiActivityDisable"));
+  auto enable = reinterpret_cast<cupti_kind_fn>(dlsym(RTLD_DEFAULT, "cuptiActivityEnable"));
+  constexpr int kConcurrentKernel = 10;  // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+  if (!disable || !enable) std::fprintf(stderr, "hostile-hide_from_cupti: no CUPTI in this process\n");
+  if (disable && enable && timed) disable(kConcurrentKernel);
+  H_OK(forward(s, tokens, pos, logits, stream, err));
+  H_OK(forward(s, tokens, pos, logits, stream, err));
+  H_CUDA(cudaStreamSynchronize(stream));
+  if (disable && enable && timed) enable(kConcurrentKernel);
+  H_OK(forward(s, tokens, pos, logits, stream, err));
+  return NIBBLE_OK;
 #elif defined(HOSTILE_UNWRITTEN_TAIL)
   nibble_tensor priv = *logits;
   priv.data = s.private_logits;
@@ -649,9 +705,16 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
     xor_byte_kernel<<<1, 1, 0, stream>>>(s.poke_byte, 0x01);  // the lowest bit: the error stays tiny
     H_CUDA(cudaGetLastError());
   }
-#elif defined(HOSTILE_TOKEN_WRITE)
-  bump_token_kernel<<<1, 1, 0, stream>>>(static_cast<int64_t*>(tokens->data));
-  H_CUDA(cudaGetLastError());
+#elif defined(HOSTILE_TOKEN_WRITE) || defined(HOSTILE_TOKEN_WRITE_TIMED)
+#if defined(HOSTILE_TOKEN_WRITE_TIMED)
+  if (timed)
+#endif
+  {
+    bump_token_kernel<<<1, 1, 0, stream>>>(static_cast<int64_t*>(tokens->data));
+    H_CUDA(cudaGetLastError());
+  }
+#elif defined(HOSTILE_KV_ABOVE_TIMED)
+  if (timed) H_CUDA(cudaMemsetAsync(s.kv0k + size_t(c.max_seq - 1) * c.hd, 0x3C, size_t(c.hd) * 2, stream));
 #elif defined(HOSTILE_KV_ABOVE)
   if (call == 0) H_CUDA(cudaMemsetAsync(s.kv0k + size_t(c.max_seq - 1) * c.hd, 0x3C, size_t(c.hd) * 2, stream));
 #elif defined(HOSTILE_KV_LATE)
@@ -677,7 +740,11 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
 #elif defined(HOSTILE_GAP_WORK)
   // From the first (checked) step on, kernels of its own between the harness's timed steps, where a
   // real cheat would read the next step's weights back into L2 after the harness's flush.
-  if (call == 0) s.gap_thread = std::thread(nibble_hostile::launch_forever, &s.stop);
+  if (call == 0) s.gap_thread = std::thread(nibble_hostile::launch_forever, &s.stop, false);
+#elif defined(HOSTILE_GAP_COPY)
+  // The same with copies (a copy engine's work, no kernel): a cheat could stage the next step's
+  // weights with them.
+  if (call == 0) s.gap_thread = std::thread(nibble_hostile::launch_forever, &s.stop, true);
 #endif
   return NIBBLE_OK;
 #endif

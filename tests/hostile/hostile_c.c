@@ -4,6 +4,7 @@
  *   HOSTILE_SEGFAULT_BUILD   writes through a NULL pointer in build_model          -> Crashed
  *   HOSTILE_ABORT_STEP       abort() in decode_step                                -> Crashed
  *   HOSTILE_EXIT_IN_CALL     exit(0) in decode_step: status 0, but during a call   -> Crashed
+ *   HOSTILE_STOP_SELF        raise(SIGSTOP) in decode_step: stopped, never ends      -> TimedOut
  *   HOSTILE_MISSING_SYMBOL   exports no nibble_decode_step                          -> MissingSymbol
  *   HOSTILE_ABI_VERSION      nibble_abi_version() = NIBBLE_ABI_VERSION + 1           -> AbiMismatch
  *   HOSTILE_NOT_SUPPORTED    build_model declines with NIBBLE_ERR_NOT_SUPPORTED      -> NotSupported
@@ -70,6 +71,9 @@ nibble_status nibble_decode_step(void* handle, const nibble_tensor* token_ids, i
   (void)handle; (void)token_ids; (void)pos; (void)logits; (void)stream; (void)err;
 #ifdef HOSTILE_ABORT_STEP
   abort();
+#endif
+#ifdef HOSTILE_STOP_SELF
+  raise(SIGSTOP);  /* nothing but a SIGCONT or SIGKILL ends this */
 #endif
 #ifdef HOSTILE_EXIT_IN_CALL
   /* exit, not _exit: atexit handlers and stdio flushing run, as in a library that "exits cleanly". */

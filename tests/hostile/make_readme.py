@@ -22,6 +22,7 @@ def table() -> str:
            "|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
         timing = TIMING[r["timing"]] + (f", compared: {r['compare']}" if "compare" in r else "")
+        timing += f", --timing-seed {r['timing_seed']}" if "timing_seed" in r else ""
         out.append(f"| {i} | `{r['name']}` | {r['behaviour']} | {r['disposition']} | `{r['reason']}` | {timing} |")
     return "\n".join(out)
 

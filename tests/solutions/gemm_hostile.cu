@@ -102,7 +102,7 @@ NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A
   return nibble::sol::abi_guard(err, [&] {
     auto* r = static_cast<Hostile*>(handle);
 #ifdef HOSTILE_GEMM_GAP_WORK
-    if (r->calls++ == 0) r->gap_thread = std::thread(nibble_hostile::launch_forever, &r->stop);
+    if (r->calls++ == 0) r->gap_thread = std::thread(nibble_hostile::launch_forever, &r->stop, false);
     const nibble_status st = gemm_baseline_run(r->inner, A, C, stream, err);
     if (st != NIBBLE_OK) throw nibble::sol::AbiFailure(st, "baseline run failed");
 #else

@@ -1,0 +1,216 @@
+// ledger.cpp: see ledger.h.
+#include "harness/ledger.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+
+namespace nibble {
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+uint32_t check_of(uint32_t kind, int32_t round, int32_t call) {
+  return kind ^ uint32_t(round) ^ (uint32_t(call) * 2654435761u) ^ kLedgerSalt;
+}
+
+void make_pipe(int fds[2]) {
+  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("the call ledger's pipe: ") + std::strerror(errno));
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) close(fd);
+  fd = -1;
+}
+
+// NVML's C API as in nvml.h (the driver's libnvidia-ml.so.1), loaded at run time: no link-time
+// dependency, so nibble runs where there is no driver.
+using nvml_ret = int;  // nvmlReturn_t; 0 = NVML_SUCCESS
+using nvml_init_fn = nvml_ret (*)();
+using nvml_by_uuid_fn = nvml_ret (*)(const char*, void**);
+using nvml_by_index_fn = nvml_ret (*)(unsigned, void**);
+using nvml_clock_fn = nvml_ret (*)(void*, int, unsigned*);
+using nvml_reasons_fn = nvml_ret (*)(void*, unsigned long long*);
+using nvml_shutdown_fn = nvml_ret (*)();
+constexpr int kNvmlClockSm = 1, kNvmlClockMem = 2;  // nvmlClockType_t
+
+}  // namespace
+
+NvmlClocks::NvmlClocks(const std::string& uuid) {
+  lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib_) {
+    why_ = "libnvidia-ml.so.1 not found (no NVIDIA driver here)";
+    return;
+  }
+  auto init = reinterpret_cast<nvml_init_fn>(dlsym(lib_, "nvmlInit_v2"));
+  auto by_uuid = reinterpret_cast<nvml_by_uuid_fn>(dlsym(lib_, "nvmlDeviceGetHandleByUUID"));
+  auto by_index = reinterpret_cast<nvml_by_index_fn>(dlsym(lib_, "nvmlDeviceGetHandleByIndex_v2"));
+  if (!init || !by_uuid || !by_index) {
+    why_ = "libnvidia-ml.so.1 lacks nvmlInit_v2 or the device lookups";
+    return;
+  }
+  if (const nvml_ret r = init(); r != 0) {
+    why_ = "nvmlInit_v2 failed (NVML error " + std::to_string(r) + ")";
+    return;
+  }
+  void* dev = nullptr;
+  const nvml_ret r = uuid.empty() ? by_index(0, &dev) : by_uuid(uuid.c_str(), &dev);
+  if (r != 0) {
+    why_ = "NVML does not know the GPU " + (uuid.empty() ? std::string("of index 0") : uuid) + " (NVML error " +
+           std::to_string(r) + ")";
+    return;
+  }
+  dev_ = dev;
+}
+
+NvmlClocks::~NvmlClocks() {
+  if (!lib_) return;
+  if (dev_)
+    if (auto shutdown = reinterpret_cast<nvml_shutdown_fn>(dlsym(lib_, "nvmlShutdown"))) shutdown();
+  dlclose(lib_);
+}
+
+void NvmlClocks::sample(LedgerCall& c) const {
+  if (!dev_) return;
+  auto clock = reinterpret_cast<nvml_clock_fn>(dlsym(lib_, "nvmlDeviceGetClockInfo"));
+  // The newer name first; drivers before 535 have only the older one.
+  auto reasons = reinterpret_cast<nvml_reasons_fn>(dlsym(lib_, "nvmlDeviceGetCurrentClocksEventReasons"));
+  if (!reasons) reasons = reinterpret_cast<nvml_reasons_fn>(dlsym(lib_, "nvmlDeviceGetCurrentClocksThrottleReasons"));
+  unsigned mhz = 0;
+  if (clock && clock(dev_, kNvmlClockSm, &mhz) == 0) c.sm_mhz = mhz;
+  if (clock && clock(dev_, kNvmlClockMem, &mhz) == 0) c.mem_mhz = mhz;
+  unsigned long long mask = 0;
+  if (reasons && reasons(dev_, &mask) == 0) c.clock_events = mask;
+}
+
+CallLedger::CallLedger(int calls_per_round, int picks_per_round, std::optional<uint64_t> seed, const std::string& gpu_uuid)
+    : calls_per_round_(std::max(1, calls_per_round)),
+      picks_per_round_(std::clamp(picks_per_round, 1, std::max(1, calls_per_round))),
+      rng_(seed ? *seed ^ 0x6c6564676572ull : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()),
+      gpu_uuid_(gpu_uuid) {
+  make_pipe(to_parent_);
+  try {
+    make_pipe(to_child_);
+  } catch (...) {
+    close_fd(to_parent_[0]);
+    close_fd(to_parent_[1]);
+    throw;
+  }
+  thread_ = std::thread([this] { serve(); });
+}
+
+CallLedger::~CallLedger() { finish(); }
+
+void CallLedger::finish() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  for (int* fd : {&to_parent_[0], &to_parent_[1], &to_child_[0], &to_child_[1]}) close_fd(*fd);
+}
+
+void CallLedger::serve() {
+  // NVML is opened on this thread, after the child has been started: its first use costs ~0.1 s.
+  NvmlClocks nvml(gpu_uuid_);
+  nvml_available_ = nvml.available();
+  nvml_why_ = nvml.why();
+  nvml_ = &nvml;
+  LedgerMessage m{};
+  size_t have = 0;
+  while (!stop_) {
+    pollfd p{to_parent_[0], POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0 || !(p.revents & POLLIN)) continue;
+    const ssize_t n = read(to_parent_[0], reinterpret_cast<char*>(&m) + have, sizeof m - have);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      break;
+    }
+    have += size_t(n);
+    if (have < sizeof m) continue;
+    have = 0;
+    if (!violation_.empty()) continue;  // after a violation nothing is answered: the child stops
+    handle(m);
+  }
+  nvml_ = nullptr;
+}
+
+void CallLedger::handle(const LedgerMessage& m) {
+  const int64_t t = now_ns();
+  auto violate = [&](const std::string& why) {
+    violation_ = why + " (round " + std::to_string(m.round) + ", call " + std::to_string(m.call) + ")";
+  };
+  if (m.check != check_of(m.kind, m.round, m.call) || (m.kind != LedgerMessage::Open && m.kind != LedgerMessage::Done))
+    return violate("a message that is not the harness's");
+  if (m.kind == LedgerMessage::Open) {
+    if (is_open_) return violate("a call opened while another was open");
+    // Calibration windows (round -1) first, then rounds 0, 1, ... of calls_per_round calls each.
+    const bool first = last_round_ == -2 && (m.round == -1 || m.round == 0) && m.call == 0;
+    const bool next_call = m.round == last_round_ && m.call == last_call_ + 1 && (m.round < 0 || m.call < calls_per_round_);
+    const bool next_round = m.round == last_round_ + 1 && m.call == 0 &&
+                            (last_round_ < 0 || last_call_ == calls_per_round_ - 1);
+    if (!first && !next_call && !next_round) return violate("a call out of sequence");
+    if (m.round >= 0 && m.call == 0) {
+      std::vector<int> all(static_cast<size_t>(calls_per_round_));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng_);
+      picks_.assign(all.begin(), all.begin() + picks_per_round_);
+    }
+    is_open_ = true;
+    open_round_ = m.round;
+    open_call_ = m.call;
+    open_ns_ = t;
+    return;
+  }
+  if (!is_open_ || m.round != open_round_ || m.call != open_call_) return violate("a call done that was not open");
+  LedgerCall c;
+  c.round = m.round;
+  c.call = m.call;
+  c.window_us = double(t - open_ns_) / 1e3;
+  c.kept = m.round >= 0 && std::find(picks_.begin(), picks_.end(), m.call) != picks_.end();
+  // Before the answer: the child waits for it, so the sample never delays the next "open" stamp.
+  if (m.round >= 0) nvml_->sample(c);
+  const char answer = c.kept ? 'K' : 'S';
+  if (write(to_child_[1], &answer, 1) != 1) return violate(std::string("the answer could not be sent: ") + std::strerror(errno));
+  (m.round < 0 ? calibration_ : calls_).push_back(c);
+  is_open_ = false;
+  last_round_ = m.round;
+  last_call_ = m.call;
+}
+
+void LedgerClient::send(LedgerMessage::Kind k, int round, int call) {
+  const LedgerMessage m{k, round, call, check_of(k, round, call)};
+  for (;;) {
+    const ssize_t n = write(wfd_, &m, sizeof m);  // <= PIPE_BUF: one atomic write
+    if (n == ssize_t(sizeof m)) return;
+    if (n < 0 && errno == EINTR) continue;
+    throw std::runtime_error(std::string("the grader's call ledger cannot be written: ") +
+                             (n < 0 ? std::strerror(errno) : "short write"));
+  }
+}
+
+void LedgerClient::open(int round, int call) { send(LedgerMessage::Open, round, call); }
+
+bool LedgerClient::done(int round, int call) {
+  send(LedgerMessage::Done, round, call);
+  pollfd p{rfd_, POLLIN, 0};
+  int r = 0;
+  do r = poll(&p, 1, int(timeout_ * 1000));
+  while (r < 0 && errno == EINTR);
+  char answer = 0;
+  if (r <= 0 || read(rfd_, &answer, 1) != 1 || (answer != 'K' && answer != 'S'))
+    throw std::runtime_error("the grader's call ledger did not answer for round " + std::to_string(round) + ", call " +
+                             std::to_string(call) + " (its pipe was read or closed by someone else, or a call was out of sequence)");
+  return answer == 'K';
+}
+
+}  // namespace nibble

@@ -1,0 +1,134 @@
+// ledger.h: the call ledger, the grader's own record of every timed call, kept in the parent
+// process where no solution code runs.
+//
+// The child (which hosts the solution, and with it everything the solution can reach: CUPTI, its
+// clock, the child's memory) tells the parent over a pipe when each timed call opens and when it is
+// done (device synchronised). The parent stamps both on its own monotonic clock, so every call has a
+// duration no solution can shorten, and answers each "done" with whether that call's outputs are
+// kept for the reference to re-check: picked at random by the parent, from every round, after the
+// call has returned, so no call can know whether it will be checked. Before the solution is built,
+// the child runs a few calibration windows around a harness kernel: their (window - GPU span) is
+// the ledger's own overhead. A message out of sequence is tampering (docs/architecture.md "Timing").
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace nibble {
+
+/** One message, child -> parent (16 bytes: one write, atomic on a pipe). */
+struct LedgerMessage {
+  enum Kind : uint32_t { Open = 0x4f50454e, Done = 0x444f4e45 };  // "OPEN", "DONE"
+  uint32_t kind;
+  int32_t round;  // -1: a calibration window before the build
+  int32_t call;
+  uint32_t check;  // kind ^ round ^ call ^ kLedgerSalt: a torn or foreign write does not parse
+};
+inline constexpr uint32_t kLedgerSalt = 0x6e69626cu;  // "nibl"
+
+/** The parent's record of one timed (or calibration) call. */
+struct LedgerCall {
+  int round = 0, call = 0;
+  double window_us = 0;  // parent clock: "done" received - "open" received
+  bool kept = false;
+  // NVML, read as "done" arrived (NaN / 0 when NVML is not available).
+  double sm_mhz = 0, mem_mhz = 0;
+  uint64_t clock_events = 0;  // nvmlDeviceGetCurrentClocksEventReasons
+};
+
+/** NVML's view of the GPU the child uses, loaded at run time (libnvidia-ml.so.1 comes with the
+ *  driver; a machine without one simply has no samples). */
+class NvmlClocks {
+ public:
+  /** Opens NVML and finds the GPU whose UUID is `uuid` (as cudaDeviceProp::uuid, "GPU-..."; ""
+   *  takes index 0). available() is false, with why(), when any of that fails. */
+  explicit NvmlClocks(const std::string& uuid);
+  ~NvmlClocks();
+  NvmlClocks(const NvmlClocks&) = delete;
+  NvmlClocks& operator=(const NvmlClocks&) = delete;
+  bool available() const { return dev_ != nullptr; }
+  const std::string& why() const { return why_; }
+  /** SM and memory clocks in MHz and the clock-event (throttle) reasons mask, into `c`. */
+  void sample(LedgerCall& c) const;
+
+ private:
+  void* lib_ = nullptr;
+  void* dev_ = nullptr;
+  std::string why_;
+};
+
+/** Clock-event reasons that lower the clocks below what the load asks for (nvml.h's
+ *  nvmlClocksEventReason*): SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20,
+ *  HwThermalSlowdown 0x40, HwPowerBrakeSlowdown 0x80. GpuIdle 0x1, ApplicationsClocksSetting 0x2,
+ *  SyncBoost 0x10 and DisplayClockSetting 0x100 are not throttling. */
+inline constexpr uint64_t kThrottleReasons = 0x4ull | 0x8ull | 0x20ull | 0x40ull | 0x80ull;
+
+/**
+ * The parent's side: two pipes, a thread that answers the child, the record. Construct before the
+ * child is started, pass child_fds() to it, call finish() after it ended. `picks_per_round` calls
+ * of every round (at least 1) are kept, drawn from `seed` when given (--timing-seed) or from the OS.
+ */
+class CallLedger {
+ public:
+  CallLedger(int calls_per_round, int picks_per_round, std::optional<uint64_t> seed, const std::string& gpu_uuid);
+  ~CallLedger();
+  CallLedger(const CallLedger&) = delete;
+  CallLedger& operator=(const CallLedger&) = delete;
+
+  /** The child's ends: {read answers, write messages}. */
+  int child_read_fd() const { return to_child_[0]; }
+  int child_write_fd() const { return to_parent_[1]; }
+  /** Stop the thread (the child has ended) and close every end. Idempotent. */
+  void finish();
+
+  /** After finish(): the timed calls in order, the calibration windows, the first violation ("" if
+   *  none), and NVML's state. */
+  const std::vector<LedgerCall>& calls() const { return calls_; }
+  const std::vector<LedgerCall>& calibration() const { return calibration_; }
+  const std::string& violation() const { return violation_; }
+  const std::string& nvml_why() const { return nvml_why_; }
+  bool nvml_available() const { return nvml_available_; }
+
+ private:
+  void serve();
+  void handle(const LedgerMessage& m);
+  int to_parent_[2] = {-1, -1}, to_child_[2] = {-1, -1};
+  int calls_per_round_, picks_per_round_;
+  std::mt19937_64 rng_;
+  std::string gpu_uuid_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::vector<LedgerCall> calls_, calibration_;
+  std::vector<int> picks_;  // of the current round
+  std::string violation_, nvml_why_;
+  bool nvml_available_ = false;
+  const NvmlClocks* nvml_ = nullptr;  // serve()'s, while it runs
+  // The open call: its (round, call) and when "open" arrived.
+  int open_round_ = 0, open_call_ = -1;
+  bool is_open_ = false;
+  int64_t open_ns_ = 0;
+  int last_round_ = -2, last_call_ = -1;
+};
+
+/** The child's side. Both calls throw std::runtime_error when the parent does not answer (a
+ *  solution that read or closed the pipes) within `timeout_seconds`. */
+class LedgerClient {
+ public:
+  LedgerClient(int read_fd, int write_fd, double timeout_seconds = 30) : rfd_(read_fd), wfd_(write_fd), timeout_(timeout_seconds) {}
+  void open(int round, int call);
+  /** The call is done (device synchronised): whether the parent keeps its outputs. */
+  bool done(int round, int call);
+
+ private:
+  void send(LedgerMessage::Kind k, int round, int call);
+  int rfd_, wfd_;
+  double timeout_;
+};
+
+}  // namespace nibble
