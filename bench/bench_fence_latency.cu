@@ -36,11 +36,12 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "solutions/common/sm90_async.cuh"
+#include "sm90_stream.cuh"
 
 namespace {
 
 namespace sol = nibble::sol;
+namespace bench = nibble::bench;
 
 constexpr int kWarps = 16;
 constexpr int kMaxStages = 3;
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       for (int s = 0; s < kMaxStages; ++s) {
         if (s >= stages) break;
         const size_t stage_id = ((size_t(r) * gridDim.x + blockIdx.x) * kWarps + warp) * kMaxStages + s;
-        const size_t off = (stage_id * kStageBytes) % (kSrcBytes - kStageBytes) / 16 * 16;
+        const size_t off = bench::stream_offset(stage_id, kStageBytes, kSrcBytes);
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
           const int v = i * 32 + lane;
@@ -99,11 +100,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     if (issues && kind == 0 && lane == 0) {
       for (int s = 0; s < stages; ++s) {
         const size_t stage_id = ((size_t(r) * gridDim.x + blockIdx.x) * kWarps + warp) * kMaxStages + s;
-        const size_t off = (stage_id * kStageBytes) % (kSrcBytes - kStageBytes) / 16 * 16;
-        const uint32_t bar = sol::smem_addr(&bars[warp * kMaxStages + s]);
-        sol::mbar_expect_tx(bar, kStageBytes);
-        sol::bulk_load(sol::smem_addr(smem + (size_t(warp) * kMaxStages + s) * kStageBytes), src + off, kStageBytes, bar,
-                       policy);
+        bench::stream_issue(sol::smem_addr(smem + (size_t(warp) * kMaxStages + s) * kStageBytes),
+                            sol::smem_addr(&bars[warp * kMaxStages + s]), src, stage_id, kStageBytes, kSrcBytes, policy);
       }
     }
     __syncthreads();  // every warp's copies issued before the timed operation
