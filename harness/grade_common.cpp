@@ -118,6 +118,46 @@ void child_evidence(const ChildRun& c, const Task& task, Evidence* e) {
                      "', before the grade finished: a solution must not end the process";
 }
 
+std::string fixture_trust(const Task& task, const std::string& config, uint64_t seed, const std::string& dir,
+                          const std::string& given_dir, const FixtureManifest& m, bool verified, bool built_now, int threads,
+                          const Log& log, ordered_json* entry) {
+  const std::string which = task.name() + " / " + config + " seed " + std::to_string(seed);
+  auto changed = [&](const std::string& what) {
+    return std::invalid_argument("fixture " + dir + " (" + which + ") " + what + ": its bytes were changed; remove it and " +
+                                 "rebuild it with `" + fixture_build_command(task.name(), config, seed, given_dir) + "`");
+  };
+  // A fixture whose (task, config, seed) the source pins must be those bytes, whatever its
+  // manifest says (a cache someone rewrote, manifest and all, is refused, not used).
+  if (const std::optional<std::string> pinned = task.pinned_fixture_sha256(config, seed)) {
+    if (m.file_sha256 != *pinned)
+      throw changed("has SHA-256 " + m.file_sha256 + ", not " + *pinned + ", which the generator makes and the source pins");
+    return built_now || verified
+               ? "pinned: the file's SHA-256, recomputed, is the one the source pins"
+               : "pinned, unverified: the manifest's SHA-256 is the one the source pins (--no-verify-fixture)";
+  }
+  if (built_now) return "built: no SHA-256 pinned for this config and seed; this command's generator made the file";
+  if (!verified)
+    return "manifest, unverified: no SHA-256 pinned for this config and seed, and --no-verify-fixture skips both the "
+           "re-hash and the rebuild-and-compare";
+  // No pin: the generator is run again, in memory, and its bytes' SHA-256 compared with the file's
+  // (just recomputed against the manifest). As costly as building the fixture, less the write; no
+  // file is made, so there is nothing to remove on any path.
+  log("rebuilding fixture " + config + " seed " + std::to_string(seed) + " in memory to compare with " + dir +
+      " (no SHA-256 pinned for it)");
+  const auto t0 = std::chrono::steady_clock::now();
+  const FixtureManifest g = task.generate_fixture_manifest(config, seed, threads, [&](const std::string& phase, double f) {
+    log.progress("rebuild: " + phase + "  " + fmt(100 * f, 3) + "%");
+  });
+  (*entry)["rebuild_seconds"] = since(t0);
+  if (g.file_sha256 != m.file_sha256 || g.file_bytes != m.file_bytes)
+    throw changed("has " + std::to_string(m.file_bytes) + " bytes and SHA-256 " + m.file_sha256 + ", but the generator, rerun now, makes " +
+                  std::to_string(g.file_bytes) + " bytes and SHA-256 " + g.file_sha256 +
+                  " (no SHA-256 is pinned for this config and seed, so it was rebuilt in memory and compared" +
+                  tensors_that_differ((fs::path(dir) / m.file).string(), g.tensor_sha256) + ")");
+  return "rebuilt and compared: no SHA-256 pinned for this config and seed; the generator, rerun in memory (as costly as "
+         "building it, less the write), makes the file's SHA-256, recomputed";
+}
+
 json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, const std::string& given_dir, int threads,
                     bool verify, const Log& log, std::string* dir_out, FixtureManifest* manifest_out) {
   const std::string dir = given_dir.empty() ? default_fixture_dir(task.name(), config, seed) : given_dir;
@@ -142,21 +182,11 @@ json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, 
     if (verify) j["verify_seconds"] = since(t0);
     j["built_now"] = false;
   }
-  // Trusted by content: a fixture whose (task, config, seed) the source pins must be those bytes,
-  // whatever its manifest says (a cache someone rewrote, manifest and all, is refused, not used).
-  const std::optional<std::string> pinned = task.pinned_fixture_sha256(config, seed);
-  if (pinned && m.file_sha256 != *pinned)
-    throw std::invalid_argument("fixture " + dir + " (" + task.name() + " / " + config + " seed " + std::to_string(seed) +
-                                ") has SHA-256 " + m.file_sha256 + ", not " + *pinned +
-                                ", which the generator makes and the source pins: its bytes were changed; remove it and "
-                                "rebuild it with `" + fixture_build_command(task.name(), config, seed, given_dir) + "`");
   j["generator_version"] = m.generator_version;
   j["file_sha256"] = m.file_sha256;
   j["file_bytes"] = m.file_bytes;
   j["verified"] = verify || !have;
-  j["trust"] = pinned ? (verify || !have ? "pinned: the file's SHA-256, recomputed, is the one the source pins"
-                                         : "pinned, unverified: the manifest's SHA-256 is the one the source pins (--no-verify-fixture)")
-                      : "manifest: no SHA-256 pinned for this config and seed; the file matches its manifest";
+  j["trust"] = fixture_trust(task, config, seed, dir, given_dir, m, verify, !have, threads, log, &j);
   *manifest_out = m;
   return j;
 }

@@ -95,6 +95,17 @@ void child_evidence(const ChildRun& c, const Task& task, Evidence* e);
 ordered_json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, const std::string& given_dir,
                             int threads, bool verify, const Log& log, std::string* dir_out, FixtureManifest* manifest_out);
 
+/** How the fixture of (task, config, seed) in `dir`, with manifest `m` (whose file was re-hashed
+ *  against it when `verified`, or made by this command when `built_now`), is trusted by its
+ *  content, for the report's fixtures[].trust: its SHA-256 is the one the source pins ("pinned"),
+ *  or, without a pin, the generator is rerun in memory on `threads` threads and makes that SHA-256
+ *  ("rebuilt and compared"; *entry gets rebuild_seconds). Otherwise std::invalid_argument naming
+ *  the file, the SHA-256 (and size, and differing tensors) it has and should have, and the command
+ *  that rebuilds it (`given_dir`: the folder the user named, "" for the cache). */
+std::string fixture_trust(const Task& task, const std::string& config, uint64_t seed, const std::string& dir,
+                          const std::string& given_dir, const FixtureManifest& m, bool verified, bool built_now, int threads,
+                          const Log& log, ordered_json* entry);
+
 /** The provenance every nibble JSON document opens with (after nvbench's json_printer): schema
  *  and version, nibble version, UTC time, argv, git commit and dirty flag, host, task, config. */
 ordered_json document_header(const std::string& schema, const std::vector<std::string>& argv, const std::string& task,

@@ -470,6 +470,29 @@ TEST(Cli, CorruptCachedGemmFixtureIsReportedNotRebuilt) {
   EXPECT_EQ(read_file(model), bytes) << "the corrupt file was rebuilt instead of reported";
 }
 
+namespace {
+/** What a poisoner of the cache does: flips a byte in the last tensor's data of <dir>'s fixture and
+ *  rewrites its manifest's hashes (whole file and per tensor) to match, so that the fixture is
+ *  consistent with its manifest (`fixture verify` passes) but not what the generator makes. */
+void poison_consistently(const std::string& dir) {
+  std::string bytes = read_file(dir + "/model.safetensors");
+  bytes[bytes.size() - 3] ^= 0x40;
+  write_file_atomic(dir + "/model.safetensors", bytes);
+  FixtureManifest m = read_manifest(dir);
+  m.file_sha256 = sha256_hex(bytes.data(), bytes.size());
+  {
+    SafetensorsFile f(dir + "/model.safetensors");
+    for (const auto& e : f.entries()) m.tensor_sha256[e.name] = sha256_hex(f.data(e.name), e.nbytes());
+  }
+  write_file_atomic(dir + "/manifest.json", manifest_to_json(m).dump(2) + "\n");
+}
+
+/** The report's fixtures[0] of a calibration written to `path`. */
+nlohmann::json first_fixture(const std::string& path) {
+  return nlohmann::json::parse(read_file(path)).at("fixtures").at(0);
+}
+}  // namespace
+
 // A cache someone rewrote consistently (a flipped byte, the manifest's hashes recomputed to match) is
 // refused for a fixture whose SHA-256 the source pins: it is trusted by its bytes, not its manifest.
 TEST(Cli, APoisonedCacheWithARewrittenManifestIsRefused) {
@@ -479,23 +502,89 @@ TEST(Cli, APoisonedCacheWithARewrittenManifestIsRefused) {
                                         "--path", "cpu", "--out", t.path() + "/c.json", "-q"};
   Result r = run_nibble_env(env, cal, t);
   ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(first_fixture(t.path() + "/c.json").at("trust").get<std::string>().rfind("pinned: ", 0), 0u);
   const std::string dir = t.path() + "/cache/fixtures/gemm-w4a16-nvfp4/tiny/seed0-g1";
-  std::string bytes = read_file(dir + "/model.safetensors");
-  bytes[bytes.size() - 3] ^= 0x40;  // in the last tensor's data
-  write_file_atomic(dir + "/model.safetensors", bytes);
-  FixtureManifest m = read_manifest(dir);
-  m.file_sha256 = sha256_hex(bytes.data(), bytes.size());
-  {
-    SafetensorsFile f(dir + "/model.safetensors");
-    for (const auto& e : f.entries()) m.tensor_sha256[e.name] = sha256_hex(f.data(e.name), e.nbytes());
-  }
-  write_file_atomic(dir + "/manifest.json", manifest_to_json(m).dump(2) + "\n");
+  poison_consistently(dir);
   ASSERT_EQ(run_nibble({"fixture", "verify", dir}, t).code, 0) << "the poisoned fixture must be consistent with its manifest";
   r = run_nibble_env(env, cal, t);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("the source pins"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("nibble fixture build"), std::string::npos) << r.output;
 }
+
+// Fixtures the source pins no SHA-256 for (a parsed GEMM shape, a seed other than the pinned ones)
+// are trusted by content too: the generator is rerun in memory and its bytes' SHA-256 compared with
+// the cached file's, by calibrate and by a grade, and the report says so.
+struct Unpinned {
+  const char* task;
+  const char* config;
+  int seed;
+  const char* last_tensor;  // what poison_consistently changes, which the refusal must name
+};
+
+void PrintTo(const Unpinned& u, std::ostream* os) { *os << u.task << " / " << u.config << " seed " << u.seed; }
+
+class CliUnpinned : public ::testing::TestWithParam<Unpinned> {};
+
+TEST_P(CliUnpinned, APoisonedFixtureIsRefusedAnIntactOneRebuiltAndCompared) {
+  const Unpinned p = GetParam();
+  TempDir t;
+  const std::string seed = std::to_string(p.seed);
+  const std::vector<std::string> env = {"NIBBLE_CACHE_DIR=" + t.path() + "/cache"};
+  const std::string out = t.path() + "/c.json";
+  const std::vector<std::string> cal = {"calibrate", "--task", p.task, "--config", p.config, "--seeds", seed,
+                                        "--path", "cpu", "--out", out, "-q"};
+  Result r = run_nibble_env(env, cal, t);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(first_fixture(out).at("trust").get<std::string>().rfind("built: ", 0), 0u) << first_fixture(out).dump(2);
+
+  // Intact: used, after the generator made the same bytes again.
+  r = run_nibble_env(env, cal, t);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json f = first_fixture(out);
+  EXPECT_EQ(f.at("trust").get<std::string>().rfind("rebuilt and compared: ", 0), 0u) << f.dump(2);
+  EXPECT_TRUE(f.contains("rebuild_seconds")) << f.dump(2);
+  EXPECT_FALSE(f.at("built_now").get<bool>());
+
+  // Poisoned, manifest and all: refused by calibrate and by a grade naming the folder, with what
+  // differs and the command that rebuilds it.
+  const std::string dir = t.path() + "/cache/fixtures/" + p.task + "/" + p.config + "/seed" + seed + "-g1";
+  poison_consistently(dir);
+  ASSERT_EQ(run_nibble({"fixture", "verify", dir}, t).code, 0) << "the poisoned fixture must be consistent with its manifest";
+  fs::remove(out);
+  r = run_nibble_env(env, cal, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("nibble calibrate: fixture: fixture " + dir), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("but the generator, rerun now, makes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tensors that differ: " + std::string(p.last_tensor) + ")"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("`nibble fixture build --task " + std::string(p.task) + " --config " + p.config + " --seed " +
+                          seed + "`"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(out)) << "a calibration was written from a poisoned fixture";
+  r = run_nibble({"grade", "--task", p.task, "--config", p.config, "--seeds", seed, "--fixture", dir, "--solution",
+                  bindir() + "/tests/lib/libbad_nothing.so", "--out", t.path() + "/r.json"},
+                 t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("nibble grade: fixture: fixture " + dir), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rebuild it with `nibble fixture build --task " + std::string(p.task) + " --config " + p.config +
+                          " --seed " + seed + " --out " + dir + "`"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("probing the GPU"), std::string::npos) << "checked after other work:\n" << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, CliUnpinned,
+    ::testing::Values(Unpinned{"gemm-w4a16-nvfp4", "m1-n256-k256", 0, "W.global_scale"},  // a parsed shape
+                      Unpinned{"gemm-bf16-mxfp4", "m3-n128-k96", 2, "W.scale"},
+                      Unpinned{"gemm-w4a16-nvfp4", "tiny", 5, "W.global_scale"},  // a seed not pinned
+                      Unpinned{"megakernel-int4-weight-decode", "tiny", 3, "tokens"}),
+    [](const ::testing::TestParamInfo<Unpinned>& i) {
+      std::string n = std::string(i.param.task) + "_" + i.param.config + "_seed" + std::to_string(i.param.seed);
+      std::replace(n.begin(), n.end(), '-', '_');
+      return n;
+    });
 
 // The manifest's per-tensor hashes (what names the differing tensors later) are checked by
 // `fixture verify`: a wrong value, a missing entry and an entry for no tensor each fail it.

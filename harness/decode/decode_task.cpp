@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "fixtures/decode/decode_fixture.h"
-#include "fixtures/decode/decode_fixture.h"
 #include "fixtures/fixture.h"
 #include "fixtures/decode/decode_config.h"
 #include "harness/cuda_check.h"
@@ -240,6 +239,10 @@ class DecodeTask final : public Task {
   FixtureManifest build_fixture(const std::string& config, uint64_t seed, const std::string& dir, int threads,
                                 const ProgressFn& progress) const override {
     return build_decode_fixture(decode_config(config), seed, dir, threads, progress);
+  }
+  FixtureManifest generate_fixture_manifest(const std::string& config, uint64_t seed, int threads,
+                                            const ProgressFn& progress) const override {
+    return decode_fixture_manifest(decode_config(config), seed, threads, progress);
   }
   std::optional<std::string> pinned_fixture_sha256(const std::string& config, uint64_t seed) const override {
     return find_pinned(decode_pinned_fixtures(), name(), config, seed);

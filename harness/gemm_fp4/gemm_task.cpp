@@ -207,6 +207,10 @@ class GemmTask final : public Task {
                                 const ProgressFn& progress) const override {
     return build_gemm_fixture(gemm_config(name_, config), seed, dir, threads, progress);
   }
+  FixtureManifest generate_fixture_manifest(const std::string& config, uint64_t seed, int threads,
+                                            const ProgressFn& progress) const override {
+    return gemm_fixture_manifest(gemm_config(name_, config), seed, threads, progress);
+  }
   std::optional<std::string> pinned_fixture_sha256(const std::string& config, uint64_t seed) const override {
     return find_pinned(gemm_fp4_pinned_fixtures(), name_, config, seed);
   }

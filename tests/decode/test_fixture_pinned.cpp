@@ -28,6 +28,12 @@ TEST_P(PinnedTiny, WholeFileSha256) {
   const FixtureManifest m = build_decode_fixture(decode_config("tiny"), p.seed, dir.path(), p.threads, nullptr);
   EXPECT_EQ(m.file_sha256, p.file_sha256) << "seed " << p.seed << ", " << p.threads << " threads";
   verify_fixture(dir.path(), m);  // and the file on disk is what was hashed
+  // The in-memory manifest (what an unpinned cached fixture is compared with) is the written one.
+  const FixtureManifest mem = decode_fixture_manifest(decode_config("tiny"), p.seed, p.threads, nullptr);
+  EXPECT_EQ(mem.file_sha256, p.file_sha256);
+  EXPECT_EQ(mem.file_bytes, m.file_bytes);
+  EXPECT_EQ(mem.tensor_sha256, m.tensor_sha256);
+  EXPECT_EQ(read_manifest(dir.path()).tensor_sha256, m.tensor_sha256);
 }
 
 INSTANTIATE_TEST_SUITE_P(

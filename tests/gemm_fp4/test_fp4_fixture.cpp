@@ -116,6 +116,11 @@ TEST_P(PinnedGemmTiny, WholeFileSha256AndThreadIndependence) {
   EXPECT_EQ(back.task, p.task);
   EXPECT_EQ(back.config, "tiny");
   EXPECT_EQ(back.tensor_sha256, m1.tensor_sha256);
+  // The in-memory manifest (what an unpinned cached fixture is compared with) is the written one.
+  const FixtureManifest mem = gemm_fixture_manifest(cfg, p.seed, 2, nullptr);
+  EXPECT_EQ(mem.file_sha256, p.file_sha256);
+  EXPECT_EQ(mem.file_bytes, m1.file_bytes);
+  EXPECT_EQ(mem.tensor_sha256, m1.tensor_sha256);
   // ensure_* reuses a matching fixture (same build, no rebuild: build_seconds unchanged).
   const FixtureManifest again = ensure_gemm_fixture(cfg, p.seed, d1.path(), 1, true, nullptr);
   EXPECT_EQ(again.build_seconds, back.build_seconds);
