@@ -71,7 +71,8 @@ int calibrate_main(const CalibrateOptions& opt) {
 
   // GPU when one answers (or is demanded); the fp64 oracle otherwise.
   json device;
-  const std::string path = calibration_path(opt.path, log, &device);
+  SandboxSpec sandbox;  // every child's; the probe may find the namespaces must go
+  const std::string path = calibration_path(opt.path, log, &device, &sandbox);
   if (path.empty()) return 2;
   if (path == "gpu" && !fs::exists(reference)) {
     std::fprintf(stderr, "nibble calibrate: the reference %s does not exist; build the project (scripts/test.sh) or pass --reference\n",
@@ -136,6 +137,7 @@ int calibrate_main(const CalibrateOptions& opt) {
     job.checked_calls = task->checked_calls(config);
     job.check_seed = seed;
     job.police = false;
+    job.sandbox = sandbox;
     std::vector<std::string> names;
     for (const auto& v : variants) names.push_back(v.name);
     log("seed " + std::to_string(seed) + ": the reference and " + std::to_string(names.size()) + " variants");

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,7 @@
 #include "harness/ledger.h"
 #include "harness/process.h"
 #include "harness/protocol.h"
+#include "harness/sandbox.h"
 #include "harness/solution_library.h"
 #include "harness/stats.h"
 #include "harness/task.h"
@@ -41,13 +43,22 @@ ChildError error_of(const char* kind, const std::string& message) {
   return e;
 }
 
+/** The error of a child whose job requires a complete sandbox that this one is not. */
+ChildError sandbox_error(const std::string& gaps) {
+  return error_of(kErrSandbox, "--require-sandbox: the child's sandbox could not be completed on this machine: " + gaps);
+}
+
 /** One solution (candidate, reference or variant) through the job: build, checked calls, the
- *  reference's replay of a candidate's kept timed calls, the timed rounds, teardown. */
-int run_job(const Job& job) {
+ *  reference's replay of a candidate's kept timed calls, the timed rounds, teardown. `layers`: the
+ *  sandbox this process is in; `gaps`: what is missing of it when the job requires it whole. */
+int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::string& gaps) {
   // Daemons the solution starts (setsid, double fork) reparent to this process, which kills them
   // before every write of its results (ResultWriter::phase).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   ResultWriter out{job.result_fd, Result{}, {}};
+  out.r.sandbox = layers;
+  if (!gaps.empty()) return out.fail(sandbox_error(gaps), 3);
+  out.phase("start");  // the sandbox's state is in the result before any solution code runs
   const auto t_start = std::chrono::steady_clock::now();
   nlohmann::json secs = nlohmann::json::object();
   const Task* task = task_or_null(job.task);
@@ -279,15 +290,27 @@ int child_main(int job_fd) {
     std::fprintf(stderr, "nibble __child: job protocol %d, this nibble speaks %d\n", job.protocol, kProtocolVersion);
     return 2;
   }
-  if (job.kind == "run") return run_job(job);
+  // The sandbox before anything else: one thread, no CUDA yet (sandbox.h). The child reads the
+  // fixture and the solution's folder (a solution may load libraries that sit beside it).
+  SandboxSpec spec = job.sandbox;
+  if (!job.solution.empty()) spec.readable.push_back(std::filesystem::absolute(job.solution).parent_path().string());
+  if (!job.fixture_dir.empty()) spec.readable.push_back(job.fixture_dir);
+  const std::vector<SandboxLayer> layers = enter_sandbox(spec);
+  const std::string gaps = job.require_sandbox ? sandbox_gaps(layers) : "";
+  if (job.kind == "run") return run_job(job, layers, gaps);
   Result r;
   r.phase = "failed";
-  try {
-    r.probe = probe_device(job.measure_bandwidth, size_t(job.read_floor_bytes));
-    r.phase = "done";
-  } catch (const std::exception& e) {
-    r.error = error_of(kErrHarness, e.what());
-    std::fprintf(stderr, "nibble probe: %s\n", e.what());
+  r.sandbox = layers;
+  if (!gaps.empty()) {
+    r.error = sandbox_error(gaps);
+  } else {
+    try {
+      r.probe = probe_device(job.measure_bandwidth, size_t(job.read_floor_bytes));
+      r.phase = "done";
+    } catch (const std::exception& e) {
+      r.error = error_of(kErrHarness, e.what());
+      std::fprintf(stderr, "nibble probe: %s\n", e.what());
+    }
   }
   try {
     write_channel(job.result_fd, nlohmann::json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));

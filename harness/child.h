@@ -18,5 +18,6 @@ inline constexpr const char* kErrCuda = "cuda";          // a CUDA error surface
 inline constexpr const char* kErrHarness = "harness";    // fixture unreadable, out of memory, ...
 inline constexpr const char* kErrTimeout = "timeout";    // the watchdog ended a call
 inline constexpr const char* kErrInputModified = "input_modified";  // a read-only input changed
+inline constexpr const char* kErrSandbox = "sandbox";    // --require-sandbox, and a layer could not be applied
 
 }  // namespace nibble

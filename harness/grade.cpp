@@ -20,7 +20,6 @@
 
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
-#include "fixtures/sha256.h"
 #include "harness/atomic_file.h"
 #include "harness/grade_common.h"
 #include "harness/outputs.h"
@@ -247,37 +246,50 @@ int grade_run(const GradeOptions& opt) {
   report["config_dims"] = task->config_dims(config);
   report["seeds"] = opt.seeds;
 
+  // What every child runs, pinned by content before the first child: each is checked again before
+  // each child starts (run_job_child), so the report's hashes are what ran.
+  BinaryPins pins;
+  try {
+    pins.pin("solution", solution);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble grade: %s\n", e.what());
+    return kExitUsage;
+  }
+  try {
+    pins.pin("nibble", exe);
+    pins.pin("reference", reference);
+  } catch (const std::exception& e) {
+    throw GraderError(std::string("the grader's own binaries cannot be read (") + e.what() + "); build the project or pass --reference");
+  }
+
   // 1. The device: facts, copy bandwidth and the task's weight-read floor, in a child (the parent
-  // stays CUDA-free).
+  // stays CUDA-free), inside the sandbox every child gets: it also settles the sandbox of this run.
   log("probing the GPU");
-  json device;
-  std::string why;
-  if (!probe_device(true, task->read_floor_bytes(config), &device, &why)) {
+  SandboxSpec sandbox;
+  const Probe probe = probe_device(true, task->read_floor_bytes(config), &sandbox, opt.require_sandbox, &pins);
+  if (!probe.ok && probe.sandbox_refused) {
+    std::fprintf(stderr, "nibble grade: %s\n  Grade without --require-sandbox to go on with the layers this machine has (the report lists them).\n",
+                 probe.why.c_str());
+    return kExitUsage;
+  }
+  if (!probe.ok) {
     std::fprintf(stderr,
                  "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n"
                  "  Run nibble grade on a machine with a CUDA GPU and driver; the tests (scripts/test.sh) run without one.\n",
-                 why.c_str());
+                 probe.why.c_str());
     return kExitUsage;
   }
+  const json& device = probe.device;
   report["device"] = device;
+  std::vector<SandboxLayer> layers = probe.layers;
+  std::string layers_from = "the device probe's child (no candidate child reported its own)";
 
   // 2. Fixtures (the cache, when none was named).
   if (opt.fixture_dir.empty())
     if (const int code = fixtures_stage()) return code;
   report["fixtures"] = fixtures;
 
-  json sol = {{"path", solution}}, ref = {{"path", reference}};
-  try {
-    sol["sha256"] = sha256_file_hex(solution);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble grade: %s\n", e.what());
-    return kExitUsage;
-  }
-  try {
-    ref["sha256"] = sha256_file_hex(reference);
-  } catch (const std::exception& e) {
-    throw GraderError("the reference " + reference + " cannot be read (" + e.what() + "); build the project or pass --reference");
-  }
+  json sol = {{"path", solution}, {"sha256", pins.sha256(solution)}}, ref = {{"path", reference}, {"sha256", pins.sha256(reference)}};
 
   Evidence ev;
   ev.gate = task->gate(config);
@@ -292,6 +304,8 @@ int grade_run(const GradeOptions& opt) {
   base.check_seed = opt.timing_seed ? *opt.timing_seed : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   base.build_timeout_seconds = opt.build_timeout_seconds;
   base.call_timeout_seconds = opt.step_timeout_seconds;
+  base.sandbox = sandbox;
+  base.require_sandbox = opt.require_sandbox;
 
   // 3. Per seed: the candidate, then the reference, each in its own process. The candidate runs
   // first: the reference's outputs do not exist while it (or anything it left running, which
@@ -316,8 +330,15 @@ int grade_run(const GradeOptions& opt) {
     log("seed " + std::to_string(seed) + ": running the candidate" + (timed ? " (checked, then timed)" : ""));
     auto t0 = std::chrono::steady_clock::now();
     const ChildRun c = run_job_child(cj, opt.timeout_seconds, &log,
-                                     timed ? "candidate: checked calls, then timing" : "candidate: checked calls");
+                                     timed ? "candidate: checked calls, then timing" : "candidate: checked calls", &pins);
     wall["candidate_seed" + std::to_string(seed)] = since(t0);
+    // Nothing the candidate did: a binary changed before it ran, or the sandbox it must have failed.
+    if (!c.refused.empty()) throw GraderError("the candidate was not started: " + c.refused);
+    if (c.result && c.result->error && c.result->error->kind == "sandbox") throw GraderError(c.result->error->message);
+    if (c.result && !c.result->sandbox.empty() && i == 0) {
+      layers = c.result->sandbox;
+      layers_from = "the candidate's child";
+    }
     if (c.result) {
       sol["name"] = c.result->solution_name;
       sol["numerics"] = c.result->numerics;
@@ -353,8 +374,13 @@ int grade_run(const GradeOptions& opt) {
     if (have_timing) rj.replay = c.result->replay;
     log("seed " + std::to_string(seed) + ": running the reference" + (have_timing ? " (and the kept timed calls)" : ""));
     t0 = std::chrono::steady_clock::now();
-    const ChildRun r = run_job_child(rj, opt.timeout_seconds, &log, "reference");
+    const ChildRun r = run_job_child(rj, opt.timeout_seconds, &log, "reference", &pins);
     wall["reference_seed" + std::to_string(seed)] = since(t0);
+    if (!r.refused.empty()) {  // changed while the candidate ran (it runs as this user): not judged on it
+      ev.inputs_changed = r.refused + ", after the candidate ran; the reference was not run on it";
+      per_seed.push_back({{"seed", seed}});
+      break;
+    }
     if (!r.completed())
       throw GraderError("the reference failed on seed " + std::to_string(seed) + "; the grader cannot judge without it: " +
                         r.describe_failure());
@@ -419,6 +445,7 @@ int grade_run(const GradeOptions& opt) {
 
   report["solution"] = sol;
   report["reference"] = ref;
+  report["sandbox"] = sandbox_section(layers, layers_from, opt.require_sandbox, pins);
   report["correctness"] = correctness;
   if (timing.is_object()) {
     timing["verified_calls"] = verified;

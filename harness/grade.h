@@ -36,6 +36,7 @@ struct GradeOptions {
   int min_rounds = 3, max_rounds = 20;
   double max_timing_seconds = 120;
   bool verify_fixture = true;
+  bool require_sandbox = false;      // refuse to grade unless every layer of the child's sandbox is in force
   int threads = 0;                   // fixture build threads (0 = all cores)
   bool quiet = false;
   std::vector<std::string> argv;     // recorded in the report

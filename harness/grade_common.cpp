@@ -14,6 +14,7 @@
 #include "fixtures/fixture.h"
 #include "fixtures/rng.h"
 #include "fixtures/safetensors.h"
+#include "fixtures/sha256.h"
 #include "harness/atomic_file.h"
 #include "harness/calibrate.h"
 #include "harness/grade.h"
@@ -39,8 +40,46 @@ std::string ChildRun::describe_failure() const {
   return exit.describe() + (log_tail.empty() ? "" : "\n" + log_tail);
 }
 
-ChildRun run_job_child(Job job, double timeout, const Log* log, const std::string& what) {
+void BinaryPins::pin(const std::string& what, const std::string& path) {
+  pins_.push_back({what, path, sha256_file_hex(path)});
+}
+
+std::string BinaryPins::changed() const {
+  for (const Pin& p : pins_) {
+    std::string now;
+    try {
+      now = sha256_file_hex(p.path);
+    } catch (const std::exception& e) {
+      return p.what + " " + p.path + " is no longer readable (" + e.what() + ") since the grade began";
+    }
+    if (now != p.sha256)
+      return p.what + " " + p.path + " changed since the grade began (SHA-256 " + p.sha256 + ", now " + now + ")";
+  }
+  return "";
+}
+
+std::string BinaryPins::sha256(const std::string& path) const {
+  for (const Pin& p : pins_)
+    if (p.path == path) return p.sha256;
+  return "";
+}
+
+json BinaryPins::to_json() const {
+  json j = json::object();
+  for (const Pin& p : pins_) j[p.what] = {{"path", p.path}, {"sha256", p.sha256}};
+  return j;
+}
+
+ChildRun run_job_child(Job job, double timeout, const Log* log, const std::string& what, const BinaryPins* pins) {
   ChildRun r;
+  if (pins) {
+    r.refused = pins->changed();
+    if (!r.refused.empty()) {
+      r.exit.kind = ChildExit::SpawnFailed;
+      r.log_tail = "not started: " + r.refused;
+      return r;
+    }
+  }
   try {
     // The child's stdout and stderr go to a memory file too: the grader writes nothing on disk for a
     // child, so nothing a candidate puts in a folder can stand in the way of a grade.
@@ -455,6 +494,18 @@ bool run_variant_children(const Job& job, const std::vector<std::string>& varian
   return true;
 }
 
+json sandbox_section(const std::vector<SandboxLayer>& layers, const std::string& layers_from, bool required,
+                     const BinaryPins& pins) {
+  json l = json::array();
+  for (const SandboxLayer& x : layers) l.push_back({{"name", x.name}, {"state", x.state}, {"detail", x.detail}});
+  return {{"required", required},
+          {"complete", !layers.empty() && sandbox_gaps(layers).empty()},
+          {"layers_from", layers_from},
+          {"layers", l},
+          {"binaries", pins.to_json()},
+          {"binaries_rule", "hashed at the start of the grade and again before every child is started; a child runs only these bytes"}};
+}
+
 void check_calibrate_options(const CalibrateOptions& opt) {
   check_seeds(opt.seeds);
   if (!(opt.timeout_seconds > 0 && std::isfinite(opt.timeout_seconds)))
@@ -464,28 +515,48 @@ void check_calibrate_options(const CalibrateOptions& opt) {
   check_writable(opt.out);
 }
 
-bool probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, json* device,
-                  std::string* why) {
+Probe probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, SandboxSpec* sandbox, bool require_sandbox,
+                   const BinaryPins* pins) {
   Job job;
   job.kind = "probe";
   job.measure_bandwidth = measure_bandwidth;
   job.read_floor_bytes = read_floor_bytes;
-  const ChildRun probe = run_job_child(job, 120);
-  if (probe.completed()) {
-    *device = probe.result->probe;
-    return true;
-  }
-  *why = probe.describe_failure();
-  return false;
+  job.sandbox = *sandbox;
+  job.require_sandbox = require_sandbox;
+  auto run = [&] {
+    Probe p;
+    const ChildRun c = run_job_child(job, 120, nullptr, "", pins);
+    if (c.result) p.layers = c.result->sandbox;
+    p.ok = c.completed();
+    if (p.ok) p.device = c.result->probe;
+    else p.why = c.describe_failure();
+    p.sandbox_refused = c.result && c.result->error && c.result->error->kind == "sandbox";
+    return p;
+  };
+  Probe p = run();
+  if (p.ok || p.sandbox_refused || !job.sandbox.namespaces) return p;
+  // Namespaces are the layer most likely to stand in the driver's way (device nodes, /proc seen
+  // from another user namespace): a probe without them tells whether they are the cause.
+  job.sandbox.namespaces = false;
+  const Probe without = run();
+  if (!without.ok) return p;  // no GPU either way: the first failure says why
+  sandbox->namespaces = false;
+  sandbox->namespaces_skipped = "the device probe failed inside the user, network and IPC namespaces (" + p.why.substr(0, 300) +
+                                ") and worked without them; every child of this run goes without them";
+  job.sandbox = *sandbox;
+  return run();
 }
 
-std::string calibration_path(const std::string& want, const Log& log, json* device) {
+std::string calibration_path(const std::string& want, const Log& log, json* device, SandboxSpec* sandbox) {
   if (want == "cpu") return "cpu";
   log("probing the GPU");
-  std::string why;
-  if (probe_device(false, 0, device, &why)) return "gpu";
+  const Probe p = probe_device(false, 0, sandbox);
+  if (p.ok) {
+    *device = p.device;
+    return "gpu";
+  }
   if (want == "gpu") {
-    std::fprintf(stderr, "nibble calibrate: --path gpu, but no usable NVIDIA GPU: %s\n", why.c_str());
+    std::fprintf(stderr, "nibble calibrate: --path gpu, but no usable NVIDIA GPU: %s\n", p.why.c_str());
     return "";
   }
   log("no GPU: using the fp64 CPU oracle");

@@ -67,8 +67,30 @@ class Channel {
   int fd_;
 };
 
+/** The SHA-256 of the files the grade's children run (the nibble executable re-executed for each,
+ *  the solution, the reference), taken at the start; before each child is started they are hashed
+ *  again, so a child runs only the bytes the report names. */
+class BinaryPins {
+ public:
+  /** Hashes `path` now, as `what` ("the solution"); throws std::runtime_error when unreadable. */
+  void pin(const std::string& what, const std::string& path);
+  /** "" while every pinned file still has its hash; else which one changed, for a person. */
+  std::string changed() const;
+  /** The hash taken for `path` ("" when not pinned). */
+  std::string sha256(const std::string& path) const;
+  /** {what: {path, sha256}} of every pin, and the rule, for the report. */
+  ordered_json to_json() const;
+
+ private:
+  struct Pin {
+    std::string what, path, sha256;
+  };
+  std::vector<Pin> pins_;
+};
+
 /** A child's end, the Result it left (none when it left nothing readable) and its output channels. */
 struct ChildRun {
+  std::string refused;  // not started: a pinned binary changed (BinaryPins::changed); exit is SpawnFailed
   ChildExit exit;
   std::optional<Result> result;
   std::shared_ptr<Channel> outputs, timed_outputs;
@@ -81,9 +103,12 @@ struct ChildRun {
   std::string describe_failure() const;
 };
 
-/** Runs `job` in a child (`nibble __child`) with the parent's channels (and, with timing, its
- *  call ledger) and a watchdog of `timeout` seconds. Never throws for anything the child does. */
-ChildRun run_job_child(Job job, double timeout, const Log* log = nullptr, const std::string& what = "");
+/** Runs `job` in a child (`nibble __child`, which enters the sandbox of `job.sandbox` first) with
+ *  the parent's channels (and, with timing, its call ledger) and a watchdog of `timeout` seconds;
+ *  with `pins`, only after they are checked (else nothing is started and ChildRun::refused says
+ *  why). Never throws for anything the child does. */
+ChildRun run_job_child(Job job, double timeout, const Log* log = nullptr, const std::string& what = "",
+                       const BinaryPins* pins = nullptr);
 
 /** What the verdict needs to know of a candidate's end (judge's load, build and crash rules). */
 void child_evidence(const ChildRun& c, const Task& task, Evidence* e);
@@ -130,16 +155,33 @@ void check_seeds(const std::vector<uint64_t>& seeds);
 struct CalibrateOptions;
 void check_calibrate_options(const CalibrateOptions& opt);
 
-/** The device probe in a child: its facts, the copy bandwidth when
- *  `measure_bandwidth`, a weight-read floor over `read_floor_bytes` when > 0. Returns false (with
- *  *why) when no usable GPU answers. */
-bool probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, ordered_json* device,
-                  std::string* why);
+/** What the device probe found: the device's facts, or why there is none; the probe child's sandbox. */
+struct Probe {
+  bool ok = false;
+  ordered_json device;
+  std::string why;               // !ok: what failed
+  bool sandbox_refused = false;  // !ok because --require-sandbox and the sandbox has a gap (why says which)
+  std::vector<SandboxLayer> layers;
+};
+
+/** The device probe in a child: its facts, the copy bandwidth when `measure_bandwidth`, a
+ *  weight-read floor over `read_floor_bytes` when > 0, inside the sandbox every child gets
+ *  (*sandbox). The throwaway probe of the riskiest layer: when the probe fails inside the user,
+ *  network and IPC namespaces and succeeds without them, the namespaces are switched off in
+ *  *sandbox, with the reason, for every later child of this run. */
+Probe probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, SandboxSpec* sandbox, bool require_sandbox = false,
+                   const BinaryPins* pins = nullptr);
 
 /** Calibration's path for `want` ("gpu", "cpu" or "auto", as check_calibrate_options allows):
- *  "gpu" when the probe finds a GPU, with its facts in *device; "cpu" for want "cpu" or for "auto"
- *  without a GPU; "" after printing why when want is "gpu" and no GPU answers (exit 2). */
-std::string calibration_path(const std::string& want, const Log& log, ordered_json* device);
+ *  "gpu" when the probe finds a GPU, with its facts in *device (and *sandbox as probe_device left
+ *  it); "cpu" for want "cpu" or for "auto" without a GPU; "" after printing why when want is
+ *  "gpu" and no GPU answers (exit 2). */
+std::string calibration_path(const std::string& want, const Log& log, ordered_json* device, SandboxSpec* sandbox);
+
+/** The report's "sandbox" block: whether it was required, each layer's state (as the child that
+ *  ran the candidate, or else the probe, reported it) and the pinned binaries. */
+ordered_json sandbox_section(const std::vector<SandboxLayer>& layers, const std::string& layers_from, bool required,
+                             const BinaryPins& pins);
 
 /** Calibration's GPU runs of one seed, each in a child process: the exact reference
  *  (`job` as given), then every name in `variants` (the same job with that variant), calling

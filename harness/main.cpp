@@ -191,6 +191,9 @@ int main(int argc, char** argv) {
   bool no_timing = false, no_verify = false;
   grade->add_flag("--no-timing", no_timing, "Check correctness only");
   grade->add_flag("--no-verify-fixture", no_verify, "Skip re-hashing the fixtures (before the candidate runs and again before the reference reads them)");
+  grade->add_flag("--require-sandbox", g.require_sandbox,
+                  "Refuse to grade (exit 2, or 3 with a report when only a child finds it) unless every layer of the "
+                  "child's sandbox (rlimits, namespaces, no_new_privs, Landlock, seccomp) is in force on this machine");
   grade->add_flag("-q,--quiet", g.quiet, "No progress lines");
 
   CalibrateOptions c;

@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -96,10 +95,6 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
     for (const int fd : pass_fds) fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) & ~FD_CLOEXEC);
-    // No file the child writes (its log and channels are memory files) may grow without bound.
-    const rlimit fsize{kChildMaxFileBytes, kChildMaxFileBytes}, no_core{0, 0};
-    setrlimit(RLIMIT_FSIZE, &fsize);
-    setrlimit(RLIMIT_CORE, &no_core);  // a crashing candidate leaves no core file (GPU contexts make them huge)
     execv(args[0], args.data());
     std::fprintf(stderr, "execv %s failed: %s\n", args[0], strerror(errno));
     _exit(127);

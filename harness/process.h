@@ -11,10 +11,6 @@ namespace nibble {
  *  finishes; the per-child timeout is minutes). */
 inline constexpr double kStoppedSeconds = 2.0;
 
-/** The largest file a child may write (RLIMIT_FSIZE; beyond it the write fails or SIGXFSZ ends it):
- *  a runaway log or output cannot fill the machine. */
-inline constexpr unsigned long long kChildMaxFileBytes = 16ull << 30;
-
 /** How a child ended. */
 struct ChildExit {
   enum Kind { Exited, Signaled, TimedOut, SpawnFailed } kind = SpawnFailed;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/sandbox.h"
+
 namespace nlohmann {
 /** std::optional<T> as the value or null. */
 template <class T>
@@ -31,7 +33,7 @@ struct adl_serializer<std::optional<T>> {
 namespace nibble {
 
 /** Bumped on any change of Job or Result; a child refuses a job of another version. */
-inline constexpr int kProtocolVersion = 3;
+inline constexpr int kProtocolVersion = 4;
 
 /** The timed rounds a candidate runs (after its checked calls). */
 struct TimingJob {
@@ -73,13 +75,18 @@ struct Job {
   int result_fd = -1, outputs_fd = -1, timed_outputs_fd = -1;
   // With timing: the call ledger's pipes (ledger.h), the answers to read and the messages to write.
   int ledger_read_fd = -1, ledger_write_fd = -1;
+  // The child's sandbox (sandbox.h); with require_sandbox, a child whose sandbox has a gap refuses
+  // to run anything (error kind "sandbox").
+  SandboxSpec sandbox;
+  bool require_sandbox = false;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Job, protocol, kind, task, config, solution, fixture_dir, variant, police,
                                                 checked_calls, check_seed, timing, replay, build_timeout_seconds,
                                                 call_timeout_seconds, measure_bandwidth, read_floor_bytes, result_fd,
-                                                outputs_fd, timed_outputs_fd, ledger_read_fd, ledger_write_fd)
+                                                outputs_fd, timed_outputs_fd, ledger_read_fd, ledger_write_fd, sandbox,
+                                                require_sandbox)
 
-/** Why a child stopped early. kind: load, solution, cuda, harness, timeout, input_modified. */
+/** Why a child stopped early. kind: load, solution, cuda, harness, timeout, input_modified, sandbox. */
 struct ChildError {
   std::string kind, message;
   std::string load_kind;     // load: NotFound, NotLoadable, MissingSymbol, AbiMismatch
@@ -128,9 +135,10 @@ struct Result {
                                // [{"prefix": "timed<round>-", "spec": <the task's>}], one per round
   nlohmann::json seconds;      // per phase
   nlohmann::json probe;        // kind probe: the device's facts
+  std::vector<SandboxLayer> sandbox;  // every layer of the child's sandbox and its state, from phase "start" on
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Result, protocol, phase, solution_name, numerics, variant, facts, error,
-                                                checked_calls_done, timing, replay, seconds, probe)
+                                                checked_calls_done, timing, replay, seconds, probe, sandbox)
 
 /** A memory file (memfd, close-on-exec, sealable) named for /proc listings; throws std::runtime_error. */
 int make_channel(const std::string& name);

@@ -163,6 +163,10 @@ void read_provenance(const json& r, ReportView& v) {
   if (field(h, "cpus").is_number_integer()) v.host_cpus = h["cpus"].get<int>();
   for (const json& a : field(r, "argv")) v.argv.push_back(a.is_string() ? a.get<std::string>() : shown(a));
   v.wall_seconds_total = num(field(field(r, "wall_seconds"), "total"));
+  const json& sb = field(r, "sandbox");
+  v.sandbox_required = field(sb, "required").is_boolean() && sb["required"].get<bool>();
+  for (const json& l : field(sb, "layers"))
+    if (l.is_object()) v.sandbox_layers.push_back({str(field(l, "name"), "?"), str(field(l, "state"), "?"), str(field(l, "detail"))});
 }
 
 void read_calibration(const json& r, CalibrationView& cv) {
@@ -337,6 +341,28 @@ std::string count_or_unknown(long long n) { return n < 0 ? "?" : std::to_string(
 // used its in-memory state (bytes per sample, copy bandwidth, worst error) this reads the same
 // numbers from the fields the grade wrote them to. Which lines appear follows the figures the
 // report has (FLOPs: a throughput line; a weight-read floor: its line), never the task's name.
+namespace {
+
+/** "  sandbox      all 7 layers in force (...)" or the layers that were not, with why. */
+std::string sandbox_line(const ReportView& r) {
+  std::string in, out;
+  size_t applied = 0;
+  for (const auto& l : r.sandbox_layers) {
+    if (l.state == "applied") {
+      in += (in.empty() ? "" : ", ") + l.name;
+      ++applied;
+    } else {
+      out += "\n               " + l.name + ": " + l.state + (l.detail.empty() ? "" : ": " + l.detail);
+    }
+  }
+  std::string s = "  sandbox      ";
+  if (out.empty()) return s + "all " + std::to_string(applied) + " layers in force (" + in + ")\n";
+  return s + std::to_string(applied) + " of " + std::to_string(r.sandbox_layers.size()) + " layers in force (" + in + "); not:" +
+         out + "\n";
+}
+
+}  // namespace
+
 std::string format_summary(const ReportView& r, const std::string& report_path) {
   const std::string noun = sample_noun(r.unit);
   std::ostringstream o;
@@ -381,6 +407,7 @@ std::string format_summary(const ReportView& r, const std::string& report_path) 
         << fmt_g(100 * r.floor_weight_read_us / s.median, 3) << "% of it\n";
     between_calls_line(o, r);
   }
+  if (!r.sandbox_layers.empty()) o << sandbox_line(r);
   o << "  report       " << (report_path.empty() ? std::string("-") : report_path) << "  ("
     << (std::isnan(r.wall_seconds_total) ? std::string("?") : fmt_g(r.wall_seconds_total, 3)) << " s)\n";
   return o.str();

@@ -84,6 +84,12 @@ struct ReportView {
   int host_cpus = 0;
   std::vector<std::string> argv;
   double wall_seconds_total = NAN;
+  // The child's sandbox (schema 2.1): every layer as {name, state, detail}; empty for older reports.
+  struct SandboxLayerView {
+    std::string name, state, detail;
+  };
+  std::vector<SandboxLayerView> sandbox_layers;
+  bool sandbox_required = false;
 
   // Correctness.
   double gate = NAN;

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need_pkgs=()
-for p in cmake g++ nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libbenchmark-dev python3 python3-pip; do
+for p in cmake g++ nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libbenchmark-dev libseccomp-dev python3 python3-pip; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     # python3/pip may come from elsewhere (pyenv, a venv): only ask apt when the command is missing.
     case "$p" in

@@ -60,3 +60,7 @@ if(TARGET nibble_gemm_baseline)
     add_dependencies(test_grade_gpu ${t})
   endforeach()
 endif()
+
+# The child's sandbox (harness/sandbox.h): each layer tried in a forked process, then `nibble __child`.
+nibble_add_gtest(sandbox SOURCES test_sandbox.cpp LIBS nibble_runtime LABELS cpu)
+add_dependencies(test_sandbox nibble)

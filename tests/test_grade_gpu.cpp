@@ -76,6 +76,32 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   std::cout << g.output;
 }
 
+// The report lists every layer of the child's sandbox and the binaries pinned by hash; a grade with
+// --require-sandbox passes where every layer is in force, and is refused (exit 2, before any
+// candidate runs) where one is not. Prints what this machine gives (the GPU check reads it).
+TEST(GradeGpu, SandboxIsReportedAndCanBeRequired) {
+  NIBBLE_REQUIRE_GPU();
+  const Graded g = grade(lib("nibble_reference"));
+  ASSERT_EQ(g.code, 0) << g.output;
+  const json& sb = g.report["sandbox"];
+  ASSERT_TRUE(sb.is_object()) << g.report.dump();
+  EXPECT_EQ(sb["layers"].size(), 7u) << sb.dump();
+  EXPECT_EQ(sb["layers_from"], "the candidate's child");
+  EXPECT_EQ(sb["binaries"]["solution"]["sha256"], g.report["solution"]["sha256"]);
+  EXPECT_EQ(sb["binaries"]["reference"]["sha256"], g.report["reference"]["sha256"]);
+  EXPECT_EQ(sb["binaries"]["nibble"]["sha256"].get<std::string>().size(), 64u);
+  for (const auto& l : sb["layers"]) std::printf("  sandbox layer %s: %s: %s\n", l["name"].get<std::string>().c_str(),
+                                                 l["state"].get<std::string>().c_str(), l["detail"].get<std::string>().c_str());
+  const Graded r = grade(lib("nibble_reference"), {"--no-timing", "--require-sandbox"});
+  if (sb["complete"].get<bool>()) {
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(r.report["sandbox"]["required"], true);
+  } else {
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("--require-sandbox"), std::string::npos) << r.output;
+  }
+}
+
 // Every bundled decode solution (bundled_solutions.h) passes a timed grade; a .so not built for
 // this GPU is skipped with the reason.
 class GradeBundledDecodeGpu : public ::testing::TestWithParam<test::BundledSolution> {};

@@ -47,6 +47,17 @@ TEST(HostileCpu, ListIsWellFormed) {
     EXPECT_FALSE(row.at("behaviour").get<std::string>().empty());
     const std::string timing = row.at("timing");
     EXPECT_TRUE(timing == "none" || timing == "short" || timing == "one_round") << timing;
+    // The sandbox's keys name layers the child reports (harness/sandbox.cpp).
+    const std::set<std::string> layers = {"rlimits", "user_namespace", "network_namespace", "ipc_namespace",
+                                          "no_new_privs", "landlock", "seccomp"};
+    for (const auto& l : row.value("needs", json::array())) EXPECT_EQ(layers.count(l.get<std::string>()), 1u) << l;
+    if (row.contains("if_applied")) {
+      const json& ia = row["if_applied"];
+      EXPECT_EQ(layers.count(ia.at("layer").get<std::string>()), 1u) << ia;
+      EXPECT_EQ(dispositions.count(ia.at("disposition").get<std::string>()), 1u) << ia;
+      EXPECT_FALSE(ia.at("reason").get<std::string>().empty());
+      EXPECT_FALSE(ia.at("why").get<std::string>().empty()) << "say why the layer changes what a correct grader gives";
+    }
     if (row.contains("compare")) {
       const std::string c = row["compare"];
       EXPECT_TRUE(c == "baseline" || c == "same" || c == "double") << c;

@@ -11,10 +11,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -36,16 +38,39 @@ struct Row {
   double step_timeout = 0;
   bool private_cache = false;  // the row damages its fixture: a cache of its own
   long long timing_seed = -1;  // >= 0: graded with --timing-seed (the one row that shows what it gives away)
+  // The sandbox's rows (expectations.json "about"): layers without which the row is not graded; the
+  // disposition once a layer is applied; copies of nibble and the reference; a file it must not leave.
+  std::vector<std::string> needs;
+  std::string if_layer, if_disposition, if_reason;
+  bool private_binaries = false;
+  std::string leaves_no_file;
 };
 
 std::vector<Row> load_rows() {
   std::vector<Row> rows;
   try {
     const json j = json::parse(read_file(env_or("NIBBLE_SOURCE_DIR", ".") + "/tests/hostile/expectations.json"));
-    for (const auto& r : j.at("rows"))
-      rows.push_back({r.at("name"), r.at("behaviour"), r.at("disposition"), r.at("reason"), r.at("timing"),
-                      r.value("compare", std::string()), r.value("step_timeout", 0.0), r.value("private_cache", false),
-                      r.value("timing_seed", -1LL)});
+    for (const auto& r : j.at("rows")) {
+      Row row;
+      row.name = r.at("name");
+      row.behaviour = r.at("behaviour");
+      row.disposition = r.at("disposition");
+      row.reason = r.at("reason");
+      row.timing = r.at("timing");
+      row.compare = r.value("compare", std::string());
+      row.step_timeout = r.value("step_timeout", 0.0);
+      row.private_cache = r.value("private_cache", false);
+      row.needs = r.value("needs", std::vector<std::string>{});
+      if (r.contains("if_applied")) {
+        row.if_layer = r["if_applied"].at("layer");
+        row.if_disposition = r["if_applied"].at("disposition");
+        row.if_reason = r["if_applied"].at("reason");
+      }
+      row.private_binaries = r.value("private_binaries", false);
+      row.leaves_no_file = r.value("leaves_no_file", std::string());
+      row.timing_seed = r.value("timing_seed", -1LL);
+      rows.push_back(row);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cannot read tests/hostile/expectations.json (is NIBBLE_SOURCE_DIR set?): %s\n", e.what());
   }
@@ -73,7 +98,16 @@ const Graded& graded(const Row& r) {
   const std::string bin = env_or("NIBBLE_BINARY_DIR", ".");
   TempDir t("nibble-hostile");
   Graded g;
-  g.argv = {bin + "/bin/nibble", "grade", "--config", "tiny", "--seeds", "0",
+  std::string nibble = bin + "/bin/nibble";
+  if (r.private_binaries) {  // the row overwrites the grader's binaries: copies in <t>/bin and <t>/lib
+    namespace fs = std::filesystem;
+    fs::create_directories(t.path() + "/bin");
+    fs::create_directories(t.path() + "/lib");
+    fs::copy_file(nibble, t.path() + "/bin/nibble");
+    fs::copy_file(bin + "/lib/libnibble_reference.so", t.path() + "/lib/libnibble_reference.so");
+    nibble = t.path() + "/bin/nibble";
+  }
+  g.argv = {nibble, "grade", "--config", "tiny", "--seeds", "0",
             "--solution", bin + "/tests/lib/libhostile_" + r.name + ".so", "--out", t.path() + "/report.json",
             "--timeout", "300", "-q"};  // no --timing-seed but in its one row: the draws come from the OS, as by default
   if (r.timing_seed >= 0) g.argv.insert(g.argv.end(), {"--timing-seed", std::to_string(r.timing_seed)});
@@ -97,6 +131,21 @@ std::string command_line(const Graded& g) {
   std::string s;
   for (const auto& a : g.argv) s += (s.empty() ? "" : " ") + a;
   return s;
+}
+
+/** The state the report gives the sandbox layer `name` ("" when it has none). */
+std::string layer_state(const json& report, const std::string& name) {
+  if (!report.is_object() || !report.contains("sandbox")) return "";
+  for (const auto& l : report["sandbox"].value("layers", json::array()))
+    if (l.value("name", "") == name) return l.value("state", "");
+  return "";
+}
+
+/** The disposition and reason substring a correct grader gives `r` on this machine: the row's
+ *  if_applied ones when the grade's report says that layer was applied. */
+std::pair<std::string, std::string> expected(const Row& r, const json& report) {
+  if (!r.if_layer.empty() && layer_state(report, r.if_layer) == "applied") return {r.if_disposition, r.if_reason};
+  return {r.disposition, r.reason};
 }
 
 /** Per row: what it got, for the summary. */
@@ -125,7 +174,8 @@ class Summary : public ::testing::Environment {
       const bool ok = it->second.caught && (!compared || it->second.timing == 1);
       caught += ok;
       char line[512];
-      std::snprintf(line, sizeof line, "  %-16s expected %-14s got %-14s %s%s\n", r.name.c_str(), r.disposition.c_str(),
+      std::snprintf(line, sizeof line, "  %-20s expected %-14s got %-14s %s%s\n", r.name.c_str(),
+                    expected(r, graded(r).report).first.c_str(),
                     it->second.got.c_str(), ok ? "ok" : "MISSED",
                     !compared ? "" : it->second.timing == 1 ? " (time agrees)" : it->second.timing == 0 ? " (time disagrees)" : " (time not compared)");
       o << line;
@@ -143,30 +193,53 @@ class Hostile : public ::testing::TestWithParam<Row> {};
 TEST_P(Hostile, GetsItsDisposition) {
   NIBBLE_REQUIRE_GPU();
   const Row& r = GetParam();
+  // A row that would harm the machine outside the sandbox is graded only where its layers hold
+  // (the control, graded first, says which do).
+  for (const std::string& layer : r.needs) {
+    const Graded& control = graded(rows().front());
+    const std::string st = layer_state(control.report, layer);
+    if (st != "applied")
+      GTEST_SKIP() << r.name << " is graded only where the sandbox's " << layer << " layer is applied; the control's report says '"
+                   << (st.empty() ? "(no such layer)" : st) << "'";
+  }
   const Graded& g = graded(r);
+  const auto [want, want_reason] = expected(r, g.report);
   SCOPED_TRACE(r.name + ": " + r.behaviour + "\n  " + command_line(g));
   const std::string got = g.report.is_object() ? g.report.value("disposition", std::string("(none)")) : "(no report)";
   outcomes()[r.name].got = got;
 
   // The grader itself: never a signal, never "could not run" (2) or "grader failed" (3).
   ASSERT_EQ(g.exit.kind, ChildExit::Exited) << "the grader " << g.exit.describe() << "\n" << g.output;
-  EXPECT_EQ(g.exit.code, r.disposition == "Passed" ? 0 : 1) << "grader exit status\n" << g.output;
+  EXPECT_EQ(g.exit.code, want == "Passed" ? 0 : 1) << "grader exit status\n" << g.output;
 
   // A complete report.
   ASSERT_TRUE(g.report.is_object()) << "no report was written\n" << g.output;
   for (const char* k : {"schema", "schema_version", "created_utc", "argv", "device", "task", "config", "solution",
                         "correctness", "disposition", "reason", "wall_seconds"})
     EXPECT_TRUE(g.report.contains(k)) << "the report lacks '" << k << "'";
-  if (r.disposition != "MissingSymbol" && r.disposition != "AbiMismatch") {
+  if (want != "MissingSymbol" && want != "AbiMismatch") {
     // A prefix: bad_name's name goes on with bytes that are not UTF-8 (replaced in the JSON).
     const std::string name = g.report.value("solution", json::object()).value("name", std::string());
     EXPECT_EQ(name.rfind("hostile-" + r.name, 0), 0u) << "the report names the solution '" << name << "'";
   }
 
-  EXPECT_EQ(got, r.disposition) << "reason: " << g.report.value("reason", std::string()) << "\n" << g.output;
+  EXPECT_EQ(got, want) << "reason: " << g.report.value("reason", std::string()) << "\n" << g.output;
   const std::string reason = g.report.value("reason", std::string());
-  EXPECT_NE(reason.find(r.reason), std::string::npos) << "the reason '" << reason << "' does not contain '" << r.reason << "'";
-  if (r.timing != "none" && r.disposition == "Passed") {
+  EXPECT_NE(reason.find(want_reason), std::string::npos) << "the reason '" << reason << "' does not contain '" << want_reason << "'";
+  if (!r.leaves_no_file.empty()) {
+    // Where Landlock holds, the file was never made; elsewhere RLIMIT_FSIZE capped it. Removed either way.
+    const bool landlock = layer_state(g.report, "landlock") == "applied";
+    for (const char* dir : {".", "/tmp"}) {
+      const std::string f = std::string(dir) + "/" + r.leaves_no_file;
+      std::error_code ec;
+      if (!std::filesystem::exists(f, ec)) continue;
+      const auto bytes = std::filesystem::file_size(f, ec);
+      std::filesystem::remove(f, ec);
+      EXPECT_FALSE(landlock) << f << " exists (" << bytes << " bytes) although Landlock was applied";
+      EXPECT_LE(bytes, 16ull << 30) << f << ": RLIMIT_FSIZE did not hold";
+    }
+  }
+  if (r.timing != "none" && want == "Passed") {
     ASSERT_TRUE(g.report.contains("timing") && g.report["timing"].contains("gpu_span_us")) << "a timed pass without timing";
     EXPECT_GT(g.report["timing"]["gpu_span_us"]["median"].get<double>(), 0.0);
   }

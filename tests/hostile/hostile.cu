@@ -16,7 +16,11 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -194,6 +198,121 @@ std::string child_channel(const char* name) {
   }
   closedir(d);
   return found;
+}
+
+// ---- Reaching out of the child (the sandbox's rows): each says on stderr what it achieved -------------
+
+/** SIGKILL to the grader (the parent), to everyone (-1), to its process group (0) and to every
+ *  other pid in /proc: without the sandbox this ends the grade without a report, and more. */
+void kill_everyone() {
+  int hit = 0, tried = 0;
+  for (const pid_t p : {getppid(), pid_t(-1), pid_t(0)}) hit += (++tried, kill(p, SIGKILL) == 0);
+  if (DIR* d = opendir("/proc")) {
+    while (const dirent* e = readdir(d)) {
+      const pid_t p = pid_t(std::atol(e->d_name));
+      if (p > 1 && p != getpid()) hit += (++tried, kill(p, SIGKILL) == 0);
+    }
+    closedir(d);
+  }
+  std::fprintf(stderr, "hostile-kill_grader: %d of %d SIGKILLs delivered\n", hit, tried);
+}
+
+/** Copies the file at `from` over `to`: in place, and else by a rename of a copy beside it (what
+ *  works on an executable that is running). */
+bool copy_over(const std::string& from, const std::string& to) {
+  const std::string bytes = read_text(from);
+  if (bytes.empty()) return false;
+  if (FILE* f = std::fopen(to.c_str(), "wb")) {
+    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    return std::fclose(f) == 0 && ok;
+  }
+  const std::string tmp = to + ".hostile";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return false;
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+  return std::rename(tmp.c_str(), to.c_str()) == 0;
+}
+
+/** Itself over the reference .so beside the grader (<bin>/../lib) and over the grader's executable;
+ *  a file next to the fixture. */
+void overwrite_reference() {
+  Dl_info self{};
+  dladdr(reinterpret_cast<void*>(&overwrite_reference), &self);
+  char exe[4096] = {};
+  const std::string link = "/proc/" + std::to_string(getppid()) + "/exe";
+  const ssize_t n = readlink(link.c_str(), exe, sizeof exe - 1);
+  const std::string grader = n > 0 ? std::string(exe, size_t(n)) : "";
+  const std::string lib = grader.substr(0, grader.rfind('/')) + "/../lib/libnibble_reference.so";
+  const bool ref = self.dli_fname && !grader.empty() && copy_over(self.dli_fname, lib);
+  const bool bin = self.dli_fname && !grader.empty() && copy_over(self.dli_fname, grader);
+  bool beside = false;
+  if (const std::string dir = child_fixture_dir(); !dir.empty())
+    if (FILE* f = std::fopen((dir + "/hostile-was-here").c_str(), "w")) beside = std::fclose(f) == 0;
+  std::fprintf(stderr, "hostile-overwrite_reference: reference %s, grader %s, file beside the fixture %s\n",
+               ref ? "overwritten" : "refused", bin ? "overwritten" : "refused", beside ? "written" : "refused");
+}
+
+/** fork() 200 times; every child sleeps a minute (a bounded bomb: the machine survives without a sandbox). */
+void fork_bomb() {
+  int made = 0, err = 0;
+  for (int i = 0; i < 200; ++i) {
+    const pid_t p = fork();
+    if (p == 0) {
+      sleep(60);
+      _exit(0);
+    }
+    if (p > 0) ++made;
+    else err = errno;
+  }
+  std::fprintf(stderr, "hostile-fork_bomb: %d processes made, the last failure: %s\n", made, err ? std::strerror(err) : "none");
+}
+
+/** 64 MiB at a time into nibble-hostile-disk-fill.bin in the working folder (else /tmp) until a
+ *  write fails or 17 GiB, past RLIMIT_FSIZE; SIGXFSZ ignored so that the failure is seen. */
+void disk_fill() {
+  signal(SIGXFSZ, SIG_IGN);
+  int fd = -1;
+  std::string where;
+  for (const char* dir : {".", "/tmp"}) {
+    where = std::string(dir) + "/nibble-hostile-disk-fill.bin";
+    if ((fd = open(where.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) >= 0) break;
+  }
+  if (fd < 0) {
+    std::fprintf(stderr, "hostile-disk_fill: no file could be created: %s\n", std::strerror(errno));
+    return;
+  }
+  std::vector<char> chunk(size_t(64) << 20, 'x');
+  size_t total = 0;
+  int err = 0;
+  while (total < (size_t(17) << 30)) {
+    const ssize_t w = write(fd, chunk.data(), chunk.size());
+    if (w <= 0) {
+      err = errno;
+      break;
+    }
+    total += size_t(w);
+  }
+  close(fd);
+  std::fprintf(stderr, "hostile-disk_fill: %zu bytes into %s, then %s\n", total, where.c_str(), err ? std::strerror(err) : "stopped");
+}
+
+/** PTRACE_SEIZE of the grader and process_vm_readv of its first mapping (where its answers would
+ *  be, if it held any while the candidate runs). */
+void ptrace_parent() {
+  const pid_t pp = getppid();
+  const bool seized = ptrace(PTRACE_SEIZE, pp, nullptr, nullptr) == 0;
+  const int seize_err = errno;
+  if (seized) ptrace(PTRACE_DETACH, pp, nullptr, nullptr);
+  unsigned long lo = 0;
+  std::ifstream maps("/proc/" + std::to_string(pp) + "/maps");
+  std::string line;
+  if (std::getline(maps, line)) lo = std::strtoul(line.c_str(), nullptr, 16);
+  char buf[4096];
+  iovec local{buf, sizeof buf}, remote{reinterpret_cast<void*>(lo), sizeof buf};
+  const ssize_t got = lo ? process_vm_readv(pp, &local, 1, &remote, 1, 0) : -1;
+  std::fprintf(stderr, "hostile-ptrace_parent: PTRACE_SEIZE %s, process_vm_readv %s\n",
+               seized ? "succeeded" : std::strerror(seize_err), got > 0 ? "read the grader's memory" : std::strerror(errno));
 }
 
 /** Divide every number of the JSON array `"key": [...]` in `text` by `by`. */
@@ -466,6 +585,17 @@ nibble_status build(const nibble_decode_model* model, cudaStream_t stream, State
 #endif
 #if defined(HOSTILE_FORGE_TIMING)
   if (const std::string result = child_channel("result"); !result.empty()) start_forger(result);
+#endif
+#if defined(HOSTILE_KILL_GRADER)
+  kill_everyone();
+#elif defined(HOSTILE_OVERWRITE_REFERENCE)
+  overwrite_reference();
+#elif defined(HOSTILE_FORK_BOMB)
+  fork_bomb();
+#elif defined(HOSTILE_DISK_FILL)
+  disk_fill();
+#elif defined(HOSTILE_PTRACE_PARENT)
+  ptrace_parent();
 #endif
 #if defined(HOSTILE_STEAL_REFERENCE)
   // Computes nothing: it only needs the KV caches' addresses.

@@ -22,8 +22,16 @@ def table() -> str:
            "|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
         timing = TIMING[r["timing"]] + (f", compared: {r['compare']}" if "compare" in r else "")
+        disp = r["disposition"]
+        reason = f"`{r['reason']}`"
+        if "if_applied" in r:  # the disposition a correct grader gives once that sandbox layer is in force
+            ia = r["if_applied"]
+            disp += f"; {ia['disposition']} where {ia['layer']} is applied"
+            reason += f"; `{ia['reason']}`"
+        if "needs" in r:
+            disp += " (graded only where " + ", ".join(r["needs"]) + " is applied)"
         timing += f", --timing-seed {r['timing_seed']}" if "timing_seed" in r else ""
-        out.append(f"| {i} | `{r['name']}` | {r['behaviour']} | {r['disposition']} | `{r['reason']}` | {timing} |")
+        out.append(f"| {i} | `{r['name']}` | {r['behaviour']} | {disp} | {reason} | {timing} |")
     return "\n".join(out)
 
 

@@ -1,0 +1,62 @@
+// sandbox.h: what the grader's child gives up before it loads a solution (docs/architecture.md
+// "The sandbox").
+//
+// Every child (candidate, reference, variant, device probe) calls enter_sandbox() once, first
+// thing after reading its job, while it still has a single thread and before the CUDA driver is
+// initialised: the namespaces need one thread, and Landlock binds the calling thread and the
+// threads it starts later, so every thread the driver and the solution create is inside. Each
+// layer is what Linux gives an unprivileged process; one the system lacks is recorded, not fatal,
+// and the grade's report lists the state of every layer.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace nibble {
+
+/** The largest file a child may write (RLIMIT_FSIZE; beyond it the write fails with EFBIG, or
+ *  SIGXFSZ ends the child): no output or log can fill the machine. The channels are memory files
+ *  and count too, so it stays far above the largest outputs of a full-size grade. */
+inline constexpr unsigned long long kChildMaxFileBytes = 16ull << 30;
+
+/** One protection and whether it is in force. state: kApplied, kNotAvailable (the system refused
+ *  it: why in detail), kNotBuiltIn (this nibble was built without it), kSkipped (the grader chose
+ *  to go without it, e.g. a probe found the CUDA driver fails inside it). */
+struct SandboxLayer {
+  std::string name, state, detail;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxLayer, name, state, detail)
+
+inline constexpr const char* kApplied = "applied";
+inline constexpr const char* kNotAvailable = "not available";
+inline constexpr const char* kNotBuiltIn = "not built in";
+inline constexpr const char* kSkipped = "skipped";
+
+/** What the parent asks of a child's sandbox (part of the Job). */
+struct SandboxSpec {
+  bool namespaces = true;             // try user, network and IPC namespaces
+  std::string namespaces_skipped;     // why not, when !namespaces (recorded as the layers' detail)
+  std::vector<std::string> readable;  // files or folders the child reads besides the system's (fixture, solution)
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxSpec, namespaces, namespaces_skipped, readable)
+
+/**
+ * Applies every layer to this process, in order: rlimits (file size, no core files), user + network
+ * + IPC namespaces, no_new_privs, Landlock (read the system's libraries and driver files and
+ * `spec.readable`, read-write /dev, write nothing else; no TCP; no signals out of the domain where
+ * the kernel has those), seccomp (no ptrace, process_vm_*, signals to other processes, new
+ * processes, exec, kernel keyrings, modules, mounts, namespaces, perf, bpf, io_uring). Call it with
+ * one thread, before CUDA. Never throws: a layer that cannot be applied is reported, and the
+ * process goes on without it. Also sets CUDA_CACHE_DISABLE=1 (the JIT cache lives in $HOME, which
+ * the child cannot write, and is a cache a candidate could poison for the next grade).
+ */
+std::vector<SandboxLayer> enter_sandbox(const SandboxSpec& spec);
+
+/** The layers not applied, as "landlock (not available: ...); seccomp (...)"; "" when all are. */
+std::string sandbox_gaps(const std::vector<SandboxLayer>& layers);
+
+/** Whether this nibble was built with libseccomp (the seccomp layer). */
+bool seccomp_built_in();
+
+}  // namespace nibble

@@ -1,0 +1,248 @@
+// test_sandbox.cpp: the child's sandbox (harness/sandbox.h) on the CPU (label cpu).
+//
+// enter_sandbox() runs in a forked copy of this test, which then tries what a hostile solution
+// would (signal its parent, fork, ptrace, read its parent's memory, write outside, read a file it
+// was not given) and reports each outcome through a pipe; the test asserts on the outcomes. A
+// layer this machine cannot apply skips its assertions with the reason the layer gave. Then
+// `nibble __child` itself: every child reports its layers, and --require-sandbox refuses a gap.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "harness/atomic_file.h"
+#include "harness/process.h"
+#include "harness/protocol.h"
+#include "harness/sandbox.h"
+
+using namespace nibble;
+using json = nlohmann::json;
+
+namespace {
+
+/** errno of a call that returned < 0, else 0. */
+int err_of(long rc) { return rc < 0 ? errno : 0; }
+
+/** enter_sandbox(spec) in a forked process, then `probe` there; returns {"layers": [...], "probe": {...}}. */
+template <class F>
+json in_sandbox(const SandboxSpec& spec, F&& probe) {
+  int p[2];
+  if (pipe(p) != 0) return nullptr;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(p[0]);
+    json j;
+    j["layers"] = enter_sandbox(spec);
+    j["probe"] = probe();
+    const std::string s = j.dump();
+    (void)!write(p[1], s.data(), s.size());
+    _exit(0);
+  }
+  close(p[1]);
+  std::string s;
+  char buf[4096];
+  for (ssize_t n; (n = read(p[0], buf, sizeof buf)) > 0;) s.append(buf, size_t(n));
+  close(p[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (s.empty()) return {{"died", status}};
+  return json::parse(s);
+}
+
+std::map<std::string, SandboxLayer> by_name(const json& j) {
+  std::map<std::string, SandboxLayer> m;
+  for (const auto& l : j.at("layers")) m[l.at("name")] = l.get<SandboxLayer>();
+  return m;
+}
+
+std::string describe(const SandboxLayer& l) { return l.name + ": " + l.state + ": " + l.detail; }
+
+}  // namespace
+
+TEST(Sandbox, EveryLayerIsReportedWithAState) {
+  const json j = in_sandbox({}, [] { return json::object(); });
+  ASSERT_TRUE(j.contains("layers")) << j.dump();
+  const auto m = by_name(j);
+  for (const char* name : {"rlimits", "user_namespace", "network_namespace", "ipc_namespace", "no_new_privs", "landlock", "seccomp"}) {
+    ASSERT_EQ(m.count(name), 1u) << name << " missing from " << j.dump();
+    const SandboxLayer& l = m.at(name);
+    EXPECT_TRUE(l.state == kApplied || l.state == kNotAvailable || l.state == kNotBuiltIn) << describe(l);
+    EXPECT_FALSE(l.detail.empty()) << describe(l);
+    std::printf("  %s\n", describe(l).c_str());
+  }
+  EXPECT_EQ(m.at("seccomp").state == kNotBuiltIn, !seccomp_built_in());
+  EXPECT_EQ(m.at("rlimits").state, kApplied);
+}
+
+TEST(Sandbox, RlimitsHold) {
+  const json j = in_sandbox({}, [] {
+    rlimit f{}, c{};
+    getrlimit(RLIMIT_FSIZE, &f);
+    getrlimit(RLIMIT_CORE, &c);
+    return json{{"fsize", f.rlim_cur}, {"core", c.rlim_cur}, {"cache", std::getenv("CUDA_CACHE_DISABLE") ? 1 : 0}};
+  });
+  EXPECT_EQ(j["probe"]["fsize"].get<unsigned long long>(), kChildMaxFileBytes);
+  EXPECT_EQ(j["probe"]["core"].get<unsigned long long>(), 0u);
+  EXPECT_EQ(j["probe"]["cache"], 1) << "CUDA_CACHE_DISABLE must be set: the JIT cache is in $HOME";
+}
+
+TEST(Sandbox, SeccompKeepsTheChildToItself) {
+  const pid_t parent = getpid();
+  const json j = in_sandbox({}, [parent] {
+    json r;
+    r["kill_parent"] = err_of(kill(parent, 0));  // signal 0: a permission check, harmless without the filter
+    r["kill_all"] = err_of(kill(-1, 0));
+    r["kill_group"] = err_of(kill(0, 0));
+    r["kill_self"] = err_of(kill(getpid(), 0));
+    r["tgkill_parent"] = err_of(syscall(SYS_tgkill, parent, parent, 0));
+    r["ptrace_attach"] = err_of(ptrace(PTRACE_SEIZE, parent, nullptr, nullptr));
+    char buf[8];
+    iovec local{buf, sizeof buf}, remote{reinterpret_cast<void*>(&r), sizeof buf};
+    r["process_vm_readv"] = err_of(process_vm_readv(parent, &local, 1, &remote, 1, 0));
+    const pid_t f = fork();
+    if (f == 0) _exit(0);
+    if (f > 0) waitpid(f, nullptr, 0);
+    r["fork"] = f < 0 ? errno : 0;
+    r["exec"] = err_of(execl("/bin/true", "true", static_cast<char*>(nullptr)));
+    r["unshare"] = err_of(unshare(CLONE_NEWNS));
+    // What a solution and the driver need keep working: threads, signals to itself.
+    bool ran = false;
+    std::thread t([&] { ran = true; });
+    t.join();
+    r["thread"] = ran;
+    static volatile sig_atomic_t got = 0;
+    signal(SIGUSR1, [](int) { got = 1; });
+    raise(SIGUSR1);
+    r["raise"] = int(got);
+    return r;
+  });
+  const auto m = by_name(j);
+  const SandboxLayer& s = m.at("seccomp");
+  if (s.state != kApplied) GTEST_SKIP() << "the seccomp layer is not in force here: " << describe(s);
+  const json& r = j["probe"];
+  for (const char* k : {"kill_parent", "kill_all", "kill_group", "tgkill_parent", "ptrace_attach", "process_vm_readv", "fork", "exec", "unshare"})
+    EXPECT_EQ(r[k], EPERM) << k << ": " << r.dump();
+  EXPECT_EQ(r["kill_self"], 0);
+  EXPECT_EQ(r["thread"], true);
+  EXPECT_EQ(r["raise"], 1);
+}
+
+TEST(Sandbox, LandlockReadsOnlyWhatItWasGivenAndWritesNowhere) {
+  TempDir given("nibble-test-sandbox-given"), other("nibble-test-sandbox-other");
+  write_file_atomic(given.path() + "/fixture.bin", "fixture");
+  write_file_atomic(other.path() + "/secret.bin", "secret");
+  SandboxSpec spec;
+  spec.readable = {given.path()};
+  const json j = in_sandbox(spec, [&] {
+    json r;
+    auto open_err = [](const std::string& p, int flags) {
+      const int fd = open(p.c_str(), flags | O_CLOEXEC, 0644);
+      if (fd < 0) return errno;
+      close(fd);
+      return 0;
+    };
+    r["read_given"] = open_err(given.path() + "/fixture.bin", O_RDONLY);
+    r["read_other"] = open_err(other.path() + "/secret.bin", O_RDONLY);
+    r["write_given"] = open_err(given.path() + "/fixture.bin", O_WRONLY);
+    r["create_given"] = open_err(given.path() + "/next-to-the-fixture", O_WRONLY | O_CREAT);
+    r["create_other"] = open_err(other.path() + "/new", O_WRONLY | O_CREAT);
+    r["read_system"] = open_err("/etc/passwd", O_RDONLY);
+    r["write_devnull"] = open_err("/dev/null", O_WRONLY);
+    return r;
+  });
+  const auto m = by_name(j);
+  const SandboxLayer& l = m.at("landlock");
+  if (l.state != kApplied) GTEST_SKIP() << "the Landlock layer is not in force here: " << describe(l);
+  const json& r = j["probe"];
+  EXPECT_EQ(r["read_given"], 0) << r.dump();
+  EXPECT_EQ(r["read_system"], 0) << r.dump();
+  EXPECT_EQ(r["write_devnull"], 0) << r.dump();
+  for (const char* k : {"read_other", "write_given", "create_given", "create_other"}) EXPECT_EQ(r[k], EACCES) << k << ": " << r.dump();
+  EXPECT_FALSE(std::filesystem::exists(given.path() + "/next-to-the-fixture"));
+  EXPECT_FALSE(std::filesystem::exists(other.path() + "/new"));
+}
+
+TEST(Sandbox, NamespacesKeepTheIds) {
+  const uid_t uid = getuid();
+  const json j = in_sandbox({}, [] { return json{{"uid", getuid()}, {"gid", getgid()}}; });
+  const auto m = by_name(j);
+  if (m.at("user_namespace").state != kApplied) GTEST_SKIP() << describe(m.at("user_namespace"));
+  EXPECT_EQ(j["probe"]["uid"].get<uid_t>(), uid) << "the uid is mapped to itself: files and device nodes look as before";
+}
+
+TEST(Sandbox, SkippedNamespacesSayWhy) {
+  SandboxSpec spec;
+  spec.namespaces = false;
+  spec.namespaces_skipped = "the CUDA driver failed inside them (probe)";
+  const auto m = by_name(in_sandbox(spec, [] { return json::object(); }));
+  for (const char* n : {"user_namespace", "network_namespace", "ipc_namespace"}) {
+    EXPECT_EQ(m.at(n).state, kSkipped);
+    EXPECT_EQ(m.at(n).detail, spec.namespaces_skipped);
+  }
+  EXPECT_NE(sandbox_gaps({m.at("user_namespace")}).find("CUDA driver failed"), std::string::npos);
+  EXPECT_EQ(sandbox_gaps({SandboxLayer{"x", kApplied, "fine"}}), "");
+}
+
+namespace {
+
+/** `nibble __child` on a probe job (no GPU needed: the sandbox comes before CUDA); its Result. */
+Result child_probe(const Job& j, ChildExit* exit) {
+  const char* bin = std::getenv("NIBBLE_BINARY_DIR");
+  const int job = make_channel("job"), result = make_channel("result");
+  Job job_spec = j;
+  job_spec.kind = "probe";
+  job_spec.measure_bandwidth = false;
+  job_spec.result_fd = result;
+  write_channel(job, json(job_spec).dump());
+  TempDir dir("nibble-test-sandbox");
+  *exit = run_child({std::string(bin) + "/bin/nibble", "__child", std::to_string(job)}, dir.path() + "/log.txt", 60, {},
+                    {job, result});
+  Result r = json::parse(read_channel(result)).get<Result>();
+  close(job);
+  close(result);
+  return r;
+}
+
+}  // namespace
+
+TEST(Sandbox, EveryChildReportsItsLayers) {
+  if (!std::getenv("NIBBLE_BINARY_DIR")) GTEST_SKIP() << "NIBBLE_BINARY_DIR is not set (run through ctest)";
+  ChildExit e;
+  const Result r = child_probe(Job{}, &e);
+  ASSERT_EQ(r.sandbox.size(), 7u) << json(r).dump();
+  for (const SandboxLayer& l : r.sandbox) std::printf("  %s\n", describe(l).c_str());
+  if (r.error) {
+    EXPECT_NE(r.error->kind, "sandbox") << "no --require-sandbox: a gap is reported, not refused";
+  }
+}
+
+TEST(Sandbox, RequireSandboxRefusesAGap) {
+  if (!std::getenv("NIBBLE_BINARY_DIR")) GTEST_SKIP() << "NIBBLE_BINARY_DIR is not set (run through ctest)";
+  Job j;
+  j.require_sandbox = true;
+  j.sandbox.namespaces = false;  // a gap on every machine
+  j.sandbox.namespaces_skipped = "test";
+  ChildExit e;
+  const Result r = child_probe(j, &e);
+  ASSERT_TRUE(r.error) << json(r).dump();
+  EXPECT_EQ(r.error->kind, "sandbox");
+  EXPECT_NE(r.error->message.find("user_namespace (skipped: test)"), std::string::npos) << r.error->message;
+  EXPECT_EQ(r.phase, "failed");
+  EXPECT_EQ(e.kind, ChildExit::Exited);
+  EXPECT_NE(e.code, 0);
+}
