@@ -534,17 +534,24 @@ Probe probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, SandboxSpe
     return p;
   };
   Probe p = run();
-  if (p.ok || p.sandbox_refused || !job.sandbox.namespaces) return p;
-  // Namespaces are the layer most likely to stand in the driver's way (device nodes, /proc seen
-  // from another user namespace): a probe without them tells whether they are the cause.
-  job.sandbox.namespaces = false;
-  const Probe without = run();
-  if (!without.ok) return p;  // no GPU either way: the first failure says why
-  sandbox->namespaces = false;
-  sandbox->namespaces_skipped = "the device probe failed inside the user, network and IPC namespaces (" + p.why.substr(0, 300) +
-                                ") and worked without them; every child of this run goes without them";
-  job.sandbox = *sandbox;
-  return run();
+  if (p.ok || p.sandbox_refused || !job.sandbox.skip.empty()) return p;
+  // A layer the driver cannot work in on this machine (namespaces: device nodes and /proc seen from
+  // another user namespace; Landlock: a file the driver opens that the rules do not name): the
+  // probe is tried without the fewest layers that make it work, and every child of the run goes
+  // without those, the report saying why.
+  for (const auto& skip : sandbox_fallbacks()) {
+    job.sandbox.skip = skip;
+    std::string names;
+    for (const auto& n : skip) names += (names.empty() ? "" : ", ") + n;
+    job.sandbox.skip_why = "the device probe failed inside the whole sandbox (" + p.why.substr(0, 300) +
+                           ") and worked without " + names + "; every child of this run goes without " +
+                           (skip.size() > 1 ? "them" : "it");
+    Probe without = run();
+    if (!without.ok) continue;
+    *sandbox = job.sandbox;
+    return without;
+  }
+  return p;  // no GPU in any sandbox, or none at all: the first failure says why
 }
 
 std::string calibration_path(const std::string& want, const Log& log, json* device, SandboxSpec* sandbox) {

@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -50,8 +51,8 @@ bool write_proc(const char* path, const std::string& text) {
 std::vector<SandboxLayer> namespaces(const SandboxSpec& spec) {
   const char* names[] = {"user_namespace", "network_namespace", "ipc_namespace"};
   std::vector<SandboxLayer> out;
-  if (!spec.namespaces) {
-    for (const char* n : names) out.push_back(layer(n, kSkipped, spec.namespaces_skipped));
+  if (spec.skips("namespaces")) {
+    for (const char* n : names) out.push_back(layer(n, kSkipped, spec.skip_why));
     return out;
   }
   const uid_t uid = getuid();
@@ -235,20 +236,35 @@ bool seccomp_built_in() {
 
 std::vector<SandboxLayer> enter_sandbox(const SandboxSpec& spec) {
   setenv("CUDA_CACHE_DISABLE", "1", 1);
+  // The machine's operator may leave layers out (NIBBLE_SANDBOX_DISABLE=landlock,seccomp,namespaces):
+  // to find which one a GPU driver fails inside. The report lists them as skipped.
+  const char* off_env = std::getenv("NIBBLE_SANDBOX_DISABLE");
+  const std::string off = off_env ? std::string(",") + off_env + "," : "";
+  auto wanted = [&](const char* name) {
+    return !spec.skips(name) && off.find(std::string(",") + name + ",") == std::string::npos;
+  };
+  auto skipped = [&](const char* name) {
+    return layer(name, kSkipped, spec.skips(name) ? spec.skip_why : "NIBBLE_SANDBOX_DISABLE names it");
+  };
   std::vector<SandboxLayer> out{rlimits()};
   // Namespaces first: unshare(CLONE_NEWUSER) needs a single thread, and the uid map is written
   // through /proc, which Landlock makes read-only.
-  for (SandboxLayer& l : namespaces(spec)) out.push_back(std::move(l));
+  if (wanted("namespaces") || spec.skips("namespaces"))
+    for (SandboxLayer& l : namespaces(spec)) out.push_back(std::move(l));
+  else
+    out.push_back(skipped("namespaces"));
   out.push_back(no_new_privs());
-  out.push_back(landlock(spec));
+  out.push_back(wanted("landlock") ? landlock(spec) : skipped("landlock"));
   // Last: it forbids unshare and would refuse the calls the layers above make.
 #ifdef NIBBLE_HAVE_SECCOMP
-  out.push_back(seccomp());
+  out.push_back(wanted("seccomp") ? seccomp() : skipped("seccomp"));
 #else
   out.push_back(layer("seccomp", kNotBuiltIn, "libseccomp-dev missing at build time"));
 #endif
   return out;
 }
+
+bool SandboxSpec::skips(const std::string& layer) const { return std::find(skip.begin(), skip.end(), layer) != skip.end(); }
 
 std::string sandbox_gaps(const std::vector<SandboxLayer>& layers) {
   std::string s;

@@ -35,11 +35,22 @@ inline constexpr const char* kSkipped = "skipped";
 
 /** What the parent asks of a child's sandbox (part of the Job). */
 struct SandboxSpec {
-  bool namespaces = true;             // try user, network and IPC namespaces
-  std::string namespaces_skipped;     // why not, when !namespaces (recorded as the layers' detail)
+  // Layers the child goes without ("namespaces", "landlock", "seccomp"), and why (recorded as each
+  // skipped layer's detail): the device probe found the GPU driver fails inside them here.
+  std::vector<std::string> skip;
+  std::string skip_why;
   std::vector<std::string> readable;  // files or folders the child reads besides the system's (fixture, solution)
+  bool skips(const std::string& layer) const;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxSpec, namespaces, namespaces_skipped, readable)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxSpec, skip, skip_why, readable)
+
+/** The layers a probe may leave out to find a sandbox the GPU driver works in, in the order it
+ *  tries them (each a set; the first that works is kept): the fewest layers first. */
+inline const std::vector<std::vector<std::string>>& sandbox_fallbacks() {
+  static const std::vector<std::vector<std::string>> f = {
+      {"namespaces"}, {"landlock"}, {"namespaces", "landlock"}, {"seccomp"}, {"namespaces", "landlock", "seccomp"}};
+  return f;
+}
 
 /**
  * Applies every layer to this process, in order: rlimits (file size, no core files), user + network

@@ -185,15 +185,16 @@ TEST(Sandbox, NamespacesKeepTheIds) {
   EXPECT_EQ(j["probe"]["uid"].get<uid_t>(), uid) << "the uid is mapped to itself: files and device nodes look as before";
 }
 
-TEST(Sandbox, SkippedNamespacesSayWhy) {
+TEST(Sandbox, SkippedLayersSayWhy) {
   SandboxSpec spec;
-  spec.namespaces = false;
-  spec.namespaces_skipped = "the CUDA driver failed inside them (probe)";
+  spec.skip = {"namespaces", "landlock"};
+  spec.skip_why = "the CUDA driver failed inside them (probe)";
   const auto m = by_name(in_sandbox(spec, [] { return json::object(); }));
-  for (const char* n : {"user_namespace", "network_namespace", "ipc_namespace"}) {
-    EXPECT_EQ(m.at(n).state, kSkipped);
-    EXPECT_EQ(m.at(n).detail, spec.namespaces_skipped);
+  for (const char* n : {"user_namespace", "network_namespace", "ipc_namespace", "landlock"}) {
+    EXPECT_EQ(m.at(n).state, kSkipped) << n;
+    EXPECT_EQ(m.at(n).detail, spec.skip_why) << n;
   }
+  EXPECT_NE(m.at("seccomp").state, kSkipped) << "a layer not named is tried";
   EXPECT_NE(sandbox_gaps({m.at("user_namespace")}).find("CUDA driver failed"), std::string::npos);
   EXPECT_EQ(sandbox_gaps({SandboxLayer{"x", kApplied, "fine"}}), "");
 }
@@ -235,8 +236,8 @@ TEST(Sandbox, RequireSandboxRefusesAGap) {
   if (!std::getenv("NIBBLE_BINARY_DIR")) GTEST_SKIP() << "NIBBLE_BINARY_DIR is not set (run through ctest)";
   Job j;
   j.require_sandbox = true;
-  j.sandbox.namespaces = false;  // a gap on every machine
-  j.sandbox.namespaces_skipped = "test";
+  j.sandbox.skip = {"namespaces"};  // a gap on every machine
+  j.sandbox.skip_why = "test";
   ChildExit e;
   const Result r = child_probe(j, &e);
   ASSERT_TRUE(r.error) << json(r).dump();
