@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -63,6 +64,7 @@ int calibrate_main(const CalibrateOptions& opt) {
   }
   const std::string& config = opt.config;
   const double gate = task->gate(config);
+  const std::optional<double> guard = task->element_guard(config);
   const std::string reference = bundled_reference(self_exe(), *task, opt.reference);
 
   json report = document_header("nibble.calibration", opt.argv, task->name(), config);
@@ -198,9 +200,13 @@ int calibrate_main(const CalibrateOptions& opt) {
       std::snprintf(line, sizeof line, "  %-9s", cell(w).c_str());
       seeds_cells += line;
     }
-    // Verdict as the grader would give it; health demands a factor-2 margin on the right side.
-    const bool passes = !std::isnan(worst) && worst < gate;
-    const bool ok = v.must_pass ? (!std::isnan(worst) && worst <= gate / 2) : (std::isnan(worst) || worst >= 2 * gate);
+    // Verdict as the grader would give it (the gate, then the per-element guard); health demands a
+    // factor-2 margin on the right side of each: a must-pass row under half of both, a must-fail row
+    // at least twice either.
+    const bool within_guard = !guard || (!std::isnan(worst_elem) && worst_elem <= *guard);
+    const bool passes = !std::isnan(worst) && worst < gate && within_guard;
+    const bool ok = v.must_pass ? (!std::isnan(worst) && worst <= gate / 2 && (!guard || worst_elem <= *guard / 2))
+                                : (std::isnan(worst) || worst >= 2 * gate || (guard && !(worst_elem < 2 * *guard)));
     healthy = healthy && ok;
     // Which outputs actually reject it.
     std::string caught;
@@ -210,6 +216,7 @@ int calibrate_main(const CalibrateOptions& opt) {
       worst_by_j[name] = num_or_null(worst_by[name]);
       if (!v.must_pass && !(worst_by[name] < gate)) caught += (caught.empty() ? "" : "+") + name;
     }
+    if (!v.must_pass && !within_guard) caught += (caught.empty() ? "" : "+") + std::string("element_guard");
     if (v.must_pass) caught = "-";
     else if (caught.empty()) caught = "none";
     std::snprintf(line, sizeof line, "  %-22s %-6s%s  %-9s %-8s %-9s %-28s %s%s\n", v.name.c_str(), v.must_pass ? "PASS" : "FAIL",
@@ -230,10 +237,14 @@ int calibrate_main(const CalibrateOptions& opt) {
                     {"healthy", ok}});
   }
   o << "\n  gate health: " << (healthy ? "OK" : "NOT OK")
-    << " (must-pass rows at most half the gate, must-fail rows at least twice it)\n";
+    << (guard ? " (must-pass rows at most half the gate and half the per-element guard " + fmt(*guard) +
+                    ", must-fail rows at least twice either)\n"
+              : std::string(" (must-pass rows at most half the gate, must-fail rows at least twice it; no per-element guard)\n"));
   report["rows"] = rows;
   report["healthy"] = healthy;
-  report["health_rule"] = "every must-pass variant <= gate/2 and every must-fail variant >= 2*gate (worst over calls, seeds and outputs)";
+  report["element_guard"] = guard ? json(*guard) : json(nullptr);
+  report["health_rule"] = "every must-pass variant <= gate/2 (and its element error <= guard/2) and every must-fail variant "
+                          ">= 2*gate or its element error >= 2*guard (worst over calls, seeds and outputs)";
   report["wall_seconds"] = since(t_start);
   try {
     write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");

@@ -10,6 +10,25 @@
 
 using namespace nibble;
 
+namespace {
+
+/** The sliver variant (the last 0.8% of every output row left 0) is what the per-element guard is
+ *  for: the table has the guard, the row's element error is at least twice it, and the guard is
+ *  among what catches it. */
+void expect_sliver_caught_by_the_guard(const nlohmann::json& j, const std::string& variant) {
+  ASSERT_TRUE(j["element_guard"].is_number()) << "the task has no per-element guard";
+  const double guard = j["element_guard"].get<double>();
+  for (const auto& row : j["rows"]) {
+    if (row["variant"] != variant) continue;
+    EXPECT_GE(row["worst_elem"].get<double>(), 2 * guard) << row.dump();
+    EXPECT_NE(row["caught_by"].get<std::string>().find("element_guard"), std::string::npos) << row.dump();
+    return;
+  }
+  ADD_FAILURE() << "no row " << variant;
+}
+
+}  // namespace
+
 TEST(CalibrateCpu, TinyTableHasTheExpectedVerdicts) {
   const char* b = std::getenv("NIBBLE_BINARY_DIR");
   const std::string bindir = b ? b : ".";
@@ -38,6 +57,7 @@ TEST(CalibrateCpu, TinyTableHasTheExpectedVerdicts) {
   }
   EXPECT_TRUE(j["healthy"].get<bool>());
   EXPECT_EQ(e.code, 0) << log;
+  expect_sliver_caught_by_the_guard(j, "logits_sliver");
 }
 
 class CalibrateGemmCpu : public ::testing::TestWithParam<const char*> {};
@@ -61,6 +81,7 @@ TEST_P(CalibrateGemmCpu, TinyTableIsHealthy) {
     EXPECT_TRUE(row["healthy"].get<bool>()) << row.dump();
   }
   EXPECT_EQ(e.code, 0) << log;
+  expect_sliver_caught_by_the_guard(j, "c_sliver");
 }
 
 INSTANTIATE_TEST_SUITE_P(Tasks, CalibrateGemmCpu, ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"));

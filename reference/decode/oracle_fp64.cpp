@@ -1,5 +1,6 @@
 // oracle_fp64.cpp: the fp64 CPU oracle (see oracle_fp64.h for what it defines and what it rounds).
 #include "reference/decode/oracle_fp64.h"
+#include "reference/sliver.h"
 
 #include <algorithm>
 #include <cmath>
@@ -423,7 +424,8 @@ std::vector<double> DecodeOracle::step(const std::vector<int64_t>& tokens, int p
 
     // Tied LM head: logits = (RMSNorm(h) * final_norm) dequant(embed)^T.
     const std::vector<double> x = gemv_input(rmsnorm(h, final_norm_, c.eps));
-    const std::vector<double> lg = matvec(embed_, x, threads_);
+    std::vector<double> lg = matvec(embed_, x, threads_);
+    if (opt.drop_sliver) std::fill(lg.end() - ref::sliver_columns(c.vocab), lg.end(), 0.0);
     std::copy(lg.begin(), lg.end(), logits.begin() + int64_t(b) * c.vocab);
   }
   return logits;

@@ -30,6 +30,7 @@
 #include "reference/decode/reference_kernels.cuh"
 #include "reference/decode/reference_options.h"
 #include "reference/decode/variants.h"
+#include "reference/sliver.h"
 #include "solutions/common/abi_util.h"
 #include "solutions/common/export.h"
 
@@ -276,6 +277,10 @@ void step(Reference& r, const nibble_tensor* token_ids, int32_t pos, nibble_tens
   }
   launch_rmsnorm(r.h, r.final_norm, c.d, c.batch, c.eps, round_in, r.a, stream);
   linear(r, r.embed, c.vocab, c.d, r.a, out, 0.0f);  // tied LM head
+  if (r.opt.drop_sliver) {
+    const int64_t n = sliver_columns(c.vocab);
+    SOL_CUDA(cudaMemset2DAsync(out + (c.vocab - n), size_t(c.vocab) * 4, 0, size_t(n) * 4, size_t(c.batch), stream));
+  }
 }
 
 /** After the stream is drained (export.h): the dequantised weights, scratch and cuBLAS, checked. */

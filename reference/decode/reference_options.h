@@ -95,12 +95,14 @@ struct ReferenceOptions {
                                  ///< attention output, silu(gate) * up) rounded to bf16 (W4A16 activations)
   bool bf16_residual = false;    ///< legitimate: the residual stream h kept in bf16: rounded when the
                                  ///< embedding row is loaded and after every residual add
+  bool drop_sliver = false;      ///< mutant: the last sliver_columns(vocab) logits of every row left 0
+                                 ///< (reference/sliver.h)
 
   /** True for the task's own definition (every field at its default). */
   bool is_default() const {
     return nibble_order == NibbleOrder::LowFirst && grouping == ScaleGrouping::PerGroup &&
            zero_point == ZeroPoint::Subtract && rope == RopeStyle::RotateHalf && kv_slot == KvSlot::AtPos &&
-           gqa == GqaMap::Block && !bf16_dequant && !bf16_gemv_inputs && !bf16_residual;
+           gqa == GqaMap::Block && !bf16_dequant && !bf16_gemv_inputs && !bf16_residual && !drop_sliver;
   }
 };
 

@@ -15,7 +15,7 @@ ReferenceOptions with(void (*set)(ReferenceOptions&)) {
 bool same(const ReferenceOptions& a, const ReferenceOptions& b) {
   return a.nibble_order == b.nibble_order && a.grouping == b.grouping && a.zero_point == b.zero_point &&
          a.rope == b.rope && a.kv_slot == b.kv_slot && a.gqa == b.gqa && a.bf16_dequant == b.bf16_dequant &&
-         a.bf16_gemv_inputs == b.bf16_gemv_inputs && a.bf16_residual == b.bf16_residual;
+         a.bf16_gemv_inputs == b.bf16_gemv_inputs && a.bf16_residual == b.bf16_residual && a.drop_sliver == b.drop_sliver;
 }
 
 }  // namespace
@@ -45,6 +45,9 @@ const std::vector<VariantInfo>& decode_variants() {
        "appended K/V", with([](ReferenceOptions& o) { o.kv_slot = KvSlot::AtPosPlusOne; })},
       {"gqa_modulo", false, "query head j reads KV head j % n_kv instead of j / (n_q/n_kv)", "both",
        with([](ReferenceOptions& o) { o.gqa = GqaMap::Modulo; })},
+      {"logits_sliver", false,
+       "the last 0.8% of every row's logits left 0 (reference/sliver.h): under the gate, for the per-element guard",
+       "logits", with([](ReferenceOptions& o) { o.drop_sliver = true; })},
   };
   return table;
 }

@@ -1,5 +1,6 @@
 // gemm_oracle.cpp: the fp64 oracle of the FP4 GEMM tasks and its variant table (see gemm_oracle.h).
 #include "reference/gemm_fp4/gemm_oracle.h"
+#include "reference/sliver.h"
 
 #include <algorithm>
 #include <cmath>
@@ -92,6 +93,7 @@ std::vector<double> gemm(const uint16_t* A, int64_t M, const Fp4WeightView& W, i
           for (int64_t k = 0; k < K; ++k) s += bf16_to_double(a[k]) * w[size_t(k)];
           c = s;
         }
+        if (o.drop_sliver && n >= N - ref::sliver_columns(N)) c = 0.0;
         C[size_t(m * N + n)] = o.bf16_output ? round_bf16(c) : c;
       }
     }
@@ -144,6 +146,9 @@ const std::vector<GemmVariantInfo>& gemm_variants() {
        with([](GemmOptions& o) { o.e8m0_bias = 125; })},
       {"global_as_divisor", false, true, false, "NVFP4 global scale applied as a divisor: e2m1 * e4m3 / global",
        with([](GemmOptions& o) { o.global_as_divisor = true; })},
+      {"c_sliver", false, true, true,
+       "the last 0.8% of C's columns left 0 (reference/sliver.h): under the gate, for the per-element guard",
+       with([](GemmOptions& o) { o.drop_sliver = true; })},
   };
   return table;
 }

@@ -44,6 +44,7 @@ struct GemmOptions {
   bool bf16_dequant = false;         ///< legitimate: W rounded to bf16 (RNE, from the exact value)
   bool fp32_accumulate = false;      ///< legitimate: products and the k-ordered sum in fp32
   bool bf16_output = false;          ///< legitimate: C rounded to bf16 (RNE)
+  bool drop_sliver = false;          ///< mutant: the last sliver_columns(N) columns of C left 0 (reference/sliver.h)
 };
 
 /** The e2m1 code of element k from the byte packed[n, k/2] that holds it (low nibble = even k, or

@@ -37,6 +37,7 @@
 #include "fixtures/bf16.h"
 #include "nibble/nibble_gemm.h"
 #include "reference/gemm_fp4/gemm_oracle.h"
+#include "reference/sliver.h"
 #include "reference/decode/reference_options.h"  // the extern "C" declarations of the reference's extra exports
 #include "solutions/common/abi_util.h"
 #include "solutions/common/cublas_check.h"
@@ -205,6 +206,10 @@ void run(Reference& r, const nibble_tensor* A, nibble_tensor* C, cudaStream_t st
   if (r.opt.bf16_output) {
     round_bf16_kernel<<<grid_for(g.M * g.N), kThreads, 0, stream>>>(c, g.M * g.N);
     SOL_CHECK_LAUNCH();
+  }
+  if (r.opt.drop_sliver) {
+    const int64_t n = ref::sliver_columns(g.N);
+    SOL_CUDA(cudaMemset2DAsync(c + (g.N - n), size_t(g.N) * 4, 0, size_t(n) * 4, size_t(g.M), stream));
   }
 }
 

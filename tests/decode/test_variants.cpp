@@ -58,9 +58,9 @@ TEST(VariantTable, DefaultFirstNamesUniqueEveryMutantChangesSomething) {
       EXPECT_FALSE(v.options.is_default()) << v.name;
     }
   }
-  // The list, exactly.
+  // The list, exactly, and the sliver the per-element guard is for.
   const std::set<std::string> must_fail{"nibble_swap", "row_scale", "no_zero", "zero_off_by_one",
-                                        "rope_interleaved", "kv_slot_plus1", "gqa_modulo"};
+                                        "rope_interleaved", "kv_slot_plus1", "gqa_modulo", "logits_sliver"};
   const std::set<std::string> must_pass{"fp32", "bf16_dequant", "bf16_activations", "bf16_residual"};
   EXPECT_EQ(table.size(), must_fail.size() + must_pass.size());
   for (const auto& v : table) EXPECT_EQ(v.must_pass, must_pass.count(v.name) == 1) << v.name;
@@ -312,6 +312,10 @@ TEST(VariantOracleTiny, EachVariantOnItsSideOfTheGate) {
     if (var.must_pass) {
       EXPECT_LT(lw, pass_below) << var.name << ": logits";
       EXPECT_LT(kw, pass_below) << var.name << ": appended K/V";
+    } else if (var.options.drop_sliver) {
+      // Under the gate by design: the per-element guard catches it (test_calibrate_cpu).
+      EXPECT_GT(lw, 0.0) << var.name << ": logits";
+      EXPECT_EQ(kw, 0.0) << var.name << ": the sliver is in the logits only";
     } else {
       if (by == "logits" || by == "both") {
         EXPECT_GT(lw, fail_above) << var.name << ": logits";

@@ -141,8 +141,8 @@ TEST(GemmOracle, Pieces) {
 TEST(GemmVariants, Table) {
   const auto nv = gemm_variants_for(kGemmNvfp4Task);
   const auto mx = gemm_variants_for(kGemmMxfp4Task);
-  ASSERT_EQ(nv.size(), 7u);
-  ASSERT_EQ(mx.size(), 6u);
+  ASSERT_EQ(nv.size(), 8u);
+  ASSERT_EQ(mx.size(), 7u);
   EXPECT_STREQ(nv[0].name, "fp32");
   EXPECT_TRUE(nv[0].must_pass);
   EXPECT_TRUE(find_gemm_variant(kGemmMxfp4Task, "bf16_dequant_fp32_acc").must_pass);
