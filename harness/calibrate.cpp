@@ -23,6 +23,7 @@
 #include "harness/atomic_file.h"
 #include "harness/grade_common.h"
 #include "harness/outputs.h"
+#include "harness/stats.h"
 #include "harness/process.h"
 #include "harness/task.h"
 
@@ -33,7 +34,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-double nan_max(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
 
 std::string cell(double v) { return std::isnan(v) ? "NaN" : fmt(v, 3); }
 
@@ -53,15 +53,8 @@ bool refuse_slow_cpu_oracle(const CalibrateOptions& opt, const std::string& path
 int calibrate_main(const CalibrateOptions& opt) {
   const auto t_start = std::chrono::steady_clock::now();
   const Log log{opt.quiet, isatty(STDERR_FILENO) != 0};
-  const Task* task = nullptr;
-  try {
-    task = &find_task(opt.task);
-    task->check_config(opt.config);
-    check_calibrate_options(opt);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
-    return 2;
-  }
+  const Task* task = checked_task("calibrate", opt.task, opt.config, [&] { check_calibrate_options(opt); });
+  if (!task) return 2;
   const std::string& config = opt.config;
   const double gate = task->gate(config);
   const std::optional<double> guard = task->element_guard(config);

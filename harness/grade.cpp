@@ -209,15 +209,8 @@ namespace {
 int grade_run(const GradeOptions& opt) {
   const auto t_start = std::chrono::steady_clock::now();
   const Log log{opt.quiet, isatty(STDERR_FILENO) != 0};
-  const Task* task = nullptr;
-  try {
-    task = &find_task(opt.task);
-    task->check_config(opt.config);
-    check_grade_options(opt);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble grade: %s\n", e.what());
-    return kExitUsage;
-  }
+  const Task* task = checked_task("grade", opt.task, opt.config, [&] { check_grade_options(opt); });
+  if (!task) return kExitUsage;
   const std::string& config = opt.config;
   const std::string exe = self_exe();
   const std::string reference = bundled_reference(exe, *task, opt.reference);

@@ -116,6 +116,19 @@ ChildRun run_job_child(Job job, double timeout, const Log* log, const std::strin
   return r;
 }
 
+const Task* checked_task(const char* command, const std::string& task, const std::string& config,
+                         const std::function<void()>& check_options) {
+  try {
+    const Task& t = find_task(task);
+    t.check_config(config);
+    check_options();
+    return &t;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble %s: %s\n", command, e.what());
+    return nullptr;
+  }
+}
+
 void child_evidence(const ChildRun& c, const Task& task, Evidence* e) {
   if (c.completed()) {
     e->end = ChildEnd::Completed;

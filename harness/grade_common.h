@@ -110,6 +110,11 @@ struct ChildRun {
 ChildRun run_job_child(Job job, double timeout, const Log* log = nullptr, const std::string& what = "",
                        const BinaryPins* pins = nullptr);
 
+/** The registry's task `task` with `config` checked, then `check_options()`; nullptr after printing
+ *  "nibble <command>: <why>" when any of them throws (the caller exits 2: bad input). */
+const Task* checked_task(const char* command, const std::string& task, const std::string& config,
+                         const std::function<void()>& check_options);
+
 /** What the verdict needs to know of a candidate's end (judge's load, build and crash rules). */
 void child_evidence(const ChildRun& c, const Task& task, Evidence* e);
 

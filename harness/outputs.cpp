@@ -19,7 +19,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-double nan_max(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
 
 std::vector<double> as_doubles(const SafetensorsFile& f, const std::string& name) {
   const auto& e = f.entry(name);

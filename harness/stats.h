@@ -1,6 +1,8 @@
 // stats.h: summary statistics of timing samples and the relative error the gate uses.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -26,6 +28,9 @@ nlohmann::ordered_json summary_json(const Summary& s, const std::vector<double>*
 
 /** ||out - ref||_2 / ||ref||_2 accumulated in fp64. Returns NaN when any element of `out` is NaN
  *  or Inf (that must fail the gate), +Inf when ref is all zeros and out is not. */
+/** max(a, b), NaN when either is: a worst error over outputs that never hides a NaN one. */
+inline double nan_max(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+
 double relative_error(const float* out, const double* ref, size_t n);
 double relative_error(const float* out, const float* ref, size_t n);
 double relative_error(const double* out, const double* ref, size_t n);

@@ -320,7 +320,6 @@ class DecodeTask final : public Task {
       }
       return r;
     };
-    auto nan_max = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
     const Run exact = run(ref::variant_options(ref::kDefaultVariant));
     OracleErrors out{outputs(), {}, {}};
     for (const auto& var : ref::decode_variants()) {

@@ -270,7 +270,6 @@ class GemmTask final : public Task {
     const auto variants = oracle::gemm_variants_for(name_);
     OracleErrors out{outputs(), std::vector<std::vector<double>>(variants.size(), {0.0}),
                      std::vector<std::vector<double>>(variants.size(), {0.0})};
-    auto nan_max = [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); };
     std::vector<uint16_t> a(size_t(c.M * c.K));
     for (int call = 0; call < checked_calls(config); ++call) {  // the A of each checked call, as a child stages it
       gemm_call_a(view.A, c.M * c.K, check_seed, call, a.data());
