@@ -19,6 +19,7 @@
 #include "harness/cuda_check.h"
 #include "harness/device_buffer.h"
 #include "harness/gemm_fp4/gemm_guard.h"
+#include "harness/gemm_fp4/gemm_problem.h"
 #include "harness/gpu_checks.h"
 #include "harness/stats.h"
 #include "harness/task.h"
@@ -69,18 +70,7 @@ class GemmRun final : public Session {
     NIBBLE_CUDA_CALL(cudaMemcpy(global_.buf.get(), &view_.global_scale, 4, cudaMemcpyHostToDevice));
     named_ = {{"W.packed", packed_.desc}, {"W.scale", scale_.desc}};
     if (nvfp4) named_.push_back({"W.global_scale", global_.desc});
-    problem_.struct_size = sizeof(problem_);
-    problem_.task = cfg_.task.c_str();
-    problem_.config_name = cfg_.name.c_str();
-    problem_.M = cfg_.M;
-    problem_.N = cfg_.N;
-    problem_.K = cfg_.K;
-    problem_.block = cfg_.block;
-    problem_.scale_format = nvfp4 ? NIBBLE_GEMM_SCALE_E4M3FN : NIBBLE_GEMM_SCALE_E8M0;
-    problem_.global_scale = view_.global_scale;
-    problem_.c_dtype = lib.gemm_output_dtype;
-    problem_.tensors = named_.data();
-    problem_.num_tensors = int32_t(named_.size());
+    problem_ = gemm_problem(cfg_, named_, view_.global_scale, lib.gemm_output_dtype);
     weights_sum_ = weights_sum();
   }
 

@@ -60,6 +60,7 @@
 #include "fixtures/gemm_fp4/gemm_config.h"
 #include "fixtures/safetensors.h"
 #include "gpu_test_util.h"
+#include "harness/gemm_fp4/gemm_problem.h"
 #include "harness/stats.h"
 #include "nibble/nibble_gemm.h"
 #include "reference/gemm_fp4/gemm_oracle.h"
@@ -233,20 +234,8 @@ class GpuGemmFixture {
     tA_ = std::make_unique<Tensor>(dA_->get(), kBF16, std::vector<int64_t>{cfg.M, cfg.K});
     named_.push_back({"W.packed", tPacked_->desc()});
     named_.push_back({"W.scale", tScale_->desc()});
-    const bool nv = cfg.format == Fp4Format::Nvfp4;
-    if (nv) named_.push_back({"W.global_scale", tGlobal_->desc()});
-    problem.struct_size = sizeof(nibble_gemm_problem);
-    problem.task = cfg.task.c_str();
-    problem.config_name = cfg.name.c_str();
-    problem.M = cfg.M;
-    problem.N = cfg.N;
-    problem.K = cfg.K;
-    problem.block = cfg.block;
-    problem.scale_format = nv ? NIBBLE_GEMM_SCALE_E4M3FN : NIBBLE_GEMM_SCALE_E8M0;
-    problem.global_scale = nv ? global : 1.0f;
-    problem.c_dtype = NIBBLE_GEMM_OUTPUT_F32;
-    problem.tensors = named_.data();
-    problem.num_tensors = int32_t(named_.size());
+    if (cfg.format == Fp4Format::Nvfp4) named_.push_back({"W.global_scale", tGlobal_->desc()});
+    problem = gemm_problem(cfg, named_, global, NIBBLE_GEMM_OUTPUT_F32);
   }
   GpuGemmFixture(const GpuGemmFixture&) = delete;
   GpuGemmFixture& operator=(const GpuGemmFixture&) = delete;
