@@ -249,10 +249,12 @@ std::vector<SandboxLayer> enter_sandbox(const SandboxSpec& spec) {
   std::vector<SandboxLayer> out{rlimits()};
   // Namespaces first: unshare(CLONE_NEWUSER) needs a single thread, and the uid map is written
   // through /proc, which Landlock makes read-only.
-  if (wanted("namespaces") || spec.skips("namespaces"))
-    for (SandboxLayer& l : namespaces(spec)) out.push_back(std::move(l));
-  else
-    out.push_back(skipped("namespaces"));
+  SandboxSpec ns = spec;
+  if (!wanted("namespaces") && !spec.skips("namespaces")) {  // left out by the operator: the same three layers, skipped
+    ns.skip.push_back("namespaces");
+    ns.skip_why = skipped("namespaces").detail;
+  }
+  for (SandboxLayer& l : namespaces(ns)) out.push_back(std::move(l));
   out.push_back(no_new_privs());
   out.push_back(wanted("landlock") ? landlock(spec) : skipped("landlock"));
   // Last: it forbids unshare and would refuse the calls the layers above make.

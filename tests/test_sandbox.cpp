@@ -185,6 +185,20 @@ TEST(Sandbox, NamespacesKeepTheIds) {
   EXPECT_EQ(j["probe"]["uid"].get<uid_t>(), uid) << "the uid is mapped to itself: files and device nodes look as before";
 }
 
+TEST(Sandbox, AnOperatorCanLeaveLayersOut) {
+  setenv("NIBBLE_SANDBOX_DISABLE", "namespaces,landlock", 1);
+  const json j = in_sandbox({}, [] { return json::object(); });
+  unsetenv("NIBBLE_SANDBOX_DISABLE");
+  const auto m = by_name(j);
+  EXPECT_EQ(m.size(), 7u) << "the same layers, whichever are left out";
+  for (const char* n : {"user_namespace", "network_namespace", "ipc_namespace", "landlock"}) {
+    EXPECT_EQ(m.at(n).state, kSkipped) << n;
+    EXPECT_NE(m.at(n).detail.find("NIBBLE_SANDBOX_DISABLE"), std::string::npos) << n;
+  }
+  EXPECT_NE(m.at("seccomp").state, kSkipped);
+  EXPECT_NE(m.at("rlimits").state, kSkipped);
+}
+
 TEST(Sandbox, SkippedLayersSayWhy) {
   SandboxSpec spec;
   spec.skip = {"namespaces", "landlock"};
