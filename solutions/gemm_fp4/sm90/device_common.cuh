@@ -1,0 +1,99 @@
+// device_common.cuh: the device helpers every kernel family of the solution uses (streamed loads, mma.sync, fragment decode, swizzled descriptors)
+// Part of libnibble_gemm_fp4_sm90.so, included once, in order, by gemm_fp4_sm90.cu (one translation
+// unit: the kernels keep their names and code; the file comment there has the design).
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "solutions/common/sm90_async.cuh"
+#include "solutions/gemm_fp4/sm90/fp4_frag.h"
+#include "solutions/gemm_fp4/sm90/wgmma_rs.cuh"
+
+namespace nibble::gemm_fp4_sm90 {
+namespace {
+
+using sol::bulk_load;
+using sol::mbar_arrive;
+using sol::mbar_expect_tx;
+using sol::mbar_init;
+using sol::mbar_wait;
+using sol::policy_evict_first;
+using sol::policy_evict_last;
+using sol::smem_addr;
+// ---- small device helpers -----------------------------------------------------------------------
+
+/** 16 bytes, streamed: the weights are read once per call, keep L2 for the activations. */
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) { return __ldcs(p); }
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/** The 4 A-fragment registers of k16 step j: word q, scales s_lo (row g) and s_hi (row g + 8). */
+__device__ __forceinline__ void decode_step(uint32_t q, uint32_t s_lo, uint32_t s_hi, uint32_t (&a)[4]) {
+  a[0] = decode_reg(q, 0, s_lo);
+  a[1] = decode_reg(q, 1, s_hi);
+  a[2] = decode_reg(q, 2, s_lo);
+  a[3] = decode_reg(q, 3, s_hi);
+}
+
+/** One kPerm chunk (16 weight rows x 64 k) of lane (g, t) into NT n8 tiles: q = its 16 bytes of
+ *  codes, sw = its 2 scale bytes, lo[nt] / hi[nt] = the 8 + 8 bf16 activations of k 16 t .. 16 t + 15
+ *  of the chunk for column 8 nt + g (zeros past M or K); acc[nt] += decode(q) x B (fp32). */
+template <bool NV, int NT>
+__device__ __forceinline__ void chunk_mma(const uint4& q, uint32_t sw, const uint4 (&lo)[NT], const uint4 (&hi)[NT],
+                                          float (&acc)[NT][4]) {
+  const uint32_t s_lo = expand_scale<NV>(sw, 0), s_hi = expand_scale<NV>(sw, 1);
+  const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint32_t a[4];
+    decode_step(qw[j], s_lo, s_hi, a);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      // step j reads k 4 j .. 4 j + 3 of the lane's 16: words 2 j, 2 j + 1 of lo|hi
+      const uint4& v = j < 2 ? lo[nt] : hi[nt];
+      const uint32_t b0 = (j & 1) ? v.z : v.x, b1 = (j & 1) ? v.w : v.y;
+      mma_bf16_16816(acc[nt], a, b0, b1);
+    }
+  }
+}
+
+/** TMA: the (64 k x rows) box at (k, m) of the tensor map into dst, completing on bar. */
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int k, int m) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(m), "r"(smem_addr(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+/** Keeps the compiler from moving accumulator reads/writes across the asynchronous wgmma. */
+template <int R>
+__device__ __forceinline__ void fence_acc(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/** Shared-memory descriptor of a K-major bf16 tile with 128-byte rows, 128B swizzle (8-row groups of
+ *  1024 bytes), starting at byte address `addr` (a k16 step adds 32 bytes). */
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+}  // namespace
+}  // namespace nibble::gemm_fp4_sm90
