@@ -22,6 +22,7 @@
 #include "harness/ledger.h"
 #include "harness/process.h"
 #include "harness/protocol.h"
+#include "harness/python_solution.h"
 #include "harness/sandbox.h"
 #include "harness/solution_library.h"
 #include "harness/stats.h"
@@ -72,21 +73,25 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
   } catch (const std::exception& e) {
     return out.fail(error_of(kErrHarness, e.what()), 3);
   }
+  // A Python solution: its family's shim stands in for the .so, and the module is named to it.
+  const bool python = !job.python_shim.empty();
   std::unique_ptr<SolutionLibrary> lib;
   try {
-    lib = std::make_unique<SolutionLibrary>(job.solution, task->abi());
+    lib = std::make_unique<SolutionLibrary>(python ? job.python_shim : job.solution, task->abi());
   } catch (const LoadError& e) {
     ChildError err = error_of(kErrLoad, e.what());
     err.load_kind = load_kind_name(e.kind);
     return out.fail(err, 4);
   }
+  CallWatchdog watchdog(&out);
+  if (python)
+    if (const int code = load_python_module(out, watchdog, *lib, job.solution, job.build_timeout_seconds)) return code;
   out.r.solution_name = lib->name();
   out.r.numerics = lib->numerics();
   out.phase("opened");  // a crash in the build still leaves the solution's name
   if (!job.variant.empty())
     if (const int code = select_variant(out, *lib, job.solution, job.variant)) return code;
 
-  CallWatchdog watchdog(&out);
   // One solution call under the watchdog; false after recording a SolutionError.
   auto call = [&](const std::string& what, double limit, auto&& body) -> bool {
     watchdog.arm(what, limit);
@@ -149,6 +154,11 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
     if (!call(task->build_call(), job.build_timeout_seconds, [&] { session->build(); })) return 5;
     secs["build"] = seconds_since(t);
     if (const std::string m = intact("in " + task->build_call()); !m.empty()) return modified(m);
+    if (python) {
+      // After the build: the libraries the module imported are loaded now.
+      std::lock_guard<std::mutex> lock(out.mu);
+      out.r.facts["python"] = python_facts(*lib);
+    }
     out.phase("built");
 
     t = std::chrono::steady_clock::now();
@@ -295,6 +305,12 @@ int child_main(int job_fd) {
   SandboxSpec spec = job.sandbox;
   if (!job.solution.empty()) spec.readable.push_back(std::filesystem::absolute(job.solution).parent_path().string());
   if (!job.fixture_dir.empty()) spec.readable.push_back(job.fixture_dir);
+  if (!job.python_shim.empty()) {
+    // The shim, the interpreter it embeds and that interpreter's packages (torch, triton, ...).
+    spec.readable.push_back(std::filesystem::absolute(job.python_shim).parent_path().string());
+    for (const std::string& p : python_readable_paths()) spec.readable.push_back(p);
+    enter_python_scratch(job.python_scratch);
+  }
   const std::vector<SandboxLayer> layers = enter_sandbox(spec);
   const std::string gaps = job.require_sandbox ? sandbox_gaps(layers) : "";
   if (job.kind == "run") return run_job(job, layers, gaps);

@@ -27,6 +27,7 @@
 #include "harness/device_buffer.h"
 #include "harness/process.h"
 #include "harness/solution_library.h"
+#include "solutions/python/python_shim.h"
 
 namespace nibble::child {
 
@@ -295,6 +296,58 @@ inline int select_variant(ResultWriter& out, const SolutionLibrary& lib, const s
   if (auto num = reinterpret_cast<numerics_fn>(lib.optional_symbol("nibble_reference_numerics")))
     out.r.numerics = num() ? num() : "";
   return 0;
+}
+
+/**
+ * A Python solution's module named to its shim (solutions/python/python_shim.h): the interpreter
+ * starts and the module is imported under the watchdog (an import can hang like any call), then the
+ * library's name and options (the GEMM output dtype) are read again. Returns 0, or the child's exit
+ * code after recording the failure: a module that cannot be imported (syntax error, ImportError,
+ * an exception at import) is a load error NotLoadable, one without an entry point MissingSymbol,
+ * each with the shim's message (the traceback's last lines); an import past `timeout` seconds
+ * ends the process through the watchdog (TimedOut, call "import").
+ */
+inline int load_python_module(ResultWriter& out, CallWatchdog& watchdog, SolutionLibrary& lib, const std::string& module,
+                              double timeout) {
+  auto load = reinterpret_cast<nibble_python_load_module_fn>(lib.optional_symbol("nibble_python_load_module"));
+  ChildError e;
+  e.kind = kErrLoad;
+  e.call = "import";
+  if (!load) {
+    e.message = lib.path() + " is not a Python shim (no nibble_python_load_module)";
+    e.load_kind = "MissingSymbol";
+    return out.fail(e, 4);
+  }
+  nibble_error err{};
+  watchdog.arm("import", timeout);
+  const int32_t rc = load(module.c_str(), &err);
+  watchdog.disarm();
+  if (rc != NIBBLE_PYTHON_LOADED) {
+    e.message = "cannot load the Python solution '" + module + "': " + std::string(err.message, strnlen(err.message, sizeof err.message));
+    e.load_kind = rc == NIBBLE_PYTHON_MISSING_ENTRY ? "MissingSymbol" : "NotLoadable";
+    return out.fail(e, 4);
+  }
+  try {
+    lib.refresh();
+  } catch (const LoadError& le) {
+    e.message = le.what();
+    e.load_kind = load_kind_name(le.kind);
+    return out.fail(e, 4);
+  }
+  return 0;
+}
+
+/** What a Python shim says of its interpreter and the libraries the module imported
+ *  (nibble_python_facts), as JSON; {"error": ...} when it says nothing readable. */
+inline nlohmann::json python_facts(const SolutionLibrary& lib) {
+  auto facts = reinterpret_cast<nibble_python_facts_fn>(lib.optional_symbol("nibble_python_facts"));
+  if (!facts) return {{"error", "the shim has no nibble_python_facts"}};
+  const char* text = facts();
+  try {
+    return nlohmann::json::parse(text ? text : "");
+  } catch (const std::exception& ex) {
+    return {{"error", std::string("unreadable facts: ") + ex.what()}};
+  }
 }
 
 }  // namespace nibble::child

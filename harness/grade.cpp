@@ -5,6 +5,7 @@
 // -> one comparison of outputs in fp64 -> timing summary -> judge() -> report (atomic) + summary.
 // The parent holds no CUDA context and never dlopens a candidate.
 #include "harness/grade.h"
+#include "harness/python_solution.h"
 
 #include <unistd.h>
 
@@ -215,6 +216,17 @@ int grade_run(const GradeOptions& opt) {
   const std::string exe = self_exe();
   const std::string reference = bundled_reference(exe, *task, opt.reference);
   const std::string solution = fs::absolute(opt.solution).string();
+  // A Python solution runs in its family's shim (python_solution.h), pinned like the solution.
+  const bool python = is_python_solution(solution);
+  const std::string shim = python ? python_shim_path(exe, task->abi()) : "";
+  if (python) {
+    try {
+      check_python_grade(shim);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble grade: %s\n", e.what());
+      return kExitUsage;
+    }
+  }
   if (!fs::exists(reference))
     throw GraderError("the reference " + reference + " does not exist; build the project (scripts/test.sh) or pass --reference");
   // A fixture the user named is checked before anything else (the cache is filled after the GPU
@@ -251,6 +263,7 @@ int grade_run(const GradeOptions& opt) {
   try {
     pins.pin("nibble", exe);
     pins.pin("reference", reference);
+    if (python) pins.pin("python shim", shim);
   } catch (const std::exception& e) {
     throw GraderError(std::string("the grader's own binaries cannot be read (") + e.what() + "); build the project or pass --reference");
   }
@@ -283,6 +296,7 @@ int grade_run(const GradeOptions& opt) {
   report["fixtures"] = fixtures;
 
   json sol = {{"path", solution}, {"sha256", pins.sha256(solution)}}, ref = {{"path", reference}, {"sha256", pins.sha256(reference)}};
+  if (python) sol["python_shim"] = {{"path", shim}, {"sha256", pins.sha256(shim)}};
 
   Evidence ev;
   ev.gate = task->gate(config);
@@ -309,6 +323,15 @@ int grade_run(const GradeOptions& opt) {
     Job cj = base;
     cj.solution = solution;
     cj.fixture_dir = fixture_dirs[i];
+    // A Python solution: the shim loads it; its child may start processes (Triton's ptxas) and
+    // writes only into a scratch folder of its own, removed after it ends.
+    std::optional<PythonScratch> scratch;
+    if (python) {
+      scratch.emplace();
+      cj.python_shim = shim;
+      cj.python_scratch = scratch->path();
+      cj.sandbox.allow_processes = true;
+    }
     if (timed) {
       TimingJob tj;
       tj.calls_per_round = task->calls_per_round();

@@ -1,5 +1,6 @@
 // grade_common.cpp: see grade_common.h.
 #include "harness/grade_common.h"
+#include "harness/python_solution.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -278,7 +279,12 @@ std::string bundled_reference(const std::string& exe, const Task& task, const st
 
 void check_solution_file(const std::string& path) {
   if (path.empty()) throw std::invalid_argument("--solution is required");
-  if (!fs::exists(path)) throw std::invalid_argument("solution '" + path + "' does not exist; pass the path of a built .so");
+  if (!fs::exists(path))
+    throw std::invalid_argument("solution '" + path + "' does not exist; pass the path of a built .so or of a Python module (.py)");
+  if (is_python_solution(path)) {
+    if (!python_shims_built()) check_python_grade("");  // says which package the build lacked
+    return;
+  }
   char magic[4] = {};
   FILE* f = std::fopen(path.c_str(), "rb");
   const bool elf = f && std::fread(magic, 1, 4, f) == 4 && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';

@@ -145,7 +145,8 @@ ordered_json document_header(const std::string& schema, const std::vector<std::s
 std::string bundled_reference(const std::string& exe, const Task& task, const std::string& given);
 
 /** Throws std::invalid_argument unless `path` exists and starts with an ELF header (checked
- *  without loading it: the parent never dlopens a candidate). */
+ *  without loading it: the parent never dlopens a candidate), or is a Python module (.py) and this
+ *  nibble has the Python shims. */
 void check_solution_file(const std::string& path);
 
 /** Throws std::runtime_error unless a file can be written atomically at `path`. */

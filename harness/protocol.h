@@ -33,7 +33,7 @@ struct adl_serializer<std::optional<T>> {
 namespace nibble {
 
 /** Bumped on any change of Job or Result; a child refuses a job of another version. */
-inline constexpr int kProtocolVersion = 4;
+inline constexpr int kProtocolVersion = 5;
 
 /** The timed rounds a candidate runs (after its checked calls). */
 struct TimingJob {
@@ -57,7 +57,10 @@ struct Job {
   int protocol = kProtocolVersion;
   std::string kind = "run";
   std::string task, config;
-  std::string solution;       // .so path
+  std::string solution;       // .so path, or a Python solution's .py
+  // A Python solution: the shim .so the child loads in its place (python_solution.h), and the folder
+  // (under /dev/shm, made and removed by the parent) that is its TMPDIR and Triton's cache.
+  std::string python_shim, python_scratch;
   std::string fixture_dir;    // holds model.safetensors
   std::string variant;        // the bundled reference's variant ("" = exact)
   bool police = true;         // side-effect checks (variants of our own reference are measured, not policed)
@@ -80,7 +83,8 @@ struct Job {
   SandboxSpec sandbox;
   bool require_sandbox = false;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Job, protocol, kind, task, config, solution, fixture_dir, variant, police,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Job, protocol, kind, task, config, solution, python_shim, python_scratch,
+                                                fixture_dir, variant, police,
                                                 checked_calls, check_seed, timing, replay, build_timeout_seconds,
                                                 call_timeout_seconds, measure_bandwidth, read_floor_bytes, result_fd,
                                                 outputs_fd, timed_outputs_fd, ledger_read_fd, ledger_write_fd, sandbox,

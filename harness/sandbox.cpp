@@ -173,7 +173,8 @@ SandboxLayer landlock(const SandboxSpec& spec) {
 }
 
 #ifdef NIBBLE_HAVE_SECCOMP
-SandboxLayer seccomp() {
+/** `allow_processes`: fork, vfork, clone and exec allowed (a Python solution's child). */
+SandboxLayer seccomp(bool allow_processes) {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx) return layer("seccomp", kNotAvailable, "seccomp_init failed");
   std::string why_not;
@@ -197,6 +198,9 @@ SandboxLayer seccomp() {
         "clock_adjtime", "adjtimex", "iopl", "ioperm", "uselib", "vhangup",
         // No new process: a daemon would outlive the child's last word, and exec would leave the harness.
         "fork", "vfork", "execve", "execveat"}) {
+    const bool process_call = std::strcmp(name, "fork") == 0 || std::strcmp(name, "vfork") == 0 ||
+                              std::strcmp(name, "execve") == 0 || std::strcmp(name, "execveat") == 0;
+    if (allow_processes && process_call) continue;
     const int nr = seccomp_syscall_resolve_name(name);
     if (nr == __NR_SCMP_ERROR) continue;  // not a system call on this architecture
     check(seccomp_rule_add(ctx, eperm, nr, 0), std::string("seccomp_rule_add ") + name);
@@ -208,8 +212,9 @@ SandboxLayer seccomp() {
           std::string("seccomp_rule_add ") + name);
   // Threads only: clone without CLONE_THREAD makes a process. clone3 passes its flags in memory a
   // filter cannot read: ENOSYS, and glibc falls back to clone.
-  check(seccomp_rule_add(ctx, eperm, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, uint64_t(CLONE_THREAD), 0)),
-        "seccomp_rule_add clone");
+  if (!allow_processes)
+    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, uint64_t(CLONE_THREAD), 0)),
+          "seccomp_rule_add clone");
   check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), seccomp_syscall_resolve_name("clone3"), 0), "seccomp_rule_add clone3");
   // personality: reading it is fine; changing it (no ASLR, READ_IMPLIES_EXEC) is not.
   check(seccomp_rule_add(ctx, eperm, SCMP_SYS(personality), 1, SCMP_A0(SCMP_CMP_NE, 0xffffffffull)),
@@ -217,6 +222,13 @@ SandboxLayer seccomp() {
   if (why_not.empty()) check(seccomp_load(ctx), "seccomp_load");
   seccomp_release(ctx);
   if (!why_not.empty()) return layer("seccomp", kNotAvailable, why_not);
+  if (allow_processes)
+    return layer("seccomp", kApplied,
+                 std::to_string(denied) + " system calls refused with EPERM (ptrace, process_vm_readv/writev, pidfd_*, "
+                 "kcmp, perf_event_open, bpf, io_uring, mounts, setns/unshare, keyrings, modules, ...); "
+                 "kill/tgkill/rt_sigqueueinfo only to its own pid; clone3: ENOSYS; personality read-only; "
+                 "fork, vfork, clone and exec ALLOWED (a Python solution: Triton runs ptxas in a subprocess), each "
+                 "process inside this same sandbox and killed with the child");
   return layer("seccomp", kApplied,
                std::to_string(denied) + " system calls refused with EPERM (ptrace, process_vm_readv/writev, pidfd_*, "
                "kcmp, perf_event_open, bpf, io_uring, mounts, setns/unshare, keyrings, modules, fork, vfork, exec, ...); "
@@ -259,7 +271,7 @@ std::vector<SandboxLayer> enter_sandbox(const SandboxSpec& spec) {
   out.push_back(wanted("landlock") ? landlock(spec) : skipped("landlock"));
   // Last: it forbids unshare and would refuse the calls the layers above make.
 #ifdef NIBBLE_HAVE_SECCOMP
-  out.push_back(wanted("seccomp") ? seccomp() : skipped("seccomp"));
+  out.push_back(wanted("seccomp") ? seccomp(spec.allow_processes) : skipped("seccomp"));
 #else
   out.push_back(layer("seccomp", kNotBuiltIn, "libseccomp-dev missing at build time"));
 #endif

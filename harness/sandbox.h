@@ -40,9 +40,13 @@ struct SandboxSpec {
   std::vector<std::string> skip;
   std::string skip_why;
   std::vector<std::string> readable;  // files or folders the child reads besides the system's (fixture, solution)
+  // A Python solution's child: seccomp lets it start processes (fork, vfork, clone, exec), because
+  // Triton runs ptxas and ldconfig in subprocesses; every other rule stays, and the processes it
+  // starts inherit the whole sandbox (docs/architecture.md "Python solutions").
+  bool allow_processes = false;
   bool skips(const std::string& layer) const;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxSpec, skip, skip_why, readable)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxSpec, skip, skip_why, readable, allow_processes)
 
 /** The layers a probe may leave out to find a sandbox the GPU driver works in, in the order it
  *  tries them (each a set; the first that works is kept): the fewest layers first. */
@@ -57,7 +61,8 @@ inline const std::vector<std::vector<std::string>>& sandbox_fallbacks() {
  * + IPC namespaces, no_new_privs, Landlock (read the system's libraries and driver files and
  * `spec.readable`, read-write /dev, write nothing else; no TCP; no signals out of the domain where
  * the kernel has those), seccomp (no ptrace, process_vm_*, signals to other processes, new
- * processes, exec, kernel keyrings, modules, mounts, namespaces, perf, bpf, io_uring). Call it with
+ * processes and exec unless `spec.allow_processes`, kernel keyrings, modules, mounts, namespaces,
+ * perf, bpf, io_uring). Call it with
  * one thread, before CUDA. Never throws: a layer that cannot be applied is reported, and the
  * process goes on without it. Also sets CUDA_CACHE_DISABLE=1 (the JIT cache lives in $HOME, which
  * the child cannot write, and is a cache a candidate could poison for the next grade).

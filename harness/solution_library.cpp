@@ -20,7 +20,7 @@ std::string printable(const char* s) {
 }
 }  // namespace
 
-SolutionLibrary::SolutionLibrary(const std::string& path, Abi abi) : path_(path) {
+SolutionLibrary::SolutionLibrary(const std::string& path, Abi abi) : path_(path), abi_(abi) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0)
     throw LoadError(LoadError::NotFound, "solution '" + path + "' does not exist; pass the path of a built .so");
@@ -61,24 +61,29 @@ SolutionLibrary::SolutionLibrary(const std::string& path, Abi abi) : path_(path)
       gemm_prepare = reinterpret_cast<nibble_gemm_prepare_fn>(sym("nibble_gemm_prepare", true));
       gemm_run = reinterpret_cast<nibble_gemm_run_fn>(sym("nibble_gemm_run", true));
       gemm_teardown = reinterpret_cast<nibble_gemm_teardown_fn>(sym("nibble_gemm_teardown", true));
-      if (auto od = reinterpret_cast<nibble_gemm_output_dtype_fn>(sym("nibble_gemm_output_dtype", false))) {
-        gemm_output_dtype = od();
-        if (gemm_output_dtype != NIBBLE_GEMM_OUTPUT_F32 && gemm_output_dtype != NIBBLE_GEMM_OUTPUT_BF16)
-          throw LoadError(LoadError::NotLoadable, "solution '" + path + "': nibble_gemm_output_dtype() returned " +
-                                                      std::to_string(gemm_output_dtype) + ", not F32 (0) or BF16 (1)");
-      }
     }
-    auto name_fn = reinterpret_cast<nibble_solution_name_fn>(sym("nibble_solution_name", false));
-    const char* n = name_fn ? name_fn() : nullptr;
-    name_ = printable(n ? n : path.substr(path.find_last_of('/') + 1).c_str());
-    auto numerics_fn = reinterpret_cast<nibble_solution_name_fn>(sym("nibble_reference_numerics", false));
-    const char* num = numerics_fn ? numerics_fn() : nullptr;
-    numerics_ = num ? printable(num) : "";
+    refresh();
   } catch (...) {
     dlclose(handle_);
     handle_ = nullptr;
     throw;
   }
+}
+
+void SolutionLibrary::refresh() {
+  if (abi_ == Abi::Gemm)
+    if (auto od = reinterpret_cast<nibble_gemm_output_dtype_fn>(optional_symbol("nibble_gemm_output_dtype"))) {
+      gemm_output_dtype = od();
+      if (gemm_output_dtype != NIBBLE_GEMM_OUTPUT_F32 && gemm_output_dtype != NIBBLE_GEMM_OUTPUT_BF16)
+        throw LoadError(LoadError::NotLoadable, "solution '" + path_ + "': nibble_gemm_output_dtype() returned " +
+                                                    std::to_string(gemm_output_dtype) + ", not F32 (0) or BF16 (1)");
+    }
+  auto name_fn = reinterpret_cast<nibble_solution_name_fn>(optional_symbol("nibble_solution_name"));
+  const char* n = name_fn ? name_fn() : nullptr;
+  name_ = printable(n ? n : path_.substr(path_.find_last_of('/') + 1).c_str());
+  auto numerics_fn = reinterpret_cast<nibble_solution_name_fn>(optional_symbol("nibble_reference_numerics"));
+  const char* num = numerics_fn ? numerics_fn() : nullptr;
+  numerics_ = num ? printable(num) : "";
 }
 
 void* SolutionLibrary::optional_symbol(const char* name) const { return handle_ ? dlsym(handle_, name) : nullptr; }

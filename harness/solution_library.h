@@ -37,6 +37,11 @@ class SolutionLibrary {
    *  solution's arithmetic (the reference states its cuBLAS math mode and TF32 state); "" if absent. */
   const std::string& numerics() const { return numerics_; }
 
+  /** Reads nibble_solution_name, nibble_reference_numerics and nibble_gemm_output_dtype again: a
+   *  library that hosts a module (the Python shims) knows them only once the module is loaded.
+   *  Throws LoadError (NotLoadable) for an output dtype other than F32 or BF16. */
+  void refresh();
+
   /** An optional export, or nullptr (e.g. the reference's nibble_reference_set_variant). */
   void* optional_symbol(const char* name) const;
 
@@ -52,6 +57,7 @@ class SolutionLibrary {
  private:
   std::string path_, name_, numerics_;
   void* handle_ = nullptr;
+  Abi abi_;
 };
 
 /** A solution entry point returned something other than NIBBLE_OK. */

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # setup.sh: install what a fresh Debian/Ubuntu machine lacks to build and test nibble.
 # Skips whatever is already present (the GPU machines have everything and no network).
+# python3-dev: Python.h and libpython3 for the Python shims (nibble grade --solution x.py); a pyenv
+# or conda Python built shared brings its own, and then apt is not asked.
 set -euo pipefail
 
 need_pkgs=()
-for p in cmake g++ nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libbenchmark-dev libseccomp-dev python3 python3-pip; do
+for p in cmake g++ nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libbenchmark-dev libseccomp-dev python3-dev python3 python3-pip; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     # python3/pip may come from elsewhere (pyenv, a venv): only ask apt when the command is missing.
     case "$p" in
@@ -12,6 +14,7 @@ for p in cmake g++ nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libbe
       python3-pip) python3 -m pip --version >/dev/null 2>&1 && continue ;;
       cmake) command -v cmake >/dev/null && continue ;;
       g++) command -v g++ >/dev/null && continue ;;
+      python3-dev) python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null && continue ;;
     esac
     need_pkgs+=("$p")
   fi

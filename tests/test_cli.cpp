@@ -15,6 +15,7 @@
 #include "gpu_test_util.h"
 #include "harness/atomic_file.h"
 #include "harness/process.h"
+#include "harness/python_solution.h"
 
 using namespace nibble;
 namespace fs = std::filesystem;
@@ -115,6 +116,21 @@ TEST(Cli, GradeOnAMachineWithoutAGpuSaysSoAndExits2) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("no usable NVIDIA GPU"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(t.path() + "/r.json"));
+}
+
+TEST(Cli, APythonSolutionIsAcceptedUpToTheGpu) {
+  std::string why;
+  if (test::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: the no-GPU answer cannot be observed here";
+  TempDir t;
+  const std::string src = std::getenv("NIBBLE_SOURCE_DIR") ? std::getenv("NIBBLE_SOURCE_DIR") : "..";
+  Result r = run_nibble({"grade", "--config", "tiny", "--solution", src + "/tests/python/shim_probe.py", "--out",
+                         t.path() + "/r.json"}, t);
+  EXPECT_EQ(r.code, 2);
+  // With the shims built, the .py passes every check before the GPU's; without, the message names the package.
+  EXPECT_NE(r.output.find(python_shims_built() ? "no usable NVIDIA GPU" : "python3-dev"), std::string::npos) << r.output;
+  r = run_nibble({"grade", "--solution", t.path() + "/missing.py", "--out", t.path() + "/r.json"}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("or of a Python module (.py)"), std::string::npos) << r.output;
 }
 
 TEST(Cli, SeedThatIsNotANumber) {

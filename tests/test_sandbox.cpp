@@ -142,6 +142,40 @@ TEST(Sandbox, SeccompKeepsTheChildToItself) {
   EXPECT_EQ(r["raise"], 1);
 }
 
+TEST(Sandbox, APythonChildMayStartProcessesAndNothingElse) {
+  // Triton runs ptxas in a subprocess: a Python solution's child (allow_processes) may fork and
+  // exec; the rest of the filter holds, and the process it starts is inside the same sandbox.
+  const pid_t parent = getpid();
+  SandboxSpec spec;
+  spec.allow_processes = true;
+  const json j = in_sandbox(spec, [parent] {
+    json r;
+    r["kill_parent"] = err_of(kill(parent, 0));
+    r["ptrace_attach"] = err_of(ptrace(PTRACE_SEIZE, parent, nullptr, nullptr));
+    // The started process runs a shell that tries to signal the grader (this test's process).
+    const std::string script = "kill -0 " + std::to_string(parent) + " 2>/dev/null && exit 3; exit 0";
+    const pid_t f = fork();
+    if (f == 0) {
+      execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    int status = -1;
+    if (f > 0) waitpid(f, &status, 0);
+    r["fork"] = f < 0 ? errno : 0;
+    r["exec_status"] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+  });
+  const auto m = by_name(j);
+  const SandboxLayer& s = m.at("seccomp");
+  if (s.state != kApplied) GTEST_SKIP() << "the seccomp layer is not in force here: " << describe(s);
+  EXPECT_NE(s.detail.find("fork, vfork, clone and exec ALLOWED"), std::string::npos) << describe(s);
+  const json& r = j["probe"];
+  EXPECT_EQ(r["fork"], 0) << r.dump();
+  EXPECT_EQ(r["exec_status"], 0) << "the exec'd shell ran, and could not signal the grader: " << r.dump();
+  EXPECT_EQ(r["kill_parent"], EPERM) << r.dump();
+  EXPECT_EQ(r["ptrace_attach"], EPERM) << r.dump();
+}
+
 TEST(Sandbox, LandlockReadsOnlyWhatItWasGivenAndWritesNowhere) {
   TempDir given("nibble-test-sandbox-given"), other("nibble-test-sandbox-other");
   write_file_atomic(given.path() + "/fixture.bin", "fixture");
