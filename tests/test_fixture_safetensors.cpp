@@ -158,7 +158,7 @@ TEST(Safetensors, RejectsBadJsonHeader) {
   expect_rejected(p, "not valid JSON");
   test::write_bytes(p, raw_file("[1,2,3] ", ""));
   expect_rejected(p, "not a JSON object");
-  test::write_bytes(p, raw_file("{\"a\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[0,2]}}", "xy"));
+  test::write_bytes(p, raw_file("{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", "abcdefgh"));
   expect_rejected(p, "unsupported dtype");
   test::write_bytes(p, raw_file("{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,2]}}", "xy"));
   expect_rejected(p, "non-negative");
