@@ -66,10 +66,20 @@ int calibrate_main(const CalibrateOptions& opt) {
 
   // GPU when one answers (or is demanded); the fp64 oracle otherwise.
   json device;
-  SandboxSpec sandbox;  // every child's; the probe may find the namespaces must go
-  const std::string path = calibration_path(opt.path, log, &device, &sandbox);
+  SandboxSpec sandbox;  // every child's; the probe may find layers the driver cannot work in
+  // What every GPU child runs, pinned by content before the first (as a grade does).
+  BinaryPins pins;
+  const bool have_reference = fs::exists(reference);
+  try {
+    pins.pin("nibble", self_exe());
+    if (have_reference) pins.pin("reference", reference);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble calibrate: the grader's own binaries cannot be read (%s)\n", e.what());
+    return 3;
+  }
+  const std::string path = calibration_path(opt.path, log, &device, &sandbox, &pins);
   if (path.empty()) return 2;
-  if (path == "gpu" && !fs::exists(reference)) {
+  if (path == "gpu" && !have_reference) {
     std::fprintf(stderr, "nibble calibrate: the reference %s does not exist; build the project (scripts/test.sh) or pass --reference\n",
                  reference.c_str());
     return 3;
@@ -86,7 +96,10 @@ int calibrate_main(const CalibrateOptions& opt) {
                              instead))
     return 2;
   report["path"] = path == "gpu" ? "gpu: bundled reference .so per variant, child processes" : "cpu: fp64 oracle per variant";
-  if (path == "gpu") report["device"] = device;
+  if (path == "gpu") {
+    report["device"] = device;
+    report["binaries"] = pins.to_json();  // re-hashed before every child
+  }
 
   const auto variants = task->variants();
   const auto outputs = task->outputs();
@@ -144,7 +157,8 @@ int calibrate_main(const CalibrateOptions& opt) {
                                               compare_outputs(vf, ef, "call", t);
                                               errs[i].push_back(t.by_output);
                                               elems[i].push_back(t.elem_by_output);
-                                            });
+                                            },
+                                            &pins);
       if (!ran) return 3;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nibble calibrate: the reference's outputs could not be read: %s\n", e.what());

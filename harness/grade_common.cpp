@@ -491,9 +491,10 @@ void check_seeds(const std::vector<uint64_t>& seeds) {
 
 bool run_variant_children(const Job& job, const std::vector<std::string>& variants,
                           double timeout_seconds, const Log& log,
-                          const std::function<void(size_t, const ChildRun&, const ChildRun&)>& compare) {
+                          const std::function<void(size_t, const ChildRun&, const ChildRun&)>& compare,
+                          const BinaryPins* pins) {
   log("the exact reference");
-  const ChildRun exact = run_job_child(job, timeout_seconds, &log, "exact reference");
+  const ChildRun exact = run_job_child(job, timeout_seconds, &log, "exact reference", pins);
   if (!exact.completed()) {
     std::fprintf(stderr, "nibble calibrate: the reference failed: %s\n", exact.describe_failure().c_str());
     return false;
@@ -503,7 +504,7 @@ bool run_variant_children(const Job& job, const std::vector<std::string>& varian
     v.variant = variants[i];
     v.police = false;  // our own reference, measured for its error (kv_slot_plus1 writes slot pos + 1)
     log("variant " + variants[i]);
-    const ChildRun c = run_job_child(v, timeout_seconds, &log, variants[i]);
+    const ChildRun c = run_job_child(v, timeout_seconds, &log, variants[i], pins);
     if (!c.completed()) {
       std::fprintf(stderr, "nibble calibrate: variant %s failed to run: %s\n", variants[i].c_str(), c.describe_failure().c_str());
       return false;
@@ -573,10 +574,11 @@ Probe probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, SandboxSpe
   return p;  // no GPU in any sandbox, or none at all: the first failure says why
 }
 
-std::string calibration_path(const std::string& want, const Log& log, json* device, SandboxSpec* sandbox) {
+std::string calibration_path(const std::string& want, const Log& log, json* device, SandboxSpec* sandbox,
+                             const BinaryPins* pins) {
   if (want == "cpu") return "cpu";
   log("probing the GPU");
-  const Probe p = probe_device(false, 0, sandbox);
+  const Probe p = probe_device(false, 0, sandbox, false, pins);
   if (p.ok) {
     *device = p.device;
     return "gpu";

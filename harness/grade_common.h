@@ -182,7 +182,8 @@ Probe probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, SandboxSpe
  *  "gpu" when the probe finds a GPU, with its facts in *device (and *sandbox as probe_device left
  *  it); "cpu" for want "cpu" or for "auto" without a GPU; "" after printing why when want is
  *  "gpu" and no GPU answers (exit 2). */
-std::string calibration_path(const std::string& want, const Log& log, ordered_json* device, SandboxSpec* sandbox);
+std::string calibration_path(const std::string& want, const Log& log, ordered_json* device, SandboxSpec* sandbox,
+                             const BinaryPins* pins = nullptr);
 
 /** The report's "sandbox" block: whether it was required, each layer's state (as the child that
  *  ran the candidate, or else the probe, reported it) and the pinned binaries. */
@@ -191,11 +192,13 @@ ordered_json sandbox_section(const std::vector<SandboxLayer>& layers, const std:
 
 /** Calibration's GPU runs of one seed, each in a child process: the exact reference
  *  (`job` as given), then every name in `variants` (the same job with that variant), calling
- *  compare(i, variant run, exact run) after variant i (it may throw: the caller reports it).
- *  Returns false after printing why when a child fails. */
+ *  compare(i, variant run, exact run) after variant i (it may throw: the caller reports it); with
+ *  `pins`, a child starts only after they are checked. Returns false after printing why when a
+ *  child fails. */
 bool run_variant_children(const Job& job, const std::vector<std::string>& variants,
                           double timeout_seconds, const Log& log,
-                          const std::function<void(size_t, const ChildRun&, const ChildRun&)>& compare);
+                          const std::function<void(size_t, const ChildRun&, const ChildRun&)>& compare,
+                          const BinaryPins* pins = nullptr);
 
 /** Everything about a grade's options that can be wrong, checked before any work (both task
  *  families): the solution file, seeds (present, distinct, one with --fixture), report,
