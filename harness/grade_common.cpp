@@ -541,9 +541,10 @@ Probe probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, SandboxSpe
   job.kind = "probe";
   job.measure_bandwidth = measure_bandwidth;
   job.read_floor_bytes = read_floor_bytes;
-  job.sandbox = *sandbox;
   job.require_sandbox = require_sandbox;
-  auto run = [&] {
+  Probe first, last;
+  settle_sandbox(sandbox, [&](const SandboxSpec& spec) {
+    job.sandbox = spec;
     Probe p;
     const ChildRun c = run_job_child(job, 120, nullptr, "", pins);
     if (c.result) p.layers = c.result->sandbox;
@@ -551,27 +552,11 @@ Probe probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, SandboxSpe
     if (p.ok) p.device = c.result->probe;
     else p.why = c.describe_failure();
     p.sandbox_refused = c.result && c.result->error && c.result->error->kind == "sandbox";
-    return p;
-  };
-  Probe p = run();
-  if (p.ok || p.sandbox_refused || !job.sandbox.skip.empty()) return p;
-  // A layer the driver cannot work in on this machine (namespaces: device nodes and /proc seen from
-  // another user namespace; Landlock: a file the driver opens that the rules do not name): the
-  // probe is tried without the fewest layers that make it work, and every child of the run goes
-  // without those, the report saying why.
-  for (const auto& skip : sandbox_fallbacks()) {
-    job.sandbox.skip = skip;
-    std::string names;
-    for (const auto& n : skip) names += (names.empty() ? "" : ", ") + n;
-    job.sandbox.skip_why = "the device probe failed inside the whole sandbox (" + p.why.substr(0, 300) +
-                           ") and worked without " + names + "; every child of this run goes without " +
-                           (skip.size() > 1 ? "them" : "it");
-    Probe without = run();
-    if (!without.ok) continue;
-    *sandbox = job.sandbox;
-    return without;
-  }
-  return p;  // no GPU in any sandbox, or none at all: the first failure says why
+    if (first.why.empty() && !first.ok && !p.ok) first = p;
+    last = p;
+    return SandboxTrial{p.ok, p.sandbox_refused, p.why};
+  });
+  return last.ok || first.why.empty() ? last : first;  // no GPU in any sandbox: the first failure says why
 }
 
 std::string calibration_path(const std::string& want, const Log& log, json* device, SandboxSpec* sandbox,

@@ -9,6 +9,7 @@
 // and the grade's report lists the state of every layer.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -68,6 +69,19 @@ inline const std::vector<std::vector<std::string>>& sandbox_fallbacks() {
  * the child cannot write, and is a cache a candidate could poison for the next grade).
  */
 std::vector<SandboxLayer> enter_sandbox(const SandboxSpec& spec);
+
+/** One try of a sandbox by a probe child: whether the GPU driver worked in it, whether the child
+ *  refused it (--require-sandbox and a gap), and why not. */
+struct SandboxTrial {
+  bool ok = false, refused = false;
+  std::string why;
+};
+
+/** The sandbox a run's children get, settled by `probe` (a probe child run in that sandbox):
+ *  *spec as given when the probe works in it, refuses it, or *spec already skips layers; else the
+ *  first of sandbox_fallbacks() the probe works with, *spec then skipping those layers with the
+ *  first failure as the reason; else *spec unchanged. Returns whether some sandbox worked. */
+bool settle_sandbox(SandboxSpec* spec, const std::function<SandboxTrial(const SandboxSpec&)>& probe);
 
 /** The layers not applied, as "landlock (not available: ...); seccomp (...)"; "" when all are. */
 std::string sandbox_gaps(const std::vector<SandboxLayer>& layers);

@@ -295,3 +295,44 @@ TEST(Sandbox, RequireSandboxRefusesAGap) {
   EXPECT_EQ(e.kind, ChildExit::Exited);
   EXPECT_NE(e.code, 0);
 }
+
+// The probe's fallback (settle_sandbox) with a fake probe: a driver that works only without Landlock
+// gets a run without Landlock and the first failure as the reason; one that works nowhere leaves the
+// sandbox whole; one that works at once costs one probe.
+TEST(SandboxProbe, TheFewestLayersThatLetTheDriverWorkAreLeftOut) {
+  int calls = 0;
+  auto driver_needs_no = [&calls](const std::string& layer) {
+    return [&calls, layer](const SandboxSpec& s) {
+      ++calls;
+      SandboxTrial t;
+      t.ok = layer.empty() || s.skips(layer);
+      if (!t.ok) t.why = "cudaErrorOperatingSystem";
+      return t;
+    };
+  };
+  SandboxSpec spec;
+  EXPECT_TRUE(settle_sandbox(&spec, driver_needs_no("landlock")));
+  EXPECT_EQ(spec.skip, std::vector<std::string>{"landlock"}) << "namespaces were tried first, then landlock alone";
+  EXPECT_NE(spec.skip_why.find("cudaErrorOperatingSystem"), std::string::npos) << spec.skip_why;
+  EXPECT_EQ(calls, 3);
+
+  calls = 0;
+  SandboxSpec none;
+  EXPECT_FALSE(settle_sandbox(&none, driver_needs_no("nothing works")));
+  EXPECT_TRUE(none.skip.empty()) << "no GPU at all: the sandbox stays whole";
+  EXPECT_EQ(calls, 1 + int(sandbox_fallbacks().size()));
+
+  calls = 0;
+  SandboxSpec whole;
+  EXPECT_TRUE(settle_sandbox(&whole, driver_needs_no("")));
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(whole.skip.empty());
+
+  calls = 0;
+  SandboxSpec required;
+  EXPECT_FALSE(settle_sandbox(&required, [&](const SandboxSpec&) {
+    ++calls;
+    return SandboxTrial{false, true, "--require-sandbox: landlock (not available)"};
+  }));
+  EXPECT_EQ(calls, 1) << "a sandbox the grade requires is never lowered";
+}
