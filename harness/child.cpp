@@ -202,7 +202,7 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
         // Which calls are re-checked against the reference is the parent's pick (the call ledger),
         // answered after each call has returned: no call can know whether it will be.
         std::vector<int> keep;
-        const std::string prefix = "timed" + std::to_string(r) + "-";
+        const std::string prefix = timed_round_prefix(r);
         for (int n = 0; n < tj.calls_per_round; ++n) {
           session->stage_timed(n, rng);
           const uint64_t c0 = timed->open();
@@ -229,9 +229,9 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
           tr.memsets.push_back(st.memsets);
           if (keep_n) {
             keep.push_back(n);
-            tr.kept.push_back(prefix + std::to_string(n));
+            tr.kept.push_back(timed_call_name(r, n));
           }
-          if (!session->timed_outputs(prefix + std::to_string(n), keep_n, kept)) ++tr.nonfinite_calls;
+          if (!session->timed_outputs(timed_call_name(r, n), keep_n, kept)) ++tr.nonfinite_calls;
           if (const std::string m = session->after_timed_call(keep_n); !m.empty()) return modified(m);
           if (keep_n)
             if (const std::string m = intact("in timed call " + std::to_string(n) + " of round " + std::to_string(r)); !m.empty())

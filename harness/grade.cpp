@@ -74,7 +74,7 @@ json calibration_context(const std::string& cal, double worst) {
 void check_kept_calls(const SafetensorsFile& timed, const CallLedger& ledger) {
   std::set<std::string> picked, got;
   for (const LedgerCall& c : ledger.calls())
-    if (c.kept) picked.insert("timed" + std::to_string(c.round) + "-" + std::to_string(c.call));
+    if (c.kept) picked.insert(timed_call_name(c.round, c.call));
   for (const auto& e : timed.entries()) got.insert(e.name.substr(0, e.name.find('.')));
   if (picked != got)
     throw std::runtime_error("the kept timed calls (" + std::to_string(got.size()) + ") are not the " +
@@ -108,7 +108,7 @@ std::vector<bool> ledger_section(const CallLedger& ledger, const TimingResult& t
     throttled[i] = std::find(throttled_rounds.begin(), throttled_rounds.end(), calls[i].round) != throttled_rounds.end();
   json kept = json::array();
   for (const LedgerCall& c : calls)
-    if (c.kept) kept.push_back("timed" + std::to_string(c.round) + "-" + std::to_string(c.call));
+    if (c.kept) kept.push_back(timed_call_name(c.round, c.call));
   json clocks = {{"nvml", ledger.nvml_available() ? json("sampled after every timed call") : json(ledger.nvml_why())}};
   if (!sm.empty()) clocks["sm_mhz"] = summary_json(summarize(sm));
   if (!mem.empty()) clocks["memory_mhz"] = summary_json(summarize(mem));

@@ -101,6 +101,11 @@ struct ChildError {
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ChildError, kind, message, load_kind, call, status, tensor, during_phase)
 
+/** The output prefix of timed round `round`'s calls: call n's outputs are "<prefix><n>.<output>",
+ *  in the candidate's kept outputs, the reference's replay and the parent's picks alike. */
+inline std::string timed_round_prefix(int round) { return "timed" + std::to_string(round) + "-"; }
+inline std::string timed_call_name(int round, int call) { return timed_round_prefix(round) + std::to_string(call); }
+
 /** The timed rounds' record: one entry per timed call in the sample vectors. */
 struct TimingResult {
   std::optional<uint64_t> seed;
