@@ -117,7 +117,7 @@ std::vector<bool> ledger_section(const CallLedger& ledger, const TimingResult& t
   *out = {{"window_us", summary_json(w, &window)},
           {"overhead_us", ev->window_overhead_us},
           {"calibration_windows", cal.size()},
-          {"hidden_us", ev->window_median_us - ev->window_overhead_us - ev->span_median_us},
+          {"hidden_us", hidden_time_us(*ev)},
           {"hidden_allowance_us", hidden_time_allowance_us(ev->span_median_us)},
           {"kept", kept},
           {"violation", ledger.violation()},

@@ -115,7 +115,7 @@ Verdict judge(const Evidence& e) {
                       std::to_string(e.ledger_calls));
     // Time the GPU timer never saw (host work, a sleep, GPU work hidden from CUPTI) is work the
     // span would hide.
-    const double hidden = e.window_median_us - e.window_overhead_us - e.span_median_us;
+    const double hidden = hidden_time_us(e);
     if (hidden > hidden_time_allowance_us(e.span_median_us))
       return fail(D::InvalidTiming, Rule::Timing,
                   "each " + e.unit + " took " + g3(e.window_median_us) + " us (median) of wall time on the grader's own clock, " +

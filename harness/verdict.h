@@ -88,6 +88,9 @@ struct Evidence {
  *  tiny decode config through a CUDA graph: ~50 us beyond a 64 us span, dd87b38); a solution that
  *  hides a tenth of a 1 ms call's GPU work from CUPTI does not. */
 inline double hidden_time_allowance_us(double span_us) { return 100.0 + 0.1 * span_us; }
+/** Time a call spent beyond its GPU span and the ledger's own overhead, on the grader's clock
+ *  (medians): what hidden_time_allowance_us bounds. */
+inline double hidden_time_us(const Evidence& e) { return e.window_median_us - e.window_overhead_us - e.span_median_us; }
 /** How far the median GPU span may exceed the median ledger window: the two clocks' noise. */
 inline constexpr double kSpanOverWindowSlackUs = 20.0;
 
