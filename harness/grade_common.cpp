@@ -541,10 +541,11 @@ Probe probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, SandboxSpe
   job.kind = "probe";
   job.measure_bandwidth = measure_bandwidth;
   job.read_floor_bytes = read_floor_bytes;
-  job.require_sandbox = require_sandbox;
   Probe first, last;
-  settle_sandbox(sandbox, [&](const SandboxSpec& spec) {
+  const SandboxTrial settled = settle_sandbox(sandbox, require_sandbox, [&](const SandboxSpec& spec) {
     job.sandbox = spec;
+    // A fallback tried under --require-sandbox only finds what the driver needs (the grade refuses).
+    job.require_sandbox = require_sandbox && spec.skip.empty();
     Probe p;
     const ChildRun c = run_job_child(job, 120, nullptr, "", pins);
     if (c.result) p.layers = c.result->sandbox;
@@ -556,6 +557,13 @@ Probe probe_device(bool measure_bandwidth, uint64_t read_floor_bytes, SandboxSpe
     last = p;
     return SandboxTrial{p.ok, p.sandbox_refused, p.why};
   });
+  if (settled.refused) {
+    Probe p = first.why.empty() ? last : first;
+    p.ok = false;
+    p.sandbox_refused = true;
+    p.why = settled.why;
+    return p;
+  }
   return last.ok || first.why.empty() ? last : first;  // no GPU in any sandbox: the first failure says why
 }
 

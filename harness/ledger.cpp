@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,8 +19,10 @@ namespace nibble {
 
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+int64_t realtime_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_REALTIME, &t);
+  return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
 uint32_t check_of(uint32_t kind, int32_t round, int32_t call) {
@@ -100,8 +103,15 @@ CallLedger::CallLedger(int calls_per_round, int picks_per_round, std::optional<u
       picks_per_round_(std::clamp(picks_per_round, 1, std::max(1, calls_per_round))),
       rng_(seed ? *seed ^ 0x6c6564676572ull : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()),
       gpu_uuid_(gpu_uuid) {
-  make_pipe(to_parent_);
+  // Child -> parent: a packet socket, so that the kernel stamps each message as the child sends it
+  // (SO_TIMESTAMPNS): a window is the child's send times, whenever this thread gets to read them
+  // (a loaded host wakes a thread late: stamps taken on receipt made windows ~10x too short).
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, to_parent_) != 0)
+    throw std::runtime_error(std::string("the call ledger's socket: ") + std::strerror(errno));
+  const int on = 1;
   try {
+    if (setsockopt(to_parent_[0], SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on) != 0)
+      throw std::runtime_error(std::string("the call ledger's socket: SO_TIMESTAMPNS: ") + std::strerror(errno));
     make_pipe(to_child_);
   } catch (...) {
     close_fd(to_parent_[0]);
@@ -126,26 +136,37 @@ void CallLedger::serve() {
   nvml_why_ = nvml.why();
   nvml_ = &nvml;
   LedgerMessage m{};
-  size_t have = 0;
   while (!stop_) {
     pollfd p{to_parent_[0], POLLIN, 0};
     if (poll(&p, 1, 50) <= 0 || !(p.revents & POLLIN)) continue;
-    const ssize_t n = read(to_parent_[0], reinterpret_cast<char*>(&m) + have, sizeof m - have);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      break;
-    }
-    have += size_t(n);
-    if (have < sizeof m) continue;
-    have = 0;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+    iovec iov{&m, sizeof m};
+    msghdr h{};
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    h.msg_control = control;
+    h.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(to_parent_[0], &h, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the child's end is closed
+    int64_t sent_ns = realtime_ns();  // no stamp (never on Linux): the receipt is the bound
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+        timespec ts{};
+        std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
+        sent_ns = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+      }
     if (!violation_.empty()) continue;  // after a violation nothing is answered: the child stops
-    handle(m);
+    if (size_t(n) != sizeof m || (h.msg_flags & MSG_TRUNC)) {
+      violation_ = "a message of " + std::to_string(n) + " bytes, not the harness's " + std::to_string(sizeof m);
+      continue;
+    }
+    handle(m, sent_ns);
   }
   nvml_ = nullptr;
 }
 
-void CallLedger::handle(const LedgerMessage& m) {
-  const int64_t t = now_ns();
+void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   auto violate = [&](const std::string& why) {
     violation_ = why + " (round " + std::to_string(m.round) + ", call " + std::to_string(m.call) + ")";
   };

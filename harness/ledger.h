@@ -2,9 +2,10 @@
 // process where no solution code runs.
 //
 // The child (which hosts the solution, and with it everything the solution can reach: CUPTI, its
-// clock, the child's memory) tells the parent over a pipe when each timed call opens and when it is
-// done (device synchronised). The parent stamps both on its own monotonic clock, so every call has a
-// duration no solution can shorten, and answers each "done" with whether that call's outputs are
+// clock, the child's memory) tells the parent over a socket when each timed call opens and when it
+// is done (device synchronised). The kernel stamps both messages as they are sent (SO_TIMESTAMPNS,
+// CLOCK_REALTIME: a clock the child cannot set), so every call has a duration no solution can
+// shorten and no late wake-up of the parent's thread distorts, and the parent answers each "done" with whether that call's outputs are
 // kept for the reference to re-check: picked at random by the parent, from every round, after the
 // call has returned, so no call can know whether it will be checked. Before the solution is built,
 // the child runs a few calibration windows around a harness kernel: their (window - GPU span) is
@@ -22,7 +23,7 @@
 
 namespace nibble {
 
-/** One message, child -> parent (16 bytes: one write, atomic on a pipe). */
+/** One message, child -> parent (16 bytes: one packet of a SOCK_SEQPACKET socket). */
 struct LedgerMessage {
   enum Kind : uint32_t { Open = 0x4f50454e, Done = 0x444f4e45 };  // "OPEN", "DONE"
   uint32_t kind;
@@ -35,7 +36,7 @@ inline constexpr uint32_t kLedgerSalt = 0x6e69626cu;  // "nibl"
 /** The parent's record of one timed (or calibration) call. */
 struct LedgerCall {
   int round = 0, call = 0;
-  double window_us = 0;  // parent clock: "done" received - "open" received
+  double window_us = 0;  // kernel clock: "done" sent - "open" sent (stamped by the kernel, read by the parent)
   bool kept = false;
   // NVML, read as "done" arrived (NaN / 0 when NVML is not available).
   double sm_mhz = 0, mem_mhz = 0;
@@ -70,7 +71,7 @@ class NvmlClocks {
 inline constexpr uint64_t kThrottleReasons = 0x4ull | 0x8ull | 0x20ull | 0x40ull | 0x80ull;
 
 /**
- * The parent's side: two pipes, a thread that answers the child, the record. Construct before the
+ * The parent's side: a packet socket (child -> parent) and a pipe (answers), a thread that answers the child, the record. Construct before the
  * child is started, pass child_fds() to it, call finish() after it ended. `picks_per_round` calls
  * of every round (at least 1) are kept, drawn from `seed` when given (--timing-seed) or from the OS.
  */
@@ -97,7 +98,8 @@ class CallLedger {
 
  private:
   void serve();
-  void handle(const LedgerMessage& m);
+  /** `sent_ns`: when the child sent `m` (CLOCK_REALTIME, stamped by the kernel). */
+  void handle(const LedgerMessage& m, int64_t sent_ns);
   int to_parent_[2] = {-1, -1}, to_child_[2] = {-1, -1};
   int calls_per_round_, picks_per_round_;
   std::mt19937_64 rng_;
@@ -117,7 +119,7 @@ class CallLedger {
 };
 
 /** The child's side. Both calls throw std::runtime_error when the parent does not answer (a
- *  solution that read or closed the pipes) within `timeout_seconds`. */
+ *  solution that read or closed the channel) within `timeout_seconds`. */
 class LedgerClient {
  public:
   LedgerClient(int read_fd, int write_fd, double timeout_seconds = 30) : rfd_(read_fd), wfd_(write_fd), timeout_(timeout_seconds) {}

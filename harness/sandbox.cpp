@@ -280,9 +280,9 @@ std::vector<SandboxLayer> enter_sandbox(const SandboxSpec& spec) {
 
 bool SandboxSpec::skips(const std::string& layer) const { return std::find(skip.begin(), skip.end(), layer) != skip.end(); }
 
-bool settle_sandbox(SandboxSpec* spec, const std::function<SandboxTrial(const SandboxSpec&)>& probe) {
+SandboxTrial settle_sandbox(SandboxSpec* spec, bool required, const std::function<SandboxTrial(const SandboxSpec&)>& probe) {
   const SandboxTrial first = probe(*spec);
-  if (first.ok || first.refused || !spec->skip.empty()) return first.ok;
+  if (first.ok || first.refused || !spec->skip.empty()) return first;
   // A layer the driver cannot work in on this machine (namespaces: device nodes and /proc seen from
   // another user namespace; Landlock: a file the driver opens that the rules do not name): the
   // probe is tried without the fewest layers that make it work, and every child of the run goes
@@ -292,13 +292,15 @@ bool settle_sandbox(SandboxSpec* spec, const std::function<SandboxTrial(const Sa
     s.skip = skip;
     std::string names;
     for (const auto& n : skip) names += (names.empty() ? "" : ", ") + n;
-    s.skip_why = "the device probe failed inside the whole sandbox (" + first.why.substr(0, 300) + ") and worked without " +
-                 names + "; every child of this run goes without " + (skip.size() > 1 ? "them" : "it");
+    const std::string failed = "the device probe failed inside the whole sandbox (" + first.why.substr(0, 300) + ")";
+    s.skip_why = failed + " and worked without " + names + "; every child of this run goes without " + (skip.size() > 1 ? "them" : "it");
     if (!probe(s).ok) continue;
+    if (required)
+      return {false, true, "--require-sandbox: " + failed + "; it works only without " + names + " on this machine"};
     *spec = s;
-    return true;
+    return {true, false, ""};
   }
-  return false;
+  return first;
 }
 
 std::string sandbox_gaps(const std::vector<SandboxLayer>& layers) {

@@ -80,8 +80,10 @@ struct SandboxTrial {
 /** The sandbox a run's children get, settled by `probe` (a probe child run in that sandbox):
  *  *spec as given when the probe works in it, refuses it, or *spec already skips layers; else the
  *  first of sandbox_fallbacks() the probe works with, *spec then skipping those layers with the
- *  first failure as the reason; else *spec unchanged. Returns whether some sandbox worked. */
-bool settle_sandbox(SandboxSpec* spec, const std::function<SandboxTrial(const SandboxSpec&)>& probe);
+ *  first failure as the reason; else *spec unchanged. With `required` (--require-sandbox) *spec is
+ *  never lowered: a fallback that works is only named, in a refusal that says which layers the
+ *  driver fails inside. Returns the settled trial: ok, refused (with why), or the first failure. */
+SandboxTrial settle_sandbox(SandboxSpec* spec, bool required, const std::function<SandboxTrial(const SandboxSpec&)>& probe);
 
 /** The layers not applied, as "landlock (not available: ...); seccomp (...)"; "" when all are. */
 std::string sandbox_gaps(const std::vector<SandboxLayer>& layers);

@@ -5,6 +5,9 @@
 # or conda Python built shared brings its own, and then apt is not asked.
 set -euo pipefail
 
+# Optional packages: without them nibble still builds and every report says what is missing
+# (libseccomp-dev: the child's seccomp layer, "seccomp: not built in"; python3-dev: the Python shims).
+optional="libseccomp-dev python3-dev"
 need_pkgs=()
 for p in cmake g++ nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libbenchmark-dev libseccomp-dev python3-dev python3 python3-pip; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -19,12 +22,20 @@ for p in cmake g++ nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libbe
     need_pkgs+=("$p")
   fi
 done
+required=()
+for p in "${need_pkgs[@]}"; do [[ " $optional " == *" $p "* ]] || required+=("$p"); done
 if ((${#need_pkgs[@]})); then
   echo "setup: installing ${need_pkgs[*]}"
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"
+  if ! { $SUDO apt-get update -qq; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"; }; then
+    if ((${#required[@]})); then
+      echo "setup: could not install ${required[*]}, which nibble needs to build; install them (apt-get install ${required[*]}) and re-run." >&2
+      exit 1
+    fi
+    # An offline machine (the GPU hosts): build without the optional parts; CMake and every report say so.
+    echo "setup: could not install the optional ${need_pkgs[*]} (no network?); building without them"
+  fi
 else
   echo "setup: system packages present"
 fi

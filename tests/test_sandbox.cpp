@@ -311,28 +311,39 @@ TEST(SandboxProbe, TheFewestLayersThatLetTheDriverWorkAreLeftOut) {
     };
   };
   SandboxSpec spec;
-  EXPECT_TRUE(settle_sandbox(&spec, driver_needs_no("landlock")));
+  EXPECT_TRUE(settle_sandbox(&spec, false, driver_needs_no("landlock")).ok);
   EXPECT_EQ(spec.skip, std::vector<std::string>{"landlock"}) << "namespaces were tried first, then landlock alone";
   EXPECT_NE(spec.skip_why.find("cudaErrorOperatingSystem"), std::string::npos) << spec.skip_why;
   EXPECT_EQ(calls, 3);
 
   calls = 0;
   SandboxSpec none;
-  EXPECT_FALSE(settle_sandbox(&none, driver_needs_no("nothing works")));
+  EXPECT_FALSE(settle_sandbox(&none, false, driver_needs_no("nothing works")).ok);
   EXPECT_TRUE(none.skip.empty()) << "no GPU at all: the sandbox stays whole";
   EXPECT_EQ(calls, 1 + int(sandbox_fallbacks().size()));
 
   calls = 0;
   SandboxSpec whole;
-  EXPECT_TRUE(settle_sandbox(&whole, driver_needs_no("")));
+  EXPECT_TRUE(settle_sandbox(&whole, false, driver_needs_no("")).ok);
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(whole.skip.empty());
 
   calls = 0;
   SandboxSpec required;
-  EXPECT_FALSE(settle_sandbox(&required, [&](const SandboxSpec&) {
+  EXPECT_FALSE(settle_sandbox(&required, true, [&](const SandboxSpec&) {
     ++calls;
     return SandboxTrial{false, true, "--require-sandbox: landlock (not available)"};
-  }));
+  }).ok);
   EXPECT_EQ(calls, 1) << "a sandbox the grade requires is never lowered";
+
+  // Required, and the driver fails inside Landlock: the run is refused, naming the layer, and the
+  // sandbox stays whole.
+  calls = 0;
+  SandboxSpec strict;
+  const SandboxTrial t = settle_sandbox(&strict, true, driver_needs_no("landlock"));
+  EXPECT_FALSE(t.ok);
+  EXPECT_TRUE(t.refused);
+  EXPECT_NE(t.why.find("--require-sandbox"), std::string::npos) << t.why;
+  EXPECT_NE(t.why.find("only without landlock"), std::string::npos) << t.why;
+  EXPECT_TRUE(strict.skip.empty()) << "a required sandbox is never lowered";
 }

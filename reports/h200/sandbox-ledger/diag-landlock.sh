@@ -3,7 +3,7 @@
 set -uo pipefail
 source scripts/env.sh
 d=reports/h200/sandbox-ledger
-nvcc -O1 -o /tmp/llp $d/landlock_probe.cpp -lcudart 2>&1 | tail -3
+nvcc -O1 -o /tmp/llp $d/landlock_probe.cpp -lcudart 2>&1 | head -5
 ro="ro:/usr ro:/lib ro:/lib64 ro:/lib32 ro:/bin ro:/sbin ro:/etc ro:/opt ro:/proc ro:/sys ro:/run"
 run() { echo "== $*"; /tmp/llp "$@" 2>&1 | tail -2; }
 run $ro rw:/dev

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -34,9 +35,11 @@ int main(int argc, char** argv) {
     if (fd < 0) continue;
     struct stat st{};
     fstat(fd, &st);
-    uint64_t rights = rw ? attr.fs : S_ISDIR(st.st_mode) ? ro_file | LANDLOCK_ACCESS_FS_READ_DIR : ro_file;
-    if (!S_ISDIR(st.st_mode)) rights &= LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_WRITE_FILE | (1ull << 14);
-    struct landlock_path_beneath_attr r{rights, fd};
+    uint64_t allowed = rw ? attr.fs : S_ISDIR(st.st_mode) ? ro_file | LANDLOCK_ACCESS_FS_READ_DIR : ro_file;
+    if (!S_ISDIR(st.st_mode)) allowed &= LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_WRITE_FILE | (1ull << 14);
+    struct landlock_path_beneath_attr r{};
+    r.allowed_access = allowed;
+    r.parent_fd = fd;
     if (syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &r, 0) != 0) std::printf("rule %s: %s\n", a.c_str(), strerror(errno));
     close(fd);
   }
