@@ -157,6 +157,15 @@ SandboxLayer landlock(const SandboxSpec& spec) {
     close(fd);
   };
   for (const std::string& p : readable_paths(spec)) allow(p, false);
+  // The driver names its threads (pthread_setname_np writes /proc/self/task/<tid>/comm) and fails
+  // with cudaErrorOperatingSystem when it cannot (the H200, 2026-12-04: reports/h200/sandbox-ledger):
+  // the child may write files of its own /proc entry, which reach nothing but itself.
+  if (const int fd = open("/proc/self", O_PATH | O_CLOEXEC); fd >= 0) {
+    const ll::PathBeneathAttr rule{(read_dir | ll::kWriteFile | ll::kTruncate) & attr.handled_access_fs, fd};
+    if (syscall(ll::kSysAdd, ruleset, ll::kRulePathBeneath, &rule, 0) != 0 && why_not.empty())
+      why_not = errno_text("landlock_add_rule /proc/self", errno);
+    close(fd);
+  }
   // The driver opens its device nodes read-write (/dev/nvidia*, /dev/nvidia-uvm); /dev/shm is the
   // only other place a child may create a file, and it is a memory file system.
   allow("/dev", true);
@@ -165,7 +174,7 @@ SandboxLayer landlock(const SandboxSpec& spec) {
   close(ruleset);
   if (!why_not.empty()) return layer("landlock", kNotAvailable, why_not);
   std::string d = "ABI " + std::to_string(abi) + ": reads only the system's libraries, driver and configuration folders, the "
-                  "executable and the job's files (fixture, solution); writes only under /dev; nowhere else";
+                  "executable and the job's files (fixture, solution); writes only under /dev and its own /proc/self; nowhere else";
   if (abi >= 4) d += "; no TCP bind or connect";
   if (abi >= 6) d += "; no signal to a process outside the sandbox";
   if (abi < 6) d += " (ABI 6 would also scope signals)";

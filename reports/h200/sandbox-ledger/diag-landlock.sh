@@ -10,6 +10,7 @@ run $ro rw:/dev
 run scope $ro rw:/dev
 run $ro rw:/dev rw:/tmp
 run $ro rw:/dev rw:/proc
+run $ro rw:/dev rw:/proc/self
 run $ro rw:/dev rw:/sys
 run $ro rw:/dev rw:/run
 run $ro rw:/dev ro:/
