@@ -1,16 +1,11 @@
-// anchors.h: what `nibble report html` sets a report against that the report does not carry: a
-// task's external timings and its specification's drop-the-feature points (Task supplies them).
+// anchors.h: what `nibble report html` sets a report against that the report does not carry: its
+// task specification's drop-the-feature points (Task supplies them). Times are never typed in: the
+// page draws other graded reports beside it (--beside, harness/lineup.h).
 #pragma once
 
 #include <string>
 
 namespace nibble {
-
-/** A time measured outside the harness for the same work on one GPU, us. */
-struct TimeAnchor {
-  std::string name;
-  double us;
-};
 
 /** A point on the error axis: a variant's worst relative error. */
 struct ErrorAnchor {

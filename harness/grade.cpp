@@ -23,11 +23,14 @@
 #include "fixtures/safetensors.h"
 #include "harness/atomic_file.h"
 #include "harness/grade_common.h"
+#include "harness/html_report.h"
+#include "harness/lineup.h"
 #include "harness/outputs.h"
 #include "harness/process.h"
 #include "harness/report_view.h"
 #include "harness/stats.h"
 #include "harness/task.h"
+#include "harness/task_anchors.h"
 #include "harness/verdict.h"
 
 namespace nibble {
@@ -528,6 +531,87 @@ int grade_main(const GradeOptions& opt) {
     }
     return kExitGraderFailed;
   }
+}
+
+int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& solutions) {
+  if (solutions.size() < 2) {
+    GradeOptions one = opt;
+    one.solution = solutions.empty() ? opt.solution : solutions.front();
+    return grade_main(one);
+  }
+  const std::string dir = opt.out.empty() ? "nibble-reports" : opt.out;
+  auto refuse = [](const std::string& why) {
+    std::fprintf(stderr, "nibble grade: %s\n", why.c_str());
+    return int(kExitUsage);
+  };
+  if (std::filesystem::path(dir).extension() == ".json")
+    return refuse("with several --solution, --out names a folder for their reports (default nibble-reports), not the file " + dir);
+  if (!opt.dump_dir.empty() || !opt.gbench_json.empty())
+    return refuse("--dump and --gbench-json name one solution's files: grade that solution alone to write them");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) return refuse("--out " + dir + " cannot be made a folder (" + ec.message() + ")");
+
+  // One report per solution, named after its file; the fixtures are the cache's, built (and
+  // checked) by the first grade and checked again by each one after it.
+  std::vector<std::string> reports;
+  std::set<std::string> taken;
+  int worst = kExitPassed;
+  auto severity = [](int code) { return code == kExitGraderFailed ? 3 : code == kExitUsage ? 2 : code == kExitNotPassed ? 1 : 0; };
+  for (const std::string& solution : solutions) {
+    std::string stem = std::filesystem::path(solution).stem().string();
+    if (stem.empty()) stem = "solution";
+    std::string name = stem;
+    for (int k = 2; taken.count(name); ++k) name = stem + "-" + std::to_string(k);
+    taken.insert(name);
+    GradeOptions one = opt;
+    one.solution = solution;
+    one.out = (std::filesystem::path(dir) / (name + ".json")).string();
+    if (!opt.quiet) std::fprintf(stderr, "\n== nibble grade: %s -> %s\n", solution.c_str(), one.out.c_str());
+    const int code = grade_main(one);
+    if (severity(code) > severity(worst)) worst = code;
+    reports.push_back(one.out);
+  }
+
+  // Side by side: every report that exists, in the order given; a grade that left none is a row.
+  std::vector<ReportView> views;
+  std::vector<std::string> labels;
+  std::string gpu;
+  for (const std::string& r : reports) {
+    try {
+      views.push_back(load_report_view(r));
+      if (gpu.empty()) gpu = views.back().device_name;
+    } catch (const BadReport& e) {
+      ReportView none;
+      none.schema_major = 2;
+      none.task = opt.task;
+      none.config = opt.config;
+      none.solution_name = std::filesystem::path(r).stem().string();
+      none.disposition = "NoReport";
+      none.reason = std::string("the grade left no readable report (its messages above say why): ") + e.what();
+      views.push_back(none);
+    }
+    labels.push_back(r);
+  }
+  for (ReportView& v : views)
+    if (v.disposition == "NoReport") v.device_name = gpu;
+  const std::vector<LineupRow> rows = make_lineup(views, labels);
+  const std::string table = format_lineup(rows);
+  std::printf("\n%s", table.c_str());
+  try {
+    write_file_atomic((std::filesystem::path(dir) / "lineup.txt").string(), table);
+    write_file_atomic((std::filesystem::path(dir) / "lineup.json").string(), lineup_json(rows).dump(2) + "\n");
+    if (views.front().disposition != "NoReport") {
+      HtmlAnchors anchors{task_error_anchors(views.front().task, views.front().config),
+                          std::vector<ReportView>(views.begin() + 1, views.end()), std::vector<std::string>(labels.begin() + 1, labels.end())};
+      write_file_atomic((std::filesystem::path(dir) / "lineup.html").string(), render_html_report(views.front(), labels.front(), anchors));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble grade: the side-by-side files could not be written: %s\n", e.what());
+    if (severity(kExitGraderFailed) > severity(worst)) worst = kExitGraderFailed;
+  }
+  std::printf("  reports, lineup.txt, lineup.json and lineup.html (the first solution's page, the others beside it): %s\n", dir.c_str());
+  return worst;
 }
 
 }  // namespace nibble

@@ -45,6 +45,17 @@ struct GradeOptions {
 /** Runs the whole grade; returns a GradeExit. Never throws for anything a candidate does. */
 int grade_main(const GradeOptions& opt);
 
+/**
+ * Several solutions in one invocation (`nibble grade --solution A --solution B ...`): each graded by
+ * grade_main on the same task, config, seeds and fixtures, in the order given; `opt.out` names a
+ * folder (default nibble-reports) that gets one report per solution (<file stem>.json, -2, -3 ... on
+ * a clash) and the side by side (harness/lineup.h): lineup.txt (also printed), lineup.json, and
+ * lineup.html (the first solution's page with the others beside it). With one solution it is
+ * grade_main. Returns the worst GradeExit of the grades (3 > 2 > 1 > 0); 2 before any grade when
+ * `opt.out` ends in .json or --dump / --gbench-json are given (they name one solution's files).
+ */
+int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& solutions);
+
 /** The schema_version of the reports grade writes (docs/report-schema.md). */
 inline constexpr const char* kReportSchemaVersion = "2.1.0";
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "harness/lineup.h"
 #include "harness/report_view.h"
 #include "harness/stats.h"
 
@@ -383,7 +384,7 @@ std::string strip_chart(const ReportView& report, const ReportView& base) {
 }
 
 // --- 4. The roofline bar. ---
-std::string roofline_chart(const ReportView& report, const ReportView* base, const std::vector<TimeAnchor>& time_anchors) {
+std::string roofline_chart(const ReportView& report, const ReportView* base, const std::vector<LineupRow>& beside) {
   struct Bar {
     std::string name;
     double us;
@@ -400,7 +401,8 @@ std::string roofline_chart(const ReportView& report, const ReportView* base, con
   if (!s.empty()) bars.push_back({"this solution (" + report.solution_name + ")", median_of(s), kCand, true});
   if (base && !base->gpu_span_us.samples.empty())
     bars.push_back({"BASE (" + base->solution_name + ")", median_of(base->gpu_span_us.samples), kBase, false});
-  for (const auto& a : time_anchors) bars.push_back({a.name, a.us, kAnchor, false});
+  for (const LineupRow& b : beside)
+    if (b.apart.empty() && b.median_us > 0) bars.push_back({b.solution + " (graded beside it)", b.median_us, kAnchor, false});
   if (bars.empty()) return "";
   std::stable_sort(bars.begin(), bars.end(), [](const Bar& a, const Bar& b) { return a.us < b.us; });
   double mx = 0;
@@ -519,6 +521,10 @@ table { border-collapse: collapse; font-size: 13px; }
 table.grid td, table.grid th { border: 1px solid #ddd; padding: 4px 8px; text-align: left; }
 table.kv th { text-align: left; padding: 2px 12px 2px 0; color: #555; font-weight: normal; vertical-align: top; }
 table.kv td { padding: 2px 0; word-break: break-all; }
+table.lineup { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
+table.lineup th, table.lineup td { padding: 3px 8px; border-bottom: 1px solid #e3e3e3; text-align: right; }
+table.lineup td:nth-child(2), table.lineup td:nth-child(3), table.lineup td:last-child { text-align: left; }
+table.lineup tr.fail td { color: #a02020; }
 .good { color: #2e7d32; font-weight: bold; } .bad { color: #c62828; font-weight: bold; } .warn { color: #b26a00; font-weight: bold; }
 .note { color: #666; font-size: 12px; }
 ul.why { font-size: 13px; } table.grid { margin: 8px 0; }
@@ -547,6 +553,13 @@ std::string render_html_report(const ReportView& report, const std::string& repo
   const bool passed = disp == "Passed";
   const std::vector<double>& span = report.gpu_span_us.samples;
   const std::string gpu = report.device_name.empty() ? "no GPU recorded" : report.device_name;
+  // The report and the ones beside it, as one lineup; the roofline draws the others' rows.
+  std::vector<ReportView> all{report};
+  std::vector<std::string> labels{report_label};
+  all.insert(all.end(), anchors.beside.begin(), anchors.beside.end());
+  labels.insert(labels.end(), anchors.beside_labels.begin(), anchors.beside_labels.end());
+  const std::vector<LineupRow> lineup = make_lineup(all, labels);
+  const std::vector<LineupRow> beside_rows(lineup.begin() + 1, lineup.end());
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>nibble report: "
     << html_escape(report.solution_name) << ", " << html_escape(report.task) << " / " << html_escape(report.config)
@@ -605,12 +618,16 @@ std::string render_html_report(const ReportView& report, const std::string& repo
       << (std::isnan(fr) ? "."
                          : "; and the weight-read floor, the span of a kernel that only reads W's codes and scales after the same L2 "
                            "flush (measured in the same grade), which the bars' ratios refer to.")
-      << (anchors.times.empty() ? ""
-                                : " Purple: published times for the same work on the same GPU, measured outside the harness (no report).")
+      << (beside_rows.empty() ? "" : " Purple: the reports graded beside it (same task, config and GPU), from their own reports.")
       << "</p>\n";
-    o << roofline_chart(report, base, anchors.times);
+    o << roofline_chart(report, base, beside_rows);
   } else {
     o << "<h2>Timing</h2>\n<p class=\"note\">This report has no timing (not timed, or the grade stopped before it).</p>\n";
+  }
+  if (!anchors.beside.empty()) {
+    o << "<h2>Side by side</h2>\n<p class=\"note\">This report first, then the reports given beside it; ranked by median among "
+      << "the Passed reports of the same task, config, GPU and report schema; speedup is this report's median over each row's.</p>\n"
+      << lineup_html(lineup);
   }
   if (base && cmp) o << comparison_section(*cmp);
   if (!span.empty() && !report.positions.empty()) {

@@ -4,7 +4,8 @@
 // Sections: the verdict (disposition + reason); the error against the gate on a log scale, with the
 // drop-the-feature reference points for context; time per sample across the positions (when the
 // report has them: the decode task's KV positions); the distribution of the samples; a roofline bar
-// (floors at measured and datasheet bandwidth, the candidate, the base, the published anchors);
+// (floors at measured and datasheet bandwidth, the candidate, the base, the reports graded beside
+// it, never typed-in times); with reports beside it, their lineup table (harness/lineup.h);
 // with a BASE report, `nibble compare`'s table; the provenance. Every string taken from a report is
 // escaped. The page reads the report through ReportView only: what it shows follows the figures the
 // report has, never the task's name; what the report does not carry (published times, the task's
@@ -39,10 +40,12 @@ std::vector<ErrorAnchor> error_anchors(const ReportView& report, const std::vect
 std::string error_anchor_source(const ReportView& report, const std::vector<ErrorAnchor>& task_anchors);
 
 /** What the page draws beside the report's own figures, which the report does not carry: the
- *  task's published times (task_time_anchors) and its drop-the-feature points (task_error_anchors). */
+ *  task's drop-the-feature points (task_error_anchors), and other graded reports (`--beside`:
+ *  bars in the roofline when comparable, rows in the lineup table either way). */
 struct HtmlAnchors {
-  std::vector<TimeAnchor> times;
   std::vector<ErrorAnchor> errors;  // used when the report has no calibration (error_anchors)
+  std::vector<ReportView> beside;
+  std::vector<std::string> beside_labels;  // same length as beside: how each is named in the page
 };
 
 /** & < > " ' as entities: safe in element text and in quoted attribute values. */

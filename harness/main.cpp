@@ -1,11 +1,11 @@
 // main.cpp: the `nibble` command line (CLI11).
 //
-//   nibble grade --task T --solution X.so [--config full|tiny] [--seeds 0,1] [--fixture DIR] [--out R.json] [--dump DIR]
+//   nibble grade --task T --solution X.so [--solution Y.py ...] [--config full|tiny] [--seeds 0,1] [--fixture DIR] [--out R.json] [--dump DIR]
 //   nibble calibrate --task T [--config full|tiny] [--seeds 0,1] [--out T.json] [--path gpu|cpu|auto]
 //   nibble fixture build --task T --config C --seed S [--out DIR] [--threads N]
 //   nibble fixture verify DIR
 //   nibble compare BASE.json NEW.json [--max-slowdown PCT] [--alpha A] [--force] [--json]
-//   nibble report show R.json | nibble report html R.json [BASE.json] -o R.html
+//   nibble report show R.json | nibble report html R.json [BASE.json] [--beside X.json ...] -o R.html
 //   nibble configs [--task T]     the tasks and their official configs, one "task config" per line
 // Hidden: `nibble __child <job-fd>`, the grader's child process (harness/protocol.h).
 #include <CLI/CLI.hpp>
@@ -165,13 +165,20 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) g.argv.push_back(argv[i]);
   auto* grade = app.add_subcommand("grade", "Check a solution .so against the reference and time it; write a JSON report");
   grade->add_option("--task", g.task, "Task to grade")->capture_default_str();
-  grade->add_option("--solution", g.solution, "Solution shared object (C ABI of include/nibble/nibble.h)")->required();
+  std::vector<std::string> solutions;
+  grade->add_option("--solution", solutions,
+                    "Solution: a shared object (C ABI of include/nibble/nibble.h) or a Python module (.py); repeat it to "
+                    "grade several on the same fixtures, side by side (then --out is a folder)")
+      ->required()
+      ->check(kNonEmpty);
   grade->add_option("--config", g.config, config_help);
   grade->add_option_function<std::string>("--seeds", [&g](const std::string& s) { g.seeds = parse_seed_list(s); },
                                           "Fixture seeds, comma separated (default 0,1)")
       ->check(kSeedList);
   grade->add_option("--fixture", g.fixture_dir, "Fixture folder (one seed); default: the cache, built when missing")->check(kNonEmpty);
-  grade->add_option("--out", g.out, "Report path (written atomically)")->capture_default_str();
+  grade->add_option("--out", g.out, "Report path (written atomically); with several --solution, a folder (default nibble-reports)")
+      ->capture_default_str()
+      ->check(kNonEmpty);
   grade->add_option("--dump", g.dump_dir, "Write reference and candidate logits + appended K/V of every checked step here")->check(kNonEmpty);
   grade->add_option("--gbench-json", g.gbench_json, "Also write the timing in Google Benchmark's JSON format")->check(kNonEmpty);
   grade->add_option("--calibration", g.calibration, "nibble calibrate JSON giving the report its context (default: the committed one)")->check(kNonEmpty);
@@ -283,7 +290,8 @@ int main(int argc, char** argv) {
   if (grade->parsed()) {
     g.timing = !no_timing;
     g.verify_fixture = !no_verify;
-    return grade_main(g);
+    if (solutions.size() > 1 && grade->get_option("--out")->count() == 0) g.out = "nibble-reports";
+    return grade_lineup_main(g, solutions);
   }
   if (calibrate->parsed()) return calibrate_main(c);
   if (configs->parsed()) return list_configs(cf_task);

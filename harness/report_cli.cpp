@@ -104,6 +104,11 @@ int report_command(std::vector<std::string> args) {
   html->add_option("REPORT", html_path, "Report to show")->required();
   html->add_option("BASE", html_base, "Optional baseline report: adds nibble compare's table");
   html->add_option("-o,--out", html_out, "HTML file to write (atomically)")->required()->check(kNonEmptyValue);
+  std::vector<std::string> html_beside;
+  html->add_option("--beside", html_beside,
+                   "Other graded reports (repeatable): bars in the roofline when of the same task, config and GPU, and a "
+                   "side-by-side table ranked by median (e.g. the PyTorch anchors graded in the same run)")
+      ->check(kNonEmptyValue);
   html->add_option("--calibration", html_calibration,
                    "nibble calibrate's table (same task and config): its variants become the error chart's reference points")->check(kNonEmptyValue);
   html->add_option("--max-slowdown", opt.max_slowdown_pct, "With BASE: tolerated slowdown, percent")->capture_default_str()->check(kNonEmptyValue);
@@ -120,7 +125,9 @@ int report_command(std::vector<std::string> args) {
     }
     return 0;
   }
-  for (const std::string& in : {html_path, html_base, html_calibration})
+  std::vector<std::string> inputs{html_path, html_base, html_calibration};
+  inputs.insert(inputs.end(), html_beside.begin(), html_beside.end());
+  for (const std::string& in : inputs)
     if (!in.empty() && same_output_file(html_out, in)) {
       std::fprintf(stderr, "nibble report html: -o %s is the page's input %s: writing it would destroy that input; choose another -o\n",
                    html_out.c_str(), in.c_str());
@@ -148,8 +155,16 @@ int report_command(std::vector<std::string> args) {
                  base.task.c_str(), html_path.c_str(), report.task.c_str());
     return kCompareBadInput;
   }
-  const HtmlAnchors anchors{task_time_anchors(report.task, report.config, report.device_name),
-                            task_error_anchors(report.task, report.config)};
+  HtmlAnchors anchors{task_error_anchors(report.task, report.config), {}, {}};
+  for (const std::string& b : html_beside) {
+    try {
+      anchors.beside.push_back(load_report_view(b));
+      anchors.beside_labels.push_back(b);
+    } catch (const BadReport& e) {
+      std::fprintf(stderr, "nibble report html: --beside %s\n", e.what());
+      return kCompareBadInput;
+    }
+  }
   std::string page;
   if (html_base.empty()) {
     page = render_html_report(report, html_path, anchors);

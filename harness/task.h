@@ -208,8 +208,6 @@ class Task {
    *  oracle, over the same checked calls a child runs with this `check_seed`. */
   virtual OracleErrors oracle_errors(const std::string& config, const SafetensorsFile& fixture, uint64_t check_seed,
                                      int threads) const = 0;
-  /** External timings of this config on `gpu` (device name) for the HTML page. */
-  virtual std::vector<TimeAnchor> time_anchors(const std::string& /*config*/, const std::string& /*gpu*/) const { return {}; }
   /** The seed's error table for the HTML page when a report has no calibration. */
   virtual std::vector<ErrorAnchor> error_anchors(const std::string& /*config*/) const { return {}; }
 };

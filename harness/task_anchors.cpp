@@ -5,11 +5,6 @@
 
 namespace nibble {
 
-std::vector<TimeAnchor> task_time_anchors(const std::string& task, const std::string& config, const std::string& gpu) {
-  const Task* t = task_or_null(task);
-  return t ? t->time_anchors(config, gpu) : std::vector<TimeAnchor>{};
-}
-
 std::vector<ErrorAnchor> task_error_anchors(const std::string& task, const std::string& config) {
   const Task* t = task_or_null(task);
   return t ? t->error_anchors(config) : std::vector<ErrorAnchor>{};

@@ -1,5 +1,5 @@
 // task_anchors.h: what `nibble report html` draws beside a report that the report itself does not
-// carry, per task: times published for the same work, and the task's drop-the-feature points.
+// carry, per task: the task's drop-the-feature points.
 // Kept out of the renderer so that it never names a task.
 #pragma once
 
@@ -9,10 +9,6 @@
 #include "harness/html_report.h"
 
 namespace nibble {
-
-/** Times measured outside the harness for (task, config) on a GPU whose name contains the one
- *  they were measured on; empty for everything else. */
-std::vector<TimeAnchor> task_time_anchors(const std::string& task, const std::string& config, const std::string& gpu);
 
 /** The drop-the-feature table of the task's seed, drawn when a report carries no calibration;
  *  empty for a task without one (a gate of another scale would make them misleading). */

@@ -7,3 +7,4 @@ nibble_add_gtest(html_report SOURCES test_html_report.cpp LIBS nibble_reports LA
 target_compile_definitions(test_compare PRIVATE NIBBLE_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
                            NIBBLE_TEST_BINARY_DIR="${PROJECT_BINARY_DIR}")
 target_compile_definitions(test_html_report PRIVATE NIBBLE_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+nibble_add_gtest(lineup SOURCES test_lineup.cpp LIBS nibble_reports LABELS cpu)

@@ -63,6 +63,32 @@ TEST(Cli, MissingSolutionIsAUsageError) {
   EXPECT_FALSE(fs::exists(t.path() + "/r.json"));
 }
 
+// Several solutions: --out is a folder; a grade that leaves no report is a row of the side by side
+// (lineup.txt / lineup.json), and the exit status is the worst grade's.
+TEST(Cli, SeveralSolutionsAreGradedSideBySide) {
+  TempDir t;
+  Result r = run_nibble({"grade", "--config", "tiny", "--solution", "/nonexistent/a.so", "--solution", "/nonexistent/b.so", "--out",
+                         t.path() + "/r.json"},
+                        t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--out names a folder"), std::string::npos) << r.output;
+  r = run_nibble({"grade", "--config", "tiny", "--solution", "/nonexistent/a.so", "--solution", "/nonexistent/b.so", "--dump",
+                  t.path() + "/d"},
+                 t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("grade that solution alone"), std::string::npos) << r.output;
+  const std::string dir = t.path() + "/side";
+  r = run_nibble({"grade", "--config", "tiny", "--solution", "/nonexistent/a.so", "--solution", "/nonexistent/a.so", "--out", dir}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  const auto j = nlohmann::json::parse(read_file(dir + "/lineup.json"));
+  ASSERT_EQ(j["rows"].size(), 2u);
+  EXPECT_EQ(j["rows"][0]["disposition"], "NoReport");
+  EXPECT_EQ(j["rows"][0]["label"], dir + "/a.json");
+  EXPECT_EQ(j["rows"][1]["label"], dir + "/a-2.json") << "the same stem twice: a second name";
+  EXPECT_NE(read_file(dir + "/lineup.txt").find("NoReport"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir + "/lineup.html")) << "no first report: no page";
+}
+
 TEST(Cli, UnknownTaskListsTheValidOnes) {
   TempDir t;
   const Result r = run_nibble({"grade", "--task", "matmul-fp8", "--solution", nibble_exe()}, t);

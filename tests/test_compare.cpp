@@ -969,7 +969,19 @@ TEST(ReportCli, ShowAndHtml) {
   x = run_nibble({"report", "html", u2, u2, "-o", t.path() + "/u2.html"}, t);
   EXPECT_EQ(x.code, 0) << x.out;
   EXPECT_NE(read_file(t.path() + "/u2.html").find("id=\"median-us\">2640.4<"), std::string::npos);
-  EXPECT_NE(read_file(t.path() + "/u2.html").find("4160.0 us"), std::string::npos) << "the task's anchors, from task_anchors";
+  EXPECT_EQ(read_file(t.path() + "/u2.html").find("4160.0 us"), std::string::npos) << "no typed-in time";
+  // --beside: other reports as rows of the side by side (a report of another task listed apart);
+  // a file that is not a report is bad input, no page.
+  x = run_nibble({"report", "html", u2, "--beside", u2, "--beside", g2, "-o",
+                  t.path() + "/side.html"},
+                 t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(read_file(t.path() + "/side.html").find("id=\"lineup\""), std::string::npos);
+  EXPECT_NE(read_file(t.path() + "/side.html").find("not ranked: another task"), std::string::npos);
+  x = run_nibble({"report", "html", u2, "--beside", t.path() + "/u2.html", "-o", t.path() + "/bad.html"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("--beside"), std::string::npos) << x.out;
+  EXPECT_FALSE(std::filesystem::exists(t.path() + "/bad.html"));
   // A version 1 BASE beside a version 2 REPORT would be drawn as the same measurement: refused.
   x = run_nibble({"report", "html", u2, u, "-o", t.path() + "/u12.html"}, t);
   EXPECT_EQ(x.code, 4) << x.out;

@@ -33,9 +33,7 @@ json reference() { return load_report(data("reports/h200-reference-full.json"));
 ReportView view(const json& r) { return read_report_view(r, "a test report"); }
 
 /** What `nibble report html` draws beside `r`: its task's anchors (task_anchors.h). */
-HtmlAnchors anchors_of(const ReportView& r) {
-  return {task_time_anchors(r.task, r.config, r.device_name), task_error_anchors(r.task, r.config)};
-}
+HtmlAnchors anchors_of(const ReportView& r) { return {task_error_anchors(r.task, r.config), {}, {}}; }
 
 /** The page `nibble report html` writes for `r` (and BASE `base` with the comparison `c`). */
 std::string page(const json& r, const std::string& label, const json* base = nullptr, const std::string& base_label = "",
@@ -140,10 +138,11 @@ TEST(HtmlReport, KeyFiguresOfTheUnfusedReport) {
     EXPECT_EQ(by_id(html, "fraction-measured-bw"), "17.4");
     // Four charts: error vs gate, per position, histogram, roofline.
     EXPECT_EQ(count(html, "<svg "), 4u);
-    // The anchors: the seed's drop-the-feature points and the team's PyTorch times.
+    // The anchors: the seed's drop-the-feature points; no typed-in time (those come --beside).
     for (const char* s : {"nibble order swapped 1.43", "one scale/zero per row 1.51", "zero point ignored 10.2",
-                          "most precise legitimate variant 0.049", "4160.0 us", "5340.0 us", "x the measured floor"})
+                          "most precise legitimate variant 0.049", "x the measured floor"})
       EXPECT_NE(html.find(s), std::string::npos) << s;
+    EXPECT_EQ(html.find("4160.0 us"), std::string::npos);
     // Self-contained: nothing to fetch, nothing to run. (The SVG namespace URI names, never fetches.)
     const std::string stripped = std::regex_replace(html, std::regex("http://www\\.w3\\.org/2000/svg"), "");
     for (const char* s : {"<script", "http://", "https://", "src=", "<link", "url("}) EXPECT_EQ(stripped.find(s), std::string::npos) << s;
@@ -235,23 +234,36 @@ TEST(HtmlReport, TheAnchorsComeFromTheCallerNotTheTask) {
   EXPECT_EQ(html.find("4160.0 us"), std::string::npos);
   EXPECT_NE(html.find("none: no calibration table given"), std::string::npos);
   EXPECT_EQ(markup_problem(html), "");
-  html = render_html_report(v, "u.json", HtmlAnchors{{{"a published time", 3000}}, {{"a mutant", 2.5, false}}});
-  EXPECT_NE(html.find("a published time"), std::string::npos);
+  html = render_html_report(v, "u.json", HtmlAnchors{{{"a mutant", 2.5, false}}, {}, {}});
   EXPECT_NE(html.find("a mutant 2.5"), std::string::npos);
   EXPECT_NE(html.find("the drop-the-feature table of the task&#39;s seed"), std::string::npos);
 }
 
 TEST(TaskAnchors, TodaysData) {
-  EXPECT_EQ(task_time_anchors("megakernel-int4-weight-decode", "full", "NVIDIA H200").size(), 2u);
-  EXPECT_TRUE(task_time_anchors("megakernel-int4-weight-decode", "full", "NVIDIA H100 80GB HBM3").empty());
-  EXPECT_TRUE(task_time_anchors("megakernel-int4-weight-decode", "tiny", "NVIDIA H200").empty());
-  EXPECT_TRUE(task_time_anchors("gemm-w4a16-nvfp4", "m16-n3072-k3072", "NVIDIA H200").empty());
   const auto e = task_error_anchors("megakernel-int4-weight-decode", "full");
   ASSERT_EQ(e.size(), 4u);
   EXPECT_TRUE(e[0].must_pass);
   EXPECT_DOUBLE_EQ(e[3].worst_rel_err, 10.2);
   EXPECT_TRUE(task_error_anchors("gemm-bf16-mxfp4", "m1-n3072-k3072").empty())
       << "a gate of 1e-2, not 0.1: the decode points would mislead";
+}
+
+// Reports beside the page's own (--beside): a bar each in the roofline, when the same task, config
+// and GPU, and a row each in the lineup table; never a typed-in time.
+TEST(HtmlReport, ReportsBesideItAreBarsAndRows) {
+  const json u = unfused(), r = reference();
+  json g = load_report(data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json"));
+  const ReportView uv = view(u), rv = view(r), gv = view(g);
+  HtmlAnchors a = anchors_of(uv);
+  a.beside = {rv, gv};
+  a.beside_labels = {"reference.json", "gemm.json"};
+  const std::string html = render_html_report(uv, "unfused.json", a);
+  EXPECT_EQ(markup_problem(html), "");
+  EXPECT_NE(html.find("id=\"lineup\""), std::string::npos);
+  EXPECT_NE(html.find(html_escape(rv.solution_name) + " (graded beside it)"), std::string::npos) << "same task, config, GPU: a bar";
+  EXPECT_EQ(html.find(html_escape(gv.solution_name) + " (graded beside it)"), std::string::npos) << "another task: no bar";
+  EXPECT_NE(html.find("not ranked: another task (gemm-w4a16-nvfp4)"), std::string::npos);
+  EXPECT_EQ(html.find("published times"), std::string::npos);
 }
 
 TEST(HtmlReport, ExtremeSamplesStillRender) {
@@ -379,10 +391,6 @@ TEST(HtmlReport, AFailedGradeWithoutTimingStillRenders) {
   EXPECT_NE(html.find("this solution: not checked"), std::string::npos);
   EXPECT_EQ(html.find("nan"), std::string::npos);
   EXPECT_EQ(markup_problem(html), "");
-  EXPECT_TRUE(anchors_of(view(u)).times.size() == 2u);
-  json tiny = unfused();
-  tiny["config"] = "tiny";
-  EXPECT_TRUE(anchors_of(view(tiny)).times.empty()) << "the PyTorch anchors are for the full config only";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -339,11 +339,6 @@ class DecodeTask final : public Task {
     }
     return out;
   }
-  std::vector<TimeAnchor> time_anchors(const std::string& config, const std::string& gpu) const override {
-    if (config != "full" || gpu.find("H200") == std::string::npos) return {};
-    // Measured on the H200 with PyTorch, same shapes, batch 1, KV at 2048 (docs/architecture.md).
-    return {{"PyTorch int4 tinygemm, CUDA graph", 4160}, {"PyTorch dense bf16, CUDA graph", 5340}};
-  }
   std::vector<ErrorAnchor> error_anchors(const std::string&) const override {
     // The task specification's drop-the-feature table, for context only.
     return {{"most precise legitimate variant", 4.9e-2, true},
