@@ -26,6 +26,7 @@
 #include "harness/html_report.h"
 #include "harness/lineup.h"
 #include "harness/outputs.h"
+#include "harness/profile.h"
 #include "harness/process.h"
 #include "harness/report_view.h"
 #include "harness/stats.h"
@@ -209,6 +210,50 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
 }  // namespace
 
 namespace {
+
+/** The report's "profile" section: the profiler's run of `pj` (kProfileCalls timed calls in NVTX
+ *  ranges) stored next to the report, and the top kernels' figures; or why there is none. */
+json profile_section(const GradeOptions& opt, Job pj, const BinaryPins& pins, const Log& log) {
+  json p = {{"tool", opt.profile}};
+  const std::string exe = find_profiler(opt.profile);
+  if (exe.empty()) {
+    p["status"] = "not run: " + opt.profile + " is not installed here (" +
+                  (opt.profile == "ncu" ? "Nsight Compute" : "Nsight Systems") +
+                  ", part of the CUDA toolkit: put its bin folder on PATH); the grade is complete without it";
+    std::fprintf(stderr, "nibble grade: --profile %s: %s\n", opt.profile.c_str(), p["status"].get<std::string>().c_str());
+    return p;
+  }
+  pj.profile_calls = kProfileCalls;
+  pj.timing.reset();
+  pj.require_sandbox = false;
+  pj.sandbox.skip = {"namespaces", "landlock", "seccomp"};
+  pj.sandbox.skip_why = "a profiler's run after the verdict: the profiler attaches to its target and talks to it over local sockets";
+  const std::vector<std::string> run = profiler_run_argv(opt.profile, exe, opt.out);
+  std::string command;
+  for (const std::string& a : run) command += (command.empty() ? "" : " ") + a;
+  p["command"] = command + " <nibble __child>";
+  p["calls"] = kProfileCalls;
+  p["sandbox"] = "rlimits and no_new_privs only: " + pj.sandbox.skip_why;
+  log("profiling: " + std::to_string(kProfileCalls) + " calls under " + exe);
+  const ChildRun c = run_job_child(pj, opt.timeout_seconds, &log, "profiler: " + opt.profile, &pins, run);
+  if (!c.completed()) {
+    p["status"] = "failed: " + c.describe_failure().substr(0, 2000);
+    std::fprintf(stderr, "nibble grade: --profile %s %s\n", opt.profile.c_str(), p["status"].get<std::string>().c_str());
+    return p;
+  }
+  p["path"] = profile_path(opt.profile, opt.out);
+  TempDir tmp("nibble-profile");
+  const std::string csv = tmp.path() + "/export.csv";
+  const ChildExit e = run_child(profiler_export_argv(opt.profile, exe, opt.out), csv, 300);
+  try {
+    if (e.kind != ChildExit::Exited || e.code != 0) throw std::runtime_error("the export " + e.describe() + ": " + file_tail(csv, 600));
+    p["top_kernels"] = profile_top_kernels(opt.profile, read_file(csv));
+    p["status"] = "done";
+  } catch (const std::exception& x) {
+    p["status"] = std::string("stored, but its figures could not be read: ") + x.what();
+  }
+  return p;
+}
 
 int grade_run(const GradeOptions& opt) {
   const auto t_start = std::chrono::steady_clock::now();
@@ -478,7 +523,7 @@ int grade_run(const GradeOptions& opt) {
       {"between_calls", "any GPU record (kernel, memcpy, memset) between two timed calls on a stream other than the harness's own, beyond what the harness leaves there (counted before the build), makes the grade InvalidTiming"},
       {"rounds", "calls_per_round calls per round; stop when the median moves less than 0.5% between rounds (after min rounds), at max rounds or the time budget; rounds NVML saw throttled are left out of the median while any other is left"},
       {"rechecked", "kept_per_round calls of every round, picked by the grader's parent process after each call returned (the call ledger); every kept call is recomputed by the reference and audited (inputs, caches beyond the written slots)"},
-      {"grader_clock", "the parent stamps each call's open and done on its own clock (the call ledger): median window - ledger overhead - GPU span above 100 us + 10% of the span, or a span longer than the window, makes the grade InvalidTiming"},
+      {"grader_clock", "the kernel stamps each call's open and done messages as the child sends them, and the parent reads the stamps (the call ledger): median window - ledger overhead - GPU span above 100 us + 10% of the span, or a span longer than the window, makes the grade InvalidTiming"},
       {"timed_seed", opt.seeds.front()}};
   const json task_protocol = task->timing_protocol();
   for (const auto& [k, val] : task_protocol.items()) timing_protocol[k] = val;
@@ -504,6 +549,27 @@ int grade_run(const GradeOptions& opt) {
 
   // 5. The summary a person reads (the same text `nibble report show` prints from the JSON).
   summary_stream(opt.out) << format_summary(graded_report_view(report), opt.out) << std::flush;
+
+  // 6. A profiler's run, after the verdict (profile.h): its section joins the report.
+  if (!opt.profile.empty()) {
+    Job pj = base;
+    pj.solution = solution;
+    pj.fixture_dir = fixture_dirs.front();
+    std::optional<PythonScratch> scratch;
+    if (python) {
+      scratch.emplace();
+      pj.python_shim = shim;
+      pj.python_scratch = scratch->path();
+      pj.sandbox.allow_processes = true;
+    }
+    report["profile"] = profile_section(opt, pj, pins, log);
+    try {
+      write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble grade: %s\n", e.what());
+      return kExitGraderFailed;
+    }
+  }
   return v.disposition == Disposition::Passed ? kExitPassed : kExitNotPassed;
 }
 

@@ -37,6 +37,7 @@ struct GradeOptions {
   double max_timing_seconds = 120;
   bool verify_fixture = true;
   bool require_sandbox = false;      // refuse to grade unless every layer of the child's sandbox is in force
+  std::string profile;               // "ncu" or "nsys": a profiler's run after the graded one (profile.h); "" none
   int threads = 0;                   // fixture build threads (0 = all cores)
   bool quiet = false;
   std::vector<std::string> argv;     // recorded in the report

@@ -71,7 +71,8 @@ json BinaryPins::to_json() const {
   return j;
 }
 
-ChildRun run_job_child(Job job, double timeout, const Log* log, const std::string& what, const BinaryPins* pins) {
+ChildRun run_job_child(Job job, double timeout, const Log* log, const std::string& what, const BinaryPins* pins,
+                       const std::vector<std::string>& wrapper) {
   ChildRun r;
   if (pins) {
     r.refused = pins->changed();
@@ -101,7 +102,9 @@ ChildRun run_job_child(Job job, double timeout, const Log* log, const std::strin
     write_channel(job_ch.fd(), nlohmann::json(job).dump());
     std::function<void(double)> tick;
     if (log) tick = [&](double sec) { log->progress(what + "  " + fmt(sec, 3) + " s"); };
-    r.exit = run_child({self_exe(), "__child", std::to_string(job_ch.fd())}, log_ch.path(), timeout, tick, fds);
+    std::vector<std::string> argv = wrapper;
+    argv.insert(argv.end(), {self_exe(), "__child", std::to_string(job_ch.fd())});
+    r.exit = run_child(argv, log_ch.path(), timeout, tick, fds);
     if (r.ledger) r.ledger->finish();
     r.log_tail = file_tail(log_ch.path(), 3000);
     try {

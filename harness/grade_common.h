@@ -106,9 +106,10 @@ struct ChildRun {
 /** Runs `job` in a child (`nibble __child`, which enters the sandbox of `job.sandbox` first) with
  *  the parent's channels (and, with timing, its call ledger) and a watchdog of `timeout` seconds;
  *  with `pins`, only after they are checked (else nothing is started and ChildRun::refused says
- *  why). Never throws for anything the child does. */
+ *  why). `wrapper`: an argv the child runs under (a profiler, profile.h). Never throws for
+ *  anything the child does. */
 ChildRun run_job_child(Job job, double timeout, const Log* log = nullptr, const std::string& what = "",
-                       const BinaryPins* pins = nullptr);
+                       const BinaryPins* pins = nullptr, const std::vector<std::string>& wrapper = {});
 
 /** The registry's task `task` with `config` checked, then `check_options()`; nullptr after printing
  *  "nibble <command>: <why>" when any of them throws (the caller exits 2: bad input). */

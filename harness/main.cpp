@@ -22,6 +22,7 @@
 #include "harness/calibrate.h"
 #include "harness/child.h"
 #include "harness/grade.h"
+#include "harness/profile.h"
 #include "harness/report_cli.h"
 #include "harness/task.h"
 
@@ -201,6 +202,18 @@ int main(int argc, char** argv) {
   grade->add_flag("--require-sandbox", g.require_sandbox,
                   "Refuse to grade (exit 2, or 3 with a report when only a child finds it) unless every layer of the "
                   "child's sandbox (rlimits, namespaces, no_new_privs, Landlock, seccomp) is in force on this machine");
+  grade->add_option("--profile", g.profile,
+                    "After the graded run, run the timed calls once more under a profiler: ncu (Nsight Compute, "
+                    "--clock-control none) or nsys (Nsight Systems); the profile is stored next to the report, its top "
+                    "kernels' figures go into it")
+      ->check([](const std::string& v) {
+        try {
+          check_profiler(v);
+          return std::string();
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      });
   grade->add_flag("-q,--quiet", g.quiet, "No progress lines");
 
   CalibrateOptions c;

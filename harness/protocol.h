@@ -33,7 +33,7 @@ struct adl_serializer<std::optional<T>> {
 namespace nibble {
 
 /** Bumped on any change of Job or Result; a child refuses a job of another version. */
-inline constexpr int kProtocolVersion = 5;
+inline constexpr int kProtocolVersion = 6;
 
 /** The timed rounds a candidate runs (after its checked calls). */
 struct TimingJob {
@@ -67,6 +67,9 @@ struct Job {
   int checked_calls = 0;
   uint64_t check_seed = 0;    // the checked calls' randomness (GEMM: A's sign masks after call 0)
   std::optional<TimingJob> timing;
+  // --profile: after the checked calls, this many calls of the timed entry point, each inside an
+  // NVTX range "nibble_call" (the profiler's filter), without CUPTI (the profiler's subscriber).
+  int profile_calls = 0;
   nlohmann::json replay;  // a candidate's Result::replay: recompute its kept timed calls
   double build_timeout_seconds = 600;  // build_model / prepare / teardown
   double call_timeout_seconds = 20;    // one call plus the device sync after it
@@ -85,7 +88,7 @@ struct Job {
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Job, protocol, kind, task, config, solution, python_shim, python_scratch,
                                                 fixture_dir, variant, police,
-                                                checked_calls, check_seed, timing, replay, build_timeout_seconds,
+                                                checked_calls, check_seed, timing, profile_calls, replay, build_timeout_seconds,
                                                 call_timeout_seconds, measure_bandwidth, read_floor_bytes, result_fd,
                                                 outputs_fd, timed_outputs_fd, ledger_read_fd, ledger_write_fd, sandbox,
                                                 require_sandbox)

@@ -89,6 +89,13 @@ TEST(Cli, SeveralSolutionsAreGradedSideBySide) {
   EXPECT_FALSE(fs::exists(dir + "/lineup.html")) << "no first report: no page";
 }
 
+TEST(Cli, ProfileTakesNcuOrNsys) {
+  TempDir t;
+  const Result r = run_nibble({"grade", "--solution", "/nonexistent/a.so", "--profile", "vtune"}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--profile takes ncu (Nsight Compute) or nsys (Nsight Systems), not 'vtune'"), std::string::npos) << r.output;
+}
+
 TEST(Cli, UnknownTaskListsTheValidOnes) {
   TempDir t;
   const Result r = run_nibble({"grade", "--task", "matmul-fp8", "--solution", nibble_exe()}, t);

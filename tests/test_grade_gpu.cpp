@@ -2,8 +2,10 @@
 // exactly one disposition, a report, and the documented exit code; the grader never crashes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -13,6 +15,7 @@
 #include "gpu_test_util.h"
 #include "harness/atomic_file.h"
 #include "harness/process.h"
+#include "harness/profile.h"
 
 using namespace nibble;
 using json = nlohmann::json;
@@ -27,6 +30,7 @@ struct Graded {
   int code;
   json report;
   std::string output;
+  std::vector<std::string> files;  // what the grade left beside its report (file names)
 };
 
 Graded grade(const std::string& so, std::vector<std::string> extra = {"--no-timing"}, int timeout = 120) {
@@ -40,6 +44,7 @@ Graded grade(const std::string& so, std::vector<std::string> extra = {"--no-timi
   Graded g;
   g.code = e.kind == ChildExit::Exited ? e.code : -1;
   g.output = file_tail(t.path() + "/log", 1 << 15);
+  for (const auto& f : std::filesystem::directory_iterator(t.path())) g.files.push_back(f.path().filename().string());
   try {
     g.report = json::parse(read_file(t.path() + "/report.json"));
   } catch (const std::exception&) {
@@ -79,6 +84,32 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
 // The report lists every layer of the child's sandbox and the binaries pinned by hash; a grade with
 // --require-sandbox passes where every layer is in force, and is refused (exit 2, before any
 // candidate runs) where one is not. Prints what this machine gives (the GPU check reads it).
+// --profile: a profiler's run after the verdict; the profile beside the report and its top kernels
+// in it where the profiler is installed, a "not run" status (and the same verdict) where not.
+TEST(GradeGpu, ProfileRunsAfterTheVerdict) {
+  NIBBLE_REQUIRE_GPU();
+  for (const std::string tool : {"ncu", "nsys"}) {
+    SCOPED_TRACE(tool);
+    const Graded g = grade(lib("nibble_unfused"), {"--no-timing", "--seeds", "0", "--profile", tool});
+    ASSERT_EQ(g.code, 0) << g.output;
+    ASSERT_TRUE(g.report.contains("profile")) << g.report.dump();
+    const json& p = g.report["profile"];
+    const std::string status = p.value("status", "");
+    std::printf("  --profile %s: %s\n", tool.c_str(), status.c_str());
+    if (find_profiler(tool).empty()) {
+      EXPECT_EQ(status.rfind("not run: ", 0), 0u) << p.dump();
+      continue;
+    }
+    EXPECT_EQ(status, "done") << p.dump() << "\n" << g.output;
+    const std::string rep = tool == "ncu" ? "report.ncu-rep" : "report.nsys-rep";
+    EXPECT_NE(std::find(g.files.begin(), g.files.end(), rep), g.files.end()) << "the profile is stored next to the report";
+    ASSERT_TRUE(p["top_kernels"].is_array() && !p["top_kernels"].empty()) << p.dump();
+    EXPECT_GT(p["top_kernels"][0]["total_us"].get<double>(), 0.0);
+    if (tool == "ncu") EXPECT_TRUE(p["top_kernels"][0]["registers_per_thread"].is_number()) << p.dump();
+    EXPECT_EQ(g.report["disposition"], "Passed");
+  }
+}
+
 TEST(GradeGpu, SandboxIsReportedAndCanBeRequired) {
   NIBBLE_REQUIRE_GPU();
   const Graded g = grade(lib("nibble_reference"));
