@@ -362,24 +362,30 @@ int grade_run(const GradeOptions& opt) {
   base.sandbox = sandbox;
   base.require_sandbox = opt.require_sandbox;
 
+  // The candidate's job on seed `i`'s fixture. A Python solution: the shim loads it; its child may
+  // start processes (Triton's ptxas) and writes only into a scratch folder of its own (`scratch`,
+  // removed when the caller's goes).
+  auto candidate_job = [&](size_t i, std::optional<PythonScratch>& scratch) {
+    Job j = base;
+    j.solution = solution;
+    j.fixture_dir = fixture_dirs[i];
+    if (python) {
+      scratch.emplace();
+      j.python_shim = shim;
+      j.python_scratch = scratch->path();
+      j.sandbox.allow_processes = true;
+    }
+    return j;
+  };
+
   // 3. Per seed: the candidate, then the reference, each in its own process. The candidate runs
   // first: the reference's outputs do not exist while it (or anything it left running, which
   // run_child kills) could read them.
   for (size_t i = 0; i < opt.seeds.size(); ++i) {
     const uint64_t seed = opt.seeds[i];
     const bool timed = opt.timing && i == 0;
-    Job cj = base;
-    cj.solution = solution;
-    cj.fixture_dir = fixture_dirs[i];
-    // A Python solution: the shim loads it; its child may start processes (Triton's ptxas) and
-    // writes only into a scratch folder of its own, removed after it ends.
     std::optional<PythonScratch> scratch;
-    if (python) {
-      scratch.emplace();
-      cj.python_shim = shim;
-      cj.python_scratch = scratch->path();
-      cj.sandbox.allow_processes = true;
-    }
+    Job cj = candidate_job(i, scratch);
     if (timed) {
       TimingJob tj;
       tj.calls_per_round = task->calls_per_round();
@@ -552,17 +558,8 @@ int grade_run(const GradeOptions& opt) {
 
   // 6. A profiler's run, after the verdict (profile.h): its section joins the report.
   if (!opt.profile.empty()) {
-    Job pj = base;
-    pj.solution = solution;
-    pj.fixture_dir = fixture_dirs.front();
     std::optional<PythonScratch> scratch;
-    if (python) {
-      scratch.emplace();
-      pj.python_shim = shim;
-      pj.python_scratch = scratch->path();
-      pj.sandbox.allow_processes = true;
-    }
-    report["profile"] = profile_section(opt, pj, pins, log);
+    report["profile"] = profile_section(opt, candidate_job(0, scratch), pins, log);
     try {
       write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     } catch (const std::exception& e) {
