@@ -52,4 +52,6 @@ function(nibble_add_solution target)
   if(NOT ARG_REFERENCE AND NOT ARG_SHIM)
     set_property(GLOBAL APPEND PROPERTY NIBBLE_SOLUTIONS_${ARG_FAMILY} ${target})
   endif()
+  # Installed beside the grader's lib folder: nibble finds references and shims at <bin>/../lib.
+  install(TARGETS ${target} LIBRARY DESTINATION ${NIBBLE_INSTALL_LIBDIR})
 endfunction()

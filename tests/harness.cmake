@@ -73,3 +73,15 @@ endif()
 # The child's sandbox (harness/sandbox.h): each layer tried in a forked process, then `nibble __child`.
 nibble_add_gtest(sandbox SOURCES test_sandbox.cpp LIBS nibble_runtime LABELS cpu)
 add_dependencies(test_sandbox nibble)
+
+# The `nibble` Python module (python/nibble, what `pip install .` installs beside the command) run
+# against the built command: reports, fixtures' tensors against the manifest's hashes, grade().
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME nibble.test.python_module
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/python/check_nibble_module.py --nibble $<TARGET_FILE:nibble>)
+else()
+  add_test(NAME nibble.test.python_module COMMAND ${CMAKE_COMMAND} -E echo "python3 not found: run scripts/setup.sh")
+  set_tests_properties(nibble.test.python_module PROPERTIES FAIL_REGULAR_EXPRESSION "python3 not found")
+endif()
+set_tests_properties(nibble.test.python_module PROPERTIES LABELS cpu)

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""check_nibble_module.py: the `nibble` Python module (python/nibble) against the built command:
+reports read back, a fixture's tensors checked against the SHA-256 the C++ generator wrote in its
+manifest (hashed here by Python, from the arrays the module returns), grade() without a usable GPU
+an error that says so, and with one a Passed report.
+
+    python3 tests/python/check_nibble_module.py --nibble build/bin/nibble
+"""
+import argparse
+import hashlib
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import nibble  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nibble", required=True)
+    a = ap.parse_args()
+    os.environ["NIBBLE_EXE"] = a.nibble
+    failures = []
+
+    def check(ok, what):
+        print(("ok   " if ok else "FAIL ") + what)
+        if not ok:
+            failures.append(what)
+
+    r = nibble.load_report(os.path.join(ROOT, "tests/data/reports/v2/h200-unfused-full.json"))
+    check(r["disposition"] == "Passed" and r["task"] == "megakernel-int4-weight-decode", "load_report reads a v2 report")
+    with tempfile.TemporaryDirectory() as tmp:
+        other = os.path.join(tmp, "x.json")
+        with open(other, "w") as f:
+            f.write('{"schema": "nibble.calibration"}')
+        try:
+            nibble.load_report(other)
+            check(False, "a calibration table is not a report")
+        except nibble.NibbleError as e:
+            check("not a nibble report" in str(e), "a calibration table is not a report")
+
+        for task, config in (("megakernel-int4-weight-decode", "tiny"), ("gemm-w4a16-nvfp4", "tiny")):
+            path = nibble.fixture(task, config, 0, out=os.path.join(tmp, task))
+            tensors, manifest = nibble.load_fixture(path)
+            want = manifest["tensor_sha256"]
+            bad = []
+            for name, arr in tensors.items():
+                raw = np.ascontiguousarray(arr)
+                if raw.dtype == np.float32 and name in want and hashlib.sha256(raw.tobytes()).hexdigest() != want[name]:
+                    raw = (raw.view(np.uint32) >> 16).astype("<u2")  # a bf16 tensor, widened: its bits again
+                if hashlib.sha256(raw.tobytes()).hexdigest() != want.get(name):
+                    bad.append(name)
+            check(set(tensors) == set(want) and not bad,
+                  f"load_fixture({task} {config}): {len(tensors)} tensors hash to the manifest's SHA-256 (mismatch: {bad})")
+
+        try:
+            rep = nibble.grade(os.path.join(os.path.dirname(a.nibble), "..", "lib", "libnibble_reference.so"),
+                               config="tiny", seeds=(0,), extra=["--no-timing"])
+            check(rep["disposition"] == "Passed", "grade() on a GPU: the reference passes")
+        except nibble.NibbleError as e:
+            check("GPU" in str(e) and "exited 2" in str(e), f"grade() without a usable GPU says so: {str(e)[:120]}")
+
+    os.environ["NIBBLE_EXE"] = "/nonexistent/nibble"
+    try:
+        nibble.find_nibble()
+        check(False, "a bad NIBBLE_EXE is refused")
+    except nibble.NibbleError as e:
+        check("NIBBLE_EXE" in str(e), "a bad NIBBLE_EXE is refused")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
