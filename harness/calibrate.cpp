@@ -53,7 +53,11 @@ bool refuse_slow_cpu_oracle(const CalibrateOptions& opt, const std::string& path
 int calibrate_main(const CalibrateOptions& opt) {
   const auto t_start = std::chrono::steady_clock::now();
   const Log log{opt.quiet, isatty(STDERR_FILENO) != 0};
-  const Task* task = checked_task("calibrate", opt.task, opt.config, [&] { check_calibrate_options(opt); });
+  nlohmann::ordered_json device_choice;
+  const Task* task = checked_task("calibrate", opt.task, opt.config, [&] {
+    check_calibrate_options(opt);
+    device_choice = select_device(opt.device);
+  });
   if (!task) return 2;
   const std::string& config = opt.config;
   const double gate = task->gate(config);
@@ -98,6 +102,7 @@ int calibrate_main(const CalibrateOptions& opt) {
   report["path"] = path == "gpu" ? "gpu: bundled reference .so per variant, child processes" : "cpu: fp64 oracle per variant";
   if (path == "gpu") {
     report["device"] = device;
+    for (const auto& [k, v] : device_choice.items()) report["device"][k] = v;
     report["binaries"] = pins.to_json();  // re-hashed before every child
   }
 

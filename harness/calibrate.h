@@ -17,6 +17,7 @@ struct CalibrateOptions {
                              // "cpu" (the fp64 oracle and its variants, in this process), "auto"
   int threads = 0;
   double timeout_seconds = 900;
+  int device = -1;  // --device N (grade_common.h select_device); -1: CUDA's first
   bool quiet = false;
   std::vector<std::string> argv;
 };

@@ -391,6 +391,11 @@ nlohmann::json probe_device(bool measure_bandwidth, size_t read_floor_bytes) {
       }
       j["uuid"] = u;
     }
+    {
+      char bus[32] = {};
+      NIBBLE_CUDA_CALL(cudaDeviceGetPCIBusId(bus, sizeof bus, dev));
+      j["pci_bus_id"] = bus;
+    }
     j["compute_capability"] = std::to_string(p.major) + "." + std::to_string(p.minor);
     j["sms"] = p.multiProcessorCount;
     j["l2_bytes"] = p.l2CacheSize;

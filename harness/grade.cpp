@@ -258,7 +258,11 @@ json profile_section(const GradeOptions& opt, Job pj, const BinaryPins& pins, co
 int grade_run(const GradeOptions& opt) {
   const auto t_start = std::chrono::steady_clock::now();
   const Log log{opt.quiet, isatty(STDERR_FILENO) != 0};
-  const Task* task = checked_task("grade", opt.task, opt.config, [&] { check_grade_options(opt); });
+  json device_choice;
+  const Task* task = checked_task("grade", opt.task, opt.config, [&] {
+    check_grade_options(opt);
+    device_choice = select_device(opt.device);
+  });
   if (!task) return kExitUsage;
   const std::string& config = opt.config;
   const std::string exe = self_exe();
@@ -335,6 +339,14 @@ int grade_run(const GradeOptions& opt) {
   }
   const json& device = probe.device;
   report["device"] = device;
+  for (const auto& [k, v] : device_choice.items()) report["device"][k] = v;
+  report["device"]["at_start"] = device_at_start(device.value("uuid", ""));
+  if (const json& others = report["device"]["at_start"].value("other_processes", json::array()); !others.empty()) {
+    report["device"]["shared"] = true;
+    std::fprintf(stderr, "nibble grade: warning: %zu other process(es) use this GPU (%s)%s\n", others.size(),
+                 device.value("uuid", "?").c_str(),
+                 opt.timing ? ": the timing shares the GPU with them (report: device.shared)" : "");
+  }
   std::vector<SandboxLayer> layers = probe.layers;
   std::string layers_from = "the device probe's child (no candidate child reported its own)";
 

@@ -38,6 +38,7 @@ struct GradeOptions {
   bool verify_fixture = true;
   bool require_sandbox = false;      // refuse to grade unless every layer of the child's sandbox is in force
   std::string profile;               // "ncu" or "nsys": a profiler's run after the graded one (profile.h); "" none
+  int device = -1;                   // --device N: GPU N of this host (select_device); -1: CUDA's first
   int threads = 0;                   // fixture build threads (0 = all cores)
   bool quiet = false;
   std::vector<std::string> argv;     // recorded in the report
@@ -58,6 +59,6 @@ int grade_main(const GradeOptions& opt);
 int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& solutions);
 
 /** The schema_version of the reports grade writes (docs/report-schema.md). */
-inline constexpr const char* kReportSchemaVersion = "2.1.0";
+inline constexpr const char* kReportSchemaVersion = "2.2.0";
 
 }  // namespace nibble

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <ctime>
 #include <filesystem>
+#include <sstream>
 
 #include "fixtures/fixture.h"
 #include "fixtures/rng.h"
@@ -19,6 +20,7 @@
 #include "harness/atomic_file.h"
 #include "harness/calibrate.h"
 #include "harness/grade.h"
+#include "harness/ledger.h"
 #include "harness/provenance.h"
 #include "harness/stats.h"
 #include "harness/task.h"
@@ -69,6 +71,52 @@ json BinaryPins::to_json() const {
   json j = json::object();
   for (const Pin& p : pins_) j[p.what] = {{"path", p.path}, {"sha256", p.sha256}};
   return j;
+}
+
+nlohmann::ordered_json select_device(int device) {
+  nlohmann::ordered_json d = {{"index", device < 0 ? 0 : device}};
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (device < 0) {
+    d["cuda_visible_devices"] = env ? json(env) : json(nullptr);
+    return d;
+  }
+  std::string pick = std::to_string(device);
+  if (env && *env) {
+    std::vector<std::string> listed;
+    std::stringstream ss(env);
+    for (std::string e; std::getline(ss, e, ',');) listed.push_back(e);
+    if (size_t(device) >= listed.size())
+      throw std::invalid_argument("--device " + std::to_string(device) + ": CUDA_VISIBLE_DEVICES=" + env + " lists " +
+                                  std::to_string(listed.size()) + " GPU(s), numbered from 0");
+    pick = listed[size_t(device)];
+  } else {
+    std::string why;
+    const int n = NvmlDevice::device_count(&why);
+    if (n > 0 && device >= n)
+      throw std::invalid_argument("--device " + std::to_string(device) + ": this host has " + std::to_string(n) +
+                                  " GPU(s), numbered from 0 (nvidia-smi -L lists them)");
+  }
+  setenv("CUDA_VISIBLE_DEVICES", pick.c_str(), 1);
+  d["cuda_visible_devices"] = pick;
+  return d;
+}
+
+nlohmann::ordered_json device_at_start(const std::string& uuid) {
+  nlohmann::ordered_json d = nlohmann::ordered_json::object();
+  const NvmlDevice nv(uuid);
+  if (!nv.available()) {
+    d["nvml"] = nv.why();
+    return d;
+  }
+  LedgerCall c;
+  nv.sample(c);
+  d["sm_mhz"] = c.sm_mhz;
+  d["memory_mhz"] = c.mem_mhz;
+  nlohmann::ordered_json others = nlohmann::ordered_json::array();
+  for (const GpuProcess& p : nv.compute_processes())
+    if (p.pid != unsigned(getpid())) others.push_back({{"pid", p.pid}, {"used_memory_bytes", p.used_memory_bytes}});
+  d["other_processes"] = others;
+  return d;
 }
 
 ChildRun run_job_child(Job job, double timeout, const Log* log, const std::string& what, const BinaryPins* pins,

@@ -103,6 +103,19 @@ struct ChildRun {
   std::string describe_failure() const;
 };
 
+/**
+ * --device N (grade, calibrate): the children see only GPU N of this host, through
+ * CUDA_VISIBLE_DEVICES (the parent itself never touches CUDA): N counts the GPUs CUDA would list, or,
+ * when CUDA_VISIBLE_DEVICES is already set, its entries (N = 1 with "2,3" is GPU 3). -1 changes
+ * nothing. Returns what the report records ({index, cuda_visible_devices}); throws
+ * std::invalid_argument for an N that names no GPU.
+ */
+nlohmann::ordered_json select_device(int device);
+
+/** NVML's view of the probed GPU (`uuid`) at the start: current SM and memory clocks and the compute
+ *  processes of others on it, for the report's device section (empty object without NVML). */
+nlohmann::ordered_json device_at_start(const std::string& uuid);
+
 /** Runs `job` in a child (`nibble __child`, which enters the sandbox of `job.sandbox` first) with
  *  the parent's channels (and, with timing, its call ledger) and a watchdog of `timeout` seconds;
  *  with `pins`, only after they are checked (else nothing is started and ChildRun::refused says

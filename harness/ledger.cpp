@@ -44,14 +44,13 @@ using nvml_ret = int;  // nvmlReturn_t; 0 = NVML_SUCCESS
 using nvml_init_fn = nvml_ret (*)();
 using nvml_by_uuid_fn = nvml_ret (*)(const char*, void**);
 using nvml_by_index_fn = nvml_ret (*)(unsigned, void**);
-using nvml_clock_fn = nvml_ret (*)(void*, int, unsigned*);
-using nvml_reasons_fn = nvml_ret (*)(void*, unsigned long long*);
 using nvml_shutdown_fn = nvml_ret (*)();
 constexpr int kNvmlClockSm = 1, kNvmlClockMem = 2;  // nvmlClockType_t
+constexpr int kNvmlInsufficientSize = 7;               // NVML_ERROR_INSUFFICIENT_SIZE
 
 }  // namespace
 
-NvmlClocks::NvmlClocks(const std::string& uuid) {
+NvmlDevice::NvmlDevice(const std::string& uuid) {
   lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib_) {
     why_ = "libnvidia-ml.so.1 not found (no NVIDIA driver here)";
@@ -76,26 +75,74 @@ NvmlClocks::NvmlClocks(const std::string& uuid) {
     return;
   }
   dev_ = dev;
+  clock_ = reinterpret_cast<clock_fn>(dlsym(lib_, "nvmlDeviceGetClockInfo"));
+  // The newer name first; drivers before 535 have only the older one.
+  reasons_ = reinterpret_cast<reasons_fn>(dlsym(lib_, "nvmlDeviceGetCurrentClocksEventReasons"));
+  if (!reasons_) reasons_ = reinterpret_cast<reasons_fn>(dlsym(lib_, "nvmlDeviceGetCurrentClocksThrottleReasons"));
+  // nvmlProcessInfo_v2 and _v3 share one layout: {pid, usedGpuMemory, gpuInstanceId, computeInstanceId}.
+  processes_ = reinterpret_cast<processes_fn>(dlsym(lib_, "nvmlDeviceGetComputeRunningProcesses_v3"));
+  if (!processes_) processes_ = reinterpret_cast<processes_fn>(dlsym(lib_, "nvmlDeviceGetComputeRunningProcesses_v2"));
 }
 
-NvmlClocks::~NvmlClocks() {
+NvmlDevice::~NvmlDevice() {
   if (!lib_) return;
   if (dev_)
     if (auto shutdown = reinterpret_cast<nvml_shutdown_fn>(dlsym(lib_, "nvmlShutdown"))) shutdown();
   dlclose(lib_);
 }
 
-void NvmlClocks::sample(LedgerCall& c) const {
+void NvmlDevice::sample(LedgerCall& c) const {
   if (!dev_) return;
-  auto clock = reinterpret_cast<nvml_clock_fn>(dlsym(lib_, "nvmlDeviceGetClockInfo"));
-  // The newer name first; drivers before 535 have only the older one.
-  auto reasons = reinterpret_cast<nvml_reasons_fn>(dlsym(lib_, "nvmlDeviceGetCurrentClocksEventReasons"));
-  if (!reasons) reasons = reinterpret_cast<nvml_reasons_fn>(dlsym(lib_, "nvmlDeviceGetCurrentClocksThrottleReasons"));
   unsigned mhz = 0;
-  if (clock && clock(dev_, kNvmlClockSm, &mhz) == 0) c.sm_mhz = mhz;
-  if (clock && clock(dev_, kNvmlClockMem, &mhz) == 0) c.mem_mhz = mhz;
+  if (clock_ && clock_(dev_, kNvmlClockSm, &mhz) == 0) c.sm_mhz = mhz;
+  if (clock_ && clock_(dev_, kNvmlClockMem, &mhz) == 0) c.mem_mhz = mhz;
   unsigned long long mask = 0;
-  if (reasons && reasons(dev_, &mask) == 0) c.clock_events = mask;
+  if (reasons_ && reasons_(dev_, &mask) == 0) c.clock_events = mask;
+}
+
+std::vector<GpuProcess> NvmlDevice::compute_processes() const {
+  struct Info {
+    unsigned pid;
+    unsigned long long used;
+    unsigned gpu_instance, compute_instance;
+  };
+  std::vector<GpuProcess> out;
+  if (!dev_ || !processes_) return out;
+  std::vector<Info> info(64);
+  unsigned n = unsigned(info.size());
+  int r = processes_(dev_, &n, info.data());
+  if (r == kNvmlInsufficientSize) {  // more than 64: NVML said how many
+    info.resize(n + 8);
+    n = unsigned(info.size());
+    r = processes_(dev_, &n, info.data());
+  }
+  if (r != 0) return out;
+  for (unsigned i = 0; i < n && i < info.size(); ++i) out.push_back({info[i].pid, info[i].used});
+  return out;
+}
+
+int NvmlDevice::device_count(std::string* why) {
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  auto fail = [&](const std::string& w) {
+    if (why) *why = w;
+    if (lib) dlclose(lib);
+    return 0;
+  };
+  if (!lib) return fail("libnvidia-ml.so.1 not found (no NVIDIA driver here)");
+  auto init = reinterpret_cast<nvml_init_fn>(dlsym(lib, "nvmlInit_v2"));
+  auto count = reinterpret_cast<int (*)(unsigned*)>(dlsym(lib, "nvmlDeviceGetCount_v2"));
+  auto shutdown = reinterpret_cast<nvml_shutdown_fn>(dlsym(lib, "nvmlShutdown"));
+  if (!init || !count || !shutdown) return fail("libnvidia-ml.so.1 lacks nvmlInit_v2 or nvmlDeviceGetCount_v2");
+  if (const nvml_ret r = init(); r != 0) return fail("nvmlInit_v2 failed (NVML error " + std::to_string(r) + ")");
+  unsigned n = 0;
+  const nvml_ret r = count(&n);
+  shutdown();
+  dlclose(lib);
+  if (r != 0) {
+    if (why) *why = "nvmlDeviceGetCount_v2 failed (NVML error " + std::to_string(r) + ")";
+    return 0;
+  }
+  return int(n);
 }
 
 CallLedger::CallLedger(int calls_per_round, int picks_per_round, std::optional<uint64_t> seed, const std::string& gpu_uuid)
@@ -131,7 +178,7 @@ void CallLedger::finish() {
 
 void CallLedger::serve() {
   // NVML is opened on this thread, after the child has been started: its first use costs ~0.1 s.
-  NvmlClocks nvml(gpu_uuid_);
+  NvmlDevice nvml(gpu_uuid_);
   nvml_available_ = nvml.available();
   nvml_why_ = nvml.why();
   nvml_ = &nvml;

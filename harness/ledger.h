@@ -43,25 +43,42 @@ struct LedgerCall {
   uint64_t clock_events = 0;  // nvmlDeviceGetCurrentClocksEventReasons
 };
 
+/** A GPU process NVML sees: its pid and the device memory it holds. */
+struct GpuProcess {
+  unsigned pid = 0;
+  unsigned long long used_memory_bytes = 0;
+};
+
 /** NVML's view of the GPU the child uses, loaded at run time (libnvidia-ml.so.1 comes with the
- *  driver; a machine without one simply has no samples). */
-class NvmlClocks {
+ *  driver; a machine without one simply has no samples). Its functions are resolved once. */
+class NvmlDevice {
  public:
   /** Opens NVML and finds the GPU whose UUID is `uuid` (as cudaDeviceProp::uuid, "GPU-..."; ""
    *  takes index 0). available() is false, with why(), when any of that fails. */
-  explicit NvmlClocks(const std::string& uuid);
-  ~NvmlClocks();
-  NvmlClocks(const NvmlClocks&) = delete;
-  NvmlClocks& operator=(const NvmlClocks&) = delete;
+  explicit NvmlDevice(const std::string& uuid);
+  ~NvmlDevice();
+  NvmlDevice(const NvmlDevice&) = delete;
+  NvmlDevice& operator=(const NvmlDevice&) = delete;
   bool available() const { return dev_ != nullptr; }
   const std::string& why() const { return why_; }
   /** SM and memory clocks in MHz and the clock-event (throttle) reasons mask, into `c`. */
   void sample(LedgerCall& c) const;
+  /** The compute processes on this GPU now (nvmlDeviceGetComputeRunningProcesses); empty when
+   *  none or NVML cannot say. */
+  std::vector<GpuProcess> compute_processes() const;
+  /** How many GPUs NVML sees on this host; 0 (with `why`) when NVML is not there. */
+  static int device_count(std::string* why = nullptr);
 
  private:
   void* lib_ = nullptr;
   void* dev_ = nullptr;
   std::string why_;
+  using clock_fn = int (*)(void*, int, unsigned*);
+  using reasons_fn = int (*)(void*, unsigned long long*);
+  using processes_fn = int (*)(void*, unsigned*, void*);
+  clock_fn clock_ = nullptr;
+  reasons_fn reasons_ = nullptr;
+  processes_fn processes_ = nullptr;
 };
 
 /** Clock-event reasons that lower the clocks below what the load asks for (nvml.h's
@@ -110,7 +127,7 @@ class CallLedger {
   std::vector<int> picks_;  // of the current round
   std::string violation_, nvml_why_;
   bool nvml_available_ = false;
-  const NvmlClocks* nvml_ = nullptr;  // serve()'s, while it runs
+  const NvmlDevice* nvml_ = nullptr;  // serve()'s, while it runs
   // The open call: its (round, call) and when "open" arrived.
   int open_round_ = 0, open_call_ = -1;
   bool is_open_ = false;

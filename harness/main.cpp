@@ -214,6 +214,10 @@ int main(int argc, char** argv) {
           return std::string(e.what());
         }
       });
+  grade->add_option("--device", g.device,
+                    "GPU of this host to grade on, numbered as nvidia-smi -L (or as CUDA_VISIBLE_DEVICES lists them when set); "
+                    "default: CUDA's first")
+      ->check(CLI::NonNegativeNumber);
   grade->add_flag("-q,--quiet", g.quiet, "No progress lines");
 
   CalibrateOptions c;
@@ -231,6 +235,7 @@ int main(int argc, char** argv) {
   calibrate->add_option("--reference", c.reference, "Reference .so (default: the bundled one)")->check(kNonEmpty);
   calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmpty);
   calibrate->add_option("--timeout", c.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str()->check(kNonEmpty);
+  calibrate->add_option("--device", c.device, "GPU of this host, as nibble grade --device")->check(CLI::NonNegativeNumber);
   calibrate->add_flag("-q,--quiet", c.quiet, "No progress lines");
 
   // nibble compare BASE.json NEW.json | nibble report show|html REPORT.json: they parse their own

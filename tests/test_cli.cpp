@@ -89,6 +89,22 @@ TEST(Cli, SeveralSolutionsAreGradedSideBySide) {
   EXPECT_FALSE(fs::exists(dir + "/lineup.html")) << "no first report: no page";
 }
 
+// --device N counts the GPUs CUDA_VISIBLE_DEVICES lists when it is set: one beyond them is a usage
+// error before any work, on any machine.
+TEST(Cli, DeviceBeyondTheVisibleGpusIsAUsageError) {
+  TempDir t;
+  for (const char* command : {"grade", "calibrate"}) {
+    std::vector<std::string> args = {command, "--config", "tiny", "--device", "2", "--out", t.path() + "/r.json"};
+    if (std::string(command) == "grade") args.insert(args.end(), {"--solution", nibble_exe()});
+    const Result r = run_nibble_env({"CUDA_VISIBLE_DEVICES=0,1"}, args, t);
+    EXPECT_EQ(r.code, 2) << command << ": " << r.output;
+    EXPECT_NE(r.output.find("--device 2: CUDA_VISIBLE_DEVICES=0,1 lists 2 GPU(s), numbered from 0"), std::string::npos)
+        << command << ": " << r.output;
+  }
+  const Result r = run_nibble({"grade", "--solution", nibble_exe(), "--device", "-1"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+}
+
 TEST(Cli, ProfileTakesNcuOrNsys) {
   TempDir t;
   const Result r = run_nibble({"grade", "--solution", "/nonexistent/a.so", "--profile", "vtune"}, t);

@@ -72,7 +72,7 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   EXPECT_GT(t["gpu_span_us"]["median"].get<double>(), 0.0);
   EXPECT_GE(t["kernels_per_call"]["min"].get<double>(), 1.0);
   EXPECT_EQ(t["unit"], "token");
-  EXPECT_EQ(g.report["schema_version"], "2.1.0");
+  EXPECT_EQ(g.report["schema_version"], "2.2.0");
   EXPECT_FALSE(t["verified_calls"].empty()) << "the timed calls were re-checked";
   EXPECT_FALSE(g.report["device"]["name"].get<std::string>().empty());
   EXPECT_EQ(t["timing_seed_from"], "none: every draw from the OS after the build, when needed") << t.dump();
@@ -108,6 +108,19 @@ TEST(GradeGpu, ProfileRunsAfterTheVerdict) {
     if (tool == "ncu") EXPECT_TRUE(p["top_kernels"][0]["registers_per_thread"].is_number()) << p.dump();
     EXPECT_EQ(g.report["disposition"], "Passed");
   }
+}
+
+// --device: the report names the GPU the grade ran on (index, PCI bus id) and what NVML saw on it at
+// the start (clocks, other processes).
+TEST(GradeGpu, TheDeviceIsRecorded) {
+  NIBBLE_REQUIRE_GPU();
+  const Graded g = grade(lib("nibble_reference"), {"--no-timing", "--seeds", "0", "--device", "0"});
+  ASSERT_EQ(g.code, 0) << g.output;
+  const json& d = g.report["device"];
+  EXPECT_EQ(d["index"], 0);
+  EXPECT_EQ(d["pci_bus_id"].get<std::string>().size(), 12u) << d.dump() << " (0000:xx:yy.z)";
+  EXPECT_TRUE(d["at_start"].is_object()) << d.dump();
+  if (d["at_start"].contains("other_processes")) EXPECT_TRUE(d["at_start"]["other_processes"].is_array());
 }
 
 TEST(GradeGpu, SandboxIsReportedAndCanBeRequired) {
