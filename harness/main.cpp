@@ -7,6 +7,7 @@
 //   nibble compare BASE.json NEW.json [--max-slowdown PCT] [--alpha A] [--force] [--json]
 //   nibble report show R.json | nibble report html R.json [BASE.json] [--beside X.json ...] -o R.html
 //   nibble configs [--task T]     the tasks and their official configs, one "task config" per line
+//   nibble batch MANIFEST [--devices 0,1] [--slurm [--partition P] [--time T] [--no-submit]] [--element I] [--collect]
 // Hidden: `nibble __child <job-fd>`, the grader's child process (harness/protocol.h).
 #include <CLI/CLI.hpp>
 
@@ -19,6 +20,7 @@
 
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
+#include "harness/batch.h"
 #include "harness/calibrate.h"
 #include "harness/child.h"
 #include "harness/grade.h"
@@ -242,6 +244,14 @@ int main(int argc, char** argv) {
   // arguments and exit from their callbacks with their own codes (compare exits 4 on a bad command
   // line, not 2, which is its "correctness regression"); see harness/report_cli.h.
   add_report_commands(app);
+  auto* batch = app.add_subcommand("batch", "Run a manifest of grades over every GPU of this host, or as a Slurm job array (batch --help)");
+  batch->prefix_command();  // its own parser (batch_cli.cpp), as report and compare
+  batch->set_help_flag();
+  batch->callback([batch] {
+    const int code = batch_command(batch->remaining());
+    std::fflush(nullptr);
+    std::exit(code);
+  });
 
   auto* fixture = app.add_subcommand("fixture", "Build or verify task fixtures");
   fixture->require_subcommand(1);

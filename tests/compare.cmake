@@ -9,3 +9,4 @@ target_compile_definitions(test_compare PRIVATE NIBBLE_TEST_SOURCE_DIR="${PROJEC
 target_compile_definitions(test_html_report PRIVATE NIBBLE_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 nibble_add_gtest(lineup SOURCES test_lineup.cpp LIBS nibble_reports LABELS cpu)
 nibble_add_gtest(profile SOURCES test_profile.cpp LIBS nibble_runtime LABELS cpu)
+nibble_add_gtest(batch SOURCES test_batch.cpp LIBS nibble_reports LABELS cpu)

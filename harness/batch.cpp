@@ -1,0 +1,346 @@
+// batch.cpp: see batch.h (the manifest, the scheduler, the summary, Slurm's script and collection;
+// the command line is batch_cli.cpp).
+#include "harness/batch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "fixtures/sha256.h"
+#include "harness/atomic_file.h"
+#include "harness/task.h"
+
+namespace nibble {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::string safe(const std::string& s) {
+  std::string o;
+  for (char c : s) o += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+  return o;
+}
+
+std::string seeds_text(const std::vector<uint64_t>& seeds) {
+  std::string s;
+  for (uint64_t x : seeds) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+std::string absolute_from(const std::string& base, const std::string& p) {
+  return fs::weakly_canonical(fs::path(p).is_absolute() ? fs::path(p) : fs::path(base) / p).string();
+}
+
+template <class T>
+T get_or(const json& j, const char* key, const T& fallback, const std::string& where) {
+  if (!j.contains(key)) return fallback;
+  try {
+    return j.at(key).get<T>();
+  } catch (const std::exception&) {
+    throw std::invalid_argument(where + ": '" + key + "' has the wrong type (" + j.at(key).dump() + ")");
+  }
+}
+
+}  // namespace
+
+BatchManifest read_batch_manifest(const std::string& path) {
+  json j;
+  try {
+    j = json::parse(read_file(path));
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(path + ": not a readable JSON manifest (" + e.what() + ")");
+  }
+  if (!j.is_object() || !j.contains("runs") || !j["runs"].is_array() || j["runs"].empty())
+    throw std::invalid_argument(path + ": a manifest is an object with a non-empty \"runs\" list (nibble batch --help)");
+  const std::string base = fs::absolute(path).parent_path().string();
+  BatchManifest m;
+  m.path = fs::absolute(path).string();
+  m.name = safe(get_or<std::string>(j, "name", fs::path(path).stem().string(), path));
+  m.out = absolute_from(base, get_or<std::string>(j, "out", "results", path));
+  m.timeout_seconds = get_or<double>(j, "timeout_seconds", 3600, path);
+  if (!(m.timeout_seconds > 0)) throw std::invalid_argument(path + ": timeout_seconds must be positive");
+  for (size_t r = 0; r < j["runs"].size(); ++r) {
+    const json& run = j["runs"][r];
+    const std::string where = path + ": runs[" + std::to_string(r) + "]";
+    if (!run.is_object()) throw std::invalid_argument(where + " is not an object");
+    for (const auto& [k, v] : run.items())
+      if (k != "command" && k != "task" && k != "configs" && k != "seeds" && k != "split_seeds" && k != "solutions" && k != "args")
+        throw std::invalid_argument(where + ": unknown key '" + k + "' (command, task, configs, seeds, split_seeds, solutions, args)");
+    const std::string command = get_or<std::string>(run, "command", "grade", where);
+    if (command != "grade" && command != "calibrate")
+      throw std::invalid_argument(where + ": command must be grade or calibrate, not '" + command + "'");
+    const std::string task_name = get_or<std::string>(run, "task", "", where);
+    const Task* task = task_or_null(task_name);
+    if (!task) throw std::invalid_argument(where + ": unknown task '" + task_name + "' (nibble configs lists them)");
+    const auto configs = get_or<std::vector<std::string>>(run, "configs", {}, where);
+    if (configs.empty()) throw std::invalid_argument(where + ": 'configs' must list at least one config");
+    for (const std::string& c : configs) {
+      try {
+        task->check_config(c);
+      } catch (const std::exception& e) {
+        throw std::invalid_argument(where + ": " + e.what());
+      }
+    }
+    const auto seeds = get_or<std::vector<uint64_t>>(run, "seeds", {0, 1}, where);
+    if (seeds.empty()) throw std::invalid_argument(where + ": 'seeds' must not be empty");
+    const bool split = get_or<bool>(run, "split_seeds", false, where);
+    auto solutions = get_or<std::vector<std::string>>(run, "solutions", {}, where);
+    if (command == "grade" && solutions.empty()) throw std::invalid_argument(where + ": a grade run needs 'solutions'");
+    if (command == "calibrate" && !solutions.empty()) throw std::invalid_argument(where + ": a calibrate run takes no 'solutions'");
+    for (std::string& s : solutions) {
+      s = absolute_from(base, s);
+      if (!fs::exists(s)) throw std::invalid_argument(where + ": solution " + s + " does not exist (build it first)");
+    }
+    if (solutions.empty()) solutions.push_back("");
+    const auto args = get_or<std::vector<std::string>>(run, "args", {}, where);
+    std::vector<std::vector<uint64_t>> seed_sets;
+    if (split)
+      for (uint64_t s : seeds) seed_sets.push_back({s});
+    else
+      seed_sets.push_back(seeds);
+    const bool cpu_path = std::find(args.begin(), args.end(), "cpu") != args.end() &&
+                          std::find(args.begin(), args.end(), "--path") != args.end();
+    for (const std::string& config : configs)
+      for (const std::string& solution : solutions)
+        for (const auto& ss : seed_sets) {
+          BatchJob b;
+          b.index = int(m.jobs.size());
+          b.command = command;
+          b.task = task_name;
+          b.config = config;
+          b.seeds = ss;
+          b.solution = solution;
+          b.args = args;
+          b.needs_gpu = !(command == "calibrate" && cpu_path);
+          b.id = safe(command + "-" + task_name + "-" + config + (solution.empty() ? "" : "-" + fs::path(solution).stem().string()) +
+                      "-s" + seeds_text(ss));
+          for (const BatchJob& o : m.jobs)
+            if (o.id == b.id) b.id += "-" + std::to_string(b.index);
+          b.report = (fs::path(m.out) / (b.id + ".json")).string();
+          b.sidecar = (fs::path(m.out) / (b.id + ".job.json")).string();
+          b.log = (fs::path(m.out) / (b.id + ".log")).string();
+          json spec = {{"command", command}, {"task", task_name}, {"config", config}, {"seeds", ss}, {"solution", solution}, {"args", args}};
+          if (!solution.empty()) {
+            try {
+              spec["solution_sha256"] = sha256_file_hex(solution);
+            } catch (const std::exception& e) {
+              throw std::invalid_argument(where + ": solution " + solution + " cannot be read (" + e.what() + ")");
+            }
+          }
+          const std::string text = spec.dump();
+          b.hash = sha256_hex(text.data(), text.size());
+          m.jobs.push_back(std::move(b));
+        }
+  }
+  return m;
+}
+
+std::vector<std::string> batch_job_argv(const BatchJob& job, int device) {
+  std::vector<std::string> a = {job.command, "--task", job.task, "--config", job.config, "--seeds", seeds_text(job.seeds), "--out",
+                                job.report, "-q"};
+  if (!job.solution.empty()) a.insert(a.end(), {"--solution", job.solution});
+  if (device >= 0 && job.needs_gpu) a.insert(a.end(), {"--device", std::to_string(device)});
+  a.insert(a.end(), job.args.begin(), job.args.end());
+  return a;
+}
+
+bool batch_job_done(const BatchJob& job) {
+  try {
+    const json side = json::parse(read_file(job.sidecar));
+    if (side.value("hash", "") != job.hash) return false;
+    const json r = json::parse(read_file(job.report));
+    return r.is_object() && r.contains("schema");
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+namespace {
+
+/** The outcome of a finished job from its report. */
+BatchOutcome outcome_of(const BatchJob& job, int code, double seconds, int device) {
+  BatchOutcome o;
+  o.exit_code = code;
+  o.seconds = seconds;
+  o.device = device;
+  try {
+    const json r = json::parse(read_file(job.report));
+    if (job.command == "calibrate") {
+      o.disposition = r.value("healthy", false) ? "Healthy" : "Unhealthy";
+      o.reason = r.value("health_rule", "");
+    } else {
+      o.disposition = r.value("disposition", "NoReport");
+      o.reason = r.value("reason", "");
+    }
+  } catch (const std::exception&) {
+    o.disposition = "NoReport";
+    o.reason = "exit " + std::to_string(code) + " without a readable report (" + job.log + ")";
+  }
+  return o;
+}
+
+}  // namespace
+
+std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<int>& devices, const BatchRunner& run,
+                                    const BatchProgress& progress) {
+  std::vector<BatchOutcome> out(m.jobs.size());
+  std::vector<size_t> queue;
+  for (size_t i = 0; i < m.jobs.size(); ++i) {
+    if (batch_job_done(m.jobs[i])) {
+      out[i] = outcome_of(m.jobs[i], 0, 0, -1);
+      out[i].skipped = true;
+      try {
+        out[i].exit_code = json::parse(read_file(m.jobs[i].sidecar)).value("exit_code", 0);
+      } catch (const std::exception&) {
+      }
+    } else {
+      queue.push_back(i);
+    }
+  }
+  std::mutex mu;
+  size_t next = 0, done = m.jobs.size() - queue.size();
+  std::map<int, std::string> running;  // slot -> job id
+  auto line = [&] {                    // under mu
+    std::string s = "[batch] done " + std::to_string(done) + " | running " + std::to_string(running.size()) + " | left " +
+                    std::to_string(queue.size() - next);
+    for (const auto& [slot, id] : running) s += " | " + (slot >= 0 ? "gpu" + std::to_string(slot) : std::string("host")) + ": " + id;
+    if (progress) progress(s);
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    line();
+  }
+  auto worker = [&](int slot) {
+    for (;;) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next >= queue.size()) return;
+        i = queue[next++];
+        running[slot] = m.jobs[i].id;
+        line();
+      }
+      const BatchJob& job = m.jobs[i];
+      const auto t0 = std::chrono::steady_clock::now();
+      const int code = run(job, slot);
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      BatchOutcome o = outcome_of(job, code, sec, slot);
+      try {
+        write_file_atomic(job.sidecar, json({{"hash", job.hash},
+                                             {"index", job.index},
+                                             {"argv", batch_job_argv(job, slot)},
+                                             {"exit_code", code},
+                                             {"disposition", o.disposition},
+                                             {"seconds", sec},
+                                             {"device", slot}})
+                                           .dump(2) +
+                                           "\n");
+      } catch (const std::exception& e) {
+        o.reason += std::string(" (its sidecar could not be written: ") + e.what() + ")";
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      out[i] = o;
+      running.erase(slot);
+      ++done;
+      line();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int d : devices) threads.emplace_back(worker, d);
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+json batch_summary(const BatchManifest& m, const std::vector<BatchOutcome>& outcomes) {
+  json counts = json::object(), rows = json::array();
+  for (size_t i = 0; i < m.jobs.size() && i < outcomes.size(); ++i) {
+    const BatchOutcome& o = outcomes[i];
+    counts[o.disposition] = counts.value(o.disposition, 0) + 1;
+    rows.push_back({{"index", m.jobs[i].index},
+                    {"id", m.jobs[i].id},
+                    {"report", m.jobs[i].report},
+                    {"disposition", o.disposition},
+                    {"reason", o.reason},
+                    {"exit_code", o.exit_code},
+                    {"seconds", o.seconds},
+                    {"device", o.device},
+                    {"resumed", o.skipped}});
+  }
+  return {{"schema", "nibble.batch"}, {"manifest", m.path}, {"jobs", m.jobs.size()}, {"counts", counts}, {"rows", rows}};
+}
+
+std::string format_batch_summary(const json& s) {
+  std::ostringstream o;
+  o << "nibble batch: " << s["jobs"].get<size_t>() << " jobs:";
+  for (const auto& [k, v] : s["counts"].items()) o << " " << v.get<int>() << " " << k;
+  o << "\n";
+  for (const json& r : s["rows"]) {
+    const std::string d = r["disposition"];
+    if (d == "Passed" || d == "Healthy") continue;
+    o << "  " << r["id"].get<std::string>() << ": " << d << ": " << r["reason"].get<std::string>().substr(0, 300) << "\n";
+  }
+  return o.str();
+}
+
+std::string slurm_array_script(const BatchManifest& m, const std::string& nibble, const std::string& partition,
+                               const std::string& time_limit) {
+  const bool gpu = std::any_of(m.jobs.begin(), m.jobs.end(), [](const BatchJob& j) { return j.needs_gpu; });
+  std::ostringstream o;
+  o << "#!/bin/bash\n"
+    << "# Written by nibble batch --slurm: one array element per job of " << m.path << "\n"
+    << "#SBATCH --job-name=nibble-" << m.name << "\n"
+    << "#SBATCH --array=0-" << (m.jobs.empty() ? 0 : m.jobs.size() - 1) << "\n"
+    << "#SBATCH --ntasks=1\n"
+    << "#SBATCH --output=" << (fs::path(m.out) / "slurm" / "%A_%a.out").string() << "\n";
+  if (gpu) o << "#SBATCH --gres=gpu:1\n";
+  if (!partition.empty()) o << "#SBATCH --partition=" << partition << "\n";
+  if (!time_limit.empty()) o << "#SBATCH --time=" << time_limit << "\n";
+  o << "exec \"" << nibble << "\" batch \"" << m.path << "\" --element \"$SLURM_ARRAY_TASK_ID\"\n";
+  return o.str();
+}
+
+json collect_batch(const BatchManifest& m) {
+  json rows = json::array();
+  std::vector<int> again;
+  int done = 0, failed = 0, missing = 0;
+  for (const BatchJob& j : m.jobs) {
+    std::string state, why;
+    std::string disposition;
+    if (batch_job_done(j)) {
+      // A report is a result whatever its verdict: grading an Incorrect solution again changes nothing.
+      const BatchOutcome o = outcome_of(j, 0, 0, -1);
+      state = "done";
+      disposition = o.disposition;
+      why = o.disposition == "Passed" || o.disposition == "Healthy" ? "" : o.reason;
+    } else if (fs::exists(j.sidecar)) {
+      state = "failed";
+      why = "its element ran and left no matching report (" + j.log + ")";
+    } else {
+      state = "missing";
+      why = "no result: the element did not run, or ran before this manifest changed";
+    }
+    (state == "done" ? done : state == "failed" ? failed : missing)++;
+    if (state != "done") again.push_back(j.index);
+    rows.push_back({{"index", j.index}, {"id", j.id}, {"state", state}, {"disposition", disposition}, {"why", why}});
+  }
+  std::string list;
+  for (int i : again) list += (list.empty() ? "" : ",") + std::to_string(i);
+  const std::string script = (fs::path(m.out) / "slurm" / "array.sbatch").string();
+  return {{"schema", "nibble.batch.collect"},
+          {"manifest", m.path},
+          {"done", done},
+          {"failed", failed},
+          {"missing", missing},
+          {"rows", rows},
+          {"resubmit", again.empty() ? json(nullptr) : json("sbatch --array=" + list + " " + script)}};
+}
+
+}  // namespace nibble

@@ -1,0 +1,200 @@
+// batch_cli.cpp: `nibble batch` (see batch.h): the command line, the fixtures built once, the real
+// runner (one nibble process per job), Slurm's sbatch.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "harness/atomic_file.h"
+#include "harness/batch.h"
+#include "harness/grade_common.h"
+#include "harness/ledger.h"
+#include "harness/process.h"
+#include "harness/task.h"
+
+namespace nibble {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+int exit_of(const std::vector<BatchOutcome>& outcomes) {
+  for (const BatchOutcome& o : outcomes)
+    if (o.disposition != "Passed" && o.disposition != "Healthy") return 1;
+  return 0;
+}
+
+/** Runs `job` as its own nibble process, its output appended to the job's log. */
+int run_job_process(const BatchJob& job, int device, double timeout) {
+  std::vector<std::string> argv = {self_exe()};
+  for (const std::string& a : batch_job_argv(job, device)) argv.push_back(a);
+  const ChildExit e = run_child(argv, job.log, timeout);
+  return e.kind == ChildExit::Exited ? e.code : 128 + (e.kind == ChildExit::Signaled ? e.code : 9);
+}
+
+/** Every fixture a grade job reads, into the cache, once, before any job starts: grades running
+ *  side by side then only read them. */
+int build_fixtures(const BatchManifest& m, const Log& log) {
+  std::set<std::tuple<std::string, std::string, uint64_t>> need;
+  for (const BatchJob& j : m.jobs)
+    if (j.command == "grade" && !batch_job_done(j))
+      for (uint64_t s : j.seeds) need.insert({j.task, j.config, s});
+  for (const auto& [task, config, seed] : need) {
+    std::string dir;
+    FixtureManifest fm;
+    try {
+      ensure_fixture(find_task(task), config, seed, "", 0, true, log, &dir, &fm);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble batch: fixture %s / %s seed %llu: %s\n", task.c_str(), config.c_str(), (unsigned long long)seed,
+                   e.what());
+      return 3;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int batch_command(std::vector<std::string> args) {
+  CLI::App app{"Run a manifest's grades over every GPU of this host (one grade per GPU at a time), or as a Slurm job array",
+               "nibble batch"};
+  std::string manifest_path, devices_text, partition, time_limit;
+  int element = -1;
+  bool slurm = false, no_submit = false, collect = false, quiet = false;
+  app.add_option("MANIFEST", manifest_path, "The manifest (JSON; README \"Grading many solutions\")")->required();
+  app.add_option("--devices", devices_text, "GPUs to use, e.g. 0,1 (default: every GPU NVML sees)");
+  app.add_flag("--slurm", slurm, "Write a Slurm job array (one element per job) into <out>/slurm/ and submit it with sbatch");
+  app.add_flag("--no-submit", no_submit, "With --slurm: write the script, do not submit it");
+  app.add_option("--partition", partition, "With --slurm: the partition");
+  app.add_option("--time", time_limit, "With --slurm: the time limit per element (sbatch --time)");
+  app.add_option("--element", element, "Run only job I (what an array element runs; Slurm's GPU is CUDA's first)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--collect", collect, "Read the results folder: jobs done, failed and missing, and the resubmit command");
+  app.add_flag("-q,--quiet", quiet, "No progress lines");
+  app.footer("Exit codes: 0 every job passed; 1 a job did not pass, failed or is missing; 2 bad input; 3 the batch could not run.");
+  std::reverse(args.begin(), args.end());
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp& e) {
+    app.exit(e);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  BatchManifest m;
+  try {
+    m = read_batch_manifest(manifest_path);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "nibble batch: %s\n", e.what());
+    return 2;
+  }
+  std::error_code ec;
+  fs::create_directories(m.out, ec);
+  if (!fs::is_directory(m.out)) {
+    std::fprintf(stderr, "nibble batch: the results folder %s cannot be made (%s)\n", m.out.c_str(), ec.message().c_str());
+    return 2;
+  }
+
+  if (collect) {
+    const json c = collect_batch(m);
+    std::printf("nibble batch --collect: %d done, %d failed, %d missing of %zu\n", c["done"].get<int>(), c["failed"].get<int>(),
+                c["missing"].get<int>(), m.jobs.size());
+    for (const json& r : c["rows"])
+      if (r["state"] != "done") std::printf("  %-8s %s: %s\n", r["state"].get<std::string>().c_str(), r["id"].get<std::string>().c_str(),
+                                            r["why"].get<std::string>().c_str());
+    if (!c["resubmit"].is_null()) std::printf("  resubmit: %s\n", c["resubmit"].get<std::string>().c_str());
+    try {
+      write_file_atomic((fs::path(m.out) / "collect.json").string(), c.dump(2) + "\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble batch: %s\n", e.what());
+      return 3;
+    }
+    return c["failed"].get<int>() + c["missing"].get<int>() == 0 ? 0 : 1;
+  }
+
+  if (element >= 0) {
+    if (size_t(element) >= m.jobs.size()) {
+      std::fprintf(stderr, "nibble batch: --element %d: the manifest has %zu jobs (0 to %zu)\n", element, m.jobs.size(), m.jobs.size() - 1);
+      return 2;
+    }
+    BatchManifest one = m;
+    one.jobs = {m.jobs[size_t(element)]};
+    const Log log{true, false};
+    if (const int rc = build_fixtures(one, log)) return rc;
+    const auto outcomes = run_batch(one, {-1}, [&](const BatchJob& j, int) { return run_job_process(j, -1, m.timeout_seconds); }, {});
+    std::printf("nibble batch: element %d (%s): %s\n", element, one.jobs[0].id.c_str(), outcomes[0].disposition.c_str());
+    return outcomes[0].disposition == "NoReport" ? 1 : 0;
+  }
+
+  if (slurm) {
+    const fs::path dir = fs::path(m.out) / "slurm";
+    fs::create_directories(dir, ec);
+    const std::string script = (dir / "array.sbatch").string();
+    try {
+      write_file_atomic(script, slurm_array_script(m, self_exe(), partition, time_limit));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble batch: %s\n", e.what());
+      return 3;
+    }
+    std::printf("nibble batch: %zu jobs -> %s\n", m.jobs.size(), script.c_str());
+    if (no_submit) return 0;
+    const std::string log = (dir / "sbatch.log").string();
+    fs::remove(log, ec);
+    const ChildExit e = run_child({"/usr/bin/env", "sbatch", "--parsable", script}, log, 120);
+    const std::string said = file_tail(log, 2000);
+    if (e.kind != ChildExit::Exited || e.code != 0) {
+      std::fprintf(stderr, "nibble batch: sbatch failed (%s): %s\n  Is Slurm's client installed and a cluster reachable (sinfo)? "
+                   "The script is %s\n", e.describe().c_str(), said.c_str(), script.c_str());
+      return 3;
+    }
+    std::printf("nibble batch: submitted job array %s; `nibble batch %s --collect` gathers the results\n",
+                said.substr(0, said.find_first_of("\n;")).c_str(), manifest_path.c_str());
+    return 0;
+  }
+
+  // This host: one grade per GPU at a time.
+  std::vector<int> devices;
+  if (!devices_text.empty()) {
+    std::stringstream ss(devices_text);
+    for (std::string d; std::getline(ss, d, ',');) {
+      if (d.empty() || d.find_first_not_of("0123456789") != std::string::npos) {
+        std::fprintf(stderr, "nibble batch: --devices takes GPU numbers separated by commas, e.g. 0,1; not '%s'\n", devices_text.c_str());
+        return 2;
+      }
+      devices.push_back(std::stoi(d));
+    }
+  } else {
+    std::string why;
+    const int n = NvmlDevice::device_count(&why);
+    for (int d = 0; d < n; ++d) devices.push_back(d);
+    if (devices.empty()) {
+      devices.push_back(-1);  // one slot: a job that needs a GPU ends as a line saying there is none
+      if (!quiet) std::fprintf(stderr, "nibble batch: no GPU found (%s): one job at a time, none on a GPU\n", why.c_str());
+    }
+  }
+  const Log log{quiet, isatty(STDERR_FILENO) != 0};
+  if (const int rc = build_fixtures(m, log)) return rc;
+  const auto outcomes = run_batch(
+      m, devices, [&](const BatchJob& j, int d) { return run_job_process(j, d, m.timeout_seconds); },
+      [&](const std::string& line) {
+        if (!quiet) std::fprintf(stderr, "%s\n", line.c_str());
+      });
+  const json summary = batch_summary(m, outcomes);
+  std::cout << format_batch_summary(summary);
+  try {
+    write_file_atomic((fs::path(m.out) / "batch-summary.json").string(), summary.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble batch: %s\n", e.what());
+    return 3;
+  }
+  return exit_of(outcomes);
+}
+
+}  // namespace nibble

@@ -1,0 +1,171 @@
+// test_batch.cpp: nibble batch (harness/batch.h) with a fake grade: the manifest and its errors,
+// the jobs it expands to, one job per GPU at a time, resume after an interruption, the summary,
+// Slurm's array script and --collect.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "harness/atomic_file.h"
+#include "harness/batch.h"
+#include "harness/process.h"
+
+using namespace nibble;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string write(const TempDir& t, const std::string& name, const std::string& text) {
+  const std::string p = t.path() + "/" + name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+/** Two decode solutions (files whose bytes the hash reads) and a manifest over them. */
+std::string two_solutions(const TempDir& t, const std::string& runs_extra = "") {
+  write(t, "a.so", "solution a");
+  write(t, "b.so", "solution b");
+  return write(t, "m.json", R"({"name": "t", "out": "res", "runs": [
+    {"task": "megakernel-int4-weight-decode", "configs": ["tiny", "full"], "seeds": [0, 1], "solutions": ["a.so", "b.so"]},
+    {"command": "calibrate", "task": "gemm-w4a16-nvfp4", "configs": ["tiny"], "seeds": [3, 4], "split_seeds": true,
+     "args": ["--path", "cpu"]})" + runs_extra + "]}");
+}
+
+/** A fake grade: writes a report with `disposition`, remembers which device ran what, and checks
+ *  that no device ever runs two jobs at once. */
+struct FakeGrade {
+  std::mutex mu;
+  std::map<int, int> busy;
+  std::atomic<int> calls{0}, overlaps{0};
+  std::vector<std::string> ran;
+  std::string disposition = "Passed";
+  int operator()(const BatchJob& j, int device) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (busy[device]++ > 0) ++overlaps;
+      ran.push_back(j.id);
+    }
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    write_file_atomic(j.report, j.command == "calibrate" ? R"({"schema": "nibble.calibration", "healthy": true})"
+                                                         : R"({"schema": "nibble.report", "disposition": ")" + disposition + R"(", "reason": "r"})");
+    std::lock_guard<std::mutex> l(mu);
+    --busy[device];
+    return disposition == "Passed" ? 0 : 1;
+  }
+};
+
+}  // namespace
+
+TEST(Batch, TheManifestExpandsToItsProduct) {
+  TempDir t;
+  const BatchManifest m = read_batch_manifest(two_solutions(t));
+  ASSERT_EQ(m.jobs.size(), 2u * 2u + 2u) << "2 configs x 2 solutions, seeds together; then one calibrate per seed";
+  EXPECT_EQ(m.out, fs::weakly_canonical(t.path() + "/res").string());
+  EXPECT_EQ(m.jobs[0].id, "grade-megakernel-int4-weight-decode-tiny-a-s0_1");
+  EXPECT_EQ(m.jobs[5].id, "calibrate-gemm-w4a16-nvfp4-tiny-s4");
+  EXPECT_TRUE(m.jobs[0].needs_gpu);
+  EXPECT_FALSE(m.jobs[4].needs_gpu) << "calibrate --path cpu";
+  const auto argv = batch_job_argv(m.jobs[1], 3);
+  const std::vector<std::string> want = {"grade", "--task", "megakernel-int4-weight-decode", "--config", "tiny", "--seeds", "0,1", "--out",
+                                         m.jobs[1].report, "-q", "--solution", fs::weakly_canonical(t.path() + "/b.so").string(),
+                                         "--device", "3"};
+  EXPECT_EQ(argv, want);
+  EXPECT_EQ(batch_job_argv(m.jobs[4], 3).back(), "cpu") << "no --device for a job without a GPU";
+  EXPECT_NE(m.jobs[0].hash, m.jobs[2].hash);
+}
+
+TEST(Batch, ManifestErrorsNameTheKey) {
+  TempDir t;
+  write(t, "a.so", "x");
+  auto error = [&](const std::string& body) {
+    try {
+      read_batch_manifest(write(t, "bad.json", body));
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(error("[]").find("non-empty \"runs\""), std::string::npos);
+  EXPECT_NE(error("{oops").find("not a readable JSON manifest"), std::string::npos);
+  EXPECT_NE(error(R"({"runs": [{"task": "matmul", "configs": ["tiny"], "solutions": ["a.so"]}]})").find("unknown task 'matmul'"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["huge"], "solutions": ["a.so"]}]})")
+                .find("runs[0]"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"]}]})").find("needs 'solutions'"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["nope.so"]}]})")
+                .find("does not exist"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solution": ["a.so"]}]})")
+                .find("unknown key 'solution'"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": "tiny", "solutions": ["a.so"]}]})")
+                .find("'configs' has the wrong type"),
+            std::string::npos);
+}
+
+TEST(Batch, OneJobPerGpuAtATimeAndResume) {
+  TempDir t;
+  const BatchManifest m = read_batch_manifest(two_solutions(t));
+  FakeGrade fake;
+  std::vector<std::string> lines;
+  auto outcomes = run_batch(m, {0, 1, 2}, std::ref(fake), [&](const std::string& l) { lines.push_back(l); });
+  EXPECT_EQ(fake.calls.load(), 6);
+  EXPECT_EQ(fake.overlaps.load(), 0) << "a GPU ran two jobs at once";
+  ASSERT_EQ(outcomes.size(), 6u);
+  for (const auto& o : outcomes) EXPECT_TRUE(o.disposition == "Passed" || o.disposition == "Healthy") << o.disposition;
+  EXPECT_EQ(lines.back(), "[batch] done 6 | running 0 | left 0");
+  const auto summary = batch_summary(m, outcomes);
+  EXPECT_EQ(summary["counts"]["Passed"], 4);
+  EXPECT_EQ(summary["counts"]["Healthy"], 2);
+
+  // Interrupted: two jobs lost their sidecars (cut off before the end); a solution was rebuilt.
+  fs::remove(m.jobs[0].sidecar);
+  fs::remove(m.jobs[5].sidecar);
+  write(t, "b.so", "solution b, rebuilt");
+  const BatchManifest again = read_batch_manifest(m.path);
+  FakeGrade second;
+  outcomes = run_batch(again, {0}, std::ref(second), {});
+  std::vector<std::string> want = {again.jobs[0].id, again.jobs[1].id, again.jobs[3].id, again.jobs[5].id};
+  std::sort(second.ran.begin(), second.ran.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(second.ran, want)
+      << "the cut-off jobs and b's (its bytes changed) run again, the rest are done";
+  EXPECT_TRUE(outcomes[2].skipped);
+}
+
+TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
+  TempDir t;
+  const BatchManifest m = read_batch_manifest(two_solutions(t));
+  // Jobs 0-1 graded Incorrect (a result), job 2 crashed without a report, 3-5 never ran.
+  FakeGrade fake;
+  fake.disposition = "Incorrect";
+  BatchManifest first = m;
+  first.jobs = {m.jobs[0], m.jobs[1], m.jobs[2]};
+  const auto outcomes = run_batch(first, {-1}, [&](const BatchJob& j, int d) {
+    if (j.index == 2) return 3;  // no report
+    return fake(j, d);
+  }, {});
+  EXPECT_EQ(outcomes[1].disposition, "Incorrect");
+  EXPECT_EQ(outcomes[2].disposition, "NoReport");
+  EXPECT_NE(format_batch_summary(batch_summary(first, outcomes)).find("NoReport: exit 3 without a readable report"), std::string::npos);
+  const auto c = collect_batch(m);
+  EXPECT_EQ(c["done"], 2);
+  EXPECT_EQ(c["failed"], 1);
+  EXPECT_EQ(c["missing"], 3);
+  EXPECT_EQ(c["rows"][1]["disposition"], "Incorrect");
+  EXPECT_EQ(c["resubmit"], "sbatch --array=2,3,4,5 " + (fs::path(m.out) / "slurm" / "array.sbatch").string());
+
+  const std::string script = slurm_array_script(m, "/opt/nibble/bin/nibble", "gpu", "30:00");
+  for (const char* want : {"#SBATCH --array=0-5\n", "#SBATCH --gres=gpu:1\n", "#SBATCH --partition=gpu\n", "#SBATCH --time=30:00\n",
+                           "--element \"$SLURM_ARRAY_TASK_ID\""})
+    EXPECT_NE(script.find(want), std::string::npos) << want << "\n" << script;
+}
