@@ -6,10 +6,11 @@
 set -euo pipefail
 
 # Optional packages: without them nibble still builds and every report says what is missing
-# (libseccomp-dev: the child's seccomp layer, "seccomp: not built in"; python3-dev: the Python shims).
-optional="libseccomp-dev python3-dev"
+# (libseccomp-dev: the child's seccomp layer, "seccomp: not built in"; python3-dev: the Python shims;
+# slurm-wlm and munge: the test that runs nibble batch --slurm on a one-node cluster, skipped without).
+optional="libseccomp-dev python3-dev slurm-wlm munge"
 need_pkgs=()
-for p in cmake g++ nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libbenchmark-dev libseccomp-dev python3-dev python3 python3-pip; do
+for p in cmake g++ nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libbenchmark-dev libseccomp-dev python3-dev python3 python3-pip slurm-wlm munge; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     # python3/pip may come from elsewhere (pyenv, a venv): only ask apt when the command is missing.
     case "$p" in

@@ -15,8 +15,9 @@ ctest --preset "$preset" -j "$NIBBLE_JOBS" "$@" || rc=$?
 # CTest lists skipped tests without their reason; the reasons are in its log: show each once.
 case "$preset" in release) bdir=build ;; *) bdir=build-$preset ;; esac  # CMakePresets.json's binaryDir
 log=$bdir/Testing/Temporary/LastTest.log
-if [ -f "$log" ] && grep -q ": Skipped$" "$log"; then  # GoogleTest: "<file>:<line>: Skipped", then the reason
+# GoogleTest writes "<file>:<line>: Skipped", then the reason; a script test exits 77 after "SKIP: <reason>".
+if [ -f "$log" ] && grep -q -e ": Skipped$" -e "^SKIP: " "$log"; then
   echo "Why tests were skipped (count, reason):"
-  awk 'skip { print; skip = 0 } /: Skipped$/ { skip = 1 }' "$log" | sort | uniq -c | sed 's/^/  /'
+  awk 'skip { print; skip = 0 } /: Skipped$/ { skip = 1 } /^SKIP: / { print substr($0, 7) }' "$log" | sort | uniq -c | sed 's/^/  /'
 fi
 exit $rc

@@ -85,3 +85,8 @@ else()
   set_tests_properties(nibble.test.python_module PROPERTIES FAIL_REGULAR_EXPRESSION "python3 not found")
 endif()
 set_tests_properties(nibble.test.python_module PROPERTIES LABELS cpu)
+
+# nibble batch --slurm on a real one-node Slurm cluster the test starts (tests/slurm/slurm_cluster.sh):
+# skipped, with the reason, only where slurm-wlm and munge are not installed.
+add_test(NAME nibble.test.slurm_cluster COMMAND bash ${PROJECT_SOURCE_DIR}/tests/slurm/slurm_cluster.sh $<TARGET_FILE:nibble>)
+set_tests_properties(nibble.test.slurm_cluster PROPERTIES LABELS cpu SKIP_RETURN_CODE 77 TIMEOUT 400 RESOURCE_LOCK slurm)

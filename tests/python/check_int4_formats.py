@@ -152,7 +152,7 @@ def main():
         for s in skipped:
             print(f"skipped: {s}")
         if not checked and not errors:
-            print("no format package imports: nothing to cross-check (skipped)")
+            print("SKIP: no format package imports (pip install autoawq compressed-tensors): nothing to cross-check")
             return SKIP
     else:
         errors = check_numpy(t)
