@@ -332,6 +332,8 @@ void check_solution_file(const std::string& path) {
   if (path.empty()) throw std::invalid_argument("--solution is required");
   if (!fs::exists(path))
     throw std::invalid_argument("solution '" + path + "' does not exist; pass the path of a built .so or of a Python module (.py)");
+  if (!fs::is_regular_file(path))
+    throw std::invalid_argument("solution '" + path + "' is not a file (a folder?); pass the path of a built .so or of a Python module (.py)");
   if (is_python_solution(path)) {
     if (!python_shims_built()) check_python_grade("");  // says which package the build lacked
     return;
@@ -440,6 +442,7 @@ void check_writable(const std::string& path) {
 }
 
 void check_grade_options(const GradeOptions& opt) {
+  check_sandbox_disable_env();
   check_solution_file(opt.solution);
   check_distinct_outputs(opt);
   if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
@@ -578,6 +581,7 @@ json sandbox_section(const std::vector<SandboxLayer>& layers, const std::string&
 }
 
 void check_calibrate_options(const CalibrateOptions& opt) {
+  check_sandbox_disable_env();
   check_seeds(opt.seeds);
   if (!(opt.timeout_seconds > 0 && std::isfinite(opt.timeout_seconds)))
     throw std::invalid_argument("--timeout must be a positive, finite number of seconds");

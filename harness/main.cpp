@@ -38,6 +38,17 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
     const Task& t = find_task(task);
     t.check_config(config);
     if (out.empty()) out = default_fixture_dir(task, config, seed);
+    // A folder holding another fixture is someone's: never overwritten silently.
+    if (std::filesystem::exists(std::filesystem::path(out) / "manifest.json")) {
+      try {
+        const FixtureManifest old = read_manifest(out);
+        if (old.task != task || old.config != config || old.seed != seed)
+          throw std::invalid_argument("--out " + out + " holds the fixture of " + old.task + " / " + old.config + " seed " +
+                                      std::to_string(old.seed) + "; choose another folder, or remove that one first");
+      } catch (const std::runtime_error&) {
+        // an unreadable manifest: a broken fixture, rebuilt in place
+      }
+    }
     const bool tty = !quiet && isatty(STDERR_FILENO);
     ProgressFn progress;
     if (tty) {
@@ -236,7 +247,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   calibrate->add_option("--reference", c.reference, "Reference .so (default: the bundled one)")->check(kNonEmpty);
   calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmpty);
-  calibrate->add_option("--timeout", c.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str()->check(kNonEmpty);
+  calibrate->add_option("--timeout", c.timeout_seconds,
+                        "Watchdog per child process (the GPU path; the CPU oracle runs in this process, unwatched), seconds")->capture_default_str()->check(kNonEmpty);
   calibrate->add_option("--device", c.device, "GPU of this host, as nibble grade --device")->check(CLI::NonNegativeNumber);
   calibrate->add_flag("-q,--quiet", c.quiet, "No progress lines");
 

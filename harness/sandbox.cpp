@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 
 #ifdef NIBBLE_HAVE_SECCOMP
 #include <seccomp.h>
@@ -246,6 +247,16 @@ SandboxLayer seccomp(bool allow_processes) {
 #endif
 
 }  // namespace
+
+void check_sandbox_disable_env() {
+  const char* env = std::getenv("NIBBLE_SANDBOX_DISABLE");
+  if (!env) return;
+  std::stringstream ss(env);
+  for (std::string name; std::getline(ss, name, ',');)
+    if (name != "namespaces" && name != "landlock" && name != "seccomp" && !name.empty())
+      throw std::invalid_argument(std::string("NIBBLE_SANDBOX_DISABLE=") + env + ": '" + name +
+                                  "' is not a layer it can leave out (namespaces, landlock, seccomp, comma separated)");
+}
 
 bool seccomp_built_in() {
 #ifdef NIBBLE_HAVE_SECCOMP

@@ -88,6 +88,11 @@ SandboxTrial settle_sandbox(SandboxSpec* spec, bool required, const std::functio
 /** The layers not applied, as "landlock (not available: ...); seccomp (...)"; "" when all are. */
 std::string sandbox_gaps(const std::vector<SandboxLayer>& layers);
 
+/** NIBBLE_SANDBOX_DISABLE (the operator's switch, enter_sandbox): throws std::invalid_argument
+ *  naming the accepted names when it holds one that is not namespaces, landlock or seccomp (a
+ *  misspelt name would otherwise leave the sandbox whole while the operator thinks a layer off). */
+void check_sandbox_disable_env();
+
 /** Whether this nibble was built with libseccomp (the seccomp layer). */
 bool seccomp_built_in();
 

@@ -105,6 +105,29 @@ TEST(Cli, DeviceBeyondTheVisibleGpusIsAUsageError) {
   EXPECT_EQ(r.code, 2) << r.output;
 }
 
+TEST(Cli, AMisspeltSandboxLayerOrAFolderAsSolutionIsAUsageError) {
+  TempDir t;
+  Result r = run_nibble_env({"NIBBLE_SANDBOX_DISABLE=landlok"}, {"grade", "--solution", nibble_exe(), "--out", t.path() + "/r.json"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("'landlok' is not a layer it can leave out"), std::string::npos) << r.output;
+  fs::create_directories(t.path() + "/mod.py");
+  r = run_nibble({"grade", "--solution", t.path() + "/mod.py", "--out", t.path() + "/r.json"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("is not a file (a folder?)"), std::string::npos) << r.output;
+}
+
+TEST(Cli, FixtureBuildNeverOverwritesAnotherFixture) {
+  TempDir t;
+  const std::string dir = t.path() + "/fx";
+  Result r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--out", dir, "-q"}, t);
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "1", "--out", dir, "-q"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("holds the fixture of megakernel-int4-weight-decode / tiny seed 0"), std::string::npos) << r.output;
+  r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--out", dir, "-q"}, t);
+  EXPECT_EQ(r.code, 0) << "the same fixture again is fine\n" << r.output;
+}
+
 TEST(Cli, ProfileTakesNcuOrNsys) {
   TempDir t;
   const Result r = run_nibble({"grade", "--solution", "/nonexistent/a.so", "--profile", "vtune"}, t);
