@@ -232,12 +232,17 @@ Comparison compare_reports(const ReportView& base, const ReportView& neu, const 
   // Issue 19 asked for exit 2 here, but 2 is the CI contract's correctness regression (compare.h):
   // a pipeline that fails a build on 2 would blame the candidate for an old baseline. A baseline
   // that cannot be compared is what 3 means.
-  if (base.schema_major != neu.schema_major)
+  if (base.schema_major != neu.schema_major) {
+    // The older one is the one to grade again, whichever side it is on.
+    const bool base_older = base.schema_major < neu.schema_major;
+    const std::string old_side = base_older ? "BASE" : "NEW";
     c.refused.push_back("schema: BASE is a version " + schema_text(base) + " report, NEW a version " + schema_text(neu) +
-                        " one; their timing protocols differ, so their figures would be misread. Re-grade BASE with this nibble "
-                        "(nibble grade ... --out BASE.json) and compare again");
+                        " one; their timing protocols differ, so their figures would be misread. Re-grade " + old_side +
+                        " with this nibble (nibble grade ... --out " + old_side + ".json) and compare again");
+  }
   if (!base.unit.empty() && !neu.unit.empty() && base.unit != neu.unit)
-    c.refused.push_back("unit: a BASE sample is one " + base.unit + ", a NEW sample one " + neu.unit);
+    c.refused.push_back("unit: a BASE sample is one " + base.unit + " of " + base.task + ", a NEW sample one " + neu.unit + " of " +
+                        neu.task + (base.task != neu.task ? ": reports of different tasks" : ""));
   if (!c.refused.empty()) {
     c.exit_code = kCompareNotComparable;
     c.result = "not comparable: " + join(c.refused, "; ") + " (--force does not apply)";

@@ -743,7 +743,10 @@ TEST(CompareReports, Version1AgainstVersion2IsRefusedEvenForced) {
       ASSERT_EQ(c.refused.size(), 1u);
       EXPECT_NE(c.result.find("version 1.0.0"), std::string::npos) << c.result;
       EXPECT_NE(c.result.find("version 2.0.0"), std::string::npos) << c.result;
-      EXPECT_NE(c.result.find("Re-grade BASE with this nibble"), std::string::npos) << c.result;
+      // The older report is the one to grade again, on whichever side it is.
+      const std::string older = b.value("schema_version", std::string("1")).rfind("1", 0) == 0 ? "BASE" : "NEW";
+      EXPECT_NE(c.result.find("Re-grade " + older + " with this nibble (nibble grade ... --out " + older + ".json)"), std::string::npos)
+          << c.result;
       EXPECT_NE(c.result.find("--force does not apply"), std::string::npos) << c.result;
       EXPECT_NE(format_comparison(c).find("NOT COMPARABLE (--force does not apply)"), std::string::npos);
       EXPECT_FALSE(comparison_json(c)["comparable"].get<bool>());
@@ -762,12 +765,15 @@ TEST(CompareReports, SamplesOfAnotherUnitAreRefusedEvenForced) {
   for (const CompareOptions& opt : {CompareOptions{}, force}) {
     const Comparison c = compare_json(unfused_v2(), calls, opt);
     EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
-    EXPECT_NE(c.result.find("unit: a BASE sample is one token, a NEW sample one call"), std::string::npos) << c.result;
+    EXPECT_NE(c.result.find("unit: a BASE sample is one token of megakernel-int4-weight-decode, a NEW sample one call of "
+                            "megakernel-int4-weight-decode"),
+              std::string::npos)
+        << c.result;
   }
   // Version 1: the unit read from the keys (a decode report against a GEMM one, forced past the task).
   const Comparison c = compare_json(unfused(), gemm(), force);
   EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
-  EXPECT_NE(c.result.find("unit"), std::string::npos) << c.result;
+  EXPECT_NE(c.result.find("of gemm-w4a16-nvfp4: reports of different tasks"), std::string::npos) << c.result;
 }
 
 TEST(ReportOutputs, GbenchJsonAndHistoryReadEitherSchema) {
