@@ -15,6 +15,7 @@
 #include "harness/grade_common.h"
 #include "harness/ledger.h"
 #include "harness/process.h"
+#include "harness/report_cli.h"
 #include "harness/task.h"
 
 namespace nibble {
@@ -78,16 +79,7 @@ int batch_command(std::vector<std::string> args) {
   app.add_flag("--collect", collect, "Read the results folder: jobs done, failed and missing, and the resubmit command");
   app.add_flag("-q,--quiet", quiet, "No progress lines");
   app.footer("Exit codes: 0 every job passed; 1 a job did not pass, failed or is missing; 2 bad input; 3 the batch could not run.");
-  std::reverse(args.begin(), args.end());
-  try {
-    app.parse(args);
-  } catch (const CLI::CallForHelp& e) {
-    app.exit(e);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
+  if (const int rc = parse_own_args(app, std::move(args), 2); rc >= 0) return rc;
   BatchManifest m;
   try {
     m = read_batch_manifest(manifest_path);

@@ -16,25 +16,6 @@ namespace nibble {
 
 namespace {
 
-/** Parses `args` (in order) with `app`. Returns -1 to go on, else the exit code: 0 after --help,
- *  kCompareBadInput (4) for a bad command line. */
-int parse_own(CLI::App& app, std::vector<std::string> args) {
-  std::reverse(args.begin(), args.end());  // CLI11 takes the vector back to front
-  try {
-    app.parse(args);
-  } catch (const CLI::CallForHelp& e) {
-    app.exit(e);
-    return 0;
-  } catch (const CLI::CallForAllHelp& e) {
-    app.exit(e);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kCompareBadInput;
-  }
-  return -1;
-}
-
 /** A `nibble calibrate` table for `report`'s task and config; BadReport otherwise. */
 nlohmann::ordered_json load_calibration(const std::string& path, const nlohmann::ordered_json& report) {
   nlohmann::ordered_json c;
@@ -59,6 +40,23 @@ nlohmann::ordered_json load_calibration(const std::string& path, const nlohmann:
 }
 
 }  // namespace
+
+int parse_own_args(CLI::App& app, std::vector<std::string> args, int bad_input) {
+  std::reverse(args.begin(), args.end());  // CLI11 takes the vector back to front
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp& e) {
+    app.exit(e);
+    return 0;
+  } catch (const CLI::CallForAllHelp& e) {
+    app.exit(e);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return bad_input;
+  }
+  return -1;
+}
 
 /** A value given on the command line must not be empty: CLI11 reads "" as 0 for a number
  *  (--max-slowdown "" would be 0%) and "" for a path would read as "not given". */
@@ -88,7 +86,7 @@ int compare_command(std::vector<std::string> args) {
       "SHA-256, GPU model, or no timing) unless --force, and even with it for a schema version 1 report against a version 2 "
       "one (re-grade BASE) or samples of another unit; 4 bad input (missing file, not a nibble report, a schema version other "
       "than 1.x and 2.x, bad arguments).");
-  if (const int rc = parse_own(app, std::move(args)); rc >= 0) return rc;
+  if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
   return compare_files(base, neu, opt, as_json);
 }
 
@@ -114,7 +112,7 @@ int report_command(std::vector<std::string> args) {
   html->add_option("--max-slowdown", opt.max_slowdown_pct, "With BASE: tolerated slowdown, percent")->capture_default_str()->check(kNonEmptyValue);
   html->add_option("--alpha", opt.alpha, "With BASE: significance level")->capture_default_str()->check(kNonEmptyValue);
   app.footer("Exit codes: 0 done; 1 the HTML file could not be written; 4 bad input (missing file, not a nibble report, bad arguments).");
-  if (const int rc = parse_own(app, std::move(args)); rc >= 0) return rc;
+  if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
 
   if (show->parsed()) {
     try {

@@ -18,6 +18,10 @@ namespace nibble {
  */
 void add_report_commands(CLI::App& app);
 
+/** Parses `args` (the words after a command's name, in order) with `app`, a command's own parser.
+ *  Returns -1 to go on, else the exit code: 0 after --help, `bad_input` for a bad command line. */
+int parse_own_args(CLI::App& app, std::vector<std::string> args, int bad_input);
+
 /** `nibble compare BASE.json NEW.json [--max-slowdown PCT] [--alpha A] [--force] [--json]` on the
  *  arguments after "compare"; returns its exit code (0-4, see compare.h). */
 int compare_command(std::vector<std::string> args);
