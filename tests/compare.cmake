@@ -8,3 +8,10 @@ target_compile_definitions(test_compare PRIVATE NIBBLE_TEST_SOURCE_DIR="${PROJEC
                            NIBBLE_TEST_BINARY_DIR="${PROJECT_BINARY_DIR}")
 target_compile_definitions(test_html_report PRIVATE NIBBLE_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 nibble_add_gtest(lineup SOURCES test_lineup.cpp LIBS nibble_reports LABELS cpu)
+# The leaderboard's baselines are checked against the names the bundled solutions report (dlopen).
+nibble_test_needs_solutions(test_lineup decode gemm_fp4)
+foreach(ref nibble_reference nibble_gemm_reference)
+  if(TARGET ${ref})
+    add_dependencies(test_lineup ${ref})
+  endif()
+endforeach()
