@@ -6,6 +6,8 @@
 //   nibble fixture verify DIR
 //   nibble compare BASE.json NEW.json [--max-slowdown PCT] [--alpha A] [--force] [--json]
 //   nibble report show R.json | nibble report html R.json [BASE.json] [--beside X.json ...] -o R.html
+//   nibble leaderboard RESULTS... [-o board.html] [--markdown board.md] [--json board.json]
+//                                 reports or folders of them, ranked per task and config
 //   nibble configs [--task T]     the tasks and their official configs, one "task config" per line
 // Hidden: `nibble __child <job-fd>`, the grader's child process (harness/protocol.h).
 #include <CLI/CLI.hpp>
@@ -220,9 +222,10 @@ int main(int argc, char** argv) {
   calibrate->add_option("--timeout", c.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str()->check(kNonEmpty);
   calibrate->add_flag("-q,--quiet", c.quiet, "No progress lines");
 
-  // nibble compare BASE.json NEW.json | nibble report show|html REPORT.json: they parse their own
-  // arguments and exit from their callbacks with their own codes (compare exits 4 on a bad command
-  // line, not 2, which is its "correctness regression"); see harness/report_cli.h.
+  // nibble compare BASE.json NEW.json | nibble report show|html REPORT.json | nibble leaderboard
+  // RESULTS...: they parse their own arguments and exit from their callbacks with their own codes
+  // (compare exits 4 on a bad command line, not 2, which is its "correctness regression"); see
+  // harness/report_cli.h.
   add_report_commands(app);
 
   auto* fixture = app.add_subcommand("fixture", "Build or verify task fixtures");
