@@ -506,6 +506,7 @@ std::string comparison_section(const Comparison& c) {
 const char* kCss = R"CSS(
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222; margin: 0; background: #fafafa; }
 main { max-width: 1040px; margin: 0 auto; padding: 16px 20px 40px; background: #fff; }
+main.wide { max-width: 1500px; }
 h1 { font-size: 22px; margin: 8px 0 2px; }
 h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
 .sub { color: #555; font-size: 13px; margin: 0 0 12px; }
@@ -525,6 +526,11 @@ table.lineup { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
 table.lineup th, table.lineup td { padding: 3px 8px; border-bottom: 1px solid #e3e3e3; text-align: right; }
 table.lineup td:nth-child(2), table.lineup td:nth-child(3), table.lineup td:last-child { text-align: left; }
 table.lineup tr.fail td { color: #a02020; }
+table.lineup td.t, table.lineup th.t { text-align: left; }
+table.lineup tr.apart td { color: #777; }
+table.board td { white-space: nowrap; } table.board td.t { white-space: normal; }
+table.board td.path { font-size: 11px; word-break: break-all; min-width: 180px; }
+div.scroll { overflow-x: auto; }
 .good { color: #2e7d32; font-weight: bold; } .bad { color: #c62828; font-weight: bold; } .warn { color: #b26a00; font-weight: bold; }
 .note { color: #666; font-size: 12px; }
 ul.why { font-size: 13px; } table.grid { margin: 8px 0; }
@@ -533,6 +539,13 @@ code { font-size: 12px; }
 )CSS";
 
 }  // namespace
+
+std::string html_page_begin(const std::string& title, bool wide) {
+  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>" + html_escape(title) + "</title>\n<style>" +
+         kCss + "</style>\n</head>\n<body>\n" + (wide ? "<main class=\"wide\">\n" : "<main>\n");
+}
+
+std::string html_page_end() { return "</main>\n</body>\n</html>\n"; }
 
 std::string error_anchor_source(const ReportView& report, const std::vector<ErrorAnchor>& task_anchors) {
   const CalibrationView& c = report.calibration;
@@ -561,9 +574,7 @@ std::string render_html_report(const ReportView& report, const std::string& repo
   const std::vector<LineupRow> lineup = make_lineup(all, labels);
   const std::vector<LineupRow> beside_rows(lineup.begin() + 1, lineup.end());
   std::ostringstream o;
-  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>nibble report: "
-    << html_escape(report.solution_name) << ", " << html_escape(report.task) << " / " << html_escape(report.config)
-    << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n<main>\n";
+  o << html_page_begin("nibble report: " + report.solution_name + ", " + report.task + " / " + report.config);
   o << "<h1>nibble report: " << html_escape(report.solution_name) << "</h1>\n";
   o << "<p class=\"sub\">" << html_escape(report.task) << " / " << html_escape(report.config) << " on " << html_escape(gpu)
     << ", graded " << html_escape(report.created_utc.empty() ? "?" : report.created_utc) << " by nibble "
@@ -679,7 +690,7 @@ std::string render_html_report(const ReportView& report, const std::string& repo
   }
   if (base) o << row("BASE report", html_escape(base_label));
   o << "</table>\n<p class=\"note\">Written by <code>nibble report html</code>; self-contained: no script, no network.</p>\n";
-  o << "</main>\n</body>\n</html>\n";
+  o << html_page_end();
   return o.str();
 }
 

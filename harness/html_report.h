@@ -51,6 +51,12 @@ struct HtmlAnchors {
 /** & < > " ' as entities: safe in element text and in quoted attribute values. */
 std::string html_escape(const std::string& s);
 
+/** The start of a self-contained page in the report's style (doctype, `title` escaped, the inline
+ *  CSS), up to an open <main> (`wide`: 1500 px for wide tables, not 1040); html_page_end() closes
+ *  what it opened. The leaderboard's page uses them too. */
+std::string html_page_begin(const std::string& title, bool wide = false);
+std::string html_page_end();
+
 /**
  * The page for `report` (read_report_view), with `anchors` drawn beside its figures. With `base`
  * (may be null) the comparison `cmp` (must then be given) is shown and BASE's median is drawn

@@ -2,10 +2,14 @@
 #include "harness/lineup.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <numeric>
 #include <sstream>
+#include <tuple>
 
 #include "harness/html_report.h"
 
@@ -36,42 +40,82 @@ std::string num(double v, const char* fmt) {
 
 nlohmann::ordered_json or_null(double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); }
 
+/** `r`'s row, all but what depends on the other rows (rank, apart, speedups). */
+LineupRow row_of(const ReportView& r, const std::string& label) {
+  LineupRow x;
+  x.label = label;
+  x.solution = r.solution_name;
+  x.disposition = r.disposition;
+  x.reason = r.reason;
+  x.task = r.task;
+  x.config = r.config;
+  x.gpu = r.device_name;
+  x.schema_version = r.schema_version;
+  x.commit = r.git_commit.value_or("");
+  x.unit = r.unit;
+  if (r.gpu_span_us.present) {
+    x.median_us = r.gpu_span_us.median;
+    x.q1_us = r.gpu_span_us.q1;
+    x.q3_us = r.gpu_span_us.q3;
+  }
+  x.floor_us = r.floor_measured_copy_bw_us;
+  if (x.median_us > 0) x.fraction_of_floor = x.floor_us / x.median_us;
+  x.worst_rel_err = r.worst_rel_err;
+  x.gate = r.gate;
+  x.group = group_of(r);
+  return x;
+}
+
+/** How row i is named: the caller's label, else the solution's path. */
+std::string label_of(const std::vector<ReportView>& reports, const std::vector<std::string>& labels, size_t i) {
+  return i < labels.size() ? labels[i] : reports[i].solution_path;
+}
+
+/** A row that may be ranked where it is comparable: a Passed grade with a GPU span. */
+bool rankable(const LineupRow& x) { return x.disposition == "Passed" && x.median_us > 0; }
+
+/** The one ranking: the rankable rows not apart, by median (ties keep the given order). */
+void rank_comparable(std::vector<LineupRow>& rows) {
+  std::vector<size_t> ranked;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].apart.empty() && rankable(rows[i])) ranked.push_back(i);
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) { return rows[a].median_us < rows[b].median_us; });
+  for (size_t k = 0; k < ranked.size(); ++k) rows[ranked[k]].rank = int(k) + 1;
+}
+
+nlohmann::ordered_json row_json(const LineupRow& x) {
+  return {{"label", x.label},
+          {"solution", x.solution},
+          {"disposition", x.disposition},
+          {"reason", x.reason},
+          {"task", x.task},
+          {"config", x.config},
+          {"gpu", x.gpu},
+          {"schema_version", x.schema_version},
+          {"commit", x.commit},
+          {"unit", x.unit},
+          {"median_us", or_null(x.median_us)},
+          {"q1_us", or_null(x.q1_us)},
+          {"q3_us", or_null(x.q3_us)},
+          {"floor_us", or_null(x.floor_us)},
+          {"fraction_of_floor", or_null(x.fraction_of_floor)},
+          {"worst_rel_err", or_null(x.worst_rel_err)},
+          {"gate", or_null(x.gate)},
+          {"rank", x.rank ? nlohmann::ordered_json(x.rank) : nlohmann::ordered_json()},
+          {"speedup_vs_first", or_null(x.speedup_vs_first)},
+          {"group", x.group},
+          {"apart", x.apart}};
+}
+
 }  // namespace
 
 std::vector<LineupRow> make_lineup(const std::vector<ReportView>& reports, const std::vector<std::string>& labels) {
   std::vector<LineupRow> rows;
   for (size_t i = 0; i < reports.size(); ++i) {
-    const ReportView& r = reports[i];
-    LineupRow x;
-    x.label = i < labels.size() ? labels[i] : r.solution_path;
-    x.solution = r.solution_name;
-    x.disposition = r.disposition;
-    x.reason = r.reason;
-    x.task = r.task;
-    x.config = r.config;
-    x.gpu = r.device_name;
-    x.schema_version = r.schema_version;
-    x.commit = r.git_commit.value_or("");
-    x.unit = r.unit;
-    if (r.gpu_span_us.present) {
-      x.median_us = r.gpu_span_us.median;
-      x.q1_us = r.gpu_span_us.q1;
-      x.q3_us = r.gpu_span_us.q3;
-    }
-    x.floor_us = r.floor_measured_copy_bw_us;
-    if (x.median_us > 0) x.fraction_of_floor = x.floor_us / x.median_us;
-    x.worst_rel_err = r.worst_rel_err;
-    x.gate = r.gate;
-    x.group = group_of(r);
-    x.apart = apart_from(r, reports.front());
-    rows.push_back(std::move(x));
+    rows.push_back(row_of(reports[i], label_of(reports, labels, i)));
+    rows.back().apart = apart_from(reports[i], reports.front());
   }
-  // Rank the Passed, timed rows of the first group by median.
-  std::vector<size_t> ranked;
-  for (size_t i = 0; i < rows.size(); ++i)
-    if (rows[i].apart.empty() && rows[i].disposition == "Passed" && rows[i].median_us > 0) ranked.push_back(i);
-  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) { return rows[a].median_us < rows[b].median_us; });
-  for (size_t k = 0; k < ranked.size(); ++k) rows[ranked[k]].rank = int(k) + 1;
+  rank_comparable(rows);
   if (!rows.empty() && rows.front().median_us > 0)
     for (LineupRow& x : rows)
       if (x.apart.empty() && x.median_us > 0) x.speedup_vs_first = rows.front().median_us / x.median_us;
@@ -105,28 +149,7 @@ std::string format_lineup(const std::vector<LineupRow>& rows) {
 
 nlohmann::ordered_json lineup_json(const std::vector<LineupRow>& rows) {
   nlohmann::ordered_json a = nlohmann::ordered_json::array();
-  for (const LineupRow& x : rows)
-    a.push_back({{"label", x.label},
-                 {"solution", x.solution},
-                 {"disposition", x.disposition},
-                 {"reason", x.reason},
-                 {"task", x.task},
-                 {"config", x.config},
-                 {"gpu", x.gpu},
-                 {"schema_version", x.schema_version},
-                 {"commit", x.commit},
-                 {"unit", x.unit},
-                 {"median_us", or_null(x.median_us)},
-                 {"q1_us", or_null(x.q1_us)},
-                 {"q3_us", or_null(x.q3_us)},
-                 {"floor_us", or_null(x.floor_us)},
-                 {"fraction_of_floor", or_null(x.fraction_of_floor)},
-                 {"worst_rel_err", or_null(x.worst_rel_err)},
-                 {"gate", or_null(x.gate)},
-                 {"rank", x.rank ? nlohmann::ordered_json(x.rank) : nlohmann::ordered_json()},
-                 {"speedup_vs_first", or_null(x.speedup_vs_first)},
-                 {"group", x.group},
-                 {"apart", x.apart}});
+  for (const LineupRow& x : rows) a.push_back(row_json(x));
   return {{"schema", "nibble.lineup"},
           {"schema_version", "1.0.0"},
           {"rule", "ranked by median GPU span among the Passed reports of the first row's group (task, config, GPU, "
@@ -153,6 +176,280 @@ std::string lineup_html(const std::vector<LineupRow>& rows) {
   }
   o << "</table>\n";
   return o.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The leaderboard
+
+const char* const kLeaderboardRule =
+    "one group per task and config; in a group, the Passed, timed reports of one GPU model and report schema major (the "
+    "one with the most of them; ties: the newer schema, then more reports) are ranked by median GPU span, the group's "
+    "reports of another GPU or schema are listed apart with the reason, and a report that did not pass is listed, never "
+    "ranked; speedup over a bundled baseline = the baseline's median / the row's, for ranked rows only";
+
+namespace {
+
+/** Which of `rows` (the reports `idx` of one task and config) holds the ranked set's first report:
+ *  the lineup group with the most rankable rows; ties: the newer schema, more rows, the first met. */
+size_t ranked_set_anchor(const std::vector<LineupRow>& rows, const std::vector<ReportView>& reports, const std::vector<size_t>& idx) {
+  struct Set {
+    std::string group;
+    int rankable = 0, schema = 0, total = 0;
+    size_t first = 0;
+  };
+  std::vector<Set> sets;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    auto it = std::find_if(sets.begin(), sets.end(), [&](const Set& s) { return s.group == rows[k].group; });
+    if (it == sets.end()) it = sets.insert(sets.end(), Set{rows[k].group, 0, reports[idx[k]].schema_major, 0, k});
+    it->rankable += rankable(rows[k]);
+    ++it->total;
+  }
+  // max_element keeps the first of equals: the set met first wins a full tie.
+  return std::max_element(sets.begin(), sets.end(), [](const Set& a, const Set& b) {
+           // The newest report schema first (today's grader's rules), then the most rankable reports.
+           return std::tie(a.schema, a.rankable, a.total) < std::tie(b.schema, b.rankable, b.total);
+         })->first;
+}
+
+}  // namespace
+
+std::vector<LeaderboardGroup> make_leaderboard(const std::vector<ReportView>& reports, const std::vector<std::string>& labels,
+                                               const BaselinesOf& baselines_of) {
+  std::map<std::pair<std::string, std::string>, std::vector<size_t>> by_task_config;
+  for (size_t i = 0; i < reports.size(); ++i) by_task_config[{reports[i].task, reports[i].config}].push_back(i);
+  std::vector<LeaderboardGroup> groups;
+  for (const auto& [key, idx] : by_task_config) {
+    std::vector<LineupRow> rows;
+    for (size_t i : idx) rows.push_back(row_of(reports[i], label_of(reports, labels, i)));
+    const ReportView& anchor = reports[idx[ranked_set_anchor(rows, reports, idx)]];
+    for (size_t k = 0; k < idx.size(); ++k) rows[k].apart = apart_from(reports[idx[k]], anchor);
+    rank_comparable(rows);
+    const auto place = [](const LineupRow& x) { return x.rank ? x.rank : x.apart.empty() ? INT_MAX - 1 : INT_MAX; };
+    std::stable_sort(rows.begin(), rows.end(), [&](const LineupRow& a, const LineupRow& b) { return place(a) < place(b); });
+
+    LeaderboardGroup g;
+    g.task = key.first;
+    g.config = key.second;
+    g.unit = anchor.unit;
+    g.gpu = anchor.device_name;
+    g.schema_major = anchor.schema_major;
+    g.ranked = group_of(anchor);
+    if (baselines_of) g.baseline_solutions = baselines_of(g.task);
+    for (const std::string& name : g.baseline_solutions) {
+      // rows are in rank order: the first ranked row of that solution is its fastest report
+      const auto b = std::find_if(rows.begin(), rows.end(), [&](const LineupRow& x) { return x.rank && x.solution == name; });
+      if (b != rows.end()) g.baselines.push_back({name, b->label, b->median_us});
+    }
+    for (LineupRow& x : rows) {
+      LeaderboardRow r{std::move(x), {}};
+      for (const LeaderboardBaseline& b : g.baselines) r.speedup.push_back(r.row.rank ? b.median_us / r.row.median_us : NAN);
+      g.rows.push_back(std::move(r));
+    }
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+namespace {
+
+/** A group's table as strings, the one source of the text, Markdown and HTML tables. */
+struct BoardTable {
+  std::vector<std::string> head;
+  std::vector<std::string> style;  // per column: "" a number (right-aligned), "t" text (left-aligned), "t path" a file
+  std::vector<std::vector<std::string>> cells;
+  std::vector<std::string> kind;  // per row: "pass" (ranked), "fail" (in the ranked set, not ranked), "apart"
+};
+
+BoardTable board_table(const LeaderboardGroup& g) {
+  BoardTable t;
+  const auto col = [&](const std::string& name, const char* style) {
+    t.head.push_back(name);
+    t.style.push_back(style);
+  };
+  col("rank", "");
+  col("solution", "t");
+  col("disposition", "t");
+  col("median us/" + (g.unit.empty() ? std::string("sample") : g.unit), "");
+  col("q1 - q3", "");
+  col("of floor", "");
+  for (const LeaderboardBaseline& b : g.baselines) col("vs " + b.solution, "");
+  col("worst err", "");
+  col("gate", "");
+  col("GPU", "t");
+  col("commit", "t");
+  col("report", "t path");
+  col("note", "t");
+  for (const LeaderboardRow& r : g.rows) {
+    const LineupRow& x = r.row;
+    std::vector<std::string> c{x.rank ? std::to_string(x.rank) : "-",
+                               x.solution,
+                               x.disposition,
+                               num(x.median_us, "%.5g"),
+                               std::isnan(x.q1_us) ? "-" : num(x.q1_us, "%.4g") + " - " + num(x.q3_us, "%.4g"),
+                               std::isnan(x.fraction_of_floor) ? "-" : num(100 * x.fraction_of_floor, "%.1f") + "%"};
+    for (double v : r.speedup) c.push_back(std::isnan(v) ? "-" : num(v, "%.2f") + "x");
+    c.push_back(num(x.worst_rel_err, "%.3g"));
+    c.push_back(num(x.gate, "%.3g"));
+    c.push_back(x.gpu.empty() ? "-" : x.gpu);
+    c.push_back(x.commit.empty() ? "-" : x.commit.substr(0, 12));
+    c.push_back(x.label);
+    c.push_back(!x.apart.empty()         ? "not ranked: " + x.apart
+                : x.disposition != "Passed" ? x.reason
+                : x.rank == 0               ? "not ranked: no GPU span in the report"
+                                            : "");
+    t.cells.push_back(std::move(c));
+    t.kind.push_back(!x.apart.empty() ? "apart" : x.rank ? "pass" : "fail");
+  }
+  return t;
+}
+
+std::string title_of(const LeaderboardGroup& g) { return g.task + " / " + g.config; }
+
+/** What the group ranks, in words. */
+std::string ranked_words(const LeaderboardGroup& g) {
+  size_t ranked = 0, in_set = 0;
+  for (const LeaderboardRow& r : g.rows) {
+    ranked += r.row.rank > 0;
+    in_set += r.row.apart.empty();
+  }
+  return "Ranked by median GPU span: the Passed reports on " + (g.gpu.empty() ? std::string("no GPU recorded") : g.gpu) +
+         " under report schema " + std::to_string(g.schema_major) + " (" + std::to_string(ranked) + " ranked of " +
+         std::to_string(in_set) + " there; " + std::to_string(g.rows.size() - in_set) + " listed apart)";
+}
+
+/** Which baselines the speedups are over, or why there are none. */
+std::string baseline_words(const LeaderboardGroup& g) {
+  if (g.baseline_solutions.empty()) return "No baseline in this group (the task has no bundled baseline)";
+  if (g.baselines.empty()) {
+    std::string names;
+    for (const std::string& n : g.baseline_solutions) names += (names.empty() ? "" : ", ") + n;
+    return "No baseline in this group (the task's bundled baselines, " + names + ", have no ranked report here)";
+  }
+  std::string s = "Speedup over the bundled baselines (their median / the row's): ";
+  for (size_t k = 0; k < g.baselines.size(); ++k)
+    s += (k ? ", " : "") + g.baselines[k].solution + " " + num(g.baselines[k].median_us, "%.5g") + " us (" + g.baselines[k].label + ")";
+  return s;
+}
+
+std::string count_words(const std::vector<LeaderboardGroup>& groups) {
+  size_t n = 0;
+  for (const LeaderboardGroup& g : groups) n += g.rows.size();
+  return std::to_string(n) + " report" + (n == 1 ? "" : "s") + " in " + std::to_string(groups.size()) + " group" +
+         (groups.size() == 1 ? "" : "s") + " (task / config)";
+}
+
+/** GitHub Markdown: a cell's text with the characters that would end it or format it escaped. */
+std::string md_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '\n' || c == '\r') {
+      o += ' ';
+      continue;
+    }
+    if (std::strchr("\\|`*_[]<>#", c)) o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string format_leaderboard(const std::vector<LeaderboardGroup>& groups) {
+  std::ostringstream o;
+  o << "leaderboard: " << count_words(groups) << "\n";
+  for (const LeaderboardGroup& g : groups) {
+    const BoardTable t = board_table(g);
+    std::vector<size_t> width(t.head.size());
+    for (size_t c = 0; c < t.head.size(); ++c) {
+      width[c] = t.head[c].size();
+      for (const auto& row : t.cells) width[c] = std::max(width[c], row[c].size());
+    }
+    const auto line = [&](const std::vector<std::string>& cells) {
+      std::string l = " ";
+      for (size_t c = 0; c < cells.size(); ++c) {
+        const std::string pad(width[c] - cells[c].size(), ' ');
+        l += " " + (c + 1 == cells.size() ? cells[c] : !t.style[c].empty() ? cells[c] + pad : pad + cells[c]);
+      }
+      while (!l.empty() && l.back() == ' ') l.pop_back();
+      return l + "\n";
+    };
+    o << "\n" << title_of(g) << "\n  " << ranked_words(g) << "\n  " << baseline_words(g) << "\n" << line(t.head);
+    for (const auto& row : t.cells) o << line(row);
+  }
+  return o.str();
+}
+
+std::string leaderboard_markdown(const std::vector<LeaderboardGroup>& groups) {
+  std::ostringstream o;
+  o << "# nibble leaderboard\n\n" << md_escape(count_words(groups)) << ". Rule: " << md_escape(kLeaderboardRule) << ".\n";
+  for (const LeaderboardGroup& g : groups) {
+    const BoardTable t = board_table(g);
+    o << "\n## " << md_escape(title_of(g)) << "\n\n" << md_escape(ranked_words(g)) << ". " << md_escape(baseline_words(g)) << ".\n\n|";
+    for (const std::string& h : t.head) o << " " << md_escape(h) << " |";
+    o << "\n|";
+    for (const std::string& style : t.style) o << (style.empty() ? " ---: |" : " :--- |");
+    o << "\n";
+    for (const auto& row : t.cells) {
+      o << "|";
+      for (const std::string& c : row) o << " " << md_escape(c) << " |";
+      o << "\n";
+    }
+  }
+  return o.str();
+}
+
+std::string leaderboard_html(const std::vector<LeaderboardGroup>& groups) {
+  std::ostringstream o;
+  o << html_page_begin("nibble leaderboard", /*wide=*/true) << "<h1>nibble leaderboard</h1>\n<p class=\"sub\">" << html_escape(count_words(groups))
+    << "</p>\n<p class=\"note\">Rule: " << html_escape(kLeaderboardRule) << ".</p>\n";
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const LeaderboardGroup& g = groups[k];
+    const BoardTable t = board_table(g);
+    o << "<h2>" << html_escape(title_of(g)) << "</h2>\n<p class=\"note\">" << html_escape(ranked_words(g)) << ". "
+      << html_escape(baseline_words(g)) << ".</p>\n<div class=\"scroll\">\n<table class=\"lineup board\" id=\"group-" << k
+      << "\">\n<tr>";
+    const auto cls = [&](size_t c) { return t.style[c].empty() ? std::string() : " class=\"" + t.style[c] + "\""; };
+    for (size_t c = 0; c < t.head.size(); ++c) o << "<th" << cls(c) << ">" << html_escape(t.head[c]) << "</th>";
+    o << "</tr>\n";
+    for (size_t r = 0; r < t.cells.size(); ++r) {
+      o << "<tr class=\"" << t.kind[r] << "\">";
+      for (size_t c = 0; c < t.head.size(); ++c) o << "<td" << cls(c) << ">" << html_escape(t.cells[r][c]) << "</td>";
+      o << "</tr>\n";
+    }
+    o << "</table>\n</div>\n";
+  }
+  o << "<p class=\"note\">Written by <code>nibble leaderboard</code> from the reports alone; self-contained: no script, no "
+       "network.</p>\n"
+    << html_page_end();
+  return o.str();
+}
+
+nlohmann::ordered_json leaderboard_json(const std::vector<LeaderboardGroup>& groups, const std::vector<std::string>& inputs) {
+  nlohmann::ordered_json gs = nlohmann::ordered_json::array();
+  for (const LeaderboardGroup& g : groups) {
+    nlohmann::ordered_json baselines = nlohmann::ordered_json::array(), rows = nlohmann::ordered_json::array();
+    for (const LeaderboardBaseline& b : g.baselines)
+      baselines.push_back({{"solution", b.solution}, {"label", b.label}, {"median_us", or_null(b.median_us)}});
+    for (const LeaderboardRow& r : g.rows) {
+      nlohmann::ordered_json x = row_json(r.row);
+      x.erase("speedup_vs_first");  // a lineup's; a leaderboard has no first row
+      nlohmann::ordered_json speedup = nlohmann::ordered_json::object();
+      for (size_t k = 0; k < g.baselines.size(); ++k) speedup[g.baselines[k].solution] = or_null(r.speedup[k]);
+      x["speedup_vs_baselines"] = speedup;
+      rows.push_back(std::move(x));
+    }
+    gs.push_back({{"task", g.task},
+                  {"config", g.config},
+                  {"unit", g.unit},
+                  {"ranked", g.ranked},
+                  {"gpu", g.gpu},
+                  {"schema_major", g.schema_major},
+                  {"baseline_solutions", g.baseline_solutions},
+                  {"baselines", baselines},
+                  {"baseline_note", g.baselines.empty() ? baseline_words(g) : ""},
+                  {"rows", rows}});
+  }
+  return {{"schema", "nibble.leaderboard"}, {"schema_version", "1.0.0"}, {"rule", kLeaderboardRule}, {"inputs", inputs}, {"groups", gs}};
 }
 
 }  // namespace nibble

@@ -1,6 +1,7 @@
 // lineup.h: several graded reports side by side, one row each: `nibble grade --solution A
 // --solution B` (its lineup.{txt,json,html}), `nibble report html R.json --beside X.json` (the
-// page's table and roofline bars), and any tool that ranks reports.
+// page's table and roofline bars), `nibble leaderboard RESULTS...` (one group per task and config),
+// and any tool that ranks reports.
 //
 // Reports are ranked only within a group of comparable ones: the same task, config, GPU model and
 // report schema major (a median on another GPU, or under another schema's timing rules, is not the
@@ -8,6 +9,7 @@
 // Passed reports are ranked by median GPU span; a report that did not pass is listed, never ranked.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -44,5 +46,65 @@ nlohmann::ordered_json lineup_json(const std::vector<LineupRow>& rows);
 
 /** An HTML <table> of the rows (every string escaped), for the report page. */
 std::string lineup_html(const std::vector<LineupRow>& rows);
+
+// ---------------------------------------------------------------------------------------------
+// A leaderboard: many reports (`nibble leaderboard RESULTS...`), one group per task and config,
+// each ranked by the rule above and measured against the task's bundled baselines.
+
+/** A bundled baseline among a group's ranked reports (the fastest of its reports when several). */
+struct LeaderboardBaseline {
+  std::string solution, label;
+  double median_us = NAN;
+};
+
+/** A leaderboard's row: the lineup row (its rank within the group's ranked set; apart: "" in the
+ *  ranked set, else why not in it) and its speedup over each of the group's baselines. */
+struct LeaderboardRow {
+  LineupRow row;
+  std::vector<double> speedup;  // per LeaderboardGroup::baselines: the baseline's median / this row's; NaN unless ranked
+};
+
+/** One task and config. */
+struct LeaderboardGroup {
+  std::string task, config, unit;
+  std::string gpu;       // the ranked set's GPU model ("" when its reports record none)
+  int schema_major = 0;  // ... and report schema major
+  std::string ranked;    // the ranked set as a lineup group: "task / config / GPU / schema N"
+  std::vector<std::string> baseline_solutions;  // the task's bundled baselines, present or not
+  std::vector<LeaderboardBaseline> baselines;   // those Passed and timed in the ranked set, in the task's order
+  std::vector<LeaderboardRow> rows;  // the ranked by rank, the ranked set's others, those apart (each in the given order)
+};
+
+/** A task's bundled baselines by name: task_baseline_solutions (task_anchors.h), or a test's list. */
+using BaselinesOf = std::function<std::vector<std::string>(const std::string& task)>;
+
+/** The leaderboard's rule in words (the JSON's "rule", the pages' note). */
+extern const char* const kLeaderboardRule;
+
+/**
+ * Splits `reports` (labels[i] names reports[i]) into one group per task and config, ordered by
+ * task, then config. A group's ranked set is the newest schema major present (today's grader's
+ * rules), and within it the GPU model with the most Passed, timed reports (ties: more reports, then
+ * the first met); its reports are
+ * ranked as make_lineup ranks the first row's group, and the group's reports of another GPU or
+ * schema are listed apart with the reason. Speedups are over the bundled baselines
+ * (`baselines_of(task)`) that are ranked in the set, for the ranked rows only: a time of a grade
+ * that did not pass is no result to compare.
+ */
+std::vector<LeaderboardGroup> make_leaderboard(const std::vector<ReportView>& reports, const std::vector<std::string>& labels,
+                                               const BaselinesOf& baselines_of);
+
+/** Fixed-width text: per group a heading, what is ranked and against which baselines, the table. */
+std::string format_leaderboard(const std::vector<LeaderboardGroup>& groups);
+
+/** The same as a GitHub Markdown document: per group a heading, a line, a table (cells escaped). */
+std::string leaderboard_markdown(const std::vector<LeaderboardGroup>& groups);
+
+/** The same as one self-contained HTML page (the report page's style; no script, no network). */
+std::string leaderboard_html(const std::vector<LeaderboardGroup>& groups);
+
+/** {"schema": "nibble.leaderboard", "groups": [...]}: every field of every group and row (NaN as
+ *  null); `inputs` are the RESULTS as given (docs/report-schema.md). */
+nlohmann::ordered_json leaderboard_json(const std::vector<LeaderboardGroup>& groups, const std::vector<std::string>& inputs);
 
 }  // namespace nibble

@@ -6,6 +6,8 @@
 //   nibble fixture verify DIR
 //   nibble compare BASE.json NEW.json [--max-slowdown PCT] [--alpha A] [--force] [--json]
 //   nibble report show R.json | nibble report html R.json [BASE.json] [--beside X.json ...] -o R.html
+//   nibble leaderboard RESULTS... [-o board.html] [--markdown board.md] [--json board.json]
+//                                 reports or folders of them, ranked per task and config
 //   nibble configs [--task T]     the tasks and their official configs, one "task config" per line
 //   nibble batch MANIFEST [--devices 0,1] [--slurm [--partition P] [--time T] [--no-submit]] [--element I] [--collect]
 // Hidden: `nibble __child <job-fd>`, the grader's child process (harness/protocol.h).
@@ -252,9 +254,10 @@ int main(int argc, char** argv) {
   calibrate->add_option("--device", c.device, "GPU of this host, as nibble grade --device")->check(CLI::NonNegativeNumber);
   calibrate->add_flag("-q,--quiet", c.quiet, "No progress lines");
 
-  // nibble compare BASE.json NEW.json | nibble report show|html REPORT.json: they parse their own
-  // arguments and exit from their callbacks with their own codes (compare exits 4 on a bad command
-  // line, not 2, which is its "correctness regression"); see harness/report_cli.h.
+  // nibble compare BASE.json NEW.json | nibble report show|html REPORT.json | nibble leaderboard
+  // RESULTS...: they parse their own arguments and exit from their callbacks with their own codes
+  // (compare exits 4 on a bad command line, not 2, which is its "correctness regression"); see
+  // harness/report_cli.h.
   add_report_commands(app);
   auto* batch = app.add_subcommand("batch", "Run a manifest of grades over every GPU of this host, or as a Slurm job array (batch --help)");
   batch->prefix_command();  // its own parser (batch_cli.cpp), as report and compare

@@ -1,14 +1,18 @@
-// report_cli.cpp: `nibble compare` and `nibble report` argument parsing (see report_cli.h).
+// report_cli.cpp: `nibble compare`, `nibble report` and `nibble leaderboard` argument parsing (see
+// report_cli.h).
 #include "harness/report_cli.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <set>
 
 #include "harness/atomic_file.h"
 #include "harness/compare.h"
 #include "harness/html_report.h"
+#include "harness/lineup.h"
 #include "harness/report_view.h"
 #include "harness/task_anchors.h"
 
@@ -30,6 +34,63 @@ nlohmann::ordered_json load_calibration(const std::string& path, const nlohmann:
     throw BadReport(path + ": calibrated for " + c.value("task", "?") + " / " + c.value("config", "?") + ", the report is " +
                     report["task"].get<std::string>() + " / " + report["config"].get<std::string>());
   return c;
+}
+
+/** The reports RESULTS name, each labelled by its path. */
+struct FoundReports {
+  std::vector<ReportView> views;
+  std::vector<std::string> labels;
+};
+
+/**
+ * A file in `results` is read as a report: one that is not is bad input (BadReport), as in
+ * `report html`. A folder is searched recursively, in path order, for *.json whose "schema" is
+ * "nibble.report"; other JSON there (lineup.json, calibration tables, a leaderboard's own JSON) is
+ * skipped silently and a file that is not JSON at all with a line on stderr, while a file that says
+ * it is a report and does not read as one is bad input: a torn report must not drop out of the
+ * ranking unseen. A file met twice (named, and inside a folder also named) is one row.
+ */
+FoundReports find_reports(const std::vector<std::string>& results) {
+  namespace fs = std::filesystem;
+  FoundReports found;
+  std::set<std::string> seen;
+  const auto add = [&](const std::string& path, ReportView view) {
+    std::error_code ec;
+    const fs::path canonical = fs::weakly_canonical(path, ec);
+    if (!seen.insert(ec ? path : canonical.string()).second) return;
+    found.views.push_back(std::move(view));
+    found.labels.push_back(path);
+  };
+  for (const std::string& in : results) {
+    std::error_code ec;
+    if (!fs::is_directory(in, ec)) {
+      add(in, load_report_view(in));
+      continue;
+    }
+    std::vector<std::string> files;
+    for (fs::recursive_directory_iterator it(in, ec), end; !ec && it != end; it.increment(ec)) {
+      std::error_code fe;
+      if (it->path().extension() == ".json" && it->is_regular_file(fe)) files.push_back(it->path().string());
+    }
+    if (ec) throw BadReport(in + ": cannot list the folder (" + ec.message() + ")");
+    std::sort(files.begin(), files.end());
+    for (const std::string& f : files) {
+      nlohmann::ordered_json j;
+      try {
+        j = nlohmann::ordered_json::parse(read_file(f), nullptr, /*allow_exceptions=*/false);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "nibble leaderboard: skipped %s: %s\n", f.c_str(), e.what());
+        continue;
+      }
+      if (j.is_discarded()) {
+        std::fprintf(stderr, "nibble leaderboard: skipped %s: not JSON\n", f.c_str());
+        continue;
+      }
+      if (!j.is_object() || !j.contains("schema") || j["schema"] != "nibble.report") continue;
+      add(f, read_report_view(j, f));
+    }
+  }
+  return found;
 }
 
 [[noreturn]] void finish(int code) {
@@ -187,15 +248,98 @@ int report_command(std::vector<std::string> args) {
   return 0;
 }
 
+int leaderboard_command(std::vector<std::string> args) {
+  CLI::App app{"Rank graded reports: one table per task and config, the Passed reports of one GPU model and report schema "
+               "ranked by median GPU span (quartiles, fraction of the floor, speedup over the task's bundled baselines, "
+               "error against the gate, disposition, GPU, commit); reports of another GPU or schema listed apart with the "
+               "reason. The text table goes to stdout; -o, --markdown and --json write files.",
+               "nibble leaderboard"};
+  std::vector<std::string> results;
+  std::string html_out, md_out, json_out;
+  app.add_option("RESULTS", results,
+                 "Reports, or folders searched recursively for them (every *.json whose schema is nibble.report; other "
+                 "JSON there is skipped)")
+      ->required()
+      ->check(kNonEmptyValue);
+  app.add_option("-o,--out", html_out, "HTML page to write (atomically; inline CSS, no script, no network)")->check(kNonEmptyValue);
+  app.add_option("--markdown", md_out, "GitHub Markdown file to write (atomically): a table per group")->check(kNonEmptyValue);
+  app.add_option("--json", json_out, "JSON file to write (atomically): schema nibble.leaderboard, every row's fields")
+      ->check(kNonEmptyValue);
+  app.footer("At least one of -o, --markdown, --json. Exit codes: 0 done; 1 a file could not be written; 4 bad input (a "
+             "missing file, a file named that is not a nibble report, a report found that does not read, no report at "
+             "all, bad arguments).");
+  if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
+  if (html_out.empty() && md_out.empty() && json_out.empty()) {
+    std::fprintf(stderr, "nibble leaderboard: nothing to write: give -o PAGE.html, --markdown FILE.md or --json FILE.json\n");
+    return kCompareBadInput;
+  }
+  FoundReports found;
+  try {
+    found = find_reports(results);
+  } catch (const BadReport& e) {
+    std::fprintf(stderr, "nibble leaderboard: %s\n", e.what());
+    return kCompareBadInput;
+  }
+  if (found.views.empty()) {
+    std::fprintf(stderr, "nibble leaderboard: no nibble report in the RESULTS given\n");
+    return kCompareBadInput;
+  }
+  std::vector<std::pair<std::string, std::string>> outputs;  // (path, option)
+  for (const auto& [path, option] : {std::pair{html_out, "-o"}, std::pair{md_out, "--markdown"}, std::pair{json_out, "--json"}})
+    if (!path.empty()) outputs.emplace_back(path, option);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (const std::string& in : found.labels)
+      if (same_output_file(outputs[i].first, in)) {
+        std::fprintf(stderr, "nibble leaderboard: %s %s is the report %s: writing it would destroy that input; choose another\n",
+                     outputs[i].second.c_str(), outputs[i].first.c_str(), in.c_str());
+        return kCompareBadInput;
+      }
+    for (size_t k = 0; k < i; ++k)
+      if (same_output_file(outputs[i].first, outputs[k].first)) {
+        std::fprintf(stderr, "nibble leaderboard: %s and %s name the same file %s\n", outputs[k].second.c_str(),
+                     outputs[i].second.c_str(), outputs[i].first.c_str());
+        return kCompareBadInput;
+      }
+    try {  // before any is written: a name that can never be a file stops them all
+      check_output_name(outputs[i].first);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble leaderboard: %s %s\n", outputs[i].second.c_str(), e.what());
+      return 1;
+    }
+  }
+
+  const std::vector<LeaderboardGroup> groups = make_leaderboard(found.views, found.labels, task_baseline_solutions);
+  std::cout << format_leaderboard(groups);
+  std::cout.flush();
+  int rc = 0;
+  const auto write = [&](const std::string& path, const std::string& content) {
+    if (path.empty()) return;
+    try {
+      write_file_atomic(path, content);
+      std::fprintf(stderr, "nibble leaderboard: wrote %s (%zu bytes)\n", path.c_str(), content.size());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble leaderboard: %s\n", e.what());
+      rc = 1;
+    }
+  };
+  write(html_out, html_out.empty() ? "" : leaderboard_html(groups));
+  write(md_out, md_out.empty() ? "" : leaderboard_markdown(groups));
+  write(json_out, json_out.empty() ? "" : leaderboard_json(groups, results).dump(2) + "\n");
+  return rc;
+}
+
 void add_report_commands(CLI::App& app) {
   auto* compare = app.add_subcommand("compare", "Compare two reports: is NEW slower than BASE beyond noise? (exit 0-4; compare --help)");
   auto* report = app.add_subcommand("report", "Show a report's summary, or write it as one HTML page (report show|html)");
-  for (CLI::App* sub : {compare, report}) {
+  auto* leaderboard = app.add_subcommand(
+      "leaderboard", "Rank many reports per task and config, against the bundled baselines (HTML, Markdown, JSON; leaderboard --help)");
+  for (CLI::App* sub : {compare, report, leaderboard}) {
     sub->prefix_command();  // everything after the name goes to the command's own parser
     sub->set_help_flag();   // ... --help included
   }
   compare->callback([compare] { finish(compare_command(compare->remaining())); });
   report->callback([report] { finish(report_command(report->remaining())); });
+  leaderboard->callback([leaderboard] { finish(leaderboard_command(leaderboard->remaining())); });
 }
 
 }  // namespace nibble

@@ -1,4 +1,5 @@
-// report_cli.h: the command lines of `nibble compare` and `nibble report show|html`.
+// report_cli.h: the command lines of `nibble compare`, `nibble report show|html` and
+// `nibble leaderboard`.
 //
 // Their exit codes are a CI contract (compare.h), so a bad command line must exit 4 like any other
 // bad input, not with the code the rest of the CLI uses for a usage error. Hence each parses its
@@ -12,9 +13,9 @@
 namespace nibble {
 
 /**
- * Registers `compare` and `report` on the nibble command line. Each takes everything after its name
- * unparsed, runs from its callback and ends the process with its own exit code (std::exit after
- * flushing), so main() needs no dispatch line for them.
+ * Registers `compare`, `report` and `leaderboard` on the nibble command line. Each takes
+ * everything after its name unparsed, runs from its callback and ends the process with its own exit
+ * code (std::exit after flushing), so main() needs no dispatch line for them.
  */
 void add_report_commands(CLI::App& app);
 
@@ -32,5 +33,13 @@ int compare_command(std::vector<std::string> args);
  * Returns 0 when done, 1 when the output cannot be written, 4 for bad input or a bad command line.
  */
 int report_command(std::vector<std::string> args);
+
+/**
+ * `nibble leaderboard RESULTS... [-o board.html] [--markdown board.md] [--json board.json]` on the
+ * arguments after "leaderboard": RESULTS are reports or folders (searched recursively for reports),
+ * ranked per task and config (make_leaderboard, lineup.h); the text table always goes to stdout.
+ * Returns 0 when done, 1 when a file cannot be written, 4 for bad input or a bad command line.
+ */
+int leaderboard_command(std::vector<std::string> args);
 
 }  // namespace nibble

@@ -210,6 +210,10 @@ class Task {
                                      int threads) const = 0;
   /** The seed's error table for the HTML page when a report has no calibration. */
   virtual std::vector<ErrorAnchor> error_anchors(const std::string& /*config*/) const { return {}; }
+  /** The bundled solutions a leaderboard measures the others against, as their reports name them
+   *  (nibble_solution_name): the plain baseline and the reference an author wants to beat. Empty
+   *  for a task without any. */
+  virtual std::vector<std::string> baseline_solutions() const { return {}; }
 };
 
 /** Every task, in `nibble configs` order. */

@@ -10,4 +10,9 @@ std::vector<ErrorAnchor> task_error_anchors(const std::string& task, const std::
   return t ? t->error_anchors(config) : std::vector<ErrorAnchor>{};
 }
 
+std::vector<std::string> task_baseline_solutions(const std::string& task) {
+  const Task* t = task_or_null(task);
+  return t ? t->baseline_solutions() : std::vector<std::string>{};
+}
+
 }  // namespace nibble

@@ -13,6 +13,7 @@
 #include "harness/compare.h"
 #include "harness/process.h"
 #include "harness/report_view.h"
+#include "markup_check.h"
 
 using namespace nibble;
 using json = nlohmann::ordered_json;
@@ -998,4 +999,108 @@ TEST(ReportCli, ShowAndHtml) {
   EXPECT_EQ(x.code, 4) << x.out;
   EXPECT_NE(x.out.find("not comparable"), std::string::npos) << x.out;
   EXPECT_FALSE(std::filesystem::exists(t.path() + "/ug.html"));
+}
+
+// `nibble leaderboard` on the committed reports (version 1 and 2, decode and GEMM): the groups,
+// ranks and speedups in the JSON, the Markdown table, a balanced page; bad input exits 4.
+TEST(ReportCli, Leaderboard) {
+  if (!fs::exists(nibble_exe())) GTEST_SKIP() << "nibble binary not built at " << nibble_exe();
+  TempDir t;
+  const std::string folder = data("reports");
+  json h100 = load_report(data("reports/h200-reference-full.json"));
+  h100["device"]["name"] = "NVIDIA H100 80GB HBM3";
+  write_file_atomic(t.path() + "/h100.json", h100.dump());
+  // The folder, a report inside it named again (one row), and a report on another GPU.
+  CliRun x = run_nibble({"leaderboard", folder, data("reports/h200-unfused-full.json"), t.path() + "/h100.json", "-o",
+                         t.path() + "/board.html", "--markdown", t.path() + "/board.md", "--json", t.path() + "/board.json"},
+                        t);
+  ASSERT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("leaderboard: 6 reports in 2 groups"), std::string::npos) << x.out;
+
+  const json j = json::parse(read_file(t.path() + "/board.json"));
+  EXPECT_EQ(j["schema"], "nibble.leaderboard");
+  EXPECT_EQ(j["schema_version"], "1.0.0");
+  ASSERT_EQ(j["groups"].size(), 2u);
+  // GEMM: one report per schema; the newer one is ranked, the version 1 one listed apart.
+  const json& gemm = j["groups"][0];
+  EXPECT_EQ(gemm["task"], "gemm-w4a16-nvfp4");
+  EXPECT_EQ(gemm["config"], "m16-n3072-k3072");
+  EXPECT_EQ(gemm["schema_major"], 2);
+  ASSERT_EQ(gemm["rows"].size(), 2u);
+  EXPECT_EQ(gemm["rows"][0]["rank"], 1);
+  EXPECT_EQ(gemm["rows"][0]["solution"], "gemm-fp4-sm90");
+  EXPECT_EQ(gemm["rows"][0]["commit"], "4e75cdf836afc2f65798ef028e49d1453282e2b0");
+  EXPECT_TRUE(gemm["rows"][1]["rank"].is_null());
+  EXPECT_EQ(gemm["rows"][1]["apart"], "another report schema (1.0.0)");
+  EXPECT_TRUE(gemm["baselines"].empty()) << "no GEMM baseline among the committed reports";
+  // Decode: two version 1 reports on the H200 are ranked; the version 2 one and the H100 one apart.
+  const json& dec = j["groups"][1];
+  EXPECT_EQ(dec["task"], "megakernel-int4-weight-decode");
+  EXPECT_EQ(dec["ranked"], "megakernel-int4-weight-decode / full / NVIDIA H200 / schema 1");
+  ASSERT_EQ(dec["rows"].size(), 4u);
+  EXPECT_EQ(dec["rows"][0]["solution"], "unfused");
+  EXPECT_EQ(dec["rows"][0]["rank"], 1);
+  EXPECT_EQ(dec["rows"][0]["median_us"], unfused()["timing"]["gpu_span_us"]["median"]);
+  EXPECT_EQ(dec["rows"][1]["solution"], "reference-fp32-cublas");
+  EXPECT_EQ(dec["rows"][1]["rank"], 2);
+  ASSERT_EQ(dec["baselines"].size(), 2u);
+  EXPECT_EQ(dec["baselines"][0]["solution"], "unfused");
+  EXPECT_EQ(dec["baselines"][1]["solution"], "reference-fp32-cublas");
+  // 6148 us / 2640.4 us, as nibble compare's ratio of the same two reports.
+  EXPECT_NEAR(dec["rows"][0]["speedup_vs_baselines"]["reference-fp32-cublas"].get<double>(), 2.3284, 1e-4);
+  EXPECT_DOUBLE_EQ(dec["rows"][1]["speedup_vs_baselines"]["reference-fp32-cublas"].get<double>(), 1.0);
+  std::vector<std::string> apart;
+  for (const json& r : dec["rows"])
+    if (r["rank"].is_null()) apart.push_back(r["apart"].get<std::string>());
+  EXPECT_EQ(apart, (std::vector<std::string>{"another report schema (2.0.0)", "another GPU (NVIDIA H100 80GB HBM3)"}));
+
+  const std::string md = read_file(t.path() + "/board.md");
+  EXPECT_NE(md.find("## megakernel-int4-weight-decode / full"), std::string::npos) << md;
+  EXPECT_NE(md.find("| rank | solution | disposition | median us/token | q1 - q3 | of floor | vs unfused | vs reference-fp32-cublas | "
+                    "worst err | gate | GPU | commit | report | note |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| rank | solution | disposition | median us/call | q1 - q3 | of floor | worst err | gate |"), std::string::npos) << md;
+  const std::string html = read_file(t.path() + "/board.html");
+  EXPECT_EQ(nibble::test::markup_problem(html), "");
+  EXPECT_NE(html.find("id=\"group-1\""), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+
+  // A folder holding other JSON (the leaderboard's own, a calibration table) reads as before.
+  fs::create_directories(t.path() + "/mixed/deep");
+  fs::copy_file(data("reports/v2/h200-unfused-full.json"), t.path() + "/mixed/deep/u2.json");
+  fs::copy_file(t.path() + "/board.json", t.path() + "/mixed/board.json");
+  write_file_atomic(t.path() + "/mixed/cal.json", R"({"schema": "nibble.calibration", "rows": []})");
+  x = run_nibble({"leaderboard", t.path() + "/mixed", "--json", t.path() + "/mixed.json"}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  const json m = json::parse(read_file(t.path() + "/mixed.json"));
+  ASSERT_EQ(m["groups"].size(), 1u);
+  EXPECT_EQ(m["groups"][0]["rows"].size(), 1u);
+  EXPECT_EQ(m["groups"][0]["rows"][0]["label"], t.path() + "/mixed/deep/u2.json");
+
+  // Bad input: a file named that is not a report (no output written), a missing one, a folder
+  // without reports, no output asked for, an output over an input; a file that cannot be written.
+  x = run_nibble({"leaderboard", folder, t.path() + "/mixed/cal.json", "--json", t.path() + "/no.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find(t.path() + "/mixed/cal.json: not a nibble report"), std::string::npos) << x.out;
+  EXPECT_FALSE(fs::exists(t.path() + "/no.json"));
+  x = run_nibble({"leaderboard", t.path() + "/nonexistent.json", "--json", t.path() + "/no.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  fs::create_directories(t.path() + "/empty");
+  x = run_nibble({"leaderboard", t.path() + "/empty", "--json", t.path() + "/no.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("no nibble report"), std::string::npos) << x.out;
+  x = run_nibble({"leaderboard", folder}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("nothing to write"), std::string::npos) << x.out;
+  x = run_nibble({"leaderboard", t.path() + "/h100.json", "--json", t.path() + "/h100.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_EQ(load_report(t.path() + "/h100.json")["device"]["name"], "NVIDIA H100 80GB HBM3") << "the input is intact";
+  x = run_nibble({"leaderboard", folder, "--frobnicate"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  x = run_nibble({"leaderboard", "--help"}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("Exit codes"), std::string::npos) << x.out;
+  x = run_nibble({"leaderboard", folder, "--markdown", t.path() + "/h100.json/board.md"}, t);  // under a file
+  EXPECT_EQ(x.code, 1) << x.out;
 }

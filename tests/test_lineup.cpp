@@ -1,11 +1,21 @@
 // test_lineup.cpp: several reports side by side (harness/lineup.h): ranks, speedups and the
 // fraction of the floor on hand-made reports whose answers are known, and the reasons a report is
-// listed apart.
+// listed apart; the leaderboard built on it (groups per task and config, the ranked set of one GPU
+// and schema, speedups over the bundled baselines) and its text, Markdown, HTML and JSON; and that
+// each task's bundled baselines are names its bundled solutions report.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 
+#include "bundled_solutions.h"
 #include "harness/lineup.h"
+#include "harness/solution_library.h"
+#include "harness/task.h"
+#include "harness/task_anchors.h"
+#include "markup_check.h"
 
 using namespace nibble;
 
@@ -83,4 +93,221 @@ TEST(Lineup, ReasonsToListApart) {
   EXPECT_EQ(rows[4].rank, 0);
   EXPECT_EQ(rows[0].rank, 1);
   EXPECT_NE(lineup_html(rows).find("not ranked: another task"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The leaderboard
+
+namespace {
+
+/** The baselines a test gives the leaderboard (the decode task's names). */
+std::vector<std::string> decode_baselines(const std::string&) { return {"unfused", "reference-fp32-cublas"}; }
+
+const LeaderboardRow& row_named(const LeaderboardGroup& g, const std::string& label) {
+  for (const LeaderboardRow& r : g.rows)
+    if (r.row.label == label) return r;
+  throw std::runtime_error("no row " + label);
+}
+
+}  // namespace
+
+TEST(Leaderboard, OneGroupPerTaskAndConfigInOrder) {
+  ReportView gemm = made("g", "Passed", 7), tiny = made("t", "Passed", 5);
+  gemm.task = "gemm-w4a16-nvfp4";
+  gemm.config = "m16-n3072-k3072";
+  gemm.unit = "call";
+  tiny.config = "tiny";
+  const auto groups = make_leaderboard({made("a", "Passed", 100), tiny, gemm, made("b", "Passed", 50)}, {"a", "t", "g", "b"},
+                                       decode_baselines);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].task, "gemm-w4a16-nvfp4");
+  EXPECT_EQ(groups[0].unit, "call");
+  EXPECT_EQ(groups[1].task, "megakernel-int4-weight-decode");
+  EXPECT_EQ(groups[1].config, "full");
+  EXPECT_EQ(groups[2].config, "tiny");
+  ASSERT_EQ(groups[1].rows.size(), 2u);
+  EXPECT_EQ(groups[1].rows[0].row.label, "b") << "ranked rows first, fastest first";
+  EXPECT_EQ(groups[1].rows[0].row.rank, 1);
+  EXPECT_EQ(groups[1].rows[1].row.rank, 2);
+  EXPECT_EQ(groups[0].rows[0].row.rank, 1) << "each group has its own rank 1";
+  EXPECT_EQ(groups[2].rows[0].row.rank, 1);
+  EXPECT_EQ(groups[1].ranked, "megakernel-int4-weight-decode / full / NVIDIA H200 / schema 2");
+}
+
+TEST(Leaderboard, RanksOneGpuAndSchemaListsTheOthersApartWithTheReason) {
+  ReportView v1 = made("old", "Passed", 1);
+  v1.schema_major = 1;
+  v1.schema_version = "1.0.0";
+  const auto groups = make_leaderboard({made("a", "Passed", 100), made("h100", "Passed", 10, "NVIDIA H100"),
+                                        made("bad", "Incorrect", 25), made("b", "Passed", 50), v1},
+                                       {"a.json", "h100.json", "bad.json", "b.json", "old.json"}, decode_baselines);
+  ASSERT_EQ(groups.size(), 1u);
+  const LeaderboardGroup& g = groups[0];
+  EXPECT_EQ(g.gpu, "NVIDIA H200");
+  EXPECT_EQ(g.schema_major, 2);
+  // Order: the ranked by rank, the ranked set's unranked, those apart (each in the given order).
+  std::vector<std::string> order;
+  for (const LeaderboardRow& r : g.rows) order.push_back(r.row.label);
+  EXPECT_EQ(order, (std::vector<std::string>{"b.json", "a.json", "bad.json", "h100.json", "old.json"}));
+  EXPECT_EQ(row_named(g, "b.json").row.rank, 1);
+  EXPECT_EQ(row_named(g, "a.json").row.rank, 2);
+  EXPECT_EQ(row_named(g, "bad.json").row.rank, 0) << "a report that did not pass is listed, never ranked";
+  EXPECT_EQ(row_named(g, "bad.json").row.apart, "");
+  EXPECT_EQ(row_named(g, "h100.json").row.rank, 0) << "10 us on another GPU is not a rank 1 on this one";
+  EXPECT_EQ(row_named(g, "h100.json").row.apart, "another GPU (NVIDIA H100)");
+  EXPECT_EQ(row_named(g, "old.json").row.apart, "another report schema (1.0.0)");
+
+  const std::string text = format_leaderboard(groups);
+  EXPECT_NE(text.find("not ranked: another GPU (NVIDIA H100)"), std::string::npos) << text;
+  EXPECT_NE(text.find("worst relative error 3 >= gate 0.1"), std::string::npos) << text;
+  EXPECT_NE(text.find("the Passed reports on NVIDIA H200 under report schema 2 (2 ranked of 3 there; 2 listed apart)"),
+            std::string::npos)
+      << text;
+}
+
+TEST(Leaderboard, TheRankedSetIsTheNewestSchemaThenTheGpuWithTheMostPassedReports) {
+  // Two Passed on the H100 against one on the H200 (and a failed one there): the H100 is ranked.
+  auto groups = make_leaderboard({made("a", "Passed", 100), made("x", "Crashed", 0), made("h1", "Passed", 10, "NVIDIA H100"),
+                                  made("h2", "Passed", 20, "NVIDIA H100")},
+                                 {"a", "x", "h1", "h2"}, decode_baselines);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].gpu, "NVIDIA H100");
+  EXPECT_EQ(row_named(groups[0], "h1").row.rank, 1);
+  EXPECT_EQ(row_named(groups[0], "a").row.apart, "another GPU (NVIDIA H200)");
+  EXPECT_EQ(row_named(groups[0], "x").row.apart, "another GPU (NVIDIA H200)");
+  // One each under schema 1 and 2: the newer schema is ranked, whichever came first.
+  ReportView v1 = made("old", "Passed", 1);
+  v1.schema_major = 1;
+  v1.schema_version = "1.0.0";
+  groups = make_leaderboard({v1, made("new", "Passed", 100)}, {"old", "new"}, decode_baselines);
+  EXPECT_EQ(groups[0].schema_major, 2);
+  // Two old reports against one new: still the new schema (an old grader's rules do not rank today's).
+  ReportView v1b = v1;
+  v1b.solution_name = "old2";
+  groups = make_leaderboard({v1, v1b, made("new", "Passed", 100)}, {"old", "old2", "new"}, decode_baselines);
+  EXPECT_EQ(groups[0].schema_major, 2);
+  EXPECT_EQ(row_named(groups[0], "new").row.rank, 1);
+  EXPECT_EQ(row_named(groups[0], "new").row.rank, 1);
+  EXPECT_EQ(row_named(groups[0], "old").row.apart, "another report schema (1.0.0)");
+}
+
+TEST(Leaderboard, SpeedupOverTheBundledBaselinesByHand) {
+  ReportView slow_base = made("unfused", "Passed", 300), faster_base = made("unfused", "Passed", 250);
+  ReportView apart_base = made("reference-fp32-cublas", "Passed", 600, "NVIDIA H100");
+  const auto groups = make_leaderboard({made("mine", "Passed", 100), slow_base, made("broken", "Incorrect", 50), faster_base, apart_base},
+                                       {"mine.json", "unfused-1.json", "broken.json", "unfused-2.json", "ref-h100.json"},
+                                       [](const std::string&) -> std::vector<std::string> { return {"unfused", "reference-fp32-cublas"}; });
+  const LeaderboardGroup& g = groups.at(0);
+  EXPECT_EQ(g.baseline_solutions, (std::vector<std::string>{"unfused", "reference-fp32-cublas"}));
+  // The reference is on another GPU: not a baseline here. unfused twice: its fastest report.
+  ASSERT_EQ(g.baselines.size(), 1u);
+  EXPECT_EQ(g.baselines[0].solution, "unfused");
+  EXPECT_EQ(g.baselines[0].label, "unfused-2.json");
+  EXPECT_DOUBLE_EQ(g.baselines[0].median_us, 250);
+  EXPECT_DOUBLE_EQ(row_named(g, "mine.json").speedup.at(0), 2.5);
+  EXPECT_DOUBLE_EQ(row_named(g, "unfused-2.json").speedup.at(0), 1.0);
+  EXPECT_NEAR(row_named(g, "unfused-1.json").speedup.at(0), 250.0 / 300, 1e-12);
+  EXPECT_TRUE(std::isnan(row_named(g, "broken.json").speedup.at(0))) << "a failed grade's time is no result";
+  EXPECT_TRUE(std::isnan(row_named(g, "ref-h100.json").speedup.at(0)));
+
+  // The example: baseline 300 us, solution 100 us -> 3.00x, in every output.
+  const auto three = make_leaderboard({made("unfused", "Passed", 300), made("mine", "Passed", 100)}, {"u", "m"}, decode_baselines);
+  EXPECT_DOUBLE_EQ(row_named(three[0], "m").speedup.at(0), 3.0);
+  const std::string text = format_leaderboard(three);
+  EXPECT_NE(text.find("3.00x"), std::string::npos) << text;
+  EXPECT_NE(text.find("vs unfused"), std::string::npos) << text;
+  EXPECT_EQ(text.find("vs reference-fp32-cublas"), std::string::npos) << "a column only for a baseline present: " << text;
+  EXPECT_NE(leaderboard_markdown(three).find("| 3.00x |"), std::string::npos);
+  EXPECT_NE(leaderboard_html(three).find("<td>3.00x</td>"), std::string::npos);
+  const auto j = leaderboard_json(three, {"in"});
+  EXPECT_DOUBLE_EQ(j["groups"][0]["rows"][0]["speedup_vs_baselines"]["unfused"].get<double>(), 3.0);
+  EXPECT_EQ(j["groups"][0]["baselines"][0]["label"], "u");
+}
+
+TEST(Leaderboard, NoBaselineInTheGroupIsSaid) {
+  const auto none = make_leaderboard({made("mine", "Passed", 100)}, {"m"}, decode_baselines);
+  EXPECT_TRUE(none[0].baselines.empty());
+  EXPECT_TRUE(none[0].rows[0].speedup.empty());
+  for (const std::string& out : {format_leaderboard(none), leaderboard_markdown(none), leaderboard_html(none)}) {
+    EXPECT_NE(out.find("No baseline in this group"), std::string::npos) << out;
+    EXPECT_NE(out.find("bundled baselines, unfused, reference-fp32-cublas, have no ranked report here"), std::string::npos) << out;
+  }
+  const auto j = leaderboard_json(none, {});
+  EXPECT_TRUE(j["groups"][0]["baselines"].empty());
+  EXPECT_TRUE(j["groups"][0]["rows"][0]["speedup_vs_baselines"].empty());
+  EXPECT_NE(j["groups"][0]["baseline_note"].get<std::string>().find("No baseline"), std::string::npos);
+  const auto no_list = make_leaderboard({made("mine", "Passed", 100)}, {"m"}, nullptr);
+  EXPECT_NE(format_leaderboard(no_list).find("the task has no bundled baseline"), std::string::npos);
+}
+
+TEST(Leaderboard, JsonHasEveryFieldAndNullForUnknownNumbers) {
+  ReportView untimed = made("u", "Crashed", 0);
+  untimed.gpu_span_us = FigureView{};
+  untimed.worst_rel_err = NAN;
+  untimed.git_commit.reset();
+  const auto j = leaderboard_json(make_leaderboard({made("unfused", "Passed", 300), untimed}, {"a.json", "u.json"}, decode_baselines),
+                                  {"reports/"});
+  EXPECT_EQ(j["schema"], "nibble.leaderboard");
+  EXPECT_EQ(j["schema_version"], "1.0.0");
+  EXPECT_EQ(j["inputs"], nlohmann::ordered_json::array({"reports/"}));
+  ASSERT_EQ(j["groups"].size(), 1u);
+  const auto& g = j["groups"][0];
+  for (const char* k : {"task", "config", "unit", "ranked", "gpu", "schema_major", "baseline_solutions", "baselines", "baseline_note", "rows"})
+    EXPECT_TRUE(g.contains(k)) << k;
+  const auto& ranked = g["rows"][0];
+  for (const char* k : {"label", "solution", "disposition", "reason", "task", "config", "gpu", "schema_version", "commit", "unit",
+                        "median_us", "q1_us", "q3_us", "floor_us", "fraction_of_floor", "worst_rel_err", "gate", "rank", "group",
+                        "apart", "speedup_vs_baselines"})
+    EXPECT_TRUE(ranked.contains(k)) << k;
+  EXPECT_FALSE(ranked.contains("speedup_vs_first")) << "a lineup's field; a leaderboard has no first row";
+  EXPECT_EQ(ranked["rank"], 1);
+  EXPECT_DOUBLE_EQ(ranked["fraction_of_floor"].get<double>(), 50.0 / 300);
+  const auto& crashed = g["rows"][1];
+  EXPECT_EQ(crashed["disposition"], "Crashed");
+  for (const char* k : {"rank", "median_us", "q1_us", "q3_us", "fraction_of_floor", "worst_rel_err"}) EXPECT_TRUE(crashed[k].is_null()) << k;
+  EXPECT_TRUE(crashed["speedup_vs_baselines"]["unfused"].is_null());
+}
+
+TEST(Leaderboard, MarkdownAndHtmlEscapeWhatTheReportsSay) {
+  ReportView odd = made("a|b <script>&", "Passed", 100);
+  odd.reason = "line one\nline two";
+  const auto groups = make_leaderboard({made("unfused", "Passed", 300), odd}, {"u", "o"}, decode_baselines);
+  const std::string md = leaderboard_markdown(groups);
+  EXPECT_NE(md.find("\n| rank | solution | disposition | median us/token | q1 - q3 | of floor | vs unfused | worst err | gate | GPU | "
+                    "commit | report | note |\n| ---: | :--- | :--- | ---: | ---: | ---: | ---: | ---: | ---: | :--- | :--- | :--- | :--- |\n"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("a\\|b \\<script\\>&"), std::string::npos) << md;
+  EXPECT_EQ(md.find("<script>"), std::string::npos) << md;
+  const std::string html = leaderboard_html(groups);
+  EXPECT_EQ(nibble::test::markup_problem(html), "");
+  EXPECT_NE(html.find("a|b &lt;script&gt;&amp;"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos) << "no script, not even one a report names";
+  EXPECT_EQ(html.find("http"), std::string::npos) << "no network";
+}
+
+TEST(Leaderboard, TheTasksNameTheirBundledBaselines) {
+  EXPECT_EQ(task_baseline_solutions("megakernel-int4-weight-decode"), (std::vector<std::string>{"unfused", "reference-fp32-cublas"}));
+  for (const char* gemm : {"gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"})
+    EXPECT_EQ(task_baseline_solutions(gemm), (std::vector<std::string>{"gemm-baseline", "cublas-bf16-predequantised"})) << gemm;
+  EXPECT_TRUE(task_baseline_solutions("no-such-task").empty());
+}
+
+// Each name a task gives as a baseline is what one of its bundled solutions (or its reference)
+// returns from nibble_solution_name: a renamed solution would otherwise drop out of every
+// leaderboard's speedups without a word. dlopen only: no GPU needed.
+TEST(Leaderboard, BaselinesAreNamesTheBundledSolutionsReport) {
+  const char* bin = std::getenv("NIBBLE_BINARY_DIR");
+  const std::string lib_dir = std::string(bin && *bin ? bin : NIBBLE_BUNDLED_BINARY_DIR) + "/lib/";
+  for (const Task* task : all_tasks()) {
+    std::vector<std::string> paths{lib_dir + task->reference_library()};
+    for (const test::BundledSolution& s : test::bundled_solutions(task->family())) paths.push_back(s.path);
+    std::vector<std::string> names;
+    for (const std::string& p : paths) {
+      if (!std::filesystem::exists(p)) GTEST_SKIP() << p << " is not built";
+      names.push_back(SolutionLibrary(p, task->abi()).name());
+    }
+    for (const std::string& b : task->baseline_solutions())
+      EXPECT_NE(std::find(names.begin(), names.end(), b), names.end()) << task->name() << ": no bundled solution is named " << b;
+  }
 }

@@ -346,6 +346,8 @@ class DecodeTask final : public Task {
             {"one scale/zero per row", 1.51, false},
             {"zero point ignored", 10.2, false}};
   }
+  // solutions/decode/unfused and reference/decode (NIBBLE_DECODE_SOLUTION's names).
+  std::vector<std::string> baseline_solutions() const override { return {"unfused", "reference-fp32-cublas"}; }
 };
 
 }  // namespace

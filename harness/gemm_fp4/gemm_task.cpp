@@ -238,6 +238,8 @@ class GemmTask final : public Task {
             {"outputs", "one call of every round, picked by the grader's parent after it returned, kept and re-checked against the reference"}};
   }
   std::string reference_library() const override { return "libnibble_gemm_reference.so"; }
+  // solutions/gemm_fp4/baseline and cublas_bf16 (NIBBLE_GEMM_SOLUTION's names).
+  std::vector<std::string> baseline_solutions() const override { return {"gemm-baseline", "cublas-bf16-predequantised"}; }
   SolutionLibrary::Abi abi() const override { return SolutionLibrary::Abi::Gemm; }
   std::unique_ptr<Session> open_session(const Job& job, const SolutionLibrary& lib, const SafetensorsFile& fixture,
                                         cudaStream_t stream, cudaStream_t harness_stream) const override {
