@@ -206,8 +206,7 @@ size_t ranked_set_anchor(const std::vector<LineupRow>& rows, const std::vector<R
   }
   // max_element keeps the first of equals: the set met first wins a full tie.
   return std::max_element(sets.begin(), sets.end(), [](const Set& a, const Set& b) {
-           // The newest report schema first (today's grader's rules), then the most rankable reports.
-           return std::tie(a.schema, a.rankable, a.total) < std::tie(b.schema, b.rankable, b.total);
+           return std::tie(a.rankable, a.schema, a.total) < std::tie(b.rankable, b.schema, b.total);
          })->first;
 }
 

@@ -83,9 +83,8 @@ extern const char* const kLeaderboardRule;
 
 /**
  * Splits `reports` (labels[i] names reports[i]) into one group per task and config, ordered by
- * task, then config. A group's ranked set is the newest schema major present (today's grader's
- * rules), and within it the GPU model with the most Passed, timed reports (ties: more reports, then
- * the first met); its reports are
+ * task, then config. A group's ranked set is the GPU model and schema major with the most Passed,
+ * timed reports (ties: the newer schema, then more reports, then the first met); its reports are
  * ranked as make_lineup ranks the first row's group, and the group's reports of another GPU or
  * schema are listed apart with the reason. Speedups are over the bundled baselines
  * (`baselines_of(task)`) that are ranked in the set, for the ranked rows only: a time of a grade
