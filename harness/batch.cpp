@@ -60,11 +60,16 @@ BatchManifest read_batch_manifest(const std::string& path) {
   }
   if (!j.is_object() || !j.contains("runs") || !j["runs"].is_array() || j["runs"].empty())
     throw std::invalid_argument(path + ": a manifest is an object with a non-empty \"runs\" list (nibble batch --help)");
+  for (const auto& [k, v] : j.items())
+    if (k != "name" && k != "out" && k != "timeout_seconds" && k != "runs")
+      throw std::invalid_argument(path + ": unknown key '" + k + "' (name, out, timeout_seconds, runs)");
   const std::string base = fs::absolute(path).parent_path().string();
   BatchManifest m;
   m.path = fs::absolute(path).string();
   m.name = safe(get_or<std::string>(j, "name", fs::path(path).stem().string(), path));
-  m.out = absolute_from(base, get_or<std::string>(j, "out", "results", path));
+  const std::string out = get_or<std::string>(j, "out", "results", path);
+  if (out.empty()) throw std::invalid_argument(path + ": 'out' is empty; name the results folder (default: results)");
+  m.out = absolute_from(base, out);
   m.timeout_seconds = get_or<double>(j, "timeout_seconds", 3600, path);
   if (!(m.timeout_seconds > 0)) throw std::invalid_argument(path + ": timeout_seconds must be positive");
   for (size_t r = 0; r < j["runs"].size(); ++r) {
@@ -89,15 +94,27 @@ BatchManifest read_batch_manifest(const std::string& path) {
         throw std::invalid_argument(where + ": " + e.what());
       }
     }
-    const auto seeds = get_or<std::vector<uint64_t>>(run, "seeds", {0, 1}, where);
-    if (seeds.empty()) throw std::invalid_argument(where + ": 'seeds' must not be empty");
+    std::vector<uint64_t> seeds{0, 1};
+    if (run.contains("seeds")) {
+      // Whole, non-negative numbers only: nlohmann would turn -1 into 2^64 - 1 and 1.7 into 1.
+      if (!run["seeds"].is_array() || run["seeds"].empty())
+        throw std::invalid_argument(where + ": 'seeds' must be a non-empty list of seeds, e.g. [0, 1]");
+      seeds.clear();
+      for (const json& s : run["seeds"]) {
+        if (!s.is_number_unsigned())
+          throw std::invalid_argument(where + ": seed " + s.dump() + " is not a whole number from 0 to 2^64 - 1");
+        seeds.push_back(s.get<uint64_t>());
+      }
+    }
     const bool split = get_or<bool>(run, "split_seeds", false, where);
     auto solutions = get_or<std::vector<std::string>>(run, "solutions", {}, where);
     if (command == "grade" && solutions.empty()) throw std::invalid_argument(where + ": a grade run needs 'solutions'");
     if (command == "calibrate" && !solutions.empty()) throw std::invalid_argument(where + ": a calibrate run takes no 'solutions'");
     for (std::string& s : solutions) {
+      if (s.empty()) throw std::invalid_argument(where + ": an empty solution path");
       s = absolute_from(base, s);
       if (!fs::exists(s)) throw std::invalid_argument(where + ": solution " + s + " does not exist (build it first)");
+      if (!fs::is_regular_file(s)) throw std::invalid_argument(where + ": solution " + s + " is not a file (a folder?)");
     }
     if (solutions.empty()) solutions.push_back("");
     const auto args = get_or<std::vector<std::string>>(run, "args", {}, where);
@@ -229,10 +246,25 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
         line();
       }
       const BatchJob& job = m.jobs[i];
+      // Not done: what lies at its paths belongs to another job (other bytes or arguments), and must
+      // not stand for this one's result if it writes none.
+      std::error_code ec;
+      fs::remove(job.report, ec);
+      fs::remove(job.sidecar, ec);
       const auto t0 = std::chrono::steady_clock::now();
       const int code = run(job, slot);
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       BatchOutcome o = outcome_of(job, code, sec, slot);
+      if (code == kBatchNotRun) {
+        o.disposition = "NotRun";
+        o.reason = "the batch was stopped before this job ran to its end: it runs again next time";
+        std::lock_guard<std::mutex> lock(mu);
+        out[i] = o;
+        running.erase(slot);
+        ++done;
+        line();
+        continue;
+      }
       try {
         write_file_atomic(job.sidecar, json({{"hash", job.hash},
                                              {"index", job.index},
@@ -292,6 +324,22 @@ std::string format_batch_summary(const json& s) {
 
 std::string slurm_array_script(const BatchManifest& m, const std::string& nibble, const std::string& partition,
                                const std::string& time_limit) {
+  // sbatch reads its #SBATCH lines itself and bash the exec line: paths and values that either would
+  // split, expand or end early are refused rather than quoted for one and not the other.
+  auto plain_path = [](const std::string& what, const std::string& p) {
+    if (p.find_first_of(" \t\n\r'\"$`\\;&|<>*?!") != std::string::npos)
+      throw std::invalid_argument(what + " " + p + " has a space or a shell character; Slurm's script needs a plain path: move it");
+  };
+  auto plain_value = [](const std::string& what, const std::string& v) {
+    for (char c : v)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.' && c != ':' && c != ',')
+        throw std::invalid_argument(what + " '" + v + "' may hold letters, digits and _ - . : , only");
+  };
+  plain_path("the results folder", m.out);
+  plain_path("the manifest", m.path);
+  plain_path("nibble", nibble);
+  plain_value("--partition", partition);
+  plain_value("--time", time_limit);
   const bool gpu = std::any_of(m.jobs.begin(), m.jobs.end(), [](const BatchJob& j) { return j.needs_gpu; });
   std::ostringstream o;
   o << "#!/bin/bash\n"
@@ -310,22 +358,33 @@ std::string slurm_array_script(const BatchManifest& m, const std::string& nibble
 json collect_batch(const BatchManifest& m) {
   json rows = json::array();
   std::vector<int> again;
-  int done = 0, failed = 0, missing = 0;
+  int done = 0, failed = 0, missing = 0, not_passed = 0;
   for (const BatchJob& j : m.jobs) {
-    std::string state, why;
-    std::string disposition;
+    std::string state, why, disposition;
     if (batch_job_done(j)) {
       // A report is a result whatever its verdict: grading an Incorrect solution again changes nothing.
       const BatchOutcome o = outcome_of(j, 0, 0, -1);
       state = "done";
       disposition = o.disposition;
-      why = o.disposition == "Passed" || o.disposition == "Healthy" ? "" : o.reason;
-    } else if (fs::exists(j.sidecar)) {
-      state = "failed";
-      why = "its element ran and left no matching report (" + j.log + ")";
+      const bool good = o.disposition == "Passed" || o.disposition == "Healthy";
+      if (!good) ++not_passed;
+      why = good ? "" : o.reason;
     } else {
-      state = "missing";
-      why = "no result: the element did not run, or ran before this manifest changed";
+      std::string side_hash;
+      try {
+        side_hash = json::parse(read_file(j.sidecar)).value("hash", "");
+      } catch (const std::exception&) {
+      }
+      if (side_hash == j.hash) {
+        state = "failed";
+        why = "its element ran and left no report (" + j.log + ")";
+      } else if (!side_hash.empty()) {
+        state = "missing";
+        why = "stale: its element ran for another version of the job (the solution's bytes or the arguments changed)";
+      } else {
+        state = "missing";
+        why = "no result: its element has not run (or was cut off)";
+      }
     }
     (state == "done" ? done : state == "failed" ? failed : missing)++;
     if (state != "done") again.push_back(j.index);
@@ -334,13 +393,17 @@ json collect_batch(const BatchManifest& m) {
   std::string list;
   for (int i : again) list += (list.empty() ? "" : ",") + std::to_string(i);
   const std::string script = (fs::path(m.out) / "slurm" / "array.sbatch").string();
+  json resubmit = nullptr;
+  if (!again.empty())
+    resubmit = "sbatch --array=" + list + " " + script + (fs::exists(script) ? "" : "  (nibble batch --slurm --no-submit writes it)");
   return {{"schema", "nibble.batch.collect"},
           {"manifest", m.path},
           {"done", done},
+          {"not_passed", not_passed},
           {"failed", failed},
           {"missing", missing},
           {"rows", rows},
-          {"resubmit", again.empty() ? json(nullptr) : json("sbatch --array=" + list + " " + script)}};
+          {"resubmit", resubmit}};
 }
 
 }  // namespace nibble

@@ -68,6 +68,10 @@ struct BatchOutcome {
   bool skipped = false;     // done before (resume)
 };
 
+/** What a BatchRunner returns for a job it did not start (the batch is stopping): no sidecar is
+ *  written, so the job runs again on the next try. */
+inline constexpr int kBatchNotRun = -2;
+
 /** Runs one job on `device` (-1: none named) and returns its exit code; the real one runs nibble. */
 using BatchRunner = std::function<int(const BatchJob& job, int device)>;
 
@@ -76,9 +80,10 @@ using BatchProgress = std::function<void(const std::string& line)>;
 
 /**
  * Runs every job not yet done over `devices` (one job per device at a time; {-1}: one slot, no
- * device named), each by `run`, and returns an outcome per job in manifest order. A job's report is
- * read after it ends (NoReport when none); the sidecar is written after it ends, so a job cut off
- * mid-way is run again. Jobs that need no GPU take any free slot.
+ * device named), each by `run`, and returns an outcome per job in manifest order. A job's old report
+ * and sidecar are removed before it runs (they are another job's: the solution or the arguments
+ * changed), its report read after it ends (NoReport when none), and its sidecar written after it
+ * ends, so a job cut off mid-way (or not run: kBatchNotRun, "NotRun") runs again next time.
  */
 std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<int>& devices, const BatchRunner& run,
                                     const BatchProgress& progress);
@@ -92,9 +97,10 @@ std::string format_batch_summary(const nlohmann::ordered_json& summary);
 std::string slurm_array_script(const BatchManifest& m, const std::string& nibble, const std::string& partition,
                                const std::string& time_limit);
 
-/** --collect: per job done (its report, whatever its verdict) / failed (its element ran and left no
- *  report matching the job) / missing (never ran), and the sbatch command that resubmits the failed
- *  and missing elements (null when none). */
+/** --collect: per job done (its report, whatever its verdict; `not_passed` counts those that did not
+ *  pass) / failed (its element ran for this job and left no report) / missing (never ran, or ran for
+ *  another version of the job: stale), and the sbatch command that resubmits the failed and missing
+ *  elements (null when none). */
 nlohmann::ordered_json collect_batch(const BatchManifest& m);
 
 /** `nibble batch ...` (its own argument parsing); returns the exit code. */

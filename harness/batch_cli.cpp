@@ -33,9 +33,11 @@ int exit_of(const std::vector<BatchOutcome>& outcomes) {
 
 /** Runs `job` as its own nibble process, its output appended to the job's log. */
 int run_job_process(const BatchJob& job, int device, double timeout) {
+  if (children_stopping()) return kBatchNotRun;
   std::vector<std::string> argv = {self_exe()};
   for (const std::string& a : batch_job_argv(job, device)) argv.push_back(a);
   const ChildExit e = run_child(argv, job.log, timeout);
+  if (children_stopping()) return kBatchNotRun;  // killed by the stop, not by itself
   return e.kind == ChildExit::Exited ? e.code : 128 + (e.kind == ChildExit::Signaled ? e.code : 9);
 }
 
@@ -80,6 +82,10 @@ int batch_command(std::vector<std::string> args) {
   app.add_flag("-q,--quiet", quiet, "No progress lines");
   app.footer("Exit codes: 0 every job passed; 1 a job did not pass, failed or is missing; 2 bad input; 3 the batch could not run.");
   if (const int rc = parse_own_args(app, std::move(args), 2); rc >= 0) return rc;
+  if (!slurm && (no_submit || !partition.empty() || !time_limit.empty())) {
+    std::fprintf(stderr, "nibble batch: --no-submit, --partition and --time go with --slurm\n");
+    return 2;
+  }
   BatchManifest m;
   try {
     m = read_batch_manifest(manifest_path);
@@ -96,11 +102,13 @@ int batch_command(std::vector<std::string> args) {
 
   if (collect) {
     const json c = collect_batch(m);
-    std::printf("nibble batch --collect: %d done, %d failed, %d missing of %zu\n", c["done"].get<int>(), c["failed"].get<int>(),
-                c["missing"].get<int>(), m.jobs.size());
+    std::printf("nibble batch --collect: %d done (%d of them not passed), %d failed, %d missing of %zu\n", c["done"].get<int>(),
+                c["not_passed"].get<int>(), c["failed"].get<int>(), c["missing"].get<int>(), m.jobs.size());
     for (const json& r : c["rows"])
-      if (r["state"] != "done") std::printf("  %-8s %s: %s\n", r["state"].get<std::string>().c_str(), r["id"].get<std::string>().c_str(),
-                                            r["why"].get<std::string>().c_str());
+      if (r["state"] != "done" || !r["why"].get<std::string>().empty())
+        std::printf("  %-8s %s: %s%s\n", r["state"].get<std::string>().c_str(), r["id"].get<std::string>().c_str(),
+                    r["disposition"].get<std::string>().empty() ? "" : (r["disposition"].get<std::string>() + ": ").c_str(),
+                    r["why"].get<std::string>().c_str());
     if (!c["resubmit"].is_null()) std::printf("  resubmit: %s\n", c["resubmit"].get<std::string>().c_str());
     try {
       write_file_atomic((fs::path(m.out) / "collect.json").string(), c.dump(2) + "\n");
@@ -108,7 +116,7 @@ int batch_command(std::vector<std::string> args) {
       std::fprintf(stderr, "nibble batch: %s\n", e.what());
       return 3;
     }
-    return c["failed"].get<int>() + c["missing"].get<int>() == 0 ? 0 : 1;
+    return c["failed"].get<int>() + c["missing"].get<int>() + c["not_passed"].get<int>() == 0 ? 0 : 1;
   }
 
   if (element >= 0) {
@@ -116,6 +124,7 @@ int batch_command(std::vector<std::string> args) {
       std::fprintf(stderr, "nibble batch: --element %d: the manifest has %zu jobs (0 to %zu)\n", element, m.jobs.size(), m.jobs.size() - 1);
       return 2;
     }
+    stop_children_on_signals();  // Slurm's scancel or time limit: the grade goes with the element
     BatchManifest one = m;
     one.jobs = {m.jobs[size_t(element)]};
     const Log log{true, false};
@@ -131,6 +140,9 @@ int batch_command(std::vector<std::string> args) {
     const std::string script = (dir / "array.sbatch").string();
     try {
       write_file_atomic(script, slurm_array_script(m, self_exe(), partition, time_limit));
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "nibble batch --slurm: %s\n", e.what());
+      return 2;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nibble batch: %s\n", e.what());
       return 3;
@@ -156,7 +168,7 @@ int batch_command(std::vector<std::string> args) {
   if (!devices_text.empty()) {
     std::stringstream ss(devices_text);
     for (std::string d; std::getline(ss, d, ',');) {
-      if (d.empty() || d.find_first_not_of("0123456789") != std::string::npos) {
+      if (d.empty() || d.size() > 6 || d.find_first_not_of("0123456789") != std::string::npos) {
         std::fprintf(stderr, "nibble batch: --devices takes GPU numbers separated by commas, e.g. 0,1; not '%s'\n", devices_text.c_str());
         return 2;
       }
@@ -173,6 +185,7 @@ int batch_command(std::vector<std::string> args) {
   }
   const Log log{quiet, isatty(STDERR_FILENO) != 0};
   if (const int rc = build_fixtures(m, log)) return rc;
+  stop_children_on_signals();  // Ctrl-C or a kill: the running grades are stopped, the records kept
   const auto outcomes = run_batch(
       m, devices, [&](const BatchJob& j, int d) { return run_job_process(j, d, m.timeout_seconds); },
       [&](const std::string& line) {
@@ -185,6 +198,11 @@ int batch_command(std::vector<std::string> args) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble batch: %s\n", e.what());
     return 3;
+  }
+  if (children_stopping()) {
+    std::fprintf(stderr, "nibble batch: stopped; the jobs that were running were killed and run again on the next `nibble batch %s`\n",
+                 manifest_path.c_str());
+    return 130;
   }
   return exit_of(outcomes);
 }

@@ -623,6 +623,13 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
     return refuse("with several --solution, --out names a folder for their reports (default nibble-reports), not the file " + dir);
   if (!opt.dump_dir.empty() || !opt.gbench_json.empty())
     return refuse("--dump and --gbench-json name one solution's files: grade that solution alone to write them");
+  for (const std::string& s : solutions) {  // every one before the first grade: a typo costs no grading
+    try {
+      check_solution_file(s);
+    } catch (const std::exception& e) {
+      return refuse(e.what());
+    }
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir)) return refuse("--out " + dir + " cannot be made a folder (" + ec.message() + ")");
@@ -630,7 +637,7 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
   // One report per solution, named after its file; the fixtures are the cache's, built (and
   // checked) by the first grade and checked again by each one after it.
   std::vector<std::string> reports;
-  std::set<std::string> taken;
+  std::set<std::string> taken = {"lineup"};  // the side by side's own files
   int worst = kExitPassed;
   auto severity = [](int code) { return code == kExitGraderFailed ? 3 : code == kExitUsage ? 2 : code == kExitNotPassed ? 1 : 0; };
   for (const std::string& solution : solutions) {
@@ -643,6 +650,9 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
     one.solution = solution;
     one.out = (std::filesystem::path(dir) / (name + ".json")).string();
     if (!opt.quiet) std::fprintf(stderr, "\n== nibble grade: %s -> %s\n", solution.c_str(), one.out.c_str());
+    // A report left there by an earlier run must not stand for this grade if it writes none.
+    std::error_code gone;
+    std::filesystem::remove(one.out, gone);
     const int code = grade_main(one);
     if (severity(code) > severity(worst)) worst = code;
     reports.push_back(one.out);
@@ -673,19 +683,27 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
   const std::vector<LineupRow> rows = make_lineup(views, labels);
   const std::string table = format_lineup(rows);
   std::printf("\n%s", table.c_str());
+  std::string written;
+  const std::string html = (std::filesystem::path(dir) / "lineup.html").string();
   try {
     write_file_atomic((std::filesystem::path(dir) / "lineup.txt").string(), table);
     write_file_atomic((std::filesystem::path(dir) / "lineup.json").string(), lineup_json(rows).dump(2) + "\n");
+    written = "lineup.txt, lineup.json";
     if (views.front().disposition != "NoReport") {
       HtmlAnchors anchors{task_error_anchors(views.front().task, views.front().config),
                           std::vector<ReportView>(views.begin() + 1, views.end()), std::vector<std::string>(labels.begin() + 1, labels.end())};
-      write_file_atomic((std::filesystem::path(dir) / "lineup.html").string(), render_html_report(views.front(), labels.front(), anchors));
+      write_file_atomic(html, render_html_report(views.front(), labels.front(), anchors));
+      written += " and lineup.html (the first solution's page, the others beside it)";
+    } else {
+      std::error_code gone;
+      std::filesystem::remove(html, gone);  // an earlier run's page would show other reports
+      written += " (no lineup.html: the first solution has no report)";
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble grade: the side-by-side files could not be written: %s\n", e.what());
     if (severity(kExitGraderFailed) > severity(worst)) worst = kExitGraderFailed;
   }
-  std::printf("  reports, lineup.txt, lineup.json and lineup.html (the first solution's page, the others beside it): %s\n", dir.c_str());
+  if (!written.empty()) std::printf("  %s in %s\n", written.c_str(), dir.c_str());
   return worst;
 }
 

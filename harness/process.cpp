@@ -8,11 +8,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -60,14 +64,37 @@ std::vector<pid_t> own_children() {
   return out;
 }
 
+// The children a run_child call in this process is waiting on (threads may run several at once, as
+// nibble batch does): reap_descendants leaves them to their own call.
+std::mutex g_live_mu;
+std::set<pid_t> g_live;
+std::atomic<bool> g_stop{false};
+
+void stop_handler(int) { g_stop = true; }
+
 }  // namespace
+
+void stop_children_on_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = stop_handler;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+}
+
+bool children_stopping() { return g_stop; }
 
 void reap_descendants() {
   // A daemon a solution started (setsid, double fork) outlives its process group. As a child
   // subreaper, every such orphan is reparented to us: kill and reap all of them, repeatedly,
   // until none is left, so nothing a candidate started can touch files after it ended.
   for (int round = 0; round < 50; ++round) {
-    const auto kids = own_children();
+    auto kids = own_children();
+    {
+      std::lock_guard<std::mutex> lock(g_live_mu);
+      kids.erase(std::remove_if(kids.begin(), kids.end(), [](pid_t k) { return g_live.count(k) > 0; }), kids.end());
+    }
     if (kids.empty()) return;
     for (pid_t k : kids) kill(k, SIGKILL);
     for (pid_t k : kids) waitpid(k, nullptr, 0);
@@ -101,6 +128,17 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
   }
   close(log_fd);
   setpgid(pid, pid);
+  {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    g_live.insert(pid);
+  }
+  struct Forget {
+    pid_t pid;
+    ~Forget() {
+      std::lock_guard<std::mutex> lock(g_live_mu);
+      g_live.erase(pid);
+    }
+  } forget{pid};
   int status = 0;
   double last_tick = 0, stopped_at = -1;
   for (;;) {
@@ -131,6 +169,15 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
     }
     if (w < 0 && errno != EINTR) throw std::runtime_error(std::string("waitpid: ") + strerror(errno));
     const bool stuck = stopped_at >= 0 && el - stopped_at > kStoppedSeconds;
+    if (g_stop) {  // this process was told to stop (stop_children_on_signals): its children go first
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      r.kind = ChildExit::Signaled;
+      r.code = SIGKILL;
+      r.seconds = el;
+      return r;
+    }
     if (stuck || (timeout_seconds > 0 && el > timeout_seconds)) {  // a hang: the child and all it started go
       kill(-pid, SIGKILL);
       kill(pid, SIGKILL);

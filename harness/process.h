@@ -30,8 +30,15 @@ struct ChildExit {
 ChildExit run_child(const std::vector<std::string>& argv, const std::string& log_path, double timeout_seconds,
                     const std::function<void(double elapsed_seconds)>& tick = {}, const std::vector<int>& pass_fds = {});
 
+/** From now on SIGINT, SIGTERM and SIGHUP do not end this process at once: every run_child call
+ *  kills its child's process group and returns (ChildExit::Signaled, SIGKILL), and
+ *  children_stopping() is true, so the caller can finish its records and exit. */
+void stop_children_on_signals();
+bool children_stopping();
+
 /** Kill and reap every process reparented to this one (run_child makes this process a child
- *  subreaper, so daemons a child left behind end up here). run_child calls it after every child. */
+ *  subreaper, so daemons a child left behind end up here), except the children other run_child
+ *  calls of this process are waiting on. run_child calls it after every child. */
 void reap_descendants();
 
 /** The last `max_bytes` of a text file ("" when unreadable). */

@@ -93,6 +93,17 @@ TEST(Batch, ManifestErrorsNameTheKey) {
     return std::string("(accepted)");
   };
   EXPECT_NE(error("[]").find("non-empty \"runs\""), std::string::npos);
+  const std::string run = R"({"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"]})";
+  EXPECT_NE(error(R"({"outt": "x", "runs": [)" + run + "]}").find("unknown key 'outt'"), std::string::npos);
+  EXPECT_NE(error(R"({"out": "", "runs": [)" + run + "]}").find("'out' is empty"), std::string::npos);
+  for (const char* seed : {"-1", "1.7", "18446744073709551616", "1e30"})
+    EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "seeds": [)" +
+                    std::string(seed) + "]}]}")
+                  .find("is not a whole number from 0 to 2^64 - 1"),
+              std::string::npos)
+        << seed;
+  EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["."]}]})").find("is not a file"),
+            std::string::npos);
   EXPECT_NE(error("{oops").find("not a readable JSON manifest"), std::string::npos);
   EXPECT_NE(error(R"({"runs": [{"task": "matmul", "configs": ["tiny"], "solutions": ["a.so"]}]})").find("unknown task 'matmul'"),
             std::string::npos);
@@ -140,6 +151,19 @@ TEST(Batch, OneJobPerGpuAtATimeAndResume) {
   EXPECT_EQ(second.ran, want)
       << "the cut-off jobs and b's (its bytes changed) run again, the rest are done";
   EXPECT_TRUE(outcomes[2].skipped);
+
+  // b rebuilt again, and this time its grade writes no report: its old Passed report is not its result.
+  write(t, "b.so", "solution b, rebuilt twice");
+  const BatchManifest third = read_batch_manifest(m.path);
+  outcomes = run_batch(third, {0}, [](const BatchJob&, int) { return 2; }, {});
+  EXPECT_EQ(outcomes[1].disposition, "NoReport") << "an old report stood in for a grade that wrote none";
+  EXPECT_EQ(collect_batch(third)["rows"][1]["state"], "failed");
+  // A stopped batch: the job it did not finish has no sidecar, and is missing, not failed.
+  write(t, "b.so", "solution b, rebuilt a third time");
+  const BatchManifest fourth = read_batch_manifest(m.path);
+  outcomes = run_batch(fourth, {0}, [](const BatchJob&, int) { return kBatchNotRun; }, {});
+  EXPECT_EQ(outcomes[1].disposition, "NotRun");
+  EXPECT_EQ(collect_batch(fourth)["rows"][1]["state"], "missing");
 }
 
 TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
@@ -162,8 +186,14 @@ TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
   EXPECT_EQ(c["failed"], 1);
   EXPECT_EQ(c["missing"], 3);
   EXPECT_EQ(c["rows"][1]["disposition"], "Incorrect");
-  EXPECT_EQ(c["resubmit"], "sbatch --array=2,3,4,5 " + (fs::path(m.out) / "slurm" / "array.sbatch").string());
+  EXPECT_EQ(c["not_passed"], 2);
+  EXPECT_EQ(c["resubmit"], "sbatch --array=2,3,4,5 " + (fs::path(m.out) / "slurm" / "array.sbatch").string() +
+                               "  (nibble batch --slurm --no-submit writes it)");
 
+  EXPECT_THROW(slurm_array_script(m, "/opt/nibble/bin/nibble", "gpu\n#SBATCH --foo", ""), std::invalid_argument);
+  BatchManifest spaced = m;
+  spaced.out = "/tmp/sp ace/res";
+  EXPECT_THROW(slurm_array_script(spaced, "/opt/nibble/bin/nibble", "", ""), std::invalid_argument);
   const std::string script = slurm_array_script(m, "/opt/nibble/bin/nibble", "gpu", "30:00");
   for (const char* want : {"#SBATCH --array=0-5\n", "#SBATCH --gres=gpu:1\n", "#SBATCH --partition=gpu\n", "#SBATCH --time=30:00\n",
                            "--element \"$SLURM_ARRAY_TASK_ID\""})

@@ -77,16 +77,35 @@ TEST(Cli, SeveralSolutionsAreGradedSideBySide) {
                  t);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("grade that solution alone"), std::string::npos) << r.output;
+  // A missing solution is refused before any grade.
   const std::string dir = t.path() + "/side";
-  r = run_nibble({"grade", "--config", "tiny", "--solution", "/nonexistent/a.so", "--solution", "/nonexistent/a.so", "--out", dir}, t);
+  r = run_nibble({"grade", "--config", "tiny", "--solution", nibble_exe(), "--solution", "/nonexistent/b.so", "--out", dir}, t);
   EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("'/nonexistent/b.so' does not exist"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/lineup.json"));
+  // Grades that leave no report (nibble itself is no solution .so) are rows; an old report in the
+  // folder does not stand for them; a solution named lineup does not take the side by side's name.
+  fs::create_directories(t.path() + "/sol");
+  fs::copy_file(nibble_exe(), t.path() + "/sol/lineup.so");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/nibble.json") << read_file(source_report());
+  std::ofstream(dir + "/lineup.html") << "an old page";
+  r = run_nibble({"grade", "--config", "tiny", "--solution", nibble_exe(), "--solution", nibble_exe(), "--solution",
+                  t.path() + "/sol/lineup.so", "--out", dir},
+                 t);
+  EXPECT_NE(r.code, 0) << r.output;
   const auto j = nlohmann::json::parse(read_file(dir + "/lineup.json"));
-  ASSERT_EQ(j["rows"].size(), 2u);
-  EXPECT_EQ(j["rows"][0]["disposition"], "NoReport");
-  EXPECT_EQ(j["rows"][0]["label"], dir + "/a.json");
-  EXPECT_EQ(j["rows"][1]["label"], dir + "/a-2.json") << "the same stem twice: a second name";
-  EXPECT_NE(read_file(dir + "/lineup.txt").find("NoReport"), std::string::npos);
-  EXPECT_FALSE(fs::exists(dir + "/lineup.html")) << "no first report: no page";
+  ASSERT_EQ(j["rows"].size(), 3u);
+  // Without a GPU no report (NoReport); with one, nibble's own binary is no solution (MissingSymbol).
+  EXPECT_NE(j["rows"][0]["disposition"], "Passed") << "an old report stood for this grade";
+  EXPECT_NE(j["rows"][0]["schema_version"], "1.0.0") << "an old report stood for this grade";
+  EXPECT_EQ(j["rows"][0]["label"], dir + "/nibble.json");
+  EXPECT_EQ(j["rows"][1]["label"], dir + "/nibble-2.json") << "the same stem twice: a second name";
+  EXPECT_EQ(j["rows"][2]["label"], dir + "/lineup-2.json") << "lineup.json is the side by side's";
+  if (j["rows"][0]["disposition"] == "NoReport")
+    EXPECT_FALSE(fs::exists(dir + "/lineup.html")) << "no first report: no page (an old one removed)";
+  else
+    EXPECT_EQ(read_file(dir + "/lineup.html").find("an old page"), std::string::npos);
 }
 
 // --device N counts the GPUs CUDA_VISIBLE_DEVICES lists when it is set: one beyond them is a usage
@@ -126,6 +145,22 @@ TEST(Cli, FixtureBuildNeverOverwritesAnotherFixture) {
   EXPECT_NE(r.output.find("holds the fixture of megakernel-int4-weight-decode / tiny seed 0"), std::string::npos) << r.output;
   r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--out", dir, "-q"}, t);
   EXPECT_EQ(r.code, 0) << "the same fixture again is fine\n" << r.output;
+}
+
+// nibble batch with two slots runs two nibble processes at once: each run_child reaps only what is
+// its own (a newcomer's batch once died of the other's waitpid), and every job gets its report.
+TEST(Cli, BatchRunsJobsSideBySide) {
+  TempDir t;
+  std::ofstream(t.path() + "/m.json") << R"({"out": "res", "runs": [{"command": "calibrate", "task": "megakernel-int4-weight-decode",
+      "configs": ["tiny"], "seeds": [0, 1, 2, 3], "split_seeds": true, "args": ["--path", "cpu", "--threads", "1"]}]})";
+  Result r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/cache"}, {"batch", t.path() + "/m.json", "--devices", "0,1", "-q"}, t);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("nibble batch: 4 jobs: 4 Healthy"), std::string::npos) << r.output;
+  r = run_nibble({"batch", t.path() + "/m.json", "--devices", "99999999999"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  r = run_nibble({"batch", t.path() + "/m.json", "--partition", "gpu"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("go with --slurm"), std::string::npos) << r.output;
 }
 
 TEST(Cli, ProfileTakesNcuOrNsys) {

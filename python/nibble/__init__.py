@@ -29,19 +29,27 @@ def find_nibble():
     put in this interpreter's environment (<sys.prefix>/bin). Raises NibbleError when none."""
     exe = os.environ.get("NIBBLE_EXE")
     if exe:
-        if not os.access(exe, os.X_OK):
-            raise NibbleError(f"NIBBLE_EXE={exe} is not an executable")
+        if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+            raise NibbleError(f"NIBBLE_EXE={exe} is not an executable file")
         return exe
     for exe in (shutil.which("nibble"), os.path.join(sys.prefix, "bin", "nibble")):
-        if exe and os.access(exe, os.X_OK):
+        if exe and os.path.isfile(exe) and os.access(exe, os.X_OK):
             return exe
     raise NibbleError("the nibble command was not found: pip install . from the repository, or build it with CMake "
                       "and set NIBBLE_EXE to build/bin/nibble")
 
 
 def _run(args, timeout=None):
-    proc = subprocess.run([find_nibble()] + [str(a) for a in args], capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
+    # Its own session, so that on a timeout the whole group (nibble's children included) is killed.
+    proc = subprocess.Popen([find_nibble()] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        raise NibbleError(f"nibble {args[0]} took longer than {timeout} s and was stopped (its children too)") from None
+    return proc.returncode, stdout, stderr
 
 
 def load_report(path):
@@ -66,6 +74,10 @@ def grade(solution, task=None, config=None, seeds=(0, 1), out=None, extra=(), ti
     "reason" say why); NibbleError when nibble wrote none (exit 2: bad arguments or no usable GPU;
     3: the grader failed), with nibble's own message.
     """
+    if isinstance(seeds, int):
+        seeds = (seeds,)
+    if not isinstance(solution, (str, os.PathLike)):
+        raise NibbleError("grade() takes one solution path; grade several with extra=[...] or the command line")
     with tempfile.TemporaryDirectory(prefix="nibble-py-") as tmp:
         path = out or os.path.join(tmp, "report.json")
         args = ["grade", "--solution", solution, "--seeds", ",".join(str(s) for s in seeds), "--out", path, "-q"]
@@ -100,11 +112,19 @@ def load_fixture(path, framework="numpy"):
     their own dtypes (bf16 included), on the CPU. The manifest's hashes are not re-checked here:
     `nibble fixture verify` does that.
     """
-    with open(os.path.join(path, "manifest.json")) as f:
-        manifest = json.load(f)
+    try:
+        with open(os.path.join(path, "manifest.json")) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise NibbleError(f"{path}: not a fixture folder (its manifest.json: {e}); nibble.fixture() builds one") from e
     file = os.path.join(path, manifest.get("file", "model.safetensors"))
+    if not os.path.isfile(file):
+        raise NibbleError(f"{path}: the manifest names {file}, which is missing; rebuild the fixture")
     if framework == "torch":
-        from safetensors.torch import load_file
+        try:
+            from safetensors.torch import load_file
+        except ImportError as e:
+            raise NibbleError(f'framework="torch" needs torch: pip install torch (or the "torch" extra) ({e})') from e
 
         return load_file(file), manifest
     if framework != "numpy":

@@ -64,6 +64,17 @@ def main():
         except nibble.NibbleError as e:
             check("GPU" in str(e) and "exited 2" in str(e), f"grade() without a usable GPU says so: {str(e)[:120]}")
 
+    try:
+        nibble.load_fixture("/nonexistent")
+        check(False, "load_fixture of a missing folder raises NibbleError")
+    except nibble.NibbleError as e:
+        check("not a fixture folder" in str(e), "load_fixture of a missing folder raises NibbleError")
+    os.environ["NIBBLE_EXE"] = "/tmp"
+    try:
+        nibble.find_nibble()
+        check(False, "a folder as NIBBLE_EXE is refused")
+    except nibble.NibbleError as e:
+        check("not an executable file" in str(e), "a folder as NIBBLE_EXE is refused")
     os.environ["NIBBLE_EXE"] = "/nonexistent/nibble"
     try:
         nibble.find_nibble()
