@@ -77,7 +77,13 @@ int batch_command(std::vector<std::string> args) {
   app.add_option("--partition", partition, "With --slurm: the partition");
   app.add_option("--time", time_limit, "With --slurm: the time limit per element (sbatch --time)");
   app.add_option("--element", element, "Run only job I (what an array element runs; Slurm's GPU is CUDA's first)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            return s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos
+                       ? "a job's index is 0, 1, ... (the Slurm array index), not '" + s + "'"
+                       : "";
+          },
+          "INDEX"));
   app.add_flag("--collect", collect, "Read the results folder: jobs done, failed and missing, and the resubmit command");
   app.add_flag("-q,--quiet", quiet, "No progress lines");
   app.footer("Exit codes: 0 every job passed; 1 a job did not pass, failed or is missing; 2 bad input; 3 the batch could not run.");

@@ -81,7 +81,7 @@ nlohmann::ordered_json select_device(int device) {
     return d;
   }
   std::string pick = std::to_string(device);
-  if (env && *env) {
+  if (env) {  // set, even empty (no GPU visible)
     std::vector<std::string> listed;
     std::stringstream ss(env);
     for (std::string e; std::getline(ss, e, ',');) listed.push_back(e);

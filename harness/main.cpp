@@ -167,6 +167,15 @@ int list_configs(const std::string& task) {
   }
 }
 
+/** A GPU's number (--device): 0, 1, ... as nvidia-smi -L lists them. */
+const CLI::Validator kGpuIndex(
+    [](std::string& s) -> std::string {
+      if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos)
+        return "a GPU is numbered 0, 1, ... as nvidia-smi -L lists it, not '" + s + "'";
+      return "";
+    },
+    "GPU");
+
 int main(int argc, char** argv) {
   CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI"};
   app.require_subcommand(1);
@@ -232,7 +241,7 @@ int main(int argc, char** argv) {
   grade->add_option("--device", g.device,
                     "GPU of this host to grade on, numbered as nvidia-smi -L (or as CUDA_VISIBLE_DEVICES lists them when set); "
                     "default: CUDA's first")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kGpuIndex);
   grade->add_flag("-q,--quiet", g.quiet, "No progress lines");
 
   CalibrateOptions c;
@@ -251,7 +260,7 @@ int main(int argc, char** argv) {
   calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmpty);
   calibrate->add_option("--timeout", c.timeout_seconds,
                         "Watchdog per child process (the GPU path; the CPU oracle runs in this process, unwatched), seconds")->capture_default_str()->check(kNonEmpty);
-  calibrate->add_option("--device", c.device, "GPU of this host, as nibble grade --device")->check(CLI::NonNegativeNumber);
+  calibrate->add_option("--device", c.device, "GPU of this host, as nibble grade --device")->check(kGpuIndex);
   calibrate->add_flag("-q,--quiet", c.quiet, "No progress lines");
 
   // nibble compare BASE.json NEW.json | nibble report show|html REPORT.json | nibble leaderboard
