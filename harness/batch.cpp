@@ -14,6 +14,9 @@
 
 #include "fixtures/sha256.h"
 #include "harness/atomic_file.h"
+#include "harness/lineup.h"
+#include "harness/report_view.h"
+#include "harness/task_anchors.h"
 #include "harness/task.h"
 
 namespace nibble {
@@ -404,6 +407,25 @@ json collect_batch(const BatchManifest& m) {
           {"missing", missing},
           {"rows", rows},
           {"resubmit", resubmit}};
+}
+
+int write_batch_leaderboard(const BatchManifest& m) {
+  std::vector<ReportView> reports;
+  std::vector<std::string> labels;
+  for (const BatchJob& j : m.jobs) {
+    if (j.command != "grade" || !batch_job_done(j)) continue;
+    try {
+      reports.push_back(load_report_view(j.report));
+      labels.push_back(j.report);
+    } catch (const BadReport&) {
+      // a grader failure's report without figures: the summary lists it
+    }
+  }
+  if (reports.empty()) return 0;
+  const auto groups = make_leaderboard(reports, labels, task_baseline_solutions);
+  write_file_atomic((fs::path(m.out) / "leaderboard.html").string(), leaderboard_html(groups));
+  write_file_atomic((fs::path(m.out) / "leaderboard.md").string(), leaderboard_markdown(groups));
+  return int(reports.size());
 }
 
 }  // namespace nibble

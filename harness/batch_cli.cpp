@@ -118,6 +118,7 @@ int batch_command(std::vector<std::string> args) {
     if (!c["resubmit"].is_null()) std::printf("  resubmit: %s\n", c["resubmit"].get<std::string>().c_str());
     try {
       write_file_atomic((fs::path(m.out) / "collect.json").string(), c.dump(2) + "\n");
+      if (write_batch_leaderboard(m) > 0) std::printf("  leaderboard: %s/leaderboard.html (and .md)\n", m.out.c_str());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nibble batch: %s\n", e.what());
       return 3;
@@ -201,6 +202,7 @@ int batch_command(std::vector<std::string> args) {
   std::cout << format_batch_summary(summary);
   try {
     write_file_atomic((fs::path(m.out) / "batch-summary.json").string(), summary.dump(2) + "\n");
+    if (write_batch_leaderboard(m) > 0) std::printf("  leaderboard: %s/leaderboard.html (and .md)\n", m.out.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble batch: %s\n", e.what());
     return 3;

@@ -10,6 +10,7 @@ target_compile_definitions(test_html_report PRIVATE NIBBLE_TEST_SOURCE_DIR="${PR
 nibble_add_gtest(lineup SOURCES test_lineup.cpp LIBS nibble_reports LABELS cpu)
 nibble_add_gtest(profile SOURCES test_profile.cpp LIBS nibble_runtime LABELS cpu)
 nibble_add_gtest(batch SOURCES test_batch.cpp LIBS nibble_reports LABELS cpu)
+target_compile_definitions(test_batch PRIVATE NIBBLE_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # The leaderboard's baselines are checked against the names the bundled solutions report (dlopen).
 nibble_test_needs_solutions(test_lineup decode gemm_fp4)
 foreach(ref nibble_reference nibble_gemm_reference)

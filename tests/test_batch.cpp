@@ -199,3 +199,22 @@ TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
                            "--element \"$SLURM_ARRAY_TASK_ID\""})
     EXPECT_NE(script.find(want), std::string::npos) << want << "\n" << script;
 }
+
+// After a run, the grade reports that exist make the batch's leaderboard (its page and Markdown).
+TEST(Batch, TheReportsMakeALeaderboard) {
+  TempDir t;
+  write(t, "a.so", "solution a");
+  write(t, "b.so", "solution b");
+  const BatchManifest m = read_batch_manifest(write(t, "m.json", R"({"out": "res", "runs": [
+    {"task": "megakernel-int4-weight-decode", "configs": ["full"], "seeds": [0, 1], "solutions": ["a.so", "b.so"]}]})"));
+  EXPECT_EQ(write_batch_leaderboard(m), 0) << "no report yet: no leaderboard";
+  const std::string graded = read_file(std::string(NIBBLE_TEST_SOURCE_DIR) + "/tests/data/reports/v2/h200-unfused-full.json");
+  run_batch(m, {0}, [&](const BatchJob& j, int) {
+    write_file_atomic(j.report, graded);
+    return 0;
+  }, {});
+  EXPECT_EQ(write_batch_leaderboard(m), 2);
+  const std::string md = read_file(m.out + "/leaderboard.md");
+  EXPECT_NE(md.find("megakernel-int4-weight-decode / full"), std::string::npos) << md;
+  EXPECT_NE(read_file(m.out + "/leaderboard.html").find("<html"), std::string::npos);
+}

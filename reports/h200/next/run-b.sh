@@ -41,10 +41,8 @@ cat > "$OUT/batch.json" <<JSON
            "solutions": ["$PWD/build-hopper/lib/libnibble_gemm_fp4_sm90.so", "$PWD/build-hopper/lib/libnibble_gemm_cublas_bf16.so", "$PWD/build-hopper/lib/libnibble_gemm_baseline.so"]}]}
 JSON
 timeout $(( $(left) - 90 )) $N batch "$OUT/batch.json" > "$OUT/batch.log" 2>&1; echo "exit $?"; tail -8 "$OUT/batch.log"
-if $N leaderboard --help > /dev/null 2>&1; then
-  $N leaderboard "$OUT/batch" -o "$OUT/leaderboard.html" --markdown "$OUT/leaderboard.md" --json "$OUT/leaderboard.json" > "$OUT/leaderboard.txt" 2>&1
-  echo "leaderboard exit $?"; head -30 "$OUT/leaderboard.txt"
-fi
+$N leaderboard "$OUT/batch" --json "$OUT/leaderboard.json" > "$OUT/leaderboard.txt" 2>&1  # the batch wrote the page and .md
+echo "leaderboard exit $?"; head -30 "$OUT/leaderboard.txt"
 echo "== 4. profile ($(( $(date +%s) - t0 )) s)"
 [ "$(left)" -gt 60 ] && timeout $(( $(left) - 10 )) $N grade --config full --seeds 0 --solution build-hopper/lib/libnibble_megakernel.so --profile ncu --out "$OUT/profile/megakernel-full.json" -q > "$OUT/profile.log" 2>&1
 echo "exit $?"; tail -5 "$OUT/profile.log"
