@@ -2,7 +2,7 @@
 # reference) becomes a .so the grader loads, and the per-family lists the GPU tests iterate over.
 #
 # nibble_add_solution(<target> FAMILY <family> SOURCES <file>... [LIBS <lib>...]
-#                     [CUDA_ARCHITECTURES <arch>...] [REFERENCE | SHIM])
+#                     [CUDA_ARCHITECTURES <arch>...] [REFERENCE | SHIM | EXPERIMENT])
 #   FAMILY              the task family whose C ABI the .so exports: decode (include/nibble/nibble.h)
 #                       or gemm_fp4 (include/nibble/nibble_gemm.h); also the folder name the task
 #                       has in solutions/, reference/ and tests/
@@ -14,6 +14,8 @@
 #   REFERENCE           a task's reference: built the same way, not in the family's list
 #   SHIM                a library the grader loads on a solution's behalf (the Python shims,
 #                       solutions/python): built the same way, not in the family's list
+#   EXPERIMENT          experiments/: an ABI solution kept to be measured again, not shipped: built
+#                       the same way, not in the family's list, not installed
 # Makes ${PROJECT_BINARY_DIR}/lib/lib<target>.so with the project root and include/ on the include
 # path, and, unless REFERENCE, appends <target> to the global property NIBBLE_SOLUTIONS_<family>
 # (tests/CMakeLists.txt turns the lists into the tests' table of bundled solutions). Other options
@@ -22,7 +24,7 @@
 set(NIBBLE_SOLUTION_FAMILIES decode gemm_fp4)
 
 function(nibble_add_solution target)
-  cmake_parse_arguments(ARG "REFERENCE;SHIM" "FAMILY" "SOURCES;LIBS;CUDA_ARCHITECTURES" ${ARGN})
+  cmake_parse_arguments(ARG "REFERENCE;SHIM;EXPERIMENT" "FAMILY" "SOURCES;LIBS;CUDA_ARCHITECTURES" ${ARGN})
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "nibble_add_solution(${target}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
   endif()
@@ -49,9 +51,11 @@ function(nibble_add_solution target)
   if(ARG_CUDA_ARCHITECTURES)
     set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${ARG_CUDA_ARCHITECTURES}")
   endif()
-  if(NOT ARG_REFERENCE AND NOT ARG_SHIM)
+  if(NOT ARG_REFERENCE AND NOT ARG_SHIM AND NOT ARG_EXPERIMENT)
     set_property(GLOBAL APPEND PROPERTY NIBBLE_SOLUTIONS_${ARG_FAMILY} ${target})
   endif()
   # Installed beside the grader's lib folder: nibble finds references and shims at <bin>/../lib.
-  install(TARGETS ${target} LIBRARY DESTINATION ${NIBBLE_INSTALL_LIBDIR})
+  if(NOT ARG_EXPERIMENT)
+    install(TARGETS ${target} LIBRARY DESTINATION ${NIBBLE_INSTALL_LIBDIR})
+  endif()
 endfunction()

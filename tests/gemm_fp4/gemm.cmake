@@ -43,8 +43,9 @@ else()
 endif()
 set_tests_properties(nibble.test.report_scripts PROPERTIES LABELS cpu)
 
-# gemm_fp4_sm90's repacked layout and register decode, run on the CPU (the kernels' own decode
-# functions, host build) against the exact weights.
+# gemm_fp4_sm90's repacked layout and register decode, and the stream experiment's layout
+# (experiments/gemm_fp4_stream), run on the CPU (the kernels' own decode functions, host build)
+# against the exact weights.
 nibble_add_gtest(gemm_fp4_sm90_layout SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_fp4_sm90_layout.cpp LIBS nibble_fixtures CUDA::cudart
                  LABELS cpu)
 

@@ -6,7 +6,7 @@ if(TARGET nibble_gemm_reference AND TARGET nibble_gemm_oracle)
   nibble_add_gtest(gemm_solutions_gpu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_solutions_gpu.cpp
                    LIBS nibble_gemm_oracle nibble_runtime nibble_fixtures CUDA::cudart ${CMAKE_DL_LIBS} LABELS gpu)
   # The test dlopens the .so's: build them first, and tell the test where the reference is.
-  add_dependencies(test_gemm_solutions_gpu nibble_gemm_reference)
+  add_dependencies(test_gemm_solutions_gpu nibble_gemm_reference nibble_gemm_fp4_stream)  # and the stream experiment
   nibble_test_needs_solutions(test_gemm_solutions_gpu gemm_fp4)
   target_compile_definitions(test_gemm_solutions_gpu PRIVATE
     NIBBLE_GEMM_REFERENCE_SO="$<TARGET_FILE:nibble_gemm_reference>")

@@ -22,6 +22,7 @@
 
 #include "fixtures/bf16.h"
 #include "fixtures/fp4.h"
+#include "experiments/gemm_fp4_stream/stream_layout.h"
 #include "solutions/gemm_fp4/sm90/fp4_frag.h"
 
 namespace nibble::gemm_fp4_sm90 {

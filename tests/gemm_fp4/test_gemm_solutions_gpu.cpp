@@ -432,7 +432,8 @@ INSTANTIATE_TEST_SUITE_P(Configs, GemmFp4Sm90, ::testing::ValuesIn(sm90_cases())
 // weights, 64 x 128 split 4 with per-lane weight loads, 64 x 128 unsplit on 5 persistent blocks
 // (10 tiles each), 128 x 256 unsplit with bulk-copied weights and a partial tile in M, one block per
 // tile and on 2 or 4 persistent blocks (3 and 2 tiles each: the ring's phases carry across tiles);
-// mma.sync's kStd order at M = 128. The stream kernel (kind stream, M <= 16; "Stream" below) at
+// mma.sync's kStd order at M = 128. The stream kernel (the experiment libnibble_gemm_fp4_stream.so,
+// M <= 16; "Stream" below, kind "stream") at
 // M in {1, 3, 16} x N in {3000, 3072} x K in {3072, 3080} with its own split and grid, then forced
 // to split 1 (no cluster), 2 and 8, and to 3 clusters with 2 ring slots per warp (each warp's
 // range ~50 units: the ring wraps and refills).
@@ -462,15 +463,21 @@ TEST_P(GemmFp4Sm90Forced, MatchesTheOracle) {
     GTEST_SKIP() << "gemm_fp4_sm90: " << why;
   const char* task = std::get<0>(GetParam());
   const Forced f = std::get<1>(GetParam());
+  // The stream kernel is the experiment libnibble_gemm_fp4_stream.so (same sm_90a target), which
+  // reads the same switches but has no kinds.
+  const bool stream = std::string(f.kind) == "stream";
   const GpuGemmFixture fx(task, f.config);
-  set_or_unset("KIND", f.kind);
+  set_or_unset("KIND", stream ? "" : f.kind);
   set_or_unset("SPLIT", f.split);
   set_or_unset("WTMA", f.wtma);
   set_or_unset("GRID", f.grid);
   set_or_unset("STAGES", f.stages);
   std::printf("forced kind %s split %s wtma %s grid %s stages %s\n", f.kind, *f.split ? f.split : "(auto)", f.wtma,
               f.grid, f.stages);
-  check_solution(solution_so("nibble_gemm_fp4_sm90"), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
+  if (stream)
+    check_solution(lib_path("nibble_gemm_fp4_stream"), "gemm-fp4-stream", fx, fx.oracle_c(), kFp4Sm90Tol, true);
+  else
+    check_solution(solution_so("nibble_gemm_fp4_sm90"), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
   for (const char* v : {"KIND", "SPLIT", "WTMA", "GRID", "STAGES"}) set_or_unset(v, "");
 }
 

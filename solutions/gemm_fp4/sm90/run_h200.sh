@@ -5,7 +5,7 @@
 # most 8 files), and a table of median us / TFLOP/s / TB/s / error last.
 #
 #   solutions/gemm_fp4/sm90/run_h200.sh BUILD_DIR COMMIT "task:config:solution[:VAR=V,VAR=V] ..." [test-filter]
-# solution: fp4_sm90 | cublas_bf16 | baseline; the optional 4th field sets environment variables for
+# solution: fp4_sm90 | fp4_stream (the experiment) | cublas_bf16 | baseline; the optional 4th field sets environment variables for
 # that grade (e.g. NIBBLE_FP4SM90_KIND=wg64,NIBBLE_FP4SM90_SPLIT=8) and names its report. A build made on the CPU machine runs there unchanged
 # (GPU-FACTS.md): carry BUILD_DIR/{bin,lib,tests/test_gemm_solutions_gpu}.
 set -u

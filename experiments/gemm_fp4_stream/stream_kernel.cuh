@@ -1,14 +1,15 @@
-// stream_kernel.cuh: M <= 16, the stream kernel (NIBBLE_FP4SM90_KIND=stream, not the default: NOTES.md v4)
-// Part of libnibble_gemm_fp4_sm90.so, included once, in order, by gemm_fp4_sm90.cu (one translation
-// unit: the kernels keep their names and code; the file comment there has the design).
+// stream_kernel.cuh: M <= 16, the stream kernel (an experiment, never the shipped default:
+// solutions/gemm_fp4/sm90/NOTES.md v4-v5 measured it slower than the mma kernel). Built into
+// libnibble_gemm_fp4_stream.so by gemm_fp4_stream.cu (the design is in its file comment).
 #pragma once
 
+#include "experiments/gemm_fp4_stream/stream_layout.h"
 #include "solutions/gemm_fp4/sm90/device_common.cuh"
 
 namespace nibble::gemm_fp4_sm90 {
 namespace {
 
-// ---- M <= 16: the stream kernel (NIBBLE_FP4SM90_KIND=stream) ------------------------------------
+// ---- M <= 16: the stream kernel ------------------------------------------------------------------
 
 constexpr int kStreamWarps = 16;      // one block per SM: 4 warps per scheduler to hide the decode chains
 constexpr int kStreamStageUnits = 2;  // units per bulk copy (1152 / 1088 bytes)
