@@ -31,11 +31,19 @@ std::string apart_from(const ReportView& r, const ReportView& first) {
   return "";
 }
 
+/** A row's median, with its own unit when it is not the table's (a report of another task). */
+std::string median_text(const LineupRow& x, const std::string& table_unit);
+
 std::string num(double v, const char* fmt) {
   if (std::isnan(v)) return "-";
   char b[64];
   std::snprintf(b, sizeof b, fmt, v);
   return b;
+}
+
+std::string median_text(const LineupRow& x, const std::string& table_unit) {
+  const std::string u = x.unit.empty() ? table_unit : x.unit;
+  return num(x.median_us, "%.5g") + (u == table_unit || std::isnan(x.median_us) ? "" : " us/" + u);
 }
 
 nlohmann::ordered_json or_null(double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); }
@@ -134,7 +142,7 @@ std::string format_lineup(const std::vector<LineupRow>& rows) {
   for (const LineupRow& x : rows) {
     const std::string q = std::isnan(x.q1_us) ? "-" : num(x.q1_us, "%.4g") + " - " + num(x.q3_us, "%.4g");
     std::snprintf(line, sizeof line, "  %-4s %-34s %-14s %12s %21s %8s %8s %10s\n", x.rank ? std::to_string(x.rank).c_str() : "-",
-                  x.solution.substr(0, 34).c_str(), x.disposition.c_str(), num(x.median_us, "%.5g").c_str(), q.c_str(),
+                  x.solution.substr(0, 34).c_str(), x.disposition.c_str(), median_text(x, unit).c_str(), q.c_str(),
                   std::isnan(x.fraction_of_floor) ? "-" : (num(100 * x.fraction_of_floor, "%.1f") + "%").c_str(),
                   std::isnan(x.speedup_vs_first) ? "-" : (num(x.speedup_vs_first, "%.2f") + "x").c_str(),
                   num(x.worst_rel_err, "%.3g").c_str());
@@ -168,7 +176,7 @@ std::string lineup_html(const std::vector<LineupRow>& rows) {
     const std::string note = !x.apart.empty() ? "not ranked: " + x.apart : x.disposition != "Passed" ? x.reason : "";
     o << "<tr class=\"" << (x.disposition == "Passed" ? "pass" : "fail") << "\"><td>" << (x.rank ? std::to_string(x.rank) : "-")
       << "</td><td>" << html_escape(x.solution) << "</td><td>" << html_escape(x.disposition) << "</td><td>"
-      << num(x.median_us, "%.5g") << "</td><td>" << q << "</td><td>"
+      << html_escape(median_text(x, unit)) << "</td><td>" << q << "</td><td>"
       << (std::isnan(x.fraction_of_floor) ? "-" : num(100 * x.fraction_of_floor, "%.1f") + "%") << "</td><td>"
       << (std::isnan(x.speedup_vs_first) ? "-" : num(x.speedup_vs_first, "%.2f") + "x") << "</td><td>"
       << num(x.worst_rel_err, "%.3g") << "</td><td>" << html_escape(x.gpu) << "</td><td><code>" << html_escape(x.commit.substr(0, 12))

@@ -93,6 +93,10 @@ TEST(Lineup, ReasonsToListApart) {
   EXPECT_EQ(rows[4].rank, 0);
   EXPECT_EQ(rows[0].rank, 1);
   EXPECT_NE(lineup_html(rows).find("not ranked: another task"), std::string::npos);
+  std::vector<LineupRow> mixed = rows;
+  mixed[1].unit = "call";  // a GEMM report beside decode ones: its median says its own unit
+  EXPECT_NE(lineup_html(mixed).find("5 us/call"), std::string::npos);
+  EXPECT_NE(format_lineup(mixed).find("5 us/call"), std::string::npos);
 }
 
 // ---------------------------------------------------------------------------------------------
