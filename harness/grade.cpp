@@ -326,8 +326,10 @@ int grade_run(const GradeOptions& opt) {
   SandboxSpec sandbox;
   const Probe probe = probe_device(true, task->read_floor_bytes(config), &sandbox, opt.require_sandbox, &pins);
   if (!probe.ok && probe.sandbox_refused) {
-    std::fprintf(stderr, "nibble grade: %s\n  Grade without --require-sandbox to go on with the layers this machine has (the report lists them).\n",
-                 probe.why.c_str());
+    const char* off = std::getenv("NIBBLE_SANDBOX_DISABLE");
+    std::fprintf(stderr, "nibble grade: %s\n  Grade without --require-sandbox to go on with the layers this machine has (the report lists them)%s.\n",
+                 probe.why.c_str(),
+                 off && *off ? (std::string(", or unset NIBBLE_SANDBOX_DISABLE (") + off + ") if you left a layer out yourself").c_str() : "");
     return kExitUsage;
   }
   if (!probe.ok) {
