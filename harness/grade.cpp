@@ -226,14 +226,18 @@ json profile_section(const GradeOptions& opt, Job pj, const BinaryPins& pins, co
   pj.profile_calls = kProfileCalls;
   pj.timing.reset();
   pj.require_sandbox = false;
-  pj.sandbox.skip = {"namespaces", "landlock", "seccomp"};
-  pj.sandbox.skip_why = "a profiler's run after the verdict: the profiler attaches to its target and talks to it over local sockets";
+  // The profiler talks to its target over localhost TCP (no network namespace, no Landlock TCP rule)
+  // and writes its lock and temporary files (no Landlock); seccomp stays: the target needs no ptrace.
+  pj.sandbox.skip = {"namespaces", "landlock"};
+  pj.sandbox.skip_why = "a profiler's run after the verdict: the profiler talks to its target over local sockets and writes its own files";
+  // ncu replays every kernel many times: a call takes far longer than when graded.
+  pj.call_timeout_seconds = std::max(pj.call_timeout_seconds, 600.0);
   const std::vector<std::string> run = profiler_run_argv(opt.profile, exe, opt.out);
   std::string command;
   for (const std::string& a : run) command += (command.empty() ? "" : " ") + a;
   p["command"] = command + " <nibble __child>";
   p["calls"] = kProfileCalls;
-  p["sandbox"] = "rlimits and no_new_privs only: " + pj.sandbox.skip_why;
+  p["sandbox"] = "rlimits, no_new_privs and seccomp only: " + pj.sandbox.skip_why;
   log("profiling: " + std::to_string(kProfileCalls) + " calls under " + exe);
   const ChildRun c = run_job_child(pj, opt.timeout_seconds, &log, "profiler: " + opt.profile, &pins, run);
   if (!c.completed()) {
@@ -242,6 +246,12 @@ json profile_section(const GradeOptions& opt, Job pj, const BinaryPins& pins, co
     return p;
   }
   p["path"] = profile_path(opt.profile, opt.out);
+  if (!fs::exists(p["path"].get<std::string>())) {
+    p["status"] = "failed: the profiler wrote no profile (no kernel in the NVTX ranges, or no access to the GPU's counters: "
+                  "ERR_NVGPUCTRPERM): " + c.log_tail.substr(c.log_tail.size() > 1500 ? c.log_tail.size() - 1500 : 0);
+    p.erase("path");
+    return p;
+  }
   TempDir tmp("nibble-profile");
   const std::string csv = tmp.path() + "/export.csv";
   const ChildExit e = run_child(profiler_export_argv(opt.profile, exe, opt.out), csv, 300);
@@ -249,6 +259,9 @@ json profile_section(const GradeOptions& opt, Job pj, const BinaryPins& pins, co
     if (e.kind != ChildExit::Exited || e.code != 0) throw std::runtime_error("the export " + e.describe() + ": " + file_tail(csv, 600));
     p["top_kernels"] = profile_top_kernels(opt.profile, read_file(csv));
     p["status"] = "done";
+    std::error_code gone;  // nsys stats leaves its SQLite export beside the profile
+    if (opt.profile == "nsys")
+      fs::remove(p["path"].get<std::string>().substr(0, p["path"].get<std::string>().size() - 9) + ".sqlite", gone);
   } catch (const std::exception& x) {
     p["status"] = std::string("stored, but its figures could not be read: ") + x.what();
   }
@@ -572,8 +585,18 @@ int grade_run(const GradeOptions& opt) {
 
   // 6. A profiler's run, after the verdict (profile.h): its section joins the report.
   if (!opt.profile.empty()) {
-    std::optional<PythonScratch> scratch;
-    report["profile"] = profile_section(opt, candidate_job(0, scratch), pins, log);
+    if (v.disposition != Disposition::Passed) {
+      report["profile"] = {{"tool", opt.profile},
+                           {"status", "not run: only a Passed solution is profiled (its profiled run is less sandboxed, profile.h)"}};
+    } else {
+      // Whatever goes wrong here is the profile's, never the verdict's (already written).
+      try {
+        std::optional<PythonScratch> scratch;
+        report["profile"] = profile_section(opt, candidate_job(0, scratch), pins, log);
+      } catch (const std::exception& e) {
+        report["profile"] = {{"tool", opt.profile}, {"status", std::string("failed: ") + e.what()}};
+      }
+    }
     try {
       write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     } catch (const std::exception& e) {

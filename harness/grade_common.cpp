@@ -96,6 +96,8 @@ nlohmann::ordered_json select_device(int device) {
       throw std::invalid_argument("--device " + std::to_string(device) + ": this host has " + std::to_string(n) +
                                   " GPU(s), numbered from 0 (nvidia-smi -L lists them)");
   }
+  // nvidia-smi (and NVML) number GPUs in PCI bus order; CUDA by default puts the fastest first.
+  if (!std::getenv("CUDA_DEVICE_ORDER")) setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
   setenv("CUDA_VISIBLE_DEVICES", pick.c_str(), 1);
   d["cuda_visible_devices"] = pick;
   return d;
@@ -443,6 +445,11 @@ void check_writable(const std::string& path) {
 
 void check_grade_options(const GradeOptions& opt) {
   check_sandbox_disable_env();
+  if (!opt.profile.empty() && opt.require_sandbox)
+    throw std::invalid_argument("--profile runs the solution once more without the namespaces and Landlock (the profiler "
+                                "needs them off), which --require-sandbox forbids: drop one of the two");
+  if (!opt.profile.empty() && opt.out.rfind("/dev/", 0) == 0)
+    throw std::invalid_argument("--profile stores the profile next to the report: give --out a file, not " + opt.out);
   check_solution_file(opt.solution);
   check_distinct_outputs(opt);
   if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");

@@ -67,6 +67,7 @@ NvmlDevice::NvmlDevice(const std::string& uuid) {
     why_ = "nvmlInit_v2 failed (NVML error " + std::to_string(r) + ")";
     return;
   }
+  initialized_ = true;
   void* dev = nullptr;
   const nvml_ret r = uuid.empty() ? by_index(0, &dev) : by_uuid(uuid.c_str(), &dev);
   if (r != 0) {
@@ -86,7 +87,7 @@ NvmlDevice::NvmlDevice(const std::string& uuid) {
 
 NvmlDevice::~NvmlDevice() {
   if (!lib_) return;
-  if (dev_)
+  if (initialized_)  // every successful nvmlInit_v2 is matched, a failed lookup after it included
     if (auto shutdown = reinterpret_cast<nvml_shutdown_fn>(dlsym(lib_, "nvmlShutdown"))) shutdown();
   dlclose(lib_);
 }
@@ -177,7 +178,7 @@ void CallLedger::finish() {
 }
 
 void CallLedger::serve() {
-  // NVML is opened on this thread, after the child has been started: its first use costs ~0.1 s.
+  // NVML is opened on this thread, beside the child's start: its first use costs ~0.1 s.
   NvmlDevice nvml(gpu_uuid_);
   nvml_available_ = nvml.available();
   nvml_why_ = nvml.why();
@@ -193,9 +194,10 @@ void CallLedger::serve() {
     h.msg_iovlen = 1;
     h.msg_control = control;
     h.msg_controllen = sizeof control;
-    const ssize_t n = recvmsg(to_parent_[0], &h, 0);
+    const ssize_t n = recvmsg(to_parent_[0], &h, MSG_TRUNC);  // MSG_TRUNC: n is the packet's real length
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // the child's end is closed
+    if (n < 0) break;
+    // n == 0 is an empty packet, not an end: this process holds the child's end until finish().
     int64_t sent_ns = realtime_ns();  // no stamp (never on Linux): the receipt is the bound
     for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
@@ -204,7 +206,7 @@ void CallLedger::serve() {
         sent_ns = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
       }
     if (!violation_.empty()) continue;  // after a violation nothing is answered: the child stops
-    if (size_t(n) != sizeof m || (h.msg_flags & MSG_TRUNC)) {
+    if (size_t(n) != sizeof m || (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
       violation_ = "a message of " + std::to_string(n) + " bytes, not the harness's " + std::to_string(sizeof m);
       continue;
     }
@@ -258,7 +260,7 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
 void LedgerClient::send(LedgerMessage::Kind k, int round, int call) {
   const LedgerMessage m{k, round, call, check_of(k, round, call)};
   for (;;) {
-    const ssize_t n = write(wfd_, &m, sizeof m);  // <= PIPE_BUF: one atomic write
+    const ssize_t n = write(wfd_, &m, sizeof m);  // one packet of the SOCK_SEQPACKET socket
     if (n == ssize_t(sizeof m)) return;
     if (n < 0 && errno == EINTR) continue;
     throw std::runtime_error(std::string("the grader's call ledger cannot be written: ") +

@@ -72,6 +72,7 @@ class NvmlDevice {
  private:
   void* lib_ = nullptr;
   void* dev_ = nullptr;
+  bool initialized_ = false;
   std::string why_;
   using clock_fn = int (*)(void*, int, unsigned*);
   using reasons_fn = int (*)(void*, unsigned long long*);

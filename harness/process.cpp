@@ -112,8 +112,12 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
   args.push_back(nullptr);
   const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) throw std::runtime_error("cannot open child log " + log_path + ": " + strerror(errno));
+  // The live set is locked across the fork: another thread's reap_descendants must not see this
+  // child before it is in the set (it would kill and reap it under this call's waitpid).
+  std::unique_lock<std::mutex> live_lock(g_live_mu);
   const pid_t pid = fork();
   if (pid < 0) {
+    live_lock.unlock();
     close(log_fd);
     return r;
   }
@@ -123,15 +127,19 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
     dup2(log_fd, STDERR_FILENO);
     for (const int fd : pass_fds) fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) & ~FD_CLOEXEC);
     execv(args[0], args.data());
-    std::fprintf(stderr, "execv %s failed: %s\n", args[0], strerror(errno));
+    // Only async-signal-safe calls between fork and exec in a threaded parent: write(2), not stdio.
+    const char* what = strerror(errno);
+    (void)!write(STDERR_FILENO, "execv ", 6);
+    (void)!write(STDERR_FILENO, args[0], strlen(args[0]));
+    (void)!write(STDERR_FILENO, " failed: ", 9);
+    (void)!write(STDERR_FILENO, what, strlen(what));
+    (void)!write(STDERR_FILENO, "\n", 1);
     _exit(127);
   }
+  g_live.insert(pid);
+  live_lock.unlock();
   close(log_fd);
   setpgid(pid, pid);
-  {
-    std::lock_guard<std::mutex> lock(g_live_mu);
-    g_live.insert(pid);
-  }
   struct Forget {
     pid_t pid;
     ~Forget() {
@@ -173,6 +181,7 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
       kill(-pid, SIGKILL);
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
+      reap_descendants();  // what the child left in other process groups, reparented here
       r.kind = ChildExit::Signaled;
       r.code = SIGKILL;
       r.seconds = el;

@@ -88,7 +88,7 @@ std::vector<std::string> profiler_run_argv(const std::string& tool, const std::s
 
 std::vector<std::string> profiler_export_argv(const std::string& tool, const std::string& exe, const std::string& report_path) {
   const std::string rep = profile_path(tool, report_path);
-  if (tool == "ncu") return {exe, "--import", rep, "--csv", "--page", "raw", "--metrics", ncu_metrics()};
+  if (tool == "ncu") return {exe, "--import", rep, "--csv", "--page", "raw", "--print-units", "base", "--metrics", ncu_metrics()};
   return {exe, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", "--force-export", "true", rep};
 }
 
@@ -121,10 +121,22 @@ std::vector<std::string> split_csv_record(const std::string& line) {
 }
 
 nlohmann::ordered_json profile_top_kernels(const std::string& tool, const std::string& csv, int top) {
+  // The table starts at its header (the first line naming `key`): ncu quotes every field, nsys only
+  // those with commas; the profilers' own messages ("==PROF== ...", "Processing ...") come before.
+  const std::string key = tool == "ncu" ? "Kernel Name" : "Total Time (ns)";
   std::vector<std::vector<std::string>> rows;
   std::stringstream ss(csv);
-  for (std::string line; std::getline(ss, line);)
-    if (!line.empty() && line[0] == '"') rows.push_back(split_csv_record(line));
+  bool in_table = false;
+  for (std::string line; std::getline(ss, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!in_table) {
+      if (line.rfind("==", 0) == 0 || line.find(key) == std::string::npos) continue;
+      in_table = true;
+    } else if (line.empty()) {
+      break;
+    }
+    rows.push_back(split_csv_record(line));
+  }
   auto column = [&](const std::string& name) -> int {
     if (rows.empty()) return -1;
     const auto& h = rows.front();
@@ -138,7 +150,8 @@ nlohmann::ordered_json profile_top_kernels(const std::string& tool, const std::s
               regs = column(kNcuRegisters);
     if (name < 0 || dur < 0 || rows.size() < 2)
       throw std::runtime_error("ncu's export has no per-kernel table with 'Kernel Name' and " + std::string(kNcuDuration));
-    const double scale = to_us(rows[1][size_t(dur)]);
+    const double scale = rows[1].size() > size_t(dur) ? to_us(rows[1][size_t(dur)]) : NAN;
+    if (std::isnan(scale)) throw std::runtime_error("ncu's export has no time unit for " + std::string(kNcuDuration));
     for (size_t i = 2; i < rows.size(); ++i) {
       const auto& r = rows[i];
       if (r.size() <= size_t(std::max({name, dur, dram, occ, regs}))) continue;
@@ -158,7 +171,9 @@ nlohmann::ordered_json profile_top_kernels(const std::string& tool, const std::s
       const auto& r = rows[i];
       if (r.size() <= size_t(std::max({name, total, inst}))) continue;
       Kernel& k = kernels[r[size_t(name)]];
-      k.launches += int(number(r[size_t(inst)]));
+      const double launches = number(r[size_t(inst)]);
+      if (!(launches >= 0 && launches < 1e9)) continue;  // not a count: not a kernel's row
+      k.launches += int(launches);
       k.total_us += number(r[size_t(total)]) * 1e-3;
     }
   }

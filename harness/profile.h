@@ -6,9 +6,10 @@
 // Nsight Compute (ncu, --clock-control none, kernels inside that range only) or Nsight Systems
 // (nsys, CUDA and NVTX traces) runs that child; the profile is stored next to the report and a few
 // figures of the top kernels go into the report's "profile" section. The profiled child runs
-// without the sandbox's namespaces, Landlock and seccomp (the profiler attaches to its target and
-// talks to it over local sockets); it decides nothing: the verdict is already made. Without the
-// profiler the section says so, and the grade is done as without --profile.
+// without the sandbox's namespaces and Landlock (the profiler talks to its target over localhost
+// TCP and writes its own files; seccomp stays), so only a Passed solution is profiled and
+// --require-sandbox refuses --profile; it decides nothing: the verdict is already made. Without
+// the profiler the section says so, and the grade is done as without --profile.
 #pragma once
 
 #include <nlohmann/json.hpp>

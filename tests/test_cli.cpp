@@ -165,9 +165,15 @@ TEST(Cli, BatchRunsJobsSideBySide) {
 
 TEST(Cli, ProfileTakesNcuOrNsys) {
   TempDir t;
-  const Result r = run_nibble({"grade", "--solution", "/nonexistent/a.so", "--profile", "vtune"}, t);
+  Result r = run_nibble({"grade", "--solution", "/nonexistent/a.so", "--profile", "vtune"}, t);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("--profile takes ncu (Nsight Compute) or nsys (Nsight Systems), not 'vtune'"), std::string::npos) << r.output;
+  r = run_nibble({"grade", "--solution", nibble_exe(), "--profile", "ncu", "--require-sandbox", "--out", t.path() + "/r.json"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("which --require-sandbox forbids"), std::string::npos) << r.output;
+  r = run_nibble({"grade", "--solution", nibble_exe(), "--profile", "nsys", "--out", "/dev/stdout"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("give --out a file"), std::string::npos) << r.output;
 }
 
 TEST(Cli, UnknownTaskListsTheValidOnes) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "harness/ledger.h"
 
@@ -99,6 +100,16 @@ TEST(Ledger, AForeignWriteAndADoneWithoutOpenAreTampering) {
     EXPECT_THROW((void)c.done(0, 0), std::runtime_error);
     l.finish();
     EXPECT_NE(l.violation().find("done that was not open"), std::string::npos) << l.violation();
+  }
+  // Packets of the wrong size, an empty one included (recvmsg's 0 is not an end here): tampering.
+  for (const size_t bytes : {size_t(0), size_t(3), size_t(40)}) {
+    CallLedger l(8, 1, 1, "");
+    const std::vector<char> packet(bytes, 'x');
+    ASSERT_EQ(write(l.child_write_fd(), packet.data(), bytes), ssize_t(bytes));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    l.finish();
+    EXPECT_NE(l.violation().find("a message of " + std::to_string(bytes) + " bytes"), std::string::npos)
+        << bytes << ": " << l.violation();
   }
 }
 

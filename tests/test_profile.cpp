@@ -69,6 +69,15 @@ TEST(Profile, NsysKernelSummary) {
   EXPECT_DOUBLE_EQ(top[0]["total_us"].get<double>(), 30.0);
   EXPECT_DOUBLE_EQ(top[0]["mean_us"].get<double>(), 10.0);
   EXPECT_FALSE(top[0].contains("dram_throughput_pct"));
+  // Newer nsys quotes only the fields with commas, and prints lines of its own before the table.
+  const std::string plain = "Processing [report.sqlite] with [cuda_gpu_kern_sum.py]...\n"
+                            "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
+                            "100.0,4000,2,2000,2000,1900,2100,100,\"gemv<int, 4>(float const*)\"\n";
+  const auto p = profile_top_kernels("nsys", plain);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0]["name"], "gemv<int, 4>(float const*)");
+  EXPECT_EQ(p[0]["launches"], 2);
+  EXPECT_DOUBLE_EQ(p[0]["total_us"].get<double>(), 4.0);
 }
 
 TEST(Profile, WhereItIsStoredAndHowItRuns) {
