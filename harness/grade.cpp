@@ -658,6 +658,11 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir)) return refuse("--out " + dir + " cannot be made a folder (" + ec.message() + ")");
+  try {  // before any grade: a folder that takes no file would fail every one of them
+    check_writable((std::filesystem::path(dir) / "lineup.json").string());
+  } catch (const std::exception& e) {
+    return refuse("--out " + dir + " takes no file (" + std::string(e.what()) + "); choose another folder");
+  }
 
   // One report per solution, named after its file; the fixtures are the cache's, built (and
   // checked) by the first grade and checked again by each one after it.
