@@ -319,7 +319,7 @@ std::string format_batch_summary(const json& s) {
   o << "\n";
   for (const json& r : s["rows"]) {
     const std::string d = r["disposition"];
-    if (d == "Passed" || d == "Healthy") continue;
+    if (batch_disposition_passed(d)) continue;
     o << "  " << r["id"].get<std::string>() << ": " << d << ": " << r["reason"].get<std::string>().substr(0, 300) << "\n";
   }
   return o.str();
@@ -369,7 +369,7 @@ json collect_batch(const BatchManifest& m) {
       const BatchOutcome o = outcome_of(j, 0, 0, -1);
       state = "done";
       disposition = o.disposition;
-      const bool good = o.disposition == "Passed" || o.disposition == "Healthy";
+      const bool good = batch_disposition_passed(o.disposition);
       if (!good) ++not_passed;
       why = good ? "" : o.reason;
     } else {

@@ -68,6 +68,9 @@ struct BatchOutcome {
   bool skipped = false;     // done before (resume)
 };
 
+/** Whether a job's disposition is a pass: a grade's "Passed", a calibration's "Healthy". */
+inline bool batch_disposition_passed(const std::string& d) { return d == "Passed" || d == "Healthy"; }
+
 /** What a BatchRunner returns for a job it did not start (the batch is stopping): no sidecar is
  *  written, so the job runs again on the next try. */
 inline constexpr int kBatchNotRun = -2;

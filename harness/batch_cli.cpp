@@ -27,7 +27,7 @@ namespace {
 
 int exit_of(const std::vector<BatchOutcome>& outcomes) {
   for (const BatchOutcome& o : outcomes)
-    if (o.disposition != "Passed" && o.disposition != "Healthy") return 1;
+    if (!batch_disposition_passed(o.disposition)) return 1;
   return 0;
 }
 

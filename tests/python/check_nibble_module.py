@@ -31,17 +31,21 @@ def main():
         if not ok:
             failures.append(what)
 
+    def refused(call, text, what):
+        """call() must raise NibbleError whose message holds `text`."""
+        try:
+            call()
+            check(False, what)
+        except nibble.NibbleError as e:
+            check(text in str(e), what)
+
     r = nibble.load_report(os.path.join(ROOT, "tests/data/reports/v2/h200-unfused-full.json"))
     check(r["disposition"] == "Passed" and r["task"] == "megakernel-int4-weight-decode", "load_report reads a v2 report")
     with tempfile.TemporaryDirectory() as tmp:
         other = os.path.join(tmp, "x.json")
         with open(other, "w") as f:
             f.write('{"schema": "nibble.calibration"}')
-        try:
-            nibble.load_report(other)
-            check(False, "a calibration table is not a report")
-        except nibble.NibbleError as e:
-            check("not a nibble report" in str(e), "a calibration table is not a report")
+        refused(lambda: nibble.load_report(other), "not a nibble report", "a calibration table is not a report")
 
         for task, config in (("megakernel-int4-weight-decode", "tiny"), ("gemm-w4a16-nvfp4", "tiny")):
             path = nibble.fixture(task, config, 0, out=os.path.join(tmp, task))
@@ -64,23 +68,11 @@ def main():
         except nibble.NibbleError as e:
             check("GPU" in str(e) and "exited 2" in str(e), f"grade() without a usable GPU says so: {str(e)[:120]}")
 
-    try:
-        nibble.load_fixture("/nonexistent")
-        check(False, "load_fixture of a missing folder raises NibbleError")
-    except nibble.NibbleError as e:
-        check("not a fixture folder" in str(e), "load_fixture of a missing folder raises NibbleError")
+    refused(lambda: nibble.load_fixture("/nonexistent"), "not a fixture folder", "load_fixture of a missing folder raises NibbleError")
     os.environ["NIBBLE_EXE"] = "/tmp"
-    try:
-        nibble.find_nibble()
-        check(False, "a folder as NIBBLE_EXE is refused")
-    except nibble.NibbleError as e:
-        check("not an executable file" in str(e), "a folder as NIBBLE_EXE is refused")
+    refused(nibble.find_nibble, "not an executable file", "a folder as NIBBLE_EXE is refused")
     os.environ["NIBBLE_EXE"] = "/nonexistent/nibble"
-    try:
-        nibble.find_nibble()
-        check(False, "a bad NIBBLE_EXE is refused")
-    except nibble.NibbleError as e:
-        check("NIBBLE_EXE" in str(e), "a bad NIBBLE_EXE is refused")
+    refused(nibble.find_nibble, "NIBBLE_EXE", "a bad NIBBLE_EXE is refused")
     return 1 if failures else 0
 
 
