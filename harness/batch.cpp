@@ -121,6 +121,9 @@ BatchManifest read_batch_manifest(const std::string& path) {
     }
     if (solutions.empty()) solutions.push_back("");
     const auto args = get_or<std::vector<std::string>>(run, "args", {}, where);
+    // A profiled run goes without Landlock (profile.h) and could rewrite other jobs' results here.
+    if (std::find(args.begin(), args.end(), "--profile") != args.end())
+      throw std::invalid_argument(where + ": --profile is not for a batch (the profiled run is less sandboxed): grade that solution alone");
     std::vector<std::vector<uint64_t>> seed_sets;
     if (split)
       for (uint64_t s : seeds) seed_sets.push_back({s});

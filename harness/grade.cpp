@@ -648,6 +648,9 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
     return refuse("with several --solution, --out names a folder for their reports (default nibble-reports), not the file " + dir);
   if (!opt.dump_dir.empty() || !opt.gbench_json.empty())
     return refuse("--dump and --gbench-json name one solution's files: grade that solution alone to write them");
+  // A profiled run goes without Landlock (profile.h): it could rewrite the reports of the solutions
+  // graded before it in this folder, which the side by side reads.
+  if (!opt.profile.empty()) return refuse("--profile goes with one solution: grade the solution you want profiled alone");
   for (const std::string& s : solutions) {  // every one before the first grade: a typo costs no grading
     try {
       check_solution_file(s);

@@ -96,6 +96,9 @@ TEST(Batch, ManifestErrorsNameTheKey) {
   const std::string run = R"({"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"]})";
   EXPECT_NE(error(R"({"outt": "x", "runs": [)" + run + "]}").find("unknown key 'outt'"), std::string::npos);
   EXPECT_NE(error(R"({"out": "", "runs": [)" + run + "]}").find("'out' is empty"), std::string::npos);
+  EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "args": ["--profile", "ncu"]}]})")
+                .find("--profile is not for a batch"),
+            std::string::npos);
   for (const char* seed : {"-1", "1.7", "18446744073709551616", "1e30"})
     EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "seeds": [)" +
                     std::string(seed) + "]}]}")

@@ -77,6 +77,11 @@ TEST(Cli, SeveralSolutionsAreGradedSideBySide) {
                  t);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("grade that solution alone"), std::string::npos) << r.output;
+  r = run_nibble({"grade", "--config", "tiny", "--solution", "/nonexistent/a.so", "--solution", "/nonexistent/b.so", "--profile",
+                  "ncu", "--out", t.path() + "/p"},
+                 t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--profile goes with one solution"), std::string::npos) << r.output;
   // A missing solution is refused before any grade.
   const std::string dir = t.path() + "/side";
   r = run_nibble({"grade", "--config", "tiny", "--solution", nibble_exe(), "--solution", "/nonexistent/b.so", "--out", dir}, t);
