@@ -238,6 +238,9 @@ json profile_section(const GradeOptions& opt, Job pj, const BinaryPins& pins, co
   p["command"] = command + " <nibble __child>";
   p["calls"] = kProfileCalls;
   p["sandbox"] = "rlimits, no_new_privs and seccomp only: " + pj.sandbox.skip_why;
+  // The profile goes next to the report, whose folder the report's own write (later) would make.
+  std::error_code made;
+  fs::create_directories(fs::absolute(opt.out).parent_path(), made);
   log("profiling: " + std::to_string(kProfileCalls) + " calls under " + exe);
   const ChildRun c = run_job_child(pj, opt.timeout_seconds, &log, "profiler: " + opt.profile, &pins, run);
   if (!c.completed()) {
@@ -570,6 +573,23 @@ int grade_run(const GradeOptions& opt) {
   wall["total"] = since(t_start);
   report["wall_seconds"] = wall;
 
+  // 5. A profiler's run, after the verdict (profile.h), before anything is written: the profiled
+  // run goes without Landlock, and nothing the grade writes exists for it to alter.
+  if (!opt.profile.empty()) {
+    if (v.disposition != Disposition::Passed) {
+      report["profile"] = {{"tool", opt.profile},
+                           {"status", "not run: only a Passed solution is profiled (its profiled run is less sandboxed, profile.h)"}};
+    } else {
+      // Whatever goes wrong here is the profile's, never the verdict's (already made).
+      try {
+        std::optional<PythonScratch> scratch;
+        report["profile"] = profile_section(opt, candidate_job(0, scratch), pins, log);
+      } catch (const std::exception& e) {
+        report["profile"] = {{"tool", opt.profile}, {"status", std::string("failed: ") + e.what()}};
+      }
+    }
+  }
+
   try {
     write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     if (!opt.gbench_json.empty())
@@ -580,30 +600,8 @@ int grade_run(const GradeOptions& opt) {
     return kExitGraderFailed;
   }
 
-  // 5. The summary a person reads (the same text `nibble report show` prints from the JSON).
+  // 6. The summary a person reads (the same text `nibble report show` prints from the JSON).
   summary_stream(opt.out) << format_summary(graded_report_view(report), opt.out) << std::flush;
-
-  // 6. A profiler's run, after the verdict (profile.h): its section joins the report.
-  if (!opt.profile.empty()) {
-    if (v.disposition != Disposition::Passed) {
-      report["profile"] = {{"tool", opt.profile},
-                           {"status", "not run: only a Passed solution is profiled (its profiled run is less sandboxed, profile.h)"}};
-    } else {
-      // Whatever goes wrong here is the profile's, never the verdict's (already written).
-      try {
-        std::optional<PythonScratch> scratch;
-        report["profile"] = profile_section(opt, candidate_job(0, scratch), pins, log);
-      } catch (const std::exception& e) {
-        report["profile"] = {{"tool", opt.profile}, {"status", std::string("failed: ") + e.what()}};
-      }
-    }
-    try {
-      write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "nibble grade: %s\n", e.what());
-      return kExitGraderFailed;
-    }
-  }
   return v.disposition == Disposition::Passed ? kExitPassed : kExitNotPassed;
 }
 
