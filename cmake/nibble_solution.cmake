@@ -21,7 +21,16 @@
 # (tests/CMakeLists.txt turns the lists into the tests' table of bundled solutions). Other options
 # (-Xptxas -v, link options) are set on the target after the call.
 
-set(NIBBLE_SOLUTION_FAMILIES decode gemm_fp4)
+# The task families: every subfolder of solutions/ but common/ and python/ (a new family is found
+# without an edit here).
+file(GLOB nibble_family_dirs LIST_DIRECTORIES true RELATIVE ${PROJECT_SOURCE_DIR}/solutions ${PROJECT_SOURCE_DIR}/solutions/*)
+set(NIBBLE_SOLUTION_FAMILIES "")
+foreach(d IN LISTS nibble_family_dirs)
+  if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/solutions/${d} AND NOT d STREQUAL "common" AND NOT d STREQUAL "python")
+    list(APPEND NIBBLE_SOLUTION_FAMILIES ${d})
+  endif()
+endforeach()
+list(SORT NIBBLE_SOLUTION_FAMILIES)
 
 function(nibble_add_solution target)
   cmake_parse_arguments(ARG "REFERENCE;SHIM;EXPERIMENT" "FAMILY" "SOURCES;LIBS;CUDA_ARCHITECTURES" ${ARGN})

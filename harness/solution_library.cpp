@@ -71,13 +71,22 @@ SolutionLibrary::SolutionLibrary(const std::string& path, Abi abi) : path_(path)
 }
 
 void SolutionLibrary::refresh() {
-  if (abi_ == Abi::Gemm)
+  if (abi_ == Abi::Gemm) {
     if (auto od = reinterpret_cast<nibble_gemm_output_dtype_fn>(optional_symbol("nibble_gemm_output_dtype"))) {
       gemm_output_dtype = od();
       if (gemm_output_dtype != NIBBLE_GEMM_OUTPUT_F32 && gemm_output_dtype != NIBBLE_GEMM_OUTPUT_BF16)
         throw LoadError(LoadError::NotLoadable, "solution '" + path_ + "': nibble_gemm_output_dtype() returned " +
                                                     std::to_string(gemm_output_dtype) + ", not F32 (0) or BF16 (1)");
     }
+    if (auto il = reinterpret_cast<nibble_gemm_int4_layout_fn>(optional_symbol("nibble_gemm_int4_layout"))) {
+      gemm_int4_layout = il();
+      if (gemm_int4_layout < NIBBLE_INT4_LAYOUT_PLAIN || gemm_int4_layout > NIBBLE_INT4_LAYOUT_COMPRESSED_TENSORS)
+        throw LoadError(LoadError::NotLoadable, "solution '" + path_ + "': nibble_gemm_int4_layout() returned " +
+                                                    std::to_string(gemm_int4_layout) +
+                                                    ", not one of PLAIN (0), AWQ (1), GPTQ (2), GPTQ_G_IDX (3), "
+                                                    "COMPRESSED_TENSORS (4) (include/nibble/nibble_gemm.h)");
+    }
+  }
   auto name_fn = reinterpret_cast<nibble_solution_name_fn>(optional_symbol("nibble_solution_name"));
   const char* n = name_fn ? name_fn() : nullptr;
   name_ = printable(n ? n : path_.substr(path_.find_last_of('/') + 1).c_str());

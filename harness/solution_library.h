@@ -37,9 +37,10 @@ class SolutionLibrary {
    *  solution's arithmetic (the reference states its cuBLAS math mode and TF32 state); "" if absent. */
   const std::string& numerics() const { return numerics_; }
 
-  /** Reads nibble_solution_name, nibble_reference_numerics and nibble_gemm_output_dtype again: a
-   *  library that hosts a module (the Python shims) knows them only once the module is loaded.
-   *  Throws LoadError (NotLoadable) for an output dtype other than F32 or BF16. */
+  /** Reads nibble_solution_name, nibble_reference_numerics, nibble_gemm_output_dtype and
+   *  nibble_gemm_int4_layout again: a library that hosts a module (the Python shims) knows them only
+   *  once the module is loaded. Throws LoadError (NotLoadable) for an output dtype other than F32 or
+   *  BF16 or an int4 layout that is not one of NIBBLE_INT4_LAYOUT_*. */
   void refresh();
 
   /** An optional export, or nullptr (e.g. the reference's nibble_reference_set_variant). */
@@ -53,6 +54,7 @@ class SolutionLibrary {
   nibble_gemm_run_fn gemm_run = nullptr;
   nibble_gemm_teardown_fn gemm_teardown = nullptr;
   int32_t gemm_output_dtype = NIBBLE_GEMM_OUTPUT_F32;  // what nibble_gemm_output_dtype() asked for
+  int32_t gemm_int4_layout = NIBBLE_INT4_LAYOUT_PLAIN;  // what nibble_gemm_int4_layout() asked for
 
  private:
   std::string path_, name_, numerics_;

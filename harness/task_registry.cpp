@@ -8,9 +8,11 @@ namespace nibble {
 const Task& decode_task();       // harness/decode/decode_task.cpp
 const Task& gemm_nvfp4_task();   // harness/gemm_fp4/gemm_task.cpp
 const Task& gemm_mxfp4_task();
+const Task& int4_gemm_task();    // harness/int4_gemm/int4_gemm_task.cpp
 
 const std::vector<const Task*>& all_tasks() {
-  static const std::vector<const Task*> tasks{&decode_task(), &gemm_nvfp4_task(), &gemm_mxfp4_task()};
+  static const std::vector<const Task*> tasks{&decode_task(), &gemm_nvfp4_task(), &gemm_mxfp4_task(),
+                                                &int4_gemm_task()};
   return tasks;
 }
 

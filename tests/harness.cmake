@@ -29,11 +29,11 @@ foreach(shim nibble_python_decode nibble_python_gemm)
 endforeach()
 nibble_add_gtest(provenance SOURCES test_provenance.cpp LIBS nibble_runtime LABELS cpu)
 add_dependencies(test_cli nibble ${NIBBLE_BAD_SOLUTIONS})
-nibble_add_gtest(grade_gpu SOURCES test_grade_gpu.cpp LIBS nibble_runtime LABELS "gpu;slow")
+nibble_add_gtest(grade_gpu SOURCES test_grade_gpu.cpp LIBS nibble_tasks nibble_runtime LABELS "gpu;slow")
 add_dependencies(test_grade_gpu nibble nibble_reference nibble_gemm_reference ${NIBBLE_BAD_SOLUTIONS})
 # It grades every bundled solution of both families (bundled_solutions.h).
-nibble_test_needs_solutions(test_grade_gpu decode gemm_fp4)
-nibble_add_gtest(calibrate_cpu SOURCES test_calibrate_cpu.cpp LIBS nibble_runtime LABELS cpu)
+nibble_test_needs_solutions(test_grade_gpu ${NIBBLE_SOLUTION_FAMILIES})
+nibble_add_gtest(calibrate_cpu SOURCES test_calibrate_cpu.cpp LIBS nibble_tasks nibble_runtime LABELS cpu)
 add_dependencies(test_calibrate_cpu nibble)
 # The verdict rules for every task of the registry, the parent-child protocol, the one comparison.
 nibble_add_gtest(verdict SOURCES test_verdict.cpp LIBS nibble_tasks LABELS cpu)
@@ -56,13 +56,27 @@ if(TARGET nibble_gemm_baseline)
     nibble_gemm_teardown=gemm_baseline_teardown)
   set_target_properties(hostile_gemm_baseline_core PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_RUNTIME_LIBRARY Shared
     CUDA_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  # gemm-w4a16-int4's plain-layout baseline, its exports renamed int4_baseline_* the same way.
+  add_library(hostile_int4_baseline_core OBJECT ${PROJECT_SOURCE_DIR}/solutions/int4_gemm/baseline/int4_gemm_baseline.cu)
+  target_include_directories(hostile_int4_baseline_core PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+  target_compile_definitions(hostile_int4_baseline_core PRIVATE
+    NIBBLE_INT4_BASELINE_LAYOUT=0 NIBBLE_INT4_BASELINE_NAME="int4-gemm-baseline-plain"
+    nibble_abi_version=int4_baseline_abi_version
+    nibble_gemm_abi_version=int4_baseline_gemm_abi_version
+    nibble_solution_name=int4_baseline_solution_name
+    nibble_gemm_int4_layout=int4_baseline_int4_layout
+    nibble_gemm_prepare=int4_baseline_prepare
+    nibble_gemm_run=int4_baseline_run
+    nibble_gemm_teardown=int4_baseline_teardown)
+  set_target_properties(hostile_int4_baseline_core PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_RUNTIME_LIBRARY Shared
+    CUDA_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
   foreach(behaviour replay gap_work)
     string(TOUPPER ${behaviour} BEHAVIOUR)
     set(t hostile_gemm_${behaviour})
     add_library(${t} SHARED ${CMAKE_CURRENT_SOURCE_DIR}/solutions/gemm_hostile.cu)
     target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
     target_compile_definitions(${t} PRIVATE HOSTILE_GEMM_${BEHAVIOUR} HOSTILE_NAME="hostile-gemm-${behaviour}")
-    target_link_libraries(${t} PRIVATE hostile_gemm_baseline_core Threads::Threads)
+    target_link_libraries(${t} PRIVATE hostile_gemm_baseline_core hostile_int4_baseline_core Threads::Threads)
     set_target_properties(${t} PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_RUNTIME_LIBRARY Shared
       CUDA_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
       LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests/lib)

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "gemm_tasks.h"
 #include "harness/atomic_file.h"
 #include "harness/process.h"
 
@@ -60,7 +61,7 @@ TEST(CalibrateCpu, TinyTableHasTheExpectedVerdicts) {
   expect_sliver_caught_by_the_guard(j, "logits_sliver");
 }
 
-class CalibrateGemmCpu : public ::testing::TestWithParam<const char*> {};
+class CalibrateGemmCpu : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CalibrateGemmCpu, TinyTableIsHealthy) {
   const char* b = std::getenv("NIBBLE_BINARY_DIR");
@@ -84,4 +85,10 @@ TEST_P(CalibrateGemmCpu, TinyTableIsHealthy) {
   expect_sliver_caught_by_the_guard(j, "c_sliver");
 }
 
-INSTANTIATE_TEST_SUITE_P(Tasks, CalibrateGemmCpu, ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"));
+INSTANTIATE_TEST_SUITE_P(Tasks, CalibrateGemmCpu, ::testing::ValuesIn(test::gemm_task_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string s = info.param;
+                           for (char& c : s)
+                             if (c == '-') c = '_';
+                           return s;
+                         });

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "bundled_solutions.h"
+#include "gemm_tasks.h"
 #include "fixtures/safetensors.h"
 #include "gpu_test_util.h"
 #include "harness/atomic_file.h"
@@ -240,10 +241,10 @@ TEST(GradeGpu, HistoryAndGoogleBenchmarkJson) {
   EXPECT_EQ(iterations, 2 * 32);  // gpu span and host wall, one entry per timed call
 }
 
-// The FP4 GEMM tasks through the same grader: the bundled reference graded as a candidate and every
-// bundled GEMM solution (bundled_solutions.h; skipped on a GPU it is not built for) pass on the tiny
-// config; a decode-ABI library is refused for a GEMM task.
-void expect_gemm_pass(const std::string& so, const char* task) {
+// Every GEMM task (gemm_tasks.h) through the same grader: its bundled reference graded as a candidate
+// and every bundled solution of its family (bundled_solutions.h; skipped on a GPU it is not built
+// for) pass on the tiny config; a decode-ABI library is refused for a GEMM task.
+void expect_gemm_pass(const std::string& so, const std::string& task) {
   const Graded g = grade_gemm(so, task);
   EXPECT_EQ(g.code, 0) << so << "\n" << g.output;
   EXPECT_EQ(g.report["disposition"], "Passed") << so;
@@ -252,7 +253,7 @@ void expect_gemm_pass(const std::string& so, const char* task) {
   std::cout << g.output;
 }
 
-class GradeBundledGemmGpu : public ::testing::TestWithParam<std::tuple<test::BundledSolution, const char*>> {};
+class GradeBundledGemmGpu : public ::testing::TestWithParam<std::tuple<test::BundledSolution, std::string>> {};
 
 TEST_P(GradeBundledGemmGpu, Passes) {
   NIBBLE_REQUIRE_GPU();
@@ -262,23 +263,21 @@ TEST_P(GradeBundledGemmGpu, Passes) {
   expect_gemm_pass(sol.path, std::get<1>(GetParam()));
 }
 
-std::string target_task_name(const ::testing::TestParamInfo<std::tuple<test::BundledSolution, const char*>>& info) {
+std::string target_task_name(const ::testing::TestParamInfo<std::tuple<test::BundledSolution, std::string>>& info) {
   std::string s = std::string(std::get<0>(info.param).target) + "_" + std::get<1>(info.param);
   for (char& c : s)
     if (c == '-') c = '_';
   return s;
 }
 
-INSTANTIATE_TEST_SUITE_P(Solutions, GradeBundledGemmGpu,
-                         ::testing::Combine(::testing::ValuesIn(test::bundled_solutions("gemm_fp4")),
-                                            ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4")),
+INSTANTIATE_TEST_SUITE_P(Solutions, GradeBundledGemmGpu, ::testing::ValuesIn(test::gemm_task_solutions()),
                          target_task_name);
 
-class GradeGemmGpu : public ::testing::TestWithParam<const char*> {};
+class GradeGemmGpu : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GradeGemmGpu, ReferencePassesADecodeLibraryIsRefused) {
   NIBBLE_REQUIRE_GPU();
-  expect_gemm_pass(lib("nibble_gemm_reference"), GetParam());
+  expect_gemm_pass(bindir() + "/lib/" + find_task(GetParam()).reference_library(), GetParam());
   Graded g = grade(lib("nibble_unfused"), {"--task", GetParam(), "--seeds", "0", "--no-timing"});
   EXPECT_EQ(g.code, 1) << g.output;
   EXPECT_EQ(g.report["disposition"], "MissingSymbol");
@@ -306,7 +305,7 @@ TEST_P(GradeGemmGpu, ReplayingTheFirstCallFails) {
       << g.report["timing"].dump();
   EXPECT_TRUE(g.report["timing"]["timing_seed"].is_null());
   // With one, the run is reproducible and says so.
-  const Graded r = grade_gemm(lib("nibble_gemm_reference"), GetParam(), {"--timing-seed", "7"});
+  const Graded r = grade_gemm(bindir() + "/lib/" + find_task(GetParam()).reference_library(), GetParam(), {"--timing-seed", "7"});
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.report["timing"]["timing_seed"], 7) << r.report["timing"].dump();
   EXPECT_EQ(r.report["timing"]["timing_seed_from"].get<std::string>().rfind("nibble grade --timing-seed", 0), 0u);
@@ -326,13 +325,20 @@ TEST_P(GradeGemmGpu, WorkBetweenTimedCallsIsInvalidTiming) {
   EXPECT_EQ(g.report["correctness"]["verdict"], "pass") << "its C is the baseline's";
 }
 
-INSTANTIATE_TEST_SUITE_P(Tasks, GradeGemmGpu, ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"));
+std::string task_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tasks, GradeGemmGpu, ::testing::ValuesIn(test::gemm_task_names()), task_param_name);
 
 // The GPU path of GEMM calibration (the reference .so and each variant in child processes) against
 // the CPU path (the fp64 oracle) on tiny: the same variants, the same verdicts, a healthy gate, and
 // errors that agree (the GPU reference matches the oracle to 1e-4 relative per variant, see
 // test_gemm_solutions_gpu; each error is a ratio of two such results).
-class CalibrateGemmGpu : public ::testing::TestWithParam<const char*> {};
+class CalibrateGemmGpu : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CalibrateGemmGpu, GpuTableMatchesTheOracleTable) {
   NIBBLE_REQUIRE_GPU();
@@ -365,4 +371,4 @@ TEST_P(CalibrateGemmGpu, GpuTableMatchesTheOracleTable) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tasks, CalibrateGemmGpu, ::testing::Values("gemm-w4a16-nvfp4", "gemm-bf16-mxfp4"));
+INSTANTIATE_TEST_SUITE_P(Tasks, CalibrateGemmGpu, ::testing::ValuesIn(test::gemm_task_names()), task_param_name);

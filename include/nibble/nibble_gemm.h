@@ -1,5 +1,5 @@
 /*
- * nibble_gemm.h: the C ABI of the FP4 dequant-GEMM tasks, beside nibble.h (which it includes: a GEMM
+ * nibble_gemm.h: the C ABI of the weight-only GEMM tasks (FP4 and int4), beside nibble.h (which it includes: a GEMM
  * solution includes this header; a decode solution only nibble.h).
  *
  * Self-contained C99 (and valid C++) on top of nibble.h, whose tensor descriptor (DLPack layout),
@@ -9,8 +9,10 @@
  * Tasks:
  *   gemm-w4a16-nvfp4   C (M, N) = A (M, K) * W^T; W[n, k] = e2m1(code) * e4m3fn(scale[n, k/16]) * global
  *   gemm-bf16-mxfp4    C (M, N) = A (M, K) * W^T; W[n, k] = e2m1(code) * 2^(e8m0(scale[n, k/32]) - 127)
+ *   gemm-w4a16-int4    C (M, N) = A (M, K) * W^T; W[n, k] = (q[n, k] - zero[n, k/128]) * fp16 scale[n, k/128]
+ *                      (the AWQ/GPTQ group quantisation; the layouts: see "gemm-w4a16-int4" below)
  *
- * Tensors (fixture names; every one a device pointer, row-major, contiguous):
+ * FP4 tensors (fixture names; every one a device pointer, row-major, contiguous):
  *   A               (M, K)            bf16    passed to every run call (not to prepare)
  *   W.packed        (N, K/2)          uint8   two e2m1 codes per byte, LOW nibble = EVEN k
  *   W.scale         (N, ceil(K/B))    uint8   B = 16: float8_e4m3fn bits; B = 32: e8m0 bits (0xFF NaN,
@@ -25,6 +27,27 @@
  * The stored layout is plain; prepare may repack (nibble's fixtures/fp4.h converts to the tilelang
  * seed's bit-twiddled layout, which needs K % 4 == 0).
  *
+ * gemm-w4a16-int4 (block = 128, scale_format = NIBBLE_GEMM_SCALE_F16, global_scale = 1): the same
+ * weights handed over in the layout the solution asks for with nibble_gemm_int4_layout() (default
+ * NIBBLE_INT4_LAYOUT_PLAIN), converted by moving bits only: the same codes, zero points and fp16
+ * scales in every layout. q and zero are 0..15; a `-sym` config has every zero point 8. N % 8 == 0
+ * and K % 128 == 0 in every config (the packers' 8 outputs per int32 word). Tensors per layout:
+ *   PLAIN (nibble's, the decode task's):
+ *     W.packed (N, K/2) uint8 LOW nibble = EVEN k; W.scale (N, K/128) fp16; W.zero (N, K/128) uint8
+ *   AWQ (AutoAWQ WQLinear_GEMM): W.qweight (K, N/8) int32, word [k, c] holds output 8c + order[i]
+ *     at bits 4i..4i+3, order = {0, 2, 4, 6, 1, 3, 5, 7}; W.qzeros (K/128, N/8) int32, the zero
+ *     points packed the same way; W.scales (K/128, N) fp16
+ *   GPTQ (AutoGPTQ v1): W.qweight (K/8, N) int32, word [r, n] holds k = 8r + j at bits 4j;
+ *     W.qzeros (K/128, N/8) int32, word [g, c] holds zero[8c + j] - 1 at bits 4j (add 1 back);
+ *     W.scales (K/128, N) fp16
+ *   GPTQ_G_IDX: GPTQ plus W.g_idx (K,) int32, the scale/qzeros row of input k. The rows are
+ *     permuted (a group's row is not k / 128): a kernel that ignores g_idx reads the wrong scales.
+ *   COMPRESSED_TENSORS (pack-quantized): W.weight_packed (N, K/8) int32, word [n, c] holds
+ *     k = 8c + i at bits 4i; W.weight_scale (N, K/128) fp16; W.weight_zero_point (N/8, K/128)
+ *     int32, word [r, g] holds zero[8r + i] at bits 4i (absent in a `-sym` config: zero 8);
+ *     W.weight_shape (2,) int32 {N, K}
+ * The report names the layout; the grader checksums every tensor handed over after every call.
+ *
  * A solution exports, with C linkage:
  *   int32_t        nibble_abi_version(void);        required, returns NIBBLE_ABI_VERSION (nibble.h)
  *   int32_t        nibble_gemm_abi_version(void);   required, returns NIBBLE_GEMM_ABI_VERSION
@@ -33,6 +56,8 @@
  *   nibble_status  nibble_gemm_teardown(...);       required
  *   int32_t        nibble_gemm_output_dtype(void);  optional: NIBBLE_GEMM_OUTPUT_F32 (the default when
  *                                                   absent) or NIBBLE_GEMM_OUTPUT_BF16
+ *   int32_t        nibble_gemm_int4_layout(void);   optional, gemm-w4a16-int4: NIBBLE_INT4_LAYOUT_*
+ *                                                   (PLAIN when absent); another value is refused
  *   const char*    nibble_solution_name(void);      optional (nibble.h)
  *
  * Output: C is (M, N) fp32 unless the solution exports nibble_gemm_output_dtype() returning
@@ -67,8 +92,17 @@ extern "C" {
 /** Version of this header's structs and entry points. Bumped on any layout or signature change. */
 #define NIBBLE_GEMM_ABI_VERSION 1
 
-/** Scale formats (nibble_gemm_problem.scale_format). */
-enum { NIBBLE_GEMM_SCALE_E4M3FN = 1, NIBBLE_GEMM_SCALE_E8M0 = 2 };
+/** Scale formats (nibble_gemm_problem.scale_format): FP4's e4m3fn and e8m0 bytes, int4's fp16. */
+enum { NIBBLE_GEMM_SCALE_E4M3FN = 1, NIBBLE_GEMM_SCALE_E8M0 = 2, NIBBLE_GEMM_SCALE_F16 = 3 };
+
+/** The int4 weight layouts of gemm-w4a16-int4 (nibble_gemm_int4_layout; see the header comment). */
+enum {
+  NIBBLE_INT4_LAYOUT_PLAIN = 0,
+  NIBBLE_INT4_LAYOUT_AWQ = 1,
+  NIBBLE_INT4_LAYOUT_GPTQ = 2,
+  NIBBLE_INT4_LAYOUT_GPTQ_G_IDX = 3,
+  NIBBLE_INT4_LAYOUT_COMPRESSED_TENSORS = 4
+};
 
 /** Output dtypes a solution may ask for (nibble_gemm_output_dtype). */
 enum { NIBBLE_GEMM_OUTPUT_F32 = 0, NIBBLE_GEMM_OUTPUT_BF16 = 1 };
@@ -77,14 +111,15 @@ enum { NIBBLE_GEMM_OUTPUT_F32 = 0, NIBBLE_GEMM_OUTPUT_BF16 = 1 };
  *  are read-only (a solution that repacks copies them into memory it allocates). */
 typedef struct nibble_gemm_problem {
   uint32_t struct_size;      /**< sizeof(nibble_gemm_problem) as the harness built it */
-  const char* task;          /**< "gemm-w4a16-nvfp4" or "gemm-bf16-mxfp4" */
+  const char* task;          /**< "gemm-w4a16-nvfp4", "gemm-bf16-mxfp4" or "gemm-w4a16-int4" */
   const char* config_name;   /**< "tiny", "m16-n3072-k3072", ... */
   int64_t M, N, K;           /**< C (M, N) = A (M, K) W^T; K even; every run call uses this M */
-  int32_t block;             /**< elements of K per scale: 16 (NVFP4) or 32 (MXFP4) */
-  int32_t scale_format;      /**< NIBBLE_GEMM_SCALE_E4M3FN or NIBBLE_GEMM_SCALE_E8M0 */
-  float global_scale;        /**< NVFP4: the value of W.global_scale (host copy); MXFP4: 1 */
+  int32_t block;             /**< elements of K per scale: 16 (NVFP4), 32 (MXFP4), 128 (int4's group) */
+  int32_t scale_format;      /**< NIBBLE_GEMM_SCALE_E4M3FN, _E8M0 or _F16 (int4) */
+  float global_scale;        /**< NVFP4: the value of W.global_scale (host copy); otherwise 1 */
   int32_t c_dtype;           /**< the C every run call gets: NIBBLE_GEMM_OUTPUT_F32 or _BF16 */
-  const nibble_named_tensor* tensors; /**< W.packed, W.scale and, for NVFP4, W.global_scale */
+  const nibble_named_tensor* tensors; /**< FP4: W.packed, W.scale and, for NVFP4, W.global_scale;
+                                           int4: the layout's tensors (header comment) */
   int32_t num_tensors;
 } nibble_gemm_problem;
 
@@ -117,16 +152,18 @@ typedef nibble_status (*nibble_gemm_teardown_fn)(void* handle, void* stream, nib
 
 typedef int32_t (*nibble_gemm_abi_version_fn)(void);
 typedef int32_t (*nibble_gemm_output_dtype_fn)(void);
+typedef int32_t (*nibble_gemm_int4_layout_fn)(void);
 
 NIBBLE_EXPORT int32_t nibble_gemm_abi_version(void);
 NIBBLE_EXPORT int32_t nibble_gemm_output_dtype(void);
+NIBBLE_EXPORT int32_t nibble_gemm_int4_layout(void);
 NIBBLE_EXPORT nibble_status nibble_gemm_prepare(const nibble_gemm_problem* problem, void* stream, void** handle,
                                                 nibble_error* err);
 NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A, nibble_tensor* C, void* stream,
                                             nibble_error* err);
 NIBBLE_EXPORT nibble_status nibble_gemm_teardown(void* handle, void* stream, nibble_error* err);
 
-/** Look a weight tensor up by its fixture name ("W.packed", "W.scale", "W.global_scale"); NULL
+/** Look a weight tensor up by its name ("W.packed", "W.scale", "W.global_scale", "W.qweight", ...); NULL
  *  when absent. */
 static inline const nibble_tensor* nibble_gemm_find_tensor(const nibble_gemm_problem* problem, const char* name) {
   int32_t i;

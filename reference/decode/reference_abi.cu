@@ -31,6 +31,7 @@
 #include "reference/decode/reference_options.h"
 #include "reference/decode/variants.h"
 #include "reference/sliver.h"
+#include "reference/variant_exports.h"
 #include "solutions/common/abi_util.h"
 #include "solutions/common/export.h"
 
@@ -293,48 +294,21 @@ void teardown(Reference& r, cudaStream_t) { r.release(); }
 
 NIBBLE_DECODE_SOLUTION("reference-fp32-cublas", nibble::ref::build, nibble::ref::step, nibble::ref::teardown);
 
-// The reference's own exports (reference/reference_options.h): the variant and the numerics sentence.
-extern "C" {
-
-NIBBLE_EXPORT const char* nibble_reference_numerics(void) {
-  static const char* const kBase =
-      "cublasSgemm fp32 (CUBLAS_COMPUTE_32F), math mode CUBLAS_PEDANTIC_MATH, TF32 off; weights dequantised "
-      "exactly to fp32; fp32 RMSNorm, softmax, residual; RoPE angles and cos/sin in fp64";
-  try {
-    // One sentence per variant, built once: every pointer returned stays valid for the library's life.
-    static const std::vector<std::string> sentences = [] {
-      std::vector<std::string> out;
-      for (const auto& v : nibble::ref::decode_variants())
-        out.push_back(v.options.is_default() ? std::string(kBase)
-                                             : std::string(kBase) + "; VARIANT " + v.name + " (" +
-                                                   (v.must_pass ? "precision variant" : "drop-the-feature mutant") +
-                                                   "): " + v.description);
-      return out;
-    }();
-    return sentences.at(nibble::ref::g_variant.load()).c_str();
-  } catch (...) {
-    return kBase;  // no exception crosses the ABI; only reachable if the host is out of memory
-  }
+// The reference's own exports (reference/variant_exports.h): the variant and the numerics sentence.
+namespace nibble::ref {
+namespace {
+const std::vector<VariantRow>& variant_rows() {
+  static const std::vector<VariantRow> rows = [] {
+    std::vector<VariantRow> r;
+    for (const auto& v : decode_variants()) r.push_back({v.name, v.description, v.must_pass, v.options.is_default()});
+    return r;
+  }();
+  return rows;
 }
+constexpr const char* kNumerics =
+    "cublasSgemm fp32 (CUBLAS_COMPUTE_32F), math mode CUBLAS_PEDANTIC_MATH, TF32 off; weights dequantised "
+    "exactly to fp32; fp32 RMSNorm, softmax, residual; RoPE angles and cos/sin in fp64";
+}  // namespace
+}  // namespace nibble::ref
 
-NIBBLE_EXPORT nibble_status nibble_reference_set_variant(const char* name, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    const auto& table = nibble::ref::decode_variants();
-    if (!name)
-      throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT,
-                                    "nibble_reference_set_variant: null name; valid variants: " +
-                                        nibble::ref::decode_variant_names());
-    for (size_t i = 0; i < table.size(); ++i)
-      if (std::strcmp(table[i].name, name) == 0) {
-        nibble::ref::g_variant.store(i);
-        return;
-      }
-    throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, std::string("unknown variant '") + name +
-                                                                   "'; valid variants: " +
-                                                                   nibble::ref::decode_variant_names());
-  });
-}
-
-NIBBLE_EXPORT const char* nibble_reference_variant(void) { return nibble::ref::selected_variant().name; }
-
-}  // extern "C"
+NIBBLE_REFERENCE_VARIANT_EXPORTS(nibble::ref::kNumerics, nibble::ref::variant_rows(), nibble::ref::g_variant)

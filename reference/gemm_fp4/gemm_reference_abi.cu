@@ -10,10 +10,8 @@
 //          and leaves the global scale out: e2m1 * e4m3 * global needs up to 30 bits, more than
 //          fp32's 24 (fixtures/fp4.h), so the global is applied to C instead, as cuBLAS's alpha.
 //          MXFP4's e2m1 * 2^(e - 127) is exact.
-// run      A bf16 -> fp32 (exact) into a scratch (M, K) buffer, then cublasSgemm (fp32 in, fp32
-//          compute) under CUBLAS_PEDANTIC_MATH, so no TF32 or other reduced-precision algorithm can
-//          be chosen: C = alpha A W^T with alpha = global (NVFP4) or 1. Bytes per call: 2 M K (A)
-//          + 4 M K (scratch write) + 4 M K + 4 N K (GEMM reads) + 4 M N (C).
+// run      reference/gemm_sgemm.cuh: cublasSgemm in pedantic fp32, C = alpha A W^T with alpha =
+//          global (NVFP4) or 1.
 //
 // Variants: nibble_reference_set_variant(name) before prepare selects a row of reference/
 // gemm_oracle.h's variant table (gemm_variants()), a GemmOptions value, exactly the options of the
@@ -37,8 +35,9 @@
 #include "fixtures/bf16.h"
 #include "nibble/nibble_gemm.h"
 #include "reference/gemm_fp4/gemm_oracle.h"
+#include "reference/gemm_sgemm.cuh"
 #include "reference/sliver.h"
-#include "reference/decode/reference_options.h"  // the extern "C" declarations of the reference's extra exports
+#include "reference/variant_exports.h"
 #include "solutions/common/abi_util.h"
 #include "solutions/common/cublas_check.h"
 #include "solutions/common/export.h"
@@ -112,20 +111,13 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ packed, const uint8_t
     W[i] = dequant_value(packed, scale, i / K, i % K, K, scale_cols, nvfp4, o, global_factor);
 }
 
-__global__ void bf16_to_f32_kernel(const uint16_t* __restrict__ in, int64_t n, float* __restrict__ out) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = bf16_to_f32(in[i]);
-}
-
 __global__ void round_bf16_kernel(float* __restrict__ x, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] = round_bf16(x[i]);
 }
 
-constexpr int kThreads = 256;
-
-/** Blocks for a grid-stride loop over n elements (capped; the loop covers the rest). */
-unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 8192)); }
+using ref::kSgemmThreads;
+using ref::sgemm_grid_for;
 
 // ---- Variant selection ----------------------------------------------------------------------------
 
@@ -135,32 +127,13 @@ std::atomic<size_t> g_variant{0};
 
 const oracle::GemmVariantInfo& selected_variant() { return oracle::gemm_variants().at(g_variant.load()); }
 
-constexpr cublasMath_t kMathMode = CUBLAS_PEDANTIC_MATH;
-
 // ---- The handle -----------------------------------------------------------------------------------
 
 struct Reference {
   sol::GemmProblem g;
   GemmOptions opt;
-  float alpha = 1.0f;       // the global factor when W leaves it out
-  cublasHandle_t blas = nullptr;
-  float* W = nullptr;       // (N, K) fp32, dequantised
-  float* Af = nullptr;      // (M, K) fp32 scratch
-  sol::DeviceAllocs mem;
-
-  Reference() = default;
-  Reference(const Reference&) = delete;
-  Reference& operator=(const Reference&) = delete;
-  ~Reference() {
-    if (blas) cublasDestroy(blas);
-  }
-  void release() {
-    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-    if (blas) st = cublasDestroy(blas);
-    blas = nullptr;
-    mem.release();
-    SOL_CUBLAS(st);
-  }
+  float alpha = 1.0f;  // the global factor when W leaves it out
+  ref::SgemmReference gemm;
 };
 
 std::unique_ptr<Reference> prepare(const nibble_gemm_problem* problem, cudaStream_t stream) {
@@ -175,15 +148,9 @@ std::unique_ptr<Reference> prepare(const nibble_gemm_problem* problem, cudaStrea
   // The oracle's global_factor(): global, 1/global (mutant), 1 for MXFP4.
   const double gf = !g.nvfp4 ? 1.0 : (r->opt.global_as_divisor ? 1.0 / double(g.global_scale) : double(g.global_scale));
   r->alpha = r->opt.bf16_dequant ? 1.0f : float(gf);
-
-  SOL_CUBLAS(cublasCreate(&r->blas));
-  SOL_CUBLAS(cublasSetMathMode(r->blas, kMathMode));
-  SOL_CUBLAS(cublasSetStream(r->blas, stream));
-
-  r->W = r->mem.alloc<float>(size_t(g.N) * size_t(g.K) * sizeof(float));
-  r->Af = r->mem.alloc<float>(size_t(g.M) * size_t(g.K) * sizeof(float));
-  dequant_kernel<<<grid_for(g.N * g.K), kThreads, 0, stream>>>(g.packed, g.scale, g.N, g.K, g.scale_cols, g.nvfp4,
-                                                                r->opt, gf, r->W);
+  r->gemm.init(g.M, g.N, g.K, stream);
+  dequant_kernel<<<sgemm_grid_for(g.N * g.K), kSgemmThreads, 0, stream>>>(g.packed, g.scale, g.N, g.K, g.scale_cols,
+                                                                          g.nvfp4, r->opt, gf, r->gemm.W);
   SOL_CHECK_LAUNCH();
   // Untimed: wait, so a fault is reported by prepare rather than the first run.
   SOL_CUDA(cudaStreamSynchronize(stream));
@@ -191,30 +158,15 @@ std::unique_ptr<Reference> prepare(const nibble_gemm_problem* problem, cudaStrea
 }
 
 void run(Reference& r, const nibble_tensor* A, nibble_tensor* C, cudaStream_t stream) {
-  const sol::GemmProblem& g = r.g;
-  const uint16_t* a = nullptr;
-  float* c = nullptr;
-  sol::check_gemm_io(g, A, C, &a, &c);
-  bf16_to_f32_kernel<<<grid_for(g.M * g.K), kThreads, 0, stream>>>(a, g.M * g.K, r.Af);
-  SOL_CHECK_LAUNCH();
-  // Row-major C (M, N) = A (M, K) W^T is column-major C^T (N, M) = W^T' A^T': W read as a
-  // column-major (K, N) matrix with ld K, transposed; A as column-major (K, M) with ld K.
-  const float beta = 0.0f;  // C (NaN-filled by the harness) is not read
-  SOL_CUBLAS(cublasSetStream(r.blas, stream));
-  SOL_CUBLAS(cublasSgemm(r.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(g.N), int(g.M), int(g.K), &r.alpha, r.W, int(g.K),
-                         r.Af, int(g.K), &beta, c, int(g.N)));
+  float* c = r.gemm.run(A, C, r.alpha, r.opt.drop_sliver, stream);
   if (r.opt.bf16_output) {
-    round_bf16_kernel<<<grid_for(g.M * g.N), kThreads, 0, stream>>>(c, g.M * g.N);
+    round_bf16_kernel<<<sgemm_grid_for(r.g.M * r.g.N), kSgemmThreads, 0, stream>>>(c, r.g.M * r.g.N);
     SOL_CHECK_LAUNCH();
-  }
-  if (r.opt.drop_sliver) {
-    const int64_t n = ref::sliver_columns(g.N);
-    SOL_CUDA(cudaMemset2DAsync(c + (g.N - n), size_t(g.N) * 4, 0, size_t(n) * 4, size_t(g.M), stream));
   }
 }
 
 /** After the stream is drained (export.h): the dequantised weights, scratch and cuBLAS, checked. */
-void teardown(Reference& r, cudaStream_t) { r.release(); }
+void teardown(Reference& r, cudaStream_t) { r.gemm.release(); }
 
 }  // namespace
 }  // namespace nibble::gemmref
@@ -224,46 +176,22 @@ void teardown(Reference& r, cudaStream_t) { r.release(); }
 NIBBLE_GEMM_SOLUTION("gemm-reference-fp32-cublas", nibble::gemmref::prepare, nibble::gemmref::run,
                      nibble::gemmref::teardown);
 
-// The reference's own exports (reference/reference_options.h): the variant and the numerics sentence.
-extern "C" {
-
-NIBBLE_EXPORT const char* nibble_reference_numerics(void) {
-  static const char* const kBase =
-      "cublasSgemm fp32 (fp32 compute), math mode CUBLAS_PEDANTIC_MATH, TF32 off; weights dequantised exactly to "
-      "fp32 (NVFP4: e2m1 * e4m3, the global scale applied as the GEMM's alpha); A bf16 -> fp32 exactly";
-  try {
-    static const std::vector<std::string> sentences = [] {
-      std::vector<std::string> out;
-      for (const auto& v : nibble::oracle::gemm_variants())
-        out.push_back(std::strcmp(v.name, "fp32") == 0
-                          ? std::string(kBase)
-                          : std::string(kBase) + "; VARIANT " + v.name + " (" +
-                                (v.must_pass ? "precision variant" : "drop-the-feature mutant") + "): " + v.description);
-      return out;
-    }();
-    return sentences.at(nibble::gemmref::g_variant.load()).c_str();
-  } catch (...) {
-    return kBase;  // no exception crosses the ABI
-  }
+// The reference's own exports (reference/variant_exports.h): the variant and the numerics sentence.
+namespace nibble::gemmref {
+namespace {
+const std::vector<ref::VariantRow>& variant_rows() {
+  static const std::vector<ref::VariantRow> rows = [] {
+    std::vector<ref::VariantRow> r;
+    for (const auto& v : oracle::gemm_variants())
+      r.push_back({v.name, v.description, v.must_pass, std::strcmp(v.name, "fp32") == 0});
+    return r;
+  }();
+  return rows;
 }
+constexpr const char* kNumerics =
+    "cublasSgemm fp32 (fp32 compute), math mode CUBLAS_PEDANTIC_MATH, TF32 off; weights dequantised exactly to "
+    "fp32 (NVFP4: e2m1 * e4m3, the global scale applied as the GEMM's alpha); A bf16 -> fp32 exactly";
+}  // namespace
+}  // namespace nibble::gemmref
 
-NIBBLE_EXPORT nibble_status nibble_reference_set_variant(const char* name, nibble_error* err) {
-  return nibble::sol::abi_guard(err, [&] {
-    const auto& table = nibble::oracle::gemm_variants();
-    std::string names;
-    for (size_t i = 0; i < table.size(); ++i) {
-      if (name && std::strcmp(table[i].name, name) == 0) {
-        nibble::gemmref::g_variant.store(i);
-        return;
-      }
-      names += (i ? ", " : "") + std::string(table[i].name);
-    }
-    throw nibble::sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, std::string("unknown variant '") +
-                                                                   (name ? name : "(null)") +
-                                                                   "'; valid variants: " + names);
-  });
-}
-
-NIBBLE_EXPORT const char* nibble_reference_variant(void) { return nibble::gemmref::selected_variant().name; }
-
-}  // extern "C"
+NIBBLE_REFERENCE_VARIANT_EXPORTS(nibble::gemmref::kNumerics, nibble::gemmref::variant_rows(), nibble::gemmref::g_variant)

@@ -25,3 +25,30 @@ namespace nibble::sol {
     const cublasStatus_t sol_st_ = (call);                                                            \
     if (sol_st_ != CUBLAS_STATUS_SUCCESS) ::nibble::sol::throw_cublas(sol_st_, #call, __FILE__, __LINE__); \
   } while (0)
+
+namespace nibble::sol {
+
+/** A cuBLAS handle owned once: destroyed by release() (checked) or, after a failure, by the
+ *  destructor (unchecked: the process is reporting another error). */
+struct CublasHandle {
+  cublasHandle_t h = nullptr;
+  CublasHandle() = default;
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  ~CublasHandle() {
+    if (h) cublasDestroy(h);
+  }
+  /** Create it on `stream` with math mode `math`. */
+  void create(cudaStream_t stream, cublasMath_t math = CUBLAS_DEFAULT_MATH) {
+    SOL_CUBLAS(cublasCreate(&h));
+    SOL_CUBLAS(cublasSetMathMode(h, math));
+    SOL_CUBLAS(cublasSetStream(h, stream));
+  }
+  void release() {
+    const cublasStatus_t st = h ? cublasDestroy(h) : CUBLAS_STATUS_SUCCESS;
+    h = nullptr;
+    SOL_CUBLAS(st);
+  }
+};
+
+}  // namespace nibble::sol

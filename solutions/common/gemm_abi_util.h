@@ -21,6 +21,9 @@ namespace nibble::sol {
 
 inline constexpr const char* kGemmNvfp4TaskName = "gemm-w4a16-nvfp4";  // = fixtures/gemm_task.h kGemmNvfp4Task
 inline constexpr const char* kGemmMxfp4TaskName = "gemm-bf16-mxfp4";   // = kGemmMxfp4Task
+inline constexpr const char* kInt4GemmTaskName = "gemm-w4a16-int4";   // = fixtures/int4_gemm kInt4GemmTask
+inline constexpr nibble_dtype kF16{NIBBLE_DTYPE_FLOAT, 16, 1};
+inline constexpr nibble_dtype kI32{NIBBLE_DTYPE_INT, 32, 1};
 
 /** What prepare needs to know, checked. Pointers are the harness's (borrowed, read-only). */
 struct GemmProblem {
@@ -122,10 +125,97 @@ inline GemmProblem parse_gemm_problem(const nibble_gemm_problem* p) {
 }
 
 /** run's A (M, K) bf16 and C (M, N) fp32, checked; returns their device pointers. */
+inline void check_gemm_io(int64_t M, int64_t N, int64_t K, const nibble_tensor* A, nibble_tensor* C,
+                          const uint16_t** a_ptr, float** c_ptr) {
+  *a_ptr = static_cast<const uint16_t*>(require_gemm_tensor_ptr(A, "A", kBF16, {M, K}));
+  *c_ptr = static_cast<float*>(require_gemm_tensor_ptr(C, "C", kF32, {M, N}));
+}
 inline void check_gemm_io(const GemmProblem& g, const nibble_tensor* A, nibble_tensor* C, const uint16_t** a_ptr,
                           float** c_ptr) {
-  *a_ptr = static_cast<const uint16_t*>(require_gemm_tensor_ptr(A, "A", kBF16, {g.M, g.K}));
-  *c_ptr = static_cast<float*>(require_gemm_tensor_ptr(C, "C", kF32, {g.M, g.N}));
+  check_gemm_io(g.M, g.N, g.K, A, C, a_ptr, c_ptr);
+}
+
+/**
+ * What prepare of gemm-w4a16-int4 needs (include/nibble/nibble_gemm.h), checked; trivially copyable
+ * (a kernel argument). Which pointers are set depends on the layout:
+ *   PLAIN               packed (N, K/2), scale (N, G), zero (N, G)
+ *   AWQ, GPTQ(_G_IDX)   qweight (AWQ (K, N/8), GPTQ (K/8, N)), qzeros (G, N/8), scale = scales (G, N),
+ *                       g_idx (K) for GPTQ_G_IDX
+ *   COMPRESSED_TENSORS  qweight = weight_packed (N, K/8), scale = weight_scale (N, G),
+ *                       qzeros = weight_zero_point (N/8, G), nullptr when symmetric (zero 8)
+ */
+struct Int4Problem {
+  int32_t layout = NIBBLE_INT4_LAYOUT_PLAIN;
+  int64_t M = 0, N = 0, K = 0, groups = 0;  // groups = K / 128
+  const uint8_t* packed = nullptr;
+  const uint16_t* scale = nullptr;  // fp16 bits
+  const uint8_t* zero = nullptr;
+  const int32_t* qweight = nullptr;
+  const int32_t* qzeros = nullptr;
+  const int32_t* g_idx = nullptr;
+};
+
+/**
+ * Check prepare's problem for gemm-w4a16-int4 in `layout` (the one the solution's
+ * nibble_gemm_int4_layout returns) and return its shape and weight pointers.
+ * @throws AbiFailure NIBBLE_ERR_NOT_SUPPORTED for another task, a C dtype other than fp32 or a
+ *         dimension beyond int32; NIBBLE_ERR_INVALID_ARGUMENT for anything inconsistent
+ */
+inline Int4Problem parse_int4_problem(const nibble_gemm_problem* p, int32_t layout) {
+  if (!p) throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "prepare: null problem");
+  if (p->struct_size < sizeof(nibble_gemm_problem))
+    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "nibble_gemm_problem.struct_size " + std::to_string(p->struct_size) +
+                                                      " < " + std::to_string(sizeof(nibble_gemm_problem)));
+  if (!p->task || std::strcmp(p->task, kInt4GemmTaskName) != 0)
+    throw AbiFailure(NIBBLE_ERR_NOT_SUPPORTED,
+                     std::string("task '") + (p->task ? p->task : "(null)") + "' is not supported");
+  Int4Problem g;
+  g.layout = layout;
+  g.M = p->M;
+  g.N = p->N;
+  g.K = p->K;
+  if (g.M <= 0 || g.N <= 0 || g.K <= 0 || g.K % 128 != 0 || g.N % 8 != 0)
+    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "bad shape M " + std::to_string(g.M) + ", N " + std::to_string(g.N) +
+                                                      ", K " + std::to_string(g.K) + " (all > 0, K % 128 == 0, N % 8 == 0)");
+  if (g.M > INT32_MAX || g.N > INT32_MAX || g.K > INT32_MAX)
+    throw AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "dimensions beyond int32 are not supported");
+  if (p->block != 128 || p->scale_format != NIBBLE_GEMM_SCALE_F16)
+    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "gemm-w4a16-int4: expected block 128 and scale format F16 (3), got " +
+                                                      std::to_string(p->block) + " and " + std::to_string(p->scale_format));
+  if (p->c_dtype != NIBBLE_GEMM_OUTPUT_F32)
+    throw AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "only an fp32 C is supported (c_dtype " + std::to_string(p->c_dtype) + ")");
+  const int64_t N = g.N, K = g.K, G = K / 128;
+  g.groups = G;
+  switch (layout) {
+    case NIBBLE_INT4_LAYOUT_PLAIN:
+      g.packed = static_cast<const uint8_t*>(require_gemm_tensor(p, "W.packed", kU8, {N, K / 2}));
+      g.scale = static_cast<const uint16_t*>(require_gemm_tensor(p, "W.scale", kF16, {N, G}));
+      g.zero = static_cast<const uint8_t*>(require_gemm_tensor(p, "W.zero", kU8, {N, G}));
+      break;
+    case NIBBLE_INT4_LAYOUT_AWQ:
+      g.qweight = static_cast<const int32_t*>(require_gemm_tensor(p, "W.qweight", kI32, {K, N / 8}));
+      g.qzeros = static_cast<const int32_t*>(require_gemm_tensor(p, "W.qzeros", kI32, {G, N / 8}));
+      g.scale = static_cast<const uint16_t*>(require_gemm_tensor(p, "W.scales", kF16, {G, N}));
+      break;
+    case NIBBLE_INT4_LAYOUT_GPTQ:
+    case NIBBLE_INT4_LAYOUT_GPTQ_G_IDX:
+      g.qweight = static_cast<const int32_t*>(require_gemm_tensor(p, "W.qweight", kI32, {K / 8, N}));
+      g.qzeros = static_cast<const int32_t*>(require_gemm_tensor(p, "W.qzeros", kI32, {G, N / 8}));
+      g.scale = static_cast<const uint16_t*>(require_gemm_tensor(p, "W.scales", kF16, {G, N}));
+      if (layout == NIBBLE_INT4_LAYOUT_GPTQ_G_IDX)
+        g.g_idx = static_cast<const int32_t*>(require_gemm_tensor(p, "W.g_idx", kI32, {K}));
+      break;
+    case NIBBLE_INT4_LAYOUT_COMPRESSED_TENSORS:
+      g.qweight = static_cast<const int32_t*>(require_gemm_tensor(p, "W.weight_packed", kI32, {N, K / 8}));
+      g.scale = static_cast<const uint16_t*>(require_gemm_tensor(p, "W.weight_scale", kF16, {N, G}));
+      if (nibble_gemm_find_tensor(p, "W.weight_zero_point"))
+        g.qzeros = static_cast<const int32_t*>(require_gemm_tensor(p, "W.weight_zero_point", kI32, {(N + 7) / 8, G}));
+      require_gemm_tensor(p, "W.weight_shape", kI32, {2});
+      break;
+    default:
+      throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "unknown int4 layout " + std::to_string(layout));
+  }
+  return g;
 }
 
 /** The device allocations of one prepared handle: each freed exactly once, by release() (checked,

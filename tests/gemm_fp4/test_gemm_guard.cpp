@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "harness/task.h"
-#include "harness/gemm_fp4/gemm_guard.h"
+#include "harness/gemm_session.h"
 #include "harness/process.h"
 
 using namespace nibble;

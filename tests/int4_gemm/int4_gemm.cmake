@@ -4,3 +4,13 @@ nibble_add_gtest(int4_gemm_fixture SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_g
                  LABELS cpu)
 nibble_add_gtest(int4_gemm_oracle SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_gemm_oracle.cpp
                  LIBS nibble_int4_gemm_oracle LABELS cpu)
+# The weights as each layout hands them over: tensor list, round trip, g_idx by hand, and an
+# independent reader whose layout mistakes are the oracle's variants.
+nibble_add_gtest(int4_gemm_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_gemm_layouts.cpp
+                 LIBS nibble_int4_gemm_oracle LABELS cpu)
+# GPU: every layout's baseline, the cuBLAS bf16 point and the reference graded in one run on tiny-sym
+# and a residue shape.
+nibble_add_gtest(int4_gemm_gpu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_gemm_gpu.cpp LIBS nibble_runtime
+                 LABELS "gpu;slow")
+add_dependencies(test_int4_gemm_gpu nibble)
+nibble_test_needs_solutions(test_int4_gemm_gpu int4_gemm)

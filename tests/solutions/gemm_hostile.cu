@@ -1,6 +1,8 @@
 // gemm_hostile.cu: GEMM cheats the grader must catch, one .so per behaviour (tests/harness.cmake), on
-// top of the baseline (solutions/gemm_fp4/baseline, compiled again with its exports renamed
-// gemm_baseline_*). test_grade_gpu's GradeGemmGpu cases grade them.
+// top of each GEMM task's baseline, compiled again with its exports renamed: the FP4 tasks'
+// (solutions/gemm_fp4/baseline, gemm_baseline_*) and gemm-w4a16-int4's plain-layout one
+// (solutions/int4_gemm/baseline, int4_baseline_*), picked by the problem's task. test_grade_gpu's
+// GradeGemmGpu cases grade them on every GEMM task.
 //   HOSTILE_GEMM_REPLAY    (libhostile_gemm_replay.so) runs the baseline on its first call only,
 //                          keeps that C and A, and answers every later call from them: row m of C
 //                          is the kept row, negated when the first nonzero element of A's row m
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -29,6 +32,9 @@ extern "C" {
 nibble_status gemm_baseline_prepare(const nibble_gemm_problem*, void*, void**, nibble_error*);
 nibble_status gemm_baseline_run(void*, const nibble_tensor*, nibble_tensor*, void*, nibble_error*);
 nibble_status gemm_baseline_teardown(void*, void*, nibble_error*);
+nibble_status int4_baseline_prepare(const nibble_gemm_problem*, void*, void**, nibble_error*);
+nibble_status int4_baseline_run(void*, const nibble_tensor*, nibble_tensor*, void*, nibble_error*);
+nibble_status int4_baseline_teardown(void*, void*, nibble_error*);
 }
 
 namespace {
@@ -46,6 +52,9 @@ DevicePtr device_alloc(size_t bytes) {
 
 struct Hostile {
   void* inner = nullptr;
+  // The task's baseline: the FP4 one unless prepare saw gemm-w4a16-int4.
+  nibble_status (*inner_run)(void*, const nibble_tensor*, nibble_tensor*, void*, nibble_error*) = gemm_baseline_run;
+  nibble_status (*inner_teardown)(void*, void*, nibble_error*) = gemm_baseline_teardown;
   int64_t M = 0, N = 0, K = 0;
   int calls = 0;
   DevicePtr a0, c0;  // the first call's A (bf16) and C (fp32)
@@ -85,14 +94,24 @@ NIBBLE_EXPORT nibble_status nibble_gemm_prepare(const nibble_gemm_problem* probl
                                                 nibble_error* err) {
   return nibble::sol::abi_guard(err, [&] {
     auto r = std::make_unique<Hostile>();
-    const nibble::sol::GemmProblem g = nibble::sol::parse_gemm_problem(problem);
-    r->M = g.M;
-    r->N = g.N;
-    r->K = g.K;
-    const nibble_status s = gemm_baseline_prepare(problem, stream, &r->inner, err);
+    if (problem && problem->task && std::strcmp(problem->task, nibble::sol::kInt4GemmTaskName) == 0) {
+      const nibble::sol::Int4Problem g = nibble::sol::parse_int4_problem(problem, NIBBLE_INT4_LAYOUT_PLAIN);
+      r->M = g.M;
+      r->N = g.N;
+      r->K = g.K;
+      r->inner_run = int4_baseline_run;
+      r->inner_teardown = int4_baseline_teardown;
+    } else {
+      const nibble::sol::GemmProblem g = nibble::sol::parse_gemm_problem(problem);
+      r->M = g.M;
+      r->N = g.N;
+      r->K = g.K;
+    }
+    const nibble_status s = (r->inner_run == int4_baseline_run ? int4_baseline_prepare : gemm_baseline_prepare)(
+        problem, stream, &r->inner, err);
     if (s != NIBBLE_OK) throw nibble::sol::AbiFailure(s, "baseline prepare failed");
-    r->a0 = device_alloc(size_t(g.M * g.K) * 2);
-    r->c0 = device_alloc(size_t(g.M * g.N) * 4);
+    r->a0 = device_alloc(size_t(r->M * r->K) * 2);
+    r->c0 = device_alloc(size_t(r->M * r->N) * 4);
     *handle = r.release();
   });
 }
@@ -103,12 +122,12 @@ NIBBLE_EXPORT nibble_status nibble_gemm_run(void* handle, const nibble_tensor* A
     auto* r = static_cast<Hostile*>(handle);
 #ifdef HOSTILE_GEMM_GAP_WORK
     if (r->calls++ == 0) r->gap_thread = std::thread(nibble_hostile::launch_forever, &r->stop, false);
-    const nibble_status st = gemm_baseline_run(r->inner, A, C, stream, err);
+    const nibble_status st = r->inner_run(r->inner, A, C, stream, err);
     if (st != NIBBLE_OK) throw nibble::sol::AbiFailure(st, "baseline run failed");
 #else
     auto s = static_cast<cudaStream_t>(stream);
     if (r->calls++ == 0) {
-      const nibble_status st = gemm_baseline_run(r->inner, A, C, stream, err);
+      const nibble_status st = r->inner_run(r->inner, A, C, stream, err);
       if (st != NIBBLE_OK) throw nibble::sol::AbiFailure(st, "baseline run failed");
       SOL_CUDA(cudaMemcpyAsync(r->a0.get(), A->data, size_t(r->M * r->K) * 2, cudaMemcpyDeviceToDevice, s));
       SOL_CUDA(cudaMemcpyAsync(r->c0.get(), C->data, size_t(r->M * r->N) * 4, cudaMemcpyDeviceToDevice, s));
@@ -128,7 +147,7 @@ NIBBLE_EXPORT nibble_status nibble_gemm_teardown(void* handle, void* stream, nib
   if (!r) return NIBBLE_OK;
   r->stop = true;
   if (r->gap_thread.joinable()) r->gap_thread.join();
-  return gemm_baseline_teardown(r->inner, stream, err);
+  return r->inner_teardown(r->inner, stream, err);
 }
 
 }  // extern "C"
