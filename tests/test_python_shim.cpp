@@ -285,6 +285,7 @@ TEST(PythonShim, GemmProblemAndOutputDtype) {
     nibble_error err{};
     void* h = nullptr;
     j["output_dtype"] = lib.gemm_output_dtype;
+    j["int4_layout"] = lib.gemm_int4_layout;
     j["prepare"] = lib.gemm_prepare(&p, nullptr, &h, &err);
     j["run"] = lib.gemm_run(h, &A.t, &C.t, nullptr, &err);
     j["err"] = err.message;
@@ -295,6 +296,7 @@ TEST(PythonShim, GemmProblemAndOutputDtype) {
   });
   ASSERT_EQ(r.exit_code, 0) << (r.result.error ? r.result.error->message : "");
   EXPECT_EQ(r.extra["output_dtype"], NIBBLE_GEMM_OUTPUT_BF16) << "OUTPUT_DTYPE = 'bfloat16' read after the import";
+  EXPECT_EQ(r.extra["int4_layout"], NIBBLE_INT4_LAYOUT_AWQ) << "INT4_LAYOUT = 'awq' read after the import";
   ASSERT_EQ(r.extra["prepare"], 0) << r.extra["err"];
   ASSERT_EQ(r.extra["run"], 0) << r.extra["err"];
   EXPECT_EQ(r.extra["teardown"], 0) << r.extra["err"];
@@ -323,6 +325,15 @@ TEST(PythonShim, ImportErrorIsNotLoadableWithTheTraceback) {
   EXPECT_NE(r.result.error->message.find("ModuleNotFoundError: No module named 'nibble_no_such_module'"), std::string::npos)
       << r.result.error->message;
   EXPECT_NE(r.result.error->message.find("shim_probe.py\", line"), std::string::npos) << r.result.error->message;
+}
+
+TEST(PythonShim, AnUnknownInt4LayoutIsNotLoadable) {
+  if (!python_shims_built()) GTEST_SKIP() << "no Python shims in this build";
+  const CaseResult r = run_case(SolutionLibrary::Abi::Gemm, "bad_layout", [](auto&, auto&, auto&) { return json(); });
+  EXPECT_EQ(r.exit_code, 4);
+  ASSERT_TRUE(r.result.error);
+  EXPECT_EQ(r.result.error->load_kind, "NotLoadable");
+  EXPECT_NE(r.result.error->message.find("INT4_LAYOUT must be one of"), std::string::npos) << r.result.error->message;
 }
 
 TEST(PythonShim, MissingEntryPointIsMissingSymbol) {

@@ -1,12 +1,14 @@
 // int4_layouts.cuh: W[n, k] of gemm-w4a16-int4 read straight from each checkpoint layout
 // (include/nibble/nibble_gemm.h, "gemm-w4a16-int4"), for the solutions of the family. One place
 // that knows where each layout keeps a code, a zero point and a scale; a kernel picks its layout as
-// a template argument (the one its nibble_gemm_int4_layout returns).
+// a template argument (the one its nibble_gemm_int4_layout returns). Host and device code: a CPU test
+// (tests/int4_gemm/test_int4_layouts_decode.cu) reads every layout through these functions.
 #pragma once
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "nibble/nibble_gemm.h"
@@ -14,18 +16,26 @@
 
 namespace nibble::sol {
 
-/** fp16 bits -> fp32, exact (subnormals included). */
-__device__ __forceinline__ float int4_f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+/** fp16 bits -> fp32, exact (subnormals included; a scale is never inf or NaN in a fixture). */
+__host__ __device__ __forceinline__ float int4_f16_to_f32(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  return __half2float(__ushort_as_half(h));
+#else
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const float mag = e == 0 ? ldexpf(float(m), -24) : ldexpf(float(m | 0x400), e - 25);
+  return (h & 0x8000) ? -mag : mag;
+#endif
+}
 
 /** Nibble `i` (0..7) of a packed int32 word. */
-__device__ __forceinline__ int int4_nibble(int32_t word, int i) { return int((uint32_t(word) >> (4 * i)) & 0xFu); }
+__host__ __device__ __forceinline__ int int4_nibble(int32_t word, int i) { return int((uint32_t(word) >> (4 * i)) & 0xFu); }
 
 /** AWQ: output 8c + j sits in nibble kAwqSlot[j] of its word (the inverse of order 0,2,4,6,1,3,5,7). */
-__device__ __forceinline__ int int4_awq_slot(int j) { return int((0x73625140u >> (4 * j)) & 0xFu); }
+__host__ __device__ __forceinline__ int int4_awq_slot(int j) { return int((0x73625140u >> (4 * j)) & 0xFu); }
 
 /** The code (0..15), zero point (0..15) and scale of W[n, k] in layout L. */
 template <int L>
-__device__ __forceinline__ void int4_weight_parts(const Int4Problem& g, int64_t n, int64_t k, int& q, int& z, float& s) {
+__host__ __device__ __forceinline__ void int4_weight_parts(const Int4Problem& g, int64_t n, int64_t k, int& q, int& z, float& s) {
   const int64_t G = g.groups;
   if constexpr (L == NIBBLE_INT4_LAYOUT_PLAIN) {
     const int64_t grp = k >> 7;
@@ -55,7 +65,7 @@ __device__ __forceinline__ void int4_weight_parts(const Int4Problem& g, int64_t 
 
 /** W[n, k] = (q - z) * s in layout L: exact in fp32 (4 bits times an fp16's 11). */
 template <int L>
-__device__ __forceinline__ float int4_weight(const Int4Problem& g, int64_t n, int64_t k) {
+__host__ __device__ __forceinline__ float int4_weight(const Int4Problem& g, int64_t n, int64_t k) {
   int q, z;
   float s;
   int4_weight_parts<L>(g, n, k, q, z, s);

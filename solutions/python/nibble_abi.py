@@ -19,12 +19,15 @@ A decode solution (task megakernel-int4-weight-decode) defines, at module level:
     decode_step(handle, token_ids: Tensor, pos: int, logits: Tensor, stream: int) -> None   timed
     teardown(handle, stream: int) -> None
 
-A GEMM solution (gemm-w4a16-nvfp4, gemm-bf16-mxfp4) defines:
+A GEMM solution (gemm-w4a16-nvfp4, gemm-bf16-mxfp4, gemm-w4a16-int4) defines:
 
     prepare(problem: GemmProblem, stream: int) -> handle          untimed
     run(handle, A: Tensor, C: Tensor, stream: int) -> None        timed
     teardown(handle, stream: int) -> None
     OUTPUT_DTYPE = "float32" | "bfloat16"                         optional, default "float32"
+    INT4_LAYOUT = "plain" | "awq" | "gptq" | "gptq_g_idx" | "compressed_tensors"
+                  optional, gemm-w4a16-int4: the layout of problem.tensors (default "plain";
+                  include/nibble/nibble_gemm.h lists each layout's tensors)
 
 `stream` is the cudaStream_t as an integer: `torch.cuda.ExternalStream(stream)`. Outputs are written
 in place (logits, C); a step or run that returns anything but None is an error, since a returned
@@ -108,9 +111,10 @@ class DecodeModel(types.SimpleNamespace):
 
 
 class GemmProblem(types.SimpleNamespace):
-    """prepare's argument: task, config_name, M, N, K, block (16 or 32), scale_format ("e4m3fn" or
-    "e8m0"), global_scale (float), c_dtype ("float32" or "bfloat16") and tensors (dict: W.packed,
-    W.scale and, for NVFP4, W.global_scale -> Tensor)."""
+    """prepare's argument: task, config_name, M, N, K, block (16, 32 or 128), scale_format ("e4m3fn",
+    "e8m0" or, for int4, "float16"), global_scale (float), c_dtype ("float32" or "bfloat16") and
+    tensors (dict name -> Tensor: W.packed, W.scale and, for NVFP4, W.global_scale; for int4 the
+    INT4_LAYOUT's tensors)."""
 
 
 # ---- Called by the shim, not by solutions. ------------------------------------------------------
@@ -143,6 +147,15 @@ def _output_dtype(module):
     d = getattr(d, "__name__", None) or str(d)  # accepts "bfloat16", torch.bfloat16, numpy types
     d = d.replace("torch.", "")
     return {"float32": 0, "float": 0, "bfloat16": 1}.get(d, -1)
+
+
+_INT4_LAYOUTS = ("plain", "awq", "gptq", "gptq_g_idx", "compressed_tensors")  # NIBBLE_INT4_LAYOUT_* order
+
+
+def _int4_layout(module):
+    """The int4 layout the module asks for: its index in _INT4_LAYOUTS (default plain), -1 if unknown."""
+    layout = getattr(module, "INT4_LAYOUT", "plain")
+    return _INT4_LAYOUTS.index(layout) if layout in _INT4_LAYOUTS else -1
 
 
 def _error(exc, limit):

@@ -71,6 +71,7 @@ struct Interpreter {
   PyObject* module = nullptr;  // the solution (never released)
   std::string name = "python-shim", facts = "{}";
   int32_t output_dtype = NIBBLE_GEMM_OUTPUT_F32;
+  int32_t int4_layout = NIBBLE_INT4_LAYOUT_PLAIN;
 };
 Interpreter g;
 
@@ -353,7 +354,9 @@ std::unique_ptr<Handle> prepare(const nibble_gemm_problem* p, void* stream) {
   set_item(kw.get(), "block", PyLong_FromLong(p->block));
   set_item(kw.get(), "scale_format",
            PyUnicode_FromString(p->scale_format == NIBBLE_GEMM_SCALE_E4M3FN ? "e4m3fn"
-                                : p->scale_format == NIBBLE_GEMM_SCALE_E8M0 ? "e8m0" : "unknown"));
+                                : p->scale_format == NIBBLE_GEMM_SCALE_E8M0 ? "e8m0"
+                                : p->scale_format == NIBBLE_GEMM_SCALE_F16  ? "float16"
+                                                                            : "unknown"));
   set_item(kw.get(), "global_scale", PyFloat_FromDouble(p->global_scale));
   set_item(kw.get(), "c_dtype", PyUnicode_FromString(p->c_dtype == NIBBLE_GEMM_OUTPUT_BF16 ? "bfloat16" : "float32"));
   set_item(kw.get(), "tensors", tensor_dict(p->tensors, p->num_tensors, &h->on_cuda));
@@ -406,6 +409,14 @@ int32_t load_module(const char* path, nibble_error* err) {
       return NIBBLE_PYTHON_NOT_LOADABLE;
     }
     g.output_dtype = int32_t(v);
+    Ref il(checked(PyObject_CallMethod(g.abi, "_int4_layout", "O", module), "INT4_LAYOUT"));
+    const long layout = PyLong_AsLong(il.get());
+    if (layout < NIBBLE_INT4_LAYOUT_PLAIN || layout > NIBBLE_INT4_LAYOUT_COMPRESSED_TENSORS) {
+      sol::set_error(err, std::string(path) + ": INT4_LAYOUT must be one of \"plain\", \"awq\", \"gptq\", "
+                                              "\"gptq_g_idx\", \"compressed_tensors\"");
+      return NIBBLE_PYTHON_NOT_LOADABLE;
+    }
+    g.int4_layout = int32_t(layout);
 #endif
     Ref nm(PyObject_GetAttrString(module, "NAME"));
     PyErr_Clear();
@@ -470,6 +481,7 @@ NIBBLE_EXPORT int32_t nibble_gemm_abi_version(void) { return NIBBLE_GEMM_ABI_VER
 /** What the module's OUTPUT_DTYPE asks for; F32 before a module is loaded (the child reads it
  *  again after nibble_python_load_module). */
 NIBBLE_EXPORT int32_t nibble_gemm_output_dtype(void) { return nibble::py::g.output_dtype; }
+NIBBLE_EXPORT int32_t nibble_gemm_int4_layout(void) { return nibble::py::g.int4_layout; }
 NIBBLE_EXPORT nibble_status nibble_gemm_prepare(const nibble_gemm_problem* problem, void* stream, void** handle,
                                                 nibble_error* err) {
   return nibble::sol::export_handle<nibble::py::Handle>(problem, handle, err, "prepare: NULL problem or handle pointer",

@@ -14,3 +14,6 @@ nibble_add_gtest(int4_gemm_gpu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_gemm_
                  LABELS "gpu;slow")
 add_dependencies(test_int4_gemm_gpu nibble)
 nibble_test_needs_solutions(test_int4_gemm_gpu int4_gemm)
+# The solutions' layout reader (int4_layouts.cuh) on the host against the oracle: no GPU needed.
+nibble_add_gtest(int4_layouts_decode SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_layouts_decode.cu
+                 LIBS nibble_int4_gemm_oracle CUDA::cudart LABELS cpu)

@@ -8,7 +8,7 @@ address (zero-copy). It writes what it saw as JSON to $NIBBLE_TEST_OUT after eve
 writes through the tensors (scratch.u8 in build_model, logits in decode_step, C in run) so the test
 sees the harness's own buffers change. $NIBBLE_TEST_BUG picks one bug of the kinds a grade must
 turn into a disposition: import_error, hang_import, missing_entry, build_raises, not_supported,
-step_raises, wrong_dtype, hang_step.
+step_raises, wrong_dtype, hang_step, bad_layout.
 """
 import ctypes
 import json
@@ -21,6 +21,7 @@ BUG = os.environ.get("NIBBLE_TEST_BUG", "")
 OUT = os.environ.get("NIBBLE_TEST_OUT", "")
 NAME = "shim-probe"
 OUTPUT_DTYPE = "bfloat16"  # the GEMM shim must read it back (nibble_gemm_output_dtype)
+INT4_LAYOUT = "gguf" if BUG == "bad_layout" else "awq"  # and this (nibble_gemm_int4_layout)
 
 if BUG == "import_error":
     import nibble_no_such_module  # noqa: F401  (the import error under test)
