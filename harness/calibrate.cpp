@@ -116,7 +116,9 @@ int calibrate_main(const CalibrateOptions& opt) {
     std::string dir;
     FixtureManifest m;
     try {
-      fixtures.push_back(ensure_fixture(*task, config, seed, "", opt.threads, true, log, &dir, &m));
+      if (!opt.fixture_dir.empty() && opt.seeds.size() != 1)
+        throw std::invalid_argument("--fixture names one fixture, so give exactly one seed with --seeds");
+      fixtures.push_back(ensure_fixture(*task, config, seed, opt.fixture_dir, opt.threads, true, log, &dir, &m));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nibble calibrate: fixture: %s\n", e.what());
       return 2;

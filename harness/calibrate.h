@@ -11,6 +11,7 @@ struct CalibrateOptions {
   std::string task;    // default: the registry's first task (main.cpp)
   std::string config;  // default: the task's default config
   std::vector<uint64_t> seeds{0, 1};
+  std::string fixture_dir;  // one seed only (an imported fixture, say); default: the cache
   std::string out = "nibble-calibration.json";
   std::string reference;     // default: the bundled reference .so
   std::string path = "auto"; // "gpu" (the reference .so and its variants, in child processes),

@@ -232,6 +232,21 @@ std::string fixture_trust(const Task& task, const std::string& config, uint64_t 
     return std::invalid_argument("fixture " + dir + " (" + which + ") " + what + ": its bytes were changed; remove it and " +
                                  "rebuild it with `" + fixture_build_command(task.name(), config, seed, given_dir) + "`");
   };
+  // An imported fixture (nibble fixture import) has no seed to rebuild it from: it is trusted as the
+  // folder the user named, its file checked against its own manifest; never as a cache entry, which
+  // would stand in for the seed's generated fixture.
+  if (m.imported()) {
+    if (given_dir.empty())
+      throw std::invalid_argument("the cached fixture " + dir + " (" + which + ") says it was imported (" +
+                                  m.source.value("format", std::string("?")) + " checkpoint): the cache holds only "
+                                  "fixtures generated from their seed; remove it, and pass an imported fixture with --fixture");
+    const std::string from = m.source.value("format", std::string("?")) + " checkpoint " +
+                             m.source.value("checkpoint", std::string("?")) + " (SHA-256 " +
+                             m.source.value("checkpoint_sha256", std::string("?")) + ")";
+    return verified ? "imported from a " + from + ": the file's SHA-256, recomputed, is its manifest's (an imported fixture "
+                      "cannot be rebuilt from a seed)"
+                    : "imported from a " + from + ", unverified (--no-verify-fixture)";
+  }
   // A fixture whose (task, config, seed) the source pins must be those bytes, whatever its
   // manifest says (a cache someone rewrote, manifest and all, is refused, not used).
   if (const std::optional<std::string> pinned = task.pinned_fixture_sha256(config, seed)) {
@@ -293,6 +308,7 @@ json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, 
   j["file_bytes"] = m.file_bytes;
   j["verified"] = verify || !have;
   j["trust"] = fixture_trust(task, config, seed, dir, given_dir, m, verify, !have, threads, log, &j);
+  if (m.imported()) j["source"] = m.source;
   *manifest_out = m;
   return j;
 }

@@ -25,6 +25,10 @@
 #include "harness/batch.h"
 #include "harness/calibrate.h"
 #include "harness/child.h"
+#include "fixtures/decode/decode_config.h"
+#include "harness/decode/decode_import.h"
+#include "harness/process.h"
+#include "harness/grade_common.h"
 #include "harness/grade.h"
 #include "harness/profile.h"
 #include "harness/report_cli.h"
@@ -99,10 +103,35 @@ int fixture_verify(const std::string& dir) {
     verify_fixture_tensors(dir, m);
     std::printf("fixture %s: %s / %s seed %llu, generator %d, SHA-256 %s: OK\n", dir.c_str(), m.task.c_str(),
                 m.config.c_str(), (unsigned long long)m.seed, m.generator_version, m.file_sha256.c_str());
+    if (m.imported())
+      std::printf("  imported from a %s checkpoint %s (SHA-256 %s): not rebuildable from its seed\n",
+                  m.source.value("format", std::string("?")).c_str(), m.source.value("checkpoint", std::string("?")).c_str(),
+                  m.source.value("checkpoint_sha256", std::string("?")).c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble fixture verify: %s\n", e.what());
     return 1;
+  }
+}
+
+int fixture_import(ImportOptions opt) {
+  try {
+    if (std::filesystem::exists(std::filesystem::path(opt.out) / "manifest.json"))
+      throw std::invalid_argument("--out " + opt.out + " already holds a fixture; choose another folder, or remove that one first");
+    if (opt.reference.empty()) opt.reference = bundled_reference(self_exe(), find_task(kDecodeTask), "");
+    const FixtureManifest m = import_decode_fixture(opt, [](const std::string& line) { std::fprintf(stderr, "[nibble] %s\n", line.c_str()); });
+    std::printf("fixture %s / %s imported from %s (%s, SHA-256 %s) -> %s\n  %lld bytes, SHA-256 %s\n"
+                "  grade it: nibble grade --fixture %s --seeds 0 --config %s --solution X.so\n",
+                m.task.c_str(), m.config.c_str(), opt.checkpoint.c_str(), opt.format.c_str(),
+                m.source.value("checkpoint_sha256", std::string()).c_str(), opt.out.c_str(), (long long)m.file_bytes,
+                m.file_sha256.c_str(), opt.out.c_str(), m.config.c_str());
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "nibble fixture import: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble fixture import: %s\n", e.what());
+    return 3;
   }
 }
 
@@ -254,6 +283,8 @@ int main(int argc, char** argv) {
                                               "Fixture seeds, comma separated (default 0,1)")
       ->check(kSeedList);
   calibrate->add_option("--out", c.out, "Table as JSON (written atomically)")->capture_default_str();
+  calibrate->add_option("--fixture", c.fixture_dir, "Fixture folder (one seed; an imported one, say); default: the cache")
+      ->check(kNonEmpty);
   calibrate->add_option("--path", c.path, "gpu: the reference .so per variant; cpu: the fp64 oracle; auto: gpu if present")
       ->capture_default_str();
   calibrate->add_option("--reference", c.reference, "Reference .so (default: the bundled one)")->check(kNonEmpty);
@@ -293,6 +324,21 @@ int main(int argc, char** argv) {
   std::string v_dir;
   auto* fverify = fixture->add_subcommand("verify", "Re-hash a fixture and compare with its manifest");
   fverify->add_option("dir", v_dir, "Fixture folder")->required();
+  ImportOptions imp;
+  auto* fimport = fixture->add_subcommand(
+      "import", "A decode fixture from a real int4 checkpoint (AWQ, GPTQ v1, compressed-tensors) and real token ids; "
+                "the KV prefix computed by running the model over the first ids");
+  fimport->add_option("--format", imp.format, "awq | gptq | compressed-tensors")->required()->check(
+      CLI::IsMember({"awq", "gptq", "compressed-tensors"}));
+  fimport->add_option("checkpoint", imp.checkpoint, "Checkpoint folder: config.json + safetensors shards")->required();
+  fimport->add_option("--tokens", imp.tokens, "Token ids (whitespace or comma separated, or a JSON array): the KV prefix's, "
+                                              "then the decode steps' (prefill + 32 of them)")->required()->check(CLI::ExistingFile);
+  fimport->add_option("--out", imp.out, "Fixture folder to write")->required()->check(kNonEmpty);
+  fimport->add_option("--config", imp.config, "Decode config (default: the one the checkpoint's dimensions match)")->check(kNonEmpty);
+  fimport->add_option("--path", imp.path, "KV prefix by gpu (the bundled fp32 reference), cpu (the fp64 oracle) or auto")
+      ->capture_default_str()->check(CLI::IsMember({"cpu", "gpu", "auto"}));
+  fimport->add_option("--reference", imp.reference, "Decode reference .so for --path gpu (default: the bundled one)")->check(kNonEmpty);
+  fimport->add_option("--threads", imp.threads, "Threads for the CPU path (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
 
   std::string cf_task;
   auto* configs = app.add_subcommand("configs", "List the tasks and their official configs, one `task config` per line");
@@ -327,11 +373,27 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // --fixture names one fixture: what it is for (task, config, seed) is what was not given.
+  for (auto [sub, task, config, seeds, dir] :
+       {std::tuple<CLI::App*, std::string*, std::string*, std::vector<uint64_t>*, const std::string*>{
+            grade, &g.task, &g.config, &g.seeds, &g.fixture_dir},
+        {calibrate, &c.task, &c.config, &c.seeds, &c.fixture_dir}}) {
+    if (!sub->parsed() || dir->empty()) continue;
+    FixtureManifest m;
+    try {
+      m = read_manifest(*dir);
+    } catch (const std::exception&) {
+      continue;  // refused later, with the reason, when the fixture is checked
+    }
+    if (sub->get_option("--task")->count() == 0 && task_or_null(m.task)) *task = m.task;
+    if (sub->get_option("--config")->count() == 0 && *task == m.task) *config = m.config;
+    if (sub->get_option("--seeds")->count() == 0) *seeds = {m.seed};
+  }
   // A task without a default config must be given one.
   for (auto [sub, task, config] : {std::tuple<CLI::App*, const std::string*, std::string*>{grade, &g.task, &g.config},
                                    {calibrate, &c.task, &c.config}}) {
     const Task* t = task_or_null(*task);
-    if (!sub->parsed() || sub->get_option("--config")->count() != 0 || !t) continue;
+    if (!sub->parsed() || sub->get_option("--config")->count() != 0 || !t || !config->empty()) continue;
     *config = t->default_config();
     if (config->empty()) {
       std::fprintf(stderr, "nibble %s: --config is required for %s: %s (`nibble configs --task %s` lists the official ones)\n",
@@ -349,6 +411,7 @@ int main(int argc, char** argv) {
   if (configs->parsed()) return list_configs(cf_task);
   if (fbuild->parsed()) return fixture_build(f_task, f_config, f_seed, f_out, f_threads, f_quiet);
   if (fverify->parsed()) return fixture_verify(v_dir);
+  if (fimport->parsed()) return fixture_import(imp);
   if (child->parsed()) {
     // No exit handlers or static destructors after the result is sealed: a solution's atexit() or
     // library destructor gets no last word (and cannot hang the exit).

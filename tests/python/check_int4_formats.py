@@ -53,6 +53,27 @@ def plain_codes(packed):
     return codes
 
 
+def pack_awq(codes, zeros, scale):
+    """AutoAWQ GEMM from codes (N, K), zeros (N, G), scale bits (N, G): qweight, qzeros, scales."""
+    (N, K), G = codes.shape, zeros.shape[1]
+    return (pack_last(codes.T.reshape(K, N // 8, 8)[..., AWQ_ORDER]),
+            pack_last(zeros.T.reshape(G, N // 8, 8)[..., AWQ_ORDER]), scale.T)
+
+
+def pack_gptq(codes, zeros, scale):
+    """GPTQ v1 (no g_idx): qweight, qzeros (zero - 1), scales."""
+    (N, K), G = codes.shape, zeros.shape[1]
+    return (pack_last(codes.T.reshape(K // 8, 8, N).transpose(0, 2, 1)),
+            pack_last((zeros.T - 1).reshape(G, N // 8, 8)), scale.T)
+
+
+def pack_ct(codes, zeros, scale):
+    """compressed-tensors pack-quantized: weight_packed, weight_scale, weight_zero_point, weight_shape."""
+    (N, K), G = codes.shape, zeros.shape[1]
+    return (pack_last(codes.reshape(N, K // 8, 8)), scale,
+            pack_last(zeros.reshape(N // 8, 8, G).transpose(0, 2, 1)), np.array([N, K], dtype=np.int32))
+
+
 def expected(t):
     codes = plain_codes(t["plain.packed"])             # (N, K)
     zeros = t["plain.zero"].astype(np.int64)            # (N, G)
@@ -60,13 +81,9 @@ def expected(t):
     N, K = codes.shape
     G = zeros.shape[1]
     e = {}
-    e["awq.qweight"] = pack_last(codes.T.reshape(K, N // 8, 8)[..., AWQ_ORDER])
-    e["awq.qzeros"] = pack_last(zeros.T.reshape(G, N // 8, 8)[..., AWQ_ORDER])
-    e["awq.scales"] = scale.T
-    e["gptq.qweight"] = pack_last(codes.T.reshape(K // 8, 8, N).transpose(0, 2, 1))
-    gz = pack_last((zeros.T - 1).reshape(G, N // 8, 8))
+    e["awq.qweight"], e["awq.qzeros"], e["awq.scales"] = pack_awq(codes, zeros, scale)
+    e["gptq.qweight"], gz, e["gptq.scales"] = pack_gptq(codes, zeros, scale)
     e["gptq.qzeros"] = gz
-    e["gptq.scales"] = scale.T
     e["gptq_g_idx.qweight"] = e["gptq.qweight"]
     moved_z = np.empty_like(gz)
     moved_z[LABELS] = gz
@@ -75,10 +92,7 @@ def expected(t):
     e["gptq_g_idx.qzeros"] = moved_z
     e["gptq_g_idx.scales"] = moved_s
     e["gptq_g_idx.g_idx"] = LABELS[np.arange(K) // (K // G)].astype(np.int32)
-    e["ct.weight_packed"] = pack_last(codes.reshape(N, K // 8, 8))
-    e["ct.weight_scale"] = scale
-    e["ct.weight_zero_point"] = pack_last(zeros.reshape(N // 8, 8, G).transpose(0, 2, 1))
-    e["ct.weight_shape"] = np.array([N, K], dtype=np.int32)
+    e["ct.weight_packed"], e["ct.weight_scale"], e["ct.weight_zero_point"], e["ct.weight_shape"] = pack_ct(codes, zeros, scale)
     e["ct_sym.weight_packed"] = e["ct.weight_packed"]
     return e
 
