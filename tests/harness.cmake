@@ -84,6 +84,11 @@ if(TARGET nibble_gemm_baseline)
   endforeach()
 endif()
 
+# Every bundled Python solution (solutions/<family>/python/*.py) graded on tiny for its family's tasks.
+nibble_add_gtest(python_solutions_gpu SOURCES test_python_solutions_gpu.cpp LIBS nibble_tasks nibble_runtime LABELS "gpu;slow")
+target_compile_definitions(test_python_solutions_gpu PRIVATE NIBBLE_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+add_dependencies(test_python_solutions_gpu nibble)
+
 # The child's sandbox (harness/sandbox.h): each layer tried in a forked process, then `nibble __child`.
 nibble_add_gtest(sandbox SOURCES test_sandbox.cpp LIBS nibble_runtime LABELS cpu)
 add_dependencies(test_sandbox nibble)

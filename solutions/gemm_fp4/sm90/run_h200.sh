@@ -5,7 +5,8 @@
 # most 8 files), and a table of median us / TFLOP/s / TB/s / error last.
 #
 #   solutions/gemm_fp4/sm90/run_h200.sh BUILD_DIR COMMIT "task:config:solution[:VAR=V,VAR=V] ..." [test-filter]
-# solution: fp4_sm90 | fp4_stream (the experiment) | cublas_bf16 | baseline; the optional 4th field sets environment variables for
+# solution: fp4_sm90 | fp4_stream (the experiment) | cublas_bf16 | baseline (libnibble_gemm_<solution>.so), or any
+# other bundled library by its name after libnibble_ (int4_gemm_baseline_awq); the optional 4th field sets environment variables for
 # that grade (e.g. NIBBLE_FP4SM90_KIND=wg64,NIBBLE_FP4SM90_SPLIT=8) and names its report. A build made on the CPU machine runs there unchanged
 # (GPU-FACTS.md): carry BUILD_DIR/{bin,lib,tests/test_gemm_solutions_gpu}.
 set -u
@@ -27,9 +28,11 @@ for r in $RUNS; do
   IFS=: read -r task cfg sol envs <<<"$r"
   tag=$sol${envs:+-$(echo "$envs" | tr -c 'A-Za-z0-9\n' '_' | sed 's/NIBBLE_FP4SM90_//g')}
   out="$R/$task-$cfg-$tag.json"
+  lib="$B/lib/libnibble_gemm_$sol.so"
+  [ -f "$lib" ] || lib="$B/lib/libnibble_$sol.so"
   s=$(date +%s%N)
   timeout 60 env ${envs//,/ } "$B/bin/nibble" grade --task "$task" --config "$cfg" --seeds 0 -q --max-rounds 5 --step-timeout 5 \
-    --timeout 50 --solution "$B/lib/libnibble_gemm_$sol.so" --out "$out" >"$R/$task-$cfg-$tag.log" 2>&1
+    --timeout 50 --solution "$lib" --out "$out" >"$R/$task-$cfg-$tag.log" 2>&1
   rc=$?
   echo "grade $task $cfg $tag exit $rc ($(( ($(date +%s%N) - s) / 1000000 )) ms)"
   [ $rc -le 1 ] || failed=$((failed + 1))  # 0 Passed, 1 graded (another disposition); 2+: not graded

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# run.sh: gemm-w4a16-int4 (issue 24) on the H200, one device call (<= 590 s) after the whole test
+# command (../sandbox-ledger/final.sh, which runs the int4 GPU tests: every layout's baseline on
+# tiny, tiny-sym and m16-n3000-k3200, the reference, the hostile GEMM cheats, the GPU calibration
+# table against the oracle's, the fixture import's GPU path):
+#   1. every official config graded with the baseline (plain) and the cuBLAS bf16 point, and the
+#      layouts' baselines at M = 1 and 16 on 3072 x 3072 (scripts/gemm-all.sh), reports.tar;
+#   2. `nibble calibrate --path gpu` on the M = 16 configs (scripts/gemm-all.sh CALIBRATE=1).
+# Configure with NIBBLE_CMAKE_ARGS (libseccomp from a carried package) as final.sh does.
+#   bash reports/h200/int4-gemm/run.sh <commit>
+set -uo pipefail
+export NIBBLE_SOURCE_COMMIT=${1:?commit}
+t0=$(date +%s)
+source scripts/env.sh
+cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
+cmake --build build-hopper -j16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+mkdir -p "$OUT/grades" "$OUT/calibration"
+OUT="$OUT/grades" FILTER='^gemm-w4a16-int4 ' timeout 330 bash scripts/gemm-all.sh build-hopper int4_gemm_baseline_plain int4_gemm_cublas_bf16 \
+  > "$OUT/grades.log" 2>&1
+echo "grades exit $? ($(( $(date +%s) - t0 )) s)"; tail -60 "$OUT/grades.log"
+OUT="$OUT/layouts" FILTER='^gemm-w4a16-int4 m(1|16)-n3072-k3072$' timeout 60 bash scripts/gemm-all.sh build-hopper \
+  int4_gemm_baseline_awq int4_gemm_baseline_gptq int4_gemm_baseline_gptq_g_idx int4_gemm_baseline_compressed_tensors \
+  > "$OUT/layouts.log" 2>&1
+echo "layouts exit $?"; tail -12 "$OUT/layouts.log"
+left=$(( 570 - ($(date +%s) - t0) ))
+[ $left -gt 30 ] && OUT="$OUT/calibration" CALIBRATE=1 FILTER='^gemm-w4a16-int4 m16-' timeout $left bash scripts/gemm-all.sh build-hopper \
+  > "$OUT/calibration.log" 2>&1
+echo "calibration exit $?"; cat "$OUT/calibration.log" | tail -30
+tar czf "$OUT/calibration.tgz" -C "$OUT" calibration && rm -rf "$OUT/calibration"
+echo "run.sh done in $(( $(date +%s) - t0 )) s"
