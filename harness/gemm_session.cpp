@@ -50,6 +50,9 @@ GemmSession::GemmSession(const SolutionLibrary& lib, int64_t M, int64_t N, int64
       a_call_(size_t(M * K)) {}
 
 void GemmSession::set_problem(const nibble_gemm_problem& p) {
+  // A cudaMemcpy from pageable memory may return before its DMA lands, and the harness's and the
+  // solution's streams are non-blocking: the uploads finish before the checksum or prepare reads them.
+  NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
   problem_ = p;
   weights_sum_ = weights_sum();
 }

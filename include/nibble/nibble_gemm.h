@@ -64,8 +64,8 @@
  * NIBBLE_GEMM_OUTPUT_BF16, in which case the harness passes a bf16 C (the issue: "Output bf16 (fp32
  * accepted)"). Either way the harness allocates C and fills it with NaN before every run call, so
  * every element must be written; it widens a bf16 C to fp32 before grading, and the report records
- * the dtype. A bf16 C rounds once more (2^-9 relative), which the gate's must-pass row
- * (bf16_dequant_fp32_acc: bf16 output) already covers. The roofline counts C at its dtype's size.
+ * the dtype. A bf16 C rounds once more (2^-9 relative), which a must-pass row of each task's table
+ * covers (FP4: bf16_dequant_fp32_acc; int4: bf16_output). The roofline counts C at its dtype's size.
  *
  * Grading is relative Frobenius error ||C - C_ref|| / ||C_ref|| against the fp32 reference on the
  * same bytes (nibble calibrate measures the gate). A solution may decline a shape with

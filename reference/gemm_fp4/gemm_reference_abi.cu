@@ -111,11 +111,6 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ packed, const uint8_t
     W[i] = dequant_value(packed, scale, i / K, i % K, K, scale_cols, nvfp4, o, global_factor);
 }
 
-__global__ void round_bf16_kernel(float* __restrict__ x, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = round_bf16(x[i]);
-}
-
 using ref::kSgemmThreads;
 using ref::sgemm_grid_for;
 
@@ -158,11 +153,7 @@ std::unique_ptr<Reference> prepare(const nibble_gemm_problem* problem, cudaStrea
 }
 
 void run(Reference& r, const nibble_tensor* A, nibble_tensor* C, cudaStream_t stream) {
-  float* c = r.gemm.run(A, C, r.alpha, r.opt.drop_sliver, stream);
-  if (r.opt.bf16_output) {
-    round_bf16_kernel<<<sgemm_grid_for(r.g.M * r.g.N), kSgemmThreads, 0, stream>>>(c, r.g.M * r.g.N);
-    SOL_CHECK_LAUNCH();
-  }
+  r.gemm.run(A, C, r.alpha, r.opt.bf16_output, r.opt.drop_sliver, stream);
 }
 
 /** After the stream is drained (export.h): the dequantised weights, scratch and cuBLAS, checked. */

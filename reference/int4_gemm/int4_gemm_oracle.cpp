@@ -19,6 +19,11 @@ const std::vector<Int4GemmVariant>& int4_gemm_variants() {
     add("fp32_accumulate", "products and k-ordered sums in fp32", true, [](Int4GemmOptions& o) { o.fp32_accumulate = true; });
     add("bf16_dequant", "W rounded to bf16, fp32 products and sums (a bf16 tensor-core kernel)", true,
         [](Int4GemmOptions& o) { o.bf16_dequant = true; });
+    add("bf16_output", "W rounded to bf16, fp32 sums, C rounded to bf16 (a kernel that writes a bf16 C)", true,
+        [](Int4GemmOptions& o) {
+          o.bf16_dequant = true;
+          o.bf16_output = true;
+        });
     add("nibble_swap", "the high nibble read as the even k", false, [](Int4GemmOptions& o) { o.nibble_swap = true; });
     add("awq_order_ignored", "AWQ words read in the identity order, not 0,2,4,6,1,3,5,7", false,
         [](Int4GemmOptions& o) { o.awq_order_ignored = true; });
@@ -70,7 +75,7 @@ std::vector<double> int4_gemm(const uint16_t* A, int64_t M, const Int4Plain& w, 
         if (f32) {
           float s = 0.0f;
           for (int64_t k = 0; k < K; ++k) s += float(am[k]) * float(row[size_t(k)]);
-          C[size_t(m * N + n)] = s;
+          C[size_t(m * N + n)] = o.bf16_output ? bf16_to_f32(f32_to_bf16(s)) : s;
         } else {
           double s = 0.0;
           for (int64_t k = 0; k < K; ++k) s += am[k] * row[size_t(k)];

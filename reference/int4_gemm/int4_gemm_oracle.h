@@ -9,6 +9,8 @@
 // Variants (options of this one oracle, named in int4_gemm_variants()): each is what a kernel that
 // drops one feature of a layout computes, read back into the plain layout.
 //   must pass  fp32_accumulate        products and k-ordered sums in fp32
+//              bf16_output            W rounded to bf16, fp32 sums, C rounded to bf16: a kernel that
+//                                     asks for a bf16 C (nibble_gemm_output_dtype)
 //              bf16_dequant           W rounded to bf16 (RNE) before fp32 products and sums: what a
 //                                     bf16 tensor-core kernel computes
 //   must fail  nibble_swap            the HIGH nibble holds the even k
@@ -42,6 +44,7 @@ struct Int4GemmOptions {
   bool g_idx_ignored = false;
   bool scales_per_row = false;
   bool bf16_dequant = false;
+  bool bf16_output = false;  ///< C rounded to bf16 (RNE) at the end
   bool fp32_accumulate = false;
   bool drop_sliver = false;
 };
@@ -61,7 +64,7 @@ double int4_weight(const Int4Plain& w, int64_t n, int64_t k, const Int4GemmOptio
 
 /**
  * C = A W^T (M, N) row-major; A (M, K) bf16 bits with K = w.K. Double and k-ordered unless
- * fp32_accumulate or bf16_dequant (fp32 products and sums). `threads` (>= 1) splits rows of W; the
+ * fp32_accumulate or bf16_dequant (fp32 products and sums); each C rounded to bf16 under bf16_output. `threads` (>= 1) splits rows of W; the
  * result does not depend on it. Throws std::invalid_argument for a malformed `w`.
  */
 std::vector<double> int4_gemm(const uint16_t* A, int64_t M, const Int4Plain& w, const Int4GemmOptions& o = {},

@@ -12,7 +12,7 @@
 // Variants: nibble_reference_set_variant(name) before prepare selects a row of the fp64 oracle's
 // table (reference/int4_gemm/int4_gemm_oracle.h, int4_gemm_variants()), an Int4GemmOptions value;
 // dequant_value() below is the one place that reads the options, in the order of the oracle's
-// int4_weight(), and run() the sliver. Row "fp32" is the task; fp32_accumulate computes the same as
+// int4_weight(), and run() the sliver and the bf16 output. Row "fp32" is the task; fp32_accumulate computes the same as
 // it here (cuBLAS's fp32 sums are that variant: the oracle measures it against fp64).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -119,7 +119,7 @@ std::unique_ptr<Reference> prepare(const nibble_gemm_problem* problem, cudaStrea
 }
 
 void run(Reference& r, const nibble_tensor* A, nibble_tensor* C, cudaStream_t stream) {
-  r.gemm.run(A, C, 1.0f, r.opt.drop_sliver, stream);
+  r.gemm.run(A, C, 1.0f, r.opt.bf16_output, r.opt.drop_sliver, stream);
 }
 
 void teardown(Reference& r, cudaStream_t) { r.gemm.release(); }

@@ -26,6 +26,7 @@ struct CublasBf16Gemm {
   float alpha = 1.0f;
   CublasHandle blas;
   uint16_t* Wb = nullptr;  // (N, K) bf16, row-major: the caller's dequantisation writes it
+  void* workspace = nullptr;
   DeviceAllocs mem;
 
   /** The handle on `stream`, the workspace and Wb allocated (not written). */
@@ -35,8 +36,8 @@ struct CublasBf16Gemm {
     K = k;
     alpha = a;
     blas.create(stream);
-    void* ws = mem.alloc<void>(kWorkspaceBytes);
-    SOL_CUBLAS(cublasSetWorkspace(blas.h, ws, kWorkspaceBytes));
+    workspace = mem.alloc<void>(kWorkspaceBytes);
+    SOL_CUBLAS(cublasSetWorkspace(blas.h, workspace, kWorkspaceBytes));
     Wb = mem.alloc<uint16_t>(size_t(N) * size_t(K) * sizeof(uint16_t));
   }
 
@@ -48,15 +49,19 @@ struct CublasBf16Gemm {
     // Row-major C (M, N) = A (M, K) W^T as column-major C^T (N, M) = op_T(W as (K, N), ld K) * (A as
     // (K, M), ld K).
     const float beta = 0.0f;
+    // cublasSetStream resets the workspace to cuBLAS's default pool (cuBLAS docs, cublasSetStream):
+    // set ours again, so run allocates nothing.
     SOL_CUBLAS(cublasSetStream(blas.h, stream));
+    SOL_CUBLAS(cublasSetWorkspace(blas.h, workspace, kWorkspaceBytes));
     SOL_CUBLAS(cublasGemmEx(blas.h, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, Wb, CUDA_R_16BF, int(K), a,
                             CUDA_R_16BF, int(K), &beta, c, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
-  /** The cuBLAS handle and the buffers, checked (after the stream is drained). */
+  /** The cuBLAS handle, then the buffers (the workspace among them), checked (after the stream is
+   *  drained). */
   void release() {
-    mem.release();
     blas.release();
+    mem.release();
   }
 };
 
