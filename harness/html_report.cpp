@@ -656,6 +656,11 @@ std::string render_html_report(const ReportView& report, const std::string& repo
   // Provenance.
   o << "<h2>How this report was made</h2>\n<table class=\"kv\">\n";
   o << row("solution", html_escape(report.solution_name) + " <code>" + html_escape(report.solution_path) + "</code>");
+  if (!report.solution_facts.empty()) {
+    std::string f;
+    for (const auto& x : report.solution_facts) f += (f.empty() ? "" : ", ") + html_escape(x);
+    o << row("solution facts", f);
+  }
   o << row("solution SHA-256", "<code>" + html_escape(report.solution_sha256.empty() ? "?" : report.solution_sha256) + "</code>");
   o << row("reference", html_escape(report.reference_name) + " &middot; " + html_escape(report.reference_numerics));
   for (const FixtureView& f : report.fixtures)

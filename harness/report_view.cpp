@@ -141,6 +141,10 @@ void read_provenance(const json& r, ReportView& v) {
   v.solution_name = str(field(sol, "name"));
   if (v.solution_name.empty())
     v.solution_name = v.solution_path.empty() ? "?" : std::filesystem::path(v.solution_path).filename().string();
+  const json& facts = field(sol, "facts");
+  if (facts.is_object())
+    for (auto it = facts.begin(); it != facts.end(); ++it)
+      if (it.value().is_primitive()) v.solution_facts.push_back(it.key() + " " + text(it.value()));
   const json& ref = field(r, "reference");
   v.reference_name = str(field(ref, "name"), "?");
   v.reference_numerics = str(field(ref, "numerics"));
@@ -367,7 +371,9 @@ std::string format_summary(const ReportView& r, const std::string& report_path) 
   const std::string noun = sample_noun(r.unit);
   std::ostringstream o;
   o << "\nnibble grade  " << r.task << " / " << r.config << "  on " << (r.device_name.empty() ? "?" : r.device_name) << "\n";
-  o << "  solution     " << r.solution_name << "  (" << (r.solution_path.empty() ? "?" : r.solution_path) << ")\n";
+  o << "  solution     " << r.solution_name << "  (" << (r.solution_path.empty() ? "?" : r.solution_path) << ")";
+  for (size_t i = 0; i < r.solution_facts.size(); ++i) o << (i ? ", " : "  ") << r.solution_facts[i];
+  o << "\n";
   o << "  disposition  " << r.disposition << ": " << r.reason << "\n";
   // Where the drop-the-feature table puts the gate's neighbours.
   const CalibrationView& cal = r.calibration;

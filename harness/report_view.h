@@ -72,6 +72,9 @@ struct ReportView {
   std::string created_utc, nibble_version;
   std::string solution_name;  // solution.name, else the file name of solution.path, else "?"
   std::string solution_path, solution_sha256;
+  /** The solution's facts the grade recorded (solution.facts: "c_dtype fp32", "int4_layout awq"),
+   *  "key value" each, in the report's order; empty for a report without them. */
+  std::vector<std::string> solution_facts;
   std::string reference_name, reference_numerics;
   std::string device_name;  // "" when the report has no device section
   std::string device_compute_capability, device_sms, device_driver;  // as written, "?" when absent

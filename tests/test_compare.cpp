@@ -684,10 +684,24 @@ TEST(ReportView, AnUnknownMajorVersionOrUnitIsBadReport) {
   EXPECT_EQ(read_report_view(r, "new.json").unit, "");
 }
 
+// The solution's choices the grade recorded (solution.facts) are on its line: gemm-w4a16-int4's
+// layout is what the report must name.
+TEST(ReportShow, TheSolutionsFactsAreNamed) {
+  json r = gemm_v2();
+  r["task"] = "gemm-w4a16-int4";
+  r["solution"]["facts"] = {{"c_dtype", "fp32"}, {"int4_layout", "gptq_g_idx"}};
+  const ReportView v = view(r);
+  EXPECT_EQ(v.solution_facts, (std::vector<std::string>{"c_dtype fp32", "int4_layout gptq_g_idx"}));
+  const std::string s = format_summary(v, "g.json");
+  EXPECT_NE(s.find("libnibble_gemm_fp4_sm90.so)  c_dtype fp32, int4_layout gptq_g_idx\n"), std::string::npos) << s;
+  r["solution"].erase("facts");
+  EXPECT_TRUE(view(r).solution_facts.empty()) << "a report without facts reads as before";
+}
+
 TEST(ReportShow, AVersion2Report) {
   EXPECT_EQ(format_summary(view(gemm_v2()), "g.json"),
             "\nnibble grade  gemm-w4a16-nvfp4 / m16-n3072-k3072  on NVIDIA H200\n"
-            "  solution     gemm-fp4-sm90  (/work/main/build-hopper/lib/libnibble_gemm_fp4_sm90.so)\n"
+            "  solution     gemm-fp4-sm90  (/work/main/build-hopper/lib/libnibble_gemm_fp4_sm90.so)  c_dtype fp32\n"
             "  disposition  Passed: worst relative error 1.21e-07 < gate 0.01\n"
             "  seed 0       worst relative error 1.21e-07 over 3 calls (gate 0.01)\n"
             "  time/call    7.488 us median GPU span (q1 7.424, q3 7.584, n 96), host wall 23.538 us, 1 kernels/call\n"
