@@ -114,12 +114,12 @@ int fixture_verify(const std::string& dir) {
   }
 }
 
-int fixture_import(ImportOptions opt) {
+int fixture_import(ImportOptions opt, bool quiet) {
   try {
-    if (std::filesystem::exists(std::filesystem::path(opt.out) / "manifest.json"))
-      throw std::invalid_argument("--out " + opt.out + " already holds a fixture; choose another folder, or remove that one first");
     if (opt.reference.empty()) opt.reference = bundled_reference(self_exe(), find_task(kDecodeTask), "");
-    const FixtureManifest m = import_decode_fixture(opt, [](const std::string& line) { std::fprintf(stderr, "[nibble] %s\n", line.c_str()); });
+    const FixtureManifest m = import_decode_fixture(opt, [quiet](const std::string& line) {
+      if (!quiet) std::fprintf(stderr, "[nibble] %s\n", line.c_str());
+    });
     std::printf("fixture %s / %s imported from %s (%s, SHA-256 %s) -> %s\n  %lld bytes, SHA-256 %s\n"
                 "  grade it: nibble grade --fixture %s --seeds 0 --config %s --solution X.so\n",
                 m.task.c_str(), m.config.c_str(), opt.checkpoint.c_str(), opt.format.c_str(),
@@ -337,8 +337,12 @@ int main(int argc, char** argv) {
   fimport->add_option("--config", imp.config, "Decode config (default: the one the checkpoint's dimensions match)")->check(kNonEmpty);
   fimport->add_option("--path", imp.path, "KV prefix by gpu (the bundled fp32 reference), cpu (the fp64 oracle) or auto")
       ->capture_default_str()->check(CLI::IsMember({"cpu", "gpu", "auto"}));
-  fimport->add_option("--reference", imp.reference, "Decode reference .so for --path gpu (default: the bundled one)")->check(kNonEmpty);
+  fimport->add_option("--reference", imp.reference,
+                      "Decode reference .so for --path gpu (default: the bundled one); it runs in this process, "
+                      "outside the sandbox: give only a library you trust")->check(kNonEmpty);
   fimport->add_option("--threads", imp.threads, "Threads for the CPU path (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+  bool imp_quiet = false;
+  fimport->add_flag("-q,--quiet", imp_quiet, "No progress lines");
 
   std::string cf_task;
   auto* configs = app.add_subcommand("configs", "List the tasks and their official configs, one `task config` per line");
@@ -386,6 +390,11 @@ int main(int argc, char** argv) {
       continue;  // refused later, with the reason, when the fixture is checked
     }
     if (sub->get_option("--task")->count() == 0 && task_or_null(m.task)) *task = m.task;
+    if (*task != m.task) {
+      std::fprintf(stderr, "nibble %s: --fixture %s is a fixture of task %s, not %s: leave --task out or give a fixture of %s\n",
+                   sub->get_name().c_str(), dir->c_str(), m.task.c_str(), task->c_str(), task->c_str());
+      return 2;
+    }
     if (sub->get_option("--config")->count() == 0 && *task == m.task) *config = m.config;
     if (sub->get_option("--seeds")->count() == 0) *seeds = {m.seed};
   }
@@ -411,7 +420,7 @@ int main(int argc, char** argv) {
   if (configs->parsed()) return list_configs(cf_task);
   if (fbuild->parsed()) return fixture_build(f_task, f_config, f_seed, f_out, f_threads, f_quiet);
   if (fverify->parsed()) return fixture_verify(v_dir);
-  if (fimport->parsed()) return fixture_import(imp);
+  if (fimport->parsed()) return fixture_import(imp, imp_quiet);
   if (child->parsed()) {
     // No exit handlers or static destructors after the result is sealed: a solution's atexit() or
     // library destructor gets no last word (and cannot hang the exit).

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
         view("ct.weight_packed", DType::I32, {N, K / 8}, ct.weight_packed),
         view("ct.weight_scale", DType::F16, {N, G}, ct.weight_scale),
         view("ct.weight_zero_point", DType::I32, {N / 8, G}, ct.weight_zero_point),
-        view("ct.weight_shape", DType::I32, {2}, ct.weight_shape),
+        view("ct.weight_shape", DType::I64, {2}, ct.weight_shape),
         view("ct_sym.weight_packed", DType::I32, {N, K / 8}, cts.weight_packed),
     });
     return 0;

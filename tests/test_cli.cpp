@@ -578,7 +578,7 @@ TEST(Cli, GemmGradeChecksANamedFixtureFirstAndNeverRebuildsIt) {
                   dec, "--out", t.path() + "/r.json"},
                  t);
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("is for task megakernel-int4-weight-decode"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is a fixture of task megakernel-int4-weight-decode, not gemm-w4a16-nvfp4"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("probing the GPU"), std::string::npos) << "checked after other work:\n" << r.output;
   EXPECT_EQ(sha256_file_hex(dec + "/model.safetensors"), before) << "the folder was rebuilt";
 }

@@ -182,7 +182,7 @@ TEST(Int4Formats, CompressedTensorsWordsByHand) {
   EXPECT_EQ(c.weight_zero_point[0], w(0x87654321u));
   EXPECT_EQ(c.weight_zero_point[1], w(0x89ABCDEFu));
   EXPECT_EQ(c.weight_scale, hand_case().scale);  // (N, K/G): the plain order
-  EXPECT_EQ(c.weight_shape, (std::vector<int32_t>{8, 16}));
+  EXPECT_EQ(c.weight_shape, (std::vector<int64_t>{8, 16}));
   expect_same(from_compressed_tensors(c), hand_case());
 }
 

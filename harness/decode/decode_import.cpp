@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fixtures/decode/checkpoint_import.h"
+#include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
 #include "fixtures/sha256.h"
 #include "harness/cuda_check.h"
@@ -43,6 +44,30 @@ std::vector<TensorView> fixture_views(const ImportedDecodeModel& m, const std::v
     views.push_back({t.name, t.dtype, t.shape, data, n});
   }
   return views;
+}
+
+/** --out must be a new folder or an empty one, not the checkpoint's and not inside the fixture
+ *  cache (which holds only fixtures generated from their seed). */
+void check_import_out(const std::string& out, const std::string& checkpoint) {
+  std::error_code ec;
+  const fs::path o = fs::weakly_canonical(fs::absolute(out), ec);
+  if (fs::exists(out, ec)) {
+    if (!fs::is_directory(out, ec))
+      throw std::invalid_argument("--out " + out + " exists and is not a folder; name a new folder");
+    if (!fs::is_empty(out, ec))
+      throw std::invalid_argument("--out " + out + " is not empty" +
+                                  (fs::equivalent(out, checkpoint, ec) ? " (it is the checkpoint's folder)" : "") +
+                                  ": name a new or empty folder, nothing is overwritten");
+  }
+  try {
+    const fs::path cache = fs::weakly_canonical(fs::path(default_fixture_dir(kDecodeTask, "tiny", 0)).parent_path().parent_path().parent_path());
+    const auto rel = o.lexically_relative(cache);
+    if (!rel.empty() && *rel.begin() != "..")
+      throw std::invalid_argument("--out " + out + " is inside the fixture cache (" + cache.string() +
+                                  "), which holds only fixtures generated from their seed: name a folder outside it");
+  } catch (const std::runtime_error&) {
+    // no cache folder configured: nothing to be inside of
+  }
 }
 
 bool gpu_answers() {
@@ -83,9 +108,13 @@ void prefix_on_gpu(const DecodeConfig& cfg, const SafetensorsFile& staged, const
 }  // namespace
 
 FixtureManifest import_decode_fixture(const ImportOptions& opt, const std::function<void(const std::string&)>& log) {
-  if (opt.out.empty()) throw std::invalid_argument("fixture import: --out names the fixture folder to write");
+  if (opt.out.empty()) throw std::invalid_argument("--out names the fixture folder to write");
   if (opt.path != "cpu" && opt.path != "gpu" && opt.path != "auto")
-    throw std::invalid_argument("fixture import: --path is cpu, gpu or auto, not '" + opt.path + "'");
+    throw std::invalid_argument("--path is cpu, gpu or auto, not '" + opt.path + "'");
+  check_import_out(opt.out, opt.checkpoint);
+  if (opt.path == "gpu" && !gpu_answers())
+    throw std::invalid_argument("--path gpu, but no GPU answers here (cudaGetDeviceCount): use --path cpu "
+                                "(small configs) or run it on a GPU machine");
   const CheckpointFormat format = checkpoint_format_from_name(opt.format);
   log("reading " + std::string(checkpoint_format_name(format)) + " checkpoint " + opt.checkpoint);
   ImportedDecodeModel m = read_decode_checkpoint(opt.checkpoint, format, opt.config);
@@ -111,23 +140,31 @@ FixtureManifest import_decode_fixture(const ImportOptions& opt, const std::funct
   std::vector<std::vector<uint16_t>> k(size_t(x.layers), std::vector<uint16_t>(cache, 0)), v = k;
   fs::create_directories(opt.out);
   const std::string staged_path = (fs::path(opt.out) / ".import-staging.safetensors").string();
+  struct RemoveStaging {
+    std::string path;
+    ~RemoveStaging() {
+      std::error_code ec;
+      fs::remove(path, ec);
+    }
+  } remove_staging{staged_path};
   write_safetensors(staged_path, fixture_views(m, k, v, tokens), fixture_metadata(kDecodeTask, cfg.name, 0));
   std::string how;
   {
     const SafetensorsFile staged(staged_path);
     const std::string path = opt.path == "auto" ? (gpu_answers() ? "gpu" : "cpu") : opt.path;
     if (path == "gpu") {
-      if (opt.reference.empty()) throw std::invalid_argument("fixture import: --path gpu needs the decode reference .so");
+      if (opt.reference.empty()) throw std::invalid_argument("--path gpu needs the decode reference .so");
       log("KV prefix: " + std::to_string(cfg.prefill) + " steps of the fp32 reference " + opt.reference);
       prefix_on_gpu(cfg, staged, opt.reference, ids, k, v);
-      how = "the bundled fp32 cuBLAS reference (" + fs::path(opt.reference).filename().string() + "), one decode_step per id at positions 0.." +
-            std::to_string(cfg.prefill - 1) + ", its bf16 cache";
+      how = "the decode reference " + fs::absolute(opt.reference).lexically_normal().string() + " (SHA-256 " +
+            sha256_file_hex(opt.reference) + "), one decode_step per id at positions 0.." + std::to_string(cfg.prefill - 1) +
+            ", its bf16 cache";
     } else {
       double macs = 0;
       for (const auto& w : cfg.quant_weights()) macs += double(w.out) * double(w.in);
       macs *= cfg.prefill;
       if (macs > kImportCpuMaxMacs)
-        throw std::invalid_argument("fixture import: the fp64 oracle over " + std::to_string(cfg.prefill) + " prefix ids of config " +
+        throw std::invalid_argument("the fp64 oracle over " + std::to_string(cfg.prefill) + " prefix ids of config " +
                                     cfg.name + " is " + std::to_string(macs) + " multiply-adds (hours on a CPU): run it where a GPU "
                                     "answers (--path gpu)");
       const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -142,7 +179,6 @@ FixtureManifest import_decode_fixture(const ImportOptions& opt, const std::funct
             "positions 0.." + std::to_string(cfg.prefill - 1);
     }
   }
-  fs::remove(staged_path);
 
   nlohmann::ordered_json source = m.source;
   source["tokens"] = {{"file", fs::absolute(opt.tokens).lexically_normal().string()},
@@ -158,7 +194,7 @@ FixtureManifest import_decode_fixture(const ImportOptions& opt, const std::funct
                         img.views = fixture_views(m, k, v, tokens);
                         img.meta = fixture_metadata(kDecodeTask, cfg.name, 0);
                         img.meta["source"] = "import";
-                        img.meta["checkpoint_sha256"] = m.source["checkpoint_sha256"].get<std::string>();
+                        img.meta["source_sha256"] = fixture_source_sha256(source);
                         return img;
                       },
                       source);

@@ -45,7 +45,7 @@
  *   COMPRESSED_TENSORS (pack-quantized): W.weight_packed (N, K/8) int32, word [n, c] holds
  *     k = 8c + i at bits 4i; W.weight_scale (N, K/128) fp16; W.weight_zero_point (N/8, K/128)
  *     int32, word [r, g] holds zero[8r + i] at bits 4i (absent in a `-sym` config: zero 8);
- *     W.weight_shape (2,) int32 {N, K}
+ *     W.weight_shape (2,) int64 {N, K} (as compressed-tensors writes it)
  * The report names the layout; the grader checksums every tensor handed over after every call.
  *
  * A solution exports, with C linkage:

@@ -210,7 +210,7 @@ inline Int4Problem parse_int4_problem(const nibble_gemm_problem* p, int32_t layo
       g.scale = static_cast<const uint16_t*>(require_gemm_tensor(p, "W.weight_scale", kF16, {N, G}));
       if (nibble_gemm_find_tensor(p, "W.weight_zero_point"))
         g.qzeros = static_cast<const int32_t*>(require_gemm_tensor(p, "W.weight_zero_point", kI32, {(N + 7) / 8, G}));
-      require_gemm_tensor(p, "W.weight_shape", kI32, {2});
+      require_gemm_tensor(p, "W.weight_shape", kI64, {2});
       break;
     default:
       throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "unknown int4 layout " + std::to_string(layout));

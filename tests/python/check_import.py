@@ -14,7 +14,11 @@ their sources), one of them split into two shards with model.safetensors.index.j
      within one bf16 step, the slots after the prefix zero;
   3. `nibble calibrate --fixture IMPORTED --path cpu`: a healthy table on the imported fixture;
   4. refusals, each exit 2 with a message: the format not the checkpoint's, too few ids, an id
-     outside the vocabulary, an untied LM head, dimensions no config has.
+     outside the vocabulary, an untied LM head, dimensions no config has, a NaN scale, a config
+     field of the wrong type, GPTQ's sym or desc_act contradicted by its tensors, compressed-
+     tensors symmetric with zero points, --out the checkpoint's own folder; an int32 weight_shape
+     is read as well as the int64 compressed-tensors writes; and an imported fixture whose
+     manifest's source was edited or dropped fails `fixture verify`.
 With --gpu (a GPU test; exit 77 where no GPU answers) instead: the AWQ checkpoint imported with
 --path gpu (the KV prefix by the bundled fp32 reference) against the numpy pass (relative error
 below 5e-3: fp32 against fp64, a rounding of the bf16 cache may flip), then the CPU-path import
@@ -91,7 +95,7 @@ def dequant(fx, name):
     return (codes - np.repeat(zero, g, axis=1)) * np.repeat(scale, g, axis=1)
 
 
-def write_checkpoint(fx, folder, fmt, shards=1, untied=False, vocab=None):
+def write_checkpoint(fx, folder, fmt, shards=1, untied=False, vocab=None, edit=None):
     os.makedirs(folder)
     qc = {"awq": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
           "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": False,
@@ -106,9 +110,11 @@ def write_checkpoint(fx, folder, fmt, shards=1, untied=False, vocab=None):
               "rms_norm_eps": CFG["eps"], "rope_theta": CFG["theta"], "tie_word_embeddings": not untied,
               "rope_scaling": {"rope_type": "llama3", "factor": 32.0}, "torch_dtype": "float16",
               "quantization_config": qc}
+    t = {}
+    if edit:
+        edit(config, t)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
-    t = {}
     f16 = lambda bits: bf16_to_f64(bits).astype(np.float16)  # noqa: E731 (exact for these values)
     t["model.embed_tokens.weight"] = dequant(fx, "embed").astype(np.float16)
     if untied:
@@ -136,6 +142,8 @@ def write_checkpoint(fx, folder, fmt, shards=1, untied=False, vocab=None):
                 wp, ws, wz, shape = pack_ct(codes, zeros, scale)
                 t[h + "weight_packed"], t[h + "weight_scale"] = wp, ws.view(np.float16)
                 t[h + "weight_zero_point"], t[h + "weight_shape"] = wz, shape
+    if edit:
+        edit(None, t)  # a second pass over the tensors, now written
     t = {k: np.ascontiguousarray(v) for k, v in t.items()}
     names = sorted(t)
     if shards == 1:
@@ -301,8 +309,70 @@ def main():
                     fail(f"{fmt}: calibrate on the imported fixture is not healthy")
                 if t.get("fixtures", [{}])[0].get("source", {}).get("format") != fmt:
                     fail(f"{fmt}: the calibration table does not name the imported fixture's source")
-        # Refusals.
+        # Refusals of bad checkpoints, each written here with one thing wrong.
+        def nan_scale(cfg, t):
+            if cfg is None:
+                t["model.layers.0.self_attn.q_proj.scales"][0, 3] = np.float16("nan")
+
+        def eps_string(cfg, t):
+            if cfg is not None:
+                cfg["rms_norm_eps"] = "1e-5"
+
+        def sym_gptq(cfg, t):
+            if cfg is not None:
+                cfg["quantization_config"]["sym"] = True
+
+        def desc_act(cfg, t):
+            if cfg is None:
+                for k in [k for k in t if k.endswith("g_idx")]:
+                    del t[k]
+            else:
+                cfg["quantization_config"]["desc_act"] = True
+
+        def ct_sym_with_zeros(cfg, t):
+            if cfg is not None:
+                cfg["quantization_config"]["config_groups"]["group_0"]["weights"]["symmetric"] = True
+
+        def ct_shape_int32(cfg, t):
+            if cfg is None:
+                for k in [k for k in t if k.endswith("weight_shape")]:
+                    t[k] = t[k].astype(np.int32)
+        for what, fmt, edit, text in (("NaN scale", "awq", nan_scale, "not a usable scale"),
+                                      ("eps as a string", "awq", eps_string, "rms_norm_eps"),
+                                      ("gptq sym with zeros not 8", "gptq", sym_gptq, "symmetric"),
+                                      ("desc_act without g_idx", "gptq", desc_act, "g_idx"),
+                                      ("ct symmetric with zero points", "compressed-tensors", ct_sym_with_zeros, "symmetric")):
+            ck = os.path.join(tmp, "bad-" + what.replace(" ", "_"))
+            write_checkpoint(fx, ck, fmt, edit=edit)
+            p = run([nb, "fixture", "import", "--format", fmt, ck, "--tokens", tokens, "--out", ck + "-out", "--path", "cpu",
+                     "-q"], expect=2)
+            if text not in p.stderr:
+                fail(f"refusal '{what}': the message does not say '{text}': {p.stderr.strip()}")
+        ck = os.path.join(tmp, "ct-int32-shape")  # an int32 weight_shape is read as well as compressed-tensors' int64
+        write_checkpoint(fx, ck, "compressed-tensors", edit=ct_shape_int32)
+        run([nb, "fixture", "import", "--format", "compressed-tensors", ck, "--tokens", tokens, "--out", ck + "-out",
+             "--path", "cpu", "-q"])
+        # The output folder: never the checkpoint's, never a folder with files in it.
         awq = os.path.join(tmp, "ckpt-awq")
+        before = hashlib.sha256(open(os.path.join(awq, "model.safetensors"), "rb").read()).hexdigest()
+        p = run([nb, "fixture", "import", "--format", "awq", awq, "--tokens", tokens, "--out", awq, "--path", "cpu"], expect=2)
+        if "not empty" not in p.stderr or hashlib.sha256(open(os.path.join(awq, "model.safetensors"), "rb").read()).hexdigest() != before:
+            fail(f"--out the checkpoint's folder: {p.stderr.strip()}")
+        # An imported fixture's source is covered by its file's hash: an edited source is refused.
+        imported = os.path.join(tmp, "imported-awq")
+        man = os.path.join(imported, "manifest.json")
+        m = json.load(open(man))
+        m["source"]["format"] = "gptq"
+        json.dump(m, open(man, "w"))
+        p = run([nb, "fixture", "verify", imported], expect=1)
+        if "source is not the one" not in p.stderr:
+            fail(f"an edited source: {p.stderr.strip()}")
+        del m["source"]
+        json.dump(m, open(man, "w"))
+        p = run([nb, "fixture", "verify", imported], expect=1)
+        if "no source" not in p.stderr:
+            fail(f"a dropped source: {p.stderr.strip()}")
+        # Refusals of bad command lines.
         for what, cmd, text in (
                 ("wrong format", ["--format", "gptq", awq, "--tokens", tokens], "quant_method"),
                 ("too few ids", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "few.txt")], "needs 96"),

@@ -71,7 +71,7 @@ def pack_ct(codes, zeros, scale):
     """compressed-tensors pack-quantized: weight_packed, weight_scale, weight_zero_point, weight_shape."""
     (N, K), G = codes.shape, zeros.shape[1]
     return (pack_last(codes.reshape(N, K // 8, 8)), scale,
-            pack_last(zeros.reshape(N // 8, 8, G).transpose(0, 2, 1)), np.array([N, K], dtype=np.int32))
+            pack_last(zeros.reshape(N // 8, 8, G).transpose(0, 2, 1)), np.array([N, K], dtype=np.int64))
 
 
 def expected(t):
