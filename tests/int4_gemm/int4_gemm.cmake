@@ -17,3 +17,6 @@ nibble_test_needs_solutions(test_int4_gemm_gpu int4_gemm)
 # The solutions' layout reader (int4_layouts.cuh) on the host against the oracle: no GPU needed.
 nibble_add_gtest(int4_layouts_decode SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_layouts_decode.cu
                  LIBS nibble_int4_gemm_oracle CUDA::cudart LABELS cpu)
+# The small-M tensor-core solution's repacked layout, decoded on the host as its kernel does.
+nibble_add_gtest(int4_mma_layout SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_mma_layout.cpp LIBS nibble_int4_gemm_oracle
+                 LABELS cpu)

@@ -1,0 +1,20 @@
+// mma_bf16.cuh: the warp-level bf16 tensor-core MMA the solutions share (mma.sync m16n8k16, sm_80+).
+#pragma once
+
+#include <cstdint>
+
+namespace nibble::sol {
+
+/** d += A B, mma.sync m16n8k16 bf16 x bf16 -> fp32 (PTX ISA, "Matrix fragments for mma.m16n8k16"):
+ *  lane (g, t) passes A rows g / g + 8 at k 2t, 2t + 1 (a0, a1) and k 2t + 8, 2t + 9 (a2, a3), B
+ *  column g at k 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1), and holds d rows g (d0, d1) and g + 8
+ *  (d2, d3) at columns 2t, 2t + 1. The lower k or column is the register's low half. */
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+}  // namespace nibble::sol
