@@ -11,10 +11,17 @@ namespace nibble::sol {
  *  (d2, d3) at columns 2t, 2t + 1. The lower k or column is the register's low half. */
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  // bf16 mma.sync needs sm_80: a build for an older target compiles, and its prepare declines first
+  // (a solution checks the device's compute capability), so this is never reached.
+  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1;
+  __trap();
+#else
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
 }
 
 }  // namespace nibble::sol

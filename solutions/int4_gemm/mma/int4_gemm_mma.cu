@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kWarps * 32) slab_kernel(const uint4* __restri
 
 struct Handle {
   sol::Int4Problem g;
-  Repacked layout;  // sizes (the host vectors are released after the upload)
+  Repacked layout;  // its sizes; the words and records live on the device
   uint4* words = nullptr;
   RowRecord* records = nullptr;
   sol::DeviceAllocs mem;
@@ -147,6 +147,11 @@ std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t
   const sol::Int4Problem& g = h->g;
   if (g.M > 16)
     throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "int4_gemm_mma is the small-M kernel: M <= 16, not " + std::to_string(g.M));
+  int dev = 0, major = 0;
+  SOL_CUDA(cudaGetDevice(&dev));
+  SOL_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 8)
+    throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "int4_gemm_mma needs bf16 mma.sync (compute capability 8.0 or later)");
   SOL_CUDA(cudaStreamSynchronize(stream));
   const auto packed = to_host(g.packed, size_t(g.N * g.K / 2));
   const auto scale = to_host(g.scale, size_t(g.N * g.groups));
@@ -156,10 +161,8 @@ std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t
   h->records = h->mem.alloc<RowRecord>(r.records.size() * sizeof(RowRecord));
   SOL_CUDA(cudaMemcpyAsync(h->words, r.words.data(), r.words.size() * 4, cudaMemcpyHostToDevice, stream));
   SOL_CUDA(cudaMemcpyAsync(h->records, r.records.data(), r.records.size() * sizeof(RowRecord), cudaMemcpyHostToDevice, stream));
-  SOL_CUDA(cudaStreamSynchronize(stream));  // the host vectors go out of scope next
-  r.words.clear();
-  r.records.clear();
-  h->layout = std::move(r);
+  SOL_CUDA(cudaStreamSynchronize(stream));  // the host copies are freed with `r`
+  h->layout = Repacked{r.N, r.K, r.slabs, r.chunks, r.groups, {}, {}};  // the sizes only
   return h;
 }
 
