@@ -10,6 +10,15 @@ foreach(bad abi_version missing_teardown segfault hang nothing not_supported)
   list(APPEND NIBBLE_BAD_SOLUTIONS bad_${bad})
 endforeach()
 
+# GEMM libraries that ask for an int4 layout (tests/solutions/gemm_int4_layouts.c): AWQ (1), and 9 (none).
+foreach(layout 1 9)
+  add_library(gemm_int4_layout_${layout} SHARED ${CMAKE_CURRENT_SOURCE_DIR}/solutions/gemm_int4_layouts.c)
+  target_include_directories(gemm_int4_layout_${layout} PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  target_compile_definitions(gemm_int4_layout_${layout} PRIVATE INT4_LAYOUT=${layout})
+  set_target_properties(gemm_int4_layout_${layout} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests/lib C_STANDARD 99)
+  list(APPEND NIBBLE_BAD_SOLUTIONS gemm_int4_layout_${layout})
+endforeach()
+
 nibble_add_gtest(stats SOURCES test_stats.cpp LIBS nibble_runtime LABELS cpu)
 nibble_add_gtest(process SOURCES test_process.cpp LIBS nibble_runtime LABELS cpu)
 nibble_add_gtest(solution_library SOURCES test_solution_library.cpp LIBS nibble_runtime LABELS cpu)

@@ -61,3 +61,20 @@ TEST(SolutionLibrary, NotASharedObject) {
   std::string msg;
   EXPECT_EQ(load_kind(t.path() + "/libtext.so", &msg), LoadError::NotLoadable);
 }
+
+// gemm-w4a16-int4's layout query: a known layout is read; anything else makes the library
+// NotLoadable, naming the value and the valid ones (include/nibble/nibble_gemm.h).
+TEST(SolutionLibrary, TheInt4LayoutIsReadAndAnUnknownOneRefused) {
+  const char* b = std::getenv("NIBBLE_BINARY_DIR");
+  const std::string dir = std::string(b ? b : ".") + "/tests/lib/";
+  SolutionLibrary awq(dir + "libgemm_int4_layout_1.so", SolutionLibrary::Abi::Gemm);
+  EXPECT_EQ(awq.gemm_int4_layout, NIBBLE_INT4_LAYOUT_AWQ);
+  try {
+    SolutionLibrary bad_layout(dir + "libgemm_int4_layout_9.so", SolutionLibrary::Abi::Gemm);
+    ADD_FAILURE() << "a layout of 9 loaded";
+  } catch (const LoadError& e) {
+    EXPECT_EQ(e.kind, LoadError::NotLoadable);
+    EXPECT_NE(std::string(e.what()).find("nibble_gemm_int4_layout() returned 9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("COMPRESSED_TENSORS (4)"), std::string::npos) << e.what();
+  }
+}
