@@ -387,7 +387,7 @@ int main(int argc, char** argv) {
     try {
       m = read_manifest(*dir);
     } catch (const std::exception&) {
-      continue;  // refused later, with the reason, when the fixture is checked
+      continue;  // refused later, with the reason and the command that remakes it, when the fixture is checked
     }
     if (sub->get_option("--task")->count() == 0 && task_or_null(m.task)) *task = m.task;
     if (*task != m.task) {

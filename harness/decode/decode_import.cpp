@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <iterator>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
@@ -24,6 +25,9 @@ namespace nibble {
 namespace {
 
 namespace fs = std::filesystem;
+
+/** The fixture as staged, caches empty, for the prefix run; removed on every path. */
+constexpr const char* kStagingFile = ".import-staging.safetensors";
 
 /** The fixture's views over the imported tensors, the KV caches and the tokens (all host memory
  *  the caller keeps alive), in cfg.tensors() order. */
@@ -51,16 +55,24 @@ std::vector<TensorView> fixture_views(const ImportedDecodeModel& m, const std::v
 void check_import_out(const std::string& out, const std::string& checkpoint) {
   std::error_code ec;
   const fs::path o = fs::weakly_canonical(fs::absolute(out), ec);
+  if (fs::is_symlink(out, ec) && !fs::exists(out, ec))
+    throw std::invalid_argument("--out " + out + " is a dangling symbolic link; name a new folder");
   if (fs::exists(out, ec)) {
     if (!fs::is_directory(out, ec))
       throw std::invalid_argument("--out " + out + " exists and is not a folder; name a new folder");
+    // An import killed before it finished leaves only its staging file: it is ours to remove.
+    const fs::path staging = fs::path(out) / kStagingFile;
+    if (fs::exists(staging, ec) && std::distance(fs::directory_iterator(out, ec), fs::directory_iterator()) == 1)
+      fs::remove(staging, ec);
     if (!fs::is_empty(out, ec))
       throw std::invalid_argument("--out " + out + " is not empty" +
                                   (fs::equivalent(out, checkpoint, ec) ? " (it is the checkpoint's folder)" : "") +
                                   ": name a new or empty folder, nothing is overwritten");
   }
   try {
-    const fs::path cache = fs::weakly_canonical(fs::path(default_fixture_dir(kDecodeTask, "tiny", 0)).parent_path().parent_path().parent_path());
+    // The cache root: <root>/fixtures/<task>/<config>/<seed folder>.
+    const fs::path cache = fs::weakly_canonical(
+        fs::absolute(fs::path(default_fixture_dir(kDecodeTask, "tiny", 0)).parent_path().parent_path().parent_path().parent_path()));
     const auto rel = o.lexically_relative(cache);
     if (!rel.empty() && *rel.begin() != "..")
       throw std::invalid_argument("--out " + out + " is inside the fixture cache (" + cache.string() +
@@ -138,8 +150,12 @@ FixtureManifest import_decode_fixture(const ImportOptions& opt, const std::funct
   // Stage the fixture with empty caches, then fill the prefix by running the model.
   const size_t cache = size_t(int64_t(x.batch) * x.n_kv * x.max_seq * x.hd);
   std::vector<std::vector<uint16_t>> k(size_t(x.layers), std::vector<uint16_t>(cache, 0)), v = k;
-  fs::create_directories(opt.out);
-  const std::string staged_path = (fs::path(opt.out) / ".import-staging.safetensors").string();
+  try {
+    fs::create_directories(opt.out);
+  } catch (const fs::filesystem_error& e) {
+    throw std::invalid_argument("--out " + opt.out + " cannot be made a folder: " + e.code().message());
+  }
+  const std::string staged_path = (fs::path(opt.out) / kStagingFile).string();
   struct RemoveStaging {
     std::string path;
     ~RemoveStaging() {

@@ -337,7 +337,18 @@ def main():
             if cfg is None:
                 for k in [k for k in t if k.endswith("weight_shape")]:
                     t[k] = t[k].astype(np.int32)
+        def embed_overflows_bf16(cfg, t):
+            if cfg is None:
+                e = t["model.embed_tokens.weight"].astype(np.float32)
+                e[5, 0], e[5, 1] = 3.3e38, -3.3e38  # finite in fp32, a group range no bf16 scale holds
+                t["model.embed_tokens.weight"] = e
+
+        def ct_actorder(cfg, t):
+            if cfg is not None:
+                cfg["quantization_config"]["config_groups"]["group_0"]["weights"]["actorder"] = "group"
         for what, fmt, edit, text in (("NaN scale", "awq", nan_scale, "not a usable scale"),
+                                      ("embedding overflowing bf16", "awq", embed_overflows_bf16, "overflows"),
+                                      ("ct act-order", "compressed-tensors", ct_actorder, "act-order"),
                                       ("eps as a string", "awq", eps_string, "rms_norm_eps"),
                                       ("gptq sym with zeros not 8", "gptq", sym_gptq, "symmetric"),
                                       ("desc_act without g_idx", "gptq", desc_act, "g_idx"),
@@ -358,6 +369,11 @@ def main():
         p = run([nb, "fixture", "import", "--format", "awq", awq, "--tokens", tokens, "--out", awq, "--path", "cpu"], expect=2)
         if "not empty" not in p.stderr or hashlib.sha256(open(os.path.join(awq, "model.safetensors"), "rb").read()).hexdigest() != before:
             fail(f"--out the checkpoint's folder: {p.stderr.strip()}")
+        # An import killed mid-way leaves only its staging file: the next import into that folder proceeds.
+        left = os.path.join(tmp, "killed-import")
+        os.makedirs(left)
+        open(os.path.join(left, ".import-staging.safetensors"), "wb").write(b"partial")
+        run([nb, "fixture", "import", "--format", "awq", awq, "--tokens", tokens, "--out", left, "--path", "cpu", "-q"])
         # An imported fixture's source is covered by its file's hash: an edited source is refused.
         imported = os.path.join(tmp, "imported-awq")
         man = os.path.join(imported, "manifest.json")
