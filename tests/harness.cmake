@@ -53,32 +53,29 @@ nibble_add_gtest(ledger SOURCES test_ledger.cpp LIBS nibble_runtime LABELS cpu)
 
 # GEMM cheats (tests/solutions/gemm_hostile.cu, one .so per behaviour) on the baseline, its exports
 # renamed. GradeGemmGpu.ReplayingTheFirstCallFails and .WorkBetweenTimedCallsIsInvalidTiming grade them.
+# nibble_renamed_core(<target> <source> <prefix> [definitions...]): the bundled solution <source> as an
+# object library whose GEMM ABI exports are renamed <prefix>_* (nibble_gemm_prepare ->
+# <prefix>_prepare, ...), so that a cheat can wrap it and export the ABI itself.
+function(nibble_renamed_core target source prefix)
+  add_library(${target} OBJECT ${source})
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+  target_compile_definitions(${target} PRIVATE ${ARGN}
+    nibble_abi_version=${prefix}_abi_version
+    nibble_gemm_abi_version=${prefix}_gemm_abi_version
+    nibble_solution_name=${prefix}_solution_name
+    nibble_gemm_int4_layout=${prefix}_int4_layout
+    nibble_gemm_prepare=${prefix}_prepare
+    nibble_gemm_run=${prefix}_run
+    nibble_gemm_teardown=${prefix}_teardown)
+  set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_RUNTIME_LIBRARY Shared
+    CUDA_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+endfunction()
 if(TARGET nibble_gemm_baseline)
-  add_library(hostile_gemm_baseline_core OBJECT ${PROJECT_SOURCE_DIR}/solutions/gemm_fp4/baseline/gemm_baseline.cu)
-  target_include_directories(hostile_gemm_baseline_core PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
-  target_compile_definitions(hostile_gemm_baseline_core PRIVATE
-    nibble_abi_version=gemm_baseline_abi_version
-    nibble_gemm_abi_version=gemm_baseline_gemm_abi_version
-    nibble_solution_name=gemm_baseline_solution_name
-    nibble_gemm_prepare=gemm_baseline_prepare
-    nibble_gemm_run=gemm_baseline_run
-    nibble_gemm_teardown=gemm_baseline_teardown)
-  set_target_properties(hostile_gemm_baseline_core PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_RUNTIME_LIBRARY Shared
-    CUDA_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
-  # gemm-w4a16-int4's plain-layout baseline, its exports renamed int4_baseline_* the same way.
-  add_library(hostile_int4_baseline_core OBJECT ${PROJECT_SOURCE_DIR}/solutions/int4_gemm/baseline/int4_gemm_baseline.cu)
-  target_include_directories(hostile_int4_baseline_core PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
-  target_compile_definitions(hostile_int4_baseline_core PRIVATE
-    NIBBLE_INT4_BASELINE_LAYOUT=0 NIBBLE_INT4_BASELINE_NAME="int4-gemm-baseline-plain"
-    nibble_abi_version=int4_baseline_abi_version
-    nibble_gemm_abi_version=int4_baseline_gemm_abi_version
-    nibble_solution_name=int4_baseline_solution_name
-    nibble_gemm_int4_layout=int4_baseline_int4_layout
-    nibble_gemm_prepare=int4_baseline_prepare
-    nibble_gemm_run=int4_baseline_run
-    nibble_gemm_teardown=int4_baseline_teardown)
-  set_target_properties(hostile_int4_baseline_core PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_RUNTIME_LIBRARY Shared
-    CUDA_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  nibble_renamed_core(hostile_gemm_baseline_core ${PROJECT_SOURCE_DIR}/solutions/gemm_fp4/baseline/gemm_baseline.cu
+                      gemm_baseline)
+  # gemm-w4a16-int4's plain-layout baseline.
+  nibble_renamed_core(hostile_int4_baseline_core ${PROJECT_SOURCE_DIR}/solutions/int4_gemm/baseline/int4_gemm_baseline.cu
+                      int4_baseline NIBBLE_INT4_BASELINE_LAYOUT=0 NIBBLE_INT4_BASELINE_NAME="int4-gemm-baseline-plain")
   foreach(behaviour replay gap_work)
     string(TOUPPER ${behaviour} BEHAVIOUR)
     set(t hostile_gemm_${behaviour})

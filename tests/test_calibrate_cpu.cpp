@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "test_binary_dir.h"
 #include "gemm_tasks.h"
 #include "harness/atomic_file.h"
 #include "harness/process.h"
@@ -31,8 +32,7 @@ void expect_sliver_caught_by_the_guard(const nlohmann::json& j, const std::strin
 }  // namespace
 
 TEST(CalibrateCpu, TinyTableHasTheExpectedVerdicts) {
-  const char* b = std::getenv("NIBBLE_BINARY_DIR");
-  const std::string bindir = b ? b : ".";
+  const std::string bindir = test::bindir();
   TempDir t;
   setenv("NIBBLE_CACHE_DIR", (t.path() + "/cache").c_str(), 1);
   const std::string out = t.path() + "/calibration.json";
@@ -64,8 +64,7 @@ TEST(CalibrateCpu, TinyTableHasTheExpectedVerdicts) {
 class CalibrateGemmCpu : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CalibrateGemmCpu, TinyTableIsHealthy) {
-  const char* b = std::getenv("NIBBLE_BINARY_DIR");
-  const std::string bindir = b ? b : ".";
+  const std::string bindir = test::bindir();
   TempDir t;
   setenv("NIBBLE_CACHE_DIR", (t.path() + "/cache").c_str(), 1);
   const std::string out = t.path() + "/calibration.json";

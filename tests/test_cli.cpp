@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 
+#include "test_binary_dir.h"
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
 #include "fixtures/sha256.h"
@@ -21,10 +22,7 @@ using namespace nibble;
 namespace fs = std::filesystem;
 
 namespace {
-std::string bindir() {
-  const char* b = std::getenv("NIBBLE_BINARY_DIR");
-  return b ? b : ".";
-}
+using test::bindir;  // tests/test_binary_dir.h
 std::string nibble_exe() { return bindir() + "/bin/nibble"; }
 /** A committed report of the source tree (report html's input in the output tests). */
 std::string source_report() {

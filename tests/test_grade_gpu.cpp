@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 
+#include "test_binary_dir.h"
 #include "bundled_solutions.h"
 #include "gemm_tasks.h"
 #include "fixtures/safetensors.h"
@@ -22,10 +23,7 @@ using namespace nibble;
 using json = nlohmann::json;
 
 namespace {
-std::string bindir() {
-  const char* b = std::getenv("NIBBLE_BINARY_DIR");
-  return b ? b : ".";
-}
+using test::bindir;  // tests/test_binary_dir.h
 
 struct Graded {
   int code;

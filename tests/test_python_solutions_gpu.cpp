@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "test_binary_dir.h"
 #include "gpu_test_util.h"
 #include "harness/atomic_file.h"
 #include "harness/process.h"
@@ -23,10 +24,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string bindir() {
-  const char* b = std::getenv("NIBBLE_BINARY_DIR");
-  return b ? b : ".";
-}
+using test::bindir;  // tests/test_binary_dir.h
 
 /** Whether the module defines the build entry point of `t`'s ABI at top level (`def build_model(` or
  *  `def prepare(`; the others may come from an import): a helper the solutions import

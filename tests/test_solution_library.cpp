@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "test_binary_dir.h"
 #include "harness/atomic_file.h"
 #include "harness/process.h"
 #include "harness/solution_library.h"
@@ -11,10 +12,7 @@
 using namespace nibble;
 
 namespace {
-std::string bad(const std::string& name) {
-  const char* b = std::getenv("NIBBLE_BINARY_DIR");
-  return std::string(b ? b : ".") + "/tests/lib/libbad_" + name + ".so";
-}
+std::string bad(const std::string& name) { return test::bindir() + "/tests/lib/libbad_" + name + ".so"; }
 
 LoadError::Kind load_kind(const std::string& path, std::string* msg) {
   try {
@@ -65,8 +63,7 @@ TEST(SolutionLibrary, NotASharedObject) {
 // gemm-w4a16-int4's layout query: a known layout is read; anything else makes the library
 // NotLoadable, naming the value and the valid ones (include/nibble/nibble_gemm.h).
 TEST(SolutionLibrary, TheInt4LayoutIsReadAndAnUnknownOneRefused) {
-  const char* b = std::getenv("NIBBLE_BINARY_DIR");
-  const std::string dir = std::string(b ? b : ".") + "/tests/lib/";
+  const std::string dir = test::bindir() + "/tests/lib/";
   SolutionLibrary awq(dir + "libgemm_int4_layout_1.so", SolutionLibrary::Abi::Gemm);
   EXPECT_EQ(awq.gemm_int4_layout, NIBBLE_INT4_LAYOUT_AWQ);
   try {

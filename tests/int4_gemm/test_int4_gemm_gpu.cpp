@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "test_binary_dir.h"
 #include "bundled_solutions.h"
 #include "gpu_test_util.h"
 #include "harness/atomic_file.h"
@@ -22,10 +23,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string bindir() {
-  const char* b = std::getenv("NIBBLE_BINARY_DIR");
-  return b ? b : ".";
-}
+using test::bindir;  // tests/test_binary_dir.h
 
 class Int4GemmGpu : public ::testing::TestWithParam<std::string> {};
 
