@@ -21,11 +21,8 @@
 
 namespace nibble::ref {
 
-constexpr int kSgemmThreads = 256;
-/** Blocks for a grid-stride loop over n elements (capped; the loop covers the rest). */
-inline unsigned sgemm_grid_for(int64_t n) {
-  return unsigned(std::min<int64_t>((n + kSgemmThreads - 1) / kSgemmThreads, 8192));
-}
+using sol::grid_stride_blocks;
+using sol::kGridStrideThreads;
 
 __global__ void sgemm_bf16_to_f32_kernel(const uint16_t* __restrict__ in, int64_t n, float* __restrict__ out) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -62,7 +59,7 @@ struct SgemmReference {
     const uint16_t* a = nullptr;
     float* c = nullptr;
     sol::check_gemm_io(M, N, K, A, C, &a, &c);
-    sgemm_bf16_to_f32_kernel<<<sgemm_grid_for(M * K), kSgemmThreads, 0, stream>>>(a, M * K, Af);
+    sgemm_bf16_to_f32_kernel<<<grid_stride_blocks(M * K), kGridStrideThreads, 0, stream>>>(a, M * K, Af);
     SOL_CHECK_LAUNCH();
     // Row-major C (M, N) = A W^T is column-major C^T (N, M) = W A^T: W as column-major (K, N), ld K,
     // transposed; A as column-major (K, M), ld K.
@@ -71,7 +68,7 @@ struct SgemmReference {
     SOL_CUBLAS(cublasSgemm(blas.h, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, W, int(K), Af, int(K), &beta,
                            c, int(N)));
     if (bf16_output) {
-      sgemm_round_bf16_kernel<<<sgemm_grid_for(M * N), kSgemmThreads, 0, stream>>>(c, M * N);
+      sgemm_round_bf16_kernel<<<grid_stride_blocks(M * N), kGridStrideThreads, 0, stream>>>(c, M * N);
       SOL_CHECK_LAUNCH();
     }
     if (drop_sliver) {

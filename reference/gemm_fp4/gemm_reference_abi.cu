@@ -111,8 +111,8 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ packed, const uint8_t
     W[i] = dequant_value(packed, scale, i / K, i % K, K, scale_cols, nvfp4, o, global_factor);
 }
 
-using ref::kSgemmThreads;
-using ref::sgemm_grid_for;
+using sol::grid_stride_blocks;
+using sol::kGridStrideThreads;
 
 // ---- Variant selection ----------------------------------------------------------------------------
 
@@ -144,7 +144,7 @@ std::unique_ptr<Reference> prepare(const nibble_gemm_problem* problem, cudaStrea
   const double gf = !g.nvfp4 ? 1.0 : (r->opt.global_as_divisor ? 1.0 / double(g.global_scale) : double(g.global_scale));
   r->alpha = r->opt.bf16_dequant ? 1.0f : float(gf);
   r->gemm.init(g.M, g.N, g.K, stream);
-  dequant_kernel<<<sgemm_grid_for(g.N * g.K), kSgemmThreads, 0, stream>>>(g.packed, g.scale, g.N, g.K, g.scale_cols,
+  dequant_kernel<<<grid_stride_blocks(g.N * g.K), kGridStrideThreads, 0, stream>>>(g.packed, g.scale, g.N, g.K, g.scale_cols,
                                                                           g.nvfp4, r->opt, gf, r->gemm.W);
   SOL_CHECK_LAUNCH();
   // Untimed: wait, so a fault is reported by prepare rather than the first run.

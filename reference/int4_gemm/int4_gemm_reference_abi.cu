@@ -112,7 +112,7 @@ std::unique_ptr<Reference> prepare(const nibble_gemm_problem* problem, cudaStrea
   const sol::Int4Problem g = sol::parse_int4_problem(problem, NIBBLE_INT4_LAYOUT_PLAIN);
   r->opt = selected_options();
   r->gemm.init(g.M, g.N, g.K, stream);
-  dequant_kernel<<<ref::sgemm_grid_for(g.N * g.K), ref::kSgemmThreads, 0, stream>>>(g, r->opt, r->gemm.W);
+  dequant_kernel<<<sol::grid_stride_blocks(g.N * g.K), sol::kGridStrideThreads, 0, stream>>>(g, r->opt, r->gemm.W);
   SOL_CHECK_LAUNCH();
   SOL_CUDA(cudaStreamSynchronize(stream));  // a fault is reported by prepare rather than the first run
   return r;

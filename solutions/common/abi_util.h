@@ -100,6 +100,14 @@ inline void* require_tensor(const nibble_decode_model* m, const std::string& nam
   return static_cast<char*>(t->data) + t->byte_offset;
 }
 
+/** Threads per block, and blocks (capped at 8192; the loop covers the rest), of a grid-stride loop
+ *  over n elements: the one-off element-wise kernels of prepare and of the references. */
+inline constexpr int kGridStrideThreads = 256;
+inline unsigned grid_stride_blocks(int64_t n) {
+  const int64_t b = (n + kGridStrideThreads - 1) / kGridStrideThreads;
+  return unsigned(b < 8192 ? b : 8192);
+}
+
 inline constexpr nibble_dtype kU8{NIBBLE_DTYPE_UINT, 8, 1};
 inline constexpr nibble_dtype kBF16{NIBBLE_DTYPE_BFLOAT, 16, 1};
 inline constexpr nibble_dtype kF32{NIBBLE_DTYPE_FLOAT, 32, 1};

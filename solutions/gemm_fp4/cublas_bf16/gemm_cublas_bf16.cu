@@ -17,7 +17,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -32,8 +31,6 @@
 
 namespace nibble::gemm_cublas_bf16 {
 namespace {
-
-constexpr int kThreads = 256;
 
 /** Wb[n, k] = bf16(e2m1(code) * block scale), exact (see the header). */
 __global__ void dequant_bf16_kernel(const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scale, int64_t N,
@@ -58,9 +55,7 @@ std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t
   h->g = sol::parse_gemm_problem(problem);
   const sol::GemmProblem& g = h->g;
   h->gemm.init(g.M, g.N, g.K, g.nvfp4 ? g.global_scale : 1.0f, stream);
-  const int64_t total = g.N * g.K;
-  const unsigned blocks = unsigned(std::min<int64_t>((total + kThreads - 1) / kThreads, 8192));
-  dequant_bf16_kernel<<<blocks, kThreads, 0, stream>>>(g.packed, g.scale, g.N, g.K, g.scale_cols, g.block, g.nvfp4,
+  dequant_bf16_kernel<<<sol::grid_stride_blocks(g.N * g.K), sol::kGridStrideThreads, 0, stream>>>(g.packed, g.scale, g.N, g.K, g.scale_cols, g.block, g.nvfp4,
                                                         h->gemm.Wb);
   SOL_CHECK_LAUNCH();
   SOL_CUDA(cudaStreamSynchronize(stream));

@@ -7,7 +7,6 @@
 //          rounded once to bf16 (8 bits): the oracle's bf16_dequant row, well inside the gate.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -21,8 +20,6 @@
 
 namespace nibble::int4_cublas_bf16 {
 namespace {
-
-constexpr int kThreads = 256;
 
 __global__ void dequant_bf16_kernel(sol::Int4Problem g, uint16_t* __restrict__ Wb) {
   const int64_t total = g.N * g.K;
@@ -38,8 +35,7 @@ std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t
   auto h = std::make_unique<Handle>();
   const sol::Int4Problem g = sol::parse_int4_problem(problem, NIBBLE_INT4_LAYOUT_PLAIN);
   h->gemm.init(g.M, g.N, g.K, 1.0f, stream);
-  const unsigned blocks = unsigned(std::min<int64_t>((g.N * g.K + kThreads - 1) / kThreads, 8192));
-  dequant_bf16_kernel<<<blocks, kThreads, 0, stream>>>(g, h->gemm.Wb);
+  dequant_bf16_kernel<<<sol::grid_stride_blocks(g.N * g.K), sol::kGridStrideThreads, 0, stream>>>(g, h->gemm.Wb);
   SOL_CHECK_LAUNCH();
   SOL_CUDA(cudaStreamSynchronize(stream));
   return h;
