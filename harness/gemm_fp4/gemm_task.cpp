@@ -1,12 +1,8 @@
 // gemm_task.cpp: the FP4 weight-only GEMMs (gemm-w4a16-nvfp4, gemm-bf16-mxfp4) as Tasks.
 //
 // The replay guard and the calls: harness/gemm_session.h.
-#include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <memory>
 
-#include "fixtures/bf16.h"
 #include "fixtures/gemm_fp4/gemm_fixture.h"
 #include "fixtures/gemm_fp4/gemm_config.h"
 #include "harness/cuda_check.h"
@@ -14,7 +10,6 @@
 #include "harness/gemm_fp4/gemm_problem.h"
 #include "harness/gemm_session.h"
 #include "harness/gpu_checks.h"
-#include "harness/stats.h"
 #include "harness/task.h"
 #include "reference/gemm_fp4/gemm_oracle.h"
 
