@@ -20,3 +20,6 @@ nibble_add_gtest(int4_layouts_decode SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4
 # The small-M tensor-core solution's repacked layout, decoded on the host as its kernel does.
 nibble_add_gtest(int4_mma_layout SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_mma_layout.cpp LIBS nibble_int4_gemm_oracle
                  LABELS cpu)
+# The tuned sm_90a solution's wgmma layout (records, the bf16 decode), decoded on the host as its kernel does.
+nibble_add_gtest(int4_sm90_layout SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_sm90_layout.cpp LIBS nibble_int4_gemm_oracle
+                 LABELS cpu)

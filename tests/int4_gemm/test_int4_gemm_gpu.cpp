@@ -3,12 +3,15 @@
 // on the symmetric tiny config (compressed-tensors without a zero-point tensor) and on a residue shape
 // (N = 3000, not a multiple of 64; K = 3200, a multiple of 128 but not of 256). Every grade passes,
 // and each report names the layout its solution asked for. (Every bundled solution on tiny, the
-// hostile GEMM cheats and the GPU calibration table run in test_grade_gpu for every GEMM task.)
+// hostile GEMM cheats and the GPU calibration table run in test_grade_gpu for every GEMM task.) A
+// solution not built for this GPU is left out with a line saying so. The tuned sm_90a solution on
+// each of its kernels and plans: Int4GemmSm90 below.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -36,6 +39,11 @@ TEST_P(Int4GemmGpu, EveryLayoutPassesAndIsNamed) {
                                    "--solution", bindir() + "/lib/libnibble_int4_gemm_reference.so"};
   std::vector<std::string> expect_layout{"plain"};
   for (const test::BundledSolution& s : test::bundled_solutions("int4_gemm")) {
+    std::string why;
+    if (!test::runs_on_this_device(s.cuda_architectures, &why)) {
+      std::cout << "not graded here: " << s.target << ": " << why << "\n";
+      continue;
+    }
     args.insert(args.end(), {"--solution", s.path});
     const std::string target = s.target;
     const std::string prefix = "nibble_int4_gemm_baseline_";
@@ -66,5 +74,81 @@ INSTANTIATE_TEST_SUITE_P(Configs, Int4GemmGpu, ::testing::Values("tiny-sym", "m1
                              if (c == '-') c = '_';
                            return s;
                          });
+
+// ---- the tuned sm_90a solution ------------------------------------------------------------------
+
+// libnibble_int4_gemm_sm90.so on every path prepare picks by M and on the wgmma variants it does not
+// pick by itself at these shapes (NIBBLE_INT4SM90_BN / _SPLIT / _GRID, read by its prepare in the
+// graded child, which inherits the environment), each graded against the reference on a residue
+// shape (N = 3000: the last 128-row tile partial; K = 3200: 50 chunks, 25 groups, not a multiple of
+// 256) or a small one: M = 1 and 16 (the mma.sync kernel, one and two n8 tiles), M = 17 (64 x 64
+// tiles, the smallest M of the wgmma path), 128 (64 x 64, K split by the plan), 200 (64 x 128, a
+// partial tile), 300 (128 x 256, a partial tile in M, split 2), then 64 x 64 split 8, 64 x 128 on 5
+// persistent blocks (several tiles each: the ring's phases carry across tiles), 128 x 256 on 2 and
+// 4 persistent blocks, and K = 256 (4 chunks: too few to split).
+struct Sm90Case {
+  const char* config;
+  const char* bn;     // "": prepare's choice
+  const char* split;  // "": prepare's choice
+  const char* grid;   // "": prepare's choice
+};
+
+void PrintTo(const Sm90Case& c, std::ostream* os) {
+  *os << c.config << " bn " << (*c.bn ? c.bn : "auto") << " split " << (*c.split ? c.split : "auto") << " grid "
+      << (*c.grid ? c.grid : "auto");
+}
+
+class Int4GemmSm90 : public ::testing::TestWithParam<Sm90Case> {};
+
+/** Set NIBBLE_INT4SM90_<name> to v, or unset it when v is empty. */
+void set_or_unset(const char* name, const char* v) {
+  const std::string var = std::string("NIBBLE_INT4SM90_") + name;
+  if (*v)
+    ASSERT_EQ(setenv(var.c_str(), v, 1), 0);
+  else
+    unsetenv(var.c_str());
+}
+
+TEST_P(Int4GemmSm90, PassesOnEveryPath) {
+  NIBBLE_REQUIRE_GPU();
+  const test::BundledSolution sol = test::bundled_solution("nibble_int4_gemm_sm90");
+  if (std::string why; !test::runs_on_this_device(sol.cuda_architectures, &why)) GTEST_SKIP() << why;
+  const Sm90Case c = GetParam();
+  TempDir t("nibble-int4-sm90");
+  setenv("NIBBLE_CACHE_DIR", (t.path() + "/cache").c_str(), 1);
+  set_or_unset("BN", c.bn);
+  set_or_unset("SPLIT", c.split);
+  set_or_unset("GRID", c.grid);
+  const std::vector<std::string> args = {bindir() + "/bin/nibble", "grade", "--task", "gemm-w4a16-int4", "--config",
+                                         c.config, "--seeds", "0", "--no-timing", "--out", t.path() + "/r.json", "-q",
+                                         "--solution", sol.path};
+  const ChildExit e = run_child(args, t.path() + "/log", 600);
+  for (const char* v : {"BN", "SPLIT", "GRID"}) set_or_unset(v, "");
+  const std::string log = file_tail(t.path() + "/log", 1 << 14);
+  std::cout << log;
+  ASSERT_EQ(e.kind, ChildExit::Exited) << e.describe();
+  EXPECT_EQ(e.code, 0) << log;
+  const json r = json::parse(read_file(t.path() + "/r.json"));
+  EXPECT_EQ(r["disposition"], "Passed") << r["reason"];
+  // The wgmma path's weights are rounded twice (int4_wg_layout.h: at most 2^-7 + 2^-16 each, RMS
+  // about 2e-3 in C); the mma path is exact up to fp32 sums.
+  EXPECT_LT(r["correctness"]["worst_rel_err"].get<double>(), 5e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Paths, Int4GemmSm90,
+    ::testing::Values(Sm90Case{"m1-n3000-k3200", "", "", ""}, Sm90Case{"m16-n3000-k3200", "", "", ""},
+                      Sm90Case{"m17-n3000-k3200", "", "", ""}, Sm90Case{"m128-n3000-k3200", "", "", ""},
+                      Sm90Case{"m200-n3000-k3200", "", "", ""}, Sm90Case{"m300-n3000-k3200", "", "", ""},
+                      Sm90Case{"m128-n3000-k3200", "64", "8", ""}, Sm90Case{"m128-n3000-k3200", "128", "1", "5"},
+                      Sm90Case{"m300-n3000-k3200", "256", "1", "2"}, Sm90Case{"m300-n3000-k3200", "256", "1", "4"},
+                      Sm90Case{"m40-n256-k256", "", "", ""}),
+    [](const ::testing::TestParamInfo<Sm90Case>& i) {
+      std::string s = std::string(i.param.config) + "_bn" + (*i.param.bn ? i.param.bn : "auto") + "_split" +
+                      (*i.param.split ? i.param.split : "auto") + "_grid" + (*i.param.grid ? i.param.grid : "auto");
+      for (char& ch : s)
+        if (ch == '-') ch = '_';
+      return s;
+    });
 
 }  // namespace

@@ -3,10 +3,11 @@
 # command (../sandbox-ledger/final.sh, which runs the int4 GPU tests: every layout's baseline on
 # tiny, tiny-sym and m16-n3000-k3200, the reference, the hostile GEMM cheats, the GPU calibration
 # table against the oracle's, the fixture import's GPU path):
-#   1. every official config graded with the small-M tensor-core solution (int4_gemm_mma: M <= 16,
-#      NotSupported above; its reports give the fraction of the weight-read floor), the baseline
-#      (plain) and the cuBLAS bf16 point, and the layouts' baselines at M = 1 and 16 on 3072 x 3072
-#      (scripts/gemm-all.sh), reports.tar;
+#   1. every official config graded with the tuned solution (int4_gemm_sm90: int4_gemm_mma's kernel
+#      at M <= 16, whose reports give the fraction of the weight-read floor; the shared wgmma kernel
+#      above, against cuBLAS bf16 at M = 128 and 4096), the baseline (plain) and the cuBLAS bf16
+#      point, and the layouts' baselines at M = 1 and 16 on 3072 x 3072 (scripts/gemm-all.sh),
+#      reports.tar;
 #   2. `nibble calibrate --path gpu` on the M = 16 configs (scripts/gemm-all.sh CALIBRATE=1).
 # Configure with NIBBLE_CMAKE_ARGS (libseccomp from a carried package) as final.sh does.
 #   bash reports/h200/int4-gemm/run.sh <commit>
@@ -17,7 +18,7 @@ source scripts/env.sh
 cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
 cmake --build build-hopper -j16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 mkdir -p "$OUT/grades" "$OUT/calibration"
-OUT="$OUT/grades" FILTER='^gemm-w4a16-int4 ' timeout 330 bash scripts/gemm-all.sh build-hopper int4_gemm_mma int4_gemm_baseline_plain int4_gemm_cublas_bf16 \
+OUT="$OUT/grades" FILTER='^gemm-w4a16-int4 ' timeout 330 bash scripts/gemm-all.sh build-hopper int4_gemm_sm90 int4_gemm_baseline_plain int4_gemm_cublas_bf16 \
   > "$OUT/grades.log" 2>&1
 echo "grades exit $? ($(( $(date +%s) - t0 )) s)"; tail -60 "$OUT/grades.log"
 OUT="$OUT/layouts" FILTER='^gemm-w4a16-int4 m(1|16)-n3072-k3072$' timeout 60 bash scripts/gemm-all.sh build-hopper \

@@ -1,4 +1,5 @@
-// device_common.cuh: the device helpers every kernel family of the solution uses (streamed loads, mma.sync, fragment decode, swizzled descriptors)
+// device_common.cuh: the device helpers the solution's mma.sync kernels use (mma.sync, fragment decode); the
+// streamed load and the wgmma helpers come from solutions/common/wgmma_dequant_gemm.cuh
 // Part of libnibble_gemm_fp4_sm90.so, included once, in order, by gemm_fp4_sm90.cu (one translation
 // unit: the kernels keep their names and code; the file comment there has the design).
 #pragma once
@@ -9,13 +10,14 @@
 #include <cstdint>
 
 #include "solutions/common/sm90_async.cuh"
+#include "solutions/common/wgmma_dequant_gemm.cuh"
 #include "solutions/gemm_fp4/sm90/fp4_frag.h"
-#include "solutions/gemm_fp4/sm90/wgmma_rs.cuh"
 
 namespace nibble::gemm_fp4_sm90 {
 namespace {
 
 using sol::bulk_load;
+using sol::ld_stream;
 using sol::mbar_arrive;
 using sol::mbar_expect_tx;
 using sol::mbar_init;
@@ -24,9 +26,6 @@ using sol::policy_evict_first;
 using sol::policy_evict_last;
 using sol::smem_addr;
 // ---- small device helpers -----------------------------------------------------------------------
-
-/** 16 bytes, streamed: the weights are read once per call, keep L2 for the activations. */
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) { return __ldcs(p); }
 
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -64,35 +63,6 @@ __device__ __forceinline__ void chunk_mma(const uint4& q, uint32_t sw, const uin
       mma_bf16_16816(acc[nt], a, b0, b1);
     }
   }
-}
-
-/** TMA: the (64 k x rows) box at (k, m) of the tensor map into dst, completing on bar. */
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int k, int m) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(m), "r"(smem_addr(bar))
-      : "memory");
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-
-/** Keeps the compiler from moving accumulator reads/writes across the asynchronous wgmma. */
-template <int R>
-__device__ __forceinline__ void fence_acc(float (&d)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-/** Shared-memory descriptor of a K-major bf16 tile with 128-byte rows, 128B swizzle (8-row groups of
- *  1024 bytes), starting at byte address `addr` (a k16 step adds 32 bytes). */
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
 }  // namespace

@@ -49,21 +49,20 @@
 #include <vector>
 
 #include "fixtures/bf16.h"
+#include "solutions/common/bf16x2.h"
+#include "solutions/common/frag_units.h"
 #include "solutions/common/fp4_device.cuh"
 
 namespace nibble::gemm_fp4_sm90 {
 
 enum class KOrder { kStd, kPerm };
 
-inline constexpr int kChunkK = 64;         // k per chunk: one 16-byte load per lane
-inline constexpr int kSlabRows = 16;       // W rows per warp
-inline constexpr int kRowAlign = 128;      // N padding: the widest CTA (two warpgroups of 64 rows)
-inline constexpr int kWordsPerLaneChunk = 4;
-
-/** The unit number of (slab, chunk c) with groups of G slabs (see the header). */
-__host__ __device__ constexpr int64_t unit_index(int64_t slab, int64_t c, int64_t nch, int G) {
-  return ((slab / G) * nch + c) * G + slab % G;
-}
+// The unit geometry (solutions/common/frag_units.h, shared with int4_gemm_sm90).
+using sol::kChunkK;
+using sol::kRowAlign;
+using sol::kSlabRows;
+using sol::kWordsPerLaneChunk;
+using sol::unit_index;
 
 /** Scale bytes per slab and chunk: 16 rows x (64 / block) blocks. */
 __host__ __device__ constexpr int scale_bytes_per_chunk(bool nvfp4) { return nvfp4 ? 64 : 32; }
@@ -81,19 +80,7 @@ inline constexpr float kNvEpilogue = 256.0f;
 #define FRAG_HD inline
 #endif
 
-/** bf16x2 product, exact for the operands here (see the header). */
-FRAG_HD uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-#else
-  const auto half = [](uint32_t x, uint32_t y) -> uint32_t {
-    return f32_to_bf16(bf16_to_f32(uint16_t(x)) * bf16_to_f32(uint16_t(y)));
-  };
-  return half(a & 0xFFFFu, b & 0xFFFFu) | (half(a >> 16, b >> 16) << 16);
-#endif
-}
+using sol::bf16x2_mul;  // exact for the operands here (see the header)
 
 /** Byte `i` (0..3) of `w` in both bf16 halves' low bytes: 0x00BB00BB. */
 FRAG_HD uint32_t byte_pair(uint32_t w, int i) {

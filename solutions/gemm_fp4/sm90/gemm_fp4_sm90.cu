@@ -23,12 +23,13 @@
 //            shared memory; slower as measured (9.6 us), kept selectable for tuning.
 //            The stream kernel of v4-v5 (one block per SM streaming bulk copies through per-warp
 //            rings; measured slower) is an experiment now: experiments/gemm_fp4_stream.
-//   M > 16   wgmma_kernel: one producer warp (TMA of the 64-k activation tile, 128B swizzle, plus
-//            bulk copies of the block's codes and scales, into a ring of stages on full/empty
-//            mbarriers) and NCONS consumer warpgroups, each 64 W rows x BN activation rows: per
-//            chunk, decode 16 registers per thread from the stage, then 4 x wgmma m64nBNk16 with A
-//            from registers and B from the stage; the chunk's group runs while the next chunk
-//            decodes (wait_group 1).
+//   M > 16   the shared wgmma kernel (solutions/common/wgmma_dequant_gemm.cuh, also int4_gemm_sm90's;
+//            the FP4 formats in wgmma_format.cuh): one producer warp (TMA of the 64-k activation
+//            tile, 128B swizzle, plus bulk copies of the block's codes and scales, into a ring of
+//            stages on full/empty mbarriers) and NCONS consumer warpgroups, each 64 W rows x BN
+//            activation rows: per chunk, decode 16 registers per thread from the stage, then 4 x
+//            wgmma m64nBNk16 with A from registers and B from the stage; the chunk's group runs
+//            while the next chunk decodes (wait_group 1).
 //            128 x 256 tiles (NCONS = 2, setmaxnreg 40 / 232) on persistent blocks, one per SM, for
 //            M > 256 (276.6 us at m4096-n8192-k3072, cuBLAS bf16 280.1); 64 x 64 tiles for
 //            16 < M <= 128 and 64 x 128 up to 256, K split over a cluster of blocks summed through
@@ -38,7 +39,6 @@
 // the TMA zero-fills A past K and past M), the partial last scale block is an ordinary block.
 // Not supported: a NaN block scale; A not 16-byte aligned when K % 8 == 0 (the vector loads and
 // the TMA need it; cudaMalloc'd A always is); M or K beyond the grid / one block's shared memory.
-#include <cuda.h>  // CUtensorMap (the encode function comes from the runtime's driver entry point)
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -54,28 +54,29 @@
 #include "solutions/common/export.h"
 #include "solutions/common/gemm_abi_util.h"
 #include "solutions/common/sm90_async.cuh"
+#include "solutions/common/wgmma_dequant_gemm.cuh"
 #include "solutions/gemm_fp4/sm90/fp4_frag.h"
 #include "solutions/gemm_fp4/sm90/host_common.h"
-#include "solutions/gemm_fp4/sm90/wgmma_rs.cuh"
 // The kernel families, one file each, in this order (they share device_common.cuh):
 #include "solutions/gemm_fp4/sm90/device_common.cuh"
 #include "solutions/gemm_fp4/sm90/mma_tma_kernel.cuh"
 #include "solutions/gemm_fp4/sm90/mma_kernel.cuh"
-#include "solutions/gemm_fp4/sm90/wgmma_kernel.cuh"
+#include "solutions/gemm_fp4/sm90/wgmma_format.cuh"
 
 namespace nibble::gemm_fp4_sm90 {
 namespace {
 
 // ---- Host side ----------------------------------------------------------------------------------
 
-enum class Kind { kMmaTma, kMma, kWg64, kWg128, kWg256 };
+enum class Kind { kMmaTma, kMma, kWgmma };
+
+using sol::launch_cluster;
 
 struct Handle {
   sol::GemmProblem g;
   Kind kind = Kind::kMma;
-  int split = 1;      // mma_tma / wgmma: blocks (a cluster) splitting K
-  bool wtma = true;   // wgmma: codes and scales by bulk copy (else 16-byte loads per lane)
-  int grid_cap = 0;   // wgmma, no split: at most this many (persistent) blocks; 0: one per tile
+  int split = 1;      // mma_tma: blocks (a cluster) splitting K
+  sol::WgmmaPlan wg;  // wgmma: tile, split-K, weight path, persistent blocks
   int group = 1;      // the layout's slabs per group
   int smem_optin = 0;
   KOrder order = KOrder::kStd;
@@ -86,43 +87,8 @@ struct Handle {
   std::string trace_path;  // NIBBLE_FP4SM90_TRACE: the mma kernel's timeline, written at teardown
   unsigned long long* mma_trace = nullptr;  // the mma kernel's marks (kMmaMarks per block), when traced
   sol::DeviceAllocs mem;
-  // The tensor map of the last A seen (run may get another pointer).
-  const void* map_ptr = nullptr;
-  CUtensorMap map{};
+  sol::ATensorMap amap;  // wgmma: the tensor map of the last A seen (run may get another pointer)
 };
-
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiledFn encode_tiled() {
-  static EncodeTiledFn fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    SOL_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-    if (q != cudaDriverEntryPointSuccess || !p)
-      throw sol::AbiFailure(NIBBLE_ERR_CUDA, "cuTensorMapEncodeTiled is not available from the driver");
-    return reinterpret_cast<EncodeTiledFn>(p);
-  }();
-  return fn;
-}
-
-/** A (M, K) bf16 row-major as 64 k x rows boxes, 128B swizzle, zero fill past M and K. */
-void encode_a_map(Handle& h, const uint16_t* A, int rows) {
-  if (h.map_ptr == A) return;
-  if (reinterpret_cast<uintptr_t>(A) % 16 != 0)
-    throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "A is not 16-byte aligned (the TMA path needs it)");
-  const cuuint64_t dims[2] = {cuuint64_t(h.g.K), cuuint64_t(h.g.M)};
-  const cuuint64_t strides[1] = {cuuint64_t(h.g.K) * 2};
-  const cuuint32_t box[2] = {64, cuuint32_t(rows)};
-  const cuuint32_t estr[2] = {1, 1};
-  const CUresult r = encode_tiled()(&h.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(A), dims,
-                                    strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw sol::AbiFailure(NIBBLE_ERR_CUDA, "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ")");
-  h.map_ptr = A;
-}
 
 template <int NT, bool PERM, bool NV>
 void launch_mma(const Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
@@ -144,26 +110,6 @@ void launch_mma_any(const Handle& h, const uint16_t* A, float* C, cudaStream_t s
   } else {
     launch_mma<2, false, NV>(h, A, C, stream);
   }
-}
-
-/** Launch with a (1, 1, split) cluster when split > 1. */
-template <class... P, class... Args>
-void launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, int smem, int split, cudaStream_t stream,
-                    Args... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = size_t(smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 1;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = unsigned(split);
-  cfg.attrs = &attr;
-  cfg.numAttrs = split > 1 ? 1 : 0;
-  SOL_CUDA(cudaLaunchKernelEx(&cfg, kernel, args...));
-  SOL_CHECK_LAUNCH();
 }
 
 /** Shared memory of mma_tma_kernel at (per, M, format); NT from M. */
@@ -197,53 +143,18 @@ void launch_mma_tma(const Handle& h, const uint16_t* A, float* C, cudaStream_t s
   }
 }
 
-template <int BN, int NCONS, int SPLIT, bool NV, bool WTMA>
-void launch_wgmma_split(Handle& h, float* C, cudaStream_t stream) {
-  using Cfg = WgCfg<BN, NCONS, NV, WTMA>;
-  const auto kernel = wgmma_kernel<BN, NCONS, SPLIT, NV, WTMA>;
-  static bool attr_set = false;  // per instantiation; prepare/run are called from one thread at a time
-  if (!attr_set) {
-    SOL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
-    attr_set = true;
-  }
-  const int nblk = int(h.n_pad / (64 * NCONS)), mblk = int((h.g.M + BN - 1) / BN);
-  // SPLIT == 1 with more tiles than fit at once: persistent blocks (h.grid_cap per the chooser).
-  const int64_t tiles = int64_t(nblk) * mblk;
-  const dim3 grid = (SPLIT == 1 && h.grid_cap > 0 && tiles > h.grid_cap) ? dim3(unsigned(h.grid_cap), 1, 1)
-                                                                         : dim3(unsigned(nblk), unsigned(mblk), SPLIT);
-  launch_cluster(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmem, SPLIT, stream, h.map, static_cast<const uint4*>(h.wq),
-                 static_cast<const uint8_t*>(h.sc), static_cast<const float*>(h.colmul), C, int(h.g.M), int(h.g.N),
-                 int(h.nch), nblk);
-}
-
-template <int BN, int NCONS, int SPLIT, bool NV>
-void launch_wgmma_w(Handle& h, float* C, cudaStream_t stream) {
-  if (h.wtma)
-    launch_wgmma_split<BN, NCONS, SPLIT, NV, true>(h, C, stream);
-  else
-    launch_wgmma_split<BN, NCONS, SPLIT, NV, false>(h, C, stream);
-}
-
-template <int BN, int NCONS, bool NV>
-void launch_wgmma(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
-  encode_a_map(h, A, BN);
-  switch (h.split) {
-    case 1: launch_wgmma_w<BN, NCONS, 1, NV>(h, C, stream); break;
-    case 2: launch_wgmma_w<BN, NCONS, 2, NV>(h, C, stream); break;
-    case 4:
-      if constexpr (BN <= 128) {
-        launch_wgmma_w<BN, NCONS, 4, NV>(h, C, stream);
-        break;
-      }
-      [[fallthrough]];
-    case 8:
-      if constexpr (BN <= 128) {
-        launch_wgmma_w<BN, NCONS, 8, NV>(h, C, stream);
-        break;
-      }
-      [[fallthrough]];
-    default: throw sol::AbiFailure(NIBBLE_ERR_INTERNAL, "bad split " + std::to_string(h.split));
-  }
+/** The wgmma path's operands: the problem and the repacked weights. */
+sol::WgmmaWeights wgmma_weights(const Handle& h) {
+  sol::WgmmaWeights w;
+  w.M = h.g.M;
+  w.N = h.g.N;
+  w.K = h.g.K;
+  w.n_pad = h.n_pad;
+  w.nch = h.nch;
+  w.wq = h.wq;
+  w.sc = h.sc;
+  w.colmul = h.colmul;
+  return w;
 }
 
 template <bool NV>
@@ -256,9 +167,7 @@ void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
         launch_mma_tma<2, NV>(h, A, C, stream);
       break;
     case Kind::kMma: launch_mma_any<NV>(h, A, C, stream); break;
-    case Kind::kWg64: launch_wgmma<64, 1, NV>(h, A, C, stream); break;
-    case Kind::kWg128: launch_wgmma<128, 1, NV>(h, A, C, stream); break;
-    case Kind::kWg256: launch_wgmma<256, 2, NV>(h, A, C, stream); break;
+    case Kind::kWgmma: sol::launch_wgmma<Fp4Format<NV>>(h.wg, wgmma_weights(h), h.amap, A, C, stream); break;
   }
 }
 
@@ -271,12 +180,9 @@ void choose_kernel(Handle& h, int sms) {
   const sol::GemmProblem& g = h.g;
   const bool k8 = g.K % 8 == 0;
   // Measured on the H200 (NOTES.md, v3): at M <= 16 the per-lane-load mma kernel beats the
-  // bulk-copy one (7.5 against 9.6 us at m16-n3072-k3072); at M = 128 64 x 64 tiles beat 64 x 128
-  // (21.7 against 26.6 us at m128-n4096-k4096).
-  if (!k8 || g.M <= 16)
-    h.kind = Kind::kMma;
-  else
-    h.kind = g.M <= 128 ? Kind::kWg64 : (g.M <= 256 ? Kind::kWg128 : Kind::kWg256);
+  // bulk-copy one (7.5 against 9.6 us at m16-n3072-k3072); the tile width by M: sol::wgmma_bn_for.
+  h.kind = !k8 || g.M <= 16 ? Kind::kMma : Kind::kWgmma;
+  int bn = sol::wgmma_bn_for(g.M);
   if (const char* e = std::getenv("NIBBLE_FP4SM90_KIND")) {
     const std::string k = e;
     if (k == "stream")
@@ -285,20 +191,21 @@ void choose_kernel(Handle& h, int sms) {
                             "(experiments/gemm_fp4_stream)");
     if (k == "mmatma") h.kind = Kind::kMmaTma;
     else if (k == "mma") h.kind = Kind::kMma;
-    else if (k == "wg64") h.kind = Kind::kWg64;
-    else if (k == "wg128") h.kind = Kind::kWg128;
-    else if (k == "wg256") h.kind = Kind::kWg256;
+    else if (k == "wg64" || k == "wg128" || k == "wg256") h.kind = Kind::kWgmma, bn = std::atoi(k.c_str() + 2);
     else throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_KIND: mmatma, mma, wg64, wg128 or wg256");
     if (h.kind != Kind::kMma && !k8) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "K % 8 != 0 needs kind mma");
     if (h.kind == Kind::kMmaTma && g.M > 16) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "mmatma needs M <= 16");
   }
   h.order = (h.kind == Kind::kMmaTma || (h.kind == Kind::kMma && g.M <= 16 && k8)) ? KOrder::kPerm : KOrder::kStd;
-  h.group = h.kind == Kind::kMmaTma ? kTmaSlabs : h.kind == Kind::kMma ? 1 : h.kind == Kind::kWg256 ? 8 : 4;
   const int64_t nch = (g.K + kChunkK - 1) / kChunkK;
   const char* env_split = std::getenv("NIBBLE_FP4SM90_SPLIT");
   h.split = 1;
-  if (h.kind == Kind::kMma) return;
+  if (h.kind == Kind::kMma) {
+    h.group = 1;
+    return;
+  }
   if (h.kind == Kind::kMmaTma) {
+    h.group = kTmaSlabs;
     // Two blocks per SM or more (each warp's decode is a chain of dependent steps: the SM needs
     // several to hide it), and at most ~72 KB of shared memory each (three per SM), so that the
     // whole weight matrix is in flight at once at these shapes.
@@ -313,27 +220,10 @@ void choose_kernel(Handle& h, int sms) {
       throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "K too large for the shared memory of one block");
     return;
   }
-  // Split K while the blocks still fit one wave at two per SM (one consumer warpgroup's chain of
-  // dependent steps cannot keep an SM's tensor cores busy: v1 took 42 us at m128-n4096-k4096 with
-  // 128 blocks of one warpgroup), keeping >= 4 chunks per block.
-  const int bn = h.kind == Kind::kWg64 ? 64 : (h.kind == Kind::kWg128 ? 128 : 256);
-  const int64_t rows = h.kind == Kind::kWg256 ? 128 : 64;
-  const int64_t blocks = ((g.N + rows - 1) / rows) * ((g.M + bn - 1) / bn);
-  const int max_split = bn == 256 ? 2 : 8;
-  while (h.split < max_split && blocks * 2 * h.split <= 2 * int64_t(sms) && nch / (2 * h.split) >= 4) h.split *= 2;
-  if (env_split) {
-    const int v = std::atoi(env_split);
-    if (v != 1 && v != 2 && !(bn <= 128 && (v == 4 || v == 8)))
-      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_SPLIT: 1, 2 (4, 8 below BN 256)");
-    h.split = v;
-  }
-  // The weights come with the activation tile: 276.6 us at m4096-n8192-k3072 against 308.4 with
-  // per-lane loads (both persistent), 26.6 against 36.7 us at m128-n4096-k4096.
-  h.wtma = true;
-  if (const char* e = std::getenv("NIBBLE_FP4SM90_WTMA")) h.wtma = std::atoi(e) != 0;
-  // Persistent blocks (one wave: 1 per SM at 128 x 256, 2 below) when there are more tiles.
-  h.grid_cap = sms * (h.kind == Kind::kWg256 ? 1 : 2);
-  if (const char* e = std::getenv("NIBBLE_FP4SM90_GRID")) h.grid_cap = std::atoi(e);
+  // wgmma: the shared plan (sol::plan_wgmma has its measurements), then the overrides.
+  h.wg = sol::plan_wgmma(bn, g.M, g.N, nch, sms);
+  h.group = h.wg.group();
+  sol::override_wgmma_plan(h.wg, "NIBBLE_FP4SM90_");
 }
 
 /** The mma kernel's grid blocks (launch_mma's grid). */
@@ -357,10 +247,7 @@ std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t
   const cudaDeviceProp prop = require_sm90();
   h->smem_optin = int(prop.sharedMemPerBlockOptin);
   choose_kernel(*h, prop.multiProcessorCount);
-  const int64_t m_tile = h->kind == Kind::kMma || h->kind == Kind::kMmaTma ? 16
-                         : h->kind == Kind::kWg64                         ? 64
-                         : h->kind == Kind::kWg128                        ? 128
-                                                                          : 256;
+  const int64_t m_tile = h->kind == Kind::kWgmma ? h->wg.bn : 16;
   if ((g.M + m_tile - 1) / m_tile > 65535) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "M too large for the grid");
 
   // Repack on the host: copy the codes and scales down, rearrange, upload.

@@ -1,6 +1,6 @@
 // host_common.h: host steps the sm90 solution and the stream experiment
-// (experiments/gemm_fp4_stream) share: the device check, the weights copied down for repacking, the
-// NIBBLE_FP4SM90_TRACE timeline file.
+// (experiments/gemm_fp4_stream) share: the device check (sol::require_sm90), the weights copied down
+// for repacking, the NIBBLE_FP4SM90_TRACE timeline file.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,20 +12,12 @@
 
 #include "solutions/common/abi_util.h"
 #include "solutions/common/gemm_abi_util.h"
+#include "solutions/common/wgmma_dequant_gemm.cuh"
 
 namespace nibble::gemm_fp4_sm90 {
 
-/** The current device's properties; NOT_SUPPORTED unless it is sm_90 (the kernels are sm_90a). */
-inline cudaDeviceProp require_sm90() {
-  int dev = 0;
-  cudaDeviceProp prop{};
-  SOL_CUDA(cudaGetDevice(&dev));
-  SOL_CUDA(cudaGetDeviceProperties(&prop, dev));
-  if (prop.major != 9)
-    throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "built for sm_90a only (device is sm_" +
-                                                        std::to_string(prop.major * 10 + prop.minor) + ")");
-  return prop;
-}
+/** NOT_SUPPORTED unless the device is sm_90 (the kernels are sm_90a). */
+using sol::require_sm90;
 
 /** W's codes (N, K/2) and scales (N, scale_cols) copied to the host for repacking (prepare, untimed). */
 inline void download_weights(const sol::GemmProblem& g, cudaStream_t stream, std::vector<uint8_t>* packed,

@@ -1,185 +1,55 @@
 // int4_gemm_mma.cu: a tensor-core solution of gemm-w4a16-int4 for small M (M <= 16; larger M is
 // declined, NOT_SUPPORTED), an ABI solution (include/nibble/nibble_gemm.h) built as
-// libnibble_int4_gemm_mma.so, taking the plain layout.
+// libnibble_int4_gemm_mma.so, taking the plain layout. Runs on sm_80 and later (mma.sync bf16).
 //
 //   C (M, N) = A (M, K) W^T, W[n, k] = (q - zero) * fp16 scale per group of 128 along K
 //
-// prepare  repacks W on the host into MMA-fragment order (int4_mma_layout.h: one 16-byte load per
-//          lane per 64 k, a {scale, 128 + zero} record per row and group), uploads it (untimed).
-// run      C^T = W A^T with mma.sync m16n8k16 (bf16 in, fp32 accumulate): W's 16-row slab is the
-//          MMA's M side, A's M <= 16 rows one or two n8 tiles of its N side. One block of 8 warps per
-//          slab; warp w takes the chunks c = w, w + 8, ... of 64 k (split-K inside the block), decodes
-//          each chunk's codes in registers to the exact integers q - z (LOP3 + HSUB2 per register),
-//          sums the chunk's exact products in fp32 on the tensor cores and scales the chunk's sum per
-//          row in fp32 (W is never rounded); A's fragments come from L2 (A is at most 16 x K bf16).
-//          The 8 warps' sums meet in shared memory and one pass writes C. Numerics: the oracle's
-//          fp32_accumulate row (fp32 sums of exact products).
+// prepare  repacks W on the host into MMA-fragment order (int4_mma_layout.h), uploads it (untimed).
+// run      the kernel of int4_mma_kernel.cuh (its comment has the design and the numerics).
 // Bytes per call: W's codes N K / 2 + 8 bytes per (row, group) + A + C. Predicted (H200, not yet
 // measured): memory-latency bound at first (4 loads in flight per warp): ~40-60% of the weight-read
 // floor at M = 1 on 3072 x 3072; the record read is 1/4 of the codes' bytes (fp32 scale + zero pair
-// per 64 bytes of codes), a first cost to cut.
-#include <cuda_bf16.h>
+// per 64 bytes of codes), a first cost to cut. int4_gemm_sm90 runs the same kernel at M <= 16.
 #include <cuda_runtime.h>
 
-#include <cstdint>
-#include <cstring>
 #include <memory>
-#include <vector>
+#include <string>
 
 #include "nibble/nibble_gemm.h"
 #include "solutions/common/abi_util.h"
 #include "solutions/common/export.h"
 #include "solutions/common/gemm_abi_util.h"
-#include "solutions/common/mma_bf16.cuh"
-#include "solutions/int4_gemm/mma/int4_mma_layout.h"
+#include "solutions/int4_gemm/mma/int4_mma_kernel.cuh"
 
 namespace nibble::int4_mma {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kBatch = 4;  // chunks whose codes a warp loads before it decodes them
-
-__device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
-  __nv_bfloat162 x, y;
-  memcpy(&x, &a, 4);
-  memcpy(&y, &b, 4);
-  const __nv_bfloat162 d = __hsub2(x, y);  // (128 + q) - (128 + z): exact
-  uint32_t r;
-  memcpy(&r, &d, 4);
-  return r;
-}
-
-/** One slab (16 rows of W, blockIdx.x) x all M rows of A; NT = n8 tiles of A's rows (1 or 2). */
-template <int NT>
-__global__ void __launch_bounds__(kWarps * 32) slab_kernel(const uint4* __restrict__ words, const RowRecord* __restrict__ records,
-                                                           const uint16_t* __restrict__ A, float* __restrict__ C, int M,
-                                                           int N, int K, int chunks, int groups) {
-  __shared__ float red[kWarps][NT * 8][kSlabRows];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int slab = blockIdx.x;
-  float acc[NT][4] = {};
-  const uint4* w_slab = words + size_t(slab) * chunks * 32;
-  const RowRecord* r_slab = records + size_t(slab) * groups * kSlabRows;
-  // This lane's A rows (one per n8 tile), clamped to a valid row when past M (their columns of C are
-  // never written, and a clamped row keeps every load in bounds).
-  const uint32_t* arow[NT];
-  bool live[NT];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const int m = 8 * nt + g;
-    live[nt] = m < M;
-    arow[nt] = reinterpret_cast<const uint32_t*>(A + size_t(live[nt] ? m : 0) * K);
-  }
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kBatch) {
-    uint4 wv[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int c = c0 + b * kWarps;
-      wv[b] = c < chunks ? __ldcs(w_slab + size_t(c) * 32 + lane) : make_uint4(0u, 0u, 0u, 0u);
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int c = c0 + b * kWarps;
-      if (c >= chunks) break;
-      const RowRecord lo = r_slab[(c / 2) * kSlabRows + g], hi = r_slab[(c / 2) * kSlabRows + g + 8];
-      float d[NT][4] = {};
-      const uint32_t wj[4] = {wv[b].x, wv[b].y, wv[b].z, wv[b].w};
-#pragma unroll
-      for (int j = 0; j < kWordsPerLane; ++j) {
-        const uint32_t a0 = hsub2_bits(biased_pair(wj[j], 0), lo.zz);
-        const uint32_t a1 = hsub2_bits(biased_pair(wj[j], 1), hi.zz);
-        const uint32_t a2 = hsub2_bits(biased_pair(wj[j], 2), lo.zz);
-        const uint32_t a3 = hsub2_bits(biased_pair(wj[j], 3), hi.zz);
-        const int kw = (c * kChunkK + 16 * j + 2 * t) / 2;  // 32-bit word index of k 2t of the step
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const uint32_t b0 = live[nt] ? __ldg(arow[nt] + kw) : 0u;
-          const uint32_t b1 = live[nt] ? __ldg(arow[nt] + kw + 4) : 0u;  // k 2t + 8
-          sol::mma_bf16_16816(d[nt], a0, a1, a2, a3, b0, b1);
-        }
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        acc[nt][0] = fmaf(lo.scale, d[nt][0], acc[nt][0]);
-        acc[nt][1] = fmaf(lo.scale, d[nt][1], acc[nt][1]);
-        acc[nt][2] = fmaf(hi.scale, d[nt][2], acc[nt][2]);
-        acc[nt][3] = fmaf(hi.scale, d[nt][3], acc[nt][3]);
-      }
-    }
-  }
-  // d rows g / g + 8 are W rows (outputs n), columns 2t, 2t + 1 are A rows (m).
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    red[warp][8 * nt + 2 * t][g] = acc[nt][0];
-    red[warp][8 * nt + 2 * t + 1][g] = acc[nt][1];
-    red[warp][8 * nt + 2 * t][g + 8] = acc[nt][2];
-    red[warp][8 * nt + 2 * t + 1][g + 8] = acc[nt][3];
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < NT * 8 * kSlabRows; i += kWarps * 32) {
-    const int m = i / kSlabRows, row = i % kSlabRows, n = slab * kSlabRows + row;
-    if (m >= M || n >= N) continue;
-    float s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) s += red[w][m][row];
-    C[size_t(m) * N + n] = s;
-  }
-}
-
 struct Handle {
   sol::Int4Problem g;
-  Repacked layout;  // its sizes; the words and records live on the device
-  uint4* words = nullptr;
-  RowRecord* records = nullptr;
+  MmaWeights w;
   sol::DeviceAllocs mem;
 };
 
-template <class T>
-std::vector<T> to_host(const T* p, size_t n) {
-  std::vector<T> v(n);
-  SOL_CUDA(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
-
+/** NOT_SUPPORTED for M > 16 or a device without bf16 mma.sync (compute capability < 8). */
 std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t stream) {
   auto h = std::make_unique<Handle>();
   h->g = sol::parse_int4_problem(problem, NIBBLE_INT4_LAYOUT_PLAIN);
-  const sol::Int4Problem& g = h->g;
-  if (g.M > 16)
-    throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "int4_gemm_mma is the small-M kernel: M <= 16, not " + std::to_string(g.M));
+  if (h->g.M > 16)
+    throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "int4_gemm_mma is the small-M kernel: M <= 16, not " + std::to_string(h->g.M));
   int dev = 0, major = 0;
   SOL_CUDA(cudaGetDevice(&dev));
   SOL_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   if (major < 8)
     throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "int4_gemm_mma needs bf16 mma.sync (compute capability 8.0 or later)");
-  SOL_CUDA(cudaStreamSynchronize(stream));
-  const auto packed = to_host(g.packed, size_t(g.N * g.K / 2));
-  const auto scale = to_host(g.scale, size_t(g.N * g.groups));
-  const auto zero = to_host(g.zero, size_t(g.N * g.groups));
-  Repacked r = repack(packed.data(), scale.data(), zero.data(), g.N, g.K);
-  h->words = h->mem.alloc<uint4>(r.words.size() * 4);
-  h->records = h->mem.alloc<RowRecord>(r.records.size() * sizeof(RowRecord));
-  SOL_CUDA(cudaMemcpyAsync(h->words, r.words.data(), r.words.size() * 4, cudaMemcpyHostToDevice, stream));
-  SOL_CUDA(cudaMemcpyAsync(h->records, r.records.data(), r.records.size() * sizeof(RowRecord), cudaMemcpyHostToDevice, stream));
-  SOL_CUDA(cudaStreamSynchronize(stream));  // the host copies are freed with `r`
-  h->layout = Repacked{r.N, r.K, r.slabs, r.chunks, r.groups, {}, {}};  // the sizes only
+  h->w = upload_mma_weights(h->g, stream, h->mem);
   return h;
 }
 
 void run(Handle& h, const nibble_tensor* A, nibble_tensor* C, cudaStream_t stream) {
-  const sol::Int4Problem& g = h.g;
   const uint16_t* a = nullptr;
   float* c = nullptr;
-  sol::check_gemm_io(g.M, g.N, g.K, A, C, &a, &c);
-  const Repacked& r = h.layout;
-  const dim3 grid(unsigned(r.slabs)), block(kWarps * 32);
-  if (g.M <= 8)
-    slab_kernel<1><<<grid, block, 0, stream>>>(h.words, h.records, a, c, int(g.M), int(g.N), int(g.K), int(r.chunks),
-                                                int(r.groups));
-  else
-    slab_kernel<2><<<grid, block, 0, stream>>>(h.words, h.records, a, c, int(g.M), int(g.N), int(g.K), int(r.chunks),
-                                                int(r.groups));
-  SOL_CHECK_LAUNCH();
+  sol::check_gemm_io(h.g.M, h.g.N, h.g.K, A, C, &a, &c);
+  launch_mma(h.w, a, c, h.g.M, h.g.N, h.g.K, stream);
 }
 
 void teardown(Handle& h, cudaStream_t) { h.mem.release(); }

@@ -1,11 +1,11 @@
 // wgmma_rs.cuh: wgmma.mma_async with A from registers (bf16, fp32 accumulators), m64nNk16 for the
-// N that gemm_fp4_sm90 uses. Generated (the operand lists are long and regular) by the Python snippet
-// in NOTES.md; edit that, not the lists.
+// N that the dequantising wgmma GEMM (wgmma_dequant_gemm.cuh) uses. Generated (the operand lists are
+// long and regular) by the Python snippet in solutions/gemm_fp4/sm90/NOTES.md; edit that, not the lists.
 #pragma once
 
 #include <cstdint>
 
-namespace nibble::gemm_fp4_sm90 {
+namespace nibble::sol {
 
 /** D (64 x N, fp32, N / 2 per thread) += A (64 x 16, bf16 registers a[0..3]) x B (N x 16 K-major,
  *  shared memory, descriptor b). Scale-d 1 (accumulate), trans-b 0. */
@@ -45,4 +45,4 @@ __device__ __forceinline__ void wgmma_rs<256>(float (&d)[128], const uint32_t (&
       : "memory");
 }
 
-}  // namespace nibble::gemm_fp4_sm90
+}  // namespace nibble::sol

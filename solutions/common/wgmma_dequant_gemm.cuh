@@ -1,0 +1,506 @@
+// wgmma_dequant_gemm.cuh: the M > 16 path of the tuned dequantising GEMMs, shared by gemm_fp4_sm90
+// (NVFP4, MXFP4) and int4_gemm_sm90 (int4 with a zero point): C^T = W A^T on wgmma, W decoded from
+// its repacked units (frag_units.h) straight into A-fragment registers, A through a TMA ring; and
+// its host side (tile and split-K choice, the tensor map of A, the launch). sm_90a only.
+//
+// The kernel: one producer warp (TMA of the 64-k activation tile, 128B swizzle, plus bulk copies of
+// the block's codes and scale records, into a ring of stages on full/empty mbarriers) and NCONS
+// consumer warpgroups, each 64 W rows x BN activation rows: per chunk, decode 16 registers per
+// thread from the stage, then 4 x wgmma m64nBNk16 with A from registers and B from the stage; the
+// chunk's group runs while the next chunk decodes (wait_group 1). 128 x 256 tiles (NCONS = 2,
+// setmaxnreg 40 / 232) on persistent blocks for M > 256; 64 x 64 tiles up to M = 128 and 64 x 128 up
+// to 256, K split over a cluster of blocks summed through distributed shared memory when the tiles
+// alone do not fill the SMs. Measurements of every choice: solutions/gemm_fp4/sm90/NOTES.md.
+//
+// The weight format is the template parameter F, a struct of static members:
+//   kRecordBytes        bytes of the scale record of one unit (a multiple of 8: lane group g reads
+//                       kRecordBytes / 8 bytes at offset g kRecordBytes / 8; the record of a block's
+//                       G slabs is one bulk copy, so G kRecordBytes is a multiple of 16)
+//   kColmul             whether the epilogue multiplies row n of C^T by colmul[n]
+//   record_ldg(p, r)    lane group g's part of a record from global memory (read-only path) into r;
+//                       needed only by the per-lane weight path (launch_wgmma's kPerLaneLoads)
+//   record_shared(p, r) the same from shared memory
+//   decode(q, r, fr)    a lane's 16 code bytes q of one chunk and its record part r -> the 4 k16
+//                       steps' A fragments fr[j][0..3] (bf16x2), in the kStd k order (frag_k)
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda.h>  // CUtensorMap (the encode function comes from the runtime's driver entry point)
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "solutions/common/abi_util.h"
+#include "solutions/common/frag_units.h"
+#include "solutions/common/sm90_async.cuh"
+#include "solutions/common/wgmma_rs.cuh"
+
+namespace nibble::sol {
+namespace {
+
+// ---- device helpers -----------------------------------------------------------------------------
+
+/** 16 bytes, streamed: the weights are read once per call, keep L2 for the activations. */
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) { return __ldcs(p); }
+
+/** TMA: the (64 k x rows) box at (k, m) of the tensor map into dst, completing on bar. */
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int k, int m) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(m), "r"(smem_addr(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+/** Keeps the compiler from moving accumulator reads/writes across the asynchronous wgmma. */
+template <int R>
+__device__ __forceinline__ void fence_acc(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/** Shared-memory descriptor of a K-major bf16 tile with 128-byte rows, 128B swizzle (8-row groups of
+ *  1024 bytes), starting at byte address `addr` (a k16 step adds 32 bytes). */
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+/** The epilogue's factor of W row n (0 past N: those rows are never written). */
+template <class F>
+__device__ __forceinline__ float row_factor(const float* colmul, int n, int N) {
+  if constexpr (F::kColmul)
+    return n < N ? colmul[n] : 0.0f;
+  else
+    return 1.0f;
+}
+
+// ---- the kernel ---------------------------------------------------------------------------------
+
+constexpr int kPf = 4;  // weight chunks a consumer thread has in flight (even: fragment buffers alternate)
+
+/** Warps 0 .. 4 NCONS - 1: consumer warpgroups (each 64 W rows); warp 4 NCONS: the TMA producer.
+ *  NCONS = 2 (128 x 256 tiles): the producer is a whole warpgroup so that setmaxnreg can move
+ *  registers to the consumers (40 / 232: 128 fp32 accumulators + two chunks of fragments); ptxas
+ *  budgets a 288-thread block as if it had 384 threads (168 registers) and spills. NCONS = 1: one
+ *  producer warp, two blocks per SM (split-K needs the company).
+ *  WTMA: the block's codes and scales of each chunk travel with its activation tile (bulk copies on
+ *  the stage's mbarrier) instead of 16-byte loads from each consumer lane. */
+template <int BN, int NCONS, class F, bool WTMA>
+struct WgCfg {
+  static constexpr int kProducerWarps = NCONS >= 2 ? 4 : 1;
+  static constexpr int kThreads = 128 * NCONS + 32 * kProducerWarps;
+  static constexpr int kMinBlocks = NCONS >= 2 ? 1 : 2;
+  static constexpr bool kSetRegs = NCONS >= 2;
+  static constexpr int kGroup = 4 * NCONS;                         // slabs per block: the layout's G
+  static constexpr int kABytes = BN * 128;                         // BN rows x 64 k x 2 bytes
+  static constexpr int kWBytes = WTMA ? kGroup * 512 : 0;          // codes of the block's chunk
+  static constexpr int kSBytes = WTMA ? kGroup * F::kRecordBytes : 0;
+  static constexpr int kStageBytes = (kABytes + kWBytes + kSBytes + 1023) / 1024 * 1024;  // 128B swizzle: 1 KB aligned
+  static constexpr int kStages = BN >= 256 ? 4 : (BN >= 128 ? 5 : 8);
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr int kRedBytes = BN / 2 * 128 * NCONS * 4;  // split-K partials (reuse the ring)
+  static_assert(kRedBytes <= kRingBytes, "the split-K partials live in the ring");
+  static constexpr int kSmem = kRingBytes + 1024 /* alignment */ + 2 * kStages * 8;
+};
+
+/**
+ * C^T tiles (64 NCONS W rows) x (BN A rows) over chunks [z per, (z + 1) per) of K, z = blockIdx.z;
+ * nblk = the tiles along N.
+ * SPLIT > 1: the SPLIT blocks of a (1, 1, SPLIT) cluster sum their partial tiles through
+ * distributed shared memory (each block reduces and writes 1/SPLIT of the tile; deterministic).
+ */
+template <int BN, int NCONS, int SPLIT, class F, bool WTMA>
+__global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN, NCONS, F, WTMA>::kMinBlocks)
+    wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const uint4* __restrict__ wq, const uint8_t* __restrict__ sc,
+                 const float* __restrict__ colmul, float* __restrict__ C, int M, int N, int nch, int nblk) {
+  using Cfg = WgCfg<BN, NCONS, F, WTMA>;
+  constexpr int kSb = F::kRecordBytes, kG = Cfg::kGroup;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + Cfg::kRingBytes);
+  uint64_t* empty = full + Cfg::kStages;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], NCONS * 4);  // lane 0 of each consumer warp
+    }
+    sol::mbar_init_fence();
+  }
+  __syncthreads();
+  const int per = (nch + SPLIT - 1) / SPLIT;
+  const int cb = int(blockIdx.z) * per, ce = min(nch, cb + per), nc = max(0, ce - cb);
+  // Tiles t = n block + nblk * m block, this block's t0, t0 + stride, ...: one per block when the grid
+  // covers them (always with SPLIT > 1), several when the grid is capped at the SMs (persistent:
+  // the producer loads the next tile's first stages while the consumers finish the last one).
+  const int tiles = nblk * ((M + BN - 1) / BN);
+  const int t0 = int(blockIdx.y * gridDim.x + blockIdx.x), tstride = int(gridDim.x * gridDim.y);
+
+  if (warp >= 4 * NCONS) {  // producer
+    if constexpr (Cfg::kSetRegs) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (warp == 4 * NCONS && lane == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmA)) : "memory");
+      uint64_t stream = 0;
+      if constexpr (WTMA) stream = policy_evict_first();
+      int it = 0;  // chunks loaded by this block: the ring position
+      for (int tile = t0; tile < tiles; tile += tstride) {
+        const int m0 = (tile / nblk) * BN;
+        // The tile's units: chunk c of its kG slabs is unit (n block nch + c) kG + warp.
+        const int64_t ubase = int64_t(tile % nblk) * nch * kG;
+        for (int c = cb; c < ce; ++c, ++it) {
+          const int s = it % Cfg::kStages;
+          uint8_t* st = stages + s * Cfg::kStageBytes;
+          if (it >= Cfg::kStages) mbar_wait(&empty[s], ((it / Cfg::kStages) - 1) & 1);
+          mbar_expect_tx(&full[s], Cfg::kABytes + Cfg::kWBytes + Cfg::kSBytes);
+          tma_load_2d(st, &tmA, &full[s], 64 * c, m0);
+          if constexpr (WTMA) {
+            const int64_t u = ubase + int64_t(c) * kG;
+            bulk_load(st + Cfg::kABytes, reinterpret_cast<const uint8_t*>(wq) + u * 512, Cfg::kWBytes, &full[s], stream);
+            bulk_load(st + Cfg::kABytes + Cfg::kWBytes, sc + u * kSb, Cfg::kSBytes, &full[s], stream);
+          }
+        }
+      }
+    }
+  } else {  // consumers
+    if constexpr (Cfg::kSetRegs) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t stage0 = smem_addr(stages);
+    int it0 = 0;  // the ring position of the tile's first chunk
+    for (int tile = t0; tile < tiles; tile += tstride) {
+      const int m0 = (tile / nblk) * BN;
+      const int64_t ubase = int64_t(tile % nblk) * nch * kG;
+      const int slab = (tile % nblk) * kG + warp;
+      const uint4* wp = wq + (ubase + warp) * 32 + lane;              // + c kG 32 for chunk c
+      const uint8_t* sp = sc + (ubase + warp) * kSb + g * (kSb / 8);  // + c kG kSb
+
+      float acc[BN / 2];
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+
+      uint4 qr[kPf];
+      uint2 sr[kPf];
+      if constexpr (!WTMA) {
+#pragma unroll
+        for (int p = 0; p < kPf; ++p) {
+          if (cb + p < ce) {
+            qr[p] = ld_stream(wp + size_t(cb + p) * kG * 32);
+            F::record_ldg(sp + size_t(cb + p) * kG * kSb, sr[p]);
+          }
+        }
+      }
+      // Two chunks' A fragments: chunk i decodes into fr[i & 1] while chunk i - 1's wgmma group runs.
+      uint32_t fr[2][4][4];
+      for (int c0 = cb; c0 < ce; c0 += kPf) {
+#pragma unroll
+        for (int p = 0; p < kPf; ++p) {
+          const int c = c0 + p;
+          if (c < ce) {
+            const int i = c - cb, ri = it0 + i, s = ri % Cfg::kStages;
+            const uint32_t base = stage0 + s * Cfg::kStageBytes;
+            uint4 q;
+            uint2 sw;
+            if constexpr (WTMA) {
+              mbar_wait(&full[s], (ri / Cfg::kStages) & 1);
+              const uint8_t* st = stages + s * Cfg::kStageBytes;
+              q = *reinterpret_cast<const uint4*>(st + Cfg::kABytes + warp * 512 + lane * 16);
+              const uint8_t* ss = st + Cfg::kABytes + Cfg::kWBytes + warp * kSb + g * (kSb / 8);
+              F::record_shared(ss, sw);
+            } else {
+              q = qr[p];
+              sw = sr[p];
+              if (c + kPf < ce) {
+                qr[p] = ld_stream(wp + size_t(c + kPf) * kG * 32);
+                F::record_ldg(sp + size_t(c + kPf) * kG * kSb, sr[p]);
+              }
+            }
+            F::decode(q, sw, fr[p & 1]);
+            if constexpr (!WTMA) mbar_wait(&full[s], (ri / Cfg::kStages) & 1);
+            fence_acc(acc);
+            wgmma_fence();
+#pragma unroll
+            for (int j = 0; j < 4; ++j) wgmma_rs<BN>(acc, fr[p & 1][j], desc_sw128(base + 32 * j));
+            wgmma_commit();
+            fence_acc(acc);
+            wgmma_wait<1>();  // chunk i - 1's group is done: its fragments and its stage are free
+            if (i > 0 && lane == 0) mbar_arrive(&empty[(ri - 1) % Cfg::kStages]);
+          }
+        }
+      }
+      wgmma_wait<0>();
+      fence_acc(acc);
+      // The tile's last stage is free too: every stage is released exactly once, so the producer's
+      // ring positions stay in step across tiles.
+      if (nc > 0 && lane == 0) mbar_arrive(&empty[(it0 + nc - 1) % Cfg::kStages]);
+      it0 += nc;
+
+      // acc[4 q + e]: W row 16 warp + g + 8 (e >> 1), A row 8 q + 2t + (e & 1) of the tile.
+      const int n_lo = slab * kSlabRows + g, n_hi = n_lo + 8;
+      if constexpr (SPLIT == 1) {
+        const float f_lo = F::kColmul ? (n_lo < N ? colmul[n_lo] : 0.0f) : 1.0f, f_hi = F::kColmul ? (n_hi < N ? colmul[n_hi] : 0.0f) : 1.0f;
+#pragma unroll
+        for (int q = 0; q < BN / 8; ++q) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int m = m0 + 8 * q + 2 * t + (e & 1);
+            const int n = (e >> 1) ? n_hi : n_lo;
+            if (m < M && n < N) C[size_t(m) * N + n] = acc[4 * q + e] * ((e >> 1) ? f_hi : f_lo);
+          }
+        }
+      } else {
+        // One tile per block here. Partials into this block's ring, once every consumer
+        // warpgroup's wgmma reads of it are done: red[i][thread], conflict-free.
+        asm volatile("bar.sync 1, %0;" ::"n"(128 * NCONS) : "memory");
+        float* red = reinterpret_cast<float*>(stages);
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) red[i * (128 * NCONS) + threadIdx.x] = acc[i];
+      }
+    }
+  }
+  if constexpr (SPLIT > 1) {
+    // Every ring read (TMA writes, wgmma reads) is complete in every block of the cluster: the
+    // consumers waited on their last group, and no chunk is loaded that they did not consume.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    if (warp < 4 * NCONS && t0 < tiles) {
+      const int rank = int(cluster.block_rank());
+      const float* parts[SPLIT];
+#pragma unroll
+      for (int r = 0; r < SPLIT; ++r) parts[r] = cluster.map_shared_rank(reinterpret_cast<float*>(stages), r);
+      const int g = lane >> 2, t = lane & 3;
+      const int m0 = (t0 / nblk) * BN;
+      const int slab = (t0 % nblk) * kG + warp;
+      const int n_lo = slab * kSlabRows + g, n_hi = n_lo + 8;
+      const float f_lo = F::kColmul ? (n_lo < N ? colmul[n_lo] : 0.0f) : 1.0f, f_hi = F::kColmul ? (n_hi < N ? colmul[n_hi] : 0.0f) : 1.0f;
+      constexpr int kPer = (BN / 2 + SPLIT - 1) / SPLIT;
+      for (int i = rank * kPer; i < min(BN / 2, (rank + 1) * kPer); ++i) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int r = 0; r < SPLIT; ++r) sum += parts[r][i * (128 * NCONS) + threadIdx.x];
+        const int q = i / 4, e = i % 4;
+        const int m = m0 + 8 * q + 2 * t + (e & 1);
+        const int n = (e >> 1) ? n_hi : n_lo;
+        if (m < M && n < N) C[size_t(m) * N + n] = sum * ((e >> 1) ? f_hi : f_lo);
+      }
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
+  }
+}
+
+
+// ---- host side ----------------------------------------------------------------------------------
+
+/** Launch with a (1, 1, split) cluster when split > 1. */
+template <class... P, class... Args>
+void launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, int smem, int split, cudaStream_t stream,
+                    Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = unsigned(split);
+  cfg.attrs = &attr;
+  cfg.numAttrs = split > 1 ? 1 : 0;
+  SOL_CUDA(cudaLaunchKernelEx(&cfg, kernel, args...));
+  SOL_CHECK_LAUNCH();
+}
+
+/** The tile, split-K and weight path of one problem (prepare's choice; see plan_wgmma). */
+struct WgmmaPlan {
+  int bn = 64;        // activation rows per tile: 64, 128 or 256 (two consumer warpgroups)
+  int split = 1;      // blocks (a cluster) splitting K: 1, 2, 4, 8 (1, 2 at bn 256)
+  bool wtma = true;   // codes and records by bulk copy with the activation tile (else 16-byte loads per lane)
+  int grid_cap = 0;   // split 1: at most this many (persistent) blocks; 0: one per tile
+  int ncons() const { return bn == 256 ? 2 : 1; }
+  int rows() const { return 64 * ncons(); }  // W rows per tile
+  int group() const { return 4 * ncons(); }  // slabs per tile: the repacked layout's G
+};
+
+/** The tile for M (measured on the H200, NOTES.md v3: at M = 128, 64 x 64 tiles beat 64 x 128,
+ *  21.7 against 26.6 us at m128-n4096-k4096). */
+inline int wgmma_bn_for(int64_t M) { return M <= 128 ? 64 : (M <= 256 ? 128 : 256); }
+
+/**
+ * The plan for tile width bn on an (M, N) problem of nch chunks over `sms` SMs: split K while the
+ * blocks still fit one wave at two per SM (one consumer warpgroup's chain of dependent steps cannot
+ * keep an SM's tensor cores busy: v1 took 42 us at m128-n4096-k4096 with 128 blocks of one
+ * warpgroup), keeping >= 4 chunks per block; the weights by bulk copy with the activation tile
+ * (276.6 us at m4096-n8192-k3072 against 308.4 with per-lane loads, 26.6 against 36.7 us at
+ * m128-n4096-k4096); persistent blocks (one wave: 1 per SM at 128 x 256, 2 below) when there are
+ * more tiles.
+ */
+inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms) {
+  WgmmaPlan p;
+  p.bn = bn;
+  const int64_t blocks = ((N + p.rows() - 1) / p.rows()) * ((M + bn - 1) / bn);
+  const int max_split = bn == 256 ? 2 : 8;
+  while (p.split < max_split && blocks * 2 * p.split <= 2 * int64_t(sms) && nch / (2 * p.split) >= 4) p.split *= 2;
+  p.wtma = true;
+  p.grid_cap = sms * (bn == 256 ? 1 : 2);
+  return p;
+}
+
+/**
+ * For measuring alternatives: <prefix>SPLIT (1, 2; 4 and 8 below bn 256), <prefix>WTMA (0: weights by
+ * 16-byte loads per lane, 1: by bulk copy) and <prefix>GRID (split 1: at most this many persistent
+ * blocks; 0: one block per tile) from the environment replace the plan's choices.
+ * Throws AbiFailure INVALID_ARGUMENT for a split the kernel is not built for.
+ */
+inline void override_wgmma_plan(WgmmaPlan& p, const std::string& prefix) {
+  if (const char* e = std::getenv((prefix + "SPLIT").c_str())) {
+    const int v = std::atoi(e);
+    if (v != 1 && v != 2 && !(p.bn <= 128 && (v == 4 || v == 8)))
+      throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, prefix + "SPLIT: 1, 2 (4, 8 below BN 256)");
+    p.split = v;
+  }
+  if (const char* e = std::getenv((prefix + "WTMA").c_str())) p.wtma = std::atoi(e) != 0;
+  if (const char* e = std::getenv((prefix + "GRID").c_str())) p.grid_cap = std::atoi(e);
+}
+
+/** The current device's properties; NOT_SUPPORTED unless it is sm_90 (the kernels are sm_90a). */
+inline cudaDeviceProp require_sm90() {
+  int dev = 0;
+  cudaDeviceProp prop{};
+  SOL_CUDA(cudaGetDevice(&dev));
+  SOL_CUDA(cudaGetDeviceProperties(&prop, dev));
+  if (prop.major != 9)
+    throw AbiFailure(NIBBLE_ERR_NOT_SUPPORTED,
+                     "built for sm_90a only (device is sm_" + std::to_string(prop.major * 10 + prop.minor) + ")");
+  return prop;
+}
+
+/** The problem and repacked weights the kernel reads (device pointers; n_pad a multiple of kRowAlign). */
+struct WgmmaWeights {
+  int64_t M = 0, N = 0, K = 0, n_pad = 0, nch = 0;
+  const uint4* wq = nullptr;
+  const uint8_t* sc = nullptr;
+  const float* colmul = nullptr;  // n_pad factors, or null when the format has none
+};
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+inline EncodeTiledFn encode_tiled() {
+  static EncodeTiledFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    SOL_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !p)
+      throw AbiFailure(NIBBLE_ERR_CUDA, "cuTensorMapEncodeTiled is not available from the driver");
+    return reinterpret_cast<EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
+/** The tensor map of A (M, K) bf16 row-major as 64 k x rows boxes, 128B swizzle, zero fill past M
+ *  and K; re-encoded only when run gets another A. */
+class ATensorMap {
+ public:
+  const CUtensorMap& get(const uint16_t* A, int64_t M, int64_t K, int rows) {
+    if (ptr_ == A) return map_;
+    if (reinterpret_cast<uintptr_t>(A) % 16 != 0)
+      throw AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "A is not 16-byte aligned (the TMA path needs it)");
+    const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(M)};
+    const cuuint64_t strides[1] = {cuuint64_t(K) * 2};
+    const cuuint32_t box[2] = {64, cuuint32_t(rows)};
+    const cuuint32_t estr[2] = {1, 1};
+    const CUresult r = encode_tiled()(&map_, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(A), dims,
+                                      strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+      throw AbiFailure(NIBBLE_ERR_CUDA, "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ")");
+    ptr_ = A;
+    return map_;
+  }
+
+ private:
+  const void* ptr_ = nullptr;
+  CUtensorMap map_{};
+};
+
+template <int BN, int NCONS, int SPLIT, class F, bool WTMA>
+void launch_wgmma_split(const WgmmaPlan& p, const WgmmaWeights& w, const CUtensorMap& map, float* C,
+                        cudaStream_t stream) {
+  using Cfg = WgCfg<BN, NCONS, F, WTMA>;
+  const auto kernel = wgmma_kernel<BN, NCONS, SPLIT, F, WTMA>;
+  static bool attr_set = false;  // per instantiation; prepare/run are called from one thread at a time
+  if (!attr_set) {
+    SOL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem));
+    attr_set = true;
+  }
+  const int nblk = int(w.n_pad / (64 * NCONS)), mblk = int((w.M + BN - 1) / BN);
+  // SPLIT == 1 with more tiles than fit at once: persistent blocks (p.grid_cap per the plan).
+  const int64_t tiles = int64_t(nblk) * mblk;
+  const dim3 grid = (SPLIT == 1 && p.grid_cap > 0 && tiles > p.grid_cap) ? dim3(unsigned(p.grid_cap), 1, 1)
+                                                                         : dim3(unsigned(nblk), unsigned(mblk), SPLIT);
+  launch_cluster(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmem, SPLIT, stream, map, w.wq, w.sc, w.colmul, C,
+                 int(w.M), int(w.N), int(w.nch), nblk);
+}
+
+template <int BN, int NCONS, int SPLIT, class F, bool kPerLaneLoads>
+void launch_wgmma_w(const WgmmaPlan& p, const WgmmaWeights& w, const CUtensorMap& map, float* C, cudaStream_t stream) {
+  if (p.wtma)
+    launch_wgmma_split<BN, NCONS, SPLIT, F, true>(p, w, map, C, stream);
+  else if constexpr (kPerLaneLoads)
+    launch_wgmma_split<BN, NCONS, SPLIT, F, false>(p, w, map, C, stream);
+  else
+    throw AbiFailure(NIBBLE_ERR_INTERNAL, "this solution is built with bulk-copied weights only (wtma)");
+}
+
+template <int BN, int NCONS, class F, bool kPerLaneLoads>
+void launch_wgmma_bn(const WgmmaPlan& p, const WgmmaWeights& w, ATensorMap& amap, const uint16_t* A, float* C,
+                     cudaStream_t stream) {
+  const CUtensorMap& map = amap.get(A, w.M, w.K, BN);
+  switch (p.split) {
+    case 1: launch_wgmma_w<BN, NCONS, 1, F, kPerLaneLoads>(p, w, map, C, stream); break;
+    case 2: launch_wgmma_w<BN, NCONS, 2, F, kPerLaneLoads>(p, w, map, C, stream); break;
+    case 4:
+      if constexpr (BN <= 128) {
+        launch_wgmma_w<BN, NCONS, 4, F, kPerLaneLoads>(p, w, map, C, stream);
+        break;
+      }
+      [[fallthrough]];
+    case 8:
+      if constexpr (BN <= 128) {
+        launch_wgmma_w<BN, NCONS, 8, F, kPerLaneLoads>(p, w, map, C, stream);
+        break;
+      }
+      [[fallthrough]];
+    default: throw AbiFailure(NIBBLE_ERR_INTERNAL, "bad split " + std::to_string(p.split));
+  }
+}
+
+/**
+ * One GEMM on `stream`: C (M, N) fp32 = A (M, K) bf16 (16-byte aligned, row-major) times W^T of the
+ * repacked weights `w` in format F (groups of p.group() slabs), by the plan p. kPerLaneLoads: also
+ * instantiate the per-lane weight path (p.wtma false); without it such a plan is refused.
+ * Throws AbiFailure (NOT_SUPPORTED: A misaligned; CUDA: a launch error).
+ */
+template <class F, bool kPerLaneLoads = true>
+void launch_wgmma(const WgmmaPlan& p, const WgmmaWeights& w, ATensorMap& amap, const uint16_t* A, float* C,
+                  cudaStream_t stream) {
+  switch (p.bn) {
+    case 64: launch_wgmma_bn<64, 1, F, kPerLaneLoads>(p, w, amap, A, C, stream); break;
+    case 128: launch_wgmma_bn<128, 1, F, kPerLaneLoads>(p, w, amap, A, C, stream); break;
+    case 256: launch_wgmma_bn<256, 2, F, kPerLaneLoads>(p, w, amap, A, C, stream); break;
+    default: throw AbiFailure(NIBBLE_ERR_INTERNAL, "bad tile width " + std::to_string(p.bn));
+  }
+}
+
+}  // namespace
+}  // namespace nibble::sol
