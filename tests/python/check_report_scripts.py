@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """check_report_scripts.py: scripts/gemm_ratios.py and scripts/calibration_table.py on hand-made
-reports whose answers are known: speed-ups 2.00x (M 16: 3x missed), 3.20x (M 1: met), 0.95x
-(M 4096: met), a shape with one report missing (exit 2), a grade that did not pass (exit 1), the
-read-floor columns (m16: 5.0 us over a 4.0 us floor = 1.25x, 3x time 10.0 / 3 = 3.33 us over it =
-0.83; m1 without a floor, or with a boolean one: empty), the rows in M order; malformed reports
-(no correctness, a numeric config, a string TFLOP/s, a boolean time) exit 2 without a traceback; a
-healthy calibration table (margins 0.01 / 0.002 = 5.0x and 0.04 / 0.01 = 4.0x) and an unhealthy
-one (exit 1); bad input for both (exit 2, never a traceback)."""
+reports whose answers are known: speed-ups 2.00x (M 16), 3.20x (M 1), 0.95x (M 4096: the FP4 1.1x
+target missed; the int4 task's 1.0x met at 1.05x), a shape with one report missing (exit 2), a grade
+that did not pass (exit 1), the read-floor columns (m16: 5.0 us over a 4.0 us floor = 1.25x, within
+1.35x: met; m1 without a floor, or with a boolean one: empty, its target "no floor"; m1 at 1.30x a
+floor: the 1.25x target missed), the rows in M order; malformed reports (no correctness, a numeric
+config, a string TFLOP/s, a boolean time) exit 2 without a traceback; a healthy calibration table
+(margins 0.01 / 0.002 = 5.0x and 0.04 / 0.01 = 4.0x) and an unhealthy one (exit 1); bad input for
+both (exit 2, never a traceback)."""
 import json
 import os
 import subprocess
@@ -55,19 +56,24 @@ def main():
         r = run("gemm_ratios.py", d)
         expect(r.returncode == 0, f"gemm_ratios.py exit {r.returncode}: {r.stderr}")
         rows = {line.split("|")[2].strip(): line for line in r.stdout.splitlines() if line.startswith(f"| {t}")}
-        expect("| 2.00x |" in rows.get("m16-n3072-k3072", "") and "3x: missed" in rows["m16-n3072-k3072"], "m16 row")
-        expect("| 3.20x |" in rows.get("m1-n8192-k3072", "") and "3x: met" in rows["m1-n8192-k3072"], "m1 row")
-        expect("| 0.95x |" in rows.get("m4096-n8192-k3072", "") and "0.9x: met" in rows["m4096-n8192-k3072"], "m4096 row")
-        expect(rows.get("m16-n3072-k3072", "").endswith("| 3x: missed | 4.00 | 1.25x | 0.83 |"), "m16 floor columns: " + rows.get("m16-n3072-k3072", ""))
-        expect(rows.get("m1-n8192-k3072", "").endswith("| 3x: met |  |  |  |"), "m1 without a floor: " + rows.get("m1-n8192-k3072", ""))
-        expect(rows.get("m4096-n8192-k3072", "").endswith("| 0.9x: met | 150.00 | 2.00x |  |"),
+        expect("| 2.00x |" in rows.get("m16-n3072-k3072", ""), "m16 row")
+        expect("| 3.20x |" in rows.get("m1-n8192-k3072", ""), "m1 row")
+        expect("| 0.95x |" in rows.get("m4096-n8192-k3072", ""), "m4096 row")
+        expect(rows.get("m16-n3072-k3072", "").endswith("| 1.35x floor: met | 4.00 | 1.25x |"), "m16 floor columns: " + rows.get("m16-n3072-k3072", ""))
+        expect(rows.get("m1-n8192-k3072", "").endswith("| 1.25x floor: no floor |  |  |"), "m1 without a floor: " + rows.get("m1-n8192-k3072", ""))
+        expect(rows.get("m4096-n8192-k3072", "").endswith("| 1.1x: missed | 150.00 | 2.00x |"),
                "a schema 2 floor: " + rows.get("m4096-n8192-k3072", ""))
         tr = report(t, "m1-n8192-k3072", 6.0)
         tr["timing"]["floor_us_weight_read"] = True  # a boolean is no floor (Python counts it as 1)
         json.dump(tr, open(os.path.join(d, f"{t}-m1-n8192-k3072-fp4_sm90.json"), "w"))
         r = run("gemm_ratios.py", d)
         rows = {line.split("|")[2].strip(): line for line in r.stdout.splitlines() if line.startswith(f"| {t}")}
-        expect(rows.get("m1-n8192-k3072", "").endswith("| 3x: met |  |  |  |"), "a boolean floor: " + rows.get("m1-n8192-k3072", ""))
+        expect(rows.get("m1-n8192-k3072", "").endswith("| 1.25x floor: no floor |  |  |"), "a boolean floor: " + rows.get("m1-n8192-k3072", ""))
+        tr["timing"]["floor_us_weight_read"] = 6.0 / 1.3
+        json.dump(tr, open(os.path.join(d, f"{t}-m1-n8192-k3072-fp4_sm90.json"), "w"))
+        r = run("gemm_ratios.py", d)
+        rows = {line.split("|")[2].strip(): line for line in r.stdout.splitlines() if line.startswith(f"| {t}")}
+        expect(rows.get("m1-n8192-k3072", "").endswith("| 1.25x floor: missed | 4.62 | 1.30x |"), "1.30x a floor: " + rows.get("m1-n8192-k3072", ""))
         json.dump(report(t, "m128-n4096-k4096", 20.0), open(os.path.join(d, f"{t}-m128-n4096-k4096-fp4_sm90.json"), "w"))
         r = run("gemm_ratios.py", d)
         expect(r.returncode == 2 and "missing report" in r.stdout, "a missing cuBLAS report must exit 2")
@@ -80,6 +86,19 @@ def main():
         json.dump(bad, open(os.path.join(d, f"{t}-m16-n3072-k3072-fp4_sm90.json"), "w"))
         r = run("gemm_ratios.py", d)
         expect(r.returncode == 1 and "| Incorrect | Passed |" in r.stdout, "a grade that did not pass must exit 1")
+
+    with tempfile.TemporaryDirectory() as d:  # gemm-w4a16-int4: 1.0x cuBLAS bf16 at M = 4096, no target at M = 16
+        t = "gemm-w4a16-int4"
+        for cfg, (mine, theirs) in {"m4096-n4096-k4096": (100.0, 105.0), "m16-n3072-k3072": (5.0, 10.0)}.items():
+            json.dump(report(t, cfg, mine), open(os.path.join(d, f"{t}-{cfg}-int4_gemm_sm90.json"), "w"))
+            json.dump(report(t, cfg, theirs), open(os.path.join(d, f"{t}-{cfg}-int4_gemm_cublas_bf16.json"), "w"))
+        r = run("gemm_ratios.py", d, "--solution", "int4_gemm_sm90", "--against", "int4_gemm_cublas_bf16")
+        expect(r.returncode == 0, f"gemm_ratios.py int4 exit {r.returncode}: {r.stderr}")
+        rows = {line.split("|")[2].strip(): line for line in r.stdout.splitlines() if line.startswith(f"| {t}")}
+        expect("| 1.05x |" in rows.get("m4096-n4096-k4096", "") and "| 1.0x: met |" in rows["m4096-n4096-k4096"],
+               "int4 m4096: " + rows.get("m4096-n4096-k4096", ""))
+        expect(rows.get("m16-n3072-k3072", "").endswith("| 2.00x | 1.5 | 2.50 | 1.0e-07 |  |  |  |"),
+               "int4 m16, no target: " + rows.get("m16-n3072-k3072", ""))
 
     with tempfile.TemporaryDirectory() as d:
         no_corr = report("gemm-x", "c", 5.0)

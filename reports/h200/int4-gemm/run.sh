@@ -7,7 +7,7 @@
 #      at M <= 16, whose reports give the fraction of the weight-read floor; the shared wgmma kernel
 #      above, against cuBLAS bf16 at M = 128 and 4096), the baseline (plain) and the cuBLAS bf16
 #      point, and the layouts' baselines at M = 1 and 16 on 3072 x 3072 (scripts/gemm-all.sh),
-#      reports.tar;
+#      reports.tar, and ratios.md (scripts/gemm_ratios.py: the table of the note);
 #   2. `nibble calibrate --path gpu` on the M = 16 configs (scripts/gemm-all.sh CALIBRATE=1).
 # Configure with NIBBLE_CMAKE_ARGS (libseccomp from a carried package) as final.sh does.
 #   bash reports/h200/int4-gemm/run.sh <commit>
@@ -21,6 +21,10 @@ mkdir -p "$OUT/grades" "$OUT/calibration"
 OUT="$OUT/grades" FILTER='^gemm-w4a16-int4 ' timeout 330 bash scripts/gemm-all.sh build-hopper int4_gemm_sm90 int4_gemm_baseline_plain int4_gemm_cublas_bf16 \
   > "$OUT/grades.log" 2>&1
 echo "grades exit $? ($(( $(date +%s) - t0 )) s)"; tail -60 "$OUT/grades.log"
+# The table of the note: time, TFLOP/s, floor multiple and ratio to cuBLAS bf16 per shape.
+x=$(mktemp -d) && tar -xf "$OUT/grades/reports.tar" -C "$x" && \
+  python3 scripts/gemm_ratios.py "$x/rep" --solution int4_gemm_sm90 --against int4_gemm_cublas_bf16 > "$OUT/ratios.md"
+echo "ratios exit $?"; cat "$OUT/ratios.md"
 OUT="$OUT/layouts" FILTER='^gemm-w4a16-int4 m(1|16)-n3072-k3072$' timeout 60 bash scripts/gemm-all.sh build-hopper \
   int4_gemm_baseline_awq int4_gemm_baseline_gptq int4_gemm_baseline_gptq_g_idx int4_gemm_baseline_compressed_tensors \
   > "$OUT/layouts.log" 2>&1
