@@ -33,7 +33,7 @@ NIBBLE_BF16X2_HD uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
 #endif
 }
 
-/** a - b per half, rounded to bf16 (RNE): __hsub2 (sub.rn.bf16x2 on sm_90, an fma on sm_80). The
+/** a - b per half, rounded to bf16 (RNE): __hsub2 (sub.bf16x2 on sm_90, an fma on sm_80). The
  *  host side computes in fp32 first: exact for the decoders' operands (integers 128..143). */
 NIBBLE_BF16X2_HD uint32_t bf16x2_sub(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__)

@@ -74,15 +74,6 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
   return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
-/** The epilogue's factor of W row n (0 past N: those rows are never written). */
-template <class F>
-__device__ __forceinline__ float row_factor(const float* colmul, int n, int N) {
-  if constexpr (F::kColmul)
-    return n < N ? colmul[n] : 0.0f;
-  else
-    return 1.0f;
-}
-
 // ---- the kernel ---------------------------------------------------------------------------------
 
 constexpr int kPf = 4;  // weight chunks a consumer thread has in flight (even: fragment buffers alternate)
@@ -104,6 +95,8 @@ struct WgCfg {
   static constexpr int kABytes = BN * 128;                         // BN rows x 64 k x 2 bytes
   static constexpr int kWBytes = WTMA ? kGroup * 512 : 0;          // codes of the block's chunk
   static constexpr int kSBytes = WTMA ? kGroup * F::kRecordBytes : 0;
+  static_assert(F::kRecordBytes % 8 == 0 && (kGroup * F::kRecordBytes) % 16 == 0,
+                "a record splits into 8 lane-group parts and a block's records are one bulk copy (16-byte multiple)");
   static constexpr int kStageBytes = (kABytes + kWBytes + kSBytes + 1023) / 1024 * 1024;  // 128B swizzle: 1 KB aligned
   static constexpr int kStages = BN >= 256 ? 4 : (BN >= 128 ? 5 : 8);
   static constexpr int kRingBytes = kStages * kStageBytes;
