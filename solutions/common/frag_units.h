@@ -39,4 +39,20 @@ NIBBLE_FRAG_HD constexpr int frag_row(int g, int r) { return g + 8 * (r & 1); }
 /** The k (within the chunk, plain order) of lane group t, step j, register r, element e. */
 NIBBLE_FRAG_HD constexpr int frag_k(int t, int j, int r, int e) { return 16 * j + 2 * t + 8 * (r >> 1) + e; }
 
+/**
+ * Two orders of k inside a chunk (a solution picks one per kernel):
+ *   kStd   step j = physical k 16j .. 16j+15, logical k = physical (frag_k): wgmma reads B (the
+ *          activations) from shared memory in plain k order.
+ *   kPerm  step j of lane (g, t): physical k 16t + 4j + {0..3} (logical 2t, 2t+1 -> +0, +1;
+ *          2t+8, 2t+9 -> +2, +3). The MMA sums over k, so any permutation applied to both operands
+ *          gives the same C; this one lets a lane fetch its activations as two 16-byte loads per
+ *          chunk (k 16t .. 16t+15 of its row) for mma.sync.
+ */
+enum class KOrder { kStd, kPerm };
+
+/** Physical k (relative to the chunk) of element (register r, half h) of step j for lane group t. */
+NIBBLE_FRAG_HD constexpr int chunk_k(KOrder order, int t, int j, int r, int h) {
+  return order == KOrder::kStd ? frag_k(t, j, r, h) : 16 * t + 4 * j + 2 * (r >> 1) + h;
+}
+
 }  // namespace nibble::sol

@@ -24,4 +24,21 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
 #endif
 }
 
+/** The same MMA as asm volatile over an A-fragment array: the compiler keeps it in order with the
+ *  other volatile asm. The FP4 small-M kernel's measured schedules (solutions/gemm_fp4/sm90/NOTES.md)
+ *  were made with this form; whether the plain one above schedules as well is an A/B not yet run,
+ *  so the kernels that had it keep it. */
+__device__ __forceinline__ void mma_bf16_16816_ordered(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  (void)d, (void)a, (void)b0, (void)b1;
+  __trap();
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
 }  // namespace nibble::sol

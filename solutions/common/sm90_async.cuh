@@ -21,6 +21,10 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
   return t;
 }
 
+/** 16 bytes, streamed (ld.global.cs, any sm_70+): weights read once per call leave L2 to the
+ *  activations. */
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) { return __ldcs(p); }
+
 /** The 32-bit shared-window address of a generic pointer into shared memory. */
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -42,9 +42,6 @@ namespace {
 
 // ---- device helpers -----------------------------------------------------------------------------
 
-/** 16 bytes, streamed: the weights are read once per call, keep L2 for the activations. */
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) { return __ldcs(p); }
-
 /** TMA: the (64 k x rows) box at (k, m) of the tensor map into dst, completing on bar. */
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int k, int m) {
   asm volatile(

@@ -44,10 +44,11 @@ NIBBLE_FRAG_HD constexpr uint32_t biased_pair(uint32_t word, int r) {
 /**
  * The codes of an (N, K) plain int4 matrix (packed (N, K/2) uint8, the low nibble holding the even
  * k) in units of `group` slabs (sol::unit_index), N padded to n_pad (a multiple of 16 x group) with
- * code 0. Returns n_pad / 16 x K / 64 units of 32 lanes x 4 words.
- * Throws std::invalid_argument unless K is a positive multiple of 128 and N <= n_pad.
+ * code 0, k in `order` inside a chunk (sol::chunk_k). Returns n_pad / 16 x K / 64 units of 32 lanes
+ * x 4 words. Throws std::invalid_argument unless K is a positive multiple of 128 and N <= n_pad.
  */
-inline std::vector<uint32_t> repack_codes(const uint8_t* packed, int64_t N, int64_t K, int64_t n_pad, int group) {
+inline std::vector<uint32_t> repack_codes(const uint8_t* packed, int64_t N, int64_t K, int64_t n_pad, int group,
+                                          sol::KOrder order = sol::KOrder::kStd) {
   if (N <= 0 || K <= 0 || K % kGroupK != 0 || n_pad < N || n_pad % (int64_t(kSlabRows) * group) != 0)
     throw std::invalid_argument("int4_frag: N " + std::to_string(N) + ", K " + std::to_string(K) + ", n_pad " +
                                 std::to_string(n_pad) + ": K must be a positive multiple of 128, N <= n_pad, n_pad a " +
@@ -63,7 +64,7 @@ inline std::vector<uint32_t> repack_codes(const uint8_t* packed, int64_t N, int6
           uint32_t w = 0;
           for (int r = 0; r < 4; ++r)
             for (int e = 0; e < 2; ++e) {
-              const int64_t n = s * kSlabRows + frag_row(g, r), k = c * kChunkK + frag_k(t, j, r, e);
+              const int64_t n = s * kSlabRows + frag_row(g, r), k = c * kChunkK + sol::chunk_k(order, t, j, r, e);
               if (n >= N) continue;
               const uint8_t b = packed[n * (K / 2) + k / 2];
               w |= uint32_t((k & 1) ? (b >> 4) : (b & 0xF)) << code_shift(r, e);

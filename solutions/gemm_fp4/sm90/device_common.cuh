@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "solutions/common/mma_bf16.cuh"
 #include "solutions/common/sm90_async.cuh"
 #include "solutions/common/wgmma_dequant_gemm.cuh"
 #include "solutions/gemm_fp4/sm90/fp4_frag.h"
@@ -22,18 +23,11 @@ using sol::mbar_arrive;
 using sol::mbar_expect_tx;
 using sol::mbar_init;
 using sol::mbar_wait;
+using sol::mma_bf16_16816_ordered;  // the asm volatile form these kernels were measured with
 using sol::policy_evict_first;
 using sol::policy_evict_last;
 using sol::smem_addr;
 // ---- small device helpers -----------------------------------------------------------------------
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /** The 4 A-fragment registers of k16 step j: word q, scales s_lo (row g) and s_hi (row g + 8). */
 __device__ __forceinline__ void decode_step(uint32_t q, uint32_t s_lo, uint32_t s_hi, uint32_t (&a)[4]) {
@@ -60,7 +54,7 @@ __device__ __forceinline__ void chunk_mma(const uint4& q, uint32_t sw, const uin
       // step j reads k 4 j .. 4 j + 3 of the lane's 16: words 2 j, 2 j + 1 of lo|hi
       const uint4& v = j < 2 ? lo[nt] : hi[nt];
       const uint32_t b0 = (j & 1) ? v.z : v.x, b1 = (j & 1) ? v.w : v.y;
-      mma_bf16_16816(acc[nt], a, b0, b1);
+      mma_bf16_16816_ordered(acc[nt], a, b0, b1);
     }
   }
 }

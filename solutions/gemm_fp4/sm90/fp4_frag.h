@@ -55,7 +55,7 @@
 
 namespace nibble::gemm_fp4_sm90 {
 
-enum class KOrder { kStd, kPerm };
+using sol::KOrder;  // kStd, kPerm (solutions/common/frag_units.h)
 
 // The unit geometry (solutions/common/frag_units.h, shared with int4_gemm_sm90).
 using sol::kChunkK;
@@ -124,10 +124,7 @@ struct Repacked {
   int group = 1;              // G
 };
 
-/** Physical k (relative to the chunk) of element (reg r, half h) of step j for lane (g, t). */
-inline int chunk_k(KOrder order, int t, int j, int r, int h) {
-  return order == KOrder::kStd ? 16 * j + 2 * t + 8 * (r >> 1) + h : 16 * t + 4 * j + 2 * (r >> 1) + h;
-}
+using sol::chunk_k;
 
 /** Byte offset, in a slab-chunk's scale record, of (block b of the chunk, row half h, g). */
 inline int scale_offset(KOrder order, bool nvfp4, int b, int g, int h) {

@@ -9,7 +9,8 @@
 // multiply by the re-encoded block scale, exact), A's rows the N side. prepare repacks the codes
 // and scales on the host (untimed; nothing is dequantised to memory) into the layout of the kernel
 // it picks by M (H200 figures: NOTES.md):
-//   M <= 16  mma_kernel: mma.sync m16n8k16 (not wgmma: at N-side 8 or 16 the kernel is a weight
+//   M <= 16  the shared small-M kernel (solutions/common/mma_dequant_gemm.cuh, also int4_gemm_sm90's;
+//            the FP4 formats in mma_format.cuh): mma.sync m16n8k16 (not wgmma: at N-side 8 or 16 the kernel is a weight
 //            stream, and mma.sync needs no shared memory or warpgroup sync). One block per 16-row
 //            slab, 8 warps splitting K (summed in shared memory at the end); each lane issues the
 //            loads of 6 (M <= 8) or 4 chunks of 64 k (codes 16 bytes, evict-first: W is read once;
@@ -53,6 +54,7 @@
 #include "solutions/common/abi_util.h"
 #include "solutions/common/export.h"
 #include "solutions/common/gemm_abi_util.h"
+#include "solutions/common/mma_dequant_gemm.cuh"
 #include "solutions/common/sm90_async.cuh"
 #include "solutions/common/wgmma_dequant_gemm.cuh"
 #include "solutions/gemm_fp4/sm90/fp4_frag.h"
@@ -60,7 +62,7 @@
 // The kernel families, one file each, in this order (they share device_common.cuh):
 #include "solutions/gemm_fp4/sm90/device_common.cuh"
 #include "solutions/gemm_fp4/sm90/mma_tma_kernel.cuh"
-#include "solutions/gemm_fp4/sm90/mma_kernel.cuh"
+#include "solutions/gemm_fp4/sm90/mma_format.cuh"
 #include "solutions/gemm_fp4/sm90/wgmma_format.cuh"
 
 namespace nibble::gemm_fp4_sm90 {
@@ -89,28 +91,6 @@ struct Handle {
   sol::DeviceAllocs mem;
   sol::ATensorMap amap;  // wgmma: the tensor map of the last A seen (run may get another pointer)
 };
-
-template <int NT, bool PERM, bool NV>
-void launch_mma(const Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
-  const dim3 grid(unsigned(h.n_pad / kSlabRows), unsigned((h.g.M + 8 * NT - 1) / (8 * NT)));
-  mma_kernel<NT, PERM, NV><<<grid, kMmaWarps * 32, 0, stream>>>(h.wq, h.sc, h.colmul, A, C, int(h.g.M), int(h.g.N),
-                                                                int(h.g.K), int(h.nch), h.mma_trace);
-  SOL_CHECK_LAUNCH();
-}
-
-template <bool NV>
-void launch_mma_any(const Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
-  if (h.order == KOrder::kPerm) {
-    if (reinterpret_cast<uintptr_t>(A) % 16 != 0)
-      throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "A is not 16-byte aligned (the repacked order needs it)");
-    if (h.g.M <= 8)
-      launch_mma<1, true, NV>(h, A, C, stream);
-    else
-      launch_mma<2, true, NV>(h, A, C, stream);
-  } else {
-    launch_mma<2, false, NV>(h, A, C, stream);
-  }
-}
 
 /** Shared memory of mma_tma_kernel at (per, M, format); NT from M. */
 int mma_tma_smem(int per, int M, bool nv) { return MmaTmaSmem(per, M, nv, M <= 8 ? 1 : 2).total; }
@@ -166,7 +146,10 @@ void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
       else
         launch_mma_tma<2, NV>(h, A, C, stream);
       break;
-    case Kind::kMma: launch_mma_any<NV>(h, A, C, stream); break;
+    case Kind::kMma:
+      sol::launch_mma_dequant<Fp4MmaFormat<NV>>(h.order == KOrder::kPerm, h.n_pad / kSlabRows, h.wq, h.sc, h.colmul, A, C,
+                                                h.g.M, h.g.N, h.g.K, h.nch, h.mma_trace, stream);
+      break;
     case Kind::kWgmma: sol::launch_wgmma<Fp4Format<NV>>(h.wg, wgmma_weights(h), h.amap, A, C, stream); break;
   }
 }

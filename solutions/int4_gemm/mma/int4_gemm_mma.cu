@@ -5,11 +5,13 @@
 //   C (M, N) = A (M, K) W^T, W[n, k] = (q - zero) * fp16 scale per group of 128 along K
 //
 // prepare  repacks W on the host into MMA-fragment order (int4_mma_layout.h), uploads it (untimed).
-// run      the kernel of int4_mma_kernel.cuh (its comment has the design and the numerics).
-// Bytes per call: W's codes N K / 2 + 8 bytes per (row, group) + A + C. Predicted (H200, not yet
-// measured): memory-latency bound at first (4 loads in flight per warp): ~40-60% of the weight-read
-// floor at M = 1 on 3072 x 3072; the record read is 1/4 of the codes' bytes (fp32 scale + zero pair
-// per 64 bytes of codes), a first cost to cut. int4_gemm_sm90 runs the same kernel at M <= 16.
+// run      the FP4 GEMM's tuned small-M kernel with the int4 format of int4_mma_kernel.cuh (its
+//          comment has the numerics); int4_gemm_sm90 runs the same at M <= 16.
+// Bytes per call: W's codes N K / 2 + 4 bytes per (row, group) (6.25%) + A + C. Predicted (H200,
+// not yet measured): the FP4 kernel's fraction of the weight-read floor (58-67% at M = 1, 42-55%
+// at M = 16: solutions/gemm_fp4/sm90/NOTES.md), the decode costing one more HSUB2 per register
+// and the per-chunk scaling 4 FMAs per n8 tile.
+// Needs A 16-byte aligned (the kPerm order's activation loads; cudaMalloc'd A always is).
 #include <cuda_runtime.h>
 
 #include <memory>

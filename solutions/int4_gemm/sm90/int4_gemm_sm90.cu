@@ -5,9 +5,9 @@
 //
 // prepare picks the kernel by M and repacks W on the host into its layout (untimed; nothing is
 // dequantised to memory):
-//   M <= 16  the small-M kernel of int4_gemm_mma (solutions/int4_gemm/mma/int4_mma_kernel.cuh):
-//            mma.sync, the exact integers q - z on the tensor cores, each chunk's sum scaled per row
-//            in fp32 (W never rounded).
+//   M <= 16  the FP4 GEMM's small-M kernel (solutions/common/mma_dequant_gemm.cuh) with int4_gemm_mma's
+//            format (solutions/int4_gemm/mma/int4_mma_kernel.cuh): mma.sync, the exact integers q - z
+//            on the tensor cores, each chunk's sum scaled per row in fp32 (W never rounded).
 //   M > 16   the wgmma kernel gemm_fp4_sm90 runs above M = 16 (solutions/common/wgmma_dequant_gemm.cuh:
 //            a TMA ring of activation tiles with the tile's codes and scale records, W decoded into
 //            A-fragment registers, 64 x 64 / 64 x 128 / 128 x 256 tiles by M, split-K clusters or
