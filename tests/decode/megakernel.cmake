@@ -28,11 +28,14 @@ target_include_directories(test_megakernel_abi PRIVATE ${PROJECT_SOURCE_DIR}/sol
 #                o waits for every chunk's count of its heads), group-major so that a block merges
 #                only a subset of the heads
 #   kv_prefetch  each block's first K/V rows copied in the qkv barrier's split phase (NIBBLE_MK_KVPF=1)
+#   o_combine_kv_prefetch  both measured candidates together (each ~22 us faster alone on 2026-12-02,
+#                never run together), with the default chunks
 #   pfsm         the last 4 blocks only prefetch into L2, the rings unchained (NIBBLE_MK_PFSM=4), alone
 #                and with o_combine group-major (the kernel of both switches is a variant of its own)
 foreach(variant "group_major|NIBBLE_MK_CHUNK=1:1;NIBBLE_MK_SPLIT=1"
                 "o_combine|NIBBLE_MK_OCOMB=1;NIBBLE_MK_CHUNK=1:1"
                 "kv_prefetch|NIBBLE_MK_KVPF=1"
+                "o_combine_kv_prefetch|NIBBLE_MK_OCOMB=1;NIBBLE_MK_KVPF=1"
                 "pfsm|NIBBLE_MK_PFSM=4"
                 "pfsm_o_combine|NIBBLE_MK_PFSM=4;NIBBLE_MK_OCOMB=1;NIBBLE_MK_CHUNK=1:1")
   string(FIND "${variant}" "|" bar)

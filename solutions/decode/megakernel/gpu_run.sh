@@ -39,6 +39,7 @@ if has tiny; then  # as the CTest entries (tests/decode/megakernel.cmake)
   run 60 env NIBBLE_MK_CHUNK=1:1 NIBBLE_MK_SPLIT=1 $B/tests/test_megakernel_decode_tiny
   run 60 env NIBBLE_MK_OCOMB=1 NIBBLE_MK_CHUNK=1:1 $B/tests/test_megakernel_decode_tiny
   run 60 env NIBBLE_MK_KVPF=1 $B/tests/test_megakernel_decode_tiny
+  run 60 env NIBBLE_MK_OCOMB=1 NIBBLE_MK_KVPF=1 $B/tests/test_megakernel_decode_tiny
   run 60 env NIBBLE_MK_PFSM=4 $B/tests/test_megakernel_decode_tiny
   run 60 env NIBBLE_MK_PFSM=4 NIBBLE_MK_OCOMB=1 NIBBLE_MK_CHUNK=1:1 $B/tests/test_megakernel_decode_tiny
 fi
