@@ -206,9 +206,14 @@ template <class F, bool kStdOrder = true>
 void launch_mma_dequant(bool perm, int64_t slabs, const uint4* wq, const uint8_t* sc, const float* colmul,
                         const uint16_t* A, float* C, int64_t M, int64_t N, int64_t K, int64_t nch,
                         unsigned long long* trace, cudaStream_t stream) {
-  const auto grid = [&](int nt) { return dim3(unsigned(slabs), unsigned((M + 8 * nt - 1) / (8 * nt))); };
+  // cudaLaunchKernelEx rather than <<< >>>: plain C++, so that the CPU emulation test
+  // (tests/emulation/) runs this header as it is.
   const auto args = [&](auto kernel, int nt) {
-    kernel<<<grid(nt), kMmaWarps * 32, 0, stream>>>(wq, sc, colmul, A, C, int(M), int(N), int(K), int(nch), trace);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(slabs), unsigned((M + 8 * nt - 1) / (8 * nt)));
+    cfg.blockDim = dim3(kMmaWarps * 32);
+    cfg.stream = stream;
+    SOL_CUDA(cudaLaunchKernelEx(&cfg, kernel, wq, sc, colmul, A, C, int(M), int(N), int(K), int(nch), trace));
   };
   if (perm) {
     if (reinterpret_cast<uintptr_t>(A) % 16 != 0)

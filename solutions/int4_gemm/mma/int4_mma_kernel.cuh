@@ -49,11 +49,12 @@ struct Int4MmaFormat {
   }
   /** d rows g (d[0], d[1]) and g + 8 (d[2], d[3]) times their rows' scales, into acc. */
   static __device__ __forceinline__ void scale_chunk(const Record& r, const float (&d)[4], float (&acc)[4]) {
-    const float2 s = __half22float2(*reinterpret_cast<const __half2*>(&r.scales));
-    acc[0] = fmaf(s.x, d[0], acc[0]);
-    acc[1] = fmaf(s.x, d[1], acc[1]);
-    acc[2] = fmaf(s.y, d[2], acc[2]);
-    acc[3] = fmaf(s.y, d[3], acc[3]);
+    const float s_lo = __half2float(__ushort_as_half(uint16_t(r.scales & 0xFFFFu)));
+    const float s_hi = __half2float(__ushort_as_half(uint16_t(r.scales >> 16)));
+    acc[0] = fmaf(s_lo, d[0], acc[0]);
+    acc[1] = fmaf(s_lo, d[1], acc[1]);
+    acc[2] = fmaf(s_hi, d[2], acc[2]);
+    acc[3] = fmaf(s_hi, d[3], acc[3]);
   }
 };
 

@@ -1,0 +1,221 @@
+// emu_core.h: CPU execution of a CUDA kernel's own source, for tests that cannot have a GPU: one
+// ucontext fiber per CUDA thread, the blocks of a grid one after another, __syncthreads and the warp
+// collectives (mma.sync) as fiber barriers (a barrier some thread never reaches is a deadlock, reported),
+// every global load checked against the registered allocations (bounds and alignment). The mma.sync
+// m16n8k16 bf16 model reads and writes the lanes' fragments through the PTX ISA's tables ("Matrix
+// fragments for mma.m16n8k16", checked to be bijections on every call) and sums the 16 exact
+// products and C in double, rounded once to fp32 (the hardware's fp32 accumulation is within a few
+// fp32 ulps of it). Used through the shim headers in tests/emulation/shim/, which the test puts
+// ahead of the real ones on its include path.
+#pragma once
+#include <ucontext.h>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+#include <cmath>
+
+struct uint3 { unsigned x = 0, y = 0, z = 0; };
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+
+namespace emu {
+
+[[noreturn]] inline void die(const std::string& s) {
+  std::fprintf(stderr, "EMU FATAL: %s\n", s.c_str());
+  std::abort();
+}
+
+// ---- registered memory regions (the "device" allocations); every load is checked against them
+struct Region { const char* name; uintptr_t base; size_t bytes; };
+inline std::vector<Region>& regions() { static std::vector<Region> r; return r; }
+inline void reg(const char* name, const void* p, size_t bytes) { regions().push_back({name, uintptr_t(p), bytes}); }
+inline void unreg_all() { regions().clear(); }
+inline void unreg(const void* p) {
+  auto& r = regions();
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i].base == uintptr_t(p)) {
+      r.erase(r.begin() + long(i));
+      return;
+    }
+}
+inline long long& load_count() { static long long n = 0; return n; }
+inline void check_load(const void* p, size_t bytes, size_t align, const char* what) {
+  const uintptr_t a = uintptr_t(p);
+  if (a % align != 0) die(std::string(what) + ": misaligned load");
+  for (const Region& r : regions())
+    if (a >= r.base && a + bytes <= r.base + r.bytes) { ++load_count(); return; }
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s: load of %zu bytes at %p outside every region", what, bytes, p);
+  for (const Region& r : regions())
+    std::fprintf(stderr, "  region %s [%p, +%zu) offset %lld\n", r.name, (void*)r.base, r.bytes, (long long)(a - r.base));
+  die(buf);
+}
+
+// ---- fibers
+struct Fiber { uint3 tid; ucontext_t ctx; bool done = false; std::vector<char> stack; };
+inline ucontext_t sched_ctx;
+inline Fiber* cur = nullptr;
+inline uint3 g_blockIdx, g_gridDim, g_blockDim;
+inline uint3 g_threadIdx;  // the running fiber's: set by the scheduler before it resumes one
+inline long long events = 0;  // barrier arrivals and thread exits: progress
+inline std::function<void()> body;
+
+inline void yield() { swapcontext(&cur->ctx, &sched_ctx); }
+
+struct Bar { int count = 0, arrived = 0; long long gen = 0; };
+inline void bar_wait(Bar& b) {
+  const long long my = b.gen;
+  ++events;
+  if (++b.arrived == b.count) { b.arrived = 0; ++b.gen; return; }
+  while (b.gen == my) yield();
+}
+
+inline Bar block_bar;
+inline Bar warp_bar[32];
+
+inline void fiber_entry() {
+  body();
+  cur->done = true;
+  ++events;
+  // uc_link returns to the scheduler
+}
+
+/** Run `fn` as one block of nthreads fibers (blockIdx already set). */
+inline void run_block(unsigned nthreads, const std::function<void()>& fn) {
+  static std::vector<Fiber> fibers;
+  if (fibers.size() < nthreads) fibers.resize(nthreads);
+  body = fn;
+  block_bar = Bar{int(nthreads), 0, 0};
+  if (nthreads % 32 != 0) die("block not a whole number of warps");
+  for (unsigned w = 0; w < nthreads / 32; ++w) warp_bar[w] = Bar{32, 0, 0};
+  for (unsigned i = 0; i < nthreads; ++i) {
+    Fiber& f = fibers[i];
+    f.tid = uint3{i, 0, 0};
+    f.done = false;
+    if (f.stack.empty()) f.stack.resize(256 * 1024);
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_link = &sched_ctx;
+    makecontext(&f.ctx, fiber_entry, 0);
+  }
+  for (;;) {
+    bool all = true;
+    const long long before = events;
+    for (unsigned i = 0; i < nthreads; ++i) {
+      if (fibers[i].done) continue;
+      all = false;
+      cur = &fibers[i];
+      g_threadIdx = fibers[i].tid;
+      swapcontext(&sched_ctx, &fibers[i].ctx);
+    }
+    if (all) break;
+    if (events == before) {
+      int waiting = 0;
+      for (unsigned i = 0; i < nthreads; ++i) waiting += !fibers[i].done;
+      die("deadlock: " + std::to_string(waiting) + " threads waiting at a barrier that cannot complete");
+    }
+  }
+  cur = nullptr;
+}
+
+template <class... P, class... Args>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, Args... args) {
+  if (block.y != 1 || block.z != 1 || grid.z != 1) die("emu: 1-D blocks, 2-D grids only");
+  g_gridDim = uint3{grid.x, grid.y, 1};
+  g_blockDim = uint3{block.x, 1, 1};
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      g_blockIdx = uint3{bx, by, 0};
+      run_block(block.x, [&] { kernel(P(args)...); });
+    }
+}
+
+// ---- mma.sync m16n8k16 row.col f32.bf16.bf16.f32, warp collective
+inline int mma_mode = 0;  // 0: exact sum of the 16 products + C, rounded once to fp32; 1: sequential fp32 in k order
+inline long long mma_count = 0;
+inline float bf(uint16_t h) { uint32_t u = uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+
+/** D = A B + C from the 32 lanes' fragments (PTX ISA, mma.m16n8k16 .bf16 fragment tables). */
+inline void mma_warp(const uint32_t (*a)[4], const uint32_t* b0, const uint32_t* b1, const float (*c)[4], float (*d)[4]) {
+  float Am[16][16], Bm[16][8], Cm[16][8];
+  int seenA[16][16] = {}, seenB[16][8] = {}, seenC[16][8] = {};
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; ++i)
+      for (int e = 0; e < 2; ++e) {
+        const int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1) + e;
+        Am[row][col] = bf(uint16_t(a[lane][i] >> (16 * e)));
+        ++seenA[row][col];
+      }
+    for (int e = 0; e < 2; ++e) {
+      Bm[2 * t + e][g] = bf(uint16_t(b0[lane] >> (16 * e)));
+      Bm[2 * t + 8 + e][g] = bf(uint16_t(b1[lane] >> (16 * e)));
+      ++seenB[2 * t + e][g];
+      ++seenB[2 * t + 8 + e][g];
+    }
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+      Cm[row][col] = c[lane][i];
+      ++seenC[row][col];
+    }
+  }
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k)
+      if (seenA[r][k] != 1) die("mma A fragment table not a bijection");
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 8; ++n)
+      if (seenB[k][n] != 1 || (k < 16 && n < 8 && seenC[k][n] != 1)) die("mma B/C fragment table not a bijection");
+  float Dm[16][8];
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      if (mma_mode == 0) {
+        double s = Cm[r][n];
+        for (int k = 0; k < 16; ++k) s += double(Am[r][k]) * double(Bm[k][n]);
+        Dm[r][n] = float(s);
+      } else {
+        float s = Cm[r][n];
+        for (int k = 0; k < 16; ++k) s += Am[r][k] * Bm[k][n];
+        Dm[r][n] = s;
+      }
+    }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; ++i) d[lane][i] = Dm[g + 8 * (i >> 1)][2 * t + (i & 1)];
+  }
+  ++mma_count;
+}
+
+struct WarpMmaSlots { uint32_t a[32][4], b0[32], b1[32]; float c[32][4], d[32][4]; };
+inline WarpMmaSlots warp_slots[32];
+
+/** This fiber's lane of mma.sync.aligned m16n8k16 (d += a b): all 32 lanes of the warp must arrive. */
+void mma_sync(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+}  // namespace emu
+
+// The kernel's built-in variables: references to the scheduler's state (not macros: the launch
+// configuration has fields of the same names).
+inline const uint3& threadIdx = ::emu::g_threadIdx;
+inline const uint3& blockIdx = ::emu::g_blockIdx;
+inline const uint3& gridDim = ::emu::g_gridDim;
+inline const uint3& blockDim = ::emu::g_blockDim;
+inline void __syncthreads() { ::emu::bar_wait(::emu::block_bar); }
+
+inline void emu::mma_sync(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const int w = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  WarpMmaSlots& s = warp_slots[w];
+  for (int i = 0; i < 4; ++i) s.a[lane][i] = a[i], s.c[lane][i] = d[i];
+  s.b0[lane] = b0, s.b1[lane] = b1;
+  bar_wait(warp_bar[w]);  // .aligned: the whole warp, converged
+  if (lane == 0) mma_warp(s.a, s.b0, s.b1, s.c, s.d);
+  bar_wait(warp_bar[w]);
+  for (int i = 0; i < 4; ++i) d[i] = s.d[lane][i];
+  bar_wait(warp_bar[w]);
+}
