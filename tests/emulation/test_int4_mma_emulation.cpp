@@ -19,12 +19,10 @@
 #include "solutions/int4_gemm/mma/int4_mma_kernel.cuh"  // first: the shim headers set up the emulation
 #include "fixtures/int4_gemm/int4_gemm_fixture.h"
 #include "reference/int4_gemm/int4_gemm_oracle.h"
+#include "guarded_output.h"
 
 namespace nibble {
 namespace {
-
-constexpr uint32_t kSentinel = 0x7fc0deadu;  // a NaN with a payload no computation produces
-constexpr size_t kGuard = 1024;              // floats of guard band on each side of C
 
 struct Outcome {
   double rel_err = 0;
@@ -48,30 +46,16 @@ Outcome run(const std::string& name, bool corrupt = false) {
   cudaMalloc(&a_mem, size_t(M * K * 2));
   auto* A = static_cast<uint16_t*>(a_mem);
   std::memcpy(A, data.A.data(), size_t(M * K * 2));
-  std::vector<float> cbuf(size_t(M * N) + 2 * kGuard);
-  for (float& f : cbuf) std::memcpy(&f, &kSentinel, 4);
-  float* C = cbuf.data() + kGuard;
+  test::GuardedOutput out(size_t(M * N));
+  float* C = out.data();
   emu::mma_count = 0;
   int4_mma::launch_mma(w, A, C, M, N, K, nullptr);
   Outcome r;
   r.mmas = emu::mma_count;
   r.expected_mmas = w.slabs * w.chunks * 4 * (M <= 8 ? 1 : 2) * ((M + (M <= 8 ? 8 : 16) - 1) / (M <= 8 ? 8 : 16));
   const std::vector<double> ref = oracle::int4_gemm(data.A.data(), M, data.W, {}, 2);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    uint32_t u;
-    std::memcpy(&u, &C[i], 4);
-    r.unwritten += u == kSentinel;
-    num += (double(C[i]) - ref[i]) * (double(C[i]) - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  r.rel_err = std::sqrt(num / den);
-  for (size_t i = 0; i < kGuard; ++i) {
-    uint32_t lo, hi;
-    std::memcpy(&lo, &cbuf[i], 4);
-    std::memcpy(&hi, &cbuf[kGuard + size_t(M * N) + i], 4);
-    r.guard_written += (lo != kSentinel) + (hi != kSentinel);
-  }
+  const test::GuardedOutput::Check c = out.check(ref);
+  r.rel_err = c.rel_err, r.unwritten = c.unwritten, r.guard_written = c.guard_written;
   cudaFree(a_mem);
   return r;
 }

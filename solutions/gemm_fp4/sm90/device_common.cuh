@@ -11,7 +11,6 @@
 
 #include "solutions/common/mma_bf16.cuh"
 #include "solutions/common/sm90_async.cuh"
-#include "solutions/common/wgmma_dequant_gemm.cuh"
 #include "solutions/gemm_fp4/sm90/fp4_frag.h"
 
 namespace nibble::gemm_fp4_sm90 {

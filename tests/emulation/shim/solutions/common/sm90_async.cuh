@@ -11,3 +11,17 @@ inline unsigned long long globaltimer_ns() {
 }
 inline uint4 ld_stream(const uint4* p) { return __ldcs(p); }
 }  // namespace nibble::sol
+
+// Declared only, for the using-declarations of the headers the emulated kernels include; the
+// asynchronous copies themselves are not emulated (a call would not link).
+namespace nibble::sol {
+void bulk_load();
+void mbar_arrive();
+void mbar_expect_tx();
+void mbar_init();
+void mbar_init_fence();
+void mbar_wait();
+uint64_t policy_evict_first();
+uint64_t policy_evict_last();
+uint32_t smem_addr(const void*);
+}  // namespace nibble::sol
