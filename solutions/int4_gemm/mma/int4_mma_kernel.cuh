@@ -73,12 +73,21 @@ std::vector<T> to_host(const T* p, size_t n, cudaStream_t stream) {
   return v;
 }
 
+/** The plain-layout weights of g on the host, for a repack (prepare, untimed). */
+struct PlainWeights {
+  std::vector<uint8_t> packed;   // (N, K/2)
+  std::vector<uint16_t> scale;   // (N, K/128) fp16 bits
+  std::vector<uint8_t> zero;     // (N, K/128)
+};
+PlainWeights download_plain(const sol::Int4Problem& g, cudaStream_t stream) {
+  return PlainWeights{to_host(g.packed, size_t(g.N * g.K / 2), stream), to_host(g.scale, size_t(g.N * g.groups), stream),
+                      to_host(g.zero, size_t(g.N * g.groups), stream)};
+}
+
 /** prepare: the plain-layout weights of g copied down, repacked and uploaded into `mem` (untimed). */
 MmaWeights upload_mma_weights(const sol::Int4Problem& g, cudaStream_t stream, sol::DeviceAllocs& mem) {
-  const auto packed = to_host(g.packed, size_t(g.N * g.K / 2), stream);
-  const auto scale = to_host(g.scale, size_t(g.N * g.groups), stream);
-  const auto zero = to_host(g.zero, size_t(g.N * g.groups), stream);
-  const Repacked r = repack(packed.data(), scale.data(), zero.data(), g.N, g.K);
+  const PlainWeights p = download_plain(g, stream);
+  const Repacked r = repack(p.packed.data(), p.scale.data(), p.zero.data(), g.N, g.K);
   uint4* words = mem.alloc<uint4>(r.words.size() * 4);
   uint8_t* records = mem.alloc<uint8_t>(r.records.size());
   SOL_CUDA(cudaMemcpyAsync(words, r.words.data(), r.words.size() * 4, cudaMemcpyHostToDevice, stream));

@@ -60,11 +60,6 @@ struct Handle {
   sol::DeviceAllocs mem;
 };
 
-template <class T>
-std::vector<T> to_host(const T* p, size_t n, cudaStream_t stream) {
-  return int4_mma::to_host(p, n, stream);
-}
-
 /** The wgmma path's plan, repack and upload. */
 void prepare_wgmma(Handle& h, int sms, cudaStream_t stream) {
   const sol::Int4Problem& g = h.g;
@@ -80,10 +75,8 @@ void prepare_wgmma(Handle& h, int sms, cudaStream_t stream) {
   if (!h.plan.wtma)
     throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_INT4SM90_WTMA=0: the per-lane weight path is not built here");
   if ((g.M + bn - 1) / bn > 65535) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "M too large for the grid");
-  const auto packed = to_host(g.packed, size_t(g.N * g.K / 2), stream);
-  const auto scale = to_host(g.scale, size_t(g.N * g.groups), stream);
-  const auto zero = to_host(g.zero, size_t(g.N * g.groups), stream);
-  const Repacked r = repack(packed.data(), scale.data(), zero.data(), g.N, g.K, h.plan.group());
+  const int4_mma::PlainWeights p = int4_mma::download_plain(g, stream);
+  const Repacked r = repack(p.packed.data(), p.scale.data(), p.zero.data(), g.N, g.K, h.plan.group());
   uint4* wq = h.mem.alloc<uint4>(r.words.size() * 4);
   uint8_t* sc = h.mem.alloc<uint8_t>(r.records.size());
   SOL_CUDA(cudaMemcpyAsync(wq, r.words.data(), r.words.size() * 4, cudaMemcpyHostToDevice, stream));
