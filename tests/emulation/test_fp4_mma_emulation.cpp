@@ -4,7 +4,8 @@
 // the kPerm order when K % 8 == 0, else kStd, groups of one slab), against the fp64 oracle. Shapes:
 // NT = 1 and 2, partial slabs (N % 16 != 0), partial last scale blocks (K = 200, 3080), the kStd
 // fallback (K % 8 != 0: K = 202). Checks: relative error below 1e-5 (exact weights, fp32 sums: ~1e-7),
-// every element of C written once and nothing outside it, and a corrupted code is seen.
+// every element of C written once and nothing outside it, a corrupted code seen, and the traced
+// kernel (NIBBLE_FP4SM90_TRACE) marking every block in order.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,7 +28,7 @@ struct Outcome {
 };
 
 template <bool NV>
-Outcome run(const std::string& task, const std::string& config, bool corrupt) {
+Outcome run(const std::string& task, const std::string& config, bool corrupt, std::vector<unsigned long long>* trace) {
   const GemmConfig cfg = gemm_config(task, config);
   const GemmFixtureData d = generate_gemm_fixture(cfg, 1, 2);
   const int64_t M = cfg.M, N = cfg.N, K = cfg.K;
@@ -45,9 +46,11 @@ Outcome run(const std::string& task, const std::string& config, bool corrupt) {
   emu::reg("A", a.data(), a.size() * 2);
   test::GuardedOutput out(size_t(M * N));
   float* C = out.data();
+  if (trace) trace->assign(size_t(r.n_pad / sol::kSlabRows * ((M + 15) / 16) * sol::kMmaMarks), 0);  // NT = 2 at M > 8
   sol::launch_mma_dequant<gemm_fp4_sm90::Fp4MmaFormat<NV>>(perm, r.n_pad / sol::kSlabRows,
                                                           reinterpret_cast<const uint4*>(r.w.data()), r.s.data(),
-                                                          r.colmul.data(), a.data(), C, M, N, K, r.nch, nullptr, nullptr);
+                                                          r.colmul.data(), a.data(), C, M, N, K, r.nch,
+                                                          trace ? trace->data() : nullptr, nullptr);
   oracle::Fp4WeightView w;
   w.format = NV ? Fp4Format::Nvfp4 : Fp4Format::Mxfp4;
   w.packed = d.packed.data(), w.scale = d.scale.data(), w.global_scale = d.global_scale, w.N = N, w.K = K;
@@ -58,8 +61,9 @@ Outcome run(const std::string& task, const std::string& config, bool corrupt) {
   return o;
 }
 
-Outcome run_any(const std::string& task, const std::string& config, bool corrupt = false) {
-  return task == kGemmNvfp4Task ? run<true>(task, config, corrupt) : run<false>(task, config, corrupt);
+Outcome run_any(const std::string& task, const std::string& config, bool corrupt = false,
+               std::vector<unsigned long long>* trace = nullptr) {
+  return task == kGemmNvfp4Task ? run<true>(task, config, corrupt, trace) : run<false>(task, config, corrupt, trace);
 }
 
 class Fp4MmaEmulation : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
@@ -81,6 +85,21 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Fp4MmaEmulation,
                              if (c == '-') c = '_';
                            return s;
                          });
+
+// NIBBLE_FP4SM90_TRACE's path: with a trace buffer every block sets its kMmaMarks marks in order
+// (the extra __syncthreads before the last one is reached by the whole block) and C is unchanged.
+TEST(Fp4MmaEmulationCheck, TheTracedKernelMarksEveryBlockInOrder) {
+  std::vector<unsigned long long> trace;
+  const Outcome o = run_any(kGemmNvfp4Task, "m16-n40-k256", false, &trace);
+  EXPECT_LT(o.rel_err, 1e-5);
+  EXPECT_EQ(o.unwritten, 0);
+  ASSERT_FALSE(trace.empty());
+  for (size_t b = 0; b < trace.size() / sol::kMmaMarks; ++b)
+    for (int k = 0; k < sol::kMmaMarks; ++k) {
+      EXPECT_NE(trace[b * sol::kMmaMarks + k], 0u) << "block " << b << " mark " << k;
+      if (k > 0) EXPECT_GT(trace[b * sol::kMmaMarks + k], trace[b * sol::kMmaMarks + k - 1]) << "block " << b;
+    }
+}
 
 TEST(Fp4MmaEmulationCheck, ACorruptedCodeIsSeen) {
   EXPECT_GT(run_any(kGemmNvfp4Task, "m3-n40-k256", true).rel_err, 1e-4);
