@@ -1,6 +1,7 @@
 // sm90_async.cuh: the Hopper asynchronous-copy primitives the sm_90a solutions share: mbarriers
 // (init, arrive, expect_tx, the parity wait) and bulk copies global -> shared on the copy engine
-// (cp.async.bulk, completing on an mbarrier's transaction count), with L2 cache policies.
+// (cp.async.bulk, completing on an mbarrier's transaction count), with L2 cache policies; and the
+// few other instructions they share (the vector float reduction, the streamed load, %globaltimer).
 //
 // Source: PTX ISA 8.x, "Parallel synchronization and communication instructions: mbarrier" and
 // "Data movement: cp.async.bulk" (sm_90). Every function takes shared-memory addresses as the
@@ -19,6 +20,12 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+
+/** out[0..3] += v with one vector reduction (red.global.add.v4.f32, sm_90; out 16-byte aligned). */
+__device__ __forceinline__ void red_add_v4(float* out, float4 v) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(out), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
 }
 
 /** 16 bytes, streamed (ld.global.cs, any sm_70+): weights read once per call leave L2 to the

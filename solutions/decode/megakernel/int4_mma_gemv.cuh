@@ -38,6 +38,7 @@
 #include <cstdint>
 
 #include "megakernel.h"
+#include "solutions/common/mma_int8.cuh"
 #include "solutions/common/sm90_async.cuh"
 
 namespace nibble::megakernel {
@@ -222,14 +223,7 @@ __device__ __forceinline__ void build_x_limbs(const float* xs, int k, unsigned c
   }
 }
 
-/** c += A B, mma.m16n8k32 u8 (A: codes or 16 x codes) x s8 (B: x limbs) -> s32: exact. Not volatile,
- *  so the compiler may interleave the independent chains. */
-__device__ __forceinline__ void imma_16832(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                           uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+using sol::imma_16832;  // solutions/common/mma_int8.cuh
 
 /**
  * One unit (16 rows x 128 inputs = one group) of this lane. Lane (g = lane/4, t = lane%4) holds C
@@ -272,11 +266,7 @@ __device__ __forceinline__ float2 limb_weights(int lane) {
   return make_float2(t == 0 ? 1024.f : (t == 1 ? 0.0625f : 0.f), t == 0 ? 8.f : 0.f);
 }
 
-/** out[r..r+3] += v with one vector reduction (sm_90 red.global.add.v4.f32; out 16-byte aligned). */
-__device__ __forceinline__ void red_add_v4(float* out, float4 v) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(out), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
-               : "memory");
-}
+using sol::red_add_v4;  // solutions/common/sm90_async.cuh
 
 /** out[16 tile + 0..15] += this unit-run's row sums: the limbs weighted and summed over the 4 lanes
  *  of a row (t = 0, 1 hold limbs 0, 1 and 2), then gathered so that lane 28 + t holds rows 4t..4t+3
