@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 #include <cmath>
@@ -125,14 +126,34 @@ inline void run_block(unsigned nthreads, const std::function<void()>& fn) {
   cur = nullptr;
 }
 
+// ---- a block's dynamic shared memory (one buffer, renewed for each block) and its mbarriers
+inline std::vector<unsigned char>& dyn_smem() {
+  static std::vector<unsigned char> b;
+  return b;
+}
+inline constexpr uint32_t kSmemWindow = 0x10000;  // shared addresses start here (0 is never valid)
+struct MBar {
+  int count = 0, pending = 0;
+  long long tx = 0;
+  unsigned phases = 0;  // completed phases: the current phase's parity is phases & 1
+};
+inline std::map<uint32_t, MBar>& mbars() {
+  static std::map<uint32_t, MBar> m;
+  return m;
+}
+
+/** Run the grid, one block after another; each block gets `dyn_smem_bytes` of dynamic shared
+ *  memory filled with 0xCD (the GPU's is uninitialised) and no mbarriers. */
 template <class... P, class... Args>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, Args... args) {
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem_bytes, Args... args) {
   if (block.y != 1 || block.z != 1 || grid.z != 1) die("emu: 1-D blocks, 2-D grids only");
   g_gridDim = uint3{grid.x, grid.y, 1};
   g_blockDim = uint3{block.x, 1, 1};
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       g_blockIdx = uint3{bx, by, 0};
+      dyn_smem().assign(dyn_smem_bytes, 0xCD);
+      mbars().clear();
       run_block(block.x, [&] { kernel(P(args)...); });
     }
 }
@@ -198,6 +219,11 @@ inline WarpMmaSlots warp_slots[32];
 /** This fiber's lane of mma.sync.aligned m16n8k16 (d += a b): all 32 lanes of the warp must arrive. */
 void mma_sync(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 
+/** This fiber's lane of mma.sync.aligned m16n8k32 u8 x s8 -> s32 (c += a b), exact: lane (g, t)
+ *  holds A rows g (a0, a2) / g + 8 (a1, a3) at k 4t..4t+3 (a0, a1) and 16 + 4t.. (a2, a3), B column
+ *  g at k 4t.. (b0) and 16 + 4t.. (b1), the lowest k in the lowest byte; c as m16n8k16's d. */
+void imma_sync(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
 }  // namespace emu
 
 // The kernel's built-in variables: references to the scheduler's state (not macros: the launch
@@ -217,5 +243,54 @@ inline void emu::mma_sync(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, ui
   if (lane == 0) mma_warp(s.a, s.b0, s.b1, s.c, s.d);
   bar_wait(warp_bar[w]);
   for (int i = 0; i < 4; ++i) d[i] = s.d[lane][i];
+  bar_wait(warp_bar[w]);
+}
+
+struct WarpImmaSlots {
+  uint32_t a[32][4], b0[32], b1[32];
+  int c[32][4];
+};
+inline WarpImmaSlots warp_islots[32];
+
+inline void emu::imma_sync(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const int w = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  WarpImmaSlots& s = warp_islots[w];
+  for (int i = 0; i < 4; ++i) s.a[lane][i] = a[i], s.c[lane][i] = c[i];
+  s.b0[lane] = b0, s.b1[lane] = b1;
+  bar_wait(warp_bar[w]);
+  if (lane == 0) {
+    int A[16][32], B[32][8], seenA[16][32] = {}, seenB[32][8] = {};
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      for (int r = 0; r < 4; ++r)
+        for (int e = 0; e < 4; ++e) {
+          const int row = g + 8 * (r & 1), col = 4 * t + 16 * (r >> 1) + e;
+          A[row][col] = int((s.a[l][r] >> (8 * e)) & 0xFFu);  // u8
+          ++seenA[row][col];
+        }
+      for (int e = 0; e < 4; ++e) {
+        B[4 * t + e][g] = int(int8_t((s.b0[l] >> (8 * e)) & 0xFFu));  // s8
+        B[16 + 4 * t + e][g] = int(int8_t((s.b1[l] >> (8 * e)) & 0xFFu));
+        ++seenB[4 * t + e][g], ++seenB[16 + 4 * t + e][g];
+      }
+    }
+    for (int r = 0; r < 16; ++r)
+      for (int kk = 0; kk < 32; ++kk)
+        if (seenA[r][kk] != 1) die("m16n8k32 A fragment table not a bijection");
+    for (int kk = 0; kk < 32; ++kk)
+      for (int n = 0; n < 8; ++n)
+        if (seenB[kk][n] != 1) die("m16n8k32 B fragment table not a bijection");
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      for (int i = 0; i < 4; ++i) {
+        const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        long long sum = s.c[l][i];
+        for (int kk = 0; kk < 32; ++kk) sum += (long long)A[row][kk] * B[kk][col];
+        s.c[l][i] = int(sum);  // s32 (the GEMV's sums stay far below 2^31)
+      }
+    }
+  }
+  bar_wait(warp_bar[w]);
+  for (int i = 0; i < 4; ++i) c[i] = s.c[lane][i];
   bar_wait(warp_bar[w]);
 }

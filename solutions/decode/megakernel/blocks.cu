@@ -13,42 +13,18 @@
 
 #include "activation.cuh"
 #include "attention.cuh"
+#include "gemv_blocks.cuh"
 #include "int4_mma_gemv.cuh"
 #include "megakernel.h"
 
 namespace nibble::megakernel {
 namespace {
 
-/** Shared memory of gemv_blocks_kernel: x, its limbs, the rings' mbarriers, the rings, the plans. */
-size_t gemv_blocks_smem(int k, int n) {
-  return size_t(k) * 8 + kRingBarrierBytes + kRingBytes + size_t(n) * kWarps * sizeof(GemvPlan);
-}
-
 template <int kExp>
 __global__ void __launch_bounds__(kThreads, 1)
     gemv_blocks_kernel(const PackedMatrix* mats, const GemvPlan* plans, float* const* ys, int n, const float* x, int k) {
   extern __shared__ __align__(16) unsigned char smem[];
-  float* xs = reinterpret_cast<float*>(smem);
-  unsigned char* xf = smem + size_t(k) * 4;
-  auto* bars = reinterpret_cast<unsigned long long*>(smem + size_t(k) * 8);
-  Ring ring = ring_init(smem + size_t(k) * 8 + kRingBarrierBytes, bars);
-  // This block's warps' plans of every matrix, copied once, as the decode kernel does its five.
-  auto* plan = reinterpret_cast<GemvPlan*>(smem + size_t(k) * 8 + kRingBarrierBytes + kRingBytes);
-  const int warp = threadIdx.x >> 5, nw = gridDim.x * kWarps;
-  load_block_plans(plan, plans, n, nw);
-  __syncthreads();
-  ring_prefetch(mats[0], plan[warp], ring);
-  load_vector(x, k, xs);
-  __syncthreads();
-  build_x_limbs(xs, k, xf);
-  __syncthreads();
-  for (int i = 0; i < n; ++i) {
-    const int in = i + 1 < n ? i + 1 : i;
-    const PackedMatrix m = mats[i];
-    const PackedMatrix next = mats[in];
-    gemv_run<kExp>(m, plan[i * kWarps + warp], ys[i], xquant_view(xf, k), ring, next, plan[in * kWarps + warp], i + 1 < n);
-    if (i + 1 < n) ring_prefetch(next, plan[in * kWarps + warp], ring);
-  }
+  gemv_blocks_body<kExp>(smem, mats, plans, ys, n, x, k);
 }
 
 template <int HD>

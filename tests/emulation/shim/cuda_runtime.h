@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <cmath>
+
+#include "emu_async.h"
 #include "emu_core.h"
 
 #define __global__
@@ -26,10 +29,66 @@ struct alignas(16) uint4 {
 struct float2 {
   float x, y;
 };
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(8) int2 {
+  int x, y;
+};
+struct alignas(16) int4 {
+  int x, y, z, w;
+};
 inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
+inline uint2 make_uint2(uint32_t x, uint32_t y) { return uint2{x, y}; }
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+inline int2 make_int2(int x, int y) { return int2{x, y}; }
+inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+
+// Bit casts and conversions.
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float __int_as_float(int i) { return __uint_as_float(uint32_t(i)); }
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline int __float_as_int(float f) { return int(__float_as_uint(f)); }
+inline int __float2int_rn(float f) { return int(std::nearbyint(f)); }  // the default rounding: to nearest even
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long clock64() { return ++::emu::events; }
+
+// Atomics: fibers switch only at barriers and waits, so a plain update is atomic here.
+inline float atomicAdd(float* p, float v) {
+  const float old = *p;
+  *p = old + v;
+  return old;
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  const unsigned long long old = *p;
+  *p = old + v;
+  return old;
+}
 template <class T>
 inline T __ldg(const T* p) {
   ::emu::check_load(p, sizeof(T), sizeof(T) >= 16 ? 16 : sizeof(T), "__ldg");
+  return *p;
+}
+template <class T>
+inline T __ldcg(const T* p) {
+  ::emu::check_load(p, sizeof(T), sizeof(T) >= 16 ? 16 : sizeof(T), "__ldcg");
   return *p;
 }
 template <class T>
@@ -41,7 +100,7 @@ inline T __ldcs(const T* p) {
 typedef struct CUstream_st* cudaStream_t;
 enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
 using cudaError = cudaError_t;
-enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t) {
   std::memcpy(d, s, n);
   return cudaSuccess;
@@ -74,6 +133,30 @@ struct cudaLaunchConfig_t {
 };
 template <class... P, class... Args>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* cfg, void (*kernel)(P...), Args&&... args) {
-  ::emu::launch(kernel, cfg->gridDim, cfg->blockDim, static_cast<P>(args)...);
+  ::emu::launch(kernel, cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, static_cast<P>(args)...);
   return cudaSuccess;
 }
+
+// Warp collectives (full-warp masks only: what the emulated kernels use).
+inline void __syncwarp(unsigned = 0xFFFFFFFFu) { ::emu::bar_wait(::emu::warp_bar[::emu::g_threadIdx.x / 32]); }
+template <class T>
+inline T __shfl_sync(unsigned, T v, int src) {
+  return ::emu::warp_shuffle(v, src);
+}
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int mask) {
+  return ::emu::warp_shuffle(v, int(::emu::g_threadIdx.x % 32) ^ mask);
+}
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+  return ::emu::warp_reduce(v, [](unsigned a, unsigned b) { return a + b; });
+}
+inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+  return ::emu::warp_reduce(v, [](unsigned a, unsigned b) { return a > b ? a : b; });
+}
+inline int __reduce_add_sync(unsigned, int v) {
+  return ::emu::warp_reduce(v, [](int a, int b) { return a + b; });
+}
+inline int __reduce_max_sync(unsigned, int v) {
+  return ::emu::warp_reduce(v, [](int a, int b) { return a > b ? a : b; });
+}
+inline size_t __cvta_generic_to_shared(const void* p) { return ::emu::smem_address(p); }

@@ -1,27 +1,38 @@
-// shim of solutions/common/sm90_async.cuh for the CPU emulation: only what the small-M kernel uses
-// (the streamed load, the timeline clock); the asynchronous-copy primitives are not emulated.
+// shim of solutions/common/sm90_async.cuh for the CPU emulation: the same functions over emu_async.h
+// (mbarriers, bulk copies completing at issue, the shared window) and plain accesses.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
+#include "emu_async.h"
+
 namespace nibble::sol {
-inline unsigned long long globaltimer_ns() {
-  static unsigned long long t = 0;
-  return ++t;
+
+inline unsigned long long globaltimer_ns() { return ++::emu::events; }
+inline void red_add_v4(float* out, float4 v) {
+  out[0] += v.x, out[1] += v.y, out[2] += v.z, out[3] += v.w;
 }
 inline uint4 ld_stream(const uint4* p) { return __ldcs(p); }
-}  // namespace nibble::sol
+inline uint32_t smem_addr(const void* p) { return ::emu::smem_address(p); }
+inline void mbar_init(uint32_t bar, uint32_t count) { ::emu::mbar_init(bar, count); }
+inline void mbar_init(uint64_t* bar, uint32_t count) { mbar_init(smem_addr(bar), count); }
+inline void mbar_init_fence() {}
+inline void mbar_wait(uint32_t bar, uint32_t parity) { ::emu::mbar_wait(bar, parity); }
+inline void mbar_wait(uint64_t* bar, uint32_t parity) { mbar_wait(smem_addr(bar), parity); }
+inline void mbar_arrive(uint64_t* bar) { ::emu::mbar_arrive(smem_addr(bar)); }
+inline void mbar_expect_tx(uint32_t bar, uint32_t bytes) { ::emu::mbar_expect_tx(bar, bytes); }
+inline void mbar_expect_tx(uint64_t* bar, uint32_t bytes) { mbar_expect_tx(smem_addr(bar), bytes); }
+inline void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t) {
+  ::emu::bulk_copy(dst, src, bytes, bar);
+}
+inline void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+  bulk_load(smem_addr(dst), src, bytes, smem_addr(bar), policy);
+}
+inline void bulk_prefetch_l2(const void*, uint32_t) {}
+inline void fence_proxy_async_smem() {}
+inline uint64_t policy_evict_first() { return 0; }
+inline uint64_t policy_evict_last() { return 0; }
 
-// Declared only, for the using-declarations of the headers the emulated kernels include; the
-// asynchronous copies themselves are not emulated (a call would not link).
-namespace nibble::sol {
-void bulk_load();
-void mbar_arrive();
-void mbar_expect_tx();
-void mbar_init();
-void mbar_init_fence();
-void mbar_wait();
-uint64_t policy_evict_first();
-uint64_t policy_evict_last();
-uint32_t smem_addr(const void*);
 }  // namespace nibble::sol
