@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "decode/megakernel_attention_case.h"
 #include "gpu_test_util.h"
 #include "megakernel.h"
 
@@ -32,31 +33,9 @@ namespace mk = nibble::megakernel;
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
 
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }
-  int below(int n) { return int(next() % uint64_t(n)); }
-};
-
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-double bf16_value(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using nibble::test::bf16_value;  // tests/decode/megakernel_attention_case.h
+using nibble::test::Rng;
+using nibble::test::to_bf16;
 
 struct DevBuf {
   void* p = nullptr;
@@ -322,39 +301,24 @@ TEST(MegakernelGemv, RejectsBadArguments) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
-struct AttnCase {
-  int hd, n_q, n_kv, max_seq, pos, blocks;
-};
+using nibble::test::AttnCase;
 
 void run_attention(const AttnCase& t) {
-  const std::string what = "hd " + std::to_string(t.hd) + " n_q " + std::to_string(t.n_q) + " n_kv " +
-                           std::to_string(t.n_kv) + " pos " + std::to_string(t.pos) + " blocks " + std::to_string(t.blocks);
-  Rng rng(uint64_t(t.hd * 1000 + t.n_q * 100 + t.pos));
-  const int hd = t.hd, half = hd / 2, rep = t.n_q / t.n_kv;
-  const size_t cache_n = size_t(t.n_kv) * t.max_seq * hd;
-  std::vector<uint16_t> kc(cache_n), vc(cache_n);
-  for (auto& v : kc) v = to_bf16(2.f * rng.uniform() - 1.f);
-  for (auto& v : vc) v = to_bf16(2.f * rng.uniform() - 1.f);
-  const int qkv_n = (t.n_q + 2 * t.n_kv) * hd;
-  std::vector<float> qkv(static_cast<size_t>(qkv_n));
-  for (auto& v : qkv) v = 2.f * rng.uniform() - 1.f;
-  std::vector<float2> rope(size_t(t.max_seq) * half);
-  for (int p = 0; p < t.max_seq; ++p)
-    for (int i = 0; i < half; ++i) {
-      const double ang = double(p) * std::pow(500000.0, -2.0 * i / hd);
-      rope[size_t(p) * half + i] = make_float2(float(std::cos(ang)), float(std::sin(ang)));
-    }
+  const nibble::test::AttnInputs in = nibble::test::attention_inputs(t);
+  const int hd = t.hd;
+  const size_t cache_n = in.kc.size();
+  const int qkv_n = int(in.qkv.size());
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const int blocks = t.blocks ? t.blocks : sms;
   const int max_chunks = mk::attn_max_chunks(blocks, t.n_kv);
 
-  DevBuf dk(cache_n * 2), dv(cache_n * 2), dq(size_t(qkv_n) * 4), dr(rope.size() * 8),
+  DevBuf dk(cache_n * 2), dv(cache_n * 2), dq(size_t(qkv_n) * 4), dr(in.rope.size() * 8),
       dpart(size_t(t.n_q) * max_chunks * (hd + 2) * 4), dcnt(size_t(t.n_kv) * 4), dout(size_t(t.n_q) * hd * 4);
-  CUDA_OK(cudaMemcpy(dk.p, kc.data(), cache_n * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(dv.p, vc.data(), cache_n * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(dq.p, qkv.data(), size_t(qkv_n) * 4, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(dr.p, rope.data(), rope.size() * 8, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dk.p, in.kc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dv.p, in.vc.data(), cache_n * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dq.p, in.qkv.data(), size_t(qkv_n) * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dr.p, in.rope.data(), in.rope.size() * 8, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(dcnt.p, 0, size_t(t.n_kv) * 4));
   CUDA_OK(cudaMemset(dout.p, 0xFF, size_t(t.n_q) * hd * 4));  // NaN
   CUDA_OK(mk::launch_attention_blocks(dq.as<float>(), dr.as<float2>(), dk.as<uint16_t>(), dv.as<uint16_t>(), t.n_q,
@@ -368,70 +332,7 @@ void run_attention(const AttnCase& t) {
   CUDA_OK(cudaMemcpy(vc2.data(), dv.p, cache_n * 2, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(cnt.data(), dcnt.p, cnt.size() * 4, cudaMemcpyDeviceToHost));
-  for (int h = 0; h < t.n_kv; ++h) EXPECT_EQ(cnt[size_t(h)], 0u) << what << ": counter not reset";
-
-  // Expected cache: slot pos = bf16(rope(k)), bf16(v) (RoPE in fp32 as the kernel, no contraction
-  // ambiguity at bf16 resolution except at ties, which the random data make negligible).
-  int stray = 0, wrong = 0;
-  for (int h = 0; h < t.n_kv; ++h) {
-    const float* kh = qkv.data() + size_t(t.n_q) * hd + size_t(h) * hd;
-    const float* vh = qkv.data() + size_t(t.n_q + t.n_kv) * hd + size_t(h) * hd;
-    for (int s = 0; s < t.max_seq; ++s) {
-      const size_t row = (size_t(h) * t.max_seq + s) * hd;
-      if (s != t.pos) {
-        stray += std::memcmp(kc2.data() + row, kc.data() + row, size_t(hd) * 2) != 0;
-        stray += std::memcmp(vc2.data() + row, vc.data() + row, size_t(hd) * 2) != 0;
-        continue;
-      }
-      for (int i = 0; i < half; ++i) {
-        const float2 cs = rope[size_t(t.pos) * half + i];
-        const double r1 = double(kh[i]) * cs.x - double(kh[i + half]) * cs.y;
-        const double r2 = double(kh[i + half]) * cs.x + double(kh[i]) * cs.y;
-        wrong += std::fabs(bf16_value(kc2[row + i]) - r1) > std::fabs(r1) * 4e-3 + 1e-6;
-        wrong += std::fabs(bf16_value(kc2[row + i + half]) - r2) > std::fabs(r2) * 4e-3 + 1e-6;
-        wrong += vc2[row + i] != to_bf16(vh[i]);
-        wrong += vc2[row + i + half] != to_bf16(vh[i + half]);
-      }
-    }
-  }
-  EXPECT_EQ(stray, 0) << what << ": cache rows other than slot pos changed";
-  EXPECT_EQ(wrong, 0) << what << ": appended K/V differ from bf16(rope(k)), bf16(v)";
-
-  // fp64 attention over the cache the kernel left (slot pos included).
-  const double scale = 1.0 / std::sqrt(double(hd));
-  double num = 0, den = 0;
-  int nonfinite = 0;
-  for (int j = 0; j < t.n_q; ++j) {
-    const int h = j / rep;
-    std::vector<double> q(static_cast<size_t>(hd));
-    const float* qh = qkv.data() + size_t(j) * hd;
-    const float2* cs = rope.data() + size_t(t.pos) * half;
-    for (int i = 0; i < half; ++i) {
-      q[size_t(i)] = double(qh[i]) * cs[i].x - double(qh[i + half]) * cs[i].y;
-      q[size_t(i + half)] = double(qh[i + half]) * cs[i].x + double(qh[i]) * cs[i].y;
-    }
-    std::vector<double> sc(static_cast<size_t>(t.pos) + 1);
-    double mx = -1e300;
-    for (int s = 0; s <= t.pos; ++s) {
-      double d = 0;
-      for (int e = 0; e < hd; ++e) d += q[size_t(e)] * bf16_value(kc2[(size_t(h) * t.max_seq + s) * hd + e]);
-      sc[size_t(s)] = d * scale;
-      mx = std::max(mx, sc[size_t(s)]);
-    }
-    double l = 0;
-    for (auto& v : sc) l += (v = std::exp(v - mx));
-    for (int e = 0; e < hd; ++e) {
-      double o = 0;
-      for (int s = 0; s <= t.pos; ++s) o += sc[size_t(s)] * bf16_value(vc2[(size_t(h) * t.max_seq + s) * hd + e]);
-      o /= l;
-      const float got = out[size_t(j) * hd + e];
-      if (!std::isfinite(got)) ++nonfinite;
-      num += (got - o) * (got - o);
-      den += o * o;
-    }
-  }
-  EXPECT_EQ(nonfinite, 0) << what;
-  EXPECT_LT(std::sqrt(num / den), 1e-5) << what;
+  nibble::test::check_attention(t, in, kc2, vc2, out, cnt);
 }
 
 TEST(MegakernelAttention, ChunkEdgesHeadsAndGrids) {

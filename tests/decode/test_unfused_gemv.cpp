@@ -21,6 +21,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels.h"
+#include "test_rng.h"
 
 namespace {
 
@@ -28,20 +29,7 @@ using nibble::unfused::Int4Matrix;
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
 
-/** splitmix64: the same numbers on every machine and standard library. */
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  /** uniform in [0, 1) with 24 bits, exact in fp32. */
-  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }
-  int below(int n) { return int(next() % uint64_t(n)); }
-};
+using nibble::test::Rng;  // tests/test_rng.h
 
 uint16_t to_bf16(float f) {  // round to nearest even (values here are finite)
   uint32_t u;

@@ -19,6 +19,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels.h"
+#include "test_rng.h"
 
 namespace {
 
@@ -26,19 +27,7 @@ namespace uf = nibble::unfused;
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
-  float symmetric() { return 2.f * uniform() - 1.f; }                      // [-1, 1)
-  int below(int n) { return int(next() % uint64_t(n)); }
-};
+using nibble::test::Rng;  // tests/test_rng.h
 
 uint16_t to_bf16(float f) {
   uint32_t u;

@@ -18,3 +18,8 @@ nibble_add_gtest(megakernel_gemv_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/tes
 target_include_directories(test_megakernel_gemv_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
                            ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel)
 target_compile_options(test_megakernel_gemv_emulation PRIVATE -Wno-unknown-pragmas)
+nibble_add_gtest(megakernel_attention_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_megakernel_attention_emulation.cpp
+                 LIBS nibble_fixtures LABELS cpu)
+target_include_directories(test_megakernel_attention_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
+                           ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel)
+target_compile_options(test_megakernel_attention_emulation PRIVATE -Wno-unknown-pragmas)

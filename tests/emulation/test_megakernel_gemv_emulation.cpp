@@ -1,5 +1,5 @@
 // test_megakernel_gemv_emulation.cpp: the megakernel's int4 GEMV stage (gemv_blocks_body:
-// solutions/decode/megakernel/gemv_blocks.cuh over int4_mma_gemv.cuh and activation.cuh, the decode
+// solutions/decode/megakernel/stage_blocks.cuh over int4_mma_gemv.cuh and activation.cuh, the decode
 // kernel's own code) run from its source on the CPU (emu_core.h, emu_async.h: the weight ring's bulk
 // copies and mbarriers, the warps' shuffles, mma.sync m16n8k32 u8 x s8 from the PTX fragment table),
 // on weights packed here from megakernel.h's description of the unit layout (an independent packer),
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "gemv_blocks.cuh"  // first: the shim headers set up the emulation
+#include "stage_blocks.cuh"  // first: the shim headers set up the emulation
 #include "fixtures/bf16.h"
 
 namespace nibble {

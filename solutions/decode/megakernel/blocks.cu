@@ -13,7 +13,7 @@
 
 #include "activation.cuh"
 #include "attention.cuh"
-#include "gemv_blocks.cuh"
+#include "stage_blocks.cuh"
 #include "int4_mma_gemv.cuh"
 #include "megakernel.h"
 
@@ -32,10 +32,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     attention_blocks_kernel(const float* qkv, const float2* rope, uint16_t* k_cache, uint16_t* v_cache, int n_q,
                             int n_kv, int max_seq, int pos, float* part, int max_chunks, unsigned* count, float* out) {
   extern __shared__ __align__(16) unsigned char smem[];  // one declaration per TU: as gemv_blocks_kernel's
-  AttnKv kv = attn_kv_init(smem, reinterpret_cast<uint64_t*>(smem + kAttnKvBytes));
-  attention_prefetch<HD>(kv, k_cache, v_cache, n_kv, max_seq, pos, max_chunks);  // as the decode kernel
-  attention_stage<HD>(qkv, rope, k_cache, v_cache, n_q, n_kv, max_seq, pos, part, max_chunks, count, out,
-                      reinterpret_cast<float*>(smem + kAttnKvBytes + 16), kv);
+  attention_blocks_body<HD>(smem, qkv, rope, k_cache, v_cache, n_q, n_kv, max_seq, pos, part, max_chunks, count, out);
 }
 
 int sm_count() {
@@ -81,14 +78,14 @@ cudaError_t launch_attention_blocks(const float* qkv, const float2* rope, uint16
   if (blocks == 0) blocks = sm_count();
   if (blocks < 1 || max_chunks != attn_max_chunks(blocks, n_kv)) return cudaErrorInvalidValue;
   if (hd == 64) {
-    const size_t smem = kAttnKvBytes + 16 + size_t(attention_smem_floats<64>()) * 4;
+    const size_t smem = attention_blocks_smem<64>();
     cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(&attention_blocks_kernel<64>),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
     attention_blocks_kernel<64><<<unsigned(blocks), kThreads, smem, stream>>>(qkv, rope, k_cache, v_cache, n_q, n_kv,
                                                                                max_seq, pos, part, max_chunks, count, out);
   } else {
-    const size_t smem = kAttnKvBytes + 16 + size_t(attention_smem_floats<128>()) * 4;
+    const size_t smem = attention_blocks_smem<128>();
     cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(&attention_blocks_kernel<128>),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;

@@ -65,6 +65,15 @@ inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 inline long long clock64() { return ++::emu::events; }
 
+/** PRMT's default mode: byte i of the result is byte s[i] (selector nibble i, 0..7) of {y, x}. */
+inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+  const uint64_t src = (uint64_t(y) << 32) | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= uint32_t((src >> (8 * ((s >> (4 * i)) & 7u))) & 0xFFu) << (8 * i);
+  return r;
+}
+inline void __threadfence() {}  // the emulation is sequentially consistent
+
 // Atomics: fibers switch only at barriers and waits, so a plain update is atomic here.
 inline float atomicAdd(float* p, float v) {
   const float old = *p;
@@ -74,6 +83,11 @@ inline float atomicAdd(float* p, float v) {
 inline unsigned atomicAdd(unsigned* p, unsigned v) {
   const unsigned old = *p;
   *p = old + v;
+  return old;
+}
+inline unsigned atomicExch(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = v;
   return old;
 }
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {

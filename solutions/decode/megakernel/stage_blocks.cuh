@@ -1,11 +1,13 @@
-// gemv_blocks.cuh: the decode kernel's GEMV stage as a kernel body of its own (gemv_blocks_kernel in
-// blocks.cu: the tests and the benchmark; tests/emulation runs the same body on the CPU). The code
-// is the decode kernel's own (int4_mma_gemv.cuh, activation.cuh), not a copy.
+// stage_blocks.cuh: the decode kernel's GEMV and attention stages as kernel bodies of their own
+// (gemv_blocks_kernel and attention_blocks_kernel in blocks.cu: the tests and the benchmark;
+// tests/emulation runs the same bodies on the CPU). The code is the decode kernel's own
+// (int4_mma_gemv.cuh, activation.cuh, attention.cuh), not a copy.
 #pragma once
 
 #include <cstddef>
 
 #include "activation.cuh"
+#include "attention.cuh"
 #include "int4_mma_gemv.cuh"
 #include "megakernel.h"
 
@@ -43,6 +45,25 @@ __device__ __forceinline__ void gemv_blocks_body(unsigned char* smem, const Pack
     gemv_run<kExp>(m, plan[i * kWarps + warp], ys[i], xquant_view(xf, k), ring, next, plan[in * kWarps + warp], i + 1 < n);
     if (i + 1 < n) ring_prefetch(next, plan[in * kWarps + warp], ring);
   }
+}
+
+/** Shared memory of attention_blocks_body<HD>: the K/V sub-chunk, its mbarrier, the scratch. */
+template <int HD>
+size_t attention_blocks_smem() {
+  return kAttnKvBytes + 16 + size_t(attention_smem_floats<HD>()) * 4;
+}
+
+/** One block of kThreads: the attention stage of one layer (launch_attention_blocks has the
+ *  contract), with smem the block's attention_blocks_smem<HD>() bytes of dynamic shared memory. */
+template <int HD>
+__device__ __forceinline__ void attention_blocks_body(unsigned char* smem, const float* qkv, const float2* rope,
+                                                      uint16_t* k_cache, uint16_t* v_cache, int n_q, int n_kv,
+                                                      int max_seq, int pos, float* part, int max_chunks,
+                                                      unsigned* count, float* out) {
+  AttnKv kv = attn_kv_init(smem, reinterpret_cast<uint64_t*>(smem + kAttnKvBytes));
+  attention_prefetch<HD>(kv, k_cache, v_cache, n_kv, max_seq, pos, max_chunks);  // as the decode kernel
+  attention_stage<HD>(qkv, rope, k_cache, v_cache, n_q, n_kv, max_seq, pos, part, max_chunks, count, out,
+                      reinterpret_cast<float*>(smem + kAttnKvBytes + 16), kv);
 }
 
 }  // namespace
