@@ -28,6 +28,16 @@ __device__ __forceinline__ void red_add_v4(float* out, float4 v) {
                : "memory");
 }
 
+/** 16 bytes global -> shared on the thread's cp.async queue (cp.async.cg, L2 only, sm_80+);
+ *  cp_async_commit closes a group, cp_async_wait_all waits for every group of the thread. */
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+               "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 /** 16 bytes, streamed (ld.global.cs, any sm_70+): weights read once per call leave L2 to the
  *  activations. */
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) { return __ldcs(p); }

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "megakernel.h"
+#include "solutions/common/sm90_async.cuh"
 
 namespace nibble::megakernel {
 
@@ -90,15 +91,12 @@ __device__ __forceinline__ void gain_prefetch(const uint16_t* gain, int d, uint1
   const int lane = threadIdx.x & 31;
   if (lane == 0) return;
   const int n = (blockDim.x >> 5) * 31;
-  for (int i = (threadIdx.x >> 5) * 31 + lane - 1; i < d / 8; i += n)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(gn + 8 * i))),
-                 "l"(gain + 8 * i)
-                 : "memory");
-  asm volatile("cp.async.commit_group;" ::: "memory");
+  for (int i = (threadIdx.x >> 5) * 31 + lane - 1; i < d / 8; i += n) sol::cp_async_16(gn + 8 * i, gain + 8 * i);
+  sol::cp_async_commit();
 }
 
 /** This thread's gain_prefetch copies have landed (a __syncthreads then makes them the block's). */
-__device__ __forceinline__ void gain_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void gain_wait() { sol::cp_async_wait_all(); }
 
 /** 1 / sqrt(mean(xs^2) + eps) over d (fp32 sum, the reciprocal root in fp64 as the reference);
  *  RMSNorm(x) * gain is then applied as build_x_limbs reads x. The caller synchronises before. */

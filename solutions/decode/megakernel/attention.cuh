@@ -38,6 +38,7 @@
 #include <cstdint>
 
 #include "megakernel.h"
+#include "solutions/common/gpu_sync.cuh"
 #include "solutions/common/mma_bf16.cuh"
 #include "solutions/common/sm90_async.cuh"
 
@@ -457,7 +458,7 @@ __device__ void attention_stage(const float* qkv, const float2* __restrict__ rop
     trace_mark(item, 2, clock64());
     if constexpr (CONSUMER_COMBINE) {
       // release the block's partials (ordered before by the barrier) with the count
-      if (threadIdx.x == sync_tid) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count + kvh) : "memory");
+      if (threadIdx.x == sync_tid) sol::red_release_gpu_inc(count + kvh);
       trace_mark(item, 3, clock64());
       continue;
     }

@@ -114,8 +114,7 @@ __device__ __forceinline__ void stage_barrier(const DecodeParams& p, int stage, 
       // The arrival's completion traced: an atomic that returns (its release fence, then the L2
       // round trip) instead of the reduction.
       if (threadIdx.x == sync_tid) {
-        unsigned old;
-        asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p.barrier) : "memory");
+        const unsigned old = sol::atom_release_gpu_inc(p.barrier);
         if (old != 0xFFFFFFFFu)
           p.trace[size_t(blockIdx.x) * trace_marks(p.n_layers) + trace_fenced(p.n_layers, stage)] = clock64();
       }

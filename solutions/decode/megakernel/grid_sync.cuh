@@ -14,17 +14,12 @@
 
 #include <cstdint>
 
+#include "solutions/common/gpu_sync.cuh"
+
 namespace nibble::megakernel {
 
-__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void st_release_gpu(unsigned* p, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+using sol::ld_acquire_gpu;  // solutions/common/gpu_sync.cuh
+using sol::st_release_gpu;
 
 /** barrier[0] = arrivals of the current generation (0 between barriers), barrier[1] = generation. */
 __device__ __forceinline__ void grid_sync(unsigned* barrier) {
@@ -57,7 +52,7 @@ __device__ __forceinline__ void grid_sync(unsigned* barrier) {
  * barrier, before the arrival; the fence also waits for every bulk copy the SM has in flight).
  */
 __device__ __forceinline__ void grid_arrive(unsigned* barrier, unsigned sync_tid) {
-  if (threadIdx.x == sync_tid) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(barrier) : "memory");
+  if (threadIdx.x == sync_tid) sol::red_release_gpu_inc(barrier);
 }
 /** grid_wait: thread sync_tid waits until every block has arrived at barrier k (target = (k + 1)
  *  x gridDim.x; acquire); the caller's __syncthreads then lets the block go on. */

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "emu_async.h"
 
@@ -31,6 +32,13 @@ inline void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
   bulk_load(smem_addr(dst), src, bytes, smem_addr(bar), policy);
 }
 inline void bulk_prefetch_l2(const void*, uint32_t) {}
+/** cp.async: copied at issue (the earliest it can land). */
+inline void cp_async_16(void* smem_dst, const void* src) {
+  ::emu::check_load(src, 16, 16, "cp.async");
+  std::memcpy(::emu::smem_pointer(::emu::smem_address(smem_dst), 16), src, 16);
+}
+inline void cp_async_commit() {}
+inline void cp_async_wait_all() {}
 inline void fence_proxy_async_smem() {}
 inline uint64_t policy_evict_first() { return 0; }
 inline uint64_t policy_evict_last() { return 0; }
