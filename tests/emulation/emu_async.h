@@ -67,22 +67,18 @@ inline void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t ba
 }
 
 // ---- warp collectives: each lane deposits, the warp meets, each lane reads
-struct WarpExchange {
-  uint64_t v[32];
-};
-inline WarpExchange warp_xchg[32];
 template <class T>
 T warp_shuffle(T x, int src_lane) {
   static_assert(sizeof(T) <= 8, "a shuffled value fits 64 bits");
   const int w = int(g_threadIdx.x) / 32, lane = int(g_threadIdx.x) % 32;
   uint64_t bits = 0;
   std::memcpy(&bits, &x, sizeof(T));
-  warp_xchg[w].v[lane] = bits;
-  bar_wait(warp_bar[w]);
+  cur_block->xchg[w].v[lane] = bits;
+  bar_wait(warp_bar(w));
   T r;
-  const uint64_t got = warp_xchg[w].v[src_lane & 31];
+  const uint64_t got = cur_block->xchg[w].v[src_lane & 31];
   std::memcpy(&r, &got, sizeof(T));
-  bar_wait(warp_bar[w]);
+  bar_wait(warp_bar(w));
   return r;
 }
 template <class T, class Op>

@@ -58,27 +58,72 @@ inline void check_load(const void* p, size_t bytes, size_t align, const char* wh
   die(buf);
 }
 
-// ---- fibers
-struct Fiber { uint3 tid; ucontext_t ctx; bool done = false; std::vector<char> stack; };
+// ---- fibers and blocks
+struct Bar {
+  int count = 0, arrived = 0;
+  long long gen = 0;
+};
+struct MBar {
+  int count = 0, pending = 0;
+  long long tx = 0;
+  unsigned phases = 0;  // completed phases: the current phase's parity is phases & 1
+};
+struct WarpMmaSlots {
+  uint32_t a[32][4], b0[32], b1[32];
+  float c[32][4], d[32][4];
+};
+struct WarpImmaSlots {
+  uint32_t a[32][4], b0[32], b1[32];
+  int c[32][4];
+};
+struct WarpExchange {
+  uint64_t v[32];
+};
+/** What a block owns: its dynamic shared memory (filled with 0xCD: the GPU's is uninitialised),
+ *  its mbarriers, its block and warp barriers and the warps' exchange slots. */
+struct BlockState {
+  uint3 idx;
+  std::vector<unsigned char> smem;
+  std::map<uint32_t, MBar> mbars;
+  Bar block_bar;
+  Bar warp_bar[32];
+  WarpMmaSlots mma[32];
+  WarpImmaSlots imma[32];
+  WarpExchange xchg[32];
+};
+struct Fiber {
+  uint3 tid;
+  BlockState* block = nullptr;
+  ucontext_t ctx;
+  bool done = false;
+  std::vector<char> stack;
+};
 inline ucontext_t sched_ctx;
 inline Fiber* cur = nullptr;
+inline BlockState* cur_block = nullptr;
 inline uint3 g_blockIdx, g_gridDim, g_blockDim;
 inline uint3 g_threadIdx;  // the running fiber's: set by the scheduler before it resumes one
 inline long long events = 0;  // barrier arrivals and thread exits: progress
 inline std::function<void()> body;
+inline size_t fiber_stack_bytes = 256 * 1024;
+inline constexpr long long kMaxIdlePasses = 20000;
 
 inline void yield() { swapcontext(&cur->ctx, &sched_ctx); }
 
-struct Bar { int count = 0, arrived = 0; long long gen = 0; };
 inline void bar_wait(Bar& b) {
   const long long my = b.gen;
   ++events;
-  if (++b.arrived == b.count) { b.arrived = 0; ++b.gen; return; }
+  if (++b.arrived == b.count) {
+    b.arrived = 0;
+    ++b.gen;
+    return;
+  }
   while (b.gen == my) yield();
 }
-
-inline Bar block_bar;
-inline Bar warp_bar[32];
+inline Bar& warp_bar(int w) { return cur_block->warp_bar[w]; }
+inline std::vector<unsigned char>& dyn_smem() { return cur_block->smem; }
+inline std::map<uint32_t, MBar>& mbars() { return cur_block->mbars; }
+inline constexpr uint32_t kSmemWindow = 0x10000;  // shared addresses start here (0 is never valid)
 
 inline void fiber_entry() {
   body();
@@ -87,75 +132,87 @@ inline void fiber_entry() {
   // uc_link returns to the scheduler
 }
 
-/** Run `fn` as one block of nthreads fibers (blockIdx already set). */
-inline void run_block(unsigned nthreads, const std::function<void()>& fn) {
-  static std::vector<Fiber> fibers;
-  if (fibers.size() < nthreads) fibers.resize(nthreads);
-  body = fn;
-  block_bar = Bar{int(nthreads), 0, 0};
+/** Run `fn` on every thread of `blocks`, all their fibers scheduled together, each block given
+ *  `dyn_smem_bytes` of dynamic shared memory. */
+inline void run_blocks(std::vector<BlockState>& blocks, unsigned nthreads, size_t dyn_smem_bytes,
+                       const std::function<void()>& fn) {
   if (nthreads % 32 != 0) die("block not a whole number of warps");
-  for (unsigned w = 0; w < nthreads / 32; ++w) warp_bar[w] = Bar{32, 0, 0};
-  for (unsigned i = 0; i < nthreads; ++i) {
+  static std::vector<Fiber> fibers;
+  const size_t n = blocks.size() * nthreads;
+  if (fibers.size() < n) fibers.resize(n);
+  body = fn;
+  for (BlockState& b : blocks) {
+    b.smem.assign(dyn_smem_bytes, 0xCD);
+    b.mbars.clear();
+    b.block_bar = Bar{int(nthreads), 0, 0};
+    for (unsigned w = 0; w < nthreads / 32; ++w) b.warp_bar[w] = Bar{32, 0, 0};
+  }
+  for (size_t i = 0; i < n; ++i) {
     Fiber& f = fibers[i];
-    f.tid = uint3{i, 0, 0};
+    f.tid = uint3{unsigned(i % nthreads), 0, 0};
+    f.block = &blocks[i / nthreads];
     f.done = false;
-    if (f.stack.empty()) f.stack.resize(256 * 1024);
+    if (f.stack.size() != fiber_stack_bytes) f.stack.assign(fiber_stack_bytes, 0);
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack.data();
     f.ctx.uc_stack.ss_size = f.stack.size();
     f.ctx.uc_link = &sched_ctx;
     makecontext(&f.ctx, fiber_entry, 0);
   }
+  long long idle_passes = 0;
   for (;;) {
     bool all = true;
     const long long before = events;
-    for (unsigned i = 0; i < nthreads; ++i) {
-      if (fibers[i].done) continue;
+    for (size_t i = 0; i < n; ++i) {
+      Fiber& f = fibers[i];
+      if (f.done) continue;
       all = false;
-      cur = &fibers[i];
-      g_threadIdx = fibers[i].tid;
-      swapcontext(&sched_ctx, &fibers[i].ctx);
+      cur = &f;
+      cur_block = f.block;
+      g_threadIdx = f.tid;
+      g_blockIdx = f.block->idx;
+      swapcontext(&sched_ctx, &f.ctx);
     }
     if (all) break;
-    if (events == before) {
+    // A fiber polling memory (an acquire load, an mbarrier wait) yields without progress; a run of
+    // kMaxIdlePasses passes with no barrier arrival, mbarrier completion or exit is a deadlock.
+    idle_passes = events == before ? idle_passes + 1 : 0;
+    if (idle_passes == kMaxIdlePasses) {
       int waiting = 0;
-      for (unsigned i = 0; i < nthreads; ++i) waiting += !fibers[i].done;
-      die("deadlock: " + std::to_string(waiting) + " threads waiting at a barrier that cannot complete");
+      for (size_t i = 0; i < n; ++i) waiting += !fibers[i].done;
+      die("deadlock: " + std::to_string(waiting) + " threads waiting, no progress in " + std::to_string(kMaxIdlePasses) +
+          " passes (a barrier that cannot complete, or a flag nobody sets)");
     }
   }
   cur = nullptr;
+  cur_block = nullptr;
 }
 
-// ---- a block's dynamic shared memory (one buffer, renewed for each block) and its mbarriers
-inline std::vector<unsigned char>& dyn_smem() {
-  static std::vector<unsigned char> b;
-  return b;
-}
-inline constexpr uint32_t kSmemWindow = 0x10000;  // shared addresses start here (0 is never valid)
-struct MBar {
-  int count = 0, pending = 0;
-  long long tx = 0;
-  unsigned phases = 0;  // completed phases: the current phase's parity is phases & 1
-};
-inline std::map<uint32_t, MBar>& mbars() {
-  static std::map<uint32_t, MBar> m;
-  return m;
-}
-
-/** Run the grid, one block after another; each block gets `dyn_smem_bytes` of dynamic shared
- *  memory filled with 0xCD (the GPU's is uninitialised) and no mbarriers. */
+/** Run the grid one block after another (blocks that never wait for each other: any order is one
+ *  the GPU could take). */
 template <class... P, class... Args>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem_bytes, Args... args) {
   if (block.y != 1 || block.z != 1 || grid.z != 1) die("emu: 1-D blocks, 2-D grids only");
   g_gridDim = uint3{grid.x, grid.y, 1};
   g_blockDim = uint3{block.x, 1, 1};
+  std::vector<BlockState> one(1);
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
-      g_blockIdx = uint3{bx, by, 0};
-      dyn_smem().assign(dyn_smem_bytes, 0xCD);
-      mbars().clear();
-      run_block(block.x, [&] { kernel(P(args)...); });
+      one[0].idx = uint3{bx, by, 0};
+      run_blocks(one, block.x, dyn_smem_bytes, [&] { kernel(P(args)...); });
     }
+}
+
+/** Run the grid with every block resident at once (cudaLaunchCooperativeKernel: blocks that wait
+ *  for each other through global memory). */
+template <class... P, class... Args>
+void launch_cooperative(void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem_bytes, Args... args) {
+  if (block.y != 1 || block.z != 1 || grid.y != 1 || grid.z != 1) die("emu: 1-D cooperative grids only");
+  g_gridDim = uint3{grid.x, 1, 1};
+  g_blockDim = uint3{block.x, 1, 1};
+  std::vector<BlockState> all(grid.x);
+  for (unsigned b = 0; b < grid.x; ++b) all[b].idx = uint3{b, 0, 0};
+  run_blocks(all, block.x, dyn_smem_bytes, [&] { kernel(P(args)...); });
 }
 
 // ---- mma.sync m16n8k16 row.col f32.bf16.bf16.f32, warp collective
@@ -213,8 +270,6 @@ inline void mma_warp(const uint32_t (*a)[4], const uint32_t* b0, const uint32_t*
   ++mma_count;
 }
 
-struct WarpMmaSlots { uint32_t a[32][4], b0[32], b1[32]; float c[32][4], d[32][4]; };
-inline WarpMmaSlots warp_slots[32];
 
 /** This fiber's lane of mma.sync.aligned m16n8k16 (d += a b): all 32 lanes of the warp must arrive. */
 void mma_sync(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
@@ -232,32 +287,27 @@ inline const uint3& threadIdx = ::emu::g_threadIdx;
 inline const uint3& blockIdx = ::emu::g_blockIdx;
 inline const uint3& gridDim = ::emu::g_gridDim;
 inline const uint3& blockDim = ::emu::g_blockDim;
-inline void __syncthreads() { ::emu::bar_wait(::emu::block_bar); }
+inline void __syncthreads() { ::emu::bar_wait(::emu::cur_block->block_bar); }
 
 inline void emu::mma_sync(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const int w = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  WarpMmaSlots& s = warp_slots[w];
+  WarpMmaSlots& s = cur_block->mma[w];
   for (int i = 0; i < 4; ++i) s.a[lane][i] = a[i], s.c[lane][i] = d[i];
   s.b0[lane] = b0, s.b1[lane] = b1;
-  bar_wait(warp_bar[w]);  // .aligned: the whole warp, converged
+  bar_wait(warp_bar(w));  // .aligned: the whole warp, converged
   if (lane == 0) mma_warp(s.a, s.b0, s.b1, s.c, s.d);
-  bar_wait(warp_bar[w]);
+  bar_wait(warp_bar(w));
   for (int i = 0; i < 4; ++i) d[i] = s.d[lane][i];
-  bar_wait(warp_bar[w]);
+  bar_wait(warp_bar(w));
 }
 
-struct WarpImmaSlots {
-  uint32_t a[32][4], b0[32], b1[32];
-  int c[32][4];
-};
-inline WarpImmaSlots warp_islots[32];
 
 inline void emu::imma_sync(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const int w = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  WarpImmaSlots& s = warp_islots[w];
+  WarpImmaSlots& s = cur_block->imma[w];
   for (int i = 0; i < 4; ++i) s.a[lane][i] = a[i], s.c[lane][i] = c[i];
   s.b0[lane] = b0, s.b1[lane] = b1;
-  bar_wait(warp_bar[w]);
+  bar_wait(warp_bar(w));
   if (lane == 0) {
     int A[16][32], B[32][8], seenA[16][32] = {}, seenB[32][8] = {};
     for (int l = 0; l < 32; ++l) {
@@ -290,7 +340,7 @@ inline void emu::imma_sync(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uin
       }
     }
   }
-  bar_wait(warp_bar[w]);
+  bar_wait(warp_bar(w));
   for (int i = 0; i < 4; ++i) c[i] = s.c[lane][i];
-  bar_wait(warp_bar[w]);
+  bar_wait(warp_bar(w));
 }

@@ -152,7 +152,7 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* cfg, void (*kernel)(P..
 }
 
 // Warp collectives (full-warp masks only: what the emulated kernels use).
-inline void __syncwarp(unsigned = 0xFFFFFFFFu) { ::emu::bar_wait(::emu::warp_bar[::emu::g_threadIdx.x / 32]); }
+inline void __syncwarp(unsigned = 0xFFFFFFFFu) { ::emu::bar_wait(::emu::warp_bar(int(::emu::g_threadIdx.x / 32))); }
 template <class T>
 inline T __shfl_sync(unsigned, T v, int src) {
   return ::emu::warp_shuffle(v, src);
