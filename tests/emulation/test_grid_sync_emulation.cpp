@@ -33,6 +33,14 @@ __device__ __forceinline__ void write_late(unsigned* s, int r) {
   s[blockIdx.x] = value(r, blockIdx.x);
 }
 
+/** The split barrier as the decode kernel uses it: block barrier, arrive, wait for `target`, block barrier. */
+__device__ __forceinline__ void meet(unsigned* barrier, unsigned target) {
+  __syncthreads();
+  mk::grid_arrive(barrier, 0);
+  mk::grid_wait(barrier, target, 0);
+  __syncthreads();
+}
+
 TEST(GridSyncEmulation, SplitBarrierEveryBlockSeesEveryRoundsWrites) {
   for (const unsigned blocks : {1u, 3u, 5u}) {
     std::vector<unsigned> slots(blocks, 0u), bar(3, 0u), stale(blocks, 0u);
@@ -40,16 +48,10 @@ TEST(GridSyncEmulation, SplitBarrierEveryBlockSeesEveryRoundsWrites) {
         +[](unsigned* s, unsigned* barrier, unsigned* bad) {
           for (int r = 1; r <= kRounds; ++r) {
             write_late(s, r);
-            __syncthreads();
-            mk::grid_arrive(barrier, 0);
-            mk::grid_wait(barrier, unsigned(2 * r - 1) * gridDim.x, 0);
-            __syncthreads();
+            meet(barrier, unsigned(2 * r - 1) * gridDim.x);
             if (threadIdx.x == 32)  // another warp than the writer's
               for (unsigned b = 0; b < gridDim.x; ++b) bad[blockIdx.x] += s[b] != value(r, b);
-            __syncthreads();  // nobody writes round r + 1 before everyone has read round r
-            mk::grid_arrive(barrier, 0);
-            mk::grid_wait(barrier, unsigned(2 * r) * gridDim.x, 0);
-            __syncthreads();
+            meet(barrier, unsigned(2 * r) * gridDim.x);  // nobody writes round r + 1 before all have read r
           }
           mk::kernel_done(barrier, nullptr, 0);
         },
