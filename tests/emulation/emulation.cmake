@@ -2,7 +2,8 @@
 # which go ahead of the real CUDA and solution headers on these tests' include paths), label cpu:
 # the shared small-M GEMM kernel (solutions/common/mma_dequant_gemm.cuh) with the int4 format and
 # with gemm_fp4_sm90's NVFP4 / MXFP4 formats; the megakernel's GEMV stage (bulk-copy ring, mbarriers,
-# integer mma.sync, warp shuffles), attention stage and grid barriers (every block resident at once).
+# integer mma.sync, warp shuffles), attention stage and grid barriers (every block resident at once),
+# and the whole megakernel solution through its C ABI on the tiny config.
 nibble_add_gtest(int4_mma_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_mma_emulation.cpp
                  LIBS nibble_int4_gemm_oracle LABELS cpu)
 target_include_directories(test_int4_mma_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
@@ -26,3 +27,20 @@ target_compile_options(test_megakernel_attention_emulation PRIVATE -Wno-unknown-
 nibble_add_gtest(grid_sync_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grid_sync_emulation.cpp LABELS cpu)
 target_include_directories(test_grid_sync_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim ${CMAKE_CURRENT_LIST_DIR}
                            ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel)
+# The whole megakernel solution: its three .cu files compiled here as C++ against the shims (this
+# directory's source properties only: the solution's own build is untouched).
+set(nibble_mk_sources ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel/megakernel.cu
+                      ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel/decode_kernel.cu
+                      ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel/repack.cu)
+set_source_files_properties(${nibble_mk_sources} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
+nibble_add_gtest(megakernel_decode_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_megakernel_decode_emulation.cpp
+                 ${nibble_mk_sources} ${PROJECT_SOURCE_DIR}/harness/decode/device_model.cpp
+                 ${PROJECT_SOURCE_DIR}/harness/device_buffer.cpp LIBS nibble_oracle nibble_fixtures LABELS cpu)
+target_include_directories(test_megakernel_decode_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
+                           ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel
+                           ${PROJECT_SOURCE_DIR}/include)
+target_compile_options(test_megakernel_decode_emulation PRIVATE -Wno-unknown-pragmas)
+# The two candidates measured faster on 2026-12-02 (NOTES.md), together: their code paths checked in CI.
+add_test(NAME nibble.test.megakernel_decode_emulation_o_combine_kv_prefetch COMMAND test_megakernel_decode_emulation)
+set_tests_properties(nibble.test.megakernel_decode_emulation_o_combine_kv_prefetch PROPERTIES LABELS cpu
+  ENVIRONMENT "NIBBLE_MK_OCOMB=1;NIBBLE_MK_KVPF=1;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")

@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
       return;
     }
   }
-  extern __shared__ __align__(16) unsigned char smem[];
+  NIBBLE_DYNAMIC_SMEM(smem);
   const int qdim = p.n_q * HD;
   const int max_k = max(max(p.d, p.ffn), qdim);
   const SmemLayout lay(max_k, p.d, HD);
@@ -392,16 +392,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
   }
 }
 
+/** The decode kernel of (hd, variant), typed: the CPU emulation (tests/emulation) launches it too. */
+using DecodeKernel = void (*)(const DecodeParams);
 template <int HD>
-const void* kernel_for(int variant) {
+DecodeKernel kernel_for(int variant) {
   switch (variant) {
-    case kVarOcomb: return reinterpret_cast<const void*>(&decode_kernel<HD, kVarOcomb>);
-    case kVarPfsm: return reinterpret_cast<const void*>(&decode_kernel<HD, kVarPfsm>);
-    case kVarOcomb | kVarPfsm: return reinterpret_cast<const void*>(&decode_kernel<HD, kVarOcomb | kVarPfsm>);
-    default: return reinterpret_cast<const void*>(&decode_kernel<HD, 0>);
+    case kVarOcomb: return &decode_kernel<HD, kVarOcomb>;
+    case kVarPfsm: return &decode_kernel<HD, kVarPfsm>;
+    case kVarOcomb | kVarPfsm: return &decode_kernel<HD, kVarOcomb | kVarPfsm>;
+    default: return &decode_kernel<HD, 0>;
   }
 }
-const void* kernel_for(int hd, int variant) { return hd == 64 ? kernel_for<64>(variant) : kernel_for<128>(variant); }
+DecodeKernel kernel_for(int hd, int variant) { return hd == 64 ? kernel_for<64>(variant) : kernel_for<128>(variant); }
 int variant_of(const DecodeParams& p) { return (p.o_combine ? kVarOcomb : 0) | (p.pf_blocks > 0 ? kVarPfsm : 0); }
 
 }  // namespace

@@ -136,13 +136,17 @@ cudaError_t launch_repack(const SourceTriple* src, int n_src, RowMap map, int k,
   const int threads = 256;
   const size_t words = size_t(a.tiles) * a.groups * 256;
   const unsigned blocks = unsigned(std::min<size_t>((words + threads - 1) / threads, 65535u * 8));
-  repack_weights_kernel<<<blocks, threads, 0, stream>>>(a, reinterpret_cast<unsigned char*>(w));
-  cudaError_t e = cudaGetLastError();
+  // cudaLaunchKernelEx rather than <<< >>>: plain C++, so that the CPU emulation (tests/emulation)
+  // builds this file as it is.
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = stream;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, repack_weights_kernel, a, reinterpret_cast<unsigned char*>(w));
   if (e != cudaSuccess) return e;
   const size_t metas = size_t(a.tiles) * a.groups * 8;
-  repack_meta_kernel<<<unsigned(std::min<size_t>((metas + threads - 1) / threads, 65535u * 8)), threads, 0, stream>>>(
-      a, reinterpret_cast<unsigned char*>(w));
-  return cudaGetLastError();
+  cfg.gridDim = dim3(unsigned(std::min<size_t>((metas + threads - 1) / threads, 65535u * 8)));
+  return cudaLaunchKernelEx(&cfg, repack_meta_kernel, a, reinterpret_cast<unsigned char*>(w));
 }
 
 }  // namespace nibble::megakernel

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include <cmath>
 
@@ -19,6 +21,7 @@
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __align__(n) alignas(n)
 
 struct uint2 {
   uint32_t x, y;
@@ -59,10 +62,15 @@ inline uint32_t __float_as_uint(float f) {
 }
 inline int __float_as_int(float f) { return int(__float_as_uint(f)); }
 inline int __float2int_rn(float f) { return int(std::nearbyint(f)); }  // the default rounding: to nearest even
+// CUDA's min / max overloads (the device library's, for the integer types the kernels use).
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
+inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
 inline long long clock64() { return ++::emu::events; }
 
 /** PRMT's default mode: byte i of the result is byte s[i] (selector nibble i, 0..7) of {y, x}. */
@@ -112,14 +120,57 @@ inline T __ldcs(const T* p) {
 }
 
 typedef struct CUstream_st* cudaStream_t;
-enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
 using cudaError = cudaError_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t) {
   std::memcpy(d, s, n);
   return cudaSuccess;
 }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  std::memcpy(d, s, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) {
+  std::memset(d, v, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void* d, int v, size_t n) { return cudaMemsetAsync(d, v, n); }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+// The emulated device: an sm_90 with emu::sm_count SMs (a few: every block is a fiber group).
+enum cudaDeviceAttr {
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
+namespace emu {
+inline int sm_count = 4;
+}
+inline cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+  *v = a == cudaDevAttrMultiProcessorCount         ? ::emu::sm_count
+       : a == cudaDevAttrComputeCapabilityMajor     ? 9
+       : a == cudaDevAttrComputeCapabilityMinor     ? 0
+       : a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 227 * 1024
+                                                     : 0;
+  return cudaSuccess;
+}
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <class F>
+cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+template <class F>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F, int, size_t) {
+  *n = 1;
+  return cudaSuccess;
+}
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorName(cudaError_t) { return "cudaEmulated"; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emulated"; }
@@ -145,6 +196,20 @@ struct cudaLaunchConfig_t {
   void* attrs = nullptr;
   unsigned numAttrs = 0;
 };
+namespace emu {
+template <class... P, size_t... I>
+void launch_cooperative_args(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, void** args,
+                             std::index_sequence<I...>) {
+  launch_cooperative(kernel, grid, block, smem, *static_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(args[I])...);
+}
+}  // namespace emu
+/** Every block resident at once (emu::launch_cooperative); args[i] points at the kernel's i-th parameter. */
+template <class... P>
+cudaError_t cudaLaunchCooperativeKernel(void (*kernel)(P...), dim3 grid, dim3 block, void** args, size_t smem,
+                                        cudaStream_t) {
+  ::emu::launch_cooperative_args(kernel, grid, block, smem, args, std::index_sequence_for<P...>{});
+  return cudaSuccess;
+}
 template <class... P, class... Args>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* cfg, void (*kernel)(P...), Args&&... args) {
   ::emu::launch(kernel, cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, static_cast<P>(args)...);

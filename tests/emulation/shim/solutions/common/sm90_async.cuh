@@ -9,6 +9,9 @@
 
 #include "emu_async.h"
 
+/** The block's own dynamic shared memory (emu_core.h's BlockState). */
+#define NIBBLE_DYNAMIC_SMEM(name) unsigned char* const name = ::emu::dyn_smem().data()
+
 namespace nibble::sol {
 
 inline unsigned long long globaltimer_ns() { return ++::emu::events; }
