@@ -35,41 +35,10 @@
 #include "solutions/common/abi_util.h"
 #include "solutions/common/frag_units.h"
 #include "solutions/common/sm90_async.cuh"
-#include "solutions/common/wgmma_rs.cuh"
+#include "solutions/common/sm90_wgmma.cuh"
 
 namespace nibble::sol {
 namespace {
-
-// ---- device helpers -----------------------------------------------------------------------------
-
-/** TMA: the (64 k x rows) box at (k, m) of the tensor map into dst, completing on bar. */
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int k, int m) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(m), "r"(smem_addr(bar))
-      : "memory");
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-
-/** Keeps the compiler from moving accumulator reads/writes across the asynchronous wgmma. */
-template <int R>
-__device__ __forceinline__ void fence_acc(float (&d)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-/** Shared-memory descriptor of a K-major bf16 tile with 128-byte rows, 128B swizzle (8-row groups of
- *  1024 bytes), starting at byte address `addr` (a k16 step adds 32 bytes). */
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
 
 // ---- the kernel ---------------------------------------------------------------------------------
 
@@ -136,9 +105,9 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
   const int t0 = int(blockIdx.y * gridDim.x + blockIdx.x), tstride = int(gridDim.x * gridDim.y);
 
   if (warp >= 4 * NCONS) {  // producer
-    if constexpr (Cfg::kSetRegs) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if constexpr (Cfg::kSetRegs) setmaxnreg_dec<40>();
     if (warp == 4 * NCONS && lane == 0) {
-      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmA)) : "memory");
+      prefetch_tensormap(&tmA);
       uint64_t stream = 0;
       if constexpr (WTMA) stream = policy_evict_first();
       int it = 0;  // chunks loaded by this block: the ring position
@@ -161,7 +130,7 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
       }
     }
   } else {  // consumers
-    if constexpr (Cfg::kSetRegs) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    if constexpr (Cfg::kSetRegs) setmaxnreg_inc<232>();
     const int g = lane >> 2, t = lane & 3;
     const uint32_t stage0 = smem_addr(stages);
     int it0 = 0;  // the ring position of the tile's first chunk
@@ -248,7 +217,7 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
       } else {
         // One tile per block here. Partials into this block's ring, once every consumer
         // warpgroup's wgmma reads of it are done: red[i][thread], conflict-free.
-        asm volatile("bar.sync 1, %0;" ::"n"(128 * NCONS) : "memory");
+        named_barrier_sync<1, 128 * NCONS>();
         float* red = reinterpret_cast<float*>(stages);
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) red[i * (128 * NCONS) + threadIdx.x] = acc[i];

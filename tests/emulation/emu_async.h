@@ -15,14 +15,14 @@
 namespace emu {
 
 inline uint32_t smem_address(const void* p) {
-  const auto* b = dyn_smem().data();
+  const auto* b = smem_base();
   const auto* c = static_cast<const unsigned char*>(p);
-  if (c < b || c >= b + dyn_smem().size()) die("a shared-memory address outside the block's dynamic shared memory");
+  if (c < b || c >= b + smem_size()) die("a shared-memory address outside the block's dynamic shared memory");
   return kSmemWindow + uint32_t(c - b);
 }
 inline unsigned char* smem_pointer(uint32_t a, size_t bytes) {
-  if (a < kSmemWindow || a - kSmemWindow + bytes > dyn_smem().size()) die("a shared-memory access outside the window");
-  return dyn_smem().data() + (a - kSmemWindow);
+  if (a < kSmemWindow || a - kSmemWindow + bytes > smem_size()) die("a shared-memory access outside the window");
+  return smem_base() + (a - kSmemWindow);
 }
 
 // ---- mbarriers, by shared address (emu_core.h's MBar table, cleared for each block)

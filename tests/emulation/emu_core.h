@@ -83,7 +83,11 @@ struct WarpExchange {
  *  its mbarriers, its block and warp barriers and the warps' exchange slots. */
 struct BlockState {
   uint3 idx;
-  std::vector<unsigned char> smem;
+  std::vector<unsigned char> smem_storage;  // smem_storage, 1024 bytes more than smem_bytes
+  unsigned char* smem = nullptr;            // 1024-byte aligned (shared addresses keep their swizzle bits)
+  size_t smem_bytes = 0;
+  std::map<int, Bar> named_bar;             // bar.sync id, n (id 0 is block_bar)
+  Bar wg_bar[8];                            // the warpgroups' (4 warps) barriers: wgmma
   std::map<uint32_t, MBar> mbars;
   Bar block_bar;
   Bar warp_bar[32];
@@ -121,7 +125,8 @@ inline void bar_wait(Bar& b) {
   while (b.gen == my) yield();
 }
 inline Bar& warp_bar(int w) { return cur_block->warp_bar[w]; }
-inline std::vector<unsigned char>& dyn_smem() { return cur_block->smem; }
+inline unsigned char* smem_base() { return cur_block->smem; }
+inline size_t smem_size() { return cur_block->smem_bytes; }
 inline std::map<uint32_t, MBar>& mbars() { return cur_block->mbars; }
 inline constexpr uint32_t kSmemWindow = 0x10000;  // shared addresses start here (0 is never valid)
 
@@ -142,7 +147,11 @@ inline void run_blocks(std::vector<BlockState>& blocks, unsigned nthreads, size_
   if (fibers.size() < n) fibers.resize(n);
   body = fn;
   for (BlockState& b : blocks) {
-    b.smem.assign(dyn_smem_bytes, 0xCD);
+    b.smem_storage.assign(dyn_smem_bytes + 1024, 0xCD);
+    b.smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(b.smem_storage.data()) + 1023) & ~uintptr_t(1023));
+    b.smem_bytes = dyn_smem_bytes;
+    b.named_bar.clear();
+    for (unsigned w = 0; w < nthreads / 128; ++w) b.wg_bar[w] = Bar{128, 0, 0};
     b.mbars.clear();
     b.block_bar = Bar{int(nthreads), 0, 0};
     for (unsigned w = 0; w < nthreads / 32; ++w) b.warp_bar[w] = Bar{32, 0, 0};

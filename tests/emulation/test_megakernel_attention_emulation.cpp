@@ -41,7 +41,7 @@ void run(const AttnCase& t) {
   emu::launch(
       +[](const float* q, const float2* r, uint16_t* k, uint16_t* v, int n_q, int n_kv, int max_seq, int pos, float* p,
           int mc, unsigned* c, float* o) {
-        mk::attention_blocks_body<HD>(emu::dyn_smem().data(), q, r, k, v, n_q, n_kv, max_seq, pos, p, mc, c, o);
+        mk::attention_blocks_body<HD>(emu::smem_base(), q, r, k, v, n_q, n_kv, max_seq, pos, p, mc, c, o);
       },
       dim3(unsigned(t.blocks)), dim3(mk::kThreads), mk::attention_blocks_smem<HD>(), static_cast<const float*>(qkv.data()),
       static_cast<const float2*>(rope.data()), kc.data(), vc.data(), t.n_q, t.n_kv, t.max_seq, t.pos, part.data(),

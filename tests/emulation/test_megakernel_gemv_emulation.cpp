@@ -135,7 +135,7 @@ int run_case(const Case& c, bool corrupt, double* worst, int* padded_written) {
   const int k = c.k;
   emu::launch(
       +[](const mk::PackedMatrix* a, const mk::GemvPlan* b, float* const* y, int nn, const float* xx, int kk) {
-        mk::gemv_blocks_body<mk::kGemvReal>(emu::dyn_smem().data(), a, b, y, nn, xx, kk);
+        mk::gemv_blocks_body<mk::kGemvReal>(emu::smem_base(), a, b, y, nn, xx, kk);
       },
       dim3(unsigned(c.blocks)), dim3(mk::kThreads), smem, mats, pl, ysp, n, xp, k);
   int bad = 0;
