@@ -3,7 +3,8 @@
 # the shared small-M GEMM kernel (solutions/common/mma_dequant_gemm.cuh) with the int4 format and
 # with gemm_fp4_sm90's NVFP4 / MXFP4 formats; the megakernel's GEMV stage (bulk-copy ring, mbarriers,
 # integer mma.sync, warp shuffles), attention stage and grid barriers (every block resident at once),
-# and the whole megakernel solution through its C ABI on the tiny config.
+# the whole megakernel solution through its C ABI on the tiny config, and the wgmma GEMM kernel (TMA,
+# wgmma, setmaxnreg) with the int4 and FP4 formats.
 nibble_add_gtest(int4_mma_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_mma_emulation.cpp
                  LIBS nibble_int4_gemm_oracle LABELS cpu)
 target_include_directories(test_int4_mma_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
@@ -44,3 +45,7 @@ target_compile_options(test_megakernel_decode_emulation PRIVATE -Wno-unknown-pra
 add_test(NAME nibble.test.megakernel_decode_emulation_o_combine_kv_prefetch COMMAND test_megakernel_decode_emulation)
 set_tests_properties(nibble.test.megakernel_decode_emulation_o_combine_kv_prefetch PROPERTIES LABELS cpu
   ENVIRONMENT "NIBBLE_MK_OCOMB=1;NIBBLE_MK_KVPF=1;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
+nibble_add_gtest(wgmma_gemm_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_wgmma_gemm_emulation.cpp
+                 LIBS nibble_int4_gemm_oracle nibble_gemm_oracle nibble_fixtures LABELS cpu)
+target_include_directories(test_wgmma_gemm_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim ${CMAKE_CURRENT_LIST_DIR})
+target_compile_options(test_wgmma_gemm_emulation PRIVATE -Wno-unknown-pragmas)

@@ -12,8 +12,10 @@
 
 #include <cmath>
 
+#include "cuda.h"
 #include "emu_async.h"
 #include "emu_core.h"
+#include "emu_wgmma.h"
 
 #define __global__
 #define __device__
@@ -22,6 +24,7 @@
 #define __shared__ static
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
+#define __grid_constant__
 
 struct uint2 {
   uint32_t x, y;
@@ -161,6 +164,16 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
                                                      : 0;
   return cudaSuccess;
 }
+/** The properties the solutions read: an sm_90 with emu::sm_count SMs. */
+struct cudaDeviceProp {
+  int major = 9, minor = 0, multiProcessorCount = 4;
+  size_t sharedMemPerBlockOptin = 227 * 1024;
+};
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+  *p = cudaDeviceProp{};
+  p->multiProcessorCount = ::emu::sm_count;
+  return cudaSuccess;
+}
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 template <class F>
 cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) {
@@ -189,13 +202,49 @@ inline cudaError_t cudaFree(void* p) {
   return cudaSuccess;
 }
 
+enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension = 4 };
+struct cudaLaunchAttribute {
+  cudaLaunchAttributeID id;
+  struct {
+    struct {
+      unsigned x, y, z;
+    } clusterDim;
+  } val;
+};
 struct cudaLaunchConfig_t {
   dim3 gridDim, blockDim;
   size_t dynamicSmemBytes = 0;
   cudaStream_t stream = nullptr;
-  void* attrs = nullptr;
+  cudaLaunchAttribute* attrs = nullptr;
   unsigned numAttrs = 0;
 };
+
+// The driver entry point the TMA path asks for: cuTensorMapEncodeTiled, recording the map.
+enum cudaGetDriverEntryPointFlags { cudaEnableDefault = 0 };
+enum cudaDriverEntryPointQueryResult { cudaDriverEntryPointSuccess = 0, cudaDriverEntryPointSymbolNotFound = 1 };
+namespace emu {
+inline CUresult encode_tiled(CUtensorMap* map, CUtensorMapDataType, cuuint32_t rank, void* base, const cuuint64_t* dims,
+                             const cuuint64_t* strides, const cuuint32_t* box, const cuuint32_t*, CUtensorMapInterleave,
+                             CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  if (rank != 2) return CUDA_ERROR_INVALID_VALUE;
+  TensorMap2D t{static_cast<const unsigned char*>(base), {dims[0], dims[1]}, strides[0], {box[0], box[1]}, 2,
+                swizzle == CU_TENSOR_MAP_SWIZZLE_128B};
+  static_assert(sizeof(TensorMap2D) <= sizeof(CUtensorMap), "the recorded map fits a CUtensorMap");
+  std::memset(map, 0, sizeof *map);
+  std::memcpy(map, &t, sizeof t);
+  return CUDA_SUCCESS;
+}
+}  // namespace emu
+inline cudaError_t cudaGetDriverEntryPointByVersion(const char* name, void** fn, unsigned, cudaGetDriverEntryPointFlags,
+                                                    cudaDriverEntryPointQueryResult* q) {
+  if (std::strcmp(name, "cuTensorMapEncodeTiled") != 0) {
+    *q = cudaDriverEntryPointSymbolNotFound;
+    return cudaSuccess;
+  }
+  *fn = reinterpret_cast<void*>(&::emu::encode_tiled);
+  *q = cudaDriverEntryPointSuccess;
+  return cudaSuccess;
+}
 namespace emu {
 template <class... P, size_t... I>
 void launch_cooperative_args(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, void** args,
@@ -212,6 +261,10 @@ cudaError_t cudaLaunchCooperativeKernel(void (*kernel)(P...), dim3 grid, dim3 bl
 }
 template <class... P, class... Args>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* cfg, void (*kernel)(P...), Args&&... args) {
+  for (unsigned i = 0; i < cfg->numAttrs; ++i)
+    if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension &&
+        cfg->attrs[i].val.clusterDim.x * cfg->attrs[i].val.clusterDim.y * cfg->attrs[i].val.clusterDim.z > 1)
+      ::emu::die("thread-block clusters are not emulated (yet): use plans without split-K");
   ::emu::launch(kernel, cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, static_cast<P>(args)...);
   return cudaSuccess;
 }

@@ -1,0 +1,155 @@
+// test_wgmma_gemm_emulation.cpp: the dequantising wgmma GEMM kernel (sol::wgmma_kernel,
+// solutions/common/wgmma_dequant_gemm.cuh: the producer warp's TMA tiles and bulk copies into the
+// mbarrier ring, the consumers' register decode and wgmma, the persistent tile loop, the epilogue)
+// run from its source on the CPU (emu_core.h, emu_wgmma.h: TMA with the 128-byte swizzle, wgmma from
+// the descriptor, both from the PTX ISA), through its own host launch (sol::launch_wgmma: the tensor
+// map, the grid), for the int4 format of int4_gemm_sm90 and the NVFP4 / MXFP4 formats of
+// gemm_fp4_sm90, against fp64 references: int4 against W = bf16((q - z) x bf16(scale)) (the format's
+// definition, int4_wg_layout.h), FP4 against the exact oracle (its decode is exact). Plans: the three
+// tile widths (64 x 64, 64 x 128, 128 x 256 with two consumer warpgroups and setmaxnreg), one block
+// per tile and a persistent grid of 2 blocks (the ring's phases carried across tiles); split-K needs
+// clusters, which the emulation does not have yet. Shapes with partial tiles in M and N.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "solutions/common/wgmma_dequant_gemm.cuh"  // first: the shim headers set up the emulation
+#include "solutions/gemm_fp4/sm90/fp4_frag.h"
+#include "solutions/gemm_fp4/sm90/wgmma_format.cuh"
+#include "solutions/int4_gemm/sm90/int4_wg_format.cuh"
+#include "fixtures/bf16.h"
+#include "fixtures/fp16.h"
+#include "fixtures/gemm_fp4/gemm_fixture.h"
+#include "fixtures/int4_gemm/int4_gemm_fixture.h"
+#include "guarded_output.h"
+#include "reference/gemm_fp4/gemm_oracle.h"
+
+namespace nibble {
+namespace {
+
+struct Plan {
+  int bn, grid_cap;
+};
+
+/** Copy `v` into registered emulated device memory. */
+template <class T>
+T* device_copy(const std::vector<T>& v, std::vector<void*>* owned) {
+  void* p = nullptr;
+  cudaMalloc(&p, v.size() * sizeof(T));
+  std::memcpy(p, v.data(), v.size() * sizeof(T));
+  owned->push_back(p);
+  return static_cast<T*>(p);
+}
+
+/** C = A W^T by the kernel with format F and the repacked weights (words, records, colmul). */
+template <class F, bool kPerLane>
+double run_gemm(const Plan& pl, int64_t M, int64_t N, int64_t K, int64_t n_pad, const std::vector<uint16_t>& a,
+                const std::vector<uint32_t>& words, const std::vector<uint8_t>& records, const std::vector<float>& colmul,
+                const std::vector<double>& ref, int* unwritten) {
+  emu::unreg_all();
+  std::vector<void*> owned;
+  sol::WgmmaWeights w;
+  w.M = M, w.N = N, w.K = K, w.n_pad = n_pad, w.nch = (K + 63) / 64;  // a partial last chunk: zero codes, A zero-filled
+  w.wq = reinterpret_cast<const uint4*>(device_copy(words, &owned));
+  w.sc = device_copy(records, &owned);
+  w.colmul = colmul.empty() ? nullptr : device_copy(colmul, &owned);
+  const uint16_t* A = device_copy(a, &owned);
+  sol::WgmmaPlan p;
+  p.bn = pl.bn, p.split = 1, p.wtma = true, p.grid_cap = pl.grid_cap;
+  sol::ATensorMap amap;
+  test::GuardedOutput out(size_t(M * N));
+  sol::launch_wgmma<F, kPerLane>(p, w, amap, A, out.data(), nullptr);
+  for (void* q : owned) cudaFree(q);
+  const test::GuardedOutput::Check c = out.check(ref);
+  *unwritten = c.unwritten + c.guard_written;
+  return c.rel_err;
+}
+
+std::vector<Plan> plans_for(int64_t M) {
+  const int bn = sol::wgmma_bn_for(M);
+  return {Plan{bn, 0}, Plan{bn, 2}};
+}
+
+class Int4WgmmaEmulation : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Int4WgmmaEmulation, MatchesTheFormatsDefinition) {
+  const Int4GemmConfig cfg = int4_gemm_config(GetParam());
+  const Int4GemmData d = generate_int4_gemm_fixture(cfg, 1, 2);
+  const int64_t M = cfg.M, N = cfg.N, K = cfg.K, G = K / 128;
+  // fp64 C from W = bf16((q - z) x bf16(scale)): the format's weights (int4_wg_layout.h).
+  std::vector<double> w2(size_t(N * K)), ref(size_t(M * N), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      const uint8_t b = d.W.packed[size_t(n * (K / 2) + k / 2)];
+      const int q = (k & 1) ? (b >> 4) : (b & 0xF), z = d.W.zero[size_t(n * G + k / 128)];
+      const float s = round_bf16(f16_to_f32(d.W.scale[size_t(n * G + k / 128)]));
+      w2[size_t(n * K + k)] = round_bf16(float(q - z) * s);
+    }
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += double(bf16_to_f32(d.A[size_t(m * K + k)])) * w2[size_t(n * K + k)];
+      ref[size_t(m * N + n)] = acc;
+    }
+  for (const Plan& pl : plans_for(M)) {
+    const int group = pl.bn == 256 ? 8 : 4;
+    const int4_sm90::Repacked r = int4_sm90::repack(d.W.packed.data(), d.W.scale.data(), d.W.zero.data(), N, K, group);
+    int unwritten = 0;
+    const double e = run_gemm<int4_sm90::Int4WgFormat, false>(pl, M, N, K, r.n_pad, d.A, r.words, r.records, {}, ref,
+                                                             &unwritten);
+    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << " grid " << pl.grid_cap;
+    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << " grid " << pl.grid_cap;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Int4WgmmaEmulation,
+                         ::testing::Values("m17-n200-k256", "m70-n136-k384", "m150-n72-k256", "m260-n136-k256"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string s = i.param;
+                           for (char& c : s)
+                             if (c == '-') c = '_';
+                           return s;
+                         });
+
+class Fp4WgmmaEmulation : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
+
+TEST_P(Fp4WgmmaEmulation, MatchesTheOracle) {
+  const std::string task = std::get<0>(GetParam());
+  const bool nv = task == kGemmNvfp4Task;
+  const GemmConfig cfg = gemm_config(task, std::get<1>(GetParam()));
+  const GemmFixtureData d = generate_gemm_fixture(cfg, 1, 2);
+  oracle::Fp4WeightView wv;
+  wv.format = nv ? Fp4Format::Nvfp4 : Fp4Format::Mxfp4;
+  wv.packed = d.packed.data(), wv.scale = d.scale.data(), wv.global_scale = d.global_scale, wv.N = cfg.N, wv.K = cfg.K;
+  const std::vector<double> ref = oracle::gemm(d.A.data(), cfg.M, wv, 2);
+  for (const Plan& pl : plans_for(cfg.M)) {
+    gemm_fp4_sm90::Repacked r;
+    ASSERT_EQ(gemm_fp4_sm90::repack(nv, cfg.N, cfg.K, d.packed.data(), d.scale.data(), d.global_scale, sol::KOrder::kStd,
+                                    pl.bn == 256 ? 8 : 4, &r),
+              "");
+    std::vector<uint8_t> records(r.s.begin(), r.s.end());
+    int unwritten = 0;
+    const double e = nv ? run_gemm<gemm_fp4_sm90::Fp4Format<true>, true>(pl, cfg.M, cfg.N, cfg.K, r.n_pad, d.A, r.w,
+                                                                        records, r.colmul, ref, &unwritten)
+                        : run_gemm<gemm_fp4_sm90::Fp4Format<false>, true>(pl, cfg.M, cfg.N, cfg.K, r.n_pad, d.A, r.w,
+                                                                         records, r.colmul, ref, &unwritten);
+    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << " grid " << pl.grid_cap;
+    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << " grid " << pl.grid_cap;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Fp4WgmmaEmulation,
+                         ::testing::Combine(::testing::Values(kGemmNvfp4Task, kGemmMxfp4Task),
+                                            ::testing::Values("m70-n136-k200", "m260-n72-k256")),
+                         [](const ::testing::TestParamInfo<std::tuple<const char*, const char*>>& i) {
+                           std::string s = std::string(std::get<0>(i.param)) + "_" + std::get<1>(i.param);
+                           for (char& c : s)
+                             if (c == '-') c = '_';
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace nibble
