@@ -83,6 +83,9 @@ struct WarpExchange {
  *  its mbarriers, its block and warp barriers and the warps' exchange slots. */
 struct BlockState {
   uint3 idx;
+  std::vector<BlockState*> cluster;  // the blocks of this block's cluster, by rank (itself alone if none)
+  unsigned cluster_rank = 0;
+  Bar* cluster_bar = nullptr;        // every thread of the cluster
   std::vector<unsigned char> smem_storage;  // smem_storage, 1024 bytes more than smem_bytes
   unsigned char* smem = nullptr;            // 1024-byte aligned (shared addresses keep their swizzle bits)
   size_t smem_bytes = 0;
@@ -212,15 +215,29 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem_bytes, 
     }
 }
 
-/** Run the grid with every block resident at once (cudaLaunchCooperativeKernel: blocks that wait
- *  for each other through global memory). */
+/** Run the grid with every block resident at once: cudaLaunchCooperativeKernel (blocks that wait for
+ *  each other through global memory) and thread-block clusters of cluster_z consecutive blocks along
+ *  z (cluster barriers, each other's shared memory). */
 template <class... P, class... Args>
-void launch_cooperative(void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem_bytes, Args... args) {
-  if (block.y != 1 || block.z != 1 || grid.y != 1 || grid.z != 1) die("emu: 1-D cooperative grids only");
-  g_gridDim = uint3{grid.x, 1, 1};
+void launch_cooperative(void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem_bytes, unsigned cluster_z,
+                        Args... args) {
+  if (block.y != 1 || block.z != 1) die("emu: 1-D blocks only");
+  if (cluster_z < 1 || grid.z % cluster_z != 0) die("emu: the grid's z must be a multiple of the cluster's");
+  g_gridDim = uint3{grid.x, grid.y, grid.z};
   g_blockDim = uint3{block.x, 1, 1};
-  std::vector<BlockState> all(grid.x);
-  for (unsigned b = 0; b < grid.x; ++b) all[b].idx = uint3{b, 0, 0};
+  std::vector<BlockState> all(size_t(grid.x) * grid.y * grid.z);
+  std::vector<Bar> cluster_bars(all.size() / cluster_z, Bar{int(cluster_z * block.x), 0, 0});
+  size_t i = 0;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) all[i++].idx = uint3{x, y, z};
+  for (BlockState& b : all) {
+    const size_t base_z = b.idx.z / cluster_z * cluster_z;
+    b.cluster_rank = b.idx.z - unsigned(base_z);
+    for (unsigned r = 0; r < cluster_z; ++r)
+      b.cluster.push_back(&all[((base_z + r) * grid.y + b.idx.y) * grid.x + b.idx.x]);
+    b.cluster_bar = &cluster_bars[((b.idx.z / cluster_z) * grid.y + b.idx.y) * grid.x + b.idx.x];
+  }
   run_blocks(all, block.x, dyn_smem_bytes, [&] { kernel(P(args)...); });
 }
 

@@ -55,7 +55,7 @@ TEST(GridSyncEmulation, SplitBarrierEveryBlockSeesEveryRoundsWrites) {
           }
           mk::kernel_done(barrier, nullptr, 0);
         },
-        dim3(blocks), dim3(64), 0, slots.data(), bar.data(), stale.data());
+        dim3(blocks), dim3(64), 0, 1u, slots.data(), bar.data(), stale.data());
     for (unsigned b = 0; b < blocks; ++b) EXPECT_EQ(stale[b], 0u) << blocks << " blocks: block " << b;
     EXPECT_EQ(bar[0], 0u) << blocks << " blocks: kernel_done resets the count";
     EXPECT_EQ(bar[2], 0u) << blocks << " blocks: and its own";
@@ -75,7 +75,7 @@ TEST(GridSyncEmulation, GenerationBarrierEveryBlockSeesEveryRoundsWrites) {
             mk::grid_sync(barrier);
           }
         },
-        dim3(blocks), dim3(64), 0, slots.data(), bar.data(), stale.data());
+        dim3(blocks), dim3(64), 0, 1u, slots.data(), bar.data(), stale.data());
     for (unsigned b = 0; b < blocks; ++b) EXPECT_EQ(stale[b], 0u) << blocks << " blocks: block " << b;
     EXPECT_EQ(bar[0], 0u) << blocks << " blocks: the count is back at zero";
     EXPECT_EQ(bar[1], unsigned(2 * kRounds)) << blocks << " blocks: one generation per barrier";

@@ -7,8 +7,9 @@
 // gemm_fp4_sm90, against fp64 references: int4 against W = bf16((q - z) x bf16(scale)) (the format's
 // definition, int4_wg_layout.h), FP4 against the exact oracle (its decode is exact). Plans: the three
 // tile widths (64 x 64, 64 x 128, 128 x 256 with two consumer warpgroups and setmaxnreg), one block
-// per tile and a persistent grid of 2 blocks (the ring's phases carried across tiles); split-K needs
-// clusters, which the emulation does not have yet. Shapes with partial tiles in M and N.
+// per tile, a persistent grid of 2 blocks (the ring's phases carried across tiles), and K split over
+// clusters of 2 and 4 blocks summed through distributed shared memory. Shapes with partial tiles in
+// M and N and a partial last chunk of K.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,7 +32,7 @@ namespace nibble {
 namespace {
 
 struct Plan {
-  int bn, grid_cap;
+  int bn, grid_cap, split;
 };
 
 /** Copy `v` into registered emulated device memory. */
@@ -58,7 +59,7 @@ double run_gemm(const Plan& pl, int64_t M, int64_t N, int64_t K, int64_t n_pad, 
   w.colmul = colmul.empty() ? nullptr : device_copy(colmul, &owned);
   const uint16_t* A = device_copy(a, &owned);
   sol::WgmmaPlan p;
-  p.bn = pl.bn, p.split = 1, p.wtma = true, p.grid_cap = pl.grid_cap;
+  p.bn = pl.bn, p.split = pl.split, p.wtma = true, p.grid_cap = pl.grid_cap;
   sol::ATensorMap amap;
   test::GuardedOutput out(size_t(M * N));
   sol::launch_wgmma<F, kPerLane>(p, w, amap, A, out.data(), nullptr);
@@ -68,9 +69,12 @@ double run_gemm(const Plan& pl, int64_t M, int64_t N, int64_t K, int64_t n_pad, 
   return c.rel_err;
 }
 
+/** One block per tile, 2 persistent blocks, and split-K clusters of 2 (and 4 below 128 x 256). */
 std::vector<Plan> plans_for(int64_t M) {
   const int bn = sol::wgmma_bn_for(M);
-  return {Plan{bn, 0}, Plan{bn, 2}};
+  std::vector<Plan> p{Plan{bn, 0, 1}, Plan{bn, 2, 1}, Plan{bn, 0, 2}};
+  if (bn <= 128) p.push_back(Plan{bn, 0, 4});
+  return p;
 }
 
 class Int4WgmmaEmulation : public ::testing::TestWithParam<std::string> {};
@@ -100,8 +104,8 @@ TEST_P(Int4WgmmaEmulation, MatchesTheFormatsDefinition) {
     int unwritten = 0;
     const double e = run_gemm<int4_sm90::Int4WgFormat, false>(pl, M, N, K, r.n_pad, d.A, r.words, r.records, {}, ref,
                                                              &unwritten);
-    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << " grid " << pl.grid_cap;
-    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << " grid " << pl.grid_cap;
+    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << " grid " << pl.grid_cap << " split " << pl.split;
+    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << " grid " << pl.grid_cap << " split " << pl.split;
   }
 }
 
@@ -136,8 +140,8 @@ TEST_P(Fp4WgmmaEmulation, MatchesTheOracle) {
                                                                         records, r.colmul, ref, &unwritten)
                         : run_gemm<gemm_fp4_sm90::Fp4Format<false>, true>(pl, cfg.M, cfg.N, cfg.K, r.n_pad, d.A, r.w,
                                                                          records, r.colmul, ref, &unwritten);
-    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << " grid " << pl.grid_cap;
-    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << " grid " << pl.grid_cap;
+    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << " grid " << pl.grid_cap << " split " << pl.split;
+    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << " grid " << pl.grid_cap << " split " << pl.split;
   }
 }
 

@@ -249,7 +249,7 @@ namespace emu {
 template <class... P, size_t... I>
 void launch_cooperative_args(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, void** args,
                              std::index_sequence<I...>) {
-  launch_cooperative(kernel, grid, block, smem, *static_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(args[I])...);
+  launch_cooperative(kernel, grid, block, smem, 1u, *static_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(args[I])...);
 }
 }  // namespace emu
 /** Every block resident at once (emu::launch_cooperative); args[i] points at the kernel's i-th parameter. */
@@ -262,9 +262,14 @@ cudaError_t cudaLaunchCooperativeKernel(void (*kernel)(P...), dim3 grid, dim3 bl
 template <class... P, class... Args>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* cfg, void (*kernel)(P...), Args&&... args) {
   for (unsigned i = 0; i < cfg->numAttrs; ++i)
-    if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension &&
-        cfg->attrs[i].val.clusterDim.x * cfg->attrs[i].val.clusterDim.y * cfg->attrs[i].val.clusterDim.z > 1)
-      ::emu::die("thread-block clusters are not emulated (yet): use plans without split-K");
+    if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension) {
+      const auto& cd = cfg->attrs[i].val.clusterDim;
+      if (cd.x != 1 || cd.y != 1) ::emu::die("emu: clusters along z only");
+      if (cd.z > 1) {
+        ::emu::launch_cooperative(kernel, cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, cd.z, static_cast<P>(args)...);
+        return cudaSuccess;
+      }
+    }
   ::emu::launch(kernel, cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, static_cast<P>(args)...);
   return cudaSuccess;
 }
