@@ -3,8 +3,9 @@
 # the shared small-M GEMM kernel (solutions/common/mma_dequant_gemm.cuh) with the int4 format and
 # with gemm_fp4_sm90's NVFP4 / MXFP4 formats; the megakernel's GEMV stage (bulk-copy ring, mbarriers,
 # integer mma.sync, warp shuffles), attention stage and grid barriers (every block resident at once),
-# the whole megakernel solution through its C ABI on the tiny config, and the wgmma GEMM kernel (TMA,
-# wgmma, setmaxnreg) with the int4 and FP4 formats.
+# the whole megakernel solution through its C ABI on the tiny config, the wgmma GEMM kernel (TMA,
+# wgmma, setmaxnreg, split-K clusters) with the int4 and FP4 formats, and the whole int4_gemm_sm90
+# solution through its C ABI.
 nibble_add_gtest(int4_mma_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_mma_emulation.cpp
                  LIBS nibble_int4_gemm_oracle LABELS cpu)
 target_include_directories(test_int4_mma_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
@@ -49,3 +50,11 @@ nibble_add_gtest(wgmma_gemm_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_wgm
                  LIBS nibble_int4_gemm_oracle nibble_gemm_oracle nibble_fixtures LABELS cpu)
 target_include_directories(test_wgmma_gemm_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim ${CMAKE_CURRENT_LIST_DIR})
 target_compile_options(test_wgmma_gemm_emulation PRIVATE -Wno-unknown-pragmas)
+# The tuned int4 solution whole, its .cu compiled here as C++ against the shims.
+set(nibble_int4_sm90_source ${PROJECT_SOURCE_DIR}/solutions/int4_gemm/sm90/int4_gemm_sm90.cu)
+set_source_files_properties(${nibble_int4_sm90_source} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
+nibble_add_gtest(int4_gemm_sm90_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_gemm_sm90_emulation.cpp
+                 ${nibble_int4_sm90_source} LIBS nibble_int4_gemm_oracle nibble_fixtures LABELS cpu)
+target_include_directories(test_int4_gemm_sm90_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
+                           ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/include)
+target_compile_options(test_int4_gemm_sm90_emulation PRIVATE -Wno-unknown-pragmas)
