@@ -42,10 +42,10 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
  *  activations. */
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) { return __ldcs(p); }
 
-/** Declares `name` as the block's dynamic shared memory (16-byte aligned), in a kernel's body. A
- *  macro, not a function returning the pointer (that changed the decode kernel's code): the CPU
+/** Declares `name` as the block's dynamic shared memory (`align`-byte aligned), in a kernel's body.
+ *  A macro, not a function returning the pointer (that changed the decode kernel's code): the CPU
  *  emulation (tests/emulation) defines it to hand each block its own buffer. */
-#define NIBBLE_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#define NIBBLE_DYNAMIC_SMEM(name, align) extern __shared__ __align__(align) unsigned char name[]
 
 /** The 32-bit shared-window address of a generic pointer into shared memory. */
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

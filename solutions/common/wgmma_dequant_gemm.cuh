@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
                  const float* __restrict__ colmul, float* __restrict__ C, int M, int N, int nch, int nblk) {
   using Cfg = WgCfg<BN, NCONS, F, WTMA>;
   constexpr int kSb = F::kRecordBytes, kG = Cfg::kGroup;
-  NIBBLE_DYNAMIC_SMEM(smem_raw);
+  NIBBLE_DYNAMIC_SMEM(smem_raw, 16);
   uint8_t* stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(stages + Cfg::kRingBytes);
   uint64_t* empty = full + Cfg::kStages;

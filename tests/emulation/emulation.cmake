@@ -4,8 +4,8 @@
 # with gemm_fp4_sm90's NVFP4 / MXFP4 formats; the megakernel's GEMV stage (bulk-copy ring, mbarriers,
 # integer mma.sync, warp shuffles), attention stage and grid barriers (every block resident at once),
 # the whole megakernel solution through its C ABI on the tiny config, the wgmma GEMM kernel (TMA,
-# wgmma, setmaxnreg, split-K clusters) with the int4 and FP4 formats, and the whole int4_gemm_sm90
-# solution through its C ABI.
+# wgmma, setmaxnreg, split-K clusters) with the int4 and FP4 formats, and the whole int4_gemm_sm90 and
+# gemm_fp4_sm90 solutions through their C ABI.
 nibble_add_gtest(int4_mma_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_mma_emulation.cpp
                  LIBS nibble_int4_gemm_oracle LABELS cpu)
 target_include_directories(test_int4_mma_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
@@ -58,3 +58,11 @@ nibble_add_gtest(int4_gemm_sm90_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test
 target_include_directories(test_int4_gemm_sm90_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
                            ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/include)
 target_compile_options(test_int4_gemm_sm90_emulation PRIVATE -Wno-unknown-pragmas)
+# The tuned FP4 solution whole, its .cu compiled here as C++ against the shims.
+set(nibble_fp4_sm90_source ${PROJECT_SOURCE_DIR}/solutions/gemm_fp4/sm90/gemm_fp4_sm90.cu)
+set_source_files_properties(${nibble_fp4_sm90_source} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
+nibble_add_gtest(gemm_fp4_sm90_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_fp4_sm90_emulation.cpp
+                 ${nibble_fp4_sm90_source} LIBS nibble_gemm_oracle nibble_fixtures LABELS cpu)
+target_include_directories(test_gemm_fp4_sm90_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
+                           ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/include)
+target_compile_options(test_gemm_fp4_sm90_emulation PRIVATE -Wno-unknown-pragmas)

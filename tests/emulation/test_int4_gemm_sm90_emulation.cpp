@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>  // first: the shim headers set up the emulation
 
 #include "fixtures/int4_gemm/int4_gemm_fixture.h"
+#include "device_tensor.h"
 #include "guarded_output.h"
 #include "nibble/nibble_gemm.h"
 #include "reference/int4_gemm/int4_gemm_oracle.h"
@@ -30,23 +31,6 @@ struct Case {
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.config << " split " << c.split << " grid " << c.grid; }
-
-/** A named row-major tensor over emulated device memory. */
-struct DeviceTensor {
-  std::vector<int64_t> shape, strides;
-  void* data = nullptr;
-  nibble_tensor t{};
-  DeviceTensor(const void* src, size_t bytes, std::vector<int64_t> shp, nibble_dtype dt) : shape(std::move(shp)) {
-    strides.assign(shape.size(), 1);
-    for (int i = int(shape.size()) - 2; i >= 0; --i) strides[size_t(i)] = strides[size_t(i) + 1] * shape[size_t(i) + 1];
-    cudaMalloc(&data, bytes);
-    if (src) std::memcpy(data, src, bytes);
-    t = nibble_tensor{data, {NIBBLE_DEVICE_CUDA, 0}, int32_t(shape.size()), dt, shape.data(), strides.data(), 0};
-  }
-  ~DeviceTensor() { cudaFree(data); }
-  DeviceTensor(const DeviceTensor&) = delete;
-  DeviceTensor& operator=(const DeviceTensor&) = delete;
-};
 
 class Int4GemmSm90Emulation : public ::testing::TestWithParam<Case> {};
 
@@ -65,10 +49,10 @@ TEST_P(Int4GemmSm90Emulation, MatchesTheOracle) {
   const Int4GemmConfig cfg = int4_gemm_config(c.config);
   const Int4GemmData d = generate_int4_gemm_fixture(cfg, 1, 2);
   const int64_t M = cfg.M, N = cfg.N, K = cfg.K, G = K / 128;
-  DeviceTensor packed(d.W.packed.data(), d.W.packed.size(), {N, K / 2}, {NIBBLE_DTYPE_UINT, 8, 1});
-  DeviceTensor scale(d.W.scale.data(), d.W.scale.size() * 2, {N, G}, {NIBBLE_DTYPE_FLOAT, 16, 1});
-  DeviceTensor zero(d.W.zero.data(), d.W.zero.size(), {N, G}, {NIBBLE_DTYPE_UINT, 8, 1});
-  DeviceTensor a(d.A.data(), d.A.size() * 2, {M, K}, {NIBBLE_DTYPE_BFLOAT, 16, 1});
+  test::DeviceTensor packed(d.W.packed.data(), d.W.packed.size(), {N, K / 2}, {NIBBLE_DTYPE_UINT, 8, 1});
+  test::DeviceTensor scale(d.W.scale.data(), d.W.scale.size() * 2, {N, G}, {NIBBLE_DTYPE_FLOAT, 16, 1});
+  test::DeviceTensor zero(d.W.zero.data(), d.W.zero.size(), {N, G}, {NIBBLE_DTYPE_UINT, 8, 1});
+  test::DeviceTensor a(d.A.data(), d.A.size() * 2, {M, K}, {NIBBLE_DTYPE_BFLOAT, 16, 1});
   const nibble_named_tensor named[] = {{"W.packed", packed.t}, {"W.scale", scale.t}, {"W.zero", zero.t}};
   nibble_gemm_problem p{};
   p.struct_size = sizeof p;

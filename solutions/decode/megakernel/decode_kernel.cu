@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(const DecodeParams 
       return;
     }
   }
-  NIBBLE_DYNAMIC_SMEM(smem);
+  NIBBLE_DYNAMIC_SMEM(smem, 16);
   const int qdim = p.n_q * HD;
   const int max_k = max(max(p.d, p.ffn), qdim);
   const SmemLayout lay(max_k, p.d, HD);

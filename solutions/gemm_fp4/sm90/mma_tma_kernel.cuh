@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kTmaSlabs * 32)
     mma_tma_kernel(const uint8_t* __restrict__ wq, const uint8_t* __restrict__ sc, const float* __restrict__ colmul,
                    const uint16_t* __restrict__ A, float* __restrict__ C, int M, int N, int K, int nch, int per) {
   constexpr int kSb = scale_bytes_per_chunk(NV);
-  extern __shared__ __align__(128) uint8_t smem[];
+  NIBBLE_DYNAMIC_SMEM(smem, 128);
   const MmaTmaSmem L(per, M, NV, NT);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;

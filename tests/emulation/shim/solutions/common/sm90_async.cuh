@@ -10,7 +10,7 @@
 #include "emu_async.h"
 
 /** The block's own dynamic shared memory (emu_core.h's BlockState). */
-#define NIBBLE_DYNAMIC_SMEM(name) unsigned char* const name = ::emu::smem_base()
+#define NIBBLE_DYNAMIC_SMEM(name, align) unsigned char* const name = ::emu::smem_base()
 
 namespace nibble::sol {
 
