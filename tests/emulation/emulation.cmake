@@ -6,63 +6,44 @@
 # the whole megakernel solution through its C ABI on the tiny config, the wgmma GEMM kernel (TMA,
 # wgmma, setmaxnreg, split-K clusters) with the int4 and FP4 formats, and the whole int4_gemm_sm90 and
 # gemm_fp4_sm90 solutions through their C ABI.
-nibble_add_gtest(int4_mma_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_mma_emulation.cpp
-                 LIBS nibble_int4_gemm_oracle LABELS cpu)
-target_include_directories(test_int4_mma_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
-                                                                   ${CMAKE_CURRENT_LIST_DIR})
-target_compile_options(test_int4_mma_emulation PRIVATE -Wno-unknown-pragmas)  # the kernels' #pragma unroll
-nibble_add_gtest(fp4_mma_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp4_mma_emulation.cpp
-                 LIBS nibble_gemm_oracle nibble_fixtures LABELS cpu)
-target_include_directories(test_fp4_mma_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
-                                                                  ${CMAKE_CURRENT_LIST_DIR})
-target_compile_options(test_fp4_mma_emulation PRIVATE -Wno-unknown-pragmas)
-nibble_add_gtest(megakernel_gemv_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_megakernel_gemv_emulation.cpp
-                 LIBS nibble_fixtures LABELS cpu)
-target_include_directories(test_megakernel_gemv_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
-                           ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel)
-target_compile_options(test_megakernel_gemv_emulation PRIVATE -Wno-unknown-pragmas)
-nibble_add_gtest(megakernel_attention_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_megakernel_attention_emulation.cpp
-                 LIBS nibble_fixtures LABELS cpu)
-target_include_directories(test_megakernel_attention_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
-                           ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel)
-target_compile_options(test_megakernel_attention_emulation PRIVATE -Wno-unknown-pragmas)
-nibble_add_gtest(grid_sync_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grid_sync_emulation.cpp LABELS cpu)
-target_include_directories(test_grid_sync_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim ${CMAKE_CURRENT_LIST_DIR}
-                           ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel)
-# The whole megakernel solution: its three .cu files compiled here as C++ against the shims (this
-# directory's source properties only: the solution's own build is untouched).
-set(nibble_mk_sources ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel/megakernel.cu
-                      ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel/decode_kernel.cu
-                      ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel/repack.cu)
-set_source_files_properties(${nibble_mk_sources} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
-nibble_add_gtest(megakernel_decode_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_megakernel_decode_emulation.cpp
-                 ${nibble_mk_sources} ${PROJECT_SOURCE_DIR}/harness/decode/device_model.cpp
-                 ${PROJECT_SOURCE_DIR}/harness/device_buffer.cpp LIBS nibble_oracle nibble_fixtures LABELS cpu)
-target_include_directories(test_megakernel_decode_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
-                           ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel
-                           ${PROJECT_SOURCE_DIR}/include)
-target_compile_options(test_megakernel_decode_emulation PRIVATE -Wno-unknown-pragmas)
+
+# nibble_emulation_test(<name> SOURCES <test .cpp ...> [CUDA_SOURCES <.cu ...>] [LIBS ...]): a cpu
+# test built against the shims; CUDA_SOURCES (a solution's own .cu files) are compiled as C++ here
+# (this directory's source properties only: the solution's own build is untouched).
+function(nibble_emulation_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;CUDA_SOURCES;LIBS" ${ARGN})
+  if(ARG_CUDA_SOURCES)
+    set_source_files_properties(${ARG_CUDA_SOURCES} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
+  endif()
+  nibble_add_gtest(${name} SOURCES ${ARG_SOURCES} ${ARG_CUDA_SOURCES} LIBS ${ARG_LIBS} LABELS cpu)
+  target_include_directories(test_${name} BEFORE PRIVATE ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/shim
+                             ${CMAKE_CURRENT_FUNCTION_LIST_DIR} ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel
+                             ${PROJECT_SOURCE_DIR}/include)
+  target_compile_options(test_${name} PRIVATE -Wno-unknown-pragmas)  # the kernels' #pragma unroll
+endfunction()
+
+set(nibble_emu ${CMAKE_CURRENT_LIST_DIR})
+set(nibble_mk ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel)
+nibble_emulation_test(int4_mma_emulation SOURCES ${nibble_emu}/test_int4_mma_emulation.cpp LIBS nibble_int4_gemm_oracle)
+nibble_emulation_test(fp4_mma_emulation SOURCES ${nibble_emu}/test_fp4_mma_emulation.cpp
+                      LIBS nibble_gemm_oracle nibble_fixtures)
+nibble_emulation_test(megakernel_gemv_emulation SOURCES ${nibble_emu}/test_megakernel_gemv_emulation.cpp LIBS nibble_fixtures)
+nibble_emulation_test(megakernel_attention_emulation SOURCES ${nibble_emu}/test_megakernel_attention_emulation.cpp
+                      LIBS nibble_fixtures)
+nibble_emulation_test(grid_sync_emulation SOURCES ${nibble_emu}/test_grid_sync_emulation.cpp)
+nibble_emulation_test(megakernel_decode_emulation SOURCES ${nibble_emu}/test_megakernel_decode_emulation.cpp
+                      ${PROJECT_SOURCE_DIR}/harness/decode/device_model.cpp ${PROJECT_SOURCE_DIR}/harness/device_buffer.cpp
+                      CUDA_SOURCES ${nibble_mk}/megakernel.cu ${nibble_mk}/decode_kernel.cu ${nibble_mk}/repack.cu
+                      LIBS nibble_oracle nibble_fixtures)
 # The two candidates measured faster on 2026-12-02 (NOTES.md), together: their code paths checked in CI.
 add_test(NAME nibble.test.megakernel_decode_emulation_o_combine_kv_prefetch COMMAND test_megakernel_decode_emulation)
 set_tests_properties(nibble.test.megakernel_decode_emulation_o_combine_kv_prefetch PROPERTIES LABELS cpu
   ENVIRONMENT "NIBBLE_MK_OCOMB=1;NIBBLE_MK_KVPF=1;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
-nibble_add_gtest(wgmma_gemm_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_wgmma_gemm_emulation.cpp
-                 LIBS nibble_int4_gemm_oracle nibble_gemm_oracle nibble_fixtures LABELS cpu)
-target_include_directories(test_wgmma_gemm_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim ${CMAKE_CURRENT_LIST_DIR})
-target_compile_options(test_wgmma_gemm_emulation PRIVATE -Wno-unknown-pragmas)
-# The tuned int4 solution whole, its .cu compiled here as C++ against the shims.
-set(nibble_int4_sm90_source ${PROJECT_SOURCE_DIR}/solutions/int4_gemm/sm90/int4_gemm_sm90.cu)
-set_source_files_properties(${nibble_int4_sm90_source} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
-nibble_add_gtest(int4_gemm_sm90_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int4_gemm_sm90_emulation.cpp
-                 ${nibble_int4_sm90_source} LIBS nibble_int4_gemm_oracle nibble_fixtures LABELS cpu)
-target_include_directories(test_int4_gemm_sm90_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
-                           ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/include)
-target_compile_options(test_int4_gemm_sm90_emulation PRIVATE -Wno-unknown-pragmas)
-# The tuned FP4 solution whole, its .cu compiled here as C++ against the shims.
-set(nibble_fp4_sm90_source ${PROJECT_SOURCE_DIR}/solutions/gemm_fp4/sm90/gemm_fp4_sm90.cu)
-set_source_files_properties(${nibble_fp4_sm90_source} PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
-nibble_add_gtest(gemm_fp4_sm90_emulation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_fp4_sm90_emulation.cpp
-                 ${nibble_fp4_sm90_source} LIBS nibble_gemm_oracle nibble_fixtures LABELS cpu)
-target_include_directories(test_gemm_fp4_sm90_emulation BEFORE PRIVATE ${CMAKE_CURRENT_LIST_DIR}/shim
-                           ${CMAKE_CURRENT_LIST_DIR} ${PROJECT_SOURCE_DIR}/include)
-target_compile_options(test_gemm_fp4_sm90_emulation PRIVATE -Wno-unknown-pragmas)
+nibble_emulation_test(wgmma_gemm_emulation SOURCES ${nibble_emu}/test_wgmma_gemm_emulation.cpp
+                      LIBS nibble_int4_gemm_oracle nibble_gemm_oracle nibble_fixtures)
+nibble_emulation_test(int4_gemm_sm90_emulation SOURCES ${nibble_emu}/test_int4_gemm_sm90_emulation.cpp
+                      CUDA_SOURCES ${PROJECT_SOURCE_DIR}/solutions/int4_gemm/sm90/int4_gemm_sm90.cu
+                      LIBS nibble_int4_gemm_oracle nibble_fixtures)
+nibble_emulation_test(gemm_fp4_sm90_emulation SOURCES ${nibble_emu}/test_gemm_fp4_sm90_emulation.cpp
+                      CUDA_SOURCES ${PROJECT_SOURCE_DIR}/solutions/gemm_fp4/sm90/gemm_fp4_sm90.cu
+                      LIBS nibble_gemm_oracle nibble_fixtures)

@@ -15,7 +15,7 @@
 
 #include "device_tensor.h"
 #include "fixtures/gemm_fp4/gemm_fixture.h"
-#include "guarded_output.h"
+#include "gemm_abi_run.h"
 #include "nibble/nibble_gemm.h"
 #include "reference/gemm_fp4/gemm_oracle.h"
 
@@ -65,17 +65,7 @@ TEST_P(GemmFp4Sm90Emulation, MatchesTheOracle) {
   wv.format = nv ? Fp4Format::Nvfp4 : Fp4Format::Mxfp4;
   wv.packed = d.packed.data(), wv.scale = d.scale.data(), wv.global_scale = d.global_scale, wv.N = N, wv.K = K;
   const std::vector<double> ref = oracle::gemm(d.A.data(), M, wv, 2);
-  for (int call = 0; call < 2; ++call) {
-    test::GuardedOutput out(size_t(M * N));
-    std::vector<int64_t> cshape{M, N}, cstrides{N, 1};
-    nibble_tensor ct{out.data(), {NIBBLE_DEVICE_CUDA, 0}, 2, {NIBBLE_DTYPE_FLOAT, 32, 1}, cshape.data(), cstrides.data(), 0};
-    emu::reg("C", out.data(), size_t(M * N) * 4);
-    ASSERT_EQ(nibble_gemm_run(h, &a.t, &ct, nullptr, &err), NIBBLE_OK) << err.message;
-    emu::unreg(out.data());
-    const test::GuardedOutput::Check chk = out.check(ref);
-    EXPECT_LT(chk.rel_err, 1e-5) << "call " << call;
-    EXPECT_EQ(chk.unwritten + chk.guard_written, 0) << "call " << call;
-  }
+  test::run_twice_and_check(h, a.t, M, N, ref, 1e-5);
   ASSERT_EQ(nibble_gemm_teardown(h, nullptr, &err), NIBBLE_OK) << err.message;
   unsetenv("NIBBLE_FP4SM90_KIND");
 }

@@ -17,7 +17,7 @@
 
 #include "fixtures/int4_gemm/int4_gemm_fixture.h"
 #include "device_tensor.h"
-#include "guarded_output.h"
+#include "gemm_abi_run.h"
 #include "nibble/nibble_gemm.h"
 #include "reference/int4_gemm/int4_gemm_oracle.h"
 
@@ -66,18 +66,7 @@ TEST_P(Int4GemmSm90Emulation, MatchesTheOracle) {
   nibble_error err{};
   ASSERT_EQ(nibble_gemm_prepare(&p, nullptr, &h, &err), NIBBLE_OK) << err.message;
   const std::vector<double> ref = oracle::int4_gemm(d.A.data(), M, d.W, {}, 2);
-  for (int call = 0; call < 2; ++call) {
-    test::GuardedOutput out(size_t(M * N));
-    std::vector<int64_t> cshape{M, N}, cstrides{N, 1};
-    nibble_tensor ct{out.data(), {NIBBLE_DEVICE_CUDA, 0}, 2, {NIBBLE_DTYPE_FLOAT, 32, 1}, cshape.data(), cstrides.data(), 0};
-    emu::reg("C", out.data(), size_t(M * N) * 4);
-    ASSERT_EQ(nibble_gemm_run(h, &a.t, &ct, nullptr, &err), NIBBLE_OK) << err.message;
-    emu::unreg(out.data());
-    const test::GuardedOutput::Check chk = out.check(ref);
-    EXPECT_LT(chk.rel_err, M <= 16 ? 1e-5 : 5e-3) << "call " << call;
-    EXPECT_EQ(chk.unwritten + chk.guard_written, 0) << "call " << call;
-    if (call == 0) std::printf("%s: relative error %.2e\n", c.config, chk.rel_err);
-  }
+  test::run_twice_and_check(h, a.t, M, N, ref, M <= 16 ? 1e-5 : 5e-3);
   ASSERT_EQ(nibble_gemm_teardown(h, nullptr, &err), NIBBLE_OK) << err.message;
   set("NIBBLE_INT4SM90_SPLIT", "");
   set("NIBBLE_INT4SM90_GRID", "");
