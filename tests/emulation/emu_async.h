@@ -8,21 +8,29 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "emu_core.h"
 
 namespace emu {
 
+/** The shared-window address of a generic pointer into this block's dynamic shared memory. */
 inline uint32_t smem_address(const void* p) {
-  const auto* b = smem_base();
   const auto* c = static_cast<const unsigned char*>(p);
-  if (c < b || c >= b + smem_size()) die("a shared-memory address outside the block's dynamic shared memory");
-  return kSmemWindow + uint32_t(c - b);
+  if (c < smem_base() || c >= smem_base() + smem_size()) die("a shared-memory address outside the block's dynamic shared memory");
+  return kSmemWindow + uint32_t(c - cur_block->window);
 }
 inline unsigned char* smem_pointer(uint32_t a, size_t bytes) {
-  if (a < kSmemWindow || a - kSmemWindow + bytes > smem_size()) die("a shared-memory access outside the window");
-  return smem_base() + (a - kSmemWindow);
+  const size_t lo = kSmemOffset, hi = kSmemOffset + smem_size();
+  if (a < kSmemWindow + lo || a - kSmemWindow + bytes > hi) die("a shared-memory access outside the dynamic shared memory");
+  return cur_block->window + (a - kSmemWindow);
+}
+/** Die when [a, a + bytes) overlaps a live mbarrier (PTX ISA, mbarrier "Lifecycle": its memory is
+ *  not for other uses until it is invalidated). */
+inline void check_not_mbarrier(uint32_t a, size_t bytes, const char* what) {
+  auto it = cur_block->mbars.lower_bound(a >= 7 ? a - 7 : 0);
+  if (it != cur_block->mbars.end() && it->first < a + bytes) die(std::string(what) + " writes over a live mbarrier");
 }
 
 // ---- mbarriers, by shared address (emu_core.h's MBar table, cleared for each block)
@@ -39,6 +47,8 @@ inline void mbar_try_complete(MBar& b) {
 }
 inline void mbar_init(uint32_t a, uint32_t count) {
   smem_pointer(a, 8);
+  if (a % 8 != 0) die("mbarrier.init: the object must be 8-byte aligned");
+  if (count < 1 || count > (1u << 20) - 1) die("mbarrier.init: the expected arrival count must be 1 .. 2^20 - 1");
   mbars()[a] = MBar{int(count), int(count), 0, 0};
 }
 inline void mbar_arrive(uint32_t a) {
@@ -59,6 +69,7 @@ inline void mbar_wait(uint32_t a, uint32_t parity) {
 inline void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   if (bytes % 16 != 0 || dst % 16 != 0 || uintptr_t(src) % 16 != 0) die("cp.async.bulk: size and addresses must be 16-byte multiples");
   check_load(src, bytes, 16, "cp.async.bulk");
+  check_not_mbarrier(dst, bytes, "cp.async.bulk");
   std::memcpy(smem_pointer(dst, bytes), src, bytes);
   MBar& b = mbar(bar);
   b.tx -= bytes;

@@ -86,8 +86,9 @@ struct BlockState {
   std::vector<BlockState*> cluster;  // the blocks of this block's cluster, by rank (itself alone if none)
   unsigned cluster_rank = 0;
   Bar* cluster_bar = nullptr;        // every thread of the cluster
-  std::vector<unsigned char> smem_storage;  // smem_storage, 1024 bytes more than smem_bytes
-  unsigned char* smem = nullptr;            // 1024-byte aligned (shared addresses keep their swizzle bits)
+  std::vector<unsigned char> smem_storage;  // 2048 bytes more than smem_bytes
+  unsigned char* window = nullptr;          // 1024-byte aligned: shared address kSmemWindow (swizzle bits kept)
+  unsigned char* smem = nullptr;            // the dynamic shared memory: window + kSmemOffset
   size_t smem_bytes = 0;
   std::map<int, Bar> named_bar;             // bar.sync id, n (id 0 is block_bar)
   Bar wg_bar[8];                            // the warpgroups' (4 warps) barriers: wgmma
@@ -131,7 +132,11 @@ inline Bar& warp_bar(int w) { return cur_block->warp_bar[w]; }
 inline unsigned char* smem_base() { return cur_block->smem; }
 inline size_t smem_size() { return cur_block->smem_bytes; }
 inline std::map<uint32_t, MBar>& mbars() { return cur_block->mbars; }
-inline constexpr uint32_t kSmemWindow = 0x10000;  // shared addresses start here (0 is never valid)
+inline constexpr uint32_t kSmemWindow = 0x400;  // shared addresses start here (0 is never valid; 18 bits as descriptors take)
+/** Where the dynamic shared memory starts after a 1024-byte boundary: 128 (its declared alignments
+ *  hold, a kernel that needs 1024 must round up itself, as on the GPU, where nothing promises more). */
+inline constexpr size_t kSmemOffset = 128;
+inline constexpr size_t kMaxSmemBytes = 227 * 1024;
 
 inline void fiber_entry() {
   body();
@@ -150,8 +155,10 @@ inline void run_blocks(std::vector<BlockState>& blocks, unsigned nthreads, size_
   if (fibers.size() < n) fibers.resize(n);
   body = fn;
   for (BlockState& b : blocks) {
-    b.smem_storage.assign(dyn_smem_bytes + 1024, 0xCD);
-    b.smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(b.smem_storage.data()) + 1023) & ~uintptr_t(1023));
+    if (dyn_smem_bytes > kMaxSmemBytes) die("dynamic shared memory above sm_90's 227 KB per block");
+    b.smem_storage.assign(dyn_smem_bytes + 2048, 0xCD);
+    b.window = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(b.smem_storage.data()) + 1023) & ~uintptr_t(1023));
+    b.smem = b.window + kSmemOffset;
     b.smem_bytes = dyn_smem_bytes;
     b.named_bar.clear();
     for (unsigned w = 0; w < nthreads / 128; ++w) b.wg_bar[w] = Bar{128, 0, 0};

@@ -1,5 +1,6 @@
-// shim of solutions/common/sm90_wgmma.cuh (and wgmma_rs.cuh) for the CPU emulation: the TMA tile load
-// and wgmma over emu_wgmma.h; fences, commit/wait and setmaxnreg do nothing (wgmma completes at once).
+// shim of solutions/common/sm90_wgmma.cuh (and wgmma_rs.cuh) for the CPU emulation: the TMA tile load,
+// wgmma and its commit / wait over emu_wgmma.h (asynchronous: an op runs when its group is retired);
+// the fences and setmaxnreg do nothing.
 #pragma once
 
 #include <cuda.h>
@@ -16,9 +17,11 @@ inline void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int k,
   ::emu::tma_load_2d(dst, map, smem_addr(bar), k, m);
 }
 inline void wgmma_fence() {}
-inline void wgmma_commit() {}
+inline void wgmma_commit() { ::emu::wgmma_commit(); }
 template <int N>
-inline void wgmma_wait() {}
+inline void wgmma_wait() {
+  ::emu::wgmma_wait(N);
+}
 template <int R>
 inline void fence_acc(float (&)[R]) {}
 inline uint64_t desc_sw128(uint32_t addr) {
