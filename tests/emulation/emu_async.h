@@ -85,7 +85,7 @@ T warp_shuffle(T x, int src_lane) {
   uint64_t bits = 0;
   std::memcpy(&bits, &x, sizeof(T));
   cur_block->xchg[w].v[lane] = bits;
-  bar_wait(warp_bar(w));
+  warp_collective(kOpShuffle);
   T r;
   const uint64_t got = cur_block->xchg[w].v[src_lane & 31];
   std::memcpy(&r, &got, sizeof(T));

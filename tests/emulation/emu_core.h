@@ -95,6 +95,7 @@ struct BlockState {
   std::map<uint32_t, MBar> mbars;
   Bar block_bar;
   Bar warp_bar[32];
+  int warp_op[32][32];  // the collective each lane of a warp is in (warp_collective): they must match
   WarpMmaSlots mma[32];
   WarpImmaSlots imma[32];
   WarpExchange xchg[32];
@@ -129,6 +130,26 @@ inline void bar_wait(Bar& b) {
   while (b.gen == my) yield();
 }
 inline Bar& warp_bar(int w) { return cur_block->warp_bar[w]; }
+
+/** The collectives a warp's lanes can meet in; all 32 lanes must be in the same one. */
+enum WarpOp { kOpSyncwarp = 1, kOpShuffle, kOpMma, kOpImma };
+/** Enter warp collective `op`: the warp's barrier, where the last lane to arrive checks, before any
+ *  leaves, that every lane came for the same op (lanes of a divergent warp pairing different
+ *  collectives would otherwise exchange stale data). */
+inline void warp_collective(WarpOp op) {
+  const int w = int(g_threadIdx.x) / 32, lane = int(g_threadIdx.x) % 32;
+  cur_block->warp_op[w][lane] = op;
+  Bar& b = warp_bar(w);
+  if (b.arrived + 1 == b.count)
+    for (int l = 0; l < 32; ++l)
+      if (cur_block->warp_op[w][l] != op) {
+        std::string ops;
+        for (int m = 0; m < 32; ++m) ops += char('0' + cur_block->warp_op[w][m]);
+        die("warp collective: the lanes of warp " + std::to_string(w) + " are in different collectives (divergence; "
+            "per lane, 1 __syncwarp, 2 shuffle, 3 mma, 4 integer mma: " + ops + ")");
+      }
+  bar_wait(b);
+}
 inline unsigned char* smem_base() { return cur_block->smem; }
 inline size_t smem_size() { return cur_block->smem_bytes; }
 inline std::map<uint32_t, MBar>& mbars() { return cur_block->mbars; }
@@ -230,6 +251,7 @@ void launch_cooperative(void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_
                         Args... args) {
   if (block.y != 1 || block.z != 1) die("emu: 1-D blocks only");
   if (cluster_z < 1 || grid.z % cluster_z != 0) die("emu: the grid's z must be a multiple of the cluster's");
+  if (cluster_z > 8) die("a thread-block cluster of more than 8 blocks (the portable limit)");
   g_gridDim = uint3{grid.x, grid.y, grid.z};
   g_blockDim = uint3{block.x, 1, 1};
   std::vector<BlockState> all(size_t(grid.x) * grid.y * grid.z);
@@ -282,7 +304,10 @@ inline void mma_warp(const uint32_t (*a)[4], const uint32_t* b0, const uint32_t*
       if (seenA[r][k] != 1) die("mma A fragment table not a bijection");
   for (int k = 0; k < 16; ++k)
     for (int n = 0; n < 8; ++n)
-      if (seenB[k][n] != 1 || (k < 16 && n < 8 && seenC[k][n] != 1)) die("mma B/C fragment table not a bijection");
+      if (seenB[k][n] != 1) die("mma B fragment table not a bijection");
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n)
+      if (seenC[r][n] != 1) die("mma C fragment table not a bijection");
   float Dm[16][8];
   for (int r = 0; r < 16; ++r)
     for (int n = 0; n < 8; ++n) {
@@ -327,7 +352,7 @@ inline void emu::mma_sync(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, ui
   WarpMmaSlots& s = cur_block->mma[w];
   for (int i = 0; i < 4; ++i) s.a[lane][i] = a[i], s.c[lane][i] = d[i];
   s.b0[lane] = b0, s.b1[lane] = b1;
-  bar_wait(warp_bar(w));  // .aligned: the whole warp, converged
+  warp_collective(kOpMma);  // .aligned: the whole warp, converged
   if (lane == 0) mma_warp(s.a, s.b0, s.b1, s.c, s.d);
   bar_wait(warp_bar(w));
   for (int i = 0; i < 4; ++i) d[i] = s.d[lane][i];
@@ -340,7 +365,7 @@ inline void emu::imma_sync(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uin
   WarpImmaSlots& s = cur_block->imma[w];
   for (int i = 0; i < 4; ++i) s.a[lane][i] = a[i], s.c[lane][i] = c[i];
   s.b0[lane] = b0, s.b1[lane] = b1;
-  bar_wait(warp_bar(w));
+  warp_collective(kOpImma);
   if (lane == 0) {
     int A[16][32], B[32][8], seenA[16][32] = {}, seenB[32][8] = {};
     for (int l = 0; l < 32; ++l) {

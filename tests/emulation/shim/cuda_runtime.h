@@ -256,6 +256,8 @@ void launch_cooperative_args(void (*kernel)(P...), dim3 grid, dim3 block, size_t
 template <class... P>
 cudaError_t cudaLaunchCooperativeKernel(void (*kernel)(P...), dim3 grid, dim3 block, void** args, size_t smem,
                                         cudaStream_t) {
+  // co-residency: at most one block per emulated SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor says 1)
+  if (grid.x * grid.y * grid.z > unsigned(::emu::sm_count)) return cudaErrorInvalidValue;
   ::emu::launch_cooperative_args(kernel, grid, block, smem, args, std::index_sequence_for<P...>{});
   return cudaSuccess;
 }
@@ -275,7 +277,7 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* cfg, void (*kernel)(P..
 }
 
 // Warp collectives (full-warp masks only: what the emulated kernels use).
-inline void __syncwarp(unsigned = 0xFFFFFFFFu) { ::emu::bar_wait(::emu::warp_bar(int(::emu::g_threadIdx.x / 32))); }
+inline void __syncwarp(unsigned = 0xFFFFFFFFu) { ::emu::warp_collective(::emu::kOpSyncwarp); }
 template <class T>
 inline T __shfl_sync(unsigned, T v, int src) {
   return ::emu::warp_shuffle(v, src);
