@@ -270,6 +270,14 @@ void launch_cooperative(void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_
   run_blocks(all, block.x, dyn_smem_bytes, [&] { kernel(P(args)...); });
 }
 
+/** Die unless a fragment table put every element of an R x C operand in exactly one lane slot. */
+template <int R, int C>
+void check_once(const int (&seen)[R][C], const char* what) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c)
+      if (seen[r][c] != 1) die(std::string(what) + " fragment table not a bijection");
+}
+
 // ---- mma.sync m16n8k16 row.col f32.bf16.bf16.f32, warp collective
 inline int mma_mode = 0;  // 0: exact sum of the 16 products + C, rounded once to fp32; 1: sequential fp32 in k order
 inline long long mma_count = 0;
@@ -299,15 +307,9 @@ inline void mma_warp(const uint32_t (*a)[4], const uint32_t* b0, const uint32_t*
       ++seenC[row][col];
     }
   }
-  for (int r = 0; r < 16; ++r)
-    for (int k = 0; k < 16; ++k)
-      if (seenA[r][k] != 1) die("mma A fragment table not a bijection");
-  for (int k = 0; k < 16; ++k)
-    for (int n = 0; n < 8; ++n)
-      if (seenB[k][n] != 1) die("mma B fragment table not a bijection");
-  for (int r = 0; r < 16; ++r)
-    for (int n = 0; n < 8; ++n)
-      if (seenC[r][n] != 1) die("mma C fragment table not a bijection");
+  check_once(seenA, "mma A");
+  check_once(seenB, "mma B");
+  check_once(seenC, "mma C");
   float Dm[16][8];
   for (int r = 0; r < 16; ++r)
     for (int n = 0; n < 8; ++n) {
@@ -382,12 +384,8 @@ inline void emu::imma_sync(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uin
         ++seenB[4 * t + e][g], ++seenB[16 + 4 * t + e][g];
       }
     }
-    for (int r = 0; r < 16; ++r)
-      for (int kk = 0; kk < 32; ++kk)
-        if (seenA[r][kk] != 1) die("m16n8k32 A fragment table not a bijection");
-    for (int kk = 0; kk < 32; ++kk)
-      for (int n = 0; n < 8; ++n)
-        if (seenB[kk][n] != 1) die("m16n8k32 B fragment table not a bijection");
+    check_once(seenA, "m16n8k32 A");
+    check_once(seenB, "m16n8k32 B");
     for (int l = 0; l < 32; ++l) {
       const int g = l >> 2, t = l & 3;
       for (int i = 0; i < 4; ++i) {

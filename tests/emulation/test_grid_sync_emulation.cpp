@@ -33,6 +33,12 @@ __device__ __forceinline__ void write_late(unsigned* s, int r) {
   s[blockIdx.x] = value(r, blockIdx.x);
 }
 
+/** Thread 32 (another warp than the writer's) counts the slots that do not hold round r's values. */
+__device__ __forceinline__ void count_stale(const unsigned* s, unsigned* bad, int r) {
+  if (threadIdx.x == 32)
+    for (unsigned b = 0; b < gridDim.x; ++b) bad[blockIdx.x] += s[b] != value(r, b);
+}
+
 /** The split barrier as the decode kernel uses it: block barrier, arrive, wait for `target`, block barrier. */
 __device__ __forceinline__ void meet(unsigned* barrier, unsigned target) {
   __syncthreads();
@@ -49,8 +55,7 @@ TEST(GridSyncEmulation, SplitBarrierEveryBlockSeesEveryRoundsWrites) {
           for (int r = 1; r <= kRounds; ++r) {
             write_late(s, r);
             meet(barrier, unsigned(2 * r - 1) * gridDim.x);
-            if (threadIdx.x == 32)  // another warp than the writer's
-              for (unsigned b = 0; b < gridDim.x; ++b) bad[blockIdx.x] += s[b] != value(r, b);
+            count_stale(s, bad, r);
             meet(barrier, unsigned(2 * r) * gridDim.x);  // nobody writes round r + 1 before all have read r
           }
           mk::kernel_done(barrier, nullptr, 0);
@@ -70,8 +75,7 @@ TEST(GridSyncEmulation, GenerationBarrierEveryBlockSeesEveryRoundsWrites) {
           for (int r = 1; r <= kRounds; ++r) {
             write_late(s, r);
             mk::grid_sync(barrier);
-            if (threadIdx.x == 32)
-              for (unsigned b = 0; b < gridDim.x; ++b) bad[blockIdx.x] += s[b] != value(r, b);
+            count_stale(s, bad, r);
             mk::grid_sync(barrier);
           }
         },
