@@ -130,8 +130,9 @@ inline void check_gemm_io(int64_t M, int64_t N, int64_t K, const nibble_tensor* 
   *a_ptr = static_cast<const uint16_t*>(require_gemm_tensor_ptr(A, "A", kBF16, {M, K}));
   *c_ptr = static_cast<float*>(require_gemm_tensor_ptr(C, "C", kF32, {M, N}));
 }
-inline void check_gemm_io(const GemmProblem& g, const nibble_tensor* A, nibble_tensor* C, const uint16_t** a_ptr,
-                          float** c_ptr) {
+/** The same for a parsed problem (GemmProblem, Int4Problem: anything with M, N, K). */
+template <class Problem>
+void check_gemm_io(const Problem& g, const nibble_tensor* A, nibble_tensor* C, const uint16_t** a_ptr, float** c_ptr) {
   check_gemm_io(g.M, g.N, g.K, A, C, a_ptr, c_ptr);
 }
 

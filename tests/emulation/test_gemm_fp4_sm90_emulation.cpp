@@ -16,6 +16,7 @@
 #include "device_tensor.h"
 #include "fixtures/gemm_fp4/gemm_fixture.h"
 #include "gemm_abi_run.h"
+#include "test_env.h"
 #include "nibble/nibble_gemm.h"
 #include "reference/gemm_fp4/gemm_oracle.h"
 
@@ -32,10 +33,7 @@ class GemmFp4Sm90Emulation : public ::testing::TestWithParam<std::tuple<const ch
 TEST_P(GemmFp4Sm90Emulation, MatchesTheOracle) {
   const std::string task = std::get<0>(GetParam());
   const Case c = std::get<1>(GetParam());
-  if (*c.kind)
-    setenv("NIBBLE_FP4SM90_KIND", c.kind, 1);
-  else
-    unsetenv("NIBBLE_FP4SM90_KIND");
+  ASSERT_TRUE(test::set_or_unset_env("NIBBLE_FP4SM90_KIND", c.kind));
   emu::unreg_all();
   emu::fiber_stack_bytes = 128 * 1024;
   const bool nv = task == kGemmNvfp4Task;
@@ -67,7 +65,7 @@ TEST_P(GemmFp4Sm90Emulation, MatchesTheOracle) {
   const std::vector<double> ref = oracle::gemm(d.A.data(), M, wv, 2);
   test::run_twice_and_check(h, a.t, M, N, ref, 1e-5);
   ASSERT_EQ(nibble_gemm_teardown(h, nullptr, &err), NIBBLE_OK) << err.message;
-  unsetenv("NIBBLE_FP4SM90_KIND");
+  test::set_or_unset_env("NIBBLE_FP4SM90_KIND", "");
 }
 
 INSTANTIATE_TEST_SUITE_P(

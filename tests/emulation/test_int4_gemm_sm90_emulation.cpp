@@ -18,6 +18,7 @@
 #include "fixtures/int4_gemm/int4_gemm_fixture.h"
 #include "device_tensor.h"
 #include "gemm_abi_run.h"
+#include "test_env.h"
 #include "nibble/nibble_gemm.h"
 #include "reference/int4_gemm/int4_gemm_oracle.h"
 
@@ -36,14 +37,8 @@ class Int4GemmSm90Emulation : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Int4GemmSm90Emulation, MatchesTheOracle) {
   const Case c = GetParam();
-  const auto set = [](const char* name, const char* v) {
-    if (*v)
-      setenv(name, v, 1);
-    else
-      unsetenv(name);
-  };
-  set("NIBBLE_INT4SM90_SPLIT", c.split);
-  set("NIBBLE_INT4SM90_GRID", c.grid);
+  ASSERT_TRUE(test::set_or_unset_env("NIBBLE_INT4SM90_SPLIT", c.split));
+  ASSERT_TRUE(test::set_or_unset_env("NIBBLE_INT4SM90_GRID", c.grid));
   emu::unreg_all();
   emu::fiber_stack_bytes = 128 * 1024;
   const Int4GemmConfig cfg = int4_gemm_config(c.config);
@@ -68,8 +63,8 @@ TEST_P(Int4GemmSm90Emulation, MatchesTheOracle) {
   const std::vector<double> ref = oracle::int4_gemm(d.A.data(), M, d.W, {}, 2);
   test::run_twice_and_check(h, a.t, M, N, ref, M <= 16 ? 1e-5 : 5e-3);
   ASSERT_EQ(nibble_gemm_teardown(h, nullptr, &err), NIBBLE_OK) << err.message;
-  set("NIBBLE_INT4SM90_SPLIT", "");
-  set("NIBBLE_INT4SM90_GRID", "");
+  test::set_or_unset_env("NIBBLE_INT4SM90_SPLIT", "");
+  test::set_or_unset_env("NIBBLE_INT4SM90_GRID", "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, Int4GemmSm90Emulation,

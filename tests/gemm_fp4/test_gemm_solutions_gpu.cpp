@@ -65,6 +65,7 @@
 #include "nibble/nibble_gemm.h"
 #include "reference/gemm_fp4/gemm_oracle.h"
 #include "test_fixture_util.h"
+#include "test_env.h"
 
 namespace nibble {
 namespace {
@@ -448,11 +449,7 @@ struct Forced {
 
 /** Set NIBBLE_FP4SM90_<name> to v, or unset it when v is empty. */
 void set_or_unset(const char* name, const char* v) {
-  const std::string var = std::string("NIBBLE_FP4SM90_") + name;
-  if (*v)
-    ASSERT_EQ(setenv(var.c_str(), v, 1), 0);
-  else
-    unsetenv(var.c_str());
+  ASSERT_TRUE(test::set_or_unset_env(std::string("NIBBLE_FP4SM90_") + name, v)) << name;
 }
 
 class GemmFp4Sm90Forced : public ::testing::TestWithParam<std::tuple<const char*, Forced>> {};

@@ -20,6 +20,7 @@
 #include "gpu_test_util.h"
 #include "harness/atomic_file.h"
 #include "harness/process.h"
+#include "test_env.h"
 
 using namespace nibble;
 using json = nlohmann::json;
@@ -102,11 +103,7 @@ class Int4GemmSm90 : public ::testing::TestWithParam<Sm90Case> {};
 
 /** Set NIBBLE_INT4SM90_<name> to v, or unset it when v is empty. */
 void set_or_unset(const char* name, const char* v) {
-  const std::string var = std::string("NIBBLE_INT4SM90_") + name;
-  if (*v)
-    ASSERT_EQ(setenv(var.c_str(), v, 1), 0);
-  else
-    unsetenv(var.c_str());
+  ASSERT_TRUE(test::set_or_unset_env(std::string("NIBBLE_INT4SM90_") + name, v)) << name;
 }
 
 TEST_P(Int4GemmSm90, PassesOnEveryPath) {

@@ -98,7 +98,7 @@ void run(Handle& h, const nibble_tensor* A, nibble_tensor* C, cudaStream_t strea
   const sol::Int4Problem& g = h.g;
   const uint16_t* a = nullptr;
   float* c = nullptr;
-  sol::check_gemm_io(g.M, g.N, g.K, A, C, &a, &c);
+  sol::check_gemm_io(g, A, C, &a, &c);
   const unsigned gx = unsigned((g.N + kBN - 1) / kBN);
   if (g.M <= 16) {
     tiled_kernel<16><<<dim3(gx, unsigned((g.M + 15) / 16)), kThreads, 0, stream>>>(g, a, c);

@@ -50,7 +50,7 @@ std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t
 void run(Handle& h, const nibble_tensor* A, nibble_tensor* C, cudaStream_t stream) {
   const uint16_t* a = nullptr;
   float* c = nullptr;
-  sol::check_gemm_io(h.g.M, h.g.N, h.g.K, A, C, &a, &c);
+  sol::check_gemm_io(h.g, A, C, &a, &c);
   launch_mma(h.w, a, c, h.g.M, h.g.N, h.g.K, stream);
 }
 

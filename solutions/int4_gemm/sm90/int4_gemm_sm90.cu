@@ -96,7 +96,7 @@ void run(Handle& h, const nibble_tensor* A, nibble_tensor* C, cudaStream_t strea
   const sol::Int4Problem& g = h.g;
   const uint16_t* a = nullptr;
   float* c = nullptr;
-  sol::check_gemm_io(g.M, g.N, g.K, A, C, &a, &c);
+  sol::check_gemm_io(g, A, C, &a, &c);
   if (h.wgmma)
     sol::launch_wgmma<Int4WgFormat, /*kPerLaneLoads=*/false>(h.plan, h.w, h.amap, a, c, stream);
   else
