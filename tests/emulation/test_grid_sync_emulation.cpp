@@ -39,29 +39,49 @@ __device__ __forceinline__ void count_stale(const unsigned* s, unsigned* bad, in
     for (unsigned b = 0; b < gridDim.x; ++b) bad[blockIdx.x] += s[b] != value(r, b);
 }
 
-/** The split barrier as the decode kernel uses it: block barrier, arrive, wait for `target`, block barrier. */
-__device__ __forceinline__ void meet(unsigned* barrier, unsigned target) {
-  __syncthreads();
-  mk::grid_arrive(barrier, 0);
-  mk::grid_wait(barrier, target, 0);
-  __syncthreads();
+/** The split barrier as the decode kernel uses it: block barrier, arrive, wait for the count of
+ *  `phase` barriers, block barrier; kernel_done resets the counters at the end. */
+struct SplitBarrier {
+  static constexpr size_t kWords = 3;
+  __device__ static void meet(unsigned* barrier, unsigned phase) {
+    __syncthreads();
+    mk::grid_arrive(barrier, 0);
+    mk::grid_wait(barrier, phase * gridDim.x, 0);
+    __syncthreads();
+  }
+  __device__ static void done(unsigned* barrier) { mk::kernel_done(barrier, nullptr, 0); }
+};
+
+/** The generation barrier: count and generation; nothing to do at the end. */
+struct GenerationBarrier {
+  static constexpr size_t kWords = 2;
+  __device__ static void meet(unsigned* barrier, unsigned) { mk::grid_sync(barrier); }
+  __device__ static void done(unsigned*) {}
+};
+
+/** kRounds of write, barrier, read, barrier in `blocks` blocks (the second barrier: nobody writes
+ *  round r + 1 before all have read r); expects no stale slot and returns the barrier's words. */
+template <class Barrier>
+std::vector<unsigned> expect_every_block_sees_every_round(unsigned blocks) {
+  std::vector<unsigned> slots(blocks, 0u), bar(Barrier::kWords, 0u), stale(blocks, 0u);
+  emu::launch_cooperative(
+      +[](unsigned* s, unsigned* barrier, unsigned* bad) {
+        for (int r = 1; r <= kRounds; ++r) {
+          write_late(s, r);
+          Barrier::meet(barrier, unsigned(2 * r - 1));
+          count_stale(s, bad, r);
+          Barrier::meet(barrier, unsigned(2 * r));
+        }
+        Barrier::done(barrier);
+      },
+      dim3(blocks), dim3(64), 0, 1u, slots.data(), bar.data(), stale.data());
+  for (unsigned b = 0; b < blocks; ++b) EXPECT_EQ(stale[b], 0u) << blocks << " blocks: block " << b;
+  return bar;
 }
 
 TEST(GridSyncEmulation, SplitBarrierEveryBlockSeesEveryRoundsWrites) {
   for (const unsigned blocks : {1u, 3u, 5u}) {
-    std::vector<unsigned> slots(blocks, 0u), bar(3, 0u), stale(blocks, 0u);
-    emu::launch_cooperative(
-        +[](unsigned* s, unsigned* barrier, unsigned* bad) {
-          for (int r = 1; r <= kRounds; ++r) {
-            write_late(s, r);
-            meet(barrier, unsigned(2 * r - 1) * gridDim.x);
-            count_stale(s, bad, r);
-            meet(barrier, unsigned(2 * r) * gridDim.x);  // nobody writes round r + 1 before all have read r
-          }
-          mk::kernel_done(barrier, nullptr, 0);
-        },
-        dim3(blocks), dim3(64), 0, 1u, slots.data(), bar.data(), stale.data());
-    for (unsigned b = 0; b < blocks; ++b) EXPECT_EQ(stale[b], 0u) << blocks << " blocks: block " << b;
+    const std::vector<unsigned> bar = expect_every_block_sees_every_round<SplitBarrier>(blocks);
     EXPECT_EQ(bar[0], 0u) << blocks << " blocks: kernel_done resets the count";
     EXPECT_EQ(bar[2], 0u) << blocks << " blocks: and its own";
   }
@@ -69,18 +89,7 @@ TEST(GridSyncEmulation, SplitBarrierEveryBlockSeesEveryRoundsWrites) {
 
 TEST(GridSyncEmulation, GenerationBarrierEveryBlockSeesEveryRoundsWrites) {
   for (const unsigned blocks : {1u, 3u, 5u}) {
-    std::vector<unsigned> slots(blocks, 0u), bar(2, 0u), stale(blocks, 0u);
-    emu::launch_cooperative(
-        +[](unsigned* s, unsigned* barrier, unsigned* bad) {
-          for (int r = 1; r <= kRounds; ++r) {
-            write_late(s, r);
-            mk::grid_sync(barrier);
-            count_stale(s, bad, r);
-            mk::grid_sync(barrier);
-          }
-        },
-        dim3(blocks), dim3(64), 0, 1u, slots.data(), bar.data(), stale.data());
-    for (unsigned b = 0; b < blocks; ++b) EXPECT_EQ(stale[b], 0u) << blocks << " blocks: block " << b;
+    const std::vector<unsigned> bar = expect_every_block_sees_every_round<GenerationBarrier>(blocks);
     EXPECT_EQ(bar[0], 0u) << blocks << " blocks: the count is back at zero";
     EXPECT_EQ(bar[1], unsigned(2 * kRounds)) << blocks << " blocks: one generation per barrier";
   }
