@@ -278,6 +278,19 @@ void check_once(const int (&seen)[R][C], const char* what) {
       if (seen[r][c] != 1) die(std::string(what) + " fragment table not a bijection");
 }
 
+/** Where lane (g = lane / 4, t = lane % 4) keeps element e of register r of an m16n8 mma operand
+ *  (PTX ISA, the mma.m16n8k16 .bf16 and m16n8k32 .s8 fragment tables, which differ only in the
+ *  elements per 32-bit register, `per`: 2 or 4). A: 16 x 8 per, row-major; B: 8 per x 8 (k, column);
+ *  C and D: 16 x 8, one element per register. */
+struct FragPos {
+  int row, col;
+};
+inline FragPos mma_a_pos(int lane, int r, int e, int per) {
+  return {(lane >> 2) + 8 * (r & 1), per * (lane & 3) + 4 * per * (r >> 1) + e};
+}
+inline FragPos mma_b_pos(int lane, int r, int e, int per) { return {per * (lane & 3) + 4 * per * r + e, lane >> 2}; }
+inline FragPos mma_c_pos(int lane, int i) { return {(lane >> 2) + 8 * (i >> 1), 2 * (lane & 3) + (i & 1)}; }
+
 // ---- mma.sync m16n8k16 row.col f32.bf16.bf16.f32, warp collective
 inline int mma_mode = 0;  // 0: exact sum of the 16 products + C, rounded once to fp32; 1: sequential fp32 in k order
 inline long long mma_count = 0;
@@ -288,23 +301,23 @@ inline void mma_warp(const uint32_t (*a)[4], const uint32_t* b0, const uint32_t*
   float Am[16][16], Bm[16][8], Cm[16][8];
   int seenA[16][16] = {}, seenB[16][8] = {}, seenC[16][8] = {};
   for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i)
+    const uint32_t b[2] = {b0[lane], b1[lane]};
+    for (int r = 0; r < 4; ++r)
       for (int e = 0; e < 2; ++e) {
-        const int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1) + e;
-        Am[row][col] = bf(uint16_t(a[lane][i] >> (16 * e)));
-        ++seenA[row][col];
+        const FragPos p = mma_a_pos(lane, r, e, 2);
+        Am[p.row][p.col] = bf(uint16_t(a[lane][r] >> (16 * e)));
+        ++seenA[p.row][p.col];
       }
-    for (int e = 0; e < 2; ++e) {
-      Bm[2 * t + e][g] = bf(uint16_t(b0[lane] >> (16 * e)));
-      Bm[2 * t + 8 + e][g] = bf(uint16_t(b1[lane] >> (16 * e)));
-      ++seenB[2 * t + e][g];
-      ++seenB[2 * t + 8 + e][g];
-    }
+    for (int r = 0; r < 2; ++r)
+      for (int e = 0; e < 2; ++e) {
+        const FragPos p = mma_b_pos(lane, r, e, 2);
+        Bm[p.row][p.col] = bf(uint16_t(b[r] >> (16 * e)));
+        ++seenB[p.row][p.col];
+      }
     for (int i = 0; i < 4; ++i) {
-      const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
-      Cm[row][col] = c[lane][i];
-      ++seenC[row][col];
+      const FragPos p = mma_c_pos(lane, i);
+      Cm[p.row][p.col] = c[lane][i];
+      ++seenC[p.row][p.col];
     }
   }
   check_once(seenA, "mma A");
@@ -323,10 +336,11 @@ inline void mma_warp(const uint32_t (*a)[4], const uint32_t* b0, const uint32_t*
         Dm[r][n] = s;
       }
     }
-  for (int lane = 0; lane < 32; ++lane) {
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) d[lane][i] = Dm[g + 8 * (i >> 1)][2 * t + (i & 1)];
-  }
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const FragPos p = mma_c_pos(lane, i);
+      d[lane][i] = Dm[p.row][p.col];
+    }
   ++mma_count;
 }
 
@@ -371,30 +385,29 @@ inline void emu::imma_sync(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uin
   if (lane == 0) {
     int A[16][32], B[32][8], seenA[16][32] = {}, seenB[32][8] = {};
     for (int l = 0; l < 32; ++l) {
-      const int g = l >> 2, t = l & 3;
+      const uint32_t b[2] = {s.b0[l], s.b1[l]};
       for (int r = 0; r < 4; ++r)
         for (int e = 0; e < 4; ++e) {
-          const int row = g + 8 * (r & 1), col = 4 * t + 16 * (r >> 1) + e;
-          A[row][col] = int((s.a[l][r] >> (8 * e)) & 0xFFu);  // u8
-          ++seenA[row][col];
+          const FragPos p = mma_a_pos(l, r, e, 4);
+          A[p.row][p.col] = int((s.a[l][r] >> (8 * e)) & 0xFFu);  // u8
+          ++seenA[p.row][p.col];
         }
-      for (int e = 0; e < 4; ++e) {
-        B[4 * t + e][g] = int(int8_t((s.b0[l] >> (8 * e)) & 0xFFu));  // s8
-        B[16 + 4 * t + e][g] = int(int8_t((s.b1[l] >> (8 * e)) & 0xFFu));
-        ++seenB[4 * t + e][g], ++seenB[16 + 4 * t + e][g];
-      }
+      for (int r = 0; r < 2; ++r)
+        for (int e = 0; e < 4; ++e) {
+          const FragPos p = mma_b_pos(l, r, e, 4);
+          B[p.row][p.col] = int(int8_t((b[r] >> (8 * e)) & 0xFFu));  // s8
+          ++seenB[p.row][p.col];
+        }
     }
     check_once(seenA, "m16n8k32 A");
     check_once(seenB, "m16n8k32 B");
-    for (int l = 0; l < 32; ++l) {
-      const int g = l >> 2, t = l & 3;
+    for (int l = 0; l < 32; ++l)
       for (int i = 0; i < 4; ++i) {
-        const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        const FragPos p = mma_c_pos(l, i);
         long long sum = s.c[l][i];
-        for (int kk = 0; kk < 32; ++kk) sum += (long long)A[row][kk] * B[kk][col];
+        for (int kk = 0; kk < 32; ++kk) sum += (long long)A[p.row][kk] * B[kk][p.col];
         s.c[l][i] = int(sum);  // s32 (the GEMV's sums stay far below 2^31)
       }
-    }
   }
   bar_wait(warp_bar(w));
   for (int i = 0; i < 4; ++i) c[i] = s.c[lane][i];
