@@ -12,6 +12,7 @@
 
 #include "harness/atomic_file.h"
 #include "harness/batch.h"
+#include "harness/cli_errors.h"
 #include "harness/grade_common.h"
 #include "harness/ledger.h"
 #include "harness/process.h"
@@ -62,6 +63,16 @@ int build_fixtures(const BatchManifest& m, const Log& log) {
   return 0;
 }
 
+/** The results folder's summary `name` and its leaderboard; returns the exit code (3 when a file
+ *  cannot be written). */
+int write_results(const BatchManifest& m, const char* name, const json& summary) {
+  return run_command("nibble batch", [&] {
+    write_file_atomic((fs::path(m.out) / name).string(), summary.dump(2) + "\n");
+    if (write_batch_leaderboard(m) > 0) std::printf("  leaderboard: %s/leaderboard.html (and .md)\n", m.out.c_str());
+    return 0;
+  }, /*bad_input=*/3);
+}
+
 }  // namespace
 
 int batch_command(std::vector<std::string> args) {
@@ -93,12 +104,11 @@ int batch_command(std::vector<std::string> args) {
     return 2;
   }
   BatchManifest m;
-  try {
-    m = read_batch_manifest(manifest_path);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "nibble batch: %s\n", e.what());
-    return 2;
-  }
+  if (const int rc = run_command("nibble batch", [&] {
+        m = read_batch_manifest(manifest_path);
+        return 0;
+      }))
+    return rc;
   std::error_code ec;
   fs::create_directories(m.out, ec);
   if (!fs::is_directory(m.out)) {
@@ -116,13 +126,7 @@ int batch_command(std::vector<std::string> args) {
                     r["disposition"].get<std::string>().empty() ? "" : (r["disposition"].get<std::string>() + ": ").c_str(),
                     r["why"].get<std::string>().c_str());
     if (!c["resubmit"].is_null()) std::printf("  resubmit: %s\n", c["resubmit"].get<std::string>().c_str());
-    try {
-      write_file_atomic((fs::path(m.out) / "collect.json").string(), c.dump(2) + "\n");
-      if (write_batch_leaderboard(m) > 0) std::printf("  leaderboard: %s/leaderboard.html (and .md)\n", m.out.c_str());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "nibble batch: %s\n", e.what());
-      return 3;
-    }
+    if (const int rc = write_results(m, "collect.json", c)) return rc;
     return c["failed"].get<int>() + c["missing"].get<int>() + c["not_passed"].get<int>() == 0 ? 0 : 1;
   }
 
@@ -145,15 +149,11 @@ int batch_command(std::vector<std::string> args) {
     const fs::path dir = fs::path(m.out) / "slurm";
     fs::create_directories(dir, ec);
     const std::string script = (dir / "array.sbatch").string();
-    try {
-      write_file_atomic(script, slurm_array_script(m, self_exe(), partition, time_limit));
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "nibble batch --slurm: %s\n", e.what());
-      return 2;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "nibble batch: %s\n", e.what());
-      return 3;
-    }
+    if (const int rc = run_command("nibble batch --slurm", [&] {
+          write_file_atomic(script, slurm_array_script(m, self_exe(), partition, time_limit));
+          return 0;
+        }))
+      return rc;
     std::printf("nibble batch: %zu jobs -> %s\n", m.jobs.size(), script.c_str());
     if (no_submit) return 0;
     const std::string log = (dir / "sbatch.log").string();
@@ -200,13 +200,7 @@ int batch_command(std::vector<std::string> args) {
       });
   const json summary = batch_summary(m, outcomes);
   std::cout << format_batch_summary(summary);
-  try {
-    write_file_atomic((fs::path(m.out) / "batch-summary.json").string(), summary.dump(2) + "\n");
-    if (write_batch_leaderboard(m) > 0) std::printf("  leaderboard: %s/leaderboard.html (and .md)\n", m.out.c_str());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble batch: %s\n", e.what());
-    return 3;
-  }
+  if (const int rc = write_results(m, "batch-summary.json", summary)) return rc;
   if (children_stopping()) {
     std::fprintf(stderr, "nibble batch: stopped; the jobs that were running were killed and run again on the next `nibble batch %s`\n",
                  manifest_path.c_str());

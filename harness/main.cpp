@@ -25,6 +25,7 @@
 #include "harness/batch.h"
 #include "harness/calibrate.h"
 #include "harness/child.h"
+#include "harness/cli_errors.h"
 #include "fixtures/decode/decode_config.h"
 #include "harness/decode/decode_import.h"
 #include "harness/process.h"
@@ -40,7 +41,7 @@ namespace {
 
 int fixture_build(const std::string& task, const std::string& config, uint64_t seed, std::string out, int threads,
                   bool quiet) {
-  try {
+  return run_command("nibble fixture build", [&] {
     const Task& t = find_task(task);
     t.check_config(config);
     if (out.empty()) out = default_fixture_dir(task, config, seed);
@@ -71,13 +72,7 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
                 task.c_str(), config.c_str(), (unsigned long long)seed, out.c_str(), (long long)m.file_bytes,
                 m.file_sha256.c_str(), s, m.threads);
     return 0;
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "nibble fixture build: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble fixture build: %s\n", e.what());
-    return 3;
-  }
+  });
 }
 
 int fixture_verify(const std::string& dir) {
@@ -115,7 +110,7 @@ int fixture_verify(const std::string& dir) {
 }
 
 int fixture_import(ImportOptions opt, bool quiet) {
-  try {
+  return run_command("nibble fixture import", [&] {
     if (opt.reference.empty()) opt.reference = bundled_reference(self_exe(), find_task(kDecodeTask), "");
     const FixtureManifest m = import_decode_fixture(opt, [quiet](const std::string& line) {
       if (!quiet) std::fprintf(stderr, "[nibble] %s\n", line.c_str());
@@ -126,13 +121,7 @@ int fixture_import(ImportOptions opt, bool quiet) {
                 m.source.value("checkpoint_sha256", std::string()).c_str(), opt.out.c_str(), (long long)m.file_bytes,
                 m.file_sha256.c_str(), opt.out.c_str(), m.config.c_str());
     return 0;
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "nibble fixture import: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nibble fixture import: %s\n", e.what());
-    return 3;
-  }
+  });
 }
 
 }  // namespace
@@ -184,16 +173,13 @@ const CLI::Validator kNonEmpty(
 /** `nibble configs`: one "task config" line per official config of `task` (all tasks when empty),
  *  for scripts that grade every shape (scripts/gemm-all.sh). Exit 2 for an unknown task. */
 int list_configs(const std::string& task) {
-  try {
+  return run_command("nibble configs", [&] {
     std::vector<const Task*> tasks = all_tasks();
     if (!task.empty()) tasks = {&find_task(task)};
     for (const Task* t : tasks)
       for (const std::string& c : t->official_configs()) std::printf("%s %s\n", t->name().c_str(), c.c_str());
     return 0;
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "nibble configs: %s\n", e.what());
-    return 2;
-  }
+  });
 }
 
 /** A GPU's number (--device): 0, 1, ... as nvidia-smi -L lists them. */
