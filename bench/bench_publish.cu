@@ -237,21 +237,9 @@ __device__ __forceinline__ bool group_all(bool ok) {
 PUB_SREG(smid, "%%smid")
 PUB_SREG(cluster_rank, "%%cluster_ctarank")
 #undef PUB_SREG
-/** The shared::cluster address of the same shared variable in cluster CTA `rank`. */
-__device__ __forceinline__ uint32_t mapa(uint32_t a, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  return r;
-}
 /** Every thread of every CTA of the cluster (release / acquire at cluster scope). */
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-__device__ __forceinline__ void st_async_v4(uint32_t remote, uint4 v, uint32_t remote_bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
-                   remote),
-               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
-               : "memory");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -443,7 +431,7 @@ __device__ __forceinline__ void publish(const Params& p, const Side& o, uint32_t
 #pragma unroll
     for (int k = 0; k < kQuads; ++k) {
       const uint32_t q = k * kGroup + t;
-      st_async_v4(o.peer_vsm + 16 * q, produced4(p, e, q, o.dir), o.peer_bar);
+      sol::st_async_v4(o.peer_vsm + 16 * q, produced4(p, e, q, o.dir), o.peer_bar);
     }
   }
 }
@@ -615,8 +603,8 @@ __global__ void __launch_bounds__(kThreads, 1) publish_kernel(const Params p) {
     Side in{p.box + (ping ? 1 : 0), ping ? 1u : 0u, vsm, sol::smem_addr(&rx_bar), 0, 0};
     if constexpr (S == kCluster) {
       const uint32_t peer = cluster_rank() ^ 1u;
-      out.peer_vsm = mapa(vsm, peer);
-      out.peer_bar = mapa(sol::smem_addr(&rx_bar), peer);
+      out.peer_vsm = sol::cluster_smem_addr(vsm, peer);
+      out.peer_bar = sol::cluster_smem_addr(sol::smem_addr(&rx_bar), peer);
     }
     unsigned long long prev[kElems];
 #pragma unroll

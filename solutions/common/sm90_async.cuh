@@ -1,10 +1,11 @@
 // sm90_async.cuh: the Hopper asynchronous-copy primitives the sm_90a solutions share: mbarriers
 // (init, arrive, expect_tx, the parity wait) and bulk copies global -> shared on the copy engine
 // (cp.async.bulk, completing on an mbarrier's transaction count), with L2 cache policies; and the
-// few other instructions they share (the vector float reduction, the streamed load, %globaltimer).
+// few other instructions they share (the vector float reduction, the streamed load, %globaltimer);
+// and stores into another block of a thread-block cluster completing on its mbarrier (st.async).
 //
 // Source: PTX ISA 8.x, "Parallel synchronization and communication instructions: mbarrier" and
-// "Data movement: cp.async.bulk" (sm_90). Every function takes shared-memory addresses as the
+// "Data movement: cp.async.bulk", "st.async" and "mapa" (sm_90). Every function takes shared-memory addresses as the
 // 32-bit shared-window address (smem_addr) or as a generic pointer into shared memory.
 #pragma once
 
@@ -96,6 +97,40 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
 }
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
   bulk_load(smem_addr(dst), src, bytes, smem_addr(bar), policy);
+}
+
+/** mapa.shared::cluster: the shared::cluster address of shared address `a` (a variable of this
+ *  block's shared memory) in the block of cluster rank `rank` (the same variable there). */
+__device__ __forceinline__ uint32_t cluster_smem_addr(uint32_t a, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+
+/** 16 bytes stored into another block of the cluster (st.async, sm_90): `remote` and `remote_bar`
+ *  are shared::cluster addresses (cluster_smem_addr) of one block; the store completes 16 bytes of
+ *  the transaction count of that block's mbarrier at remote_bar, whose owner arms it with
+ *  mbar_expect_tx and waits with mbar_wait_cluster. The completion is a release at cluster scope:
+ *  the waiter sees every byte of a completed phase. */
+__device__ __forceinline__ void st_async_v4(uint32_t remote, uint4 v, uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   remote),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
+               : "memory");
+}
+
+/** mbar_wait with acquire at cluster scope: what another block of the cluster stored with st_async
+ *  before the phase completed is visible after it (PTX ISA, mbarrier.try_wait ".acquire.cluster"). */
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 }
 
 /** Start pulling `bytes` (a multiple of 16, src 16-byte aligned) of global memory into L2 on the copy

@@ -21,22 +21,42 @@ inline uint32_t smem_address(const void* p) {
   if (c < smem_base() || c >= smem_base() + smem_size()) die("a shared-memory address outside the block's dynamic shared memory");
   return kSmemWindow + uint32_t(c - cur_block->window);
 }
-inline unsigned char* smem_pointer(uint32_t a, size_t bytes) {
-  const size_t lo = kSmemOffset, hi = kSmemOffset + smem_size();
+/** Where [a, a + bytes) of block b's shared window is (the running block's by default). */
+inline unsigned char* smem_pointer(uint32_t a, size_t bytes, BlockState& b = *cur_block) {
+  const size_t lo = kSmemOffset, hi = kSmemOffset + b.smem_bytes;
   if (a < kSmemWindow + lo || a - kSmemWindow + bytes > hi) die("a shared-memory access outside the dynamic shared memory");
-  return cur_block->window + (a - kSmemWindow);
+  return b.window + (a - kSmemWindow);
 }
-/** Die when [a, a + bytes) overlaps a live mbarrier (PTX ISA, mbarrier "Lifecycle": its memory is
- *  not for other uses until it is invalidated). */
-inline void check_not_mbarrier(uint32_t a, size_t bytes, const char* what) {
-  auto it = cur_block->mbars.lower_bound(a >= 7 ? a - 7 : 0);
-  if (it != cur_block->mbars.end() && it->first < a + bytes) die(std::string(what) + " writes over a live mbarrier");
+/** Die when [a, a + bytes) of block b overlaps a live mbarrier (PTX ISA, mbarrier "Lifecycle": its
+ *  memory is not for other uses until it is invalidated). */
+inline void check_not_mbarrier(uint32_t a, size_t bytes, const char* what, BlockState& b = *cur_block) {
+  auto it = b.mbars.lower_bound(a >= 7 ? a - 7 : 0);
+  if (it != b.mbars.end() && it->first < a + bytes) die(std::string(what) + " writes over a live mbarrier");
+}
+
+// ---- shared::cluster addresses (mapa): a shared-window address with its block's cluster rank + 1
+// in bits 24..27 (0: the running block's own, as a shared::cta address is for the executing CTA)
+inline constexpr int kClusterRankShift = 24;
+/** mapa.shared::cluster: the shared::cluster address of shared address a in cluster block `rank`. */
+inline uint32_t cluster_address(uint32_t a, uint32_t rank) {
+  if (a >> kClusterRankShift) die("mapa: the address is already a shared::cluster address");
+  if (rank >= cur_block->cluster.size()) die("mapa: rank " + std::to_string(rank) + " outside the cluster");
+  smem_pointer(a, 1, *cur_block->cluster[rank]);
+  return a | ((rank + 1) << kClusterRankShift);
+}
+/** The block a shared::cluster address is in, and its shared-window address there. */
+inline BlockState& cluster_block(uint32_t a, uint32_t* local) {
+  const uint32_t r = a >> kClusterRankShift;
+  *local = a & ((1u << kClusterRankShift) - 1);
+  if (r == 0) return *cur_block;
+  if (r - 1 >= cur_block->cluster.size()) die("a shared::cluster address outside the cluster");
+  return *cur_block->cluster[r - 1];
 }
 
 // ---- mbarriers, by shared address (emu_core.h's MBar table, cleared for each block)
-inline MBar& mbar(uint32_t a) {
-  auto it = mbars().find(a);
-  if (it == mbars().end()) die("an mbarrier used before mbarrier.init");
+inline MBar& mbar(uint32_t a, BlockState& blk = *cur_block) {
+  auto it = blk.mbars.find(a);
+  if (it == blk.mbars.end()) die("an mbarrier used before mbarrier.init");
   return it->second;
 }
 inline void mbar_try_complete(MBar& b) {
@@ -75,6 +95,23 @@ inline void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t ba
   b.tx -= bytes;
   ++events;
   mbar_try_complete(b);
+}
+
+/** st.async.shared::cluster.mbarrier::complete_tx::bytes: `bytes` (4, 8 or 16, aligned) stored into
+ *  another block of the cluster at shared::cluster address `remote`, completing that many bytes on
+ *  the mbarrier at `remote_bar`, which must be in the same block (PTX ISA, st.async). Stored and
+ *  completed at issue, as bulk_copy. */
+inline void st_async(uint32_t remote, const void* v, uint32_t bytes, uint32_t remote_bar) {
+  if ((bytes != 4 && bytes != 8 && bytes != 16) || remote % bytes != 0) die("st.async: 4, 8 or 16 bytes at an aligned address");
+  uint32_t at = 0, bar_at = 0;
+  BlockState& b = cluster_block(remote, &at);
+  if (&cluster_block(remote_bar, &bar_at) != &b) die("st.async: the mbarrier is not in the block written to");
+  check_not_mbarrier(at, bytes, "st.async", b);
+  std::memcpy(smem_pointer(at, bytes, b), v, bytes);
+  MBar& m = mbar(bar_at, b);
+  m.tx -= bytes;
+  ++events;
+  mbar_try_complete(m);
 }
 
 // ---- warp collectives: each lane deposits, the warp meets, each lane reads

@@ -34,6 +34,9 @@ inline void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t ba
 inline void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
   bulk_load(smem_addr(dst), src, bytes, smem_addr(bar), policy);
 }
+inline uint32_t cluster_smem_addr(uint32_t a, uint32_t rank) { return ::emu::cluster_address(a, rank); }
+inline void st_async_v4(uint32_t remote, uint4 v, uint32_t remote_bar) { ::emu::st_async(remote, &v, 16, remote_bar); }
+inline void mbar_wait_cluster(uint32_t bar, uint32_t parity) { ::emu::mbar_wait(bar, parity); }
 inline void bulk_prefetch_l2(const void*, uint32_t) {}
 /** cp.async: copied at issue (the earliest it can land). */
 inline void cp_async_16(void* smem_dst, const void* src) {
