@@ -17,6 +17,12 @@ add_dependencies(test_megakernel_abi nibble_megakernel)
 # gemv_plan is host code in megakernel.h (which names CUDA types): its headers, no CUDA library.
 target_include_directories(test_megakernel_abi PRIVATE ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel
                                                        ${CUDAToolkit_INCLUDE_DIRS})
+# megakernel v2 (issue 21 step 3): the dataflow design's per-CTA schedule (host code): coverage,
+# balance, exact waits, no cycle, no buffer rewritten before its reads.
+nibble_add_gtest(dataflow_plan
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dataflow_plan.cpp ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel/dataflow_plan.cpp
+  LABELS cpu)
+target_include_directories(test_dataflow_plan PRIVATE ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel)
 # test_megakernel_decode_tiny (decode/solutions.cmake, as for every bundled decode solution) again
 # under the A/B switches whose code paths the default run does not take (NOTES.md):
 #   group_major  o and down group-major (NIBBLE_MK_CHUNK=1:1): the tiny config's default chunks are
