@@ -25,7 +25,8 @@ inline void mbar_init(uint64_t* bar, uint32_t count) { mbar_init(smem_addr(bar),
 inline void mbar_init_fence() {}
 inline void mbar_wait(uint32_t bar, uint32_t parity) { ::emu::mbar_wait(bar, parity); }
 inline void mbar_wait(uint64_t* bar, uint32_t parity) { mbar_wait(smem_addr(bar), parity); }
-inline void mbar_arrive(uint64_t* bar) { ::emu::mbar_arrive(smem_addr(bar)); }
+inline void mbar_arrive(uint32_t bar) { ::emu::mbar_arrive(bar); }
+inline void mbar_arrive(uint64_t* bar) { mbar_arrive(smem_addr(bar)); }
 inline void mbar_expect_tx(uint32_t bar, uint32_t bytes) { ::emu::mbar_expect_tx(bar, bytes); }
 inline void mbar_expect_tx(uint64_t* bar, uint32_t bytes) { mbar_expect_tx(smem_addr(bar), bytes); }
 inline void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t) {

@@ -1,0 +1,120 @@
+// page_stream.cuh: the weight stream of the dataflow megakernel (issue 21 step 3; NOTES.md "v2").
+// One producer lane copies its CTA's segments' weight units into a pool of shared-memory pages, in
+// the plan's order, across segment and layer boundaries, waiting only for a free page (weights
+// never depend on activations); consumer warps take the pages in the same order, page n by consumer
+// warp n mod W. Both sides enumerate the pages with for_each_page, so they cannot disagree. W must
+// divide the pool's P pages: then every use of a slot goes to the same warp, which has consumed
+// its previous use before it waits for the next, so a parity wait cannot mistake a phase two
+// behind for the one it waits for (with W = 3, P = 2 the warp of page 3 would pass on page 1's
+// phase; the emulation deadlocks on it).
+//
+// Per page p two mbarriers: full[p] (one arrival, the producer's expect_tx, plus the copy's bytes)
+// and empty[p] (one arrival, the consuming warp's lane 0 after its __syncwarp). Page n uses pool slot
+// n mod P for the (n / P)-th time: full's phase n / P, and before the copy the producer waits for
+// empty's phase n / P - 1 (the slot's previous page consumed). sm_90 (cp.async.bulk, mbarrier).
+#pragma once
+
+#include <cstdint>
+
+#include "megakernel.h"
+#include "solutions/common/sm90_async.cuh"
+
+namespace nibble::megakernel::v2 {
+
+/** Units per page: 4 x 1088 = 4352 bytes, one bulk copy (a tile's run of its K half is contiguous). */
+inline constexpr uint32_t kPageUnits = 4;
+inline constexpr uint32_t kPageBytes = kPageUnits * kUnitStride;
+
+/** One matrix segment as a CTA streams it (dataflow::Segment's matrix part, with the matrix of its
+ *  layer): the tiles [tile0, tile1) x groups [g0, g1) of the tile-major repacked matrix at w, which
+ *  has `groups` groups per tile. */
+struct StreamSegment {
+  const uint4* w = nullptr;
+  uint32_t tile0 = 0, tile1 = 0;
+  uint16_t g0 = 0, g1 = 0, groups = 0, pad = 0;
+};
+
+/** Calls f(s, tile, g, units) for each page of segs[0, n) in stream order: every tile's run of
+ *  groups [g0, g1) cut into pages of at most kPageUnits units (first group g). */
+template <class F>
+__device__ __forceinline__ void for_each_page(const StreamSegment* segs, int n, F&& f) {
+  for (int s = 0; s < n; ++s)
+    for (uint32_t t = segs[s].tile0; t < segs[s].tile1; ++t)
+      for (uint32_t g = segs[s].g0; g < segs[s].g1; g += kPageUnits)
+        f(s, t, g, segs[s].g1 - g < kPageUnits ? segs[s].g1 - g : kPageUnits);
+}
+
+/** The pool: n_pages pages of kPageBytes (16-byte aligned) and their 2 x n_pages mbarriers (shared
+ *  addresses; full[p] at full + 8 p, empty[p] at empty + 8 p), consumed by `consumers` warps, which
+ *  divide n_pages (page_pool_fits). */
+struct PagePool {
+  unsigned char* pages = nullptr;
+  uint32_t full = 0, empty = 0;
+  uint32_t n_pages = 0;
+  uint32_t consumers = 0;
+};
+
+/** Whether n pages can be shared by `consumers` warps (at least one page each, a multiple of them). */
+NIBBLE_MK_HD inline bool page_pool_fits(uint32_t n, uint32_t consumers) {
+  return consumers > 0 && n >= consumers && n % consumers == 0;
+}
+
+/** Shared-memory bytes of a pool of n pages: the pages, then the mbarriers. */
+NIBBLE_MK_HD inline size_t page_pool_bytes(uint32_t n) { return size_t(n) * kPageBytes + size_t(n) * 16; }
+
+/** Block-wide: carve the pool from smem (page_pool_bytes(n) bytes, 16-byte aligned) and initialise
+ *  its mbarriers (thread 0); the caller synchronises the block before use. */
+__device__ __forceinline__ PagePool page_pool_init(unsigned char* smem, uint32_t n, uint32_t consumers) {
+  PagePool pool;
+  pool.pages = smem;
+  pool.full = sol::smem_addr(smem + size_t(n) * kPageBytes);
+  pool.empty = pool.full + 8 * n;
+  pool.n_pages = n;
+  pool.consumers = consumers;
+  if (threadIdx.x == 0) {
+    for (uint32_t p = 0; p < n; ++p) {
+      sol::mbar_init(pool.full + 8 * p, 1);
+      sol::mbar_init(pool.empty + 8 * p, 1);
+    }
+    sol::mbar_init_fence();
+  }
+  return pool;
+}
+
+/** The producer (one lane): every page of segs[0, n) into the pool, in order, each as soon as its
+ *  slot is free. */
+__device__ __forceinline__ void produce_pages(const PagePool& pool, const StreamSegment* segs, int n) {
+  const uint64_t policy = sol::policy_evict_first();
+  uint32_t k = 0;
+  for_each_page(segs, n, [&](int s, uint32_t t, uint32_t g, uint32_t units) {
+    const uint32_t p = k % pool.n_pages, use = k / pool.n_pages;
+    if (use > 0) {
+      sol::mbar_wait(pool.empty + 8 * p, (use - 1) & 1);
+      sol::fence_proxy_async_smem();  // the consumers' reads of the slot before the copy engine's writes
+    }
+    const uint32_t bytes = units * kUnitStride;
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(segs[s].w) + (size_t(t) * segs[s].groups + g) * kUnitStride;
+    sol::mbar_expect_tx(pool.full + 8 * p, bytes);
+    sol::bulk_load(sol::smem_addr(pool.pages + size_t(p) * kPageBytes), src, bytes, pool.full + 8 * p, policy);
+    ++k;
+  });
+}
+
+/** Consumer warp w (of pool.consumers), all lanes: f(s, tile, g, units, page) for pages w, w + W, ...
+ *  of segs[0, n), each once its bytes have landed; the slot is released after f (and a __syncwarp). */
+template <class F>
+__device__ __forceinline__ void consume_pages(const PagePool& pool, const StreamSegment* segs, int n, uint32_t w, F&& f) {
+  uint32_t k = 0;
+  for_each_page(segs, n, [&](int s, uint32_t t, uint32_t g, uint32_t units) {
+    if (k % pool.consumers == w) {
+      const uint32_t p = k % pool.n_pages;
+      sol::mbar_wait(pool.full + 8 * p, (k / pool.n_pages) & 1);
+      f(s, t, g, units, pool.pages + size_t(p) * kPageBytes);
+      __syncwarp();
+      if ((threadIdx.x & 31) == 0) sol::mbar_arrive(pool.empty + 8 * p);
+    }
+    ++k;
+  });
+}
+
+}  // namespace nibble::megakernel::v2
