@@ -46,16 +46,18 @@ __device__ void stream_and_check(const v2::StreamSegment* segs, const int* first
     if (lane == 0) v2::produce_pages(pool, mine, n);
     return;
   }
-  v2::consume_pages(pool, mine, n, uint32_t(warp - 1),
-                    [&](int s, uint32_t t, uint32_t g, uint32_t units, const unsigned char* page) {
-                      const v2::StreamSegment& sg = mine[s];
-                      const auto* src = reinterpret_cast<const unsigned char*>(sg.w) + (size_t(t) * sg.groups + g) * kUnitStride;
-                      for (uint32_t u = 0; u < units; ++u) {
-                        for (uint32_t b = uint32_t(lane) * 4; b < kUnitStride; b += 128)
-                          if (std::memcmp(page + u * kUnitStride + b, src + u * kUnitStride + b, 4) != 0) atomicAdd(bad, 1u);
-                        if (lane == 0) atomicAdd(&seen[unit_base[first[cta] + s] + t * sg.groups + g + u], 1u);
-                      }
-                    });
+  uint32_t k = 0;
+  for (int s = 0; s < n; ++s) {
+    const v2::StreamSegment& sg = mine[s];
+    v2::consume_segment(pool, sg, k, uint32_t(warp - 1), [&](uint32_t t, uint32_t g, uint32_t units, const unsigned char* page) {
+      const auto* src = reinterpret_cast<const unsigned char*>(sg.w) + (size_t(t) * sg.groups + g) * kUnitStride;
+      for (uint32_t u = 0; u < units; ++u) {
+        for (uint32_t b = uint32_t(lane) * 4; b < kUnitStride; b += 128)
+          if (std::memcmp(page + u * kUnitStride + b, src + u * kUnitStride + b, 4) != 0) atomicAdd(bad, 1u);
+        if (lane == 0) atomicAdd(&seen[unit_base[first[cta] + s] + t * sg.groups + g + u], 1u);
+      }
+    });
+  }
 }
 
 TEST(PageStreamEmulation, EveryUnitOfEveryLayerArrivesOnceIntactAtItsCta) {

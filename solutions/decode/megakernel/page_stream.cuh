@@ -2,7 +2,8 @@
 // One producer lane copies its CTA's segments' weight units into a pool of shared-memory pages, in
 // the plan's order, across segment and layer boundaries, waiting only for a free page (weights
 // never depend on activations); consumer warps take the pages in the same order, page n by consumer
-// warp n mod W. Both sides enumerate the pages with for_each_page, so they cannot disagree. W must
+// warp n mod W. Both sides enumerate the pages with for_each_page, so they cannot disagree; the consumers
+// go segment by segment (consume_segment), so that they can wait for a segment's inputs between. W must
 // divide the pool's P pages: then every use of a slot goes to the same warp, which has consumed
 // its previous use before it waits for the next, so a parity wait cannot mistake a phase two
 // behind for the one it waits for (with W = 3, P = 2 the warp of page 3 would pass on page 1's
@@ -34,14 +35,12 @@ struct StreamSegment {
   uint16_t g0 = 0, g1 = 0, groups = 0, pad = 0;
 };
 
-/** Calls f(s, tile, g, units) for each page of segs[0, n) in stream order: every tile's run of
- *  groups [g0, g1) cut into pages of at most kPageUnits units (first group g). */
+/** Calls f(tile, g, units) for each page of segment sg in stream order: every tile's run of groups
+ *  [g0, g1) cut into pages of at most kPageUnits units (first group g). */
 template <class F>
-__device__ __forceinline__ void for_each_page(const StreamSegment* segs, int n, F&& f) {
-  for (int s = 0; s < n; ++s)
-    for (uint32_t t = segs[s].tile0; t < segs[s].tile1; ++t)
-      for (uint32_t g = segs[s].g0; g < segs[s].g1; g += kPageUnits)
-        f(s, t, g, segs[s].g1 - g < kPageUnits ? segs[s].g1 - g : kPageUnits);
+__device__ __forceinline__ void for_each_page(const StreamSegment& sg, F&& f) {
+  for (uint32_t t = sg.tile0; t < sg.tile1; ++t)
+    for (uint32_t g = sg.g0; g < sg.g1; g += kPageUnits) f(t, g, sg.g1 - g < kPageUnits ? sg.g1 - g : kPageUnits);
 }
 
 /** The pool: n_pages pages of kPageBytes (16-byte aligned) and their 2 x n_pages mbarriers (shared
@@ -86,30 +85,35 @@ __device__ __forceinline__ PagePool page_pool_init(unsigned char* smem, uint32_t
 __device__ __forceinline__ void produce_pages(const PagePool& pool, const StreamSegment* segs, int n) {
   const uint64_t policy = sol::policy_evict_first();
   uint32_t k = 0;
-  for_each_page(segs, n, [&](int s, uint32_t t, uint32_t g, uint32_t units) {
-    const uint32_t p = k % pool.n_pages, use = k / pool.n_pages;
-    if (use > 0) {
-      sol::mbar_wait(pool.empty + 8 * p, (use - 1) & 1);
-      sol::fence_proxy_async_smem();  // the consumers' reads of the slot before the copy engine's writes
-    }
-    const uint32_t bytes = units * kUnitStride;
-    const unsigned char* src = reinterpret_cast<const unsigned char*>(segs[s].w) + (size_t(t) * segs[s].groups + g) * kUnitStride;
-    sol::mbar_expect_tx(pool.full + 8 * p, bytes);
-    sol::bulk_load(sol::smem_addr(pool.pages + size_t(p) * kPageBytes), src, bytes, pool.full + 8 * p, policy);
-    ++k;
-  });
+  for (int s = 0; s < n; ++s) {
+    const StreamSegment sg = segs[s];
+    for_each_page(sg, [&](uint32_t t, uint32_t g, uint32_t units) {
+      const uint32_t p = k % pool.n_pages, use = k / pool.n_pages;
+      if (use > 0) {
+        sol::mbar_wait(pool.empty + 8 * p, (use - 1) & 1);
+        sol::fence_proxy_async_smem();  // the consumers' reads of the slot before the copy engine's writes
+      }
+      const uint32_t bytes = units * kUnitStride;
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(sg.w) + (size_t(t) * sg.groups + g) * kUnitStride;
+      sol::mbar_expect_tx(pool.full + 8 * p, bytes);
+      sol::bulk_load(sol::smem_addr(pool.pages + size_t(p) * kPageBytes), src, bytes, pool.full + 8 * p, policy);
+      ++k;
+    });
+  }
 }
 
-/** Consumer warp w (of pool.consumers), all lanes: f(s, tile, g, units, page) for pages w, w + W, ...
- *  of segs[0, n), each once its bytes have landed; the slot is released after f (and a __syncwarp). */
+/** Consumer warp w (of pool.consumers), all lanes, for the next segment sg of the stream (every
+ *  consumer warp calls it for every segment, in order; k: the stream's page count before sg, advanced
+ *  past it): f(tile, g, units, page) for sg's pages k, k + 1, ... that are w's (k mod W == w), each
+ *  once its bytes have landed; the slot is released after f (and a __syncwarp). */
 template <class F>
-__device__ __forceinline__ void consume_pages(const PagePool& pool, const StreamSegment* segs, int n, uint32_t w, F&& f) {
-  uint32_t k = 0;
-  for_each_page(segs, n, [&](int s, uint32_t t, uint32_t g, uint32_t units) {
+__device__ __forceinline__ void consume_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
+                                                F&& f) {
+  for_each_page(sg, [&](uint32_t t, uint32_t g, uint32_t units) {
     if (k % pool.consumers == w) {
       const uint32_t p = k % pool.n_pages;
       sol::mbar_wait(pool.full + 8 * p, (k / pool.n_pages) & 1);
-      f(s, t, g, units, pool.pages + size_t(p) * kPageBytes);
+      f(t, g, units, pool.pages + size_t(p) * kPageBytes);
       __syncwarp();
       if ((threadIdx.x & 31) == 0) sol::mbar_arrive(pool.empty + 8 * p);
     }
