@@ -167,13 +167,14 @@ __device__ __forceinline__ XQuant xquant_view(const unsigned char* base, int) { 
  * scaling is exact), X = 2^14 q_0 + 2^7 q_1 + q_2, q_1, q_2 in [-64, 63], |q_0| <= 65. So x keeps
  * 20 bits relative to its group's largest element (the bf16 hi + lo pair it replaces kept ~16).
  * With `gain` (k bf16 in shared memory), x = xs * mul * gain (RMSNorm applied on the way: mul =
- * rms_scale), else x = xs; only groups [g_begin, g_end) (default: all). Block-wide, one warp per
- * group (lane l: inputs 4l..4l+3 = bytes 0..3 of one B register of k-block l/8); the caller
- * synchronises before and after.
+ * rms_scale), else x = xs; only groups [g_begin, g_end) (default: all). By warps `warp` of
+ * `nwarps` (build_x_limbs: the whole block), one warp per group (lane l: inputs 4l..4l+3 = bytes
+ * 0..3 of one B register of k-block l/8); the caller synchronises them before and after.
  */
-__device__ __forceinline__ void build_x_limbs(const float* xs, int k, unsigned char* xq, const uint16_t* gain = nullptr,
-                                              float mul = 1.f, int g_begin = 0, int g_end = -1) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+__device__ __forceinline__ void build_x_limbs_warps(int warp, int nwarps, const float* xs, int k, unsigned char* xq,
+                                                    const uint16_t* gain = nullptr, float mul = 1.f, int g_begin = 0,
+                                                    int g_end = -1) {
+  const int lane = threadIdx.x & 31;
   const int groups = k / kGroup;
   const int kb = lane >> 3, t = (lane & 7) & 3, half = (lane & 7) >> 2;
   if (g_end < 0) g_end = groups;
@@ -221,6 +222,12 @@ __device__ __forceinline__ void build_x_limbs(const float* xs, int k, unsigned c
       *reinterpret_cast<float*>(rec + kXqInv) = r;
     }
   }
+}
+
+/** build_x_limbs_warps by every warp of the block. */
+__device__ __forceinline__ void build_x_limbs(const float* xs, int k, unsigned char* xq, const uint16_t* gain = nullptr,
+                                              float mul = 1.f, int g_begin = 0, int g_end = -1) {
+  build_x_limbs_warps(threadIdx.x >> 5, blockDim.x >> 5, xs, k, xq, gain, mul, g_begin, g_end);
 }
 
 using sol::imma_16832;  // solutions/common/mma_int8.cuh
