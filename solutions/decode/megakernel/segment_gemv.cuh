@@ -1,0 +1,117 @@
+// segment_gemv.cuh: the GEMV of one matrix segment of the dataflow megakernel (issue 21 step 3;
+// NOTES.md "v2"): the cluster's rows of y = W x, each CTA multiplying its K half from the page
+// stream (page_stream.cuh), the two halves summed through distributed shared memory. The unit math
+// is the v1 GEMV's (int4_mma_gemv.cuh: gemv_unit, gemv_flush's row sums).
+//
+// Per segment, in the consumer warps (never the producer):
+//   1. every page (a tile's run of up to 4 groups) multiplied by the warp it goes to, its 16 row sums
+//      added into `part` (shared memory, 16 floats per tile of the cluster's range);
+//   2. rank r finishes the tiles [t0 + n r / 2, t0 + n (r + 1) / 2) of the cluster's n: it sends the
+//      partner's half of `part` with st.async into the partner's `peer` buffer, completing on the
+//      partner's mbarrier, waits for its own, and writes y = part + peer for its rows.
+// `peer` and its mbarrier are double-buffered by the segment's parity: a rank sends segment s + 2
+// into the buffer of s only after receiving the partner's s + 1, which the partner sends after
+// reading s (program order, the consumers' barrier, st.async's release / the wait's acquire at
+// cluster scope), so no send overwrites what the partner has not read.
+#pragma once
+
+#include <cstdint>
+
+#include "int4_mma_gemv.cuh"
+#include "page_stream.cuh"
+#include "solutions/common/sm90_wgmma.cuh"
+
+namespace nibble::megakernel::v2 {
+
+/** The consumer warps' barrier (named barrier 1; the producer warp never joins it). */
+template <int W>
+__device__ __forceinline__ void consumers_sync() {
+  sol::named_barrier_sync<1, 32 * W>();
+}
+
+/** Shared memory of the cluster sum for segments of at most max_tiles tiles: part, two peer buffers
+ *  (16 floats per tile each), then two mbarriers. */
+NIBBLE_MK_HD inline size_t cluster_sum_bytes(uint32_t max_tiles) { return size_t(max_tiles) * 64 * 3 + 16; }
+
+/** The cluster sum's shared memory (cluster_sum_bytes(max_tiles) bytes at smem, 16-byte aligned). */
+struct ClusterSum {
+  float* part = nullptr;
+  float* peer[2] = {nullptr, nullptr};
+  uint32_t rx = 0;  ///< mbarrier of peer[b] at rx + 8 b
+  uint32_t max_tiles = 0;
+};
+
+/** Carve the cluster sum from smem and initialise its mbarriers (thread 0; the caller synchronises
+ *  the cluster before either CTA sends). */
+__device__ __forceinline__ ClusterSum cluster_sum_init(unsigned char* smem, uint32_t max_tiles) {
+  ClusterSum cs;
+  cs.part = reinterpret_cast<float*>(smem);
+  cs.peer[0] = cs.part + 16 * max_tiles;
+  cs.peer[1] = cs.peer[0] + 16 * max_tiles;
+  cs.rx = sol::smem_addr(cs.peer[1] + 16 * max_tiles);
+  cs.max_tiles = max_tiles;
+  if (threadIdx.x == 0) {
+    sol::mbar_init(cs.rx, 1);
+    sol::mbar_init(cs.rx + 8, 1);
+    sol::mbar_init_fence();
+  }
+  return cs;
+}
+
+/** The tiles [*f0, *f1) (relative to the segment's first) that rank `rank` of the cluster finishes. */
+__device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32_t* f0, uint32_t* f1) {
+  *f0 = n * rank / 2;
+  *f1 = n * (rank + 1) / 2;
+}
+
+/**
+ * Consumer warp w of W, all lanes: segment sg (the stream's next; k as consume_segment's), the
+ * seg_no-th matrix segment this CTA runs (the peer buffers' parity), with xq the XQuant of x
+ * (records by absolute group; this CTA's groups [sg.g0, sg.g1) built), rank the CTA's rank in its
+ * 2-CTA cluster: y[16 t + i] (t of the tiles this rank finishes, rows below `rows`) = the row's
+ * sum over all K. Ends with the consumers' barrier.
+ */
+template <int W>
+__device__ __forceinline__ void segment_gemv(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
+                                             const unsigned char* xq, const ClusterSum& cs, uint32_t seg_no,
+                                             uint32_t rank, float* y, int rows) {
+  const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
+  const uint32_t n = sg.tile1 - sg.tile0;
+  for (uint32_t i = uint32_t(ct); i < 16 * n; i += 32 * W) cs.part[i] = 0.f;
+  consumers_sync<W>();
+  // gemv_flush adds into part with scalar atomics (vec_flush 0: the vector reduction is global-only),
+  // tiles relative to the segment's first.
+  PackedMatrix rel;
+  rel.rows = int(16 * n);
+  rel.vec_flush = 0;
+  const float2 wl = limb_weights(lane);
+  consume_segment(pool, sg, k, w, [&](uint32_t t, uint32_t g, uint32_t units, const unsigned char* page) {
+    float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+    for (uint32_t u = 0; u < units; ++u) {
+      const unsigned char* unit = page + u * kUnitStride;
+      const uint4 wv[2] = {reinterpret_cast<const uint4*>(unit)[lane], reinterpret_cast<const uint4*>(unit)[32 + lane]};
+      const uint2 meta = reinterpret_cast<const uint2*>(unit + kUnitCodeBytes)[lane >> 2];
+      gemv_unit(wv, meta, xq + size_t(g + u) * kXqGroupBytes, lane, acc);
+    }
+    gemv_flush(rel, cs.part, t - sg.tile0, lane, acc, wl);
+  });
+  consumers_sync<W>();
+  // The cluster sum: send the partner's tiles, wait for this rank's, finish them.
+  const uint32_t b = seg_no & 1u, partner = rank ^ 1u;
+  uint32_t m0, m1, p0, p1;
+  finished_tiles(n, rank, &m0, &m1);
+  finished_tiles(n, partner, &p0, &p1);
+  if (ct == 0) sol::mbar_expect_tx(cs.rx + 8 * b, (m1 - m0) * 64);
+  const uint32_t remote = sol::cluster_smem_addr(sol::smem_addr(cs.peer[b]), partner);
+  const uint32_t remote_bar = sol::cluster_smem_addr(cs.rx + 8 * b, partner);
+  for (uint32_t q = uint32_t(ct); q < 4 * (p1 - p0); q += 32 * W)
+    sol::st_async_v4(remote + 16 * q, reinterpret_cast<const uint4*>(cs.part + 16 * p0)[q], remote_bar);
+  sol::mbar_wait_cluster(cs.rx + 8 * b, (seg_no >> 1) & 1u);
+  for (uint32_t i = uint32_t(ct); i < 16 * (m1 - m0); i += 32 * W) {
+    const int row = int(16 * (sg.tile0 + m0) + i);
+    if (row < rows) y[row] = cs.part[16 * m0 + i] + cs.peer[b][i];
+  }
+  consumers_sync<W>();  // part is read before the next segment zeroes it
+}
+
+}  // namespace nibble::megakernel::v2
