@@ -23,6 +23,15 @@ nibble_add_gtest(dataflow_plan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dataflow_plan.cpp ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel/dataflow_plan.cpp
   LABELS cpu)
 target_include_directories(test_dataflow_plan PRIVATE ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel)
+# megakernel v2's pieces on the GPU: the segment GEMV (page stream, st.async cluster sum) against
+# fp64, and the publish / wait counters over many launches (the kernels and checks of their CPU
+# emulation, tests/decode/dataflow_cases.cuh).
+nibble_add_gtest(dataflow_gpu
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dataflow_gpu.cu ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel/dataflow_plan.cpp
+  LIBS nibble_runtime CUDA::cudart
+  LABELS gpu)
+target_include_directories(test_dataflow_gpu PRIVATE ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel)
+set_target_properties(test_dataflow_gpu PROPERTIES CUDA_ARCHITECTURES 90a CUDA_RUNTIME_LIBRARY Shared)
 # test_megakernel_decode_tiny (decode/solutions.cmake, as for every bundled decode solution) again
 # under the A/B switches whose code paths the default run does not take (NOTES.md):
 #   group_major  o and down group-major (NIBBLE_MK_CHUNK=1:1): the tiny config's default chunks are

@@ -19,7 +19,7 @@
 
 #include "stage_blocks.cuh"  // first: the shim headers set up the emulation
 #include "fixtures/bf16.h"
-#include "megakernel_matrix.h"
+#include "decode/megakernel_matrix.h"
 
 namespace nibble {
 namespace {

@@ -1,0 +1,184 @@
+// dataflow_cases.cuh: the dataflow megakernel's pieces (solutions/decode/megakernel: segment_gemv.cuh
+// over page_stream.cuh, dataflow_sync.cuh) as test kernels and their checks, one copy for the CPU
+// emulation (tests/emulation/test_segment_gemv_emulation.cpp, test_dataflow_sync_emulation.cpp) and
+// the GPU (tests/decode/test_dataflow_gpu.cu). The includer sets up CUDA (the shim or the real one)
+// first; launching and memory are the includer's.
+//
+//   Segments: 2-CTA clusters each stream their K half of their cluster's tiles of a list of matrices
+//   through the page pool, sum the halves through the partner's shared memory and write y; checked
+//   against an fp64 W x with the v1 GEMV's bound (|y - W x| <= 3e-5 sum |w x|), every row once.
+//   Sync: each CTA owns 16 rows of a vector per layer; each layer it waits for the previous layer's
+//   publication of every cluster, counts the rows that do not hold it yet, writes its rows (later
+//   CTAs later) and publishes; the counters are never reset between launches.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "dataflow_plan.h"
+#include "dataflow_sync.cuh"
+#include "decode/megakernel_matrix.h"
+#include "segment_gemv.cuh"
+
+namespace nibble::test::dataflow_cases {
+
+namespace v2 = megakernel::v2;
+namespace df = megakernel::dataflow;
+
+constexpr int kW = 3;                    // consumer warps
+constexpr int kThreads = 32 * (1 + kW);  // warp 0 produces
+constexpr uint32_t kPages = 6;           // a multiple of kW
+constexpr int kRowsPerCta = 16, kLayers = 3;
+
+// ---- segments
+
+/** One segment's problem: its matrix's x and y (the CTA-specific part is in the stream). */
+struct Job {
+  const float* x;
+  float* y;
+  int rows, k;
+};
+
+struct SegArgs {
+  const v2::StreamSegment* segs;  // CTA c's are [first[c], first[c + 1]), one per job
+  const int* first;
+  const Job* jobs;
+  int max_k;
+  uint32_t max_tiles;
+};
+
+/** The kernel body: blockIdx.z is the CTA, clusters of 2 along z. */
+__device__ inline void run_segments(SegArgs a) {
+  NIBBLE_DYNAMIC_SMEM(smem, 16);
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const v2::PagePool pool = v2::page_pool_init(smem, kPages, kW);
+  unsigned char* xq = smem + v2::page_pool_bytes(kPages);
+  const v2::ClusterSum cs = v2::cluster_sum_init(xq + megakernel::xquant_bytes(a.max_k), a.max_tiles);
+  cluster.sync();  // both CTAs' mbarriers initialised before either sends
+  const int cta = int(blockIdx.z), warp = int(threadIdx.x) / 32;
+  const v2::StreamSegment* mine = a.segs + a.first[cta];
+  const int n = a.first[cta + 1] - a.first[cta];
+  if (warp == 0) {
+    if (threadIdx.x == 0) v2::produce_pages(pool, mine, n);
+  } else {
+    uint32_t k = 0;
+    for (int s = 0; s < n; ++s) {
+      const Job j = a.jobs[s];
+      megakernel::build_x_limbs_warps(warp - 1, kW, j.x, j.k, xq, nullptr, 1.f, mine[s].g0, mine[s].g1);
+      v2::consumers_sync<kW>();
+      v2::segment_gemv<kW>(pool, mine[s], k, uint32_t(warp - 1), xq, cs, uint32_t(s), cluster.block_rank(), j.y, j.rows);
+    }
+  }
+  cluster.sync();  // no CTA leaves while its partner may still store into it
+}
+
+/** The host side of a segments case: the matrices streamed in `order` by `clusters` clusters. */
+struct SegmentCase {
+  std::vector<std::vector<float>> xs;     // per matrix
+  std::vector<v2::StreamSegment> segs;    // w: the weights' addresses the caller gave
+  std::vector<int> first;
+  int max_k = 0;
+  uint32_t max_tiles = 0;
+  size_t smem = 0;
+};
+
+/** `weights(m)`: where matrix m's units are for the kernel (host memory for the emulation, device
+ *  memory for the GPU). */
+inline SegmentCase make_segment_case(const std::vector<Matrix>& mats, const std::vector<int>& order, int clusters,
+                                     const std::function<const uint4*(int)>& weights) {
+  SegmentCase c;
+  std::mt19937 rng(11);
+  for (const Matrix& m : mats) {
+    c.xs.emplace_back(size_t(m.k));
+    for (float& v : c.xs.back()) v = std::uniform_real_distribution<float>(-1.f, 1.f)(rng);
+  }
+  for (int cta = 0; cta < 2 * clusters; ++cta) {
+    c.first.push_back(int(c.segs.size()));
+    for (int mi : order) {
+      const Matrix& M = mats[size_t(mi)];
+      int t0 = 0, t1 = 0;
+      df::cluster_tiles(M.tiles, clusters, cta / 2, &t0, &t1);
+      v2::StreamSegment s;
+      s.w = weights(mi);
+      s.tile0 = uint32_t(t0), s.tile1 = uint32_t(t1);
+      s.g0 = uint16_t(M.groups * (cta % 2) / 2), s.g1 = uint16_t(M.groups * (cta % 2 + 1) / 2), s.groups = uint16_t(M.groups);
+      c.segs.push_back(s);
+      c.max_tiles = std::max(c.max_tiles, uint32_t(t1 - t0));
+      c.max_k = std::max(c.max_k, M.k);
+    }
+  }
+  c.first.push_back(int(c.segs.size()));
+  c.smem = v2::page_pool_bytes(kPages) + megakernel::xquant_bytes(c.max_k) + v2::cluster_sum_bytes(c.max_tiles);
+  return c;
+}
+
+/** y of a segment of matrix M over x: the worst |y - W x| / (3e-5 sum |w x|) over its rows; rows
+ *  never written (still NaN) or written beyond M.rows (y holds a guard tile more) are counted. */
+inline double check_segment(const Matrix& M, const std::vector<float>& x, const std::vector<float>& y, int* unwritten) {
+  double worst = 0.0;
+  for (int r = 0; r < int(y.size()); ++r) {
+    if (r >= M.rows || std::isnan(y[size_t(r)])) {
+      *unwritten += (r >= M.rows) != std::isnan(y[size_t(r)]);
+      continue;
+    }
+    double ref = 0.0, mag = 0.0;
+    for (int kk = 0; kk < M.k; ++kk) {
+      ref += M.w(r, kk) * x[size_t(kk)];
+      mag += std::fabs(M.w(r, kk) * x[size_t(kk)]);
+    }
+    worst = std::max(worst, std::fabs(y[size_t(r)] - ref) / (3e-5 * mag));
+  }
+  return worst;
+}
+
+/** A y buffer for matrix M: its tiles and a guard tile, NaN. */
+inline std::vector<float> nan_output(const Matrix& M) {
+  return std::vector<float>(size_t(M.tiles) * 16 + 16, std::numeric_limits<float>::quiet_NaN());
+}
+
+// ---- publish / wait
+
+__host__ __device__ inline float sync_value(unsigned seq, int row) { return float(seq) * 1000.f + float(row); }
+
+struct SyncArgs {
+  float* v;           // (2, rows): the vector of each layer parity
+  unsigned* counter;  // (clusters): publications x 2
+  unsigned* stale;    // per CTA: rows read before they held the previous layer's value
+  unsigned step;
+  int shortfall;      // 0; 1 waits for one publisher fewer (the check's own test)
+};
+
+/** The kernel body: kLayers layers of decode step a.step; blockIdx.z is the CTA, clusters of 2. */
+__device__ inline void sync_layers(SyncArgs a) {
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int cta = int(blockIdx.z), clusters = int(gridDim.z) / 2, rows = int(gridDim.z) * kRowsPerCta;
+  const int warp = int(threadIdx.x) / 32;
+  if (warp > 0) {
+    const uint32_t w = uint32_t(warp - 1);
+    for (int l = 0; l < kLayers; ++l) {
+      const unsigned seq = v2::publication(a.step, kLayers, unsigned(l));
+      if (seq > 1) {  // the previous publication: layer l - 1, or the last layer of the previous step
+        v2::wait_published<kW>(a.counter, 0, clusters, 2 * (seq - 1) - unsigned(a.shortfall), w);
+        const volatile float* prev = a.v + size_t((seq - 1) & 1) * rows;
+        for (int r = int(w) * 32 + int(threadIdx.x & 31); r < rows; r += 32 * kW)
+          if (prev[r] != sync_value(seq - 1, r)) atomicAdd(&a.stale[cta], 1u);
+      }
+      // Later CTAs write later (each poll yields in the emulation; takes time on the GPU).
+      for (int i = 0; i < 30 * cta; ++i) (void)nibble::sol::ld_acquire_gpu(a.counter);
+      float* cur = a.v + size_t(seq & 1) * rows;
+      for (int r = int(w) * 32 + int(threadIdx.x & 31); r < kRowsPerCta; r += 32 * kW)
+        cur[cta * kRowsPerCta + r] = sync_value(seq, cta * kRowsPerCta + r);
+      v2::publish<kW>(a.counter + cta / 2, w);
+    }
+  }
+  cluster.sync();
+}
+
+}  // namespace nibble::test::dataflow_cases

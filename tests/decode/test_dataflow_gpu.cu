@@ -1,0 +1,127 @@
+// test_dataflow_gpu.cu: the dataflow megakernel's pieces on the GPU (label gpu), the same kernels
+// and checks as their CPU emulation (tests/decode/dataflow_cases.cuh): the segment GEMV (page
+// stream, st.async cluster sum) against fp64, and the publish / wait counters. Here the memory
+// model is the hardware's, which the emulation cannot be: the sync case runs many launches on
+// counters never reset, so a missing release, acquire or cumulativity shows as stale rows.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "decode/dataflow_cases.cuh"
+#include "gpu_test_util.h"
+#include "harness/cuda_check.h"
+#include "harness/device_buffer.h"
+
+namespace nibble {
+namespace {
+
+using namespace test::dataflow_cases;
+using test::Matrix;
+using test::make_matrix;
+
+__global__ void __launch_bounds__(kThreads) segments_kernel(SegArgs a) { run_segments(a); }
+__global__ void __launch_bounds__(kThreads) sync_kernel(SyncArgs a) { sync_layers(a); }
+
+/** Skip unless the device is sm_90 (clusters, st.async, bulk copies). */
+bool hopper(std::string* why) {
+  int dev = 0, major = 0;
+  NIBBLE_CUDA_CALL(cudaGetDevice(&dev));
+  NIBBLE_CUDA_CALL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  *why = "the dataflow pieces need sm_90 (compute capability " + std::to_string(major) + ".x here)";
+  return major == 9;
+}
+
+/** `ctas` CTAs (z) in clusters of 2, kThreads each, smem bytes of dynamic shared memory. */
+template <class Args>
+void launch_clusters(void (*kernel)(Args), int ctas, size_t smem, Args a) {
+  NIBBLE_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(1, 1, unsigned(ctas));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 2;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  NIBBLE_CUDA_CALL(cudaLaunchKernelEx(&cfg, kernel, a));
+  NIBBLE_CHECK_LAUNCH();
+}
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer b(v.size() * sizeof(T));
+  NIBBLE_CUDA_CALL(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+template <class T>
+std::vector<T> download(const DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  NIBBLE_CUDA_CALL(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+TEST(DataflowGpu, SegmentGemvClusterRowsMatchFp64) {
+  NIBBLE_REQUIRE_GPU();
+  if (std::string why; !hopper(&why)) GTEST_SKIP() << why;
+  // As the emulation's case, and a larger one: the full config's o-proj shape (3072 x 3072) on 66
+  // clusters, tiles per cluster 2-3, K halves of 12 groups.
+  const std::vector<Matrix> mats{make_matrix(200, 384, 0, 1), make_matrix(40, 768, 0, 2), make_matrix(3072, 3072, 0, 3)};
+  for (auto [order, clusters] : {std::pair<std::vector<int>, int>{{0, 1, 0}, 1}, {{0, 1, 0}, 3}, {{2, 0, 2, 2}, 66}}) {
+    std::vector<DeviceBuffer> w;
+    for (const Matrix& m : mats) w.push_back(upload(m.units));
+    SegmentCase c = make_segment_case(mats, order, clusters, [&](int m) { return static_cast<const uint4*>(w[size_t(m)].get()); });
+    std::vector<DeviceBuffer> xs, ys;
+    for (const auto& x : c.xs) xs.push_back(upload(x));
+    std::vector<Job> jobs;
+    for (int m : order) {
+      ys.push_back(upload(nan_output(mats[size_t(m)])));
+      jobs.push_back(Job{static_cast<const float*>(xs[size_t(m)].get()), static_cast<float*>(ys.back().get()),
+                         mats[size_t(m)].rows, mats[size_t(m)].k});
+    }
+    DeviceBuffer segs = upload(c.segs), first = upload(c.first), jobs_d = upload(jobs);
+    launch_clusters(segments_kernel, 2 * clusters, c.smem,
+                    SegArgs{static_cast<const megakernel::v2::StreamSegment*>(segs.get()), static_cast<const int*>(first.get()),
+                            static_cast<const Job*>(jobs_d.get()), c.max_k, c.max_tiles});
+    NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+    double worst = 0.0;
+    int unwritten = 0;
+    for (size_t s = 0; s < order.size(); ++s) {
+      const Matrix& M = mats[size_t(order[s])];
+      worst = std::max(worst, check_segment(M, c.xs[size_t(order[s])], download<float>(ys[s], size_t(M.tiles) * 16 + 16), &unwritten));
+    }
+    EXPECT_EQ(unwritten, 0) << clusters << " clusters: rows never written or written beyond the matrix";
+    EXPECT_LE(worst, 1.0) << clusters << " clusters: worst |y - W x| / (3e-5 sum |w x|)";
+    std::printf("%d clusters: worst error %.3g of the bound\n", clusters, worst);
+  }
+}
+
+/** Stale rows over `steps` launches of `clusters` clusters on counters never reset. */
+unsigned run_sync(int clusters, int steps, int shortfall) {
+  const int ctas = 2 * clusters;
+  DeviceBuffer v = upload(std::vector<float>(size_t(2) * ctas * kRowsPerCta, -1.f));
+  DeviceBuffer counter = upload(std::vector<unsigned>(size_t(clusters), 0u)), stale = upload(std::vector<unsigned>(size_t(ctas), 0u));
+  for (int step = 0; step < steps; ++step)
+    launch_clusters(sync_kernel, ctas, 0,
+                    SyncArgs{static_cast<float*>(v.get()), static_cast<unsigned*>(counter.get()), static_cast<unsigned*>(stale.get()),
+                             unsigned(step), shortfall});
+  NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+  for (unsigned c : download<unsigned>(counter, size_t(clusters))) EXPECT_EQ(c, 2u * unsigned(steps) * kLayers);
+  unsigned total = 0;
+  for (unsigned s : download<unsigned>(stale, size_t(ctas))) total += s;
+  return total;
+}
+
+TEST(DataflowGpu, PublishWaitSeesEveryRowOverManyLaunches) {
+  NIBBLE_REQUIRE_GPU();
+  if (std::string why; !hopper(&why)) GTEST_SKIP() << why;
+  // 8 CTAs stay co-resident (the waits spin), far below the GPU's SMs.
+  for (int clusters : {1, 4}) EXPECT_EQ(run_sync(clusters, 500, 0), 0u) << clusters << " clusters";
+}
+
+}  // namespace
+}  // namespace nibble
