@@ -126,7 +126,8 @@ std::set<std::string> reads_by_walk(const Plan& p, const Segment& g) {
 }
 
 /** The blocks g's waits name, without the clusters that own no tile of the matrix (a matrix with
- *  fewer tiles than clusters: they publish an empty segment, so a range may span them). */
+ *  fewer tiles than clusters: the kernel waits for their empty segments too, but they hold no row
+ *  g reads). */
 std::set<std::string> reads_by_waits(const Plan& p, const Segment& g) {
   std::set<std::string> out;
   for (const Wait& w : g.waits)
@@ -208,11 +209,13 @@ TEST(DataflowPlan, NoCycleAndEveryBufferRewrittenOnlyAfterItsReads) {
       // the reader read. h before o (written by down of l - 1, read by qkv of l) is rewritten by
       // down of l; h after o (o of l; gate|up's RMSNorm of l) by o of l + 1; q|k|v (attention of l)
       // by qkv of l + 1; the partials (o of l merges them) by attention of l + 1; gate|up (down of l)
-      // by gate|up of l + 1.
+      // by gate|up of l + 1; and the residual reads: o of l adds its rows to h before o (rewritten by
+      // down of l), down of l to h after o (rewritten by o of l + 1).
       const struct {
         SegKind reader, writer;
         int dl;
-      } kBuffers[] = {{kQkv, kDown, 0}, {kGu, kO, 1}, {kAttn, kQkv, 1}, {kO, kAttn, 1}, {kDown, kGu, 1}};
+      } kBuffers[] = {{kQkv, kDown, 0}, {kGu, kO, 1}, {kAttn, kQkv, 1}, {kO, kAttn, 1},
+                      {kDown, kGu, 1},  {kO, kDown, 0}, {kDown, kO, 1}};
       for (const auto& b : kBuffers)
         for (size_t rc = 0; rc < p.segments.size(); ++rc)
           for (size_t ri = 0; ri < p.segments[rc].size(); ++ri) {

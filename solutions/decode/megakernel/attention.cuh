@@ -143,8 +143,8 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
   const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
   const float2 hf = __bfloat1622float2(h);
   const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
-  hi = *reinterpret_cast<const uint32_t*>(&h);
-  lo = *reinterpret_cast<const uint32_t*>(&l);
+  memcpy(&hi, &h, 4);  // not a pointer cast: the emulation's host compiler warns of aliasing there
+  memcpy(&lo, &l, 4);
 }
 
 using sol::mma_bf16_16816;  // solutions/common/mma_bf16.cuh

@@ -5,7 +5,9 @@
 // range of 16-row tiles, balanced to one tile: no split-K atomics, no zeroing passes); CTA rank r
 // of the cluster takes the K half r of those rows' groups, and the two halves are summed through
 // distributed shared memory (st.async on the partner's mbarrier), then the rows are published
-// grid-wide by the cluster (one release per cluster and segment). Each CTA's producer warp streams
+// grid-wide: each CTA releases the rows it finished (one release per CTA and segment, two per
+// cluster; a CTA writes its rows only after its own exchange wait, so its partner's release cannot
+// cover them), and every CTA publishes every matrix segment, empty or not. Each CTA's producer warp streams
 // its segments' weights (and its attention items' K/V rows) in the order of its segment list,
 // across stage and layer boundaries, into a page pool: weights never depend on activations, so the
 // stream stops only when the pool is full. A segment's consumers wait, before computing, only for
@@ -14,8 +16,10 @@
 //
 // Every CTA runs the same kinds in the same order (per layer qkv, attention, o, gate|up, down, then
 // the LM head), and every wait names rows of an earlier kind (of this layer or the one before), so
-// the waits form no cycle: with a pool of at least one page the step cannot deadlock
-// (tests/decode/test_dataflow_plan.cpp simulates it).
+// the waits form no cycle (tests/decode/test_dataflow_plan.cpp checks it): the step cannot deadlock
+// given a page pool the consumer warps divide (page_stream.cuh), every CTA of the grid resident at
+// once (a cooperative launch of at most cudaOccupancyMaxActiveClusters clusters) and both ranks of a
+// cluster running the same sequence of matrix segments (their exchange pairs them up).
 #pragma once
 
 #include <cstdint>
@@ -42,9 +46,9 @@ struct ModelShape {
 
 /** A range of published blocks a segment waits for before it computes: of kind `source` of layer
  *  `layer`, the clusters [lo, hi) that own the rows it reads (matrix kinds; a cluster in the range
- *  that owns no tile of the matrix, possible only when it has fewer tiles than there are clusters,
- *  publishes nothing and is not waited for), or the KV heads [lo, hi) whose attention items have
- *  all published (kAttn: Plan::attn_chunks items per head). */
+ *  may own no tile of the matrix, possible only when it has fewer tiles than there are clusters: it
+ *  publishes its empty segment all the same, so a range is waited for whole), or the KV heads
+ *  [lo, hi) whose attention items have all published (kAttn: Plan::attn_chunks items per head). */
 struct Wait {
   SegKind source = kQkv;
   int layer = 0;

@@ -7,7 +7,13 @@
 // complete when it reads >= per x n. With seq = step x n_layers + layer + 1 (the decode step's
 // publications numbered from 1 over the model's life) a wait for layer `layer` of step `step` is a
 // wait for >= per x seq, compared modulo 2^32 (serial-number arithmetic: a counter that wraps past
-// 2^32 still compares right while it is less than 2^31 behind its target).
+// 2^32 still compares right while it is less than 2^31 behind its target). This assumes counters
+// zeroed once, `step` the number of earlier launches on them, one counter per (kind, block) and
+// `per` fixed; a kind published once per step (the LM head) waits for per x (step + 1) instead.
+// The wait covers the consumer warps' ordinary loads only: not the producer warp (not in the
+// consumers' barrier), not __ldg / const __restrict__ loads (the non-coherent path), and not bulk
+// copies (the async proxy): the producer never streams what the launch itself writes (the K/V row
+// at pos).
 #pragma once
 
 #include <cstdint>

@@ -65,8 +65,9 @@ __device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32
 }
 
 /**
- * Consumer warp w of W, all lanes: segment sg (the stream's next; k as consume_segment's), the
- * seg_no-th matrix segment this CTA runs (the peer buffers' parity), with xq the XQuant of x
+ * Consumer warp w of W (W = pool.consumers), all lanes: segment sg (the stream's next; k as
+ * consume_segment's), the seg_no-th matrix segment this CTA runs (the peer buffers' parity: it
+ * counts matrix segments only, the same sequence on both ranks, never attention items), with xq the XQuant of x
  * (records by absolute group; this CTA's groups [sg.g0, sg.g1) built), rank the CTA's rank in its
  * 2-CTA cluster: y[16 t + i] (t of the tiles this rank finishes, rows below `rows`) = the row's
  * sum over all K. Ends with the consumers' barrier.
