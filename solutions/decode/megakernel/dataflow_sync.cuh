@@ -29,10 +29,11 @@ __host__ __device__ __forceinline__ unsigned publication(unsigned step, unsigned
 }
 
 /** Consumer warp w of W, after writing this CTA's share of a publication: the consumers' barrier
- *  (every row written), then one release reduction on the counter. */
+ *  (every row written; `synced`: the caller has just passed one, e.g. segment_gemv's last, and
+ *  nothing was written since), then one release reduction on the counter. */
 template <int W>
-__device__ __forceinline__ void publish(unsigned* counter, uint32_t w) {
-  consumers_sync<W>();
+__device__ __forceinline__ void publish(unsigned* counter, uint32_t w, bool synced = false) {
+  if (!synced) consumers_sync<W>();
   if (w == 0 && (threadIdx.x & 31) == 0) sol::red_release_gpu_inc(counter);
 }
 
