@@ -5,7 +5,7 @@
 # integer mma.sync, warp shuffles), attention stage and grid barriers (every block resident at once),
 # publishing to the other block of a cluster (st.async on its mbarrier: the dataflow design's K halves)
 # and its weight stream through a page pool on the real schedule, its segment GEMV (K halves summed)
-# and its publish / wait counters,
+# its attention item and its publish / wait counters,
 # the whole megakernel solution through its C ABI on the tiny config, the wgmma GEMM kernel (TMA,
 # wgmma, setmaxnreg, split-K clusters) with the int4 and FP4 formats, and the whole int4_gemm_sm90 and
 # gemm_fp4_sm90 solutions through their C ABI.
@@ -36,6 +36,7 @@ nibble_emulation_test(megakernel_attention_emulation SOURCES ${nibble_emu}/test_
 nibble_emulation_test(grid_sync_emulation SOURCES ${nibble_emu}/test_grid_sync_emulation.cpp)
 nibble_emulation_test(cluster_publish_emulation SOURCES ${nibble_emu}/test_cluster_publish_emulation.cpp)
 nibble_emulation_test(dataflow_sync_emulation SOURCES ${nibble_emu}/test_dataflow_sync_emulation.cpp)
+nibble_emulation_test(attention_item_emulation SOURCES ${nibble_emu}/test_attention_item_emulation.cpp)
 nibble_emulation_test(segment_gemv_emulation SOURCES ${nibble_emu}/test_segment_gemv_emulation.cpp
                       ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel/dataflow_plan.cpp LIBS nibble_fixtures)
 nibble_emulation_test(page_stream_emulation SOURCES ${nibble_emu}/test_page_stream_emulation.cpp

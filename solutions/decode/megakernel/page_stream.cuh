@@ -26,19 +26,38 @@ namespace nibble::megakernel::v2 {
 inline constexpr uint32_t kPageUnits = 4;
 inline constexpr uint32_t kPageBytes = kPageUnits * kUnitStride;
 
-/** One matrix segment as a CTA streams it (dataflow::Segment's matrix part, with the matrix of its
- *  layer): the tiles [tile0, tile1) x groups [g0, g1) of the tile-major repacked matrix at w, which
- *  has `groups` groups per tile. */
-struct StreamSegment {
-  const uint4* w = nullptr;
-  uint32_t tile0 = 0, tile1 = 0;
-  uint16_t g0 = 0, g1 = 0, groups = 0, pad = 0;
+/** What a stream segment carries. */
+enum StreamKind : uint16_t {
+  kStreamWeights = 0,  ///< a matrix segment's units
+  kStreamKv = 1,       ///< an attention item's cached K and V rows
 };
 
-/** Calls f(tile, g, units) for each page of segment sg in stream order: every tile's run of groups
- *  [g0, g1) cut into pages of at most kPageUnits units (first group g). */
+/** One segment as a CTA streams it. kStreamWeights (dataflow::Segment's matrix part, with the matrix
+ *  of its layer): the tiles [tile0, tile1) x groups [g0, g1) of the tile-major repacked matrix at w,
+ *  which has `groups` groups per tile. kStreamKv: the K rows at w and the V rows at v of positions
+ *  [tile0, tile1) (one KV head's rows of the cache, position 0 at w and v; row_bytes per row, a
+ *  multiple of 16). */
+struct StreamSegment {
+  const uint4* w = nullptr;
+  const uint4* v = nullptr;
+  uint32_t tile0 = 0, tile1 = 0;
+  uint16_t g0 = 0, g1 = 0, groups = 0, kind = kStreamWeights;
+  uint32_t row_bytes = 0;
+};
+
+/** Positions per K/V page: its K rows in the first half of the page, its V rows after them. */
+NIBBLE_MK_HD inline uint32_t kv_page_rows(uint32_t row_bytes) { return kPageBytes / (2 * row_bytes); }
+
+/** Calls f(a, b, n) for each page of segment sg in stream order. Weights: every tile's run of
+ *  groups [g0, g1) cut into pages of at most kPageUnits units: a = tile, b = first group, n = units.
+ *  K/V: positions [tile0, tile1) in pages of kv_page_rows: a = first position, b = 0, n = rows. */
 template <class F>
 __device__ __forceinline__ void for_each_page(const StreamSegment& sg, F&& f) {
+  if (sg.kind == kStreamKv) {
+    const uint32_t per = kv_page_rows(sg.row_bytes);
+    for (uint32_t p = sg.tile0; p < sg.tile1; p += per) f(p, 0u, sg.tile1 - p < per ? sg.tile1 - p : per);
+    return;
+  }
   for (uint32_t t = sg.tile0; t < sg.tile1; ++t)
     for (uint32_t g = sg.g0; g < sg.g1; g += kPageUnits) f(t, g, sg.g1 - g < kPageUnits ? sg.g1 - g : kPageUnits);
 }
@@ -93,10 +112,20 @@ __device__ __forceinline__ void produce_pages(const PagePool& pool, const Stream
         sol::mbar_wait(pool.empty + 8 * p, (use - 1) & 1);
         sol::fence_proxy_async_smem();  // the consumers' reads of the slot before the copy engine's writes
       }
-      const uint32_t bytes = units * kUnitStride;
-      const unsigned char* src = reinterpret_cast<const unsigned char*>(sg.w) + (size_t(t) * sg.groups + g) * kUnitStride;
-      sol::mbar_expect_tx(pool.full + 8 * p, bytes);
-      sol::bulk_load(sol::smem_addr(pool.pages + size_t(p) * kPageBytes), src, bytes, pool.full + 8 * p, policy);
+      const uint32_t dst = sol::smem_addr(pool.pages + size_t(p) * kPageBytes);
+      if (sg.kind == kStreamKv) {  // t: the first position, units: the rows
+        const uint32_t bytes = units * sg.row_bytes;
+        const size_t off = size_t(t) * sg.row_bytes;
+        sol::mbar_expect_tx(pool.full + 8 * p, 2 * bytes);
+        sol::bulk_load(dst, reinterpret_cast<const unsigned char*>(sg.w) + off, bytes, pool.full + 8 * p, policy);
+        sol::bulk_load(dst + kv_page_rows(sg.row_bytes) * sg.row_bytes, reinterpret_cast<const unsigned char*>(sg.v) + off,
+                       bytes, pool.full + 8 * p, policy);
+      } else {
+        const uint32_t bytes = units * kUnitStride;
+        const unsigned char* src = reinterpret_cast<const unsigned char*>(sg.w) + (size_t(t) * sg.groups + g) * kUnitStride;
+        sol::mbar_expect_tx(pool.full + 8 * p, bytes);
+        sol::bulk_load(dst, src, bytes, pool.full + 8 * p, policy);
+      }
       ++k;
     });
   }
@@ -104,7 +133,7 @@ __device__ __forceinline__ void produce_pages(const PagePool& pool, const Stream
 
 /** Consumer warp w (of pool.consumers), all lanes, for the next segment sg of the stream (every
  *  consumer warp calls it for every segment, in order; k: the stream's page count before sg, advanced
- *  past it): f(tile, g, units, page) for sg's pages k, k + 1, ... that are w's (k mod W == w), each
+ *  past it): f(a, b, n, page) (for_each_page's a, b, n) for sg's pages k, k + 1, ... that are w's (k mod W == w), each
  *  once its bytes have landed; the slot is released after f (and a __syncwarp). */
 template <class F>
 __device__ __forceinline__ void consume_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,

@@ -1,0 +1,181 @@
+// attention_item.cuh: one attention item of the dataflow megakernel (issue 21 step 3; NOTES.md
+// "v2"): KV head h, one chunk of the sequence, on the consumer warps, its cached K/V rows from the
+// page stream (page_stream.cuh, kStreamKv: the producer copies them whatever the dependency state:
+// the cache rows below pos are not written by this step). The item writes its partial (the
+// log2-domain max m, the sum l and the weighted V o of each of the KV head's query heads) where
+// combine_chunks (attention.cuh) merges the chunks: o-proj's input build.
+//
+// Math as v1's attention stage (attention.cuh): RoPE on q and on this step's k with the table's
+// {cos, sin}, the pair (i, i + hd/2); q pre-multiplied by log2(e)/sqrt(hd) so every exponential is
+// exp2; this step's k and v rounded to bf16 (and appended to the cache at pos by the item whose
+// chunk ends at pos); fp32 scores and online softmax on the CUDA cores: in a page, lane (j = lane/4,
+// quarter = lane%4) scores position j over a quarter of hd, the quarters summed by two shuffles;
+// each lane owns hd/32 elements of o per query head.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "megakernel.h"
+#include "page_stream.cuh"
+#include "segment_gemv.cuh"
+
+namespace nibble::megakernel::v2 {
+
+/** One item's inputs and outputs. Positions [s0, s1) of the sequence 0..pos: the cached ones,
+ *  [s0, min(s1, pos)), come from the stream; pos itself, when s1 == pos + 1, from k_new / v_new. */
+struct AttnItem {
+  const float* q = nullptr;      ///< (rep, hd) this KV head's query heads, pre-RoPE (the q|k|v vector)
+  const float* k_new = nullptr;  ///< (hd) this step's k of the head, pre-RoPE
+  const float* v_new = nullptr;  ///< (hd)
+  const float2* rope = nullptr;  ///< (max_seq, hd/2) {cos, sin}
+  uint16_t* k_slot = nullptr;    ///< cache row pos of the head (bf16), written when s1 == pos + 1
+  uint16_t* v_slot = nullptr;
+  float* part = nullptr;         ///< the first query head's partial of this chunk: {m, l, o[hd]}
+  int part_stride = 0;           ///< floats from one query head's partial to the next
+  int rep = 0, pos = 0, s0 = 0, s1 = 0;
+};
+
+/** Shared floats of attention_item<HD, W>: rotated q, this step's k and v (bf16 values), and each
+ *  warp's (m, l, o) per query head. */
+template <int HD, int W>
+NIBBLE_MK_HD constexpr int attention_item_floats() {
+  return kMaxRep * HD + 2 * HD + W * kMaxRep * (HD + 2);
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+__device__ __forceinline__ uint16_t bf16_rn(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+/** One warp's softmax state for up to kMaxRep query heads, hd/32 elements of o per lane. */
+template <int HD>
+struct AttnAcc {
+  static constexpr int E = HD / 32;
+  float m[kMaxRep], l[kMaxRep], o[kMaxRep][E];
+};
+
+/** Fold n (<= 8 x ...) positions into the warp's state: K rows at kr, V rows at vr (bf16, hd each,
+ *  consecutive), scores against q_s (rep, hd). All lanes. */
+template <int HD>
+__device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* vr, uint32_t n, const float* q_s, int rep,
+                                            AttnAcc<HD>& acc) {
+  constexpr int E = AttnAcc<HD>::E, Q = HD / 4;  // o elements per lane; score elements per lane
+  const int lane = int(threadIdx.x & 31), jl = lane >> 2, quarter = lane & 3;
+  for (uint32_t j0 = 0; j0 < n; j0 += 8) {
+    const uint32_t j = j0 + uint32_t(jl);
+    const bool valid = j < n;
+    for (int r = 0; r < rep; ++r) {
+      float s = 0.f;
+      if (valid) {
+        const uint32_t* k2 = reinterpret_cast<const uint32_t*>(kr + size_t(j) * HD + quarter * Q);
+        const float* qr = q_s + r * HD + quarter * Q;
+#pragma unroll 8
+        for (int e = 0; e < Q / 2; ++e) s = fmaf(qr[2 * e + 1], bf16_hi(k2[e]), fmaf(qr[2 * e], bf16_lo(k2[e]), s));
+      }
+      s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
+      s += __shfl_xor_sync(0xFFFFFFFFu, s, 2);
+      if (!valid) s = -INFINITY;
+      float mx = s;
+      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
+      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 16));
+      const float m_new = fmaxf(acc.m[r], mx);  // finite: position j0 is valid
+      const float corr = acc.m[r] == -INFINITY ? 0.f : exp2f(acc.m[r] - m_new);
+      const float p = valid ? exp2f(s - m_new) : 0.f;
+      float ps = quarter == 0 ? p : 0.f;  // each position once
+      ps += __shfl_xor_sync(0xFFFFFFFFu, ps, 4);
+      ps += __shfl_xor_sync(0xFFFFFFFFu, ps, 8);
+      ps += __shfl_xor_sync(0xFFFFFFFFu, ps, 16);
+      acc.l[r] = fmaf(acc.l[r], corr, ps);
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc.o[r][e] *= corr;
+      for (int jj = 0; jj < 8; ++jj) {
+        const float pj = __shfl_sync(0xFFFFFFFFu, p, 4 * jj);
+        if (j0 + uint32_t(jj) >= n) break;
+        const uint16_t* v = vr + size_t(j0 + uint32_t(jj)) * HD + lane * E;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc.o[r][e] = fmaf(pj, __uint_as_float(uint32_t(v[e]) << 16), acc.o[r][e]);
+      }
+      acc.m[r] = m_new;
+    }
+  }
+}
+
+/**
+ * Consumer warp w of W, all lanes: item it, the stream's next segment sg (kStreamKv, positions
+ * [it.s0, min(it.s1, it.pos)); k as consume_segment's), scratch the attention_item_floats<HD, W>()
+ * shared floats. Writes the item's partial for each query head and, when its chunk ends at pos,
+ * the appended K/V rows. The caller has waited for the q|k|v rows it reads; ends with the
+ * consumers' barrier (publish(..., synced) may follow).
+ */
+template <int HD, int W>
+__device__ __forceinline__ void attention_item(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
+                                               const AttnItem& it, float* scratch) {
+  constexpr int HALF = HD / 2, E = AttnAcc<HD>::E;
+  const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
+  float* q_s = scratch;
+  float* kn_s = q_s + kMaxRep * HD;  // this step's k and v as bf16 values, then reinterpreted below
+  uint16_t* kn = reinterpret_cast<uint16_t*>(kn_s);
+  uint16_t* vn = kn + HD;
+  float* acc_s = kn_s + 2 * HD;
+  const float qscale = float(1.4426950408889634 / sqrt(double(HD)));
+  const float2* cs = it.rope + size_t(it.pos) * HALF;
+  for (int idx = ct; idx < it.rep * HALF; idx += 32 * W) {
+    const int r = idx / HALF, i = idx % HALF;
+    const float x1 = __ldcg(it.q + r * HD + i), x2 = __ldcg(it.q + r * HD + i + HALF);
+    const float2 c = cs[i];
+    q_s[r * HD + i] = (x1 * c.x - x2 * c.y) * qscale;
+    q_s[r * HD + i + HALF] = (x2 * c.x + x1 * c.y) * qscale;
+  }
+  const bool has_pos = it.s1 == it.pos + 1;
+  if (has_pos)
+    for (int i = ct; i < HALF; i += 32 * W) {
+      const float x1 = __ldcg(it.k_new + i), x2 = __ldcg(it.k_new + i + HALF);
+      const float2 c = cs[i];
+      kn[i] = bf16_rn(x1 * c.x - x2 * c.y);
+      kn[i + HALF] = bf16_rn(x2 * c.x + x1 * c.y);
+      vn[i] = bf16_rn(__ldcg(it.v_new + i));
+      vn[i + HALF] = bf16_rn(__ldcg(it.v_new + i + HALF));
+      it.k_slot[i] = kn[i], it.k_slot[i + HALF] = kn[i + HALF];
+      it.v_slot[i] = vn[i], it.v_slot[i + HALF] = vn[i + HALF];
+    }
+  consumers_sync<W>();
+  AttnAcc<HD> acc;
+#pragma unroll
+  for (int r = 0; r < kMaxRep; ++r) {
+    acc.m[r] = -INFINITY, acc.l[r] = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc.o[r][e] = 0.f;
+  }
+  consume_segment(pool, sg, k, w, [&](uint32_t, uint32_t, uint32_t n, const unsigned char* page) {
+    const auto* kr = reinterpret_cast<const uint16_t*>(page);
+    attend_rows<HD>(kr, kr + size_t(kv_page_rows(sg.row_bytes)) * HD, n, q_s, it.rep, acc);
+  });
+  if (has_pos && w == W - 1) attend_rows<HD>(kn, vn, 1, q_s, it.rep, acc);  // position pos, by the last warp
+  // The warps' states into shared memory, then merged per (query head, element) into the partial.
+  float* mine = acc_s + size_t(w) * kMaxRep * (HD + 2);
+  for (int r = 0; r < it.rep; ++r) {
+    if (lane == 0) mine[r * (HD + 2)] = acc.m[r], mine[r * (HD + 2) + 1] = acc.l[r];
+#pragma unroll
+    for (int e = 0; e < E; ++e) mine[r * (HD + 2) + 2 + lane * E + e] = acc.o[r][e];
+  }
+  consumers_sync<W>();
+  for (int idx = ct; idx < it.rep * HD; idx += 32 * W) {
+    const int r = idx / HD, e = idx % HD;
+    float M = -INFINITY;
+    for (int ww = 0; ww < W; ++ww) M = fmaxf(M, acc_s[(ww * kMaxRep + r) * (HD + 2)]);
+    float L = 0.f, O = 0.f;
+    for (int ww = 0; ww < W; ++ww) {
+      const float* sw = acc_s + (ww * kMaxRep + r) * (HD + 2);
+      const float f = sw[0] == -INFINITY ? 0.f : exp2f(sw[0] - M);
+      L = fmaf(sw[1], f, L);
+      O = fmaf(sw[2 + e], f, O);
+    }
+    float* pp = it.part + size_t(r) * it.part_stride;
+    pp[2 + e] = O;
+    if (e == 0) pp[0] = M, pp[1] = L;
+  }
+  consumers_sync<W>();
+}
+
+}  // namespace nibble::megakernel::v2
