@@ -7,6 +7,9 @@
 //   Segments: 2-CTA clusters each stream their K half of their cluster's tiles of a list of matrices
 //   through the page pool, sum the halves through the partner's shared memory and write y; checked
 //   against an fp64 W x with the v1 GEMV's bound (|y - W x| <= 3e-5 sum |w x|), every row once.
+//   Attention items: one item (KV head, chunk) per CTA, its cached K/V rows streamed through the page
+//   pool; the chunks' partials merged (as combine_chunks) and checked with the v1 stage's checks
+//   (megakernel_attention_case.h).
 //   Sync: each CTA owns 16 rows of a vector per layer; each layer it waits for the previous layer's
 //   publication of every cluster, counts the rows that do not hold it yet, writes its rows (later
 //   CTAs later) and publishes; the counters are never reset between launches.
@@ -22,8 +25,10 @@
 #include <random>
 #include <vector>
 
+#include "attention_item.cuh"
 #include "dataflow_plan.h"
 #include "dataflow_sync.cuh"
+#include "decode/megakernel_attention_case.h"
 #include "decode/megakernel_matrix.h"
 #include "segment_gemv.cuh"
 
@@ -31,6 +36,7 @@ namespace nibble::test::dataflow_cases {
 
 namespace v2 = megakernel::v2;
 namespace df = megakernel::dataflow;
+using test::AttnCase;
 
 constexpr int kW = 3;                    // consumer warps
 constexpr int kThreads = 32 * (1 + kW);  // warp 0 produces
@@ -141,6 +147,83 @@ inline double check_segment(const Matrix& M, const std::vector<float>& x, const 
 /** A y buffer for matrix M: its tiles and a guard tile, NaN. */
 inline std::vector<float> nan_output(const Matrix& M) {
   return std::vector<float>(size_t(M.tiles) * 16 + 16, std::numeric_limits<float>::quiet_NaN());
+}
+
+// ---- attention items
+
+struct ItemArgs {
+  const v2::StreamSegment* segs;  // one per CTA (blockIdx.x)
+  const v2::AttnItem* items;      // one per CTA
+};
+
+template <int HD>
+constexpr size_t item_smem() {
+  return v2::page_pool_bytes(kPages) + size_t(v2::attention_item_floats<HD, kW>()) * 4;
+}
+
+/** The kernel body: CTA blockIdx.x runs item blockIdx.x. */
+template <int HD>
+__device__ inline void attention_items(ItemArgs a) {
+  NIBBLE_DYNAMIC_SMEM(smem, 16);
+  const v2::PagePool pool = v2::page_pool_init(smem, kPages, kW);
+  float* scratch = reinterpret_cast<float*>(smem + v2::page_pool_bytes(kPages));
+  __syncthreads();
+  const int cta = int(blockIdx.x), warp = int(threadIdx.x) / 32;
+  if (warp == 0) {
+    if (threadIdx.x == 0) v2::produce_pages(pool, a.segs + cta, 1);
+    return;
+  }
+  uint32_t k = 0;
+  v2::attention_item<HD, kW>(pool, a.segs[cta], k, uint32_t(warp - 1), a.items[cta], scratch);
+}
+
+/** Case t's items, `chunks` per KV head (chunk c: positions (pos + 1) c / chunks to (pos + 1) (c + 1) /
+ *  chunks), over the caches kc / vc (n_kv, max_seq, hd), the q|k|v vector, the RoPE table and the
+ *  partials part (n_q, chunks, hd + 2) where the kernel finds them (host or device memory). */
+inline void make_item_case(const AttnCase& t, int chunks, uint16_t* kc, uint16_t* vc, const float* qkv, const float2* rope,
+                           float* part, std::vector<v2::StreamSegment>* segs, std::vector<v2::AttnItem>* items) {
+  const int hd = t.hd, rep = t.n_q / t.n_kv, n = t.pos + 1;
+  for (int h = 0; h < t.n_kv; ++h)
+    for (int c = 0; c < chunks; ++c) {
+      const int s0 = n * c / chunks, s1 = n * (c + 1) / chunks;
+      v2::StreamSegment s;
+      s.kind = v2::kStreamKv;
+      s.w = reinterpret_cast<const uint4*>(kc + size_t(h) * t.max_seq * hd);
+      s.v = reinterpret_cast<const uint4*>(vc + size_t(h) * t.max_seq * hd);
+      s.tile0 = uint32_t(s0), s.tile1 = uint32_t(std::max(s0, std::min(s1, t.pos)));  // the cached rows only
+      s.row_bytes = uint32_t(hd) * 2;
+      segs->push_back(s);
+      v2::AttnItem it;
+      it.q = qkv + size_t(h) * rep * hd;
+      it.k_new = qkv + size_t(t.n_q) * hd + size_t(h) * hd;
+      it.v_new = qkv + size_t(t.n_q + t.n_kv) * hd + size_t(h) * hd;
+      it.rope = rope;
+      it.k_slot = kc + (size_t(h) * t.max_seq + t.pos) * hd;
+      it.v_slot = vc + (size_t(h) * t.max_seq + t.pos) * hd;
+      it.part = part + (size_t(h) * rep * chunks + c) * (hd + 2);
+      it.part_stride = chunks * (hd + 2);
+      it.rep = rep, it.pos = t.pos, it.s0 = s0, it.s1 = s1;
+      items->push_back(it);
+    }
+}
+
+/** The attention output (n_q, hd) from the partials (n_q, chunks, hd + 2), merged as combine_chunks
+ *  does, in double (an empty chunk, m = -inf, adds nothing). */
+inline std::vector<float> merge_chunks(const std::vector<float>& part, int n_q, int chunks, int hd) {
+  std::vector<float> out(size_t(n_q) * hd);
+  for (int j = 0; j < n_q; ++j)
+    for (int e = 0; e < hd; ++e) {
+      double M = -INFINITY, L = 0, O = 0;
+      for (int c = 0; c < chunks; ++c) M = std::max(M, double(part[(size_t(j) * chunks + c) * (hd + 2)]));
+      for (int c = 0; c < chunks; ++c) {
+        const float* pc = part.data() + (size_t(j) * chunks + c) * (hd + 2);
+        if (pc[0] == -INFINITY) continue;
+        L += double(pc[1]) * std::exp2(double(pc[0]) - M);
+        O += double(pc[2 + e]) * std::exp2(double(pc[0]) - M);
+      }
+      out[size_t(j) * hd + e] = float(O / L);
+    }
+  return out;
 }
 
 // ---- publish / wait

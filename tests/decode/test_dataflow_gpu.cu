@@ -1,6 +1,7 @@
 // test_dataflow_gpu.cu: the dataflow megakernel's pieces on the GPU (label gpu), the same kernels
 // and checks as their CPU emulation (tests/decode/dataflow_cases.cuh): the segment GEMV (page
-// stream, st.async cluster sum) against fp64, and the publish / wait counters. Here the memory
+// stream, st.async cluster sum) against fp64, the attention items against the fp64 attention, and
+// the publish / wait counters. Here the memory
 // model is the hardware's, which the emulation cannot be: the sync case runs many launches on
 // counters never reset, so a missing release, acquire or cumulativity shows as stale rows.
 #include <cuda_runtime.h>
@@ -98,6 +99,49 @@ TEST(DataflowGpu, SegmentGemvClusterRowsMatchFp64) {
     EXPECT_LE(worst, 1.0) << clusters << " clusters: worst |y - W x| / (3e-5 sum |w x|)";
     std::printf("%d clusters: worst error %.3g of the bound\n", clusters, worst);
   }
+}
+
+/** Launch `blocks` CTAs (x) of kThreads, no cluster. */
+template <class Args>
+void launch_blocks(void (*kernel)(Args), int blocks, size_t smem, Args a) {
+  NIBBLE_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  kernel<<<blocks, kThreads, smem>>>(a);
+  NIBBLE_CHECK_LAUNCH();
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) items_kernel(ItemArgs a) { attention_items<HD>(a); }
+
+template <int HD>
+void run_items(const AttnCase& t, int chunks) {
+  const test::AttnInputs in = test::attention_inputs(t);
+  DeviceBuffer kc = upload(in.kc), vc = upload(in.vc), qkv = upload(in.qkv), rope = upload(in.rope);
+  const size_t part_n = size_t(t.n_q) * chunks * (HD + 2);
+  DeviceBuffer part = upload(std::vector<float>(part_n, std::nanf("")));
+  std::vector<megakernel::v2::StreamSegment> segs;
+  std::vector<megakernel::v2::AttnItem> items;
+  make_item_case(t, chunks, static_cast<uint16_t*>(kc.get()), static_cast<uint16_t*>(vc.get()), static_cast<const float*>(qkv.get()),
+                 static_cast<const float2*>(rope.get()), static_cast<float*>(part.get()), &segs, &items);
+  DeviceBuffer segs_d = upload(segs), items_d = upload(items);
+  launch_blocks(items_kernel<HD>, t.n_kv * chunks, item_smem<HD>(),
+                ItemArgs{static_cast<const megakernel::v2::StreamSegment*>(segs_d.get()),
+                         static_cast<const megakernel::v2::AttnItem*>(items_d.get())});
+  NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+  test::check_attention(t, in, download<uint16_t>(kc, in.kc.size()), download<uint16_t>(vc, in.vc.size()),
+                        merge_chunks(download<float>(part, part_n), t.n_q, chunks, HD), std::vector<unsigned>(size_t(t.n_kv), 0u));
+}
+
+TEST(DataflowGpu, AttentionItemsMergeToTheFp64Attention) {
+  NIBBLE_REQUIRE_GPU();
+  if (std::string why; !hopper(&why)) GTEST_SKIP() << why;
+  // As the emulation, and the full config's shape at a long position (24 query heads over 8 KV
+  // heads, 16 chunks each, 2000 cached rows).
+  for (int pos : {0, 17, 40})
+    for (int chunks : {1, 3}) {
+      run_items<128>(AttnCase{128, 8, 2, 64, pos, 0}, chunks);
+      run_items<64>(AttnCase{64, 6, 2, 64, pos, 0}, chunks);
+    }
+  run_items<128>(AttnCase{128, 24, 8, 2048, 2000, 0}, 16);
 }
 
 /** Stale rows over `steps` launches of `clusters` clusters on counters never reset. */
