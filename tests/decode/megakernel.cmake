@@ -32,6 +32,9 @@ nibble_add_gtest(dataflow_gpu
   LABELS gpu)
 target_include_directories(test_dataflow_gpu PRIVATE ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel)
 set_target_properties(test_dataflow_gpu PROPERTIES CUDA_ARCHITECTURES 90a CUDA_RUNTIME_LIBRARY Shared)
+# Its waits spin on the GPU: a protocol that never completes fails in 2 minutes instead of holding
+# the whole test command (it takes seconds when it works).
+set_tests_properties(nibble.test.dataflow_gpu PROPERTIES TIMEOUT 120)
 # test_megakernel_decode_tiny (decode/solutions.cmake, as for every bundled decode solution) again
 # under the A/B switches whose code paths the default run does not take (NOTES.md):
 #   group_major  o and down group-major (NIBBLE_MK_CHUNK=1:1): the tiny config's default chunks are
