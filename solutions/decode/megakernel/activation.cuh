@@ -20,17 +20,30 @@ namespace nibble::megakernel {
 
 __device__ __forceinline__ float bf16_bits_to_float(uint32_t b) { return __uint_as_float(b << 16); }
 
-/** Sum of v over the block (every thread gets it). red: kWarps floats of shared memory. */
+/** The threads a block-wide loop or sum runs on: the whole block (v1's stages), or the dataflow
+ *  kernel's consumer warps (v2::ConsumerThreads). A policy read where the code reads it, so that
+ *  v1's code is the same instructions as before it was parameterised (checked on the SASS). */
+struct BlockThreads {
+  static constexpr int kWarpCount = kWarps;
+  __device__ __forceinline__ static unsigned t() { return threadIdx.x; }
+  __device__ __forceinline__ static unsigned n() { return blockDim.x; }
+  __device__ __forceinline__ static int warp() { return int(threadIdx.x >> 5); }
+  __device__ __forceinline__ static void sync() { __syncthreads(); }
+};
+
+/** Sum of v over the threads of Threads (every one gets it). red: Threads::kWarpCount floats of
+ *  shared memory. */
+template <class Threads = BlockThreads>
 __device__ __forceinline__ float block_sum(float v, float* red) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();  // red may still be read by a previous call
+  const int warp = Threads::warp(), lane = threadIdx.x & 31;
+  Threads::sync();  // red may still be read by a previous call
   if (lane == 0) red[warp] = v;
-  __syncthreads();
+  Threads::sync();
   float t = 0.f;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) t += red[w];
+  for (int w = 0; w < Threads::kWarpCount; ++w) t += red[w];
   return t;
 }
 
@@ -62,21 +75,23 @@ __device__ __forceinline__ void load_embed_row(const SourceTriple& e, int vocab,
 constexpr int kVecPerThread = 2;
 constexpr int kSwigluVec = 2;  // output float4s per thread in flight in load_swiglu (8 loads)
 
-/** xs (n) = src (n), n a multiple of 4, src 16-byte aligned; coherent loads (L2). */
+/** xs (n) = src (n), n a multiple of 4, src 16-byte aligned; coherent loads (L2); by the threads of
+ *  Threads. */
+template <class Threads = BlockThreads>
 __device__ __forceinline__ void load_vector(const float* src, int n, float* xs) {
   const float4* s4 = reinterpret_cast<const float4*>(src);
   float4* x4 = reinterpret_cast<float4*>(xs);
   const int n4 = n / 4;
-  for (int base = threadIdx.x; base < n4; base += blockDim.x * kVecPerThread) {
+  for (int base = Threads::t(); base < n4; base += Threads::n() * kVecPerThread) {
     float4 v[kVecPerThread];
 #pragma unroll
     for (int k = 0; k < kVecPerThread; ++k) {
-      const int i = base + k * blockDim.x;
+      const int i = base + k * Threads::n();
       if (i < n4) v[k] = __ldcg(s4 + i);
     }
 #pragma unroll
     for (int k = 0; k < kVecPerThread; ++k) {
-      const int i = base + k * blockDim.x;
+      const int i = base + k * Threads::n();
       if (i < n4) x4[i] = v[k];
     }
   }
@@ -99,28 +114,32 @@ __device__ __forceinline__ void gain_prefetch(const uint16_t* gain, int d, uint1
 __device__ __forceinline__ void gain_wait() { sol::cp_async_wait_all(); }
 
 /** 1 / sqrt(mean(xs^2) + eps) over d (fp32 sum, the reciprocal root in fp64 as the reference);
- *  RMSNorm(x) * gain is then applied as build_x_limbs reads x. The caller synchronises before. */
+ *  RMSNorm(x) * gain is then applied as build_x_limbs reads x. By the threads of Threads; the caller
+ *  synchronises them before. */
+template <class Threads = BlockThreads>
 __device__ __forceinline__ float rms_scale(const float* xs, int d, float eps, float* red) {
   float ss = 0.f;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(xs[i], xs[i], ss);
-  ss = block_sum(ss, red);
+  for (int i = Threads::t(); i < d; i += Threads::n()) ss = fmaf(xs[i], xs[i], ss);
+  ss = block_sum<Threads>(ss, red);
   return float(1.0 / sqrt(double(ss) / double(d) + double(eps)));
 }
 
 /** xs[128 g0 .. 128 g1) = silu(gate) * up for the down-proj input groups [g0, g1), from gu in
  *  Interleave8 order (tile t: gate rows 8t..8t+7, then up rows 8t..8t+7), silu(x) = x / (1 + e^-x);
  *  2 float4 loads per 4 outputs, issued together. A block reads only the groups its units need
- *  (down's units come in chunks of 4 groups: a chunk or two, 2-4 KB, instead of all 64 KB of gate|up). */
+ *  (down's units come in chunks of 4 groups: a chunk or two, 2-4 KB, instead of all 64 KB of gate|up).
+ *  By the threads of Threads. */
+template <class Threads = BlockThreads>
 __device__ __forceinline__ void load_swiglu(const float* gu, int g0, int g1, float* xs) {
   const float4* g4 = reinterpret_cast<const float4*>(gu);
   float4* x4 = reinterpret_cast<float4*>(xs);
   const int q0 = g0 * (kGroup / 4), q1 = g1 * (kGroup / 4);  // output float4s; q covers rows 4q..4q+3
   constexpr int V = kSwigluVec;
-  for (int base = q0 + int(threadIdx.x); base < q1; base += blockDim.x * V) {
+  for (int base = q0 + int(Threads::t()); base < q1; base += Threads::n() * V) {
     float4 g[V], u[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const int q = base + k * blockDim.x;
+      const int q = base + k * Threads::n();
       if (q < q1) {
         const int src = 4 * (q >> 1) + (q & 1);  // float4 index of the gate half; up is 2 further
         g[k] = __ldcg(g4 + src);
@@ -129,7 +148,7 @@ __device__ __forceinline__ void load_swiglu(const float* gu, int g0, int g1, flo
     }
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const int q = base + k * blockDim.x;
+      const int q = base + k * Threads::n();
       if (q < q1)
         x4[q] = make_float4(g[k].x / (1.0f + expf(-g[k].x)) * u[k].x, g[k].y / (1.0f + expf(-g[k].y)) * u[k].y,
                             g[k].z / (1.0f + expf(-g[k].z)) * u[k].z, g[k].w / (1.0f + expf(-g[k].w)) * u[k].w);
