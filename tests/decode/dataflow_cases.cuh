@@ -5,8 +5,10 @@
 // first; launching and memory are the includer's.
 //
 //   Segments: 2-CTA clusters each stream their K half of their cluster's tiles of a list of matrices
-//   through the page pool, sum the halves through the partner's shared memory and write y; checked
-//   against an fp64 W x with the v1 GEMV's bound (|y - W x| <= 3e-5 sum |w x|), every row once.
+//   through the page pool, build their input (x itself, RMSNorm, SwiGLU or the attention merge),
+//   sum the halves through the partner's shared memory and write y; checked against an fp64 W x
+//   (x computed in double from the same source) with the v1 GEMV's bound (|y - W x| <= 3e-5
+//   sum |w x|), every row once.
 //   Attention items: one item (KV head, chunk) per CTA, its cached K/V rows streamed through the page
 //   pool; the chunks' partials merged (as combine_chunks) and checked with the v1 stage's checks
 //   (megakernel_attention_case.h).
@@ -20,12 +22,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "attention_item.cuh"
+#include "dataflow_inputs.cuh"
 #include "dataflow_plan.h"
 #include "dataflow_sync.cuh"
 #include "decode/megakernel_attention_case.h"
@@ -45,11 +49,19 @@ constexpr int kRowsPerCta = 16, kLayers = 3;
 
 // ---- segments
 
-/** One segment's problem: its matrix's x and y (the CTA-specific part is in the stream). */
+/** What a segment's input x is built from (dataflow_inputs.cuh): x itself (K floats), RMSNorm of h
+ *  (K floats) times a gain (K bf16), silu(gate) * up from gate|up (2 K floats, Interleave8), or the
+ *  attention output merged from chunk partials (n_q, chunks, hd + 2), n_q hd = K. */
+enum InputKind : int { kInputX = 0, kInputNorm, kInputSwiglu, kInputAttn };
+constexpr float kEps = 1e-5f;
+
+/** One segment's problem: its input's source and y (the CTA-specific part is in the stream). */
 struct Job {
-  const float* x;
+  const float* src;
+  const uint16_t* gain;  // kInputNorm
   float* y;
   int rows, k;
+  int kind, n_q, hd, chunks;  // kInputAttn: query heads, head dim, chunks
 };
 
 struct SegArgs {
@@ -66,7 +78,10 @@ __device__ inline void run_segments(SegArgs a) {
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const v2::PagePool pool = v2::page_pool_init(smem, kPages, kW);
   unsigned char* xq = smem + v2::page_pool_bytes(kPages);
-  const v2::ClusterSum cs = v2::cluster_sum_init(xq + megakernel::xquant_bytes(a.max_k), a.max_tiles);
+  float* xs = reinterpret_cast<float*>(xq + megakernel::xquant_bytes(a.max_k));
+  float* red = xs + a.max_k;
+  const v2::ClusterSum cs =
+      v2::cluster_sum_init(reinterpret_cast<unsigned char*>(xs) + v2::input_scratch_bytes(a.max_k, kW), a.max_tiles);
   cluster.sync();  // both CTAs' mbarriers initialised before either sends
   const int cta = int(blockIdx.z), warp = int(threadIdx.x) / 32;
   const v2::StreamSegment* mine = a.segs + a.first[cta];
@@ -77,17 +92,102 @@ __device__ inline void run_segments(SegArgs a) {
     uint32_t k = 0;
     for (int s = 0; s < n; ++s) {
       const Job j = a.jobs[s];
-      megakernel::build_x_limbs_warps(warp - 1, kW, j.x, j.k, xq, nullptr, 1.f, mine[s].g0, mine[s].g1);
-      v2::consumers_sync<kW>();
+      const int g0 = mine[s].g0, g1 = mine[s].g1;
+      const uint32_t w = uint32_t(warp - 1);
+      if (j.kind == kInputNorm) {
+        v2::norm_input<kW>(j.src, j.k, j.gain, kEps, g0, g1, xs, red, xq, w);
+      } else if (j.kind == kInputSwiglu) {
+        v2::swiglu_input<kW>(j.src, j.k, g0, g1, xs, xq, w);
+      } else if (j.kind == kInputAttn) {
+        if (j.hd == 64)
+          v2::attn_input<64, kW>(j.src, j.chunks, j.chunks, j.n_q, g0, g1, xs, xq, w);
+        else
+          v2::attn_input<128, kW>(j.src, j.chunks, j.chunks, j.n_q, g0, g1, xs, xq, w);
+      } else {
+        megakernel::build_x_limbs_warps(int(w), kW, j.src, j.k, xq, nullptr, 1.f, g0, g1);
+        v2::consumers_sync<kW>();
+      }
       v2::segment_gemv<kW>(pool, mine[s], k, uint32_t(warp - 1), xq, cs, uint32_t(s), cluster.block_rank(), j.y, j.rows);
     }
   }
   cluster.sync();  // no CTA leaves while its partner may still store into it
 }
 
+/** A matrix's input as the case builds it: its kind and, for kInputAttn, the partials' shape. */
+struct InputSpec {
+  int kind = kInputX, n_q = 0, hd = 0, chunks = 0;
+};
+
+/** A matrix's input: the random source (and gain) the kernel reads, and x computed from them in
+ *  double, the reference's input. */
+struct Input {
+  InputSpec spec;
+  std::vector<float> src;
+  std::vector<uint16_t> gain;
+  std::vector<double> x;
+};
+
+inline double bf16_double(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline Input make_input(const InputSpec& spec, int k, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  Input in;
+  in.spec = spec;
+  in.x.assign(size_t(k), 0.0);
+  if (spec.kind == kInputNorm) {
+    in.src.resize(size_t(k));
+    for (float& v : in.src) v = 3.f * uni(rng);
+    in.gain.resize(size_t(k));
+    double ss = 0;
+    for (float v : in.src) ss += double(v) * v;
+    const double mul = 1.0 / std::sqrt(ss / k + double(kEps));
+    for (int i = 0; i < k; ++i) {
+      in.gain[size_t(i)] = f32_to_bf16(1.f + 0.5f * uni(rng));
+      in.x[size_t(i)] = double(in.src[size_t(i)]) * mul * bf16_double(in.gain[size_t(i)]);
+    }
+  } else if (spec.kind == kInputSwiglu) {
+    in.src.resize(size_t(2) * k);
+    for (float& v : in.src) v = 3.f * uni(rng);
+    for (int f = 0; f < k; ++f) {  // Interleave8: tile f / 8 holds gate rows then up rows
+      const double g = in.src[size_t(16 * (f / 8) + f % 8)], u = in.src[size_t(16 * (f / 8) + 8 + f % 8)];
+      in.x[size_t(f)] = g / (1.0 + std::exp(-g)) * u;
+    }
+  } else if (spec.kind == kInputAttn) {
+    const int hd = spec.hd, C = spec.chunks;
+    in.src.resize(size_t(spec.n_q) * C * (hd + 2));
+    for (int j = 0; j < spec.n_q; ++j)
+      for (int c = 0; c < C; ++c) {
+        float* pc = in.src.data() + (size_t(j) * C + c) * (hd + 2);
+        pc[0] = 2.f * uni(rng), pc[1] = 1.5f + uni(rng);
+        for (int e = 0; e < hd; ++e) pc[2 + e] = uni(rng);
+      }
+    for (int j = 0; j < spec.n_q; ++j)
+      for (int e = 0; e < hd; ++e) {
+        double M = -INFINITY, L = 0, O = 0;
+        for (int c = 0; c < C; ++c) M = std::max(M, double(in.src[(size_t(j) * C + c) * (hd + 2)]));
+        for (int c = 0; c < C; ++c) {
+          const float* pc = in.src.data() + (size_t(j) * C + c) * (hd + 2);
+          L += double(pc[1]) * std::exp2(double(pc[0]) - M);
+          O += double(pc[2 + e]) * std::exp2(double(pc[0]) - M);
+        }
+        in.x[size_t(j) * hd + e] = O / L;
+      }
+  } else {
+    in.src.resize(size_t(k));
+    for (float& v : in.src) v = uni(rng);
+    for (int i = 0; i < k; ++i) in.x[size_t(i)] = in.src[size_t(i)];
+  }
+  return in;
+}
+
 /** The host side of a segments case: the matrices streamed in `order` by `clusters` clusters. */
 struct SegmentCase {
-  std::vector<std::vector<float>> xs;     // per matrix
+  std::vector<Input> inputs;              // per matrix
   std::vector<v2::StreamSegment> segs;    // w: the weights' addresses the caller gave
   std::vector<int> first;
   int max_k = 0;
@@ -96,15 +196,13 @@ struct SegmentCase {
 };
 
 /** `weights(m)`: where matrix m's units are for the kernel (host memory for the emulation, device
- *  memory for the GPU). */
+ *  memory for the GPU); specs: each matrix's input (none: x itself). */
 inline SegmentCase make_segment_case(const std::vector<Matrix>& mats, const std::vector<int>& order, int clusters,
-                                     const std::function<const uint4*(int)>& weights) {
+                                     const std::function<const uint4*(int)>& weights, std::vector<InputSpec> specs = {}) {
   SegmentCase c;
   std::mt19937 rng(11);
-  for (const Matrix& m : mats) {
-    c.xs.emplace_back(size_t(m.k));
-    for (float& v : c.xs.back()) v = std::uniform_real_distribution<float>(-1.f, 1.f)(rng);
-  }
+  specs.resize(mats.size());
+  for (size_t m = 0; m < mats.size(); ++m) c.inputs.push_back(make_input(specs[m], mats[m].k, rng));
   for (int cta = 0; cta < 2 * clusters; ++cta) {
     c.first.push_back(int(c.segs.size()));
     for (int mi : order) {
@@ -121,13 +219,20 @@ inline SegmentCase make_segment_case(const std::vector<Matrix>& mats, const std:
     }
   }
   c.first.push_back(int(c.segs.size()));
-  c.smem = v2::page_pool_bytes(kPages) + megakernel::xquant_bytes(c.max_k) + v2::cluster_sum_bytes(c.max_tiles);
+  c.smem = v2::page_pool_bytes(kPages) + megakernel::xquant_bytes(c.max_k) + v2::input_scratch_bytes(c.max_k, kW) +
+           v2::cluster_sum_bytes(c.max_tiles);
   return c;
+}
+
+/** The job of a segment of matrix M with input `in` (its source and gain where the kernel finds
+ *  them) writing y. */
+inline Job make_job(const Matrix& M, const Input& in, const float* src, const uint16_t* gain, float* y) {
+  return Job{src, gain, y, M.rows, M.k, in.spec.kind, in.spec.n_q, in.spec.hd, in.spec.chunks};
 }
 
 /** y of a segment of matrix M over x: the worst |y - W x| / (3e-5 sum |w x|) over its rows; rows
  *  never written (still NaN) or written beyond M.rows (y holds a guard tile more) are counted. */
-inline double check_segment(const Matrix& M, const std::vector<float>& x, const std::vector<float>& y, int* unwritten) {
+inline double check_segment(const Matrix& M, const std::vector<double>& x, const std::vector<float>& y, int* unwritten) {
   double worst = 0.0;
   for (int r = 0; r < int(y.size()); ++r) {
     if (r >= M.rows || std::isnan(y[size_t(r)])) {

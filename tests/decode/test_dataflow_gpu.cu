@@ -69,20 +69,29 @@ std::vector<T> download(const DeviceBuffer& b, size_t n) {
 TEST(DataflowGpu, SegmentGemvClusterRowsMatchFp64) {
   NIBBLE_REQUIRE_GPU();
   if (std::string why; !hopper(&why)) GTEST_SKIP() << why;
-  // As the emulation's case, and a larger one: the full config's o-proj shape (3072 x 3072) on 66
-  // clusters, tiles per cluster 2-3, K halves of 12 groups.
-  const std::vector<Matrix> mats{make_matrix(200, 384, 0, 1), make_matrix(40, 768, 0, 2), make_matrix(3072, 3072, 0, 3)};
-  for (auto [order, clusters] : {std::pair<std::vector<int>, int>{{0, 1, 0}, 1}, {{0, 1, 0}, 3}, {{2, 0, 2, 2}, 66}}) {
+  // As the emulation's case, and the full config's shapes: o-proj (3072 x 3072) on the attention
+  // merged from 16 chunks of 24 heads, down (3072 x 8192) on silu(gate) * up, qkv (5120 x 3072) on
+  // RMSNorm(h), on 66 clusters.
+  const std::vector<Matrix> mats{make_matrix(200, 384, 0, 1),   make_matrix(40, 768, 0, 2),    make_matrix(64, 384, 0, 3),
+                                 make_matrix(24, 256, 0, 4),    make_matrix(3072, 3072, 0, 5), make_matrix(3072, 8192, 0, 6),
+                                 make_matrix(5120, 3072, 0, 7)};
+  const std::vector<InputSpec> specs{{kInputNorm}, {kInputSwiglu}, {kInputAttn, 6, 64, 3}, {kInputX},
+                                     {kInputAttn, 24, 128, 16}, {kInputSwiglu}, {kInputNorm}};
+  for (auto [order, clusters] : {std::pair<std::vector<int>, int>{{0, 1, 2, 3, 0}, 1}, {{0, 1, 2, 3, 0}, 3}, {{6, 4, 5, 6}, 66}}) {
     std::vector<DeviceBuffer> w;
     for (const Matrix& m : mats) w.push_back(upload(m.units));
-    SegmentCase c = make_segment_case(mats, order, clusters, [&](int m) { return static_cast<const uint4*>(w[size_t(m)].get()); });
-    std::vector<DeviceBuffer> xs, ys;
-    for (const auto& x : c.xs) xs.push_back(upload(x));
+    SegmentCase c =
+        make_segment_case(mats, order, clusters, [&](int m) { return static_cast<const uint4*>(w[size_t(m)].get()); }, specs);
+    std::vector<DeviceBuffer> srcs, gains, ys;
+    for (const Input& in : c.inputs) {
+      srcs.push_back(upload(in.src));
+      gains.push_back(upload(in.gain.empty() ? std::vector<uint16_t>(1) : in.gain));
+    }
     std::vector<Job> jobs;
     for (int m : order) {
       ys.push_back(upload(nan_output(mats[size_t(m)])));
-      jobs.push_back(Job{static_cast<const float*>(xs[size_t(m)].get()), static_cast<float*>(ys.back().get()),
-                         mats[size_t(m)].rows, mats[size_t(m)].k});
+      jobs.push_back(make_job(mats[size_t(m)], c.inputs[size_t(m)], static_cast<const float*>(srcs[size_t(m)].get()),
+                              static_cast<const uint16_t*>(gains[size_t(m)].get()), static_cast<float*>(ys.back().get())));
     }
     DeviceBuffer segs = upload(c.segs), first = upload(c.first), jobs_d = upload(jobs);
     launch_clusters(segments_kernel, 2 * clusters, c.smem,
@@ -93,7 +102,8 @@ TEST(DataflowGpu, SegmentGemvClusterRowsMatchFp64) {
     int unwritten = 0;
     for (size_t s = 0; s < order.size(); ++s) {
       const Matrix& M = mats[size_t(order[s])];
-      worst = std::max(worst, check_segment(M, c.xs[size_t(order[s])], download<float>(ys[s], size_t(M.tiles) * 16 + 16), &unwritten));
+      worst = std::max(worst, check_segment(M, c.inputs[size_t(order[s])].x, download<float>(ys[s], size_t(M.tiles) * 16 + 16),
+                                            &unwritten));
     }
     EXPECT_EQ(unwritten, 0) << clusters << " clusters: rows never written or written beyond the matrix";
     EXPECT_LE(worst, 1.0) << clusters << " clusters: worst |y - W x| / (3e-5 sum |w x|)";

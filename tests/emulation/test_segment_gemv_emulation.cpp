@@ -2,8 +2,9 @@
 // megakernel/segment_gemv.cuh) run from its source on the CPU: 2-CTA clusters, each CTA streaming
 // its K half of its cluster's tiles through the page pool (page_stream.cuh), the halves summed
 // through the partner's shared memory (st.async on its mbarrier), y written by the rank that
-// finishes each tile. Several segments in one stream (two matrices, the first again: both peer
-// buffers, each reused), rows not a multiple of 16, K halves of unequal groups, 1 to 3 clusters
+// finishes each tile, each segment's input built by the consumer warps (x itself, RMSNorm(h) * gain,
+// silu(gate) * up, the attention merged from chunk partials: dataflow_inputs.cuh). Several segments
+// in one stream (four matrices, the first again: both peer buffers, each reused), rows not a multiple of 16, K halves of unequal groups, 1 to 3 clusters
 // (tiles per cluster from 5 down to 1), against an fp64 W x with the v1 GEMV's bound (|y - W x| <=
 // 3e-5 sum |w x|); every row written exactly once (NaN sentinels), none beyond `rows`. The kernel and
 // the checks are tests/decode/dataflow_cases.cuh, shared with the GPU test. (Checked: a rank
@@ -25,26 +26,31 @@ using test::Matrix;
 using test::make_matrix;
 
 TEST(SegmentGemvEmulation, ClusterRowsOfSeveralSegmentsMatchFp64) {
-  // 200 rows (13 tiles, the last partial) x 3 groups (K halves of 1 and 2 groups); 40 rows x 6 groups.
-  const std::vector<Matrix> mats{make_matrix(200, 384, 0, 1), make_matrix(40, 768, 0, 2)};
-  const std::vector<int> order{0, 1, 0};
+  // 200 rows (13 tiles, the last partial) x 3 groups (K halves of 1 and 2 groups) on RMSNorm(h);
+  // 40 rows x 6 groups on silu(gate) * up; 64 rows x 3 groups on the attention merged from 3 chunks
+  // (6 query heads of hd 64); 24 rows x 2 groups on x itself.
+  const std::vector<Matrix> mats{make_matrix(200, 384, 0, 1), make_matrix(40, 768, 0, 2), make_matrix(64, 384, 0, 3),
+                                 make_matrix(24, 256, 0, 4)};
+  const std::vector<InputSpec> specs{{kInputNorm}, {kInputSwiglu}, {kInputAttn, 6, 64, 3}, {kInputX}};
+  const std::vector<int> order{0, 1, 2, 3, 0};
   for (int clusters : {1, 2, 3}) {
     emu::unreg_all();
     for (const Matrix& m : mats) emu::reg("W", m.units.data(), m.units.size() * 16);
-    SegmentCase c = make_segment_case(mats, order, clusters, [&](int m) { return mats[size_t(m)].units.data(); });
+    SegmentCase c = make_segment_case(mats, order, clusters, [&](int m) { return mats[size_t(m)].units.data(); }, specs);
+    for (const Input& in : c.inputs) emu::reg("src", in.src.data(), in.src.size() * 4);
     std::vector<std::vector<float>> ys;
     std::vector<Job> jobs;
     for (int m : order) ys.push_back(nan_output(mats[size_t(m)]));
     for (size_t s = 0; s < order.size(); ++s) {
-      const Matrix& M = mats[size_t(order[s])];
-      jobs.push_back(Job{c.xs[size_t(order[s])].data(), ys[s].data(), M.rows, M.k});
+      const Input& in = c.inputs[size_t(order[s])];
+      jobs.push_back(make_job(mats[size_t(order[s])], in, in.src.data(), in.gain.data(), ys[s].data()));
     }
     emu::launch_cooperative(+[](SegArgs a) { run_segments(a); }, dim3(1, 1, unsigned(2 * clusters)), dim3(kThreads), c.smem, 2u,
                             SegArgs{c.segs.data(), c.first.data(), jobs.data(), c.max_k, c.max_tiles});
     double worst = 0.0;
     int unwritten = 0;
     for (size_t s = 0; s < order.size(); ++s)
-      worst = std::max(worst, check_segment(mats[size_t(order[s])], c.xs[size_t(order[s])], ys[s], &unwritten));
+      worst = std::max(worst, check_segment(mats[size_t(order[s])], c.inputs[size_t(order[s])].x, ys[s], &unwritten));
     EXPECT_EQ(unwritten, 0) << clusters << " clusters: rows never written or written beyond the matrix";
     EXPECT_LE(worst, 1.0) << clusters << " clusters: worst |y - W x| / (3e-5 sum |w x|)";
     std::printf("%d clusters: worst error %.3g of the bound\n", clusters, worst);
