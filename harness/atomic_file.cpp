@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -59,8 +60,11 @@ std::string write_target(const std::string& path) {
     if (ec) throw std::runtime_error("cannot write " + path + ": " + ec.message());
     p = next.is_absolute() ? next : p.parent_path() / next;
   }
-  const fs::path w = fs::weakly_canonical(p, ec);
-  return (ec ? fs::absolute(p) : w).string();
+  // Absolute first: weakly_canonical keeps a relative path relative when none of it exists yet, and
+  // then "a.json" and "$PWD/a.json" would not compare equal (same_output_file).
+  const fs::path a = fs::absolute(p, ec);
+  const fs::path w = fs::weakly_canonical(ec ? p : a, ec);
+  return (ec ? a : w).string();
 }
 
 bool same_output_file(const std::string& a, const std::string& b) {
@@ -117,8 +121,12 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   const std::string target = p.string();
   struct stat old {};
   const bool had = ::stat(target.c_str(), &old) == 0;
-  const std::string tmp = target + ".tmp." + std::to_string(getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A short name beside the target (the target's own name plus a suffix could pass NAME_MAX), unique
+  // per process and call (batch threads write at once).
+  static std::atomic<unsigned> serial{0};
+  const std::string tmp = (p.has_parent_path() ? p.parent_path() / "" : fs::path()).string() + ".nibble-" +
+                          std::to_string(getpid()) + "-" + std::to_string(serial++) + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("cannot write " + path + ": " + strerror(errno));
   if (had) (void)fchmod(fd, old.st_mode & 07777);  // best effort: the content matters more
   if (!write_all(fd, content)) {

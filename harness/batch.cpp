@@ -104,8 +104,9 @@ BatchManifest read_batch_manifest(const std::string& path) {
         throw std::invalid_argument(where + ": 'seeds' must be a non-empty list of seeds, e.g. [0, 1]");
       seeds.clear();
       for (const json& s : run["seeds"]) {
-        if (!s.is_number_unsigned())
-          throw std::invalid_argument(where + ": seed " + s.dump() + " is not a whole number from 0 to 2^64 - 1");
+        // The bound `nibble grade --seeds` takes (main.cpp's kSeed): every seed here must be one it runs.
+        if (!s.is_number_unsigned() || s.get<uint64_t>() >= 10000000000000000000ull)
+          throw std::invalid_argument(where + ": seed " + s.dump() + " is not a whole number from 0 to 10^19 - 1");
         seeds.push_back(s.get<uint64_t>());
       }
     }
@@ -121,9 +122,17 @@ BatchManifest read_batch_manifest(const std::string& path) {
     }
     if (solutions.empty()) solutions.push_back("");
     const auto args = get_or<std::vector<std::string>>(run, "args", {}, where);
-    // A profiled run goes without Landlock (profile.h) and could rewrite other jobs' results here.
-    if (std::find(args.begin(), args.end(), "--profile") != args.end())
-      throw std::invalid_argument(where + ": --profile is not for a batch (the profiled run is less sandboxed): grade that solution alone");
+    for (const std::string& a : args) {
+      const std::string opt = a.substr(0, a.find('='));  // --profile=ncu is --profile
+      // A profiled run goes without Landlock (profile.h) and could rewrite other jobs' results here.
+      if (opt == "--profile")
+        throw std::invalid_argument(where + ": --profile is not for a batch (the profiled run is less sandboxed): grade that solution alone");
+      // What every job sets itself (batch_job_argv): given twice, each job would end without a report.
+      for (const char* own : {"--task", "--config", "--seeds", "--out", "-q", "--quiet", "--solution", "--device", "--fixture"})
+        if (opt == own)
+          throw std::invalid_argument(where + ": 'args' must not set " + opt + ": the batch sets it for each job (the manifest's " +
+                                      "task, configs, seeds, solutions, its results folder and the GPU)");
+    }
     std::vector<std::vector<uint64_t>> seed_sets;
     if (split)
       for (uint64_t s : seeds) seed_sets.push_back({s});
@@ -258,9 +267,19 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
       fs::remove(job.report, ec);
       fs::remove(job.sidecar, ec);
       const auto t0 = std::chrono::steady_clock::now();
-      const int code = run(job, slot);
+      // A job that cannot even start (its log not writable, a name too long for the file system) is
+      // a line of the summary, never an exception out of this thread (std::terminate).
+      int code = 0;
+      std::string not_started;
+      try {
+        code = run(job, slot);
+      } catch (const std::exception& e) {
+        code = kBatchCouldNotStart;
+        not_started = e.what();
+      }
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       BatchOutcome o = outcome_of(job, code, sec, slot);
+      if (!not_started.empty()) o.reason = "the job could not be started: " + not_started;
       if (code == kBatchNotRun) {
         o.disposition = "NotRun";
         o.reason = "the batch was stopped before this job ran to its end: it runs again next time";

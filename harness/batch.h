@@ -74,6 +74,8 @@ inline bool batch_disposition_passed(const std::string& d) { return d == "Passed
 /** What a BatchRunner returns for a job it did not start (the batch is stopping): no sidecar is
  *  written, so the job runs again on the next try. */
 inline constexpr int kBatchNotRun = -2;
+/** A runner's exit code for a job it could not start (it threw: run_batch records the reason). */
+inline constexpr int kBatchCouldNotStart = 127;
 
 /** Runs one job on `device` (-1: none named) and returns its exit code; the real one runs nibble. */
 using BatchRunner = std::function<int(const BatchJob& job, int device)>;

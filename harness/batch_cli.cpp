@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -180,6 +181,11 @@ int batch_command(std::vector<std::string> args) {
         return 2;
       }
       devices.push_back(std::stoi(d));
+      if (std::count(devices.begin(), devices.end(), devices.back()) > 1) {
+        std::fprintf(stderr, "nibble batch: --devices names GPU %d twice; timings never share a GPU: name each once\n",
+                     devices.back());
+        return 2;
+      }
     }
   } else {
     std::string why;

@@ -46,8 +46,9 @@ struct FoundReports {
  * A file in `results` is read as a report: one that is not is bad input (BadReport), as in
  * `report html`. A folder is searched recursively, in path order, for *.json whose "schema" is
  * "nibble.report"; other JSON there (lineup.json, calibration tables, a leaderboard's own JSON) is
- * skipped silently and a file that is not JSON at all with a line on stderr, while a file that says
- * it is a report and does not read as one is bad input: a torn report must not drop out of the
+ * skipped silently, while a file that says it is a report and does not read as one, or a *.json that
+ * is not JSON at all (most likely a report cut short: nibble writes its files atomically, so nothing
+ * of its own is ever half-written there), is bad input: a torn report must not drop out of the
  * ranking unseen. A file met twice (named, and inside a folder also named) is one row.
  */
 FoundReports find_reports(const std::vector<std::string>& results) {
@@ -79,13 +80,10 @@ FoundReports find_reports(const std::vector<std::string>& results) {
       try {
         j = nlohmann::ordered_json::parse(read_file(f), nullptr, /*allow_exceptions=*/false);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "nibble leaderboard: skipped %s: %s\n", f.c_str(), e.what());
-        continue;
+        throw BadReport(f + ": cannot be read (" + e.what() + ")");
       }
-      if (j.is_discarded()) {
-        std::fprintf(stderr, "nibble leaderboard: skipped %s: not JSON\n", f.c_str());
-        continue;
-      }
+      if (j.is_discarded())
+        throw BadReport(f + ": not JSON (a report cut short?); grade it again, or move it out of " + in);
       if (!j.is_object() || !j.contains("schema") || j["schema"] != "nibble.report") continue;
       add(f, read_report_view(j, f));
     }
@@ -258,7 +256,7 @@ int leaderboard_command(std::vector<std::string> args) {
   std::string html_out, md_out, json_out;
   app.add_option("RESULTS", results,
                  "Reports, or folders searched recursively for them (every *.json whose schema is nibble.report; other "
-                 "JSON there is skipped)")
+                 "JSON there is skipped, a *.json that is not JSON is bad input)")
       ->required()
       ->check(kNonEmptyValue);
   app.add_option("-o,--out", html_out, "HTML page to write (atomically; inline CSS, no script, no network)")->check(kNonEmptyValue);

@@ -99,12 +99,22 @@ TEST(Batch, ManifestErrorsNameTheKey) {
   EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "args": ["--profile", "ncu"]}]})")
                 .find("--profile is not for a batch"),
             std::string::npos);
-  for (const char* seed : {"-1", "1.7", "18446744073709551616", "1e30"})
+  // --profile=ncu is --profile; the options each job sets itself may not be given again.
+  for (const char* arg : {R"("--profile=ncu")", R"("--out", "x.json")", R"("--seeds", "5")", R"("--task=gemm-w4a16-nvfp4")", R"("-q")"})
+    EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "args": [)" +
+                    std::string(arg) + "]}]}")
+                  .find(std::string(arg).find("profile") != std::string::npos ? "--profile is not for a batch" : "'args' must not set"),
+              std::string::npos)
+        << arg;
+  // Seeds as `nibble grade --seeds` takes them: below 10^19 (2^64 - 1 would be a job that cannot run).
+  for (const char* seed : {"-1", "1.7", "18446744073709551616", "1e30", "18446744073709551615", "10000000000000000000"})
     EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "seeds": [)" +
                     std::string(seed) + "]}]}")
-                  .find("is not a whole number from 0 to 2^64 - 1"),
+                  .find("is not a whole number from 0 to 10^19 - 1"),
               std::string::npos)
         << seed;
+  EXPECT_EQ(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "seeds": [9999999999999999999]}]})"),
+            "(accepted)");
   EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["."]}]})").find("is not a file"),
             std::string::npos);
   EXPECT_NE(error("{oops").find("not a readable JSON manifest"), std::string::npos);
@@ -183,6 +193,21 @@ TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
   }, {});
   EXPECT_EQ(outcomes[1].disposition, "Incorrect");
   EXPECT_EQ(outcomes[2].disposition, "NoReport");
+  // A job that cannot start (the runner throws: an unwritable log) is a line, the others still run.
+  BatchManifest again = first;
+  again.out = (fs::path(t.path()) / "again").string();
+  for (BatchJob& j : again.jobs)
+    for (std::string* p : {&j.report, &j.sidecar, &j.log}) *p = (fs::path(again.out) / fs::path(*p).filename()).string();
+  fs::create_directories(again.out);
+  const auto started = run_batch(again, {-1}, [&](const BatchJob& j, int d) {
+    if (j.index == 1) throw std::runtime_error("cannot open child log x: File name too long");
+    return fake(j, d);
+  }, {});
+  EXPECT_EQ(started[0].disposition, "Incorrect");
+  EXPECT_EQ(started[1].disposition, "NoReport");
+  EXPECT_EQ(started[1].exit_code, kBatchCouldNotStart);
+  EXPECT_NE(started[1].reason.find("could not be started: cannot open child log x"), std::string::npos) << started[1].reason;
+  EXPECT_EQ(started[2].disposition, "Incorrect");
   EXPECT_NE(format_batch_summary(batch_summary(first, outcomes)).find("NoReport: exit 3 without a readable report"), std::string::npos);
   const auto c = collect_batch(m);
   EXPECT_EQ(c["done"], 2);

@@ -161,6 +161,9 @@ TEST(Cli, BatchRunsJobsSideBySide) {
   EXPECT_NE(r.output.find("nibble batch: 4 jobs: 4 Healthy"), std::string::npos) << r.output;
   r = run_nibble({"batch", t.path() + "/m.json", "--devices", "99999999999"}, t);
   EXPECT_EQ(r.code, 2) << r.output;
+  r = run_nibble({"batch", t.path() + "/m.json", "--devices", "0,1,0"}, t);  // two grades on one GPU at once
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("names GPU 0 twice"), std::string::npos) << r.output;
   r = run_nibble({"batch", t.path() + "/m.json", "--partition", "gpu"}, t);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("go with --slurm"), std::string::npos) << r.output;

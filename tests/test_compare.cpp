@@ -1100,6 +1100,14 @@ TEST(ReportCli, Leaderboard) {
   EXPECT_FALSE(fs::exists(t.path() + "/no.json"));
   x = run_nibble({"leaderboard", t.path() + "/nonexistent.json", "--json", t.path() + "/no.json"}, t);
   EXPECT_EQ(x.code, 4) << x.out;
+  // A report cut short inside a folder is bad input, not a file skipped with exit 0.
+  fs::create_directories(t.path() + "/torn");
+  fs::copy_file(data("reports/v2/h200-unfused-full.json"), t.path() + "/torn/good.json");
+  write_file_atomic(t.path() + "/torn/cut.json", read_file(data("reports/v2/h200-unfused-full.json")).substr(0, 5000));
+  x = run_nibble({"leaderboard", t.path() + "/torn", "--json", t.path() + "/no.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find(t.path() + "/torn/cut.json: not JSON"), std::string::npos) << x.out;
+  EXPECT_FALSE(fs::exists(t.path() + "/no.json"));
   fs::create_directories(t.path() + "/empty");
   x = run_nibble({"leaderboard", t.path() + "/empty", "--json", t.path() + "/no.json"}, t);
   EXPECT_EQ(x.code, 4) << x.out;

@@ -77,6 +77,25 @@ TEST(AtomicFile, WritesReplacesAndLeavesNoTemp) {
   EXPECT_EQ(files, 1);
 }
 
+// A name of 255 bytes (NAME_MAX) is writable: the temporary file beside it must not be longer.
+TEST(AtomicFile, ALongestNameIsWritable) {
+  TempDir t;
+  const std::string p = t.path() + "/" + std::string(250, 'a') + ".html";
+  write_file_atomic(p, "page");
+  EXPECT_EQ(read_file(p), "page");
+}
+
+// The same file spelled relative and absolute, before it exists, is one output.
+TEST(AtomicFile, RelativeAndAbsoluteSpellingsOfANewFileAreTheSame) {
+  TempDir t;
+  const fs::path here = fs::current_path();
+  fs::current_path(t.path());
+  EXPECT_TRUE(same_output_file("a2.json", t.path() + "/a2.json"));
+  EXPECT_TRUE(same_output_file("./sub/../x.json", t.path() + "/x.json"));
+  EXPECT_FALSE(same_output_file("a2.json", t.path() + "/b2.json"));
+  fs::current_path(here);
+}
+
 TEST(AtomicFile, UnwritablePlaceThrowsNamingThePath) {
   try {
     write_file_atomic("/proc/nibble-cannot-write-here/x.json", "x");
