@@ -383,38 +383,38 @@ void remove_folders(const std::vector<fs::path>& v) {
   for (const fs::path& f : v) fs::remove(f, ec);  // deepest first; a folder something else filled stays
 }
 
-/** The grade's outputs (--out, --gbench-json, --history) name three different files, none of them
- *  a file the grade reads or writes besides (the solution, the reference, the calibration table,
- *  each seed's fixture files, the --dump files), given or by default: a later write would destroy
- *  the earlier one (the report under the gbench JSON) or the input (the candidate .so under its
- *  own report). std::invalid_argument naming both. */
-void check_distinct_outputs(const GradeOptions& opt) {
-  std::vector<std::pair<std::string, std::string>> outs{{"--out", opt.out}};
-  if (!opt.gbench_json.empty()) outs.emplace_back("--gbench-json", opt.gbench_json);
-  if (!opt.history.empty()) outs.emplace_back("--history", opt.history);
-  std::vector<std::pair<std::string, std::string>> ins{{"--solution", opt.solution}};
-  if (!opt.reference.empty()) {
-    ins.emplace_back("--reference", opt.reference);
+using NamedPaths = std::vector<std::pair<std::string, std::string>>;
+
+/** What a run reads besides its options' own files: the grader itself, the reference (given or
+ *  every task's bundled one), each seed's fixture files (the given folder or the cache's). */
+NamedPaths run_inputs(const std::string& reference, const std::string& fixture_dir, const std::string& task,
+                      const std::string& config, const std::vector<uint64_t>& seeds) {
+  NamedPaths ins{{"the grader itself", self_exe()}};
+  if (!reference.empty()) {
+    ins.emplace_back("--reference", reference);
   } else {  // every task's bundled reference, beside this executable
     for (const Task* t : all_tasks()) ins.emplace_back("the bundled reference", bundled_reference(self_exe(), *t, ""));
   }
-  const std::string cal = !opt.calibration.empty() ? opt.calibration : committed_calibration(opt.task, opt.config);
-  if (!cal.empty()) ins.emplace_back(opt.calibration.empty() ? "the committed calibration table" : "--calibration", cal);
-  for (uint64_t seed : opt.seeds) {
-    std::string dir = opt.fixture_dir;
+  for (uint64_t seed : seeds) {
+    std::string dir = fixture_dir;
     if (dir.empty()) {
       try {
-        dir = default_fixture_dir(opt.task, opt.config, seed);
+        dir = default_fixture_dir(task, config, seed);
       } catch (const std::exception&) {
         continue;  // no cache folder: refused later, with its reason
       }
     }
     for (const char* f : {"model.safetensors", "manifest.json"})
       ins.emplace_back("the fixture's " + std::string(f), (fs::path(dir) / f).string());
-    if (!opt.dump_dir.empty())
-      for (const char* who : {"reference", "candidate"})
-        ins.emplace_back("a --dump file", (fs::path(opt.dump_dir) / ("seed" + std::to_string(seed) + "-" + who + ".safetensors")).string());
   }
+  return ins;
+}
+
+/** The outputs name different files, none of them an input: a later write would destroy the
+ *  earlier one (a report under another output) or the input (the candidate .so under its own
+ *  report, a fixture under a calibration table). std::invalid_argument naming both; `run`: "grade"
+ *  or "calibrate". */
+void check_outputs_spare_inputs(const NamedPaths& outs, const NamedPaths& ins, const std::string& run) {
   for (size_t i = 0; i < outs.size(); ++i) {
     for (size_t j = i + 1; j < outs.size(); ++j)
       if (same_output_file(outs[i].second, outs[j].second))
@@ -422,9 +422,26 @@ void check_distinct_outputs(const GradeOptions& opt) {
                                     "): give each output a file of its own");
     for (const auto& [what, path] : ins)
       if (same_output_file(outs[i].second, path))
-        throw std::invalid_argument(outs[i].first + " " + outs[i].second + " is the grade's input " + what +
+        throw std::invalid_argument(outs[i].first + " " + outs[i].second + " is the " + run + "'s input " + what +
                                     ": writing it would destroy that input; choose another " + outs[i].first);
   }
+}
+
+/** The grade's outputs (--out, --gbench-json, --history) against each other and its inputs
+ *  (run_inputs, the solution, the calibration table, the --dump files). */
+void check_distinct_outputs(const GradeOptions& opt) {
+  NamedPaths outs{{"--out", opt.out}};
+  if (!opt.gbench_json.empty()) outs.emplace_back("--gbench-json", opt.gbench_json);
+  if (!opt.history.empty()) outs.emplace_back("--history", opt.history);
+  NamedPaths ins = run_inputs(opt.reference, opt.fixture_dir, opt.task, opt.config, opt.seeds);
+  ins.emplace_back("--solution", opt.solution);
+  const std::string cal = !opt.calibration.empty() ? opt.calibration : committed_calibration(opt.task, opt.config);
+  if (!cal.empty()) ins.emplace_back(opt.calibration.empty() ? "the committed calibration table" : "--calibration", cal);
+  if (!opt.dump_dir.empty())
+    for (uint64_t seed : opt.seeds)
+      for (const char* who : {"reference", "candidate"})
+        ins.emplace_back("a --dump file", (fs::path(opt.dump_dir) / ("seed" + std::to_string(seed) + "-" + who + ".safetensors")).string());
+  check_outputs_spare_inputs(outs, ins, "grade");
 }
 
 }  // namespace
@@ -610,6 +627,8 @@ void check_calibrate_options(const CalibrateOptions& opt) {
     throw std::invalid_argument("--timeout must be a positive, finite number of seconds");
   if (opt.path != "auto" && opt.path != "gpu" && opt.path != "cpu")
     throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + opt.path + "'");
+  check_outputs_spare_inputs({{"--out", opt.out}}, run_inputs(opt.reference, opt.fixture_dir, opt.task, opt.config, opt.seeds),
+                             "calibration");
   check_writable(opt.out);
 }
 

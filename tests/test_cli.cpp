@@ -352,6 +352,20 @@ TEST(Cli, ARefusedGradeLeavesNothingBehind) {
   EXPECT_FALSE(fs::exists(t.path() + "/q"));
 }
 
+// calibrate's --out may not be a file it reads: the fixture (given or the cache's), the reference,
+// the grader itself; the fixture stays intact.
+TEST(Cli, CalibrateRefusesToWriteOverItsInputs) {
+  TempDir t;
+  const std::string fx = t.path() + "/fx";
+  ASSERT_EQ(run_nibble({"fixture", "build", "--config", "tiny", "--seed", "8", "--out", fx, "-q"}, t).code, 0);
+  for (const std::string& out : {fx + "/model.safetensors", fx + "/manifest.json", fx + "/../fx/manifest.json", nibble_exe()}) {
+    const Result r = run_nibble({"calibrate", "--fixture", fx, "--path", "cpu", "--out", out}, t);
+    EXPECT_EQ(r.code, 2) << out << ": " << r.output;
+    EXPECT_NE(r.output.find("is the calibration's input"), std::string::npos) << out << ": " << r.output;
+  }
+  EXPECT_EQ(run_nibble({"fixture", "verify", fx}, t).code, 0);
+}
+
 TEST(Cli, CalibrateTimeoutMustBePositiveAndFinite) {
   TempDir t;
   for (const char* v : {"-1", "0", "inf", "nan"}) {
