@@ -11,6 +11,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "fixtures/fixture.h"
 #include "harness/atomic_file.h"
 #include "harness/batch.h"
 #include "harness/cli_errors.h"
@@ -195,6 +196,14 @@ int batch_command(std::vector<std::string> args) {
       devices.push_back(-1);  // one slot: a job that needs a GPU ends as a line saying there is none
       if (!quiet) std::fprintf(stderr, "nibble batch: no GPU found (%s): one job at a time, none on a GPU\n", why.c_str());
     }
+  }
+  // One batch at a time per results folder: two would run every job twice, on shared GPUs, each
+  // removing the other's reports before its own run. (Slurm's elements are one job each: no lock.)
+  const FolderLock lock(m.out, {}, /*wait=*/false);
+  if (!lock.held() && fs::exists(fs::path(m.out) / ".nibble.lock")) {
+    std::fprintf(stderr, "nibble batch: another nibble batch is running on the results folder %s; wait for it, or give this "
+                 "manifest another \"out\"\n", m.out.c_str());
+    return 2;
   }
   const Log log{quiet, isatty(STDERR_FILENO) != 0};
   if (const int rc = build_fixtures(m, log)) return rc;

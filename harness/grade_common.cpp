@@ -286,6 +286,11 @@ json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, 
   json j;
   j["seed"] = seed;
   j["dir"] = dir;
+  // One process at a time checks and builds a folder (FolderLock); the cache's folder is made
+  // for its lock, a given folder is never made here.
+  std::error_code ec;
+  if (given_dir.empty()) fs::create_directories(dir, ec);
+  const FolderLock lock(dir, [&] { log("waiting for another nibble building " + dir); });
   const bool have = fixture_present(dir, task.name(), config, seed, !given_dir.empty());
   FixtureManifest m;
   if (!have) {

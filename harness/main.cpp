@@ -65,6 +65,11 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
       };
     }
     const auto t0 = std::chrono::steady_clock::now();
+    std::error_code ec;
+    std::filesystem::create_directories(out, ec);  // for its lock: another build of this folder waits
+    const FolderLock lock(out, [&] {
+      if (!quiet) std::fprintf(stderr, "nibble fixture build: waiting for another nibble building %s\n", out.c_str());
+    });
     const FixtureManifest m = t.build_fixture(config, seed, out, threads, progress);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (tty) std::fprintf(stderr, "\n");

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "test_binary_dir.h"
 #include "fixtures/fixture.h"
@@ -164,6 +165,13 @@ TEST(Cli, BatchRunsJobsSideBySide) {
   r = run_nibble({"batch", t.path() + "/m.json", "--devices", "0,1,0"}, t);  // two grades on one GPU at once
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("names GPU 0 twice"), std::string::npos) << r.output;
+  {
+    const FolderLock other(t.path() + "/res");  // another batch running on the results folder
+    ASSERT_TRUE(other.held());
+    r = run_nibble({"batch", t.path() + "/m.json", "-q"}, t);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("another nibble batch is running on the results folder"), std::string::npos) << r.output;
+  }
   r = run_nibble({"batch", t.path() + "/m.json", "--partition", "gpu"}, t);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("go with --slurm"), std::string::npos) << r.output;
@@ -363,6 +371,26 @@ TEST(Cli, CalibrateRefusesToWriteOverItsInputs) {
     EXPECT_EQ(r.code, 2) << out << ": " << r.output;
     EXPECT_NE(r.output.find("is the calibration's input"), std::string::npos) << out << ": " << r.output;
   }
+  EXPECT_EQ(run_nibble({"fixture", "verify", fx}, t).code, 0);
+}
+
+// Builds of one fixture folder at once (two grades of a seed, Slurm elements sharing the cache)
+// take turns (FolderLock): each used to remove the other's temporary file mid-write.
+TEST(Cli, ConcurrentBuildsOfOneFixtureFolderTakeTurns) {
+  TempDir t;
+  const std::string fx = t.path() + "/race";
+  std::vector<ChildExit> exits(3);
+  std::vector<std::thread> builds;
+  for (size_t i = 0; i < exits.size(); ++i)
+    builds.emplace_back([&, i] {
+      exits[i] = run_child({nibble_exe(), "fixture", "build", "--task", "gemm-w4a16-int4", "--config", "m4096-n3072-k3072",
+                            "--seed", "1", "--out", fx},
+                           t.path() + "/build" + std::to_string(i) + ".log", 120);
+    });
+  for (std::thread& b : builds) b.join();
+  for (size_t i = 0; i < exits.size(); ++i)
+    EXPECT_TRUE(exits[i].kind == ChildExit::Exited && exits[i].code == 0)
+        << exits[i].describe() << ": " << file_tail(t.path() + "/build" + std::to_string(i) + ".log");
   EXPECT_EQ(run_nibble({"fixture", "verify", fx}, t).code, 0);
 }
 
