@@ -214,7 +214,9 @@ BatchOutcome outcome_of(const BatchJob& job, int code, double seconds, int devic
     }
   } catch (const std::exception&) {
     o.disposition = "NoReport";
-    o.reason = "exit " + std::to_string(code) + " without a readable report (" + job.log + ")";
+    o.reason = code == kBatchTimedOut
+                   ? "killed at the manifest's timeout_seconds without a readable report (" + job.log + ")"
+                   : "exit " + std::to_string(code) + " without a readable report (" + job.log + ")";
   }
   return o;
 }

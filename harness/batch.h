@@ -76,6 +76,9 @@ inline bool batch_disposition_passed(const std::string& d) { return d == "Passed
 inline constexpr int kBatchNotRun = -2;
 /** A runner's exit code for a job it could not start (it threw: run_batch records the reason). */
 inline constexpr int kBatchCouldNotStart = 127;
+/** A runner's exit code for a job killed at the manifest's timeout_seconds (SIGKILL's 128 + 9, and
+ *  the summary says it timed out). */
+inline constexpr int kBatchTimedOut = 137;
 
 /** Runs one job on `device` (-1: none named) and returns its exit code; the real one runs nibble. */
 using BatchRunner = std::function<int(const BatchJob& job, int device)>;

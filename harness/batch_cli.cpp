@@ -41,6 +41,7 @@ int run_job_process(const BatchJob& job, int device, double timeout) {
   for (const std::string& a : batch_job_argv(job, device)) argv.push_back(a);
   const ChildExit e = run_child(argv, job.log, timeout);
   if (children_stopping()) return kBatchNotRun;  // killed by the stop, not by itself
+  if (e.kind == ChildExit::TimedOut) return kBatchTimedOut;
   return e.kind == ChildExit::Exited ? e.code : 128 + (e.kind == ChildExit::Signaled ? e.code : 9);
 }
 
@@ -144,7 +145,7 @@ int batch_command(std::vector<std::string> args) {
     if (const int rc = build_fixtures(one, log)) return rc;
     const auto outcomes = run_batch(one, {-1}, [&](const BatchJob& j, int) { return run_job_process(j, -1, m.timeout_seconds); }, {});
     std::printf("nibble batch: element %d (%s): %s\n", element, one.jobs[0].id.c_str(), outcomes[0].disposition.c_str());
-    return outcomes[0].disposition == "NoReport" ? 1 : 0;
+    return exit_of(outcomes);  // the footer's codes: 1 when the job did not pass
   }
 
   if (slurm) {

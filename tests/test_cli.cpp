@@ -165,6 +165,14 @@ TEST(Cli, BatchRunsJobsSideBySide) {
   r = run_nibble({"batch", t.path() + "/m.json", "--devices", "0,1,0"}, t);  // two grades on one GPU at once
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("names GPU 0 twice"), std::string::npos) << r.output;
+  // A job killed at timeout_seconds says so; --element exits 1 for a job that did not pass.
+  std::ofstream(t.path() + "/slow.json") << R"({"out": "slow", "timeout_seconds": 0.3, "runs": [{"command": "calibrate",
+      "task": "megakernel-int4-weight-decode", "configs": ["tiny"], "seeds": [0], "args": ["--path", "cpu"]}]})";
+  r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/cache"}, {"batch", t.path() + "/slow.json", "-q"}, t);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("killed at the manifest's timeout_seconds"), std::string::npos) << r.output;
+  r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/cache"}, {"batch", t.path() + "/slow.json", "--element", "0"}, t);
+  EXPECT_EQ(r.code, 1) << r.output;
   {
     const FolderLock other(t.path() + "/res");  // another batch running on the results folder
     ASSERT_TRUE(other.held());
