@@ -377,8 +377,14 @@ int main(int argc, char** argv) {
     FixtureManifest m;
     try {
       m = read_manifest(*dir);
-    } catch (const std::exception&) {
-      continue;  // refused later, with the reason and the command that remakes it, when the fixture is checked
+    } catch (const std::exception& e) {
+      // With its seed given, the fixture check says it later, with the command that remakes it; without,
+      // "one seed per --fixture" would speak first and hide it.
+      if (sub->get_option("--seeds")->count() != 0) continue;
+      std::fprintf(stderr, "nibble %s: --fixture %s holds no readable fixture (%s); give a fixture folder, e.g. one made by "
+                   "`nibble fixture build --task T --config C --seed S --out %s`\n",
+                   sub->get_name().c_str(), dir->c_str(), e.what(), dir->c_str());
+      return 2;
     }
     if (sub->get_option("--task")->count() == 0 && task_or_null(m.task)) *task = m.task;
     if (*task != m.task) {

@@ -621,6 +621,13 @@ TEST(Cli, GemmGradeChecksANamedFixtureFirstAndNeverRebuildsIt) {
   EXPECT_NE(r.output.find("nibble fixture build --task gemm-w4a16-nvfp4 --config tiny --seed 7"), std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(t.path() + "/none"));
+  // Without --seeds the missing fixture is said first (not "give exactly one seed").
+  r = run_nibble({"grade", "--task", "gemm-w4a16-nvfp4", "--config", "tiny", "--solution", so, "--fixture", t.path() + "/none",
+                  "--out", t.path() + "/r.json"},
+                 t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--fixture " + t.path() + "/none holds no readable fixture"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/none"));
   const std::string dec = t.path() + "/decode";
   r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "7", "--out", dec, "-q"}, t);
   ASSERT_EQ(r.code, 0) << r.output;
