@@ -201,7 +201,7 @@ int batch_command(std::vector<std::string> args) {
   // One batch at a time per results folder: two would run every job twice, on shared GPUs, each
   // removing the other's reports before its own run. (Slurm's elements are one job each: no lock.)
   const FolderLock lock(m.out, {}, /*wait=*/false);
-  if (!lock.held() && fs::exists(fs::path(m.out) / ".nibble.lock")) {
+  if (lock.busy()) {
     std::fprintf(stderr, "nibble batch: another nibble batch is running on the results folder %s; wait for it, or give this "
                  "manifest another \"out\"\n", m.out.c_str());
     return 2;
