@@ -43,6 +43,7 @@ nibble_emulation_test(page_stream_emulation SOURCES ${nibble_emu}/test_page_stre
                       ${PROJECT_SOURCE_DIR}/solutions/decode/megakernel/dataflow_plan.cpp)
 nibble_emulation_test(megakernel_decode_emulation SOURCES ${nibble_emu}/test_megakernel_decode_emulation.cpp
                       ${PROJECT_SOURCE_DIR}/harness/decode/device_model.cpp ${PROJECT_SOURCE_DIR}/harness/device_buffer.cpp
+                      ${nibble_mk}/model_host.cpp
                       CUDA_SOURCES ${nibble_mk}/megakernel.cu ${nibble_mk}/decode_kernel.cu ${nibble_mk}/repack.cu
                       LIBS nibble_oracle nibble_fixtures)
 # The two candidates measured faster on 2026-12-02 (NOTES.md), together: their code paths checked in CI.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "megakernel.h"
+#include "model_host.h"
 #include "nibble/nibble.h"
 #include "solutions/common/abi_util.h"
 #include "solutions/common/export.h"
@@ -27,35 +28,11 @@ namespace nibble::megakernel {
 namespace {
 
 using sol::AbiFailure;
-using sol::QuantTriple;
 
 [[noreturn]] void fail(nibble_status s, const std::string& msg) { throw AbiFailure(s, msg); }
 
-/** One cudaMalloc'd block, freed exactly once. */
-class DeviceAlloc {
- public:
-  DeviceAlloc() = default;
-  void allocate(size_t bytes) {
-    if (ptr_) throw AbiFailure(NIBBLE_ERR_INTERNAL, "DeviceAlloc::allocate called twice");
-    if (bytes) SOL_CUDA(cudaMalloc(&ptr_, bytes));
-  }
-  ~DeviceAlloc() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  DeviceAlloc(const DeviceAlloc&) = delete;
-  DeviceAlloc& operator=(const DeviceAlloc&) = delete;
-  char* get() const { return static_cast<char*>(ptr_); }
-  void release() {
-    void* p = ptr_;
-    ptr_ = nullptr;
-    if (p) SOL_CUDA(cudaFree(p));
-  }
-
- private:
-  void* ptr_ = nullptr;
-};
-
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+using host::DeviceAlloc;
+using host::round_up;
 
 struct Model {
   nibble_decode_config cfg{};
@@ -193,103 +170,25 @@ void write_trace(const Model& m) {
   std::fclose(f);
 }
 
-SourceTriple source(const nibble_decode_model* m, const std::string& name, int64_t out, int64_t in) {
-  const QuantTriple t = sol::require_quant(m, name, out, in);
-  SourceTriple s;
-  s.packed = t.packed;
-  s.scale = t.scale;
-  s.zero = t.zero;
-  s.rows = int(out);
-  return s;
-}
-
-void validate_config(const nibble_decode_config& c) {
-  const auto positive = [](int64_t v, const char* name) {
-    if (v <= 0) fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("cfg.") + name + " must be positive, got " + std::to_string(v));
-  };
-  positive(c.layers, "layers");
-  positive(c.d, "d");
-  positive(c.ffn, "ffn");
-  positive(c.n_q, "n_q");
-  positive(c.n_kv, "n_kv");
-  positive(c.hd, "hd");
-  positive(c.vocab, "vocab");
-  positive(c.group, "group");
-  positive(c.batch, "batch");
-  positive(c.max_seq, "max_seq");
-  if (!(c.eps > 0) || !std::isfinite(c.eps)) fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.eps must be a positive finite number");
-  if (!(c.theta > 0) || !std::isfinite(c.theta)) fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.theta must be a positive finite number");
-  if (c.n_q % c.n_kv)
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.n_q (" + std::to_string(c.n_q) + ") must be a multiple of cfg.n_kv (" +
-                                          std::to_string(c.n_kv) + ") for grouped-query attention");
-  const std::string why = unsupported_reason(c.d, c.ffn, c.n_q, c.n_kv, c.hd, c.group);
-  if (!why.empty()) fail(NIBBLE_ERR_NOT_SUPPORTED, why);
-  if (int64_t(c.vocab) + 16 > (1ll << 30) || int64_t(c.ffn) * 2 > (1ll << 30))
-    fail(NIBBLE_ERR_NOT_SUPPORTED, "config too large for this solution's 32-bit row indexing");
-}
-
-void require_aligned(const void* p, const std::string& name) {
-  if (reinterpret_cast<uintptr_t>(p) % 16)
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "tensor '" + name + "' is not 16-byte aligned");
-}
-
 std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stream) {
-  if (model->struct_size < sizeof(nibble_decode_model))
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: nibble_decode_model.struct_size is smaller than this solution's");
-  if (!model->task || std::strcmp(model->task, "megakernel-int4-weight-decode") != 0)
-    fail(NIBBLE_ERR_NOT_SUPPORTED, std::string("this solution implements task megakernel-int4-weight-decode, not '") +
-                                       (model->task ? model->task : "(null)") + "'");
+  const host::ModelSources srcs = host::model_sources(model);
   const nibble_decode_config& c = model->cfg;
-  validate_config(c);
-
   auto mdl = std::make_unique<Model>();
   mdl->cfg = c;
   const int qdim = c.n_q * c.hd, kvdim = c.n_kv * c.hd;
-
-  // Sources, checked by name, dtype and shape.
-  struct LayerSrc {
-    SourceTriple q, k, v, o, gate, up, down;
-  };
-  std::vector<LayerSrc> src(size_t(c.layers));
-  const SourceTriple embed = source(model, "embed", c.vocab, c.d);
-  const auto* final_norm = static_cast<const uint16_t*>(sol::require_tensor(model, "final_norm", sol::kBF16, {c.d}));
-  require_aligned(final_norm, "final_norm");
+  const SourceTriple embed = srcs.embed;
+  const uint16_t* final_norm = srcs.final_norm;
   mdl->layers.resize(size_t(c.layers));
   mdl->k_cache.resize(size_t(c.layers));
   mdl->v_cache.resize(size_t(c.layers));
   for (int i = 0; i < c.layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    LayerSrc& s = src[size_t(i)];
-    s.q = source(model, p + "q", qdim, c.d);
-    s.k = source(model, p + "k", kvdim, c.d);
-    s.v = source(model, p + "v", kvdim, c.d);
-    s.o = source(model, p + "o", c.d, qdim);
-    s.gate = source(model, p + "gate", c.ffn, c.d);
-    s.up = source(model, p + "up", c.ffn, c.d);
-    s.down = source(model, p + "down", c.d, c.ffn);
-    LayerDev& L = mdl->layers[size_t(i)];
-    L.in_norm = static_cast<const uint16_t*>(sol::require_tensor(model, p + "in_norm", sol::kBF16, {c.d}));
-    L.post_norm = static_cast<const uint16_t*>(sol::require_tensor(model, p + "post_norm", sol::kBF16, {c.d}));
-    require_aligned(L.in_norm, p + "in_norm");  // read as 4 bf16 per load
-    require_aligned(L.post_norm, p + "post_norm");
-    const std::string kv = "kv." + std::to_string(i) + ".";
-    const std::vector<int64_t> kv_shape{c.batch, c.n_kv, c.max_seq, c.hd};
-    mdl->k_cache[size_t(i)] = static_cast<uint16_t*>(sol::require_tensor(model, kv + "k", sol::kBF16, kv_shape));
-    mdl->v_cache[size_t(i)] = static_cast<uint16_t*>(sol::require_tensor(model, kv + "v", sol::kBF16, kv_shape));
-    require_aligned(mdl->k_cache[size_t(i)], kv + "k");
-    require_aligned(mdl->v_cache[size_t(i)], kv + "v");
+    const host::LayerSources& s = srcs.layers[size_t(i)];
+    mdl->layers[size_t(i)].in_norm = s.in_norm;
+    mdl->layers[size_t(i)].post_norm = s.post_norm;
+    mdl->k_cache[size_t(i)] = s.k_cache;
+    mdl->v_cache[size_t(i)] = s.v_cache;
   }
-
-  // The kernels are sm_90a code (cp.async.bulk, mbarrier transaction counts).
-  {
-    int dev = 0, major = 0, minor = 0;
-    SOL_CUDA(cudaGetDevice(&dev));
-    SOL_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    SOL_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    if (major != 9 || minor != 0)
-      fail(NIBBLE_ERR_NOT_SUPPORTED, "this solution is built for sm_90a (Hopper: H100/H200) only; the device is sm_" +
-                                         std::to_string(major) + std::to_string(minor));
-  }
+  host::require_sm90();
   // The persistent grid, and the shared memory it needs.
   const int max_k = std::max({c.d, c.ffn, qdim});
   mdl->smem = decode_smem_bytes(max_k, c.d, c.hd);
@@ -329,7 +228,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   const char* fl_env = std::getenv("NIBBLE_MK_FLUSH");
   const int vec_flush = (fl_env && *fl_env && std::atoi(fl_env) == 0) ? 0 : 1;
   for (int i = 0; i < c.layers; ++i) {
-    LayerSrc& s = src[size_t(i)];
+    const host::LayerSources& s = srcs.layers[size_t(i)];
     LayerDev& L = mdl->layers[size_t(i)];
     jobs.push_back({{s.q, s.k, s.v}, RowMap::Concat, c.d, &L.qkv});
     jobs.push_back({{s.o}, RowMap::Concat, qdim, &L.o, o_chunk});
@@ -424,16 +323,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   auto* plans_dev = reinterpret_cast<GemvPlan*>(take(sizes[9]));
   SOL_CUDA(cudaMemsetAsync(base, 0, stotal, stream));  // qkv, counters and barrier must start at zero
 
-  // RoPE table in double: angle = pos * theta^(-2i/hd); only the result is rounded to fp32.
-  const int half = c.hd / 2;
-  std::vector<float2> rope(n_rope);
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(c.theta, -2.0 * i / c.hd);
-  for (int pos = 0; pos < c.max_seq; ++pos)
-    for (int i = 0; i < half; ++i) {
-      const double ang = double(pos) * inv_freq[size_t(i)];
-      rope[size_t(pos) * half + i] = make_float2(float(std::cos(ang)), float(std::sin(ang)));
-    }
+  const std::vector<float2> rope = host::rope_table(c);
   SOL_CUDA(cudaMemcpyAsync(rope_dev, rope.data(), n_rope * sizeof(float2), cudaMemcpyHostToDevice, stream));
   // The layer array of sequence 0; step() rewrites the cache pointers for other sequences.
   for (int i = 0; i < c.layers; ++i) {
@@ -516,22 +406,9 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
 
 void step(Model& m, const nibble_tensor* token_ids, int32_t pos, nibble_tensor* logits, cudaStream_t stream) {
   const nibble_decode_config& c = m.cfg;
-  if (!token_ids || !logits) fail(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: token_ids and logits must not be NULL");
-  if (token_ids->dtype.code != NIBBLE_DTYPE_INT || token_ids->dtype.bits != 64 || token_ids->ndim != 1 ||
-      token_ids->shape[0] != c.batch || token_ids->device.device_type != NIBBLE_DEVICE_CUDA)
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: token_ids must be (" + std::to_string(c.batch) +
-                                          ",) int64 on the GPU, got " + sol::dtype_str(token_ids->dtype) + " " +
-                                          sol::shape_str(token_ids->shape, token_ids->ndim));
-  if (logits->dtype.code != NIBBLE_DTYPE_FLOAT || logits->dtype.bits != 32 || logits->ndim != 2 ||
-      logits->shape[0] != c.batch || logits->shape[1] != c.vocab || logits->device.device_type != NIBBLE_DEVICE_CUDA)
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: logits must be (" + std::to_string(c.batch) + ", " +
-                                          std::to_string(c.vocab) + ") fp32 on the GPU, got " +
-                                          sol::dtype_str(logits->dtype) + " " + sol::shape_str(logits->shape, logits->ndim));
-  if (pos < 0 || pos >= c.max_seq)
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "decode_step: pos " + std::to_string(pos) + " outside [0, max_seq = " +
-                                          std::to_string(c.max_seq) + ")");
-  const auto* tokens = reinterpret_cast<const int64_t*>(static_cast<const char*>(token_ids->data) + token_ids->byte_offset);
-  float* out = reinterpret_cast<float*>(static_cast<char*>(logits->data) + logits->byte_offset);
+  const host::StepIo io = host::step_io(c, token_ids, pos, logits);
+  const int64_t* tokens = io.tokens;
+  float* out = io.logits;
   const size_t cache_per_seq = size_t(c.n_kv) * c.max_seq * c.hd;
 
   for (int b = 0; b < c.batch; ++b) {

@@ -1,0 +1,71 @@
+// model_host.h: the host side both megakernel solutions share (megakernel.cu, v1; dataflow.cu, v2):
+// the model's tensors checked and named as the kernels take them, the RoPE table, device memory
+// owned exactly once, the step's token / logits tensors checked. Every failure throws sol::AbiFailure
+// with a message that names the tensor or field and what was expected (abi_guard reports it).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "megakernel.h"
+#include "nibble/nibble.h"
+
+namespace nibble::megakernel::host {
+
+/** One cudaMalloc'd block, freed exactly once (release() checked, the destructor best effort). */
+class DeviceAlloc {
+ public:
+  DeviceAlloc() = default;
+  void allocate(size_t bytes);
+  ~DeviceAlloc();
+  DeviceAlloc(const DeviceAlloc&) = delete;
+  DeviceAlloc& operator=(const DeviceAlloc&) = delete;
+  char* get() const { return static_cast<char*>(ptr_); }
+  void release();
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+inline size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/** One decoder layer's source tensors: the seven AWQ/GPTQ triples, the two RMSNorm gains (d bf16)
+ *  and sequence 0's K/V cache (batch, n_kv, max_seq, hd) bf16 (16-byte aligned). */
+struct LayerSources {
+  SourceTriple q, k, v, o, gate, up, down;
+  const uint16_t* in_norm = nullptr;
+  const uint16_t* post_norm = nullptr;
+  uint16_t* k_cache = nullptr;
+  uint16_t* v_cache = nullptr;
+};
+
+/** Every tensor the kernels read, checked by name, dtype, shape and alignment. */
+struct ModelSources {
+  SourceTriple embed;  ///< (vocab, d): the token's row, and the tied LM head
+  const uint16_t* final_norm = nullptr;
+  std::vector<LayerSources> layers;
+};
+
+/** The model handed to build_model, checked: struct_size, the task name, the config (positive,
+ *  GQA, unsupported_reason, 32-bit row indexing) and every tensor. */
+ModelSources model_sources(const nibble_decode_model* model);
+
+/** Throws NOT_SUPPORTED unless the current device is sm_90 (the kernels are sm_90a code). */
+void require_sm90();
+
+/** (max_seq, hd/2) {cos, sin} of angle pos theta^(-2i/hd), computed in double, rounded once. */
+std::vector<float2> rope_table(const nibble_decode_config& c);
+
+/** decode_step's tensors checked against the config: token_ids (batch,) int64 and logits (batch,
+ *  vocab) fp32, both on the GPU, pos in [0, max_seq). */
+struct StepIo {
+  const int64_t* tokens = nullptr;
+  float* logits = nullptr;
+};
+StepIo step_io(const nibble_decode_config& c, const nibble_tensor* token_ids, int32_t pos, nibble_tensor* logits);
+
+}  // namespace nibble::megakernel::host
