@@ -123,16 +123,19 @@ Verdict judge(const Evidence& e) {
                       g3(e.window_overhead_us) + " us), more than the " + g3(hidden_time_allowance_us(e.span_median_us)) +
                       " us allowed: the call spends time the GPU timer cannot see (host work, GPU work hidden from "
                       "CUPTI, or another process using this GPU)");
-    if (e.span_median_us > e.window_median_us + kSpanOverWindowSlackUs)
-      return fail(D::InvalidTiming, Rule::Timing,
-                  "the CUPTI GPU span (" + g3(e.span_median_us) + " us median) is longer than the " + e.unit +
-                      " lasted on the grader's own clock (" + g3(e.window_median_us) + " us): the clocks disagree");
+    // Foreign work before the clock comparison: its records inside a window lengthen the span past
+    // the window, and the work is the cause worth naming (H200, 2026-12-05: a solution's own copies
+    // between calls read "the clocks disagree").
     if (e.gaps_with_foreign_work > 0)
       return fail(D::InvalidTiming, Rule::Timing,
                   "the GPU ran work that was not the harness's between timed " + e.unit + "s (" +
                       (e.foreign_work.empty() ? std::string() : e.foreign_work + " ") + "in " +
                       std::to_string(e.gaps_with_foreign_work) +
                       " gaps), outside every timing window: work a timed call may depend on was not timed");
+    if (e.span_median_us > e.window_median_us + kSpanOverWindowSlackUs)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  "the CUPTI GPU span (" + g3(e.span_median_us) + " us median) is longer than the " + e.unit +
+                      " lasted on the grader's own clock (" + g3(e.window_median_us) + " us): the clocks disagree");
   }
   char margin[64];
   std::snprintf(margin, sizeof margin, " (%.2gx the gate)", e.worst_rel_err / e.gate);

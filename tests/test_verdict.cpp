@@ -205,6 +205,8 @@ TEST_P(Judge, TimingValidity) {
   e.gaps_with_foreign_work = 4;
   e.foreign_work = "4 memcpys";
   expect(e, Disposition::InvalidTiming, Rule::Timing, "(4 memcpys in 4 gaps)");
+  e.window_median_us = 900;  // and their records inside the windows made the span outlast them: the work is named
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "(4 memcpys in 4 gaps)");
   e = base();
   e.timed = false;  // --no-timing: nothing to judge
   e.samples = 0;
