@@ -42,19 +42,21 @@ set_tests_properties(nibble.test.dataflow_gpu PROPERTIES TIMEOUT 120)
 #                builds ([g0, g1) of build_x_limbs and load_swiglu) and o-proj's wait for a subset
 #                of the heads there; with v15's split barrier (NIBBLE_MK_SPLIT=1: no block barrier
 #                after the arrival), so that both split modes stay covered
-#   o_combine    o-proj merges the attention's chunks itself (NIBBLE_MK_OCOMB=1: no combining block,
-#                o waits for every chunk's count of its heads), group-major so that a block merges
-#                only a subset of the heads
-#   kv_prefetch  each block's first K/V rows copied in the qkv barrier's split phase (NIBBLE_MK_KVPF=1)
-#   o_combine_kv_prefetch  both measured candidates together (each ~22 us faster alone on 2026-12-02,
-#                never run together), with the default chunks
-#   pfsm         the last 4 blocks only prefetch into L2, the rings unchained (NIBBLE_MK_PFSM=4), alone
-#                and with o_combine group-major (the kernel of both switches is a variant of its own)
+#   o_combine    o-proj merges the attention's chunks itself (the default since v20: no combining
+#                block, o waits for every chunk's count of its heads), group-major so that a block
+#                merges only a subset of the heads
+#   kv_prefetch  each block's first K/V rows copied in the qkv barrier's split phase (the default since
+#                v20), alone: with the combining block (NIBBLE_MK_OCOMB=0)
+#   v19          v19's paths: the combining block and the K/V rows copied by the attention
+#                (NIBBLE_MK_OCOMB=0, NIBBLE_MK_KVPF=0)
+#   pfsm         the last 4 blocks only prefetch into L2, the rings unchained (NIBBLE_MK_PFSM=4), on
+#                v19's paths and with o_combine group-major (the kernel of both switches is a variant
+#                of its own)
 foreach(variant "group_major|NIBBLE_MK_CHUNK=1:1;NIBBLE_MK_SPLIT=1"
                 "o_combine|NIBBLE_MK_OCOMB=1;NIBBLE_MK_CHUNK=1:1"
-                "kv_prefetch|NIBBLE_MK_KVPF=1"
-                "o_combine_kv_prefetch|NIBBLE_MK_OCOMB=1;NIBBLE_MK_KVPF=1"
-                "pfsm|NIBBLE_MK_PFSM=4"
+                "kv_prefetch|NIBBLE_MK_OCOMB=0"
+                "v19|NIBBLE_MK_OCOMB=0;NIBBLE_MK_KVPF=0"
+                "pfsm|NIBBLE_MK_PFSM=4;NIBBLE_MK_OCOMB=0;NIBBLE_MK_KVPF=0"
                 "pfsm_o_combine|NIBBLE_MK_PFSM=4;NIBBLE_MK_OCOMB=1;NIBBLE_MK_CHUNK=1:1")
   string(FIND "${variant}" "|" bar)
   string(SUBSTRING "${variant}" 0 ${bar} name)

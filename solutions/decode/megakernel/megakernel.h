@@ -231,13 +231,13 @@ struct DecodeParams {
    *  point is on the critical path, by less if the weight stream hides it. 0: off. */
   int delay_where = 0;
   int delay_ns = 0;
-  /** 0: each block's first K/V rows are copied by the attention stage itself (v15-v19); 1 (a
-   *  candidate after v19, not yet measured): in the qkv barrier's split phase, once the arrival's
-   *  fence has completed (with split_barrier 2), so that the copy runs during the barrier's wait
-   *  without delaying the fence. v8-v14 copied them before the arrival (measured ~5-10 us per
-   *  token slower in v15: the release fence waited for them; that mode is gone). NIBBLE_MK_KVPF=1
-   *  for an A/B. */
-  int kv_prefetch = 0;
+  /** 1 (v20, the default): each block's first K/V rows are copied in the qkv barrier's split phase,
+   *  once the arrival's fence has completed (with split_barrier 2), so that the copy runs during the
+   *  barrier's wait without delaying the fence (-23 us alone, -26 with o_combine, 2026-12-05); 0: by
+   *  the attention stage itself (v15-v19). v8-v14 copied them before the arrival (measured ~5-10 us
+   *  per token slower in v15: the release fence waited for them; that mode is gone).
+   *  NIBBLE_MK_KVPF=0 for an A/B. */
+  int kv_prefetch = 1;
   /** 2 (v18): the next GEMV's first ring stages that the current GEMV did not issue are issued
    *  after the release fence of the block's arrival at the grid barrier has completed (a block
    *  barrier after the arrival) and before its wait: the fence waits for every bulk copy the SM has
@@ -253,12 +253,11 @@ struct DecodeParams {
    *  every copy of the SM in flight. NIBBLE_MK_SYNCWARP at build_model (the plans depend on it);
    *  the generation barrier (barrier_mode 0) still arrives from thread 0. */
   int sync_warp = 0;
-  /** 1 (a candidate after v19, not yet measured on the GPU): no block combines the attention's
-   *  chunks; o-proj's blocks wait for every chunk of their heads (attn_count) and merge the
-   *  partials in their input build, one flag hop and one fence fewer per layer; 0: the last block
-   *  of each KV head combines into attn and releases attn_done (v6-v19). NIBBLE_MK_OCOMB=0/1 for
-   *  an A/B. */
-  int o_combine = 0;
+  /** 1 (v20, the default): no block combines the attention's chunks; o-proj's blocks wait for every
+   *  chunk of their heads (attn_count) and merge the partials in their input build, one flag hop and
+   *  one fence fewer per layer (-21 us alone, -26 with kv_prefetch, 2026-12-05); 0: the last block of
+   *  each KV head combines into attn and releases attn_done (v6-v19). NIBBLE_MK_OCOMB=0 for an A/B. */
+  int o_combine = 1;
   /** n > 0 (a candidate after v19, not yet measured on the GPU; NIBBLE_MK_PFSM=n at build_model):
    *  the last n blocks of the grid run none of the step. They follow the grid barrier's count and
    *  pull the GEMV after the running one into L2 (cp.async.bulk.prefetch.L2), while the other
