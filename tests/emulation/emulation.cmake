@@ -46,6 +46,12 @@ nibble_emulation_test(megakernel_decode_emulation SOURCES ${nibble_emu}/test_meg
                       ${nibble_mk}/model_host.cpp
                       CUDA_SOURCES ${nibble_mk}/megakernel.cu ${nibble_mk}/decode_kernel.cu ${nibble_mk}/repack.cu
                       LIBS nibble_oracle nibble_fixtures)
+# The dataflow megakernel (v2) through its own C ABI, the same test body.
+nibble_emulation_test(megakernel_dataflow_decode_emulation SOURCES ${nibble_emu}/test_megakernel_decode_emulation.cpp
+                      ${PROJECT_SOURCE_DIR}/harness/decode/device_model.cpp ${PROJECT_SOURCE_DIR}/harness/device_buffer.cpp
+                      ${nibble_mk}/model_host.cpp ${nibble_mk}/dataflow_plan.cpp
+                      CUDA_SOURCES ${nibble_mk}/dataflow.cu ${nibble_mk}/dataflow_kernel.cu ${nibble_mk}/repack.cu
+                      LIBS nibble_oracle nibble_fixtures)
 # v19's paths (the combining block, the K/V rows copied by the attention; v20 made the other two
 # the default, NOTES.md), so that both stay checked in CI.
 add_test(NAME nibble.test.megakernel_decode_emulation_v19 COMMAND test_megakernel_decode_emulation)

@@ -48,13 +48,15 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 }
 
 /** xs (d) = dequant(embed)[token]; NaN for a token outside [0, vocab) (the step then fails the gate
- *  visibly instead of reading out of bounds). When h_out is set, also written there. */
+ *  visibly instead of reading out of bounds). When h_out is set, also written there. By the
+ *  threads of Threads. */
+template <class Threads = BlockThreads>
 __device__ __forceinline__ void load_embed_row(const SourceTriple& e, int vocab, int d, const int64_t* token,
                                                float* xs, float* h_out) {
   const int64_t t = __ldg(token);
   const bool valid = t >= 0 && t < vocab;
   const int groups = d / kGroup;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+  for (int i = Threads::t(); i < d; i += Threads::n()) {
     float v = NAN;
     if (valid) {
       const uint32_t byte = __ldg(e.packed + size_t(t) * (d / 2) + i / 2);

@@ -31,18 +31,40 @@ struct ConsumerThreads {
  *  up to 16 bytes (what follows stays aligned). */
 NIBBLE_MK_HD inline size_t input_scratch_bytes(int max_k, int w) { return (size_t(max_k) * 4 + size_t(w) * 4 + 15) / 16 * 16; }
 
+/** xq's groups [g0, g1) = limbs of RMSNorm(xs) * gain, xs (d floats of shared memory) loaded and
+ *  the consumers synchronised before; gain (d) bf16, red: W floats. Consumer warp w, all lanes; ends
+ *  with the consumers' barrier. */
+template <int W>
+__device__ __forceinline__ void norm_limbs(const float* xs, int d, const uint16_t* gain, float eps, int g0, int g1,
+                                           float* red, unsigned char* xq, uint32_t w) {
+  using CT = ConsumerThreads<W>;
+  const float mul = rms_scale<CT>(xs, d, eps, red);
+  build_x_limbs_warps(int(w), W, xs, d, xq, gain, mul, g0, g1);
+  CT::sync();
+}
+
 /** xq's groups [g0, g1) = limbs of RMSNorm(h) * gain, h (d) fp32 published by other CTAs (read
  *  coherently), gain (d) bf16; xs: d floats of shared memory, red: W floats. Consumer warp w, all
  *  lanes; ends with the consumers' barrier. */
 template <int W>
 __device__ __forceinline__ void norm_input(const float* h, int d, const uint16_t* gain, float eps, int g0, int g1, float* xs,
                                            float* red, unsigned char* xq, uint32_t w) {
+  load_vector<ConsumerThreads<W>>(h, d, xs);
+  ConsumerThreads<W>::sync();
+  norm_limbs<W>(xs, d, gain, eps, g0, g1, red, xq, w);
+}
+
+/** Layer 0's norm_input from the token's embedding row instead of h (load_embed_row), which also
+ *  writes h_out[r0, r1) (the residual rows this CTA finishes: its own, read back by its o-proj). */
+template <int W>
+__device__ __forceinline__ void embed_norm_input(const SourceTriple& embed, int vocab, const int64_t* token, int d,
+                                                 const uint16_t* gain, float eps, int g0, int g1, float* xs, float* red,
+                                                 unsigned char* xq, float* h_out, int r0, int r1, uint32_t w) {
   using CT = ConsumerThreads<W>;
-  load_vector<CT>(h, d, xs);
+  load_embed_row<CT>(embed, vocab, d, token, xs, nullptr);
   CT::sync();
-  const float mul = rms_scale<CT>(xs, d, eps, red);
-  build_x_limbs_warps(int(w), W, xs, d, xq, gain, mul, g0, g1);
-  CT::sync();
+  for (int i = r0 + int(CT::t()); i < r1; i += int(CT::n())) h_out[i] = xs[i];
+  norm_limbs<W>(xs, d, gain, eps, g0, g1, red, xq, w);
 }
 
 /** xq's groups [g0, g1) = limbs of silu(gate) * up, from gu (2 ffn, Interleave8) published by other

@@ -32,7 +32,6 @@ using sol::AbiFailure;
 [[noreturn]] void fail(nibble_status s, const std::string& msg) { throw AbiFailure(s, msg); }
 
 using host::DeviceAlloc;
-using host::round_up;
 
 struct Model {
   nibble_decode_config cfg{};
@@ -171,7 +170,9 @@ void write_trace(const Model& m) {
 }
 
 std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stream) {
-  const host::ModelSources srcs = host::model_sources(model);
+  const host::ModelSources srcs = host::model_sources(model, [](const nibble_decode_config& cfg) {
+    return unsupported_reason(cfg.d, cfg.ffn, cfg.n_q, cfg.n_kv, cfg.hd, cfg.group);
+  });
   const nibble_decode_config& c = model->cfg;
   auto mdl = std::make_unique<Model>();
   mdl->cfg = c;
@@ -199,14 +200,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
                                        std::to_string(kThreads) + " threads per block)");
 
   // Repacked weights: one allocation, each matrix 256-byte aligned.
-  struct Job {
-    std::vector<SourceTriple> src;
-    RowMap map;
-    int k;
-    PackedMatrix* dst;
-    int chunk = 0;  // groups per chunk of the unit order (0: tile-major); o and down: see below
-  };
-  std::vector<Job> jobs;
+  std::vector<host::RepackJob> jobs;
   // o and down in chunks of a few groups (v12; PackedMatrix::chunk): a block's range then reads only
   // those groups of the input (v6: group-major builds 256 inputs instead of 8192 for down) while a
   // warp still sums a tile over the chunk's groups before it flushes (group-major flushed every
@@ -237,32 +231,8 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   }
   PackedMatrix head;
   jobs.push_back({{embed}, RowMap::Concat, c.d, &head});
-  size_t total = 0;
-  std::vector<size_t> w_off(jobs.size());
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    int rows = 0;
-    for (const SourceTriple& s : jobs[j].src) rows += s.rows;
-    w_off[j] = total;
-    total += round_up(packed_weight_bytes(rows, jobs[j].k), 256);
-  }
-  mdl->weights.allocate(total);
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    Job& job = jobs[j];
-    int rows = 0;
-    for (const SourceTriple& s : job.src) rows += s.rows;
-    auto* w = reinterpret_cast<uint4*>(mdl->weights.get() + w_off[j]);
-    job.dst->w = w;
-    job.dst->tiles = (rows + kTileRows - 1) / kTileRows;
-    job.dst->groups = job.k / kGroup;
-    job.dst->rows = rows;
-    job.dst->chunk = job.chunk > 0 ? job.chunk : job.dst->groups;
-    job.dst->vec_flush = vec_flush;
-    // Before any repack runs: the GEMV plans every matrix below (gemv_plan_fits).
-    if (!gemv_plan_fits(*job.dst))
-      fail(NIBBLE_ERR_NOT_SUPPORTED, "a projection of " + std::to_string(rows) + " rows x " + std::to_string(job.k) +
-                                         " inputs has too many 16 x 128 units for the GEMV's 32-bit unit counts");
-    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, w, stream, job.chunk));
-  }
+  host::repack_all(jobs, mdl->weights, stream);
+  for (host::RepackJob& job : jobs) job.dst->vec_flush = vec_flush;
 
   // Every warp's share of each GEMV kind (the layers' shapes are equal; the device never divides).
   const char* sw = std::getenv("NIBBLE_MK_SYNCWARP");
@@ -299,29 +269,20 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
       size_t(c.layers) * sizeof(LayerDev),               // layers
       size_t(kPlanKinds) * nw * sizeof(GemvPlan),        // every warp's GEMV plans
   };
-  size_t stotal = 0;
-  for (size_t s : sizes) stotal += round_up(s, 256);
-  mdl->scratch.allocate(stotal);
-  char* base = mdl->scratch.get();
-  size_t off = 0;
-  auto take = [&](size_t bytes) {
-    char* p = base + off;
-    off += round_up(bytes, 256);
-    return p;
-  };
+  const std::vector<char*> piece = host::carve(mdl->scratch, {std::begin(sizes), std::end(sizes)});
   DecodeParams& P = mdl->params;
-  P.h = reinterpret_cast<float*>(take(sizes[0]));
-  P.qkv = reinterpret_cast<float*>(take(sizes[1]));
-  P.attn = reinterpret_cast<float*>(take(sizes[2]));
-  P.gu = reinterpret_cast<float*>(take(sizes[3]));
-  P.part = reinterpret_cast<float*>(take(sizes[4]));
-  P.attn_count = reinterpret_cast<unsigned*>(take(sizes[5]));
+  P.h = reinterpret_cast<float*>(piece[0]);
+  P.qkv = reinterpret_cast<float*>(piece[1]);
+  P.attn = reinterpret_cast<float*>(piece[2]);
+  P.gu = reinterpret_cast<float*>(piece[3]);
+  P.part = reinterpret_cast<float*>(piece[4]);
+  P.attn_count = reinterpret_cast<unsigned*>(piece[5]);
   P.attn_done = P.attn_count + c.n_kv;
-  P.barrier = reinterpret_cast<unsigned*>(take(sizes[6]));
-  auto* rope_dev = reinterpret_cast<float2*>(take(sizes[7]));
-  auto* layers_dev = reinterpret_cast<LayerDev*>(take(sizes[8]));
-  auto* plans_dev = reinterpret_cast<GemvPlan*>(take(sizes[9]));
-  SOL_CUDA(cudaMemsetAsync(base, 0, stotal, stream));  // qkv, counters and barrier must start at zero
+  P.barrier = reinterpret_cast<unsigned*>(piece[6]);
+  auto* rope_dev = reinterpret_cast<float2*>(piece[7]);
+  auto* layers_dev = reinterpret_cast<LayerDev*>(piece[8]);
+  auto* plans_dev = reinterpret_cast<GemvPlan*>(piece[9]);
+  SOL_CUDA(cudaMemsetAsync(mdl->scratch.get(), 0, mdl->scratch.size(), stream));  // qkv, counters and barrier must start at zero
 
   const std::vector<float2> rope = host::rope_table(c);
   SOL_CUDA(cudaMemcpyAsync(rope_dev, rope.data(), n_rope * sizeof(float2), cudaMemcpyHostToDevice, stream));

@@ -24,7 +24,7 @@ SourceTriple source(const nibble_decode_model* m, const std::string& name, int64
   return s;
 }
 
-void validate_config(const nibble_decode_config& c) {
+void validate_config(const nibble_decode_config& c, UnsupportedFn unsupported) {
   const auto positive = [](int64_t v, const char* name) {
     if (v <= 0) fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("cfg.") + name + " must be positive, got " + std::to_string(v));
   };
@@ -43,7 +43,7 @@ void validate_config(const nibble_decode_config& c) {
   if (c.n_q % c.n_kv)
     fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.n_q (" + std::to_string(c.n_q) + ") must be a multiple of cfg.n_kv (" +
                                           std::to_string(c.n_kv) + ") for grouped-query attention");
-  const std::string why = unsupported_reason(c.d, c.ffn, c.n_q, c.n_kv, c.hd, c.group);
+  const std::string why = unsupported(c);
   if (!why.empty()) fail(NIBBLE_ERR_NOT_SUPPORTED, why);
   if (int64_t(c.vocab) + 16 > (1ll << 30) || int64_t(c.ffn) * 2 > (1ll << 30))
     fail(NIBBLE_ERR_NOT_SUPPORTED, "config too large for this solution's 32-bit row indexing");
@@ -59,6 +59,7 @@ void require_aligned(const void* p, const std::string& name) {
 void DeviceAlloc::allocate(size_t bytes) {
   if (ptr_) throw AbiFailure(NIBBLE_ERR_INTERNAL, "DeviceAlloc::allocate called twice");
   if (bytes) SOL_CUDA(cudaMalloc(&ptr_, bytes));
+  size_ = bytes;
 }
 
 DeviceAlloc::~DeviceAlloc() {
@@ -68,17 +69,18 @@ DeviceAlloc::~DeviceAlloc() {
 void DeviceAlloc::release() {
   void* p = ptr_;
   ptr_ = nullptr;
+  size_ = 0;
   if (p) SOL_CUDA(cudaFree(p));
 }
 
-ModelSources model_sources(const nibble_decode_model* model) {
+ModelSources model_sources(const nibble_decode_model* model, UnsupportedFn unsupported) {
   if (model->struct_size < sizeof(nibble_decode_model))
     fail(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: nibble_decode_model.struct_size is smaller than this solution's");
   if (!model->task || std::strcmp(model->task, "megakernel-int4-weight-decode") != 0)
     fail(NIBBLE_ERR_NOT_SUPPORTED, std::string("this solution implements task megakernel-int4-weight-decode, not '") +
                                        (model->task ? model->task : "(null)") + "'");
   const nibble_decode_config& c = model->cfg;
-  validate_config(c);
+  validate_config(c, unsupported);
   const int qdim = c.n_q * c.hd, kvdim = c.n_kv * c.hd;
   ModelSources m;
   m.embed = source(model, "embed", c.vocab, c.d);
@@ -117,6 +119,44 @@ void require_sm90() {
   if (major != 9 || minor != 0)
     fail(NIBBLE_ERR_NOT_SUPPORTED, "this solution is built for sm_90a (Hopper: H100/H200) only; the device is sm_" +
                                        std::to_string(major) + std::to_string(minor));
+}
+
+void repack_all(std::vector<RepackJob>& jobs, DeviceAlloc& weights, cudaStream_t stream) {
+  const auto rows_of = [](const RepackJob& j) {
+    int rows = 0;
+    for (const SourceTriple& s : j.src) rows += s.rows;
+    return rows;
+  };
+  std::vector<size_t> sizes;
+  for (const RepackJob& j : jobs) sizes.push_back(packed_weight_bytes(rows_of(j), j.k));
+  const std::vector<char*> w = carve(weights, sizes);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    RepackJob& job = jobs[i];
+    const int rows = rows_of(job);
+    job.dst->w = reinterpret_cast<const uint4*>(w[i]);
+    job.dst->tiles = (rows + kTileRows - 1) / kTileRows;
+    job.dst->groups = job.k / kGroup;
+    job.dst->rows = rows;
+    job.dst->chunk = job.chunk > 0 ? job.chunk : job.dst->groups;
+    if (!gemv_plan_fits(*job.dst))
+      fail(NIBBLE_ERR_NOT_SUPPORTED, "a projection of " + std::to_string(rows) + " rows x " + std::to_string(job.k) +
+                                         " inputs has too many 16 x 128 units for the GEMV's 32-bit unit counts");
+    SOL_CUDA(launch_repack(job.src.data(), int(job.src.size()), job.map, job.k, reinterpret_cast<uint4*>(w[i]), stream,
+                           job.chunk));
+  }
+}
+
+std::vector<char*> carve(DeviceAlloc& a, const std::vector<size_t>& sizes) {
+  size_t total = 0;
+  for (size_t s : sizes) total += round_up(s, 256);
+  a.allocate(total);
+  std::vector<char*> out;
+  size_t off = 0;
+  for (size_t s : sizes) {
+    out.push_back(a.get() + off);
+    off += round_up(s, 256);
+  }
+  return out;
 }
 
 std::vector<float2> rope_table(const nibble_decode_config& c) {

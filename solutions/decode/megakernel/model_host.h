@@ -25,10 +25,12 @@ class DeviceAlloc {
   DeviceAlloc(const DeviceAlloc&) = delete;
   DeviceAlloc& operator=(const DeviceAlloc&) = delete;
   char* get() const { return static_cast<char*>(ptr_); }
+  size_t size() const { return size_; }
   void release();
 
  private:
   void* ptr_ = nullptr;
+  size_t size_ = 0;
 };
 
 inline size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
@@ -50,12 +52,33 @@ struct ModelSources {
   std::vector<LayerSources> layers;
 };
 
+/** The solution's own limits: an empty string when it supports the config, else why not. */
+using UnsupportedFn = std::string (*)(const nibble_decode_config& c);
+
 /** The model handed to build_model, checked: struct_size, the task name, the config (positive,
- *  GQA, unsupported_reason, 32-bit row indexing) and every tensor. */
-ModelSources model_sources(const nibble_decode_model* model);
+ *  GQA, `unsupported` (NOT_SUPPORTED with its reason), 32-bit row indexing) and every tensor. */
+ModelSources model_sources(const nibble_decode_model* model, UnsupportedFn unsupported);
 
 /** Throws NOT_SUPPORTED unless the current device is sm_90 (the kernels are sm_90a code). */
 void require_sm90();
+
+/** One matrix to repack (repack.cu): its sources stacked by `map`, K inputs, where its descriptor
+ *  goes, its unit order (PackedMatrix::chunk; 0: tile-major). */
+struct RepackJob {
+  std::vector<SourceTriple> src;
+  RowMap map = RowMap::Concat;
+  int k = 0;
+  PackedMatrix* dst = nullptr;
+  int chunk = 0;
+};
+
+/** Every job's matrix repacked into one allocation (weights, each matrix 256-byte aligned), queued on
+ *  stream; each dst filled (w, tiles, groups, rows, chunk) and checked with gemv_plan_fits
+ *  (NOT_SUPPORTED: too many units for the GEMV's 32-bit counts) before its repack is queued. */
+void repack_all(std::vector<RepackJob>& jobs, DeviceAlloc& weights, cudaStream_t stream);
+
+/** One allocation of the given byte sizes, each piece 256-byte aligned: the pieces, in order. */
+std::vector<char*> carve(DeviceAlloc& a, const std::vector<size_t>& sizes);
 
 /** (max_seq, hd/2) {cos, sin} of angle pos theta^(-2i/hd), computed in double, rounded once. */
 std::vector<float2> rope_table(const nibble_decode_config& c);

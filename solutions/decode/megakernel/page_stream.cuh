@@ -99,36 +99,39 @@ __device__ __forceinline__ PagePool page_pool_init(unsigned char* smem, uint32_t
   return pool;
 }
 
-/** The producer (one lane): every page of segs[0, n) into the pool, in order, each as soon as its
- *  slot is free. */
+/** The producer (one lane): every page of segment sg into the pool, in order, each as soon as its
+ *  slot is free; k: the stream's page count before sg, advanced past it. policy: the copies' L2
+ *  cache hint (sol::policy_evict_first: each weight byte is read once per step). */
+__device__ __forceinline__ void produce_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint64_t policy) {
+  for_each_page(sg, [&](uint32_t t, uint32_t g, uint32_t units) {
+    const uint32_t p = k % pool.n_pages, use = k / pool.n_pages;
+    if (use > 0) {
+      sol::mbar_wait(pool.empty + 8 * p, (use - 1) & 1);
+      sol::fence_proxy_async_smem();  // the consumers' reads of the slot before the copy engine's writes
+    }
+    const uint32_t dst = sol::smem_addr(pool.pages + size_t(p) * kPageBytes);
+    if (sg.kind == kStreamKv) {  // t: the first position, units: the rows
+      const uint32_t bytes = units * sg.row_bytes;
+      const size_t off = size_t(t) * sg.row_bytes;
+      sol::mbar_expect_tx(pool.full + 8 * p, 2 * bytes);
+      sol::bulk_load(dst, reinterpret_cast<const unsigned char*>(sg.w) + off, bytes, pool.full + 8 * p, policy);
+      sol::bulk_load(dst + kv_page_rows(sg.row_bytes) * sg.row_bytes, reinterpret_cast<const unsigned char*>(sg.v) + off,
+                     bytes, pool.full + 8 * p, policy);
+    } else {
+      const uint32_t bytes = units * kUnitStride;
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(sg.w) + (size_t(t) * sg.groups + g) * kUnitStride;
+      sol::mbar_expect_tx(pool.full + 8 * p, bytes);
+      sol::bulk_load(dst, src, bytes, pool.full + 8 * p, policy);
+    }
+    ++k;
+  });
+}
+
+/** The producer (one lane): every page of segs[0, n) into the pool, in order (produce_segment). */
 __device__ __forceinline__ void produce_pages(const PagePool& pool, const StreamSegment* segs, int n) {
   const uint64_t policy = sol::policy_evict_first();
   uint32_t k = 0;
-  for (int s = 0; s < n; ++s) {
-    const StreamSegment sg = segs[s];
-    for_each_page(sg, [&](uint32_t t, uint32_t g, uint32_t units) {
-      const uint32_t p = k % pool.n_pages, use = k / pool.n_pages;
-      if (use > 0) {
-        sol::mbar_wait(pool.empty + 8 * p, (use - 1) & 1);
-        sol::fence_proxy_async_smem();  // the consumers' reads of the slot before the copy engine's writes
-      }
-      const uint32_t dst = sol::smem_addr(pool.pages + size_t(p) * kPageBytes);
-      if (sg.kind == kStreamKv) {  // t: the first position, units: the rows
-        const uint32_t bytes = units * sg.row_bytes;
-        const size_t off = size_t(t) * sg.row_bytes;
-        sol::mbar_expect_tx(pool.full + 8 * p, 2 * bytes);
-        sol::bulk_load(dst, reinterpret_cast<const unsigned char*>(sg.w) + off, bytes, pool.full + 8 * p, policy);
-        sol::bulk_load(dst + kv_page_rows(sg.row_bytes) * sg.row_bytes, reinterpret_cast<const unsigned char*>(sg.v) + off,
-                       bytes, pool.full + 8 * p, policy);
-      } else {
-        const uint32_t bytes = units * kUnitStride;
-        const unsigned char* src = reinterpret_cast<const unsigned char*>(sg.w) + (size_t(t) * sg.groups + g) * kUnitStride;
-        sol::mbar_expect_tx(pool.full + 8 * p, bytes);
-        sol::bulk_load(dst, src, bytes, pool.full + 8 * p, policy);
-      }
-      ++k;
-    });
-  }
+  for (int s = 0; s < n; ++s) produce_segment(pool, segs[s], k, policy);
 }
 
 /** Consumer warp w (of pool.consumers), all lanes, for the next segment sg of the stream (every

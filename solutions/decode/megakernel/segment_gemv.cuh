@@ -70,12 +70,13 @@ __device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32
  * counts matrix segments only, the same sequence on both ranks, never attention items), with xq the XQuant of x
  * (records by absolute group; this CTA's groups [sg.g0, sg.g1) built), rank the CTA's rank in its
  * 2-CTA cluster: y[16 t + i] (t of the tiles this rank finishes, rows below `rows`) = the row's
- * sum over all K. Ends with the consumers' barrier.
+ * sum over all K, plus resid[16 t + i] when resid is set (the residual stream: y = h + W x; read
+ * coherently, it may be another buffer this CTA wrote earlier). Ends with the consumers' barrier.
  */
 template <int W>
 __device__ __forceinline__ void segment_gemv(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
                                              const unsigned char* xq, const ClusterSum& cs, uint32_t seg_no,
-                                             uint32_t rank, float* y, int rows) {
+                                             uint32_t rank, float* y, int rows, const float* resid = nullptr) {
   const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
   const uint32_t n = sg.tile1 - sg.tile0;
   for (uint32_t i = uint32_t(ct); i < 16 * n; i += 32 * W) cs.part[i] = 0.f;
@@ -110,7 +111,7 @@ __device__ __forceinline__ void segment_gemv(const PagePool& pool, const StreamS
   sol::mbar_wait_cluster(cs.rx + 8 * b, (seg_no >> 1) & 1u);
   for (uint32_t i = uint32_t(ct); i < 16 * (m1 - m0); i += 32 * W) {
     const int row = int(16 * (sg.tile0 + m0) + i);
-    if (row < rows) y[row] = cs.part[16 * m0 + i] + cs.peer[b][i];
+    if (row < rows) y[row] = (resid ? __ldcg(resid + row) : 0.f) + (cs.part[16 * m0 + i] + cs.peer[b][i]);
   }
   consumers_sync<W>();  // part is read before the next segment zeroes it
 }

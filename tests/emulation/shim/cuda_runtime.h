@@ -123,7 +123,13 @@ inline T __ldcs(const T* p) {
 }
 
 typedef struct CUstream_st* cudaStream_t;
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorCooperativeLaunchTooLarge = 720,
+  cudaErrorNotSupported = 801
+};
 using cudaError = cudaError_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t) {
@@ -202,13 +208,14 @@ inline cudaError_t cudaFree(void* p) {
   return cudaSuccess;
 }
 
-enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension = 4 };
+enum cudaLaunchAttributeID { cudaLaunchAttributeCooperative = 2, cudaLaunchAttributeClusterDimension = 4 };
 struct cudaLaunchAttribute {
   cudaLaunchAttributeID id;
   struct {
     struct {
       unsigned x, y, z;
     } clusterDim;
+    int cooperative;  // a cluster launch here is cooperative anyway: every block resident at once
   } val;
 };
 struct cudaLaunchConfig_t {
@@ -218,6 +225,17 @@ struct cudaLaunchConfig_t {
   cudaLaunchAttribute* attrs = nullptr;
   unsigned numAttrs = 0;
 };
+
+/** Clusters of cfg's cluster size resident at once: the emulated SMs hold one block each. */
+template <class F>
+cudaError_t cudaOccupancyMaxActiveClusters(int* n, F, const cudaLaunchConfig_t* cfg) {
+  unsigned size = 1;
+  for (unsigned i = 0; i < cfg->numAttrs; ++i)
+    if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension)
+      size = cfg->attrs[i].val.clusterDim.x * cfg->attrs[i].val.clusterDim.y * cfg->attrs[i].val.clusterDim.z;
+  *n = ::emu::sm_count / int(size);
+  return cudaSuccess;
+}
 
 // The driver entry point the TMA path asks for: cuTensorMapEncodeTiled, recording the map.
 enum cudaGetDriverEntryPointFlags { cudaEnableDefault = 0 };

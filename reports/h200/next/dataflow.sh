@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# dataflow.sh: the megakernel v2's (megakernel-dataflow, issue 21) first GPU call (<= 590 s), into $OUT:
+#   1. build nibble, both megakernel solutions and their tiny tests;
+#   2. the bundled-solution tiny test of v2 (the fp64 oracle, 8 steps; a protocol that hangs is cut at
+#      120 s), then v1's in the same call;
+#   3. when it passed: a grade of full, seed 0, v2 then v1 (the grader's watchdog cuts a hang), and
+#      seeds 0, 1 of v1 (v20's report the README quotes) if time is left.
+#   bash reports/h200/next/dataflow.sh <commit>
+set -uo pipefail
+export NIBBLE_SOURCE_COMMIT=${1:?commit}
+t0=$(date +%s)
+left() { echo $(( 580 - ($(date +%s) - t0) )); }
+source scripts/env.sh
+cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
+cmake --build build-hopper -j16 --target nibble nibble_reference nibble_megakernel nibble_megakernel_dataflow \
+  test_megakernel_dataflow_decode_tiny test_megakernel_decode_tiny > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+echo "built ($(( $(date +%s) - t0 )) s)"
+B=build-hopper
+export NIBBLE_BINARY_DIR=$PWD/$B NIBBLE_SOURCE_DIR=$PWD
+timeout 120 $B/tests/test_megakernel_dataflow_decode_tiny > "$OUT/tiny-dataflow.log" 2>&1
+tiny=$?; echo "v2 tiny: exit $tiny"; grep -E "step|OK|FAILED|Failure" "$OUT/tiny-dataflow.log" | head -20
+timeout 60 $B/tests/test_megakernel_decode_tiny > "$OUT/tiny-v1.log" 2>&1; echo "v1 tiny: exit $?"
+if [ $tiny -eq 0 ]; then
+  for s in megakernel_dataflow megakernel; do
+    timeout 150 $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_$s.so --out "$OUT/$s-full-seed0.json" \
+      > "$OUT/$s-full-seed0.log" 2>&1
+    echo "$s full seed 0: exit $? $(grep -m2 -E 'disposition|time/token' "$OUT/$s-full-seed0.log" | tr '\n' ' ')"
+  done
+fi
+[ "$(left)" -gt 100 ] && timeout $(( $(left) - 10 )) $B/bin/nibble grade --config full --seeds 0,1 -q \
+  --solution $B/lib/libnibble_megakernel.so --out "$OUT/megakernel-full.json" > "$OUT/megakernel-full.log" 2>&1 && \
+  echo "v20 seeds 0, 1: $(grep -m2 -E 'disposition|time/token' "$OUT/megakernel-full.log" | tr '\n' ' ')"
+echo "dataflow.sh done in $(( $(date +%s) - t0 )) s"

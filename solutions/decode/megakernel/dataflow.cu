@@ -1,0 +1,247 @@
+// dataflow.cu: the C ABI entry points of the "megakernel-dataflow" solution of
+// megakernel-int4-weight-decode: the megakernel v2 (issue 21 step 3; NOTES.md "v2: the dataflow
+// design"), a solution of its own beside v1 (megakernel.cu) until it is measured faster.
+//
+// build_model (untimed) checks every tensor (model_host.h), repacks every int4 triple tile-major
+// (repack.cu: a tile's K half is one contiguous run, one bulk copy per page), sizes the grid (the
+// clusters of 2 that can be resident at once), makes the schedule (dataflow_plan.h) and writes it in
+// device form: each CTA's segment list with its waits. decode_step is one launch per sequence
+// (dataflow_kernel.h); the publish counters are zeroed once and only grow, so a step resets nothing.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dataflow_kernel.h"
+#include "dataflow_plan.h"
+#include "megakernel.h"
+#include "model_host.h"
+#include "nibble/nibble.h"
+#include "page_stream.cuh"
+#include "solutions/common/abi_util.h"
+#include "solutions/common/export.h"
+
+namespace nibble::megakernel::v2 {
+
+namespace {
+
+namespace df = dataflow;
+using host::DeviceAlloc;
+using sol::AbiFailure;
+
+[[noreturn]] void fail(nibble_status s, const std::string& msg) { throw AbiFailure(s, msg); }
+
+struct Model {
+  nibble_decode_config cfg{};
+  DeviceAlloc weights;  // every repacked matrix
+  DeviceAlloc scratch;  // activations, partials, counters, RoPE table, layers, segment lists
+  DataflowParams params{};
+  size_t smem = 0;
+  unsigned launches = 0;  // launches on the counters so far (DataflowParams::launch)
+};
+
+/** The repacked matrices of one layer, tile-major. */
+struct LayerMats {
+  PackedMatrix m[df::kSegKinds];
+};
+
+/** Segment g of the plan in device form, its matrix from mats (kind, layer). */
+DevSegment device_segment(const df::Segment& g, const std::vector<LayerMats>& mats, const PackedMatrix& head) {
+  DevSegment d;
+  d.kind = uint16_t(g.kind);
+  d.layer = uint16_t(g.layer);
+  if (g.kind == df::kAttn) {
+    d.kv_head = uint16_t(g.kv_head);
+    d.chunk = uint16_t(g.chunk);
+  } else {
+    const PackedMatrix& M = g.kind == df::kHead ? head : mats[size_t(g.layer)].m[g.kind];
+    d.w = M.w;
+    d.tile0 = uint32_t(g.tile0);
+    d.tile1 = uint32_t(g.tile1);
+    d.g0 = uint16_t(g.g0);
+    d.g1 = uint16_t(g.g1);
+    d.groups = uint16_t(M.groups);
+  }
+  if (g.waits.size() > size_t(kMaxWaits))
+    fail(NIBBLE_ERR_INTERNAL, std::string("megakernel-dataflow: a ") + df::seg_kind_name(g.kind) + " segment waits for " +
+                                  std::to_string(g.waits.size()) + " ranges, more than the kernel's " +
+                                  std::to_string(kMaxWaits) + " (a bug in the plan)");
+  d.n_waits = uint16_t(g.waits.size());
+  for (size_t j = 0; j < g.waits.size(); ++j)
+    d.waits[j] = DevWait{uint16_t(g.waits[j].source), uint16_t(g.waits[j].layer), uint16_t(g.waits[j].lo),
+                         uint16_t(g.waits[j].hi)};
+  return d;
+}
+
+/** What the kernel supports before the grid is known (plan_unsupported checks the rest with it). */
+std::string unsupported(const nibble_decode_config& c) {
+  if (c.group != kGroup)
+    return "cfg.group = " + std::to_string(c.group) + ": the repacked layout maps one 128-input group onto 4 mma k-blocks";
+  if (c.hd != 64 && c.hd != 128)
+    return "cfg.hd = " + std::to_string(c.hd) + ": the attention items support head dims 64 and 128 (hd/32 per lane)";
+  if (c.n_q / c.n_kv > kMaxRep)
+    return "n_q / n_kv = " + std::to_string(c.n_q / c.n_kv) + ": the attention items support at most " +
+           std::to_string(kMaxRep) + " query heads per KV head";
+  if (c.layers > 65535 || c.max_seq > (1 << 24)) return "more layers or positions than the segment lists' fields hold";
+  return "";
+}
+
+std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stream) {
+  const host::ModelSources srcs = host::model_sources(model, unsupported);
+  const nibble_decode_config& c = model->cfg;
+  host::require_sm90();
+  auto mdl = std::make_unique<Model>();
+  mdl->cfg = c;
+  const int qdim = c.n_q * c.hd, max_k = std::max({c.d, c.ffn, qdim});
+  const df::ModelShape shape{c.layers, c.d, c.ffn, c.n_q, c.n_kv, c.hd, c.vocab};
+
+  // The grid: as many clusters as can be resident at once with the most shared memory a block may
+  // have (the pool takes what the rest leaves, so the kernel never asks for more).
+  int dev = 0, optin = 0, clusters = 0;
+  SOL_CUDA(cudaGetDevice(&dev));
+  SOL_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  optin -= 1024;  // ptxas reports 1 KB of static shared memory for the cluster kernel: keep it free
+  SOL_CUDA(dataflow_max_clusters(c.hd, size_t(optin), &clusters));
+  if (clusters < 1)
+    fail(NIBBLE_ERR_NOT_SUPPORTED, "no cluster of 2 blocks of " + std::to_string(kDataflowThreads) + " threads and " +
+                                       std::to_string(optin) + " bytes of shared memory can be resident on this device");
+  if (const std::string why = df::plan_unsupported(shape, clusters); !why.empty())
+    fail(NIBBLE_ERR_NOT_SUPPORTED, "megakernel-dataflow on " + std::to_string(clusters) + " clusters: " + why);
+  const df::Plan plan = df::make_plan(shape, clusters);
+  uint32_t max_tiles = 1;
+  for (const auto& list : plan.segments)
+    for (const df::Segment& g : list)
+      if (g.kind != df::kAttn) max_tiles = std::max(max_tiles, uint32_t(g.tile1 - g.tile0));
+  const size_t fixed = dataflow_fixed_smem(c.hd, max_k, max_tiles);
+  const size_t per_page = page_pool_bytes(1);
+  const uint32_t pages = fixed < size_t(optin) ? uint32_t((size_t(optin) - fixed) / per_page) / kConsumerWarps * kConsumerWarps : 0;
+  if (pages < uint32_t(kConsumerWarps))
+    fail(NIBBLE_ERR_NOT_SUPPORTED, "megakernel-dataflow: the input and cluster-sum buffers (" + std::to_string(fixed) +
+                                       " bytes) leave no room for a page per consumer warp in " + std::to_string(optin) +
+                                       " bytes of shared memory");
+  mdl->smem = page_pool_bytes(pages) + fixed;
+
+  // Repacked weights, tile-major: one allocation, each matrix 256-byte aligned.
+  std::vector<LayerMats> mats(size_t(c.layers));
+  PackedMatrix head;
+  std::vector<host::RepackJob> jobs;
+  for (int i = 0; i < c.layers; ++i) {
+    const host::LayerSources& s = srcs.layers[size_t(i)];
+    PackedMatrix* m = mats[size_t(i)].m;
+    jobs.push_back({{s.q, s.k, s.v}, RowMap::Concat, c.d, &m[df::kQkv]});
+    jobs.push_back({{s.o}, RowMap::Concat, qdim, &m[df::kO]});
+    jobs.push_back({{s.gate, s.up}, RowMap::Interleave8, c.d, &m[df::kGu]});
+    jobs.push_back({{s.down}, RowMap::Concat, c.ffn, &m[df::kDown]});
+  }
+  jobs.push_back({{srcs.embed}, RowMap::Concat, c.d, &head});
+  host::repack_all(jobs, mdl->weights, stream);
+
+  // The schedule in device form.
+  std::vector<DevSegment> segs;
+  std::vector<DevCta> ctas(plan.segments.size());
+  for (size_t cta = 0; cta < plan.segments.size(); ++cta) {
+    DevCta& me = ctas[cta];
+    me.first = int(segs.size());
+    for (const df::Segment& g : plan.segments[cta]) {
+      segs.push_back(device_segment(g, mats, head));
+      if (g.kind == df::kO && g.layer == 0) {  // the d rows this CTA finishes (o's and down's alike)
+        const int n = g.tile1 - g.tile0, rank = int(cta % df::kClusterSize);
+        me.resid0 = std::min(c.d, kTileRows * (g.tile0 + n * rank / df::kClusterSize));
+        me.resid1 = std::min(c.d, kTileRows * (g.tile0 + n * (rank + 1) / df::kClusterSize));
+      }
+    }
+    me.count = int(segs.size()) - me.first;
+  }
+
+  // Scratch: activations, partials, counters, the RoPE table, the layers, the segment lists.
+  const int stride = std::max(clusters, c.n_kv);
+  const std::vector<float2> rope = host::rope_table(c);
+  std::vector<DataflowLayer> layers(size_t(c.layers));
+  for (int i = 0; i < c.layers; ++i) {
+    const host::LayerSources& s = srcs.layers[size_t(i)];
+    layers[size_t(i)] = DataflowLayer{s.in_norm, s.post_norm, s.k_cache, s.v_cache};
+  }
+  const std::vector<size_t> sizes = {
+      size_t(c.d) * 4,                                  // h0
+      size_t(c.d) * 4,                                  // h1
+      size_t(qdim + 2 * c.n_kv * c.hd) * 4,             // qkv
+      size_t(2) * c.ffn * 4,                            // gu
+      size_t(c.n_q) * plan.attn_chunks * (c.hd + 2) * 4,  // partials
+      size_t(df::kSegKinds) * stride * 4,               // counters
+      rope.size() * sizeof(float2),                     // RoPE table
+      layers.size() * sizeof(DataflowLayer),            // layers
+      segs.size() * sizeof(DevSegment),                 // segment lists
+      ctas.size() * sizeof(DevCta),                     // each CTA's list
+  };
+  const std::vector<char*> piece = host::carve(mdl->scratch, sizes);
+  DataflowParams& P = mdl->params;
+  P.h0 = reinterpret_cast<float*>(piece[0]);
+  P.h1 = reinterpret_cast<float*>(piece[1]);
+  P.qkv = reinterpret_cast<float*>(piece[2]);
+  P.gu = reinterpret_cast<float*>(piece[3]);
+  P.part = reinterpret_cast<float*>(piece[4]);
+  P.counters = reinterpret_cast<unsigned*>(piece[5]);
+  auto* rope_dev = reinterpret_cast<float2*>(piece[6]);
+  auto* layers_dev = reinterpret_cast<DataflowLayer*>(piece[7]);
+  auto* segs_dev = reinterpret_cast<DevSegment*>(piece[8]);
+  auto* ctas_dev = reinterpret_cast<DevCta*>(piece[9]);
+  SOL_CUDA(cudaMemsetAsync(mdl->scratch.get(), 0, mdl->scratch.size(), stream));  // the counters start at zero
+  SOL_CUDA(cudaMemcpyAsync(rope_dev, rope.data(), sizes[6], cudaMemcpyHostToDevice, stream));
+  SOL_CUDA(cudaMemcpyAsync(layers_dev, layers.data(), sizes[7], cudaMemcpyHostToDevice, stream));
+  SOL_CUDA(cudaMemcpyAsync(segs_dev, segs.data(), sizes[8], cudaMemcpyHostToDevice, stream));
+  SOL_CUDA(cudaMemcpyAsync(ctas_dev, ctas.data(), sizes[9], cudaMemcpyHostToDevice, stream));
+  SOL_CUDA(cudaStreamSynchronize(stream));  // the host tables go out of scope
+
+  P.segs = segs_dev;
+  P.ctas = ctas_dev;
+  P.layers = layers_dev;
+  P.n_layers = c.layers;
+  P.d = c.d;
+  P.ffn = c.ffn;
+  P.n_q = c.n_q;
+  P.n_kv = c.n_kv;
+  P.hd = c.hd;
+  P.vocab = c.vocab;
+  P.max_seq = c.max_seq;
+  P.clusters = clusters;
+  P.chunks = plan.attn_chunks;
+  P.n_pages = pages;
+  P.max_tiles = max_tiles;
+  P.max_k = max_k;
+  P.eps = float(c.eps);
+  P.embed = srcs.embed;
+  P.final_norm = srcs.final_norm;
+  P.rope = rope_dev;
+  P.counter_stride = stride;
+  return mdl;
+}
+
+void step(Model& m, const nibble_tensor* token_ids, int32_t pos, nibble_tensor* logits, cudaStream_t stream) {
+  const nibble_decode_config& c = m.cfg;
+  const host::StepIo io = host::step_io(c, token_ids, pos, logits);
+  for (int b = 0; b < c.batch; ++b) {  // one launch per sequence (batch is 1 in both configs)
+    DataflowParams p = m.params;
+    p.token = io.tokens + b;
+    p.pos = pos;
+    p.logits = io.logits + size_t(b) * c.vocab;
+    p.launch = m.launches;
+    p.kv_seq_off = size_t(b) * c.n_kv * c.max_seq * c.hd;
+    SOL_CUDA(launch_dataflow(p, m.smem, stream));
+    ++m.launches;
+  }
+}
+
+/** After the stream is drained (export.h): free every buffer, checked. */
+void teardown(Model& m, cudaStream_t) {
+  m.weights.release();
+  m.scratch.release();
+}
+
+}  // namespace
+}  // namespace nibble::megakernel::v2
+
+NIBBLE_DECODE_SOLUTION("megakernel-dataflow", nibble::megakernel::v2::build, nibble::megakernel::v2::step,
+                       nibble::megakernel::v2::teardown);

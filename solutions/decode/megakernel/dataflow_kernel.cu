@@ -1,0 +1,238 @@
+// dataflow_kernel.cu: the dataflow megakernel's kernel and launcher (dataflow_kernel.h; NOTES.md
+// "v2: the dataflow design"). sm_90a: clusters, st.async, bulk copies.
+//
+// Shared memory, in order: the page pool (n_pages pages and their mbarriers), the XQuant records of
+// the longest input, the scratch (the input builds' fp32 vector and sums, or an attention item's q,
+// k, v and per-warp states: never both at once, the consumers run one segment at a time), the
+// cluster sum.
+#include <cooperative_groups.h>
+
+#include "attention_item.cuh"
+#include "dataflow_inputs.cuh"
+#include "dataflow_kernel.h"
+#include "dataflow_sync.cuh"
+#include "page_stream.cuh"
+#include "segment_gemv.cuh"
+
+namespace nibble::megakernel::v2 {
+
+namespace {
+
+namespace df = dataflow;
+constexpr int W = kConsumerWarps;
+
+/** Scratch bytes for head dim HD (16-byte multiple). */
+template <int HD>
+NIBBLE_MK_HD size_t scratch_bytes(int max_k) {
+  const size_t attn = size_t(attention_item_floats<HD, W>()) * 4;
+  const size_t in = input_scratch_bytes(max_k, W);
+  return ((in > attn ? in : attn) + 15) / 16 * 16;
+}
+
+/** Chunk c of `chunks` of the positions [0, pos]: [*s0, *s1), the counts differing by one at most. */
+__device__ __forceinline__ void chunk_positions(int pos, int c, int chunks, int* s0, int* s1) {
+  *s0 = int((long long)(pos + 1) * c / chunks);
+  *s1 = int((long long)(pos + 1) * (c + 1) / chunks);
+}
+
+/** What the producer streams for segment s and the consumers take: a matrix segment's units, or an
+ *  attention item's cached K/V rows below pos (the row at pos is this launch's: never streamed). */
+__device__ __forceinline__ StreamSegment stream_of(const DevSegment& s, const DataflowParams& p) {
+  StreamSegment sg;
+  if (s.kind == df::kAttn) {
+    int s0 = 0, s1 = 0;
+    chunk_positions(p.pos, s.chunk, p.chunks, &s0, &s1);
+    const DataflowLayer& L = p.layers[s.layer];
+    const size_t head = p.kv_seq_off + size_t(s.kv_head) * size_t(p.max_seq) * size_t(p.hd);
+    sg.w = reinterpret_cast<const uint4*>(L.k_cache + head);
+    sg.v = reinterpret_cast<const uint4*>(L.v_cache + head);
+    sg.tile0 = uint32_t(s0);
+    sg.tile1 = uint32_t(s1 < p.pos ? s1 : p.pos);
+    sg.kind = kStreamKv;
+    sg.row_bytes = uint32_t(2 * p.hd);
+  } else {
+    sg.w = s.w;
+    sg.tile0 = s.tile0;
+    sg.tile1 = s.tile1;
+    sg.g0 = s.g0;
+    sg.g1 = s.g1;
+    sg.groups = s.groups;
+    sg.kind = kStreamWeights;
+  }
+  return sg;
+}
+
+/** Publishers per counter of kind k: both CTAs of a cluster, or a KV head's chunks. */
+__device__ __forceinline__ unsigned publishers(int k, const DataflowParams& p) {
+  return k == df::kAttn ? unsigned(p.chunks) : unsigned(df::kClusterSize);
+}
+
+/** Consumer warp w of W, all lanes: the CTA's segments in order. */
+template <int HD>
+__device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& me, const PagePool& pool,
+                                        unsigned char* xq, float* xs, float* red, const ClusterSum& cs, uint32_t rank,
+                                        int cluster, uint32_t w) {
+  uint32_t k = 0, seg_no = 0;
+  const int rep = p.n_q / p.n_kv;
+  for (int i = 0; i < me.count; ++i) {
+    const DevSegment s = p.segs[me.first + i];
+    const StreamSegment sg = stream_of(s, p);
+    for (int j = 0; j < s.n_waits; ++j) {
+      const DevWait wt = s.waits[j];
+      wait_published<W>(p.counters + size_t(wt.source) * p.counter_stride, wt.lo, wt.hi,
+                        publishers(wt.source, p) * publication(p.launch, unsigned(p.n_layers), wt.layer), w);
+    }
+    const DataflowLayer& L = p.layers[s.layer];
+    if (s.kind == df::kAttn) {
+      AttnItem it;
+      const int h = s.kv_head;
+      it.q = p.qkv + size_t(h) * rep * HD;
+      it.k_new = p.qkv + size_t(p.n_q) * HD + size_t(h) * HD;
+      it.v_new = p.qkv + size_t(p.n_q + p.n_kv) * HD + size_t(h) * HD;
+      it.rope = p.rope;
+      const size_t row = p.kv_seq_off + (size_t(h) * p.max_seq + size_t(p.pos)) * HD;
+      it.k_slot = L.k_cache + row;
+      it.v_slot = L.v_cache + row;
+      it.part = p.part + (size_t(h) * rep * p.chunks + s.chunk) * (HD + 2);
+      it.part_stride = p.chunks * (HD + 2);
+      it.rep = rep;
+      it.pos = p.pos;
+      chunk_positions(p.pos, s.chunk, p.chunks, &it.s0, &it.s1);
+      attention_item<HD, W>(pool, sg, k, w, it, xs);
+      publish<W>(p.counters + size_t(df::kAttn) * p.counter_stride + h, w, /*synced=*/true);
+      continue;
+    }
+    float* y = nullptr;
+    const float* resid = nullptr;
+    int rows = 0;
+    switch (s.kind) {
+      case df::kQkv:
+        if (s.layer == 0)
+          embed_norm_input<W>(p.embed, p.vocab, p.token, p.d, L.in_norm, p.eps, s.g0, s.g1, xs, red, xq, p.h0, me.resid0,
+                              me.resid1, w);
+        else
+          norm_input<W>(p.h0, p.d, L.in_norm, p.eps, s.g0, s.g1, xs, red, xq, w);
+        y = p.qkv;
+        rows = (p.n_q + 2 * p.n_kv) * HD;
+        break;
+      case df::kO:
+        attn_input<HD, W>(p.part, p.chunks, p.chunks, p.n_q, s.g0, s.g1, xs, xq, w);
+        y = p.h1;
+        resid = p.h0;
+        rows = p.d;
+        break;
+      case df::kGu:
+        norm_input<W>(p.h1, p.d, L.post_norm, p.eps, s.g0, s.g1, xs, red, xq, w);
+        y = p.gu;
+        rows = 2 * p.ffn;
+        break;
+      case df::kDown:
+        swiglu_input<W>(p.gu, p.ffn, s.g0, s.g1, xs, xq, w);
+        y = p.h0;
+        resid = p.h1;
+        rows = p.d;
+        break;
+      default:  // kHead: logits = W_embed RMSNorm(h) * final_norm
+        norm_input<W>(p.h0, p.d, p.final_norm, p.eps, s.g0, s.g1, xs, red, xq, w);
+        y = p.logits;
+        rows = p.vocab;
+        break;
+    }
+    segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid);
+    if (s.kind != df::kHead) publish<W>(p.counters + size_t(s.kind) * p.counter_stride + cluster, w, /*synced=*/true);
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kDataflowThreads, 1) dataflow_kernel(const DataflowParams p) {
+  NIBBLE_DYNAMIC_SMEM(smem, 16);
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const PagePool pool = page_pool_init(smem, p.n_pages, W);
+  unsigned char* xq = smem + page_pool_bytes(p.n_pages);
+  float* xs = reinterpret_cast<float*>(xq + xquant_bytes(p.max_k));
+  float* red = xs + p.max_k;
+  const ClusterSum cs = cluster_sum_init(reinterpret_cast<unsigned char*>(xs) + scratch_bytes<HD>(p.max_k), p.max_tiles);
+  cluster.sync();  // both CTAs' mbarriers initialised before either copies or sends
+  const int cta = int(blockIdx.z);
+  const DevCta me = p.ctas[cta];
+  const int warp = int(threadIdx.x >> 5);
+  if (warp == 0) {
+    if (threadIdx.x == 0) {
+      const uint64_t policy = sol::policy_evict_first();
+      uint32_t k = 0;
+      for (int i = 0; i < me.count; ++i) produce_segment(pool, stream_of(p.segs[me.first + i], p), k, policy);
+    }
+  } else {
+    consume<HD>(p, me, pool, xq, xs, red, cs, cluster.block_rank(), cta / df::kClusterSize, uint32_t(warp - 1));
+  }
+  cluster.sync();  // no CTA leaves while its partner may still store into it
+}
+
+template <int HD>
+cudaError_t set_smem(size_t smem) {
+  return cudaFuncSetAttribute(dataflow_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+}
+
+cudaLaunchConfig_t cluster_config(int clusters, size_t smem, cudaStream_t stream, cudaLaunchAttribute* attrs,
+                                  bool cooperative) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(1, 1, unsigned(clusters * df::kClusterSize));
+  cfg.blockDim = dim3(kDataflowThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = 1;
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = unsigned(df::kClusterSize);
+  attrs[1].id = cudaLaunchAttributeCooperative;
+  attrs[1].val.cooperative = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = cooperative ? 2 : 1;
+  return cfg;
+}
+
+template <int HD>
+cudaError_t launch_hd(const DataflowParams& p, size_t smem, cudaStream_t stream) {
+  if (const cudaError_t e = set_smem<HD>(smem); e != cudaSuccess) return e;
+  cudaLaunchAttribute attrs[2];
+  cudaLaunchConfig_t cfg = cluster_config(p.clusters, smem, stream, attrs, true);
+  cudaError_t e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD>, p);
+  if (e == cudaErrorInvalidValue || e == cudaErrorNotSupported || e == cudaErrorCooperativeLaunchTooLarge) {
+    // Cooperative cluster launches refused by this driver: the grid is at most
+    // cudaOccupancyMaxActiveClusters, so a plain cluster launch is resident on an idle GPU.
+    (void)cudaGetLastError();
+    cfg = cluster_config(p.clusters, smem, stream, attrs, false);
+    e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD>, p);
+  }
+  return e;
+}
+
+template <int HD>
+cudaError_t max_clusters_hd(size_t smem, int* clusters) {
+  if (const cudaError_t e = set_smem<HD>(smem); e != cudaSuccess) return e;
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t cfg = cluster_config(1, smem, nullptr, attrs, false);
+  return cudaOccupancyMaxActiveClusters(clusters, dataflow_kernel<HD>, &cfg);
+}
+
+}  // namespace
+
+size_t dataflow_fixed_smem(int hd, int max_k, uint32_t max_tiles) {
+  const size_t scratch = hd == 64 ? scratch_bytes<64>(max_k) : scratch_bytes<128>(max_k);
+  return xquant_bytes(max_k) + scratch + cluster_sum_bytes(max_tiles);
+}
+
+cudaError_t dataflow_max_clusters(int hd, size_t smem, int* clusters) {
+  *clusters = 0;
+  if (hd == 64) return max_clusters_hd<64>(smem, clusters);
+  if (hd == 128) return max_clusters_hd<128>(smem, clusters);
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream) {
+  if (p.hd == 64) return launch_hd<64>(p, smem, stream);
+  if (p.hd == 128) return launch_hd<128>(p, smem, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace nibble::megakernel::v2

@@ -1,0 +1,107 @@
+// dataflow_kernel.h: the dataflow megakernel (v2, issue 21 step 3; NOTES.md "v2: the dataflow
+// design") as its host code sees it: the per-CTA segment lists (dataflow_plan.h's schedule in device
+// form), the kernel's parameters and its launcher. The kernel (dataflow_kernel.cu) runs one decode
+// step for one sequence on clusters of 2 CTAs, each CTA a producer warp streaming its segments'
+// weights and K/V rows into a page pool (page_stream.cuh) and kConsumerWarps consumer warps that
+// wait for the published rows a segment reads (dataflow_sync.cuh), build its input
+// (dataflow_inputs.cuh), multiply their K half and sum it with the partner's (segment_gemv.cuh), or
+// run an attention item (attention_item.cuh), then publish.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dataflow_plan.h"
+#include "megakernel.h"
+
+namespace nibble::megakernel::v2 {
+
+/** Consumer warps per CTA (warp 0 is the producer). The page pool's page count is a multiple. */
+inline constexpr int kConsumerWarps = 8;
+inline constexpr int kDataflowThreads = 32 * (1 + kConsumerWarps);
+/** Most waits of one segment (an attention item's q, k and v rows: three ranges at most). */
+inline constexpr int kMaxWaits = 3;
+
+/** dataflow::Wait in device form: counters [lo, hi) of kind `source` (a SegKind), publication of
+ *  layer `layer`. */
+struct DevWait {
+  uint16_t source = 0, layer = 0, lo = 0, hi = 0;
+};
+
+/** One segment of a CTA's list (dataflow::Segment in device form). Matrix kinds: units of tiles
+ *  [tile0, tile1) x groups [g0, g1) of the layer's tile-major repacked matrix at w (`groups` per
+ *  tile). kAttn: KV head kv_head, sequence chunk `chunk` of DataflowParams::chunks (positions from
+ *  the step's pos), w unused. */
+struct DevSegment {
+  const uint4* w = nullptr;
+  uint32_t tile0 = 0, tile1 = 0;
+  uint16_t g0 = 0, g1 = 0, groups = 0;
+  uint16_t kind = 0, layer = 0, kv_head = 0, chunk = 0, n_waits = 0;
+  DevWait waits[kMaxWaits];
+};
+
+/** A CTA's list: segments [first, first + count) of DataflowParams::segs, and the rows
+ *  [resid0, resid1) of the d-row outputs (o, down) it finishes: layer 0's residual it writes from
+ *  the embedding. */
+struct DevCta {
+  int first = 0, count = 0, resid0 = 0, resid1 = 0;
+};
+
+/** What a layer's segments read besides their weights. */
+struct DataflowLayer {
+  const uint16_t* in_norm = nullptr;    ///< (d) bf16
+  const uint16_t* post_norm = nullptr;  ///< (d) bf16
+  uint16_t* k_cache = nullptr;          ///< sequence 0's (n_kv, max_seq, hd) bf16
+  uint16_t* v_cache = nullptr;
+};
+
+/** Everything the kernel reads. Activations fp32. Counters: SegKind k's block b at
+ *  counters[k * counter_stride + b] (matrix kinds: one per cluster, released by both its CTAs once a
+ *  layer; kAttn: one per KV head, released by each of its `chunks` items once a layer), zeroed once
+ *  at build and never reset: launch n waits for publication(n, n_layers, layer) (dataflow_sync.cuh). */
+struct DataflowParams {
+  const DevSegment* segs = nullptr;
+  const DevCta* ctas = nullptr;          ///< (2 x clusters)
+  const DataflowLayer* layers = nullptr; ///< (n_layers)
+  int n_layers = 0, d = 0, ffn = 0, n_q = 0, n_kv = 0, hd = 0, vocab = 0, max_seq = 0;
+  int clusters = 0;
+  int chunks = 0;              ///< attention chunks per KV head (dataflow::Plan::attn_chunks)
+  uint32_t n_pages = 0;        ///< the page pool's pages (a multiple of kConsumerWarps)
+  uint32_t max_tiles = 0;      ///< most tiles of one cluster's matrix segment (the cluster sum's size)
+  int max_k = 0;               ///< the longest GEMV input (d, ffn, n_q hd)
+  float eps = 0.f;
+  SourceTriple embed;          ///< the token's row (layer 0's input); the LM head's weights are repacked
+  const uint16_t* final_norm = nullptr;
+  const float2* rope = nullptr;  ///< (max_seq, hd/2) {cos, sin}
+  float* h0 = nullptr;         ///< (d) the residual before o-proj (after the previous layer's down)
+  float* h1 = nullptr;         ///< (d) the residual after o-proj
+  float* qkv = nullptr;        ///< (n_q + 2 n_kv) hd
+  float* gu = nullptr;         ///< (2 ffn) Interleave8
+  float* part = nullptr;       ///< (n_q, chunks, hd + 2) the attention items' partials
+  unsigned* counters = nullptr;
+  int counter_stride = 0;      ///< max(clusters, n_kv)
+  // this launch
+  const int64_t* token = nullptr;
+  int pos = 0;
+  float* logits = nullptr;     ///< (vocab)
+  unsigned launch = 0;         ///< earlier launches on these counters
+  size_t kv_seq_off = 0;       ///< elements from sequence 0's cache rows to this sequence's
+};
+
+/** Shared-memory bytes besides the page pool for head dim hd: XQuant records, the input / attention
+ *  scratch and the cluster sum. */
+size_t dataflow_fixed_smem(int hd, int max_k, uint32_t max_tiles);
+
+/** Clusters of 2 CTAs of kDataflowThreads and `smem` bytes that can be resident at once on this
+ *  device (cudaOccupancyMaxActiveClusters); hd picks the kernel (64 or 128). */
+cudaError_t dataflow_max_clusters(int hd, size_t smem, int* clusters);
+
+/** One decode step: 2 x p.clusters CTAs in clusters of 2 along z, every CTA resident at once (a
+ *  cooperative launch; where the driver refuses cooperative clusters, a plain cluster launch of at
+ *  most dataflow_max_clusters), smem bytes of dynamic shared memory (dataflow_fixed_smem + the
+ *  pool's). cudaErrorInvalidValue without a launch when p.hd is not 64 or 128. */
+cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream);
+
+}  // namespace nibble::megakernel::v2
