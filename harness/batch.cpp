@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "fixtures/fixture.h"
 #include "fixtures/sha256.h"
 #include "harness/atomic_file.h"
 #include "harness/lineup.h"
@@ -104,9 +105,9 @@ BatchManifest read_batch_manifest(const std::string& path) {
         throw std::invalid_argument(where + ": 'seeds' must be a non-empty list of seeds, e.g. [0, 1]");
       seeds.clear();
       for (const json& s : run["seeds"]) {
-        // The bound `nibble grade --seeds` takes (main.cpp's kSeed): every seed here must be one it runs.
-        if (!s.is_number_unsigned() || s.get<uint64_t>() >= 10000000000000000000ull)
-          throw std::invalid_argument(where + ": seed " + s.dump() + " is not a whole number from 0 to 10^19 - 1");
+        // The bound `nibble grade --seeds` takes: every seed here must be one it runs.
+        if (!s.is_number_unsigned() || s.get<uint64_t>() >= kSeedLimit)
+          throw std::invalid_argument(where + ": " + seed_text_problem(s.dump()));
         seeds.push_back(s.get<uint64_t>());
       }
     }

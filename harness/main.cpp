@@ -45,16 +45,25 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
     const Task& t = find_task(task);
     t.check_config(config);
     if (out.empty()) out = default_fixture_dir(task, config, seed);
-    // A folder holding another fixture is someone's: never overwritten silently.
-    if (std::filesystem::exists(std::filesystem::path(out) / "manifest.json")) {
+    // A folder holding another fixture, an imported one (it cannot be rebuilt from a seed) or a
+    // model file nibble did not write is someone's: never overwritten silently.
+    const std::filesystem::path dir(out);
+    if (std::filesystem::exists(dir / kFixtureManifestFile)) {
       try {
         const FixtureManifest old = read_manifest(out);
         if (old.task != task || old.config != config || old.seed != seed)
           throw std::invalid_argument("--out " + out + " holds the fixture of " + old.task + " / " + old.config + " seed " +
                                       std::to_string(old.seed) + "; choose another folder, or remove that one first");
+        if (!old.source.is_null())
+          throw std::invalid_argument("--out " + out + " holds an imported fixture (nibble fixture import), which a build "
+                                      "from a seed would destroy; choose another folder");
       } catch (const std::runtime_error&) {
         // an unreadable manifest: a broken fixture, rebuilt in place
       }
+    } else if (std::filesystem::exists(dir / kFixtureModelFile)) {
+      throw std::invalid_argument("--out " + out + " holds a " + kFixtureModelFile +
+                                  " without a nibble manifest beside it (not a fixture nibble built); choose another "
+                                  "folder, or move that file first");
     }
     const bool tty = !quiet && isatty(STDERR_FILENO);
     ProgressFn progress;
@@ -131,15 +140,8 @@ int fixture_import(ImportOptions opt, bool quiet) {
 
 }  // namespace
 
-/** A seed is a decimal non-negative integer below 10^19 (so it fits a uint64 without wrapping:
- *  "-1" or 2^64 would otherwise turn into another seed silently). */
-const CLI::Validator kSeed(
-    [](std::string& s) -> std::string {
-      if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos)
-        return "a seed is a non-negative integer below 10^19, not '" + s + "'";
-      return "";
-    },
-    "SEED");
+/** One seed (fixtures/fixture.h: seed_text_problem). */
+const CLI::Validator kSeed([](std::string& s) { return seed_text_problem(s); }, "SEED");
 
 /** A comma-separated list of seeds, every element one kSeed ("0,,1" or "0," is an error, not 0,1
  *  or 0: CLI11's own delimiter drops empty elements). */

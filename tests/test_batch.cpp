@@ -110,7 +110,7 @@ TEST(Batch, ManifestErrorsNameTheKey) {
   for (const char* seed : {"-1", "1.7", "18446744073709551616", "1e30", "18446744073709551615", "10000000000000000000"})
     EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "seeds": [)" +
                     std::string(seed) + "]}]}")
-                  .find("is not a whole number from 0 to 10^19 - 1"),
+                  .find("a seed is a whole number from 0 to 10^19 - 1"),
               std::string::npos)
         << seed;
   EXPECT_EQ(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "seeds": [9999999999999999999]}]})"),

@@ -149,6 +149,15 @@ TEST(Cli, FixtureBuildNeverOverwritesAnotherFixture) {
   EXPECT_NE(r.output.find("holds the fixture of megakernel-int4-weight-decode / tiny seed 0"), std::string::npos) << r.output;
   r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--out", dir, "-q"}, t);
   EXPECT_EQ(r.code, 0) << "the same fixture again is fine\n" << r.output;
+  // A model file without a manifest (someone's checkpoint) is left as it is.
+  const std::string theirs = t.path() + "/theirs";
+  std::filesystem::create_directories(theirs);
+  std::ofstream(theirs + "/model.safetensors") << "not a fixture";
+  r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--out", theirs, "-q"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("without a nibble manifest beside it"), std::string::npos) << r.output;
+  std::ifstream in(theirs + "/model.safetensors");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "not a fixture");
 }
 
 // nibble batch with two slots runs two nibble processes at once: each run_child reaps only what is
@@ -318,7 +327,7 @@ TEST(Cli, OutputsAndOptionsAreCheckedBeforeAnyWork) {
   } cases[] = {
       {{"--out", t.path()}, "is a folder"},
       {{"--seeds", "0,0"}, "given twice"},
-      {{"--seeds", "-1"}, "non-negative integer"},
+      {{"--seeds", "-1"}, "a seed is a whole number from 0 to 10^19 - 1"},
       {{"--seeds", "0,,1"}, "has an empty element"},  // not read as 0,1
       {{"--seeds", "0,"}, "has an empty element"},    // not read as 0
       {{"--threads", ""}, "--threads"},              // not read as 0, all cores

@@ -288,6 +288,11 @@ def main():
             if not any("rope_scaling" in n for n in s.get("notes", [])):
                 fail(f"{fmt}: the manifest does not say rope_scaling is not part of the task")
             run([nb, "fixture", "verify", out])
+            # A build from a seed into the imported folder would destroy what no seed rebuilds.
+            p = run([nb, "fixture", "build", "--task", TASK, "--config", m["config"], "--seed", str(m["seed"]), "--out", out,
+                     "-q"], expect=2)
+            if "holds an imported fixture" not in p.stdout + p.stderr:
+                fail(f"{fmt}: fixture build over an imported fixture said {(p.stdout + p.stderr)[:300]}")
             K, V = forward_kv(im, ids[: CFG["prefill"]])  # the imported model: its embedding is re-quantised
             worst = 0.0
             for i in range(CFG["layers"]):
