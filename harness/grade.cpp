@@ -709,6 +709,17 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
     }
     labels.push_back(r);
   }
+  // No grade wrote a report (no GPU here, every solution refused before it ran): nothing to put
+  // side by side, and an earlier run's lineup files there would stand for this one.
+  if (std::all_of(views.begin(), views.end(), [](const ReportView& v) { return v.disposition == "NoReport"; })) {
+    for (const char* f : {"lineup.txt", "lineup.json", "lineup.html"}) {
+      std::error_code gone;
+      std::filesystem::remove(std::filesystem::path(dir) / f, gone);
+    }
+    std::fprintf(stderr, "nibble grade: none of the %zu grades wrote a report (their messages above say why): no lineup\n",
+                 views.size());
+    return worst;
+  }
   for (ReportView& v : views)
     if (v.disposition == "NoReport") v.device_name = gpu;
   const std::vector<LineupRow> rows = make_lineup(views, labels);

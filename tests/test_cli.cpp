@@ -63,7 +63,7 @@ TEST(Cli, MissingSolutionIsAUsageError) {
 }
 
 // Several solutions: --out is a folder; a grade that leaves no report is a row of the side by side
-// (lineup.txt / lineup.json), and the exit status is the worst grade's.
+// (lineup.txt / lineup.json; none when no grade left one), and the exit status is the worst grade's.
 TEST(Cli, SeveralSolutionsAreGradedSideBySide) {
   TempDir t;
   Result r = run_nibble({"grade", "--config", "tiny", "--solution", "/nonexistent/a.so", "--solution", "/nonexistent/b.so", "--out",
@@ -98,9 +98,20 @@ TEST(Cli, SeveralSolutionsAreGradedSideBySide) {
                   t.path() + "/sol/lineup.so", "--out", dir},
                  t);
   EXPECT_NE(r.code, 0) << r.output;
+  // Each grade's report is named after its solution's file, the same stem twice gets a second name,
+  // and lineup.json stays the side by side's.
+  for (const char* name : {"/nibble.json", "/nibble-2.json", "/lineup-2.json"})
+    EXPECT_NE(r.output.find(" -> " + dir + name), std::string::npos) << name << "\n" << r.output;
+  if (!fs::exists(dir + "/lineup.json")) {
+    // Without a GPU no grade writes a report: no side by side, and the old page is gone.
+    EXPECT_NE(r.output.find("none of the 3 grades wrote a report"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir + "/lineup.html")) << "an old page would stand for this run";
+    EXPECT_FALSE(fs::exists(dir + "/nibble.json")) << "an old report stood for this grade";
+    return;
+  }
   const auto j = nlohmann::json::parse(read_file(dir + "/lineup.json"));
   ASSERT_EQ(j["rows"].size(), 3u);
-  // Without a GPU no report (NoReport); with one, nibble's own binary is no solution (MissingSymbol).
+  // With a GPU, nibble's own binary is no solution (MissingSymbol).
   EXPECT_NE(j["rows"][0]["disposition"], "Passed") << "an old report stood for this grade";
   EXPECT_NE(j["rows"][0]["schema_version"], "1.0.0") << "an old report stood for this grade";
   EXPECT_EQ(j["rows"][0]["label"], dir + "/nibble.json");
