@@ -3,7 +3,8 @@
 #   1. build nibble, both megakernel solutions and their tiny tests;
 #   2. the bundled-solution tiny test of v2 (the fp64 oracle, 8 steps; a protocol that hangs is cut at
 #      120 s), then v1's in the same call;
-#   3. when it passed: a grade of full, seed 0, v2 then v1 (the grader's watchdog cuts a hang), and
+#   3. when it passed: a grade of full, seed 0, v2 with 15 and with 8 consumer warps, then v1 (the
+#      grader's watchdog cuts a hang), and
 #      seeds 0, 1 of v1 (v20's report the README quotes) if time is left.
 #   bash reports/h200/next/dataflow.sh <commit>
 set -uo pipefail
@@ -21,10 +22,11 @@ timeout 120 $B/tests/test_megakernel_dataflow_decode_tiny > "$OUT/tiny-dataflow.
 tiny=$?; echo "v2 tiny: exit $tiny"; grep -E "step|OK|FAILED|Failure" "$OUT/tiny-dataflow.log" | head -20
 timeout 60 $B/tests/test_megakernel_decode_tiny > "$OUT/tiny-v1.log" 2>&1; echo "v1 tiny: exit $?"
 if [ $tiny -eq 0 ]; then
-  for s in megakernel_dataflow megakernel; do
-    timeout 150 $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_$s.so --out "$OUT/$s-full-seed0.json" \
-      > "$OUT/$s-full-seed0.log" 2>&1
-    echo "$s full seed 0: exit $? $(grep -m2 -E 'disposition|time/token' "$OUT/$s-full-seed0.log" | tr '\n' ' ')"
+  for run in "megakernel_dataflow 15" "megakernel_dataflow 8" "megakernel 0"; do
+    set -- $run
+    timeout 150 env NIBBLE_DF_WARPS=${2/#0/15} $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_$1.so \
+      --out "$OUT/$1-$2-full-seed0.json" > "$OUT/$1-$2-full-seed0.log" 2>&1
+    echo "$1 ($2 warps) full seed 0: exit $? $(grep -m2 -E 'disposition|time/token' "$OUT/$1-$2-full-seed0.log" | tr '\n' ' ')"
   done
 fi
 [ "$(left)" -gt 100 ] && timeout $(( $(left) - 10 )) $B/bin/nibble grade --config full --seeds 0,1 -q \

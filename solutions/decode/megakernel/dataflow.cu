@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -100,13 +101,20 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
 
   // The grid: as many clusters as can be resident at once with the most shared memory a block may
   // have (the pool takes what the rest leaves, so the kernel never asks for more).
+  // NIBBLE_DF_WARPS=8|15: the consumer warps per CTA (dataflow_kernel.h; an A/B switch).
+  int warps = kConsumerWarps;
+  if (const char* e = std::getenv("NIBBLE_DF_WARPS"); e && *e) {
+    warps = std::atoi(e);
+    if (!dataflow_warps_supported(warps))
+      fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_WARPS=") + e + ": the kernel is built for 8 or 15 consumer warps");
+  }
   int dev = 0, optin = 0, clusters = 0;
   SOL_CUDA(cudaGetDevice(&dev));
   SOL_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   optin -= 1024;  // ptxas reports 1 KB of static shared memory for the cluster kernel: keep it free
-  SOL_CUDA(dataflow_max_clusters(c.hd, size_t(optin), &clusters));
+  SOL_CUDA(dataflow_max_clusters(c.hd, warps, size_t(optin), &clusters));
   if (clusters < 1)
-    fail(NIBBLE_ERR_NOT_SUPPORTED, "no cluster of 2 blocks of " + std::to_string(kDataflowThreads) + " threads and " +
+    fail(NIBBLE_ERR_NOT_SUPPORTED, "no cluster of 2 blocks of " + std::to_string(32 * (1 + warps)) + " threads and " +
                                        std::to_string(optin) + " bytes of shared memory can be resident on this device");
   if (const std::string why = df::plan_unsupported(shape, clusters); !why.empty())
     fail(NIBBLE_ERR_NOT_SUPPORTED, "megakernel-dataflow on " + std::to_string(clusters) + " clusters: " + why);
@@ -115,10 +123,10 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   for (const auto& list : plan.segments)
     for (const df::Segment& g : list)
       if (g.kind != df::kAttn) max_tiles = std::max(max_tiles, uint32_t(g.tile1 - g.tile0));
-  const size_t fixed = dataflow_fixed_smem(c.hd, max_k, max_tiles);
+  const size_t fixed = dataflow_fixed_smem(c.hd, warps, max_k, max_tiles);
   const size_t per_page = page_pool_bytes(1);
-  const uint32_t pages = fixed < size_t(optin) ? uint32_t((size_t(optin) - fixed) / per_page) / kConsumerWarps * kConsumerWarps : 0;
-  if (pages < uint32_t(kConsumerWarps))
+  const uint32_t pages = fixed < size_t(optin) ? uint32_t((size_t(optin) - fixed) / per_page) / warps * warps : 0;
+  if (pages < uint32_t(warps))
     fail(NIBBLE_ERR_NOT_SUPPORTED, "megakernel-dataflow: the input and cluster-sum buffers (" + std::to_string(fixed) +
                                        " bytes) leave no room for a page per consumer warp in " + std::to_string(optin) +
                                        " bytes of shared memory");
@@ -207,6 +215,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   P.vocab = c.vocab;
   P.max_seq = c.max_seq;
   P.clusters = clusters;
+  P.consumer_warps = warps;
   P.chunks = plan.attn_chunks;
   P.n_pages = pages;
   P.max_tiles = max_tiles;

@@ -19,10 +19,9 @@ namespace nibble::megakernel::v2 {
 namespace {
 
 namespace df = dataflow;
-constexpr int W = kConsumerWarps;
 
-/** Scratch bytes for head dim HD (16-byte multiple). */
-template <int HD>
+/** Scratch bytes for head dim HD and W consumer warps (16-byte multiple). */
+template <int HD, int W>
 NIBBLE_MK_HD size_t scratch_bytes(int max_k) {
   const size_t attn = size_t(attention_item_floats<HD, W>()) * 4;
   const size_t in = input_scratch_bytes(max_k, W);
@@ -68,7 +67,7 @@ __device__ __forceinline__ unsigned publishers(int k, const DataflowParams& p) {
 }
 
 /** Consumer warp w of W, all lanes: the CTA's segments in order. */
-template <int HD>
+template <int HD, int W>
 __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& me, const PagePool& pool,
                                         unsigned char* xq, float* xs, float* red, const ClusterSum& cs, uint32_t rank,
                                         int cluster, uint32_t w) {
@@ -143,15 +142,15 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
   }
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kDataflowThreads, 1) dataflow_kernel(const DataflowParams p) {
+template <int HD, int W>
+__global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const DataflowParams p) {
   NIBBLE_DYNAMIC_SMEM(smem, 16);
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const PagePool pool = page_pool_init(smem, p.n_pages, W);
   unsigned char* xq = smem + page_pool_bytes(p.n_pages);
   float* xs = reinterpret_cast<float*>(xq + xquant_bytes(p.max_k));
   float* red = xs + p.max_k;
-  const ClusterSum cs = cluster_sum_init(reinterpret_cast<unsigned char*>(xs) + scratch_bytes<HD>(p.max_k), p.max_tiles);
+  const ClusterSum cs = cluster_sum_init(reinterpret_cast<unsigned char*>(xs) + scratch_bytes<HD, W>(p.max_k), p.max_tiles);
   cluster.sync();  // both CTAs' mbarriers initialised before either copies or sends
   const int cta = int(blockIdx.z);
   const DevCta me = p.ctas[cta];
@@ -163,21 +162,21 @@ __global__ void __launch_bounds__(kDataflowThreads, 1) dataflow_kernel(const Dat
       for (int i = 0; i < me.count; ++i) produce_segment(pool, stream_of(p.segs[me.first + i], p), k, policy);
     }
   } else {
-    consume<HD>(p, me, pool, xq, xs, red, cs, cluster.block_rank(), cta / df::kClusterSize, uint32_t(warp - 1));
+    consume<HD, W>(p, me, pool, xq, xs, red, cs, cluster.block_rank(), cta / df::kClusterSize, uint32_t(warp - 1));
   }
   cluster.sync();  // no CTA leaves while its partner may still store into it
 }
 
-template <int HD>
+template <int HD, int W>
 cudaError_t set_smem(size_t smem) {
-  return cudaFuncSetAttribute(dataflow_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  return cudaFuncSetAttribute(dataflow_kernel<HD, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
 }
 
-cudaLaunchConfig_t cluster_config(int clusters, size_t smem, cudaStream_t stream, cudaLaunchAttribute* attrs,
+cudaLaunchConfig_t cluster_config(int clusters, int w, size_t smem, cudaStream_t stream, cudaLaunchAttribute* attrs,
                                   bool cooperative) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(1, 1, unsigned(clusters * df::kClusterSize));
-  cfg.blockDim = dim3(kDataflowThreads);
+  cfg.blockDim = dim3(unsigned(32 * (1 + w)));
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   attrs[0].id = cudaLaunchAttributeClusterDimension;
@@ -191,47 +190,51 @@ cudaLaunchConfig_t cluster_config(int clusters, size_t smem, cudaStream_t stream
   return cfg;
 }
 
-template <int HD>
+template <int HD, int W>
 cudaError_t launch_hd(const DataflowParams& p, size_t smem, cudaStream_t stream) {
-  if (const cudaError_t e = set_smem<HD>(smem); e != cudaSuccess) return e;
+  if (const cudaError_t e = set_smem<HD, W>(smem); e != cudaSuccess) return e;
   cudaLaunchAttribute attrs[2];
-  cudaLaunchConfig_t cfg = cluster_config(p.clusters, smem, stream, attrs, true);
-  cudaError_t e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD>, p);
+  cudaLaunchConfig_t cfg = cluster_config(p.clusters, W, smem, stream, attrs, true);
+  cudaError_t e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W>, p);
   if (e == cudaErrorInvalidValue || e == cudaErrorNotSupported || e == cudaErrorCooperativeLaunchTooLarge) {
     // Cooperative cluster launches refused by this driver: the grid is at most
     // cudaOccupancyMaxActiveClusters, so a plain cluster launch is resident on an idle GPU.
     (void)cudaGetLastError();
-    cfg = cluster_config(p.clusters, smem, stream, attrs, false);
-    e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD>, p);
+    cfg = cluster_config(p.clusters, W, smem, stream, attrs, false);
+    e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W>, p);
   }
   return e;
 }
 
-template <int HD>
+template <int HD, int W>
 cudaError_t max_clusters_hd(size_t smem, int* clusters) {
-  if (const cudaError_t e = set_smem<HD>(smem); e != cudaSuccess) return e;
+  if (const cudaError_t e = set_smem<HD, W>(smem); e != cudaSuccess) return e;
   cudaLaunchAttribute attrs[2];
-  const cudaLaunchConfig_t cfg = cluster_config(1, smem, nullptr, attrs, false);
-  return cudaOccupancyMaxActiveClusters(clusters, dataflow_kernel<HD>, &cfg);
+  const cudaLaunchConfig_t cfg = cluster_config(1, W, smem, nullptr, attrs, false);
+  return cudaOccupancyMaxActiveClusters(clusters, dataflow_kernel<HD, W>, &cfg);
 }
 
 }  // namespace
 
-size_t dataflow_fixed_smem(int hd, int max_k, uint32_t max_tiles) {
-  const size_t scratch = hd == 64 ? scratch_bytes<64>(max_k) : scratch_bytes<128>(max_k);
+size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles) {
+  const size_t scratch = hd == 64 ? (w == 8 ? scratch_bytes<64, 8>(max_k) : scratch_bytes<64, 15>(max_k))
+                                  : (w == 8 ? scratch_bytes<128, 8>(max_k) : scratch_bytes<128, 15>(max_k));
   return xquant_bytes(max_k) + scratch + cluster_sum_bytes(max_tiles);
 }
 
-cudaError_t dataflow_max_clusters(int hd, size_t smem, int* clusters) {
+cudaError_t dataflow_max_clusters(int hd, int w, size_t smem, int* clusters) {
   *clusters = 0;
-  if (hd == 64) return max_clusters_hd<64>(smem, clusters);
-  if (hd == 128) return max_clusters_hd<128>(smem, clusters);
+  if (!dataflow_warps_supported(w)) return cudaErrorInvalidValue;
+  if (hd == 64) return w == 8 ? max_clusters_hd<64, 8>(smem, clusters) : max_clusters_hd<64, 15>(smem, clusters);
+  if (hd == 128) return w == 8 ? max_clusters_hd<128, 8>(smem, clusters) : max_clusters_hd<128, 15>(smem, clusters);
   return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream) {
-  if (p.hd == 64) return launch_hd<64>(p, smem, stream);
-  if (p.hd == 128) return launch_hd<128>(p, smem, stream);
+  const int w = p.consumer_warps;
+  if (!dataflow_warps_supported(w)) return cudaErrorInvalidValue;
+  if (p.hd == 64) return w == 8 ? launch_hd<64, 8>(p, smem, stream) : launch_hd<64, 15>(p, smem, stream);
+  if (p.hd == 128) return w == 8 ? launch_hd<128, 8>(p, smem, stream) : launch_hd<128, 15>(p, smem, stream);
   return cudaErrorInvalidValue;
 }
 

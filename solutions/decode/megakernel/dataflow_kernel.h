@@ -18,9 +18,13 @@
 
 namespace nibble::megakernel::v2 {
 
-/** Consumer warps per CTA (warp 0 is the producer). The page pool's page count is a multiple. */
-inline constexpr int kConsumerWarps = 8;
-inline constexpr int kDataflowThreads = 32 * (1 + kConsumerWarps);
+/** Consumer warps per CTA (warp 0 is the producer; the page pool's page count is a multiple): 15,
+ *  the default (16 warps in all, as v1's GEMV, whose consumer rate the design's prediction assumes;
+ *  128 registers, 40 bytes of spills), or 8 (156 registers, none): DataflowParams::consumer_warps,
+ *  NIBBLE_DF_WARPS at build_model for an A/B. */
+inline constexpr int kConsumerWarps = 15;
+/** Whether the kernel is built for w consumer warps. */
+inline bool dataflow_warps_supported(int w) { return w == 8 || w == 15; }
 /** Most waits of one segment (an attention item's q, k and v rows: three ranges at most). */
 inline constexpr int kMaxWaits = 3;
 
@@ -67,6 +71,7 @@ struct DataflowParams {
   const DataflowLayer* layers = nullptr; ///< (n_layers)
   int n_layers = 0, d = 0, ffn = 0, n_q = 0, n_kv = 0, hd = 0, vocab = 0, max_seq = 0;
   int clusters = 0;
+  int consumer_warps = kConsumerWarps;  ///< 8 or 15 (dataflow_warps_supported): picks the kernel
   int chunks = 0;              ///< attention chunks per KV head (dataflow::Plan::attn_chunks)
   uint32_t n_pages = 0;        ///< the page pool's pages (a multiple of kConsumerWarps)
   uint32_t max_tiles = 0;      ///< most tiles of one cluster's matrix segment (the cluster sum's size)
@@ -90,18 +95,20 @@ struct DataflowParams {
   size_t kv_seq_off = 0;       ///< elements from sequence 0's cache rows to this sequence's
 };
 
-/** Shared-memory bytes besides the page pool for head dim hd: XQuant records, the input / attention
- *  scratch and the cluster sum. */
-size_t dataflow_fixed_smem(int hd, int max_k, uint32_t max_tiles);
+/** Shared-memory bytes besides the page pool for head dim hd and w consumer warps: XQuant records,
+ *  the input / attention scratch and the cluster sum. */
+size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles);
 
-/** Clusters of 2 CTAs of kDataflowThreads and `smem` bytes that can be resident at once on this
- *  device (cudaOccupancyMaxActiveClusters); hd picks the kernel (64 or 128). */
-cudaError_t dataflow_max_clusters(int hd, size_t smem, int* clusters);
+/** Clusters of 2 CTAs of 32 (1 + w) threads and `smem` bytes that can be resident at once on this
+ *  device (cudaOccupancyMaxActiveClusters); hd (64 or 128) and w (dataflow_warps_supported) pick
+ *  the kernel. */
+cudaError_t dataflow_max_clusters(int hd, int w, size_t smem, int* clusters);
 
 /** One decode step: 2 x p.clusters CTAs in clusters of 2 along z, every CTA resident at once (a
  *  cooperative launch; where the driver refuses cooperative clusters, a plain cluster launch of at
  *  most dataflow_max_clusters), smem bytes of dynamic shared memory (dataflow_fixed_smem + the
- *  pool's). cudaErrorInvalidValue without a launch when p.hd is not 64 or 128. */
+ *  pool's). cudaErrorInvalidValue without a launch when p.hd is not 64 or 128 or p.consumer_warps is not
+ *  supported. */
 cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream);
 
 }  // namespace nibble::megakernel::v2
