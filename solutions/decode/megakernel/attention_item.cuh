@@ -64,7 +64,11 @@ __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* 
   for (uint32_t j0 = 0; j0 < n; j0 += 8) {
     const uint32_t j = j0 + uint32_t(jl);
     const bool valid = j < n;
-    for (int r = 0; r < rep; ++r) {
+    // Unrolled over kMaxRep with a guard: a runtime bound would index acc's arrays dynamically, which
+    // puts them in local memory (ptxas: a 152-224 byte stack frame).
+#pragma unroll
+    for (int r = 0; r < kMaxRep; ++r) {
+      if (r >= rep) break;
       float s = 0.f;
       if (valid) {
         const uint32_t* k2 = reinterpret_cast<const uint32_t*>(kr + size_t(j) * HD + quarter * Q);
@@ -154,7 +158,9 @@ __device__ __forceinline__ void attention_item(const PagePool& pool, const Strea
   if (has_pos && w == W - 1) attend_rows<HD>(kn, vn, 1, q_s, it.rep, acc);  // position pos, by the last warp
   // The warps' states into shared memory, then merged per (query head, element) into the partial.
   float* mine = acc_s + size_t(w) * kMaxRep * (HD + 2);
-  for (int r = 0; r < it.rep; ++r) {
+#pragma unroll
+  for (int r = 0; r < kMaxRep; ++r) {
+    if (r >= it.rep) break;
     if (lane == 0) mine[r * (HD + 2)] = acc.m[r], mine[r * (HD + 2) + 1] = acc.l[r];
 #pragma unroll
     for (int e = 0; e < E; ++e) mine[r * (HD + 2) + 2 + lane * E + e] = acc.o[r][e];

@@ -74,10 +74,11 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
   uint32_t k = 0, seg_no = 0;
   const int rep = p.n_q / p.n_kv;
   for (int i = 0; i < me.count; ++i) {
-    const DevSegment s = p.segs[me.first + i];
+    const DevSegment* sp = p.segs + me.first + i;
+    const DevSegment s = *sp;
     const StreamSegment sg = stream_of(s, p);
     for (int j = 0; j < s.n_waits; ++j) {
-      const DevWait wt = s.waits[j];
+      const DevWait wt = sp->waits[j];  // from global memory: a runtime index into the copy would put it on the stack
       wait_published<W>(p.counters + size_t(wt.source) * p.counter_stride, wt.lo, wt.hi,
                         publishers(wt.source, p) * publication(p.launch, unsigned(p.n_layers), wt.layer), w);
     }
