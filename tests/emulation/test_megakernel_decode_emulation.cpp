@@ -11,9 +11,13 @@
 // consistent: the GPU tests and the litmus test judge fences).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -110,6 +114,28 @@ TEST(MegakernelDecodeEmulation, TinyMatchesTheOracle) {
     }
   cudaFree(tok_mem);
   cudaFree(log_mem);
+  // NIBBLE_DF_TRACE (the dataflow solution's trace, written at teardown): one row per segment kind,
+  // each with as many segments as the schedule gives it on this grid (one CTA per emulated SM, in
+  // clusters of 2; an attention item per (KV head, chunk), chunks = CTAs / n_kv).
+  if (const char* tp = std::getenv("NIBBLE_DF_TRACE"); tp && *tp) {
+    std::ifstream in(tp);
+    ASSERT_TRUE(in) << "no trace at " << tp;
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    const int ctas = emu::sm_count / 2 * 2, items = d.n_kv * std::max(1, ctas / int(d.n_kv));
+    const std::pair<const char*, int> rows[] = {{"qkv", ctas * d.layers},       {"attention", items * d.layers},
+                                                {"o", ctas * d.layers},         {"gate|up", ctas * d.layers},
+                                                {"down", ctas * d.layers},      {"head", ctas}};
+    for (const auto& [kind, n] : rows) {
+      const size_t at = text.find(" " + std::string(kind) + " ");
+      ASSERT_NE(at, std::string::npos) << kind << "\n" << text;
+      std::istringstream row(text.substr(at + std::strlen(kind) + 2));
+      double wait = -1, build = -1, run = -1, count = -1;
+      row >> wait >> build >> run >> count;
+      EXPECT_EQ(count, n) << kind << "\n" << text;
+      EXPECT_TRUE(wait >= 0 && build >= 0 && run > 0) << kind << "\n" << text;
+    }
+    EXPECT_NE(text.find("waiting for a free page"), std::string::npos) << text;
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,7 +43,66 @@ struct Model {
   DataflowParams params{};
   size_t smem = 0;
   unsigned launches = 0;  // launches on the counters so far (DataflowParams::launch)
+  bool cooperative = true;  // until the driver refuses cooperative cluster launches (launch_dataflow)
+  // NIBBLE_DF_TRACE=<file>: the last launch's marks, summarised at teardown (write_trace)
+  DeviceAlloc trace;
+  std::string trace_path;
+  std::vector<DevSegment> segs;
+  std::vector<DevCta> ctas;
 };
+
+/** NIBBLE_DF_TRACE's summary of the last launch: per segment kind, the mean over its segments (every
+ *  CTA and layer) of the consumers' wait for the rows it reads, its input build and its GEMV or
+ *  attention with the publish; per CTA, those summed over its step (mean and max over CTAs), its
+ *  consumers' span, and its producer's span and the share of it spent waiting for a free page (a
+ *  producer that waits is a stream the consumers hold back). SM cycles; us at 1.98 GHz. */
+void write_trace(const Model& m) {
+  const size_t n = m.segs.size(), ctas = m.ctas.size();
+  std::vector<long long> t(dataflow_trace_values(n, ctas));
+  SOL_CUDA(cudaMemcpy(t.data(), m.trace.get(), t.size() * 8, cudaMemcpyDeviceToHost));
+  FILE* f = std::fopen(m.trace_path.c_str(), "w");
+  if (!f) return;
+  const double us = 1.0 / 1980.0;
+  double sum[df::kSegKinds][3] = {}, count[df::kSegKinds] = {};
+  double cta_sum[3] = {}, cta_max[3] = {}, span_mean = 0, span_max = 0, stall_mean = 0, prod_mean = 0;
+  for (size_t c = 0; c < ctas; ++c) {
+    const DevCta& me = m.ctas[c];
+    double mine[3] = {};
+    for (int i = me.first; i < me.first + me.count; ++i) {
+      const long long* tr = t.data() + size_t(i) * kTraceMarks;
+      const int k = m.segs[size_t(i)].kind;
+      for (int j = 0; j < 3; ++j) {
+        sum[k][j] += double(tr[j + 1] - tr[j]);
+        mine[j] += double(tr[j + 1] - tr[j]);
+      }
+      count[k] += 1;
+    }
+    for (int j = 0; j < 3; ++j) {
+      cta_sum[j] += mine[j] / double(ctas);
+      cta_max[j] = std::max(cta_max[j], mine[j]);
+    }
+    if (me.count > 0) {
+      const double span = double(t[size_t(me.first + me.count - 1) * kTraceMarks + 3] - t[size_t(me.first) * kTraceMarks]);
+      span_mean += span / double(ctas);
+      span_max = std::max(span_max, span);
+    }
+    const long long* pr = t.data() + n * kTraceMarks + c * kTraceCtaMarks;
+    prod_mean += double(pr[1] - pr[0]) / double(ctas);
+    stall_mean += double(pr[2]) / double(ctas);
+  }
+  std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, %u pages; the last launch\n", ctas,
+               m.params.consumer_warps, m.params.n_pages);
+  std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %6s\n", "kind", "wait", "build", "run", "n");
+  for (int k = 0; k < df::kSegKinds; ++k)
+    if (count[k] > 0)
+      std::fprintf(f, "%44s %-10s %8.2f %8.2f %8.2f %6.0f\n", "", df::seg_kind_name(df::SegKind(k)), sum[k][0] / count[k] * us,
+                   sum[k][1] / count[k] * us, sum[k][2] / count[k] * us, count[k]);
+  std::fprintf(f, "per CTA over the step, us (mean / max over CTAs): wait %.1f / %.1f, build %.1f / %.1f, run %.1f / %.1f\n",
+               cta_sum[0] * us, cta_max[0] * us, cta_sum[1] * us, cta_max[1] * us, cta_sum[2] * us, cta_max[2] * us);
+  std::fprintf(f, "consumers' span %.1f us mean, %.1f max; producer's span %.1f us mean, waiting for a free page %.1f us (%.0f%%)\n",
+               span_mean * us, span_max * us, prod_mean * us, stall_mean * us, prod_mean > 0 ? 100.0 * stall_mean / prod_mean : 0.0);
+  std::fclose(f);
+}
 
 /** The repacked matrices of one layer, tile-major. */
 struct LayerMats {
@@ -111,7 +171,9 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   int dev = 0, optin = 0, clusters = 0;
   SOL_CUDA(cudaGetDevice(&dev));
   SOL_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  optin -= 1024;  // ptxas reports 1 KB of static shared memory for the cluster kernel: keep it free
+  size_t static_smem = 0;  // sm_90 reserves 1 KB of a cluster kernel's shared memory (its cubin says so)
+  SOL_CUDA(dataflow_static_smem(c.hd, warps, &static_smem));
+  optin -= int(static_smem);
   SOL_CUDA(dataflow_max_clusters(c.hd, warps, size_t(optin), &clusters));
   if (clusters < 1)
     fail(NIBBLE_ERR_NOT_SUPPORTED, "no cluster of 2 blocks of " + std::to_string(32 * (1 + warps)) + " threads and " +
@@ -225,6 +287,16 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   P.final_norm = srcs.final_norm;
   P.rope = rope_dev;
   P.counter_stride = stride;
+  if (const char* tp = std::getenv("NIBBLE_DF_TRACE"); tp && *tp) {
+    mdl->trace_path = tp;
+    const size_t bytes = dataflow_trace_values(segs.size(), ctas.size()) * 8;
+    mdl->trace.allocate(bytes);
+    SOL_CUDA(cudaMemsetAsync(mdl->trace.get(), 0, bytes, stream));
+    P.trace = reinterpret_cast<long long*>(mdl->trace.get());
+    P.trace_cta0 = segs.size() * kTraceMarks;
+    mdl->segs = segs;
+    mdl->ctas = ctas;
+  }
   return mdl;
 }
 
@@ -238,13 +310,16 @@ void step(Model& m, const nibble_tensor* token_ids, int32_t pos, nibble_tensor* 
     p.logits = io.logits + size_t(b) * c.vocab;
     p.launch = m.launches;
     p.kv_seq_off = size_t(b) * c.n_kv * c.max_seq * c.hd;
-    SOL_CUDA(launch_dataflow(p, m.smem, stream));
+    SOL_CUDA(launch_dataflow(p, m.smem, stream, &m.cooperative));
     ++m.launches;
   }
 }
 
-/** After the stream is drained (export.h): free every buffer, checked. */
+/** After the stream is drained (export.h): write the trace if one was asked for, free every buffer,
+ *  checked. */
 void teardown(Model& m, cudaStream_t) {
+  if (m.trace.get()) write_trace(m);
+  m.trace.release();
   m.weights.release();
   m.scratch.release();
 }

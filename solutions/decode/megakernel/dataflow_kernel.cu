@@ -74,6 +74,8 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
   uint32_t k = 0, seg_no = 0;
   const int rep = p.n_q / p.n_kv;
   for (int i = 0; i < me.count; ++i) {
+    long long* tr = p.trace && w == 0 && (threadIdx.x & 31) == 0 ? p.trace + size_t(me.first + i) * kTraceMarks : nullptr;
+    if (tr) tr[0] = clock64();
     const DevSegment* sp = p.segs + me.first + i;
     const DevSegment s = *sp;
     const StreamSegment sg = stream_of(s, p);
@@ -82,6 +84,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       wait_published<W>(p.counters + size_t(wt.source) * p.counter_stride, wt.lo, wt.hi,
                         publishers(wt.source, p) * publication(p.launch, unsigned(p.n_layers), wt.layer), w);
     }
+    if (tr) tr[1] = clock64();
     const DataflowLayer& L = p.layers[s.layer];
     if (s.kind == df::kAttn) {
       AttnItem it;
@@ -98,8 +101,10 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       it.rep = rep;
       it.pos = p.pos;
       chunk_positions(p.pos, s.chunk, p.chunks, &it.s0, &it.s1);
+      if (tr) tr[2] = clock64();
       attention_item<HD, W>(pool, sg, k, w, it, xs);
       publish<W>(p.counters + size_t(df::kAttn) * p.counter_stride + h, w, /*synced=*/true);
+      if (tr) tr[3] = clock64();
       continue;
     }
     float* y = nullptr;
@@ -138,8 +143,10 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
         rows = p.vocab;
         break;
     }
+    if (tr) tr[2] = clock64();
     segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid);
     if (s.kind != df::kHead) publish<W>(p.counters + size_t(s.kind) * p.counter_stride + cluster, w, /*synced=*/true);
+    if (tr) tr[3] = clock64();
   }
 }
 
@@ -160,7 +167,12 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
     if (threadIdx.x == 0) {
       const uint64_t policy = sol::policy_evict_first();
       uint32_t k = 0;
-      for (int i = 0; i < me.count; ++i) produce_segment(pool, stream_of(p.segs[me.first + i], p), k, policy);
+      long long stalled = 0;
+      long long* tr = p.trace ? p.trace + p.trace_cta0 + size_t(cta) * kTraceCtaMarks : nullptr;
+      if (tr) tr[0] = clock64();
+      for (int i = 0; i < me.count; ++i)
+        produce_segment(pool, stream_of(p.segs[me.first + i], p), k, policy, tr ? &stalled : nullptr);
+      if (tr) tr[1] = clock64(), tr[2] = stalled;
     }
   } else {
     consume<HD, W>(p, me, pool, xq, xs, red, cs, cluster.block_rank(), cta / df::kClusterSize, uint32_t(warp - 1));
@@ -192,18 +204,24 @@ cudaLaunchConfig_t cluster_config(int clusters, int w, size_t smem, cudaStream_t
 }
 
 template <int HD, int W>
-cudaError_t launch_hd(const DataflowParams& p, size_t smem, cudaStream_t stream) {
-  if (const cudaError_t e = set_smem<HD, W>(smem); e != cudaSuccess) return e;
+cudaError_t launch_hd(const DataflowParams& p, size_t smem, cudaStream_t stream, bool* cooperative) {
   cudaLaunchAttribute attrs[2];
-  cudaLaunchConfig_t cfg = cluster_config(p.clusters, W, smem, stream, attrs, true);
-  cudaError_t e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W>, p);
-  if (e == cudaErrorInvalidValue || e == cudaErrorNotSupported || e == cudaErrorCooperativeLaunchTooLarge) {
-    // Cooperative cluster launches refused by this driver: the grid is at most
-    // cudaOccupancyMaxActiveClusters, so a plain cluster launch is resident on an idle GPU.
-    (void)cudaGetLastError();
-    cfg = cluster_config(p.clusters, W, smem, stream, attrs, false);
-    e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W>, p);
+  if (*cooperative) {
+    const cudaLaunchConfig_t cfg = cluster_config(p.clusters, W, smem, stream, attrs, true);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W>, p);
+    if (e != cudaErrorNotSupported) return e;
+    (void)cudaGetLastError();  // a refused configuration, not a sticky error
+    *cooperative = false;
   }
+  const cudaLaunchConfig_t cfg = cluster_config(p.clusters, W, smem, stream, attrs, false);
+  return cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W>, p);
+}
+
+template <int HD, int W>
+cudaError_t static_smem_hd(size_t* bytes) {
+  cudaFuncAttributes a{};
+  const cudaError_t e = cudaFuncGetAttributes(&a, dataflow_kernel<HD, W>);
+  *bytes = a.sharedSizeBytes;
   return e;
 }
 
@@ -231,11 +249,20 @@ cudaError_t dataflow_max_clusters(int hd, int w, size_t smem, int* clusters) {
   return cudaErrorInvalidValue;
 }
 
-cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream) {
+cudaError_t dataflow_static_smem(int hd, int w, size_t* bytes) {
+  *bytes = 0;
+  if (!dataflow_warps_supported(w)) return cudaErrorInvalidValue;
+  if (hd == 64) return w == 8 ? static_smem_hd<64, 8>(bytes) : static_smem_hd<64, 15>(bytes);
+  if (hd == 128) return w == 8 ? static_smem_hd<128, 8>(bytes) : static_smem_hd<128, 15>(bytes);
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream, bool* cooperative) {
   const int w = p.consumer_warps;
   if (!dataflow_warps_supported(w)) return cudaErrorInvalidValue;
-  if (p.hd == 64) return w == 8 ? launch_hd<64, 8>(p, smem, stream) : launch_hd<64, 15>(p, smem, stream);
-  if (p.hd == 128) return w == 8 ? launch_hd<128, 8>(p, smem, stream) : launch_hd<128, 15>(p, smem, stream);
+  if (p.hd == 64) return w == 8 ? launch_hd<64, 8>(p, smem, stream, cooperative) : launch_hd<64, 15>(p, smem, stream, cooperative);
+  if (p.hd == 128)
+    return w == 8 ? launch_hd<128, 8>(p, smem, stream, cooperative) : launch_hd<128, 15>(p, smem, stream, cooperative);
   return cudaErrorInvalidValue;
 }
 

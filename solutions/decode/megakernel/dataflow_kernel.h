@@ -93,7 +93,19 @@ struct DataflowParams {
   float* logits = nullptr;     ///< (vocab)
   unsigned launch = 0;         ///< earlier launches on these counters
   size_t kv_seq_off = 0;       ///< elements from sequence 0's cache rows to this sequence's
+  /** Optional (NIBBLE_DF_TRACE): clock64 marks of the last launch, kTraceMarks per segment (indexed as
+   *  segs) then kTraceCtaMarks per CTA (dataflow_trace_*). nullptr: no tracing. */
+  long long* trace = nullptr;
+  size_t trace_cta0 = 0;       ///< where the CTAs' marks start: segments x kTraceMarks
 };
+
+/** Per segment: its consumers start it, its waits are met, its input is built, it is published. */
+inline constexpr int kTraceMarks = 4;
+/** Per CTA, after the segments' marks: the producer's start, its end (every copy issued), and its
+ *  cycles waiting for a free page. */
+inline constexpr int kTraceCtaMarks = 3;
+/** Values of DataflowParams::trace for n_segs segments over n_ctas CTAs. */
+inline size_t dataflow_trace_values(size_t n_segs, size_t n_ctas) { return n_segs * kTraceMarks + n_ctas * kTraceCtaMarks; }
 
 /** Shared-memory bytes besides the page pool for head dim hd and w consumer warps: XQuant records,
  *  the input / attention scratch and the cluster sum. */
@@ -104,11 +116,18 @@ size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles);
  *  the kernel. */
 cudaError_t dataflow_max_clusters(int hd, int w, size_t smem, int* clusters);
 
-/** One decode step: 2 x p.clusters CTAs in clusters of 2 along z, every CTA resident at once (a
- *  cooperative launch; where the driver refuses cooperative clusters, a plain cluster launch of at
- *  most dataflow_max_clusters), smem bytes of dynamic shared memory (dataflow_fixed_smem + the
- *  pool's). cudaErrorInvalidValue without a launch when p.hd is not 64 or 128 or p.consumer_warps is not
- *  supported. */
-cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream);
+/** The kernel's static shared memory (sm_90 reserves 1 KB of each cluster block's), which the
+ *  dynamic shared memory must leave room for. */
+cudaError_t dataflow_static_smem(int hd, int w, size_t* bytes);
+
+/** One decode step: 2 x p.clusters CTAs in clusters of 2 along z, every CTA resident at once, smem
+ *  bytes of dynamic shared memory (dataflow_fixed_smem + the pool's; dataflow_max_clusters has set
+ *  the kernel's limit to at least that). While *cooperative, a cooperative launch; if the driver
+ *  answers cudaErrorNotSupported (no cooperative clusters), *cooperative becomes false and this and
+ *  later launches are plain cluster launches (the grid is at most dataflow_max_clusters: resident on
+ *  a GPU nothing else uses). Any other error is returned as it is: cudaErrorCooperativeLaunchTooLarge
+ *  says the grid cannot be co-resident, where a plain launch could hang. cudaErrorInvalidValue
+ *  without a launch when p.hd is not 64 or 128 or p.consumer_warps is not supported. */
+cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream, bool* cooperative);
 
 }  // namespace nibble::megakernel::v2

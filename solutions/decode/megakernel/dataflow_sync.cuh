@@ -10,6 +10,11 @@
 // 2^32 still compares right while it is less than 2^31 behind its target). This assumes counters
 // zeroed once, `step` the number of earlier launches on them, one counter per (kind, block) and
 // `per` fixed; a kind published once per step (the LM head) waits for per x (step + 1) instead.
+// A sum of `per` publishers' counts reaching per x n proves each has published n only if none can be
+// two publications ahead of another (n + 1 and n - 1 would pass too): the dataflow plan keeps that,
+// since every CTA's next publication of a kind follows a grid-wide wait on the previous layer
+// (qkv(l + 1) waits for every down(l), which waits behind every o(l) through gate|up). A plan without
+// such a wait needs one counter per publisher.
 // The wait covers the consumer warps' ordinary loads only: not the producer warp (not in the
 // consumers' barrier), not __ldg / const __restrict__ loads (the non-coherent path), and not bulk
 // copies (the async proxy): the producer never streams what the launch itself writes (the K/V row

@@ -101,12 +101,16 @@ __device__ __forceinline__ PagePool page_pool_init(unsigned char* smem, uint32_t
 
 /** The producer (one lane): every page of segment sg into the pool, in order, each as soon as its
  *  slot is free; k: the stream's page count before sg, advanced past it. policy: the copies' L2
- *  cache hint (sol::policy_evict_first: each weight byte is read once per step). */
-__device__ __forceinline__ void produce_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint64_t policy) {
+ *  cache hint (sol::policy_evict_first: each weight byte is read once per step). With `stalled`
+ *  set, the clock64 cycles spent waiting for free slots are added to it (a trace). */
+__device__ __forceinline__ void produce_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint64_t policy,
+                                                long long* stalled = nullptr) {
   for_each_page(sg, [&](uint32_t t, uint32_t g, uint32_t units) {
     const uint32_t p = k % pool.n_pages, use = k / pool.n_pages;
     if (use > 0) {
+      const long long t0 = stalled ? clock64() : 0;
       sol::mbar_wait(pool.empty + 8 * p, (use - 1) & 1);
+      if (stalled) *stalled += clock64() - t0;
       sol::fence_proxy_async_smem();  // the consumers' reads of the slot before the copy engine's writes
     }
     const uint32_t dst = sol::smem_addr(pool.pages + size_t(p) * kPageBytes);

@@ -12,7 +12,10 @@
 // `peer` and its mbarrier are double-buffered by the segment's parity: a rank sends segment s + 2
 // into the buffer of s only after receiving the partner's s + 1, which the partner sends after
 // reading s (program order, the consumers' barrier, st.async's release / the wait's acquire at
-// cluster scope), so no send overwrites what the partner has not read.
+// cluster scope), so no send overwrites what the partner has not read. Every send carries a 16-byte
+// token besides the tiles, so that "receiving s + 1" holds also where a rank finishes no tile of
+// s + 1 (a segment of one tile, or none): without it, its phase would complete on the expect_tx
+// alone and the ordering would rest on the plan's grid-wide waits.
 #pragma once
 
 #include <cstdint>
@@ -29,9 +32,9 @@ __device__ __forceinline__ void consumers_sync() {
   sol::named_barrier_sync<1, 32 * W>();
 }
 
-/** Shared memory of the cluster sum for segments of at most max_tiles tiles: part, two peer buffers
- *  (16 floats per tile each), then two mbarriers. */
-NIBBLE_MK_HD inline size_t cluster_sum_bytes(uint32_t max_tiles) { return size_t(max_tiles) * 64 * 3 + 16; }
+/** Shared memory of the cluster sum for segments of at most max_tiles tiles: part (16 floats per
+ *  tile), two peer buffers (16 floats per tile and a 16-byte token each), then two mbarriers. */
+NIBBLE_MK_HD inline size_t cluster_sum_bytes(uint32_t max_tiles) { return size_t(max_tiles) * 64 * 3 + 2 * 16 + 16; }
 
 /** The cluster sum's shared memory (cluster_sum_bytes(max_tiles) bytes at smem, 16-byte aligned). */
 struct ClusterSum {
@@ -47,8 +50,8 @@ __device__ __forceinline__ ClusterSum cluster_sum_init(unsigned char* smem, uint
   ClusterSum cs;
   cs.part = reinterpret_cast<float*>(smem);
   cs.peer[0] = cs.part + 16 * max_tiles;
-  cs.peer[1] = cs.peer[0] + 16 * max_tiles;
-  cs.rx = sol::smem_addr(cs.peer[1] + 16 * max_tiles);
+  cs.peer[1] = cs.peer[0] + 16 * max_tiles + 4;  // + the token
+  cs.rx = sol::smem_addr(cs.peer[1] + 16 * max_tiles + 4);
   cs.max_tiles = max_tiles;
   if (threadIdx.x == 0) {
     sol::mbar_init(cs.rx, 1);
@@ -103,11 +106,12 @@ __device__ __forceinline__ void segment_gemv(const PagePool& pool, const StreamS
   uint32_t m0, m1, p0, p1;
   finished_tiles(n, rank, &m0, &m1);
   finished_tiles(n, partner, &p0, &p1);
-  if (ct == 0) sol::mbar_expect_tx(cs.rx + 8 * b, (m1 - m0) * 64);
+  if (ct == 0) sol::mbar_expect_tx(cs.rx + 8 * b, (m1 - m0) * 64 + 16);  // the tiles and the token
   const uint32_t remote = sol::cluster_smem_addr(sol::smem_addr(cs.peer[b]), partner);
   const uint32_t remote_bar = sol::cluster_smem_addr(cs.rx + 8 * b, partner);
   for (uint32_t q = uint32_t(ct); q < 4 * (p1 - p0); q += 32 * W)
     sol::st_async_v4(remote + 16 * q, reinterpret_cast<const uint4*>(cs.part + 16 * p0)[q], remote_bar);
+  if (ct == 0) sol::st_async_v4(remote + 64 * cs.max_tiles, make_uint4(0u, 0u, 0u, 0u), remote_bar);
   sol::mbar_wait_cluster(cs.rx + 8 * b, (seg_no >> 1) & 1u);
   for (uint32_t i = uint32_t(ct); i < 16 * (m1 - m0); i += 32 * W) {
     const int row = int(16 * (sg.tile0 + m0) + i);

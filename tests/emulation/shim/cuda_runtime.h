@@ -185,6 +185,15 @@ template <class F>
 cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) {
   return cudaSuccess;
 }
+/** A kernel's attributes: the emulated kernels declare no static shared memory. */
+struct cudaFuncAttributes {
+  size_t sharedSizeBytes = 0;
+};
+template <class F>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F) {
+  *a = cudaFuncAttributes{};
+  return cudaSuccess;
+}
 template <class F>
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F, int, size_t) {
   *n = 1;
