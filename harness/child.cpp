@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
 #include "harness/child_support.h"
 #include "harness/cuda_check.h"
@@ -71,7 +72,7 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
   try {
     NIBBLE_CUDA_CALL(cudaSetDevice(0));
     NIBBLE_CUDA_CALL(cudaFree(nullptr));  // create the context before anything is timed
-    fixture = std::make_unique<SafetensorsFile>(job.fixture_dir + "/model.safetensors");
+    fixture = std::make_unique<SafetensorsFile>(job.fixture_dir + "/" + kFixtureModelFile);
   } catch (const std::exception& e) {
     return out.fail(error_of(kErrHarness, e.what()), 3);
   }
@@ -318,10 +319,12 @@ int child_main(int job_fd) {
     return 2;
   }
   // The sandbox before anything else: one thread, no CUDA yet (sandbox.h). The child reads the
-  // fixture and the solution's folder (a solution may load libraries that sit beside it).
+  // fixture's model file (not its folder: the folder's lock, which a child holding it would make
+  // every other grade of the fixture wait on, stays out of reach) and the solution's folder (a
+  // solution may load libraries that sit beside it).
   SandboxSpec spec = job.sandbox;
   if (!job.solution.empty()) spec.readable.push_back(std::filesystem::absolute(job.solution).parent_path().string());
-  if (!job.fixture_dir.empty()) spec.readable.push_back(job.fixture_dir);
+  if (!job.fixture_dir.empty()) spec.readable.push_back(job.fixture_dir + "/" + kFixtureModelFile);
   if (!job.python_shim.empty()) {
     // The shim, the interpreter it embeds and that interpreter's packages (torch, triton, ...).
     spec.readable.push_back(std::filesystem::absolute(job.python_shim).parent_path().string());

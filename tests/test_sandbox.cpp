@@ -211,6 +211,35 @@ TEST(Sandbox, LandlockReadsOnlyWhatItWasGivenAndWritesNowhere) {
   EXPECT_FALSE(std::filesystem::exists(other.path() + "/new"));
 }
 
+// A file rule (the child's rule for its fixture) opens that file only: not the folder's other
+// files, such as the fixture's lock, which a child holding it would make other grades wait on.
+TEST(Sandbox, LandlockFileRuleReadsThatFileOnly) {
+  TempDir given("nibble-test-sandbox-file");
+  write_file_atomic(given.path() + "/model.safetensors", "fixture");
+  write_file_atomic(given.path() + "/.nibble.lock", "");
+  SandboxSpec spec;
+  spec.readable = {given.path() + "/model.safetensors"};
+  const json j = in_sandbox(spec, [&] {
+    json r;
+    auto open_err = [](const std::string& p, int flags) {
+      const int fd = open(p.c_str(), flags | O_CLOEXEC);
+      if (fd < 0) return errno;
+      close(fd);
+      return 0;
+    };
+    r["read_file"] = open_err(given.path() + "/model.safetensors", O_RDONLY);
+    r["read_lock"] = open_err(given.path() + "/.nibble.lock", O_RDONLY);
+    r["list_folder"] = open_err(given.path(), O_RDONLY | O_DIRECTORY);
+    return r;
+  });
+  const SandboxLayer& l = by_name(j).at("landlock");
+  if (l.state != kApplied) GTEST_SKIP() << "the Landlock layer is not in force here: " << describe(l);
+  const json& r = j["probe"];
+  EXPECT_EQ(r["read_file"], 0) << r.dump();
+  EXPECT_EQ(r["read_lock"], EACCES) << r.dump();
+  EXPECT_EQ(r["list_folder"], EACCES) << r.dump();
+}
+
 TEST(Sandbox, NamespacesKeepTheIds) {
   const uid_t uid = getuid();
   const json j = in_sandbox({}, [] { return json{{"uid", getuid()}, {"gid", getgid()}}; });
