@@ -209,7 +209,11 @@ cudaError_t launch_hd(const DataflowParams& p, size_t smem, cudaStream_t stream,
   if (*cooperative) {
     const cudaLaunchConfig_t cfg = cluster_config(p.clusters, W, smem, stream, attrs, true);
     const cudaError_t e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W>, p);
-    if (e != cudaErrorNotSupported) return e;
+    // Refused as a configuration (NotSupported, or InvalidValue from a driver that takes no
+    // cooperative clusters; a configuration wrong in another way fails the plain launch too).
+    // Never on CooperativeLaunchTooLarge: the grid could not be co-resident, and a plain launch
+    // of it could hang.
+    if (e != cudaErrorNotSupported && e != cudaErrorInvalidValue) return e;
     (void)cudaGetLastError();  // a refused configuration, not a sticky error
     *cooperative = false;
   }

@@ -123,7 +123,8 @@ cudaError_t dataflow_static_smem(int hd, int w, size_t* bytes);
 /** One decode step: 2 x p.clusters CTAs in clusters of 2 along z, every CTA resident at once, smem
  *  bytes of dynamic shared memory (dataflow_fixed_smem + the pool's; dataflow_max_clusters has set
  *  the kernel's limit to at least that). While *cooperative, a cooperative launch; if the driver
- *  answers cudaErrorNotSupported (no cooperative clusters), *cooperative becomes false and this and
+ *  answers cudaErrorNotSupported or cudaErrorInvalidValue (no cooperative clusters), *cooperative
+ *  becomes false and this and
  *  later launches are plain cluster launches (the grid is at most dataflow_max_clusters: resident on
  *  a GPU nothing else uses). Any other error is returned as it is: cudaErrorCooperativeLaunchTooLarge
  *  says the grid cannot be co-resident, where a plain launch could hang. cudaErrorInvalidValue
