@@ -39,32 +39,62 @@ using namespace nibble;
 
 namespace {
 
+/** `nibble fixture build --out DIR` writes only over what is provably its own: nothing, or the
+ *  fixture of this (task, config, seed) (readable, or broken: a model file carrying nibble's
+ *  metadata for it). Another seed's fixture, an imported one (no seed rebuilds it), a manifest or
+ *  model file nibble did not write is someone's: refused (std::invalid_argument) with what it is. */
+void refuse_foreign_fixture_dir(const std::string& out, const std::string& task, const std::string& config, uint64_t seed) {
+  const std::filesystem::path dir(out);
+  const auto another = [&](const std::string& t, const std::string& c, const std::string& s) {
+    return std::invalid_argument("--out " + out + " holds the fixture of " + t + " / " + c + " seed " + s +
+                                 "; choose another folder, or remove that one first");
+  };
+  const auto theirs = [&](const std::string& what) {
+    return std::invalid_argument("--out " + out + " holds " + what + " (not a fixture nibble built); choose another folder, "
+                                 "or move it first");
+  };
+  const bool has_manifest = std::filesystem::exists(dir / kFixtureManifestFile),
+             has_model = std::filesystem::exists(dir / kFixtureModelFile);
+  if (has_manifest) {
+    FixtureManifest old;
+    try {
+      old = read_manifest(out);
+    } catch (const std::runtime_error&) {
+      if (!has_model) throw theirs(std::string("a ") + kFixtureManifestFile + " nibble cannot read and no " + kFixtureModelFile);
+      // an unreadable manifest beside a model file: a broken fixture if the file is nibble's (below)
+    }
+    if (!old.task.empty()) {
+      if (old.task != task || old.config != config || old.seed != seed)
+        throw another(old.task, old.config, std::to_string(old.seed));
+      if (!old.source.is_null())
+        throw std::invalid_argument("--out " + out + " holds an imported fixture (nibble fixture import), which a build "
+                                    "from a seed would destroy; choose another folder");
+      return;
+    }
+  }
+  if (!has_model) return;
+  std::map<std::string, std::string> meta;
+  try {
+    meta = SafetensorsFile((dir / kFixtureModelFile).string()).metadata();
+  } catch (const std::exception&) {
+    throw theirs(std::string("a ") + kFixtureModelFile + " that is not a safetensors file");
+  }
+  if (!meta.count("task") || !meta.count("generator_version"))
+    throw theirs(std::string("a ") + kFixtureModelFile + " without nibble's metadata");
+  if (meta.count("source_sha256"))
+    throw std::invalid_argument("--out " + out + " holds an imported fixture's file (nibble fixture import), which a "
+                                "build from a seed would destroy; choose another folder");
+  if (meta["task"] != task || meta["config"] != config || meta["seed"] != std::to_string(seed))
+    throw another(meta["task"], meta["config"], meta["seed"]);
+}
+
 int fixture_build(const std::string& task, const std::string& config, uint64_t seed, std::string out, int threads,
                   bool quiet) {
   return run_command("nibble fixture build", [&] {
     const Task& t = find_task(task);
     t.check_config(config);
     if (out.empty()) out = default_fixture_dir(task, config, seed);
-    // A folder holding another fixture, an imported one (it cannot be rebuilt from a seed) or a
-    // model file nibble did not write is someone's: never overwritten silently.
-    const std::filesystem::path dir(out);
-    if (std::filesystem::exists(dir / kFixtureManifestFile)) {
-      try {
-        const FixtureManifest old = read_manifest(out);
-        if (old.task != task || old.config != config || old.seed != seed)
-          throw std::invalid_argument("--out " + out + " holds the fixture of " + old.task + " / " + old.config + " seed " +
-                                      std::to_string(old.seed) + "; choose another folder, or remove that one first");
-        if (!old.source.is_null())
-          throw std::invalid_argument("--out " + out + " holds an imported fixture (nibble fixture import), which a build "
-                                      "from a seed would destroy; choose another folder");
-      } catch (const std::runtime_error&) {
-        // an unreadable manifest: a broken fixture, rebuilt in place
-      }
-    } else if (std::filesystem::exists(dir / kFixtureModelFile)) {
-      throw std::invalid_argument("--out " + out + " holds a " + kFixtureModelFile +
-                                  " without a nibble manifest beside it (not a fixture nibble built); choose another "
-                                  "folder, or move that file first");
-    }
+    refuse_foreign_fixture_dir(out, task, config, seed);
     const bool tty = !quiet && isatty(STDERR_FILENO);
     ProgressFn progress;
     if (tty) {

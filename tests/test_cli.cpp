@@ -166,9 +166,24 @@ TEST(Cli, FixtureBuildNeverOverwritesAnotherFixture) {
   std::ofstream(theirs + "/model.safetensors") << "not a fixture";
   r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--out", theirs, "-q"}, t);
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("without a nibble manifest beside it"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("that is not a safetensors file (not a fixture nibble built)"), std::string::npos) << r.output;
+  // ... and with any manifest beside it that nibble cannot read (another tool's, or none at all).
+  for (const char* manifest : {R"({"hello": 1})", "not json"}) {
+    std::ofstream(theirs + "/manifest.json") << manifest;
+    r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--out", theirs, "-q"}, t);
+    EXPECT_EQ(r.code, 2) << manifest << "\n" << r.output;
+  }
   std::ifstream in(theirs + "/model.safetensors");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "not a fixture");
+  // A fixture of this seed with a broken manifest is nibble's own: rebuilt in place.
+  std::ofstream(dir + "/manifest.json") << "broken";
+  r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--out", dir, "-q"}, t);
+  EXPECT_EQ(r.code, 0) << r.output;
+  // ... but not as another seed: the model file says whose it is.
+  std::ofstream(dir + "/manifest.json") << "broken";
+  r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "5", "--out", dir, "-q"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("holds the fixture of megakernel-int4-weight-decode / tiny seed 0"), std::string::npos) << r.output;
 }
 
 // nibble batch with two slots runs two nibble processes at once: each run_child reaps only what is
