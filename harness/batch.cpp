@@ -88,6 +88,7 @@ BatchManifest read_batch_manifest(const std::string& path) {
       throw std::invalid_argument(where + ": command must be grade or calibrate, not '" + command + "'");
     const std::string task_name = get_or<std::string>(run, "task", "", where);
     const Task* task = task_or_null(task_name);
+    if (task_name.empty()) throw std::invalid_argument(where + ": 'task' is required (nibble configs lists the tasks)");
     if (!task) throw std::invalid_argument(where + ": unknown task '" + task_name + "' (nibble configs lists them)");
     const auto configs = get_or<std::vector<std::string>>(run, "configs", {}, where);
     if (configs.empty()) throw std::invalid_argument(where + ": 'configs' must list at least one config");

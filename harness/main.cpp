@@ -29,6 +29,7 @@
 #include "fixtures/decode/decode_config.h"
 #include "harness/decode/decode_import.h"
 #include "harness/process.h"
+#include "harness/provenance.h"
 #include "harness/grade_common.h"
 #include "harness/grade.h"
 #include "harness/profile.h"
@@ -204,7 +205,7 @@ std::vector<uint64_t> parse_seed_list(const std::string& s) {
 /** A path or name given on the command line must not be empty: for these options "" would
  *  otherwise read as "not given" and silently pick the default (the fixture cache, every task). */
 const CLI::Validator kNonEmpty(
-    [](std::string& s) -> std::string { return s.empty() ? "must not be empty (leave the option out for its default)" : ""; },
+    [](std::string& s) -> std::string { return s.empty() ? "must not be empty" : ""; },
     "NONEMPTY");
 
 /** `nibble configs`: one "task config" line per official config of `task` (all tasks when empty),
@@ -231,6 +232,12 @@ const CLI::Validator kGpuIndex(
 int main(int argc, char** argv) {
   CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI"};
   app.require_subcommand(1);
+  // The version and the build's commit: what a report's nibble_version and git.build_commit say.
+  app.set_version_flag("--version", [] {
+    const auto g = git_provenance();
+    const auto commit = g.value("build_commit", nlohmann::ordered_json());
+    return std::string("nibble ") + NIBBLE_VERSION + (commit.is_string() ? " (built at " + commit.get<std::string>() + ")" : "");
+  });
 
   // What --task and --config accept, from the registry.
   std::string config_help = "Task config (default: the task's default";
@@ -394,6 +401,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);

@@ -27,6 +27,7 @@ add_dependencies(test_solution_library ${NIBBLE_BAD_SOLUTIONS})
 nibble_add_gtest(solution_export SOURCES test_solution_export.cpp LIBS CUDA::cudart LABELS cpu)
 target_include_directories(test_solution_export PRIVATE ${PROJECT_SOURCE_DIR}/include)
 nibble_add_gtest(cli SOURCES test_cli.cpp LIBS nibble_runtime LABELS cpu)
+target_compile_definitions(test_cli PRIVATE NIBBLE_TEST_VERSION="${PROJECT_VERSION}")  # what --version must say
 # The Python shims (solutions/python) in forked processes: DLPack mapping, module loading, each bug
 # kind's error record (tests/python/shim_probe.py). Skips with the reason in a build without them.
 nibble_add_gtest(python_shim SOURCES test_python_shim.cpp LIBS nibble_runtime LABELS cpu)

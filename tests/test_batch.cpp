@@ -118,6 +118,7 @@ TEST(Batch, ManifestErrorsNameTheKey) {
   EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["."]}]})").find("is not a file"),
             std::string::npos);
   EXPECT_NE(error("{oops").find("not a readable JSON manifest"), std::string::npos);
+  EXPECT_NE(error(R"({"runs": [{"configs": ["tiny"], "solutions": ["a.so"]}]})").find("'task' is required"), std::string::npos);
   EXPECT_NE(error(R"({"runs": [{"task": "matmul", "configs": ["tiny"], "solutions": ["a.so"]}]})").find("unknown task 'matmul'"),
             std::string::npos);
   EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["huge"], "solutions": ["a.so"]}]})")

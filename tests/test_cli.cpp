@@ -150,6 +150,14 @@ TEST(Cli, AMisspeltSandboxLayerOrAFolderAsSolutionIsAUsageError) {
   EXPECT_NE(r.output.find("is not a file (a folder?)"), std::string::npos) << r.output;
 }
 
+// --version: the version reports carry (nibble_version) and the commit the binary was built at.
+TEST(Cli, VersionSaysWhatReportsSay) {
+  TempDir t;
+  const Result r = run_nibble({"--version"}, t);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("nibble " NIBBLE_TEST_VERSION, 0), 0u) << r.output;
+}
+
 TEST(Cli, FixtureBuildNeverOverwritesAnotherFixture) {
   TempDir t;
   const std::string dir = t.path() + "/fx";
