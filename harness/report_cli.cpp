@@ -9,6 +9,8 @@
 #include <iostream>
 #include <set>
 
+#include <unistd.h>
+
 #include "harness/atomic_file.h"
 #include "harness/compare.h"
 #include "harness/html_report.h"
@@ -250,7 +252,8 @@ int leaderboard_command(std::vector<std::string> args) {
   CLI::App app{"Rank graded reports: one table per task and config, the Passed reports of one GPU model and report schema "
                "ranked by median GPU span (quartiles, fraction of the floor, speedup over the task's bundled baselines, "
                "error against the gate, disposition, GPU, commit); reports of another GPU or schema listed apart with the "
-               "reason. The text table goes to stdout; -o, --markdown and --json write files.",
+               "reason. The text table goes to stdout (to stderr when an output is stdout); -o, --markdown and --json write "
+               "files.",
                "nibble leaderboard"};
   std::vector<std::string> results;
   std::string html_out, md_out, json_out;
@@ -263,14 +266,10 @@ int leaderboard_command(std::vector<std::string> args) {
   app.add_option("--markdown", md_out, "GitHub Markdown file to write (atomically): a table per group")->check(kNonEmptyValue);
   app.add_option("--json", json_out, "JSON file to write (atomically): schema nibble.leaderboard, every row's fields")
       ->check(kNonEmptyValue);
-  app.footer("At least one of -o, --markdown, --json. Exit codes: 0 done; 1 a file could not be written; 4 bad input (a "
+  app.footer("Exit codes: 0 done; 1 a file could not be written; 4 bad input (a "
              "missing file, a file named that is not a nibble report, a report found that does not read, no report at "
              "all, bad arguments).");
   if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
-  if (html_out.empty() && md_out.empty() && json_out.empty()) {
-    std::fprintf(stderr, "nibble leaderboard: nothing to write: give -o PAGE.html, --markdown FILE.md or --json FILE.json\n");
-    return kCompareBadInput;
-  }
   FoundReports found;
   try {
     found = find_reports(results);
@@ -307,8 +306,12 @@ int leaderboard_command(std::vector<std::string> args) {
   }
 
   const std::vector<LeaderboardGroup> groups = make_leaderboard(found.views, found.labels, task_baseline_solutions);
-  std::cout << format_leaderboard(groups);
-  std::cout.flush();
+  // The table on stdout, unless an output is stdout itself (--json /dev/stdout: that alone, for a pipe).
+  const bool stdout_taken = std::any_of(outputs.begin(), outputs.end(),
+                                        [](const auto& o) { return standard_stream_fd(o.first) == STDOUT_FILENO; });
+  std::ostream& table = stdout_taken ? std::cerr : std::cout;
+  table << format_leaderboard(groups);
+  table.flush();
   int rc = 0;
   const auto write = [&](const std::string& path, const std::string& content) {
     if (path.empty()) return;

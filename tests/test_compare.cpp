@@ -1112,9 +1112,18 @@ TEST(ReportCli, Leaderboard) {
   x = run_nibble({"leaderboard", t.path() + "/empty", "--json", t.path() + "/no.json"}, t);
   EXPECT_EQ(x.code, 4) << x.out;
   EXPECT_NE(x.out.find("no nibble report"), std::string::npos) << x.out;
-  x = run_nibble({"leaderboard", folder}, t);
-  EXPECT_EQ(x.code, 4) << x.out;
-  EXPECT_NE(x.out.find("nothing to write"), std::string::npos) << x.out;
+  x = run_nibble({"leaderboard", folder}, t);  // the table alone
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_NE(x.out.find("leaderboard: "), std::string::npos) << x.out;
+  {  // --json /dev/stdout: the JSON alone on stdout (the table goes to stderr), for a pipe
+    const std::string log = t.path() + "/pipe.log";
+    const ChildExit e = run_child({"/bin/sh", "-c", nibble_exe() + " leaderboard " + folder + " --json /dev/stdout 2>/dev/null"}, log, 120);
+    EXPECT_EQ(e.kind, ChildExit::Exited) << e.describe();
+    const std::string out = file_tail(log, 1 << 20);
+    const auto j = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << out;
+    EXPECT_EQ(j.value("schema", ""), "nibble.leaderboard") << out;
+  }
   x = run_nibble({"leaderboard", t.path() + "/h100.json", "--json", t.path() + "/h100.json"}, t);
   EXPECT_EQ(x.code, 4) << x.out;
   EXPECT_EQ(load_report(t.path() + "/h100.json")["device"]["name"], "NVIDIA H100 80GB HBM3") << "the input is intact";
