@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -199,6 +200,19 @@ bool batch_job_done(const BatchJob& job) {
 
 namespace {
 
+/** The first line of a job's log that is nibble's own message ("nibble grade: ..."), or "". The log
+ *  is the child's stdout and stderr; only its first 64 KB are read. */
+std::string first_message(const std::string& log) {
+  std::ifstream in(log);
+  std::string line;
+  size_t read = 0;
+  while (read < 65536 && std::getline(in, line)) {
+    read += line.size() + 1;
+    if (line.rfind("nibble ", 0) == 0 && line.find(": ") != std::string::npos) return line;
+  }
+  return "";
+}
+
 /** The outcome of a finished job from its report. */
 BatchOutcome outcome_of(const BatchJob& job, int code, double seconds, int device) {
   BatchOutcome o;
@@ -219,6 +233,7 @@ BatchOutcome outcome_of(const BatchJob& job, int code, double seconds, int devic
     o.reason = code == kBatchTimedOut
                    ? "killed at the manifest's timeout_seconds without a readable report (" + job.log + ")"
                    : "exit " + std::to_string(code) + " without a readable report (" + job.log + ")";
+    if (const std::string said = first_message(job.log); !said.empty()) o.reason += ": " + said;
   }
   return o;
 }

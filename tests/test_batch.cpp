@@ -189,11 +189,15 @@ TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
   BatchManifest first = m;
   first.jobs = {m.jobs[0], m.jobs[1], m.jobs[2]};
   const auto outcomes = run_batch(first, {-1}, [&](const BatchJob& j, int d) {
-    if (j.index == 2) return 3;  // no report
+    if (j.index == 2) {  // no report, and what the grade said in its log
+      write_file_atomic(j.log, "[nibble] probing the GPU\nnibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n");
+      return 3;
+    }
     return fake(j, d);
   }, {});
   EXPECT_EQ(outcomes[1].disposition, "Incorrect");
   EXPECT_EQ(outcomes[2].disposition, "NoReport");
+  EXPECT_NE(outcomes[2].reason.find("): nibble grade: no usable NVIDIA GPU"), std::string::npos) << outcomes[2].reason;
   // A job that cannot start (the runner throws: an unwritable log) is a line, the others still run.
   BatchManifest again = first;
   again.out = (fs::path(t.path()) / "again").string();
