@@ -106,11 +106,21 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
     }
     const auto t0 = std::chrono::steady_clock::now();
     std::error_code ec;
+    const bool created = !std::filesystem::exists(out);
     std::filesystem::create_directories(out, ec);  // for its lock: another build of this folder waits
     const FolderLock lock(out, [&] {
       if (!quiet) std::fprintf(stderr, "nibble fixture build: waiting for another nibble building %s\n", out.c_str());
     });
-    const FixtureManifest m = t.build_fixture(config, seed, out, threads, progress);
+    FixtureManifest m;
+    try {
+      m = t.build_fixture(config, seed, out, threads, progress);
+    } catch (...) {
+      if (created) {  // a refused build (too big for this host, say) leaves no folder of its own behind
+        std::filesystem::remove(std::filesystem::path(out) / ".nibble.lock", ec);
+        std::filesystem::remove(out, ec);  // only if nothing else is in it
+      }
+      throw;
+    }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (tty) std::fprintf(stderr, "\n");
     std::printf("fixture %s / %s seed %llu -> %s\n  %lld bytes, SHA-256 %s, built in %.2f s with %d threads\n",
