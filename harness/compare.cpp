@@ -255,7 +255,8 @@ Comparison compare_reports(const ReportView& base, const ReportView& neu, const 
   };
   differ("task", base.task, neu.task);
   differ("config", base.config, neu.config);
-  differ("fixtures", join(fixture_ids(base), "; "), join(fixture_ids(neu), "; "));
+  // Each side's list in brackets: "BASE [seed 0 ..., seed 1 ...], NEW [seed 0 ...]" says whose seeds are whose.
+  differ("fixtures", "[" + join(fixture_ids(base), ", ") + "]", "[" + join(fixture_ids(neu), ", ") + "]");
   differ("GPU", base.device_name, neu.device_name);
 
   // 2. Correctness: a pass that became a fail, or an error that crossed the gate.
