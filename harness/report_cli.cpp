@@ -161,7 +161,7 @@ int report_command(std::vector<std::string> args) {
   CompareOptions opt;
   auto* html = app.add_subcommand("html", "Write one self-contained HTML page (inline CSS and SVG; no script, no network)");
   html->add_option("REPORT", html_path, "Report to show")->required();
-  html->add_option("BASE", html_base, "Optional baseline report: adds nibble compare's table");
+  CLI::Option* html_base_opt = html->add_option("BASE", html_base, "Optional baseline report: adds nibble compare's table");
   html->add_option("-o,--out", html_out, "HTML file to write (atomically)")->required()->check(kNonEmptyValue);
   std::vector<std::string> html_beside;
   html->add_option("--beside", html_beside,
@@ -170,8 +170,12 @@ int report_command(std::vector<std::string> args) {
       ->check(kNonEmptyValue);
   html->add_option("--calibration", html_calibration,
                    "nibble calibrate's table (same task and config): its variants become the error chart's reference points")->check(kNonEmptyValue);
-  html->add_option("--max-slowdown", opt.max_slowdown_pct, "With BASE: tolerated slowdown, percent")->capture_default_str()->check(kNonEmptyValue);
-  html->add_option("--alpha", opt.alpha, "With BASE: significance level")->capture_default_str()->check(kNonEmptyValue);
+  // Only with BASE: without one there is no comparison for them to change (given alone, refused).
+  html->add_option("--max-slowdown", opt.max_slowdown_pct, "With BASE: tolerated slowdown, percent")
+      ->capture_default_str()
+      ->check(kNonEmptyValue)
+      ->needs(html_base_opt);
+  html->add_option("--alpha", opt.alpha, "With BASE: significance level")->capture_default_str()->check(kNonEmptyValue)->needs(html_base_opt);
   app.footer("Exit codes: 0 done; 1 the HTML file could not be written; 4 bad input (missing file, not a nibble report, bad arguments).");
   if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
 

@@ -944,6 +944,11 @@ TEST(ReportCli, ShowAndHtml) {
   x = run_nibble({"report", "html", u, r, "-o", t.path() + "/r.html"}, t);
   EXPECT_EQ(x.code, 0) << x.out;
   EXPECT_GT(fs::file_size(t.path() + "/r.html"), 10000u);
+  for (const char* opt : {"--max-slowdown", "--alpha"}) {  // they change the comparison with BASE: refused without one
+    x = run_nibble({"report", "html", u, "-o", t.path() + "/nobase.html", opt, "0.5"}, t);
+    EXPECT_EQ(x.code, 4) << x.out;
+    EXPECT_NE(x.out.find("requires BASE"), std::string::npos) << x.out;
+  }
   // A calibration table's variants as the error chart's reference points; one for another config is refused.
   json cal = {{"schema", "nibble.calibration"}, {"task", "megakernel-int4-weight-decode"}, {"config", "full"},
               {"rows", json::array({{{"variant", "swap_nibbles_measured"}, {"worst", 1.43}, {"expected", "FAIL"}}})}};
