@@ -54,12 +54,14 @@ nibble_emulation_test(megakernel_dataflow_decode_emulation SOURCES ${nibble_emu}
                       LIBS nibble_oracle nibble_fixtures)
 # ... and with 8 consumer warps (NIBBLE_DF_WARPS, the other kernel variant; 15 is the default) and
 # the trace on (NIBBLE_DF_TRACE: the test checks its rows against the schedule).
-add_test(NAME nibble.test.megakernel_dataflow_decode_emulation_8_warps COMMAND test_megakernel_dataflow_decode_emulation)
+add_test(NAME nibble.test.megakernel_dataflow_decode_emulation_8_warps COMMAND test_megakernel_dataflow_decode_emulation
+         --gtest_filter=MegakernelDecodeEmulation.*)
 set_tests_properties(nibble.test.megakernel_dataflow_decode_emulation_8_warps PROPERTIES LABELS cpu
   ENVIRONMENT "NIBBLE_DF_WARPS=8;NIBBLE_DF_TRACE=${CMAKE_CURRENT_BINARY_DIR}/dataflow-trace-8-warps.txt;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
 # v19's paths (the combining block, the K/V rows copied by the attention; v20 made the other two
 # the default, NOTES.md), so that both stay checked in CI.
-add_test(NAME nibble.test.megakernel_decode_emulation_v19 COMMAND test_megakernel_decode_emulation)
+add_test(NAME nibble.test.megakernel_decode_emulation_v19 COMMAND test_megakernel_decode_emulation
+         --gtest_filter=MegakernelDecodeEmulation.*)
 set_tests_properties(nibble.test.megakernel_decode_emulation_v19 PROPERTIES LABELS cpu
   ENVIRONMENT "NIBBLE_MK_OCOMB=0;NIBBLE_MK_KVPF=0;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
 nibble_emulation_test(wgmma_gemm_emulation SOURCES ${nibble_emu}/test_wgmma_gemm_emulation.cpp
