@@ -24,9 +24,11 @@ timeout 60 $B/tests/test_megakernel_decode_tiny > "$OUT/tiny-v1.log" 2>&1; echo 
 if [ $tiny -eq 0 ]; then
   for run in "megakernel_dataflow 15" "megakernel_dataflow 8" "megakernel 0"; do
     set -- $run
-    timeout 150 env NIBBLE_DF_WARPS=${2/#0/15} $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_$1.so \
-      --out "$OUT/$1-$2-full-seed0.json" > "$OUT/$1-$2-full-seed0.log" 2>&1
+    # the trace in /dev/shm: the graded child's sandbox writes nowhere else
+    timeout 150 env NIBBLE_DF_WARPS=${2/#0/15} NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-$2.txt $B/bin/nibble grade --config full \
+      --seeds 0 -q --solution $B/lib/libnibble_$1.so --out "$OUT/$1-$2-full-seed0.json" > "$OUT/$1-$2-full-seed0.log" 2>&1
     echo "$1 ($2 warps) full seed 0: exit $? $(grep -m2 -E 'disposition|time/token' "$OUT/$1-$2-full-seed0.log" | tr '\n' ' ')"
+    [ -f /dev/shm/nibble-df-trace-$2.txt ] && mv /dev/shm/nibble-df-trace-$2.txt "$OUT/trace-$1-$2.txt" && cat "$OUT/trace-$1-$2.txt"
   done
 fi
 [ "$(left)" -gt 100 ] && timeout $(( $(left) - 10 )) $B/bin/nibble grade --config full --seeds 0,1 -q \

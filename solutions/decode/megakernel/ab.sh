@@ -18,9 +18,9 @@ for cfg in "$@"; do
   echo "== $cfg: $(grep -E 'time/token' $OUT/ab-$tag.log | sed 's/ *time.token *//') $(grep -E 'disposition' $OUT/ab-$tag.log | cut -c1-40)"
   [ $rc -le 1 ] || { failed=$((failed + 1)); echo "   grade exit $rc: see $OUT/ab-$tag.log" >&2; }
   if [ "${TRACE:-0}" = 1 ]; then
-    env $cfg NIBBLE_MK_TRACE="$OUT/trace.tmp" timeout 100 $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/ab-$tag-traced.json" --max-timing-seconds 2 > /dev/null 2>&1
-    { echo "== $cfg (traced)"; cat "$OUT/trace.tmp"; } >> "$OUT/traces.txt"
-    rm -f "$OUT/trace.tmp" "$OUT/ab-$tag-traced.json"
+    env $cfg NIBBLE_MK_TRACE=/dev/shm/nibble-ab-trace.tmp timeout 100 $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/ab-$tag-traced.json" --max-timing-seconds 2 > /dev/null 2>&1
+    { echo "== $cfg (traced)"; cat /dev/shm/nibble-ab-trace.tmp; } >> "$OUT/traces.txt"  # the sandbox writes only under /dev
+    rm -f /dev/shm/nibble-ab-trace.tmp "$OUT/ab-$tag-traced.json"
   fi
 done
 [ "$failed" -eq 0 ] || exit 2

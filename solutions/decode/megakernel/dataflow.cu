@@ -60,7 +60,7 @@ void write_trace(const Model& m) {
   const size_t n = m.segs.size(), ctas = m.ctas.size();
   std::vector<long long> t(dataflow_trace_values(n, ctas));
   SOL_CUDA(cudaMemcpy(t.data(), m.trace.get(), t.size() * 8, cudaMemcpyDeviceToHost));
-  FILE* f = std::fopen(m.trace_path.c_str(), "w");
+  FILE* f = host::open_trace(m.trace_path, "NIBBLE_DF_TRACE");
   if (!f) return;
   const double us = 1.0 / 1980.0;
   double sum[df::kSegKinds][3] = {}, count[df::kSegKinds] = {};

@@ -45,12 +45,13 @@ if has tiny; then  # as the CTest entries (tests/decode/megakernel.cmake)
 fi
 has gtiny && run 60 $B/bin/nibble grade --config tiny --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-tiny.json" --max-timing-seconds 2
 if has gfull; then
-  run 100 env NIBBLE_MK_BARRIER=1 NIBBLE_MK_TRACE="$OUT/trace.txt" $B/bin/nibble grade --config full --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-full.json" --max-timing-seconds "$TIMING_S"
-  cat "$OUT/trace.txt" | tee -a "$OUT/log.txt"
+  # traces in /dev/shm: the graded child's sandbox writes nowhere else
+  run 100 env NIBBLE_MK_BARRIER=1 NIBBLE_MK_TRACE=/dev/shm/nibble-mk-trace.txt $B/bin/nibble grade --config full --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-full.json" --max-timing-seconds "$TIMING_S"
+  mv /dev/shm/nibble-mk-trace.txt "$OUT/trace.txt" && cat "$OUT/trace.txt" | tee -a "$OUT/log.txt"
 fi
 if has gfull0; then  # the generation barrier, for comparison
-  run 100 env NIBBLE_MK_BARRIER=0 NIBBLE_MK_TRACE="$OUT/trace0.txt" $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-full-b0.json" --max-timing-seconds "$TIMING_S"
-  cat "$OUT/trace0.txt" | tee -a "$OUT/log.txt"
+  run 100 env NIBBLE_MK_BARRIER=0 NIBBLE_MK_TRACE=/dev/shm/nibble-mk-trace0.txt $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-full-b0.json" --max-timing-seconds "$TIMING_S"
+  mv /dev/shm/nibble-mk-trace0.txt "$OUT/trace0.txt" && cat "$OUT/trace0.txt" | tee -a "$OUT/log.txt"
 fi
 has bench && run 60 $B/bin/bench_megakernel_blocks --benchmark_min_time=0.2 --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
 has mma && run 60 $B/bin/bench_mma_latency --benchmark_out="$OUT/bench-mma.json" --benchmark_out_format=json

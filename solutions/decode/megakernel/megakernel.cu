@@ -97,7 +97,7 @@ void write_trace(const Model& m) {
     head_max = std::max(head_max, double(tb[end] - tb[end - 1]));
     total_max = std::max(total_max, double(tb[end] - tb[0]));
   }
-  FILE* f = std::fopen(m.trace_path.c_str(), "w");
+  FILE* f = host::open_trace(m.trace_path, "NIBBLE_MK_TRACE");
   if (!f) return;
   const double us = 1.0 / 1980.0;
   std::fprintf(f, "megakernel trace: %d blocks, %d layers; cycles per layer (us at 1.98 GHz)\n", B, L);

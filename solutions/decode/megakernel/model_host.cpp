@@ -1,6 +1,7 @@
 // model_host.cpp: the host side both megakernel solutions share (model_host.h).
 #include "model_host.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 
@@ -157,6 +158,14 @@ std::vector<char*> carve(DeviceAlloc& a, const std::vector<size_t>& sizes) {
     off += round_up(s, 256);
   }
   return out;
+}
+
+FILE* open_trace(const std::string& path, const char* var) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f)
+    std::fprintf(stderr, "%s=%s cannot be written (%s); under nibble grade the solution's sandbox writes only under /dev: "
+                 "give a path in /dev/shm\n", var, path.c_str(), std::strerror(errno));
+  return f;
 }
 
 std::vector<float2> rope_table(const nibble_decode_config& c) {

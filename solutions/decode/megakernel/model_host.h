@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,11 @@ void repack_all(std::vector<RepackJob>& jobs, DeviceAlloc& weights, cudaStream_t
 
 /** One allocation of the given byte sizes, each piece 256-byte aligned: the pieces, in order. */
 std::vector<char*> carve(DeviceAlloc& a, const std::vector<size_t>& sizes);
+
+/** A trace file for writing (NIBBLE_MK_TRACE, NIBBLE_DF_TRACE: `var`), or nullptr after saying on
+ *  stderr why not: under nibble grade the child's sandbox lets it write only under /dev, so a trace
+ *  outside /dev/shm cannot be written there. */
+FILE* open_trace(const std::string& path, const char* var);
 
 /** (max_seq, hd/2) {cos, sin} of angle pos theta^(-2i/hd), computed in double, rounded once. */
 std::vector<float2> rope_table(const nibble_decode_config& c);
