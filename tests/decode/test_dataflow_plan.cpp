@@ -154,11 +154,23 @@ TEST(DataflowPlan, EachSegmentWaitsForExactlyTheBlocksItReads) {
     }
 }
 
+/** Every block a segment's waits name, whether or not it owns rows it reads: what the kernel waits
+ *  for (it polls every counter of a range). */
+std::set<std::string> waited_blocks(const Plan& p, const Segment& g) {
+  (void)p;
+  std::set<std::string> out;
+  for (const Wait& w : g.waits)
+    for (int i = w.lo; i < w.hi; ++i) out.insert(std::string(seg_kind_name(w.source)) + " " + std::to_string(w.layer) + " " + std::to_string(i));
+  return out;
+}
+
 /** Vector clocks of every segment over the happens-before graph (program order; a wait on a block
- *  after every segment that publishes it: both CTAs of a cluster, every chunk of a KV head).
+ *  after every segment that publishes it: both CTAs of a cluster, every chunk of a KV head), the
+ *  blocks a segment waits for given by `waits` (default: only those it reads, the weaker graph).
  *  vc[cta][i][x] = how many of CTA x's segments happen before or are segment i of cta. Fails the
  *  test if the graph has a cycle. */
-std::vector<std::vector<std::vector<int>>> vector_clocks(const Plan& p) {
+std::vector<std::vector<std::vector<int>>> vector_clocks(const Plan& p,
+                                                         std::set<std::string> (*waits)(const Plan&, const Segment&) = reads_by_waits) {
   const size_t n = p.segments.size();
   std::map<std::string, std::vector<std::pair<size_t, size_t>>> publishers;  // "kind layer index" -> segments
   for (size_t cta = 0; cta < n; ++cta)
@@ -178,7 +190,7 @@ std::vector<std::vector<std::vector<int>>> vector_clocks(const Plan& p) {
         std::vector<int> c(n, 0);
         if (i > 0) c = vc[cta][i - 1];
         bool ready = true;
-        for (const std::string& key : reads_by_waits(p, p.segments[cta][i]))
+        for (const std::string& key : waits(p, p.segments[cta][i]))
           for (auto [x, j] : publishers[key]) {
             if (next[x] <= j) {
               ready = false;
@@ -231,6 +243,38 @@ TEST(DataflowPlan, NoCycleAndEveryBufferRewrittenOnlyAfterItsReads) {
                                                    << w.layer << " (cta " << wc << "), " << clusters << " clusters";
               }
           }
+    }
+}
+
+// A wait sums its publishers' counts (dataflow_sync.cuh): reaching per x n proves each published n
+// only if none can publish n + 1 before another has published n. So every publication of layer
+// l + 1 on a counter must happen after every publication of layer l on it, over the waits the kernel
+// makes (every counter of a range, tiles or not).
+TEST(DataflowPlan, NoPublisherRunsTwoPublicationsAheadOnACounter) {
+  for (const ModelShape& s : {kTiny, kOdd, ModelShape{4, 3072, 8192, 24, 8, 128, 128256}})
+    for (int clusters : {1, 3, 66}) {
+      if (!plan_unsupported(s, clusters).empty()) continue;
+      const Plan p = make_plan(s, clusters);
+      const auto vc = vector_clocks(p, waited_blocks);
+      if (HasFailure()) return;
+      // (kind, counter) -> layer -> the segments that publish it
+      std::map<std::pair<int, int>, std::map<int, std::vector<std::pair<size_t, size_t>>>> pubs;
+      for (size_t cta = 0; cta < p.segments.size(); ++cta)
+        for (size_t i = 0; i < p.segments[cta].size(); ++i) {
+          const Segment& g = p.segments[cta][i];
+          if (g.kind == kHead) continue;  // never waited for
+          pubs[{g.kind, g.kind == kAttn ? g.kv_head : int(cta) / kClusterSize}][g.layer].push_back({cta, i});
+        }
+      for (const auto& [counter, layers] : pubs)
+        for (const auto& [layer, segs] : layers) {
+          const auto next = layers.find(layer + 1);
+          if (next == layers.end()) continue;
+          for (auto [a, ia] : next->second)
+            for (auto [b, ib] : segs)
+              ASSERT_GT(vc[a][ia][b], int(ib)) << seg_kind_name(SegKind(counter.first)) << " counter " << counter.second << ": cta "
+                                              << a << "'s layer " << layer + 1 << " is not after cta " << b << "'s layer " << layer
+                                              << ", " << clusters << " clusters";
+        }
     }
 }
 

@@ -13,8 +13,10 @@
 // A sum of `per` publishers' counts reaching per x n proves each has published n only if none can be
 // two publications ahead of another (n + 1 and n - 1 would pass too): the dataflow plan keeps that,
 // since every CTA's next publication of a kind follows a grid-wide wait on the previous layer
-// (qkv(l + 1) waits for every down(l), which waits behind every o(l) through gate|up). A plan without
-// such a wait needs one counter per publisher.
+// (qkv(l + 1) waits for every down(l), which waits behind every o(l) through gate|up; a wait polls
+// every counter of its range, a cluster without tiles included: tests/decode/test_dataflow_plan.cpp
+// checks the invariant over exactly those waits). A plan without such a wait needs one counter per
+// publisher.
 // The wait covers the consumer warps' ordinary loads only: not the producer warp (not in the
 // consumers' barrier), not __ldg / const __restrict__ loads (the non-coherent path), and not bulk
 // copies (the async proxy): the producer never streams what the launch itself writes (the K/V row
