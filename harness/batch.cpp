@@ -3,6 +3,7 @@
 #include "harness/batch.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -200,21 +201,27 @@ bool batch_job_done(const BatchJob& job) {
 
 namespace {
 
-/** The first line of a job's log that is nibble's own message ("nibble grade: ..."), or "". The log
- *  is the child's stdout and stderr; only its first 64 KB are read. */
-std::string first_message(const std::string& log) {
-  std::ifstream in(log);
-  std::string line;
-  size_t read = 0;
-  while (read < 65536 && std::getline(in, line)) {
-    read += line.size() + 1;
+/** The first line of a job's log from byte `from` on (the log is appended to by every run of the
+ *  job: what this run wrote starts where the log ended before it) that is nibble's own message
+ *  ("nibble grade: ..."), or "". At most 64 KB are read, and a line at most 1 KB of it. */
+std::string first_message(const std::string& log, std::uintmax_t from) {
+  std::ifstream in(log, std::ios::binary);
+  if (!in.seekg(std::streamoff(from))) return "";
+  std::string chunk(65536, '\0');
+  in.read(chunk.data(), std::streamsize(chunk.size()));
+  chunk.resize(size_t(in.gcount()));
+  for (size_t at = 0; at < chunk.size();) {
+    const size_t end = std::min(chunk.find('\n', at), chunk.size());
+    const std::string line = chunk.substr(at, std::min<size_t>(end - at, 1024));
     if (line.rfind("nibble ", 0) == 0 && line.find(": ") != std::string::npos) return line;
+    at = end + 1;
   }
   return "";
 }
 
-/** The outcome of a finished job from its report. */
-BatchOutcome outcome_of(const BatchJob& job, int code, double seconds, int device) {
+/** The outcome of a finished job from its report; log_from: the job's log size before this run
+ *  (first_message). */
+BatchOutcome outcome_of(const BatchJob& job, int code, double seconds, int device, std::uintmax_t log_from = 0) {
   BatchOutcome o;
   o.exit_code = code;
   o.seconds = seconds;
@@ -233,7 +240,7 @@ BatchOutcome outcome_of(const BatchJob& job, int code, double seconds, int devic
     o.reason = code == kBatchTimedOut
                    ? "killed at the manifest's timeout_seconds without a readable report (" + job.log + ")"
                    : "exit " + std::to_string(code) + " without a readable report (" + job.log + ")";
-    if (const std::string said = first_message(job.log); !said.empty()) o.reason += ": " + said;
+    if (const std::string said = first_message(job.log, log_from); !said.empty()) o.reason += ": " + said;
   }
   return o;
 }
@@ -285,6 +292,8 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
       std::error_code ec;
       fs::remove(job.report, ec);
       fs::remove(job.sidecar, ec);
+      std::uintmax_t log_from = fs::file_size(job.log, ec);  // the runner appends this run's output
+      if (ec) log_from = 0;
       const auto t0 = std::chrono::steady_clock::now();
       // A job that cannot even start (its log not writable, a name too long for the file system) is
       // a line of the summary, never an exception out of this thread (std::terminate).
@@ -297,7 +306,7 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
         not_started = e.what();
       }
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      BatchOutcome o = outcome_of(job, code, sec, slot);
+      BatchOutcome o = outcome_of(job, code, sec, slot, log_from);
       if (!not_started.empty()) o.reason = "the job could not be started: " + not_started;
       if (code == kBatchNotRun) {
         o.disposition = "NotRun";

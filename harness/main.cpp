@@ -70,7 +70,7 @@ void refuse_foreign_fixture_dir(const std::string& out, const std::string& task,
       if (!old.source.is_null())
         throw std::invalid_argument("--out " + out + " holds an imported fixture (nibble fixture import), which a build "
                                     "from a seed would destroy; choose another folder");
-      return;
+      // the manifest is this seed's: the model file beside it must be nibble's too (checked below)
     }
   }
   if (!has_model) return;
@@ -95,7 +95,8 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
     const Task& t = find_task(task);
     t.check_config(config);
     if (out.empty()) out = default_fixture_dir(task, config, seed);
-    refuse_foreign_fixture_dir(out, task, config, seed);
+    if (std::error_code e; std::filesystem::exists(out, e) && !std::filesystem::is_directory(out, e))
+      throw std::invalid_argument("--out " + out + " is a file, not a folder; give a folder for the fixture");
     const bool tty = !quiet && isatty(STDERR_FILENO);
     ProgressFn progress;
     if (tty) {
@@ -106,21 +107,14 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
     }
     const auto t0 = std::chrono::steady_clock::now();
     std::error_code ec;
-    const bool created = !std::filesystem::exists(out);
     std::filesystem::create_directories(out, ec);  // for its lock: another build of this folder waits
     const FolderLock lock(out, [&] {
       if (!quiet) std::fprintf(stderr, "nibble fixture build: waiting for another nibble building %s\n", out.c_str());
     });
-    FixtureManifest m;
-    try {
-      m = t.build_fixture(config, seed, out, threads, progress);
-    } catch (...) {
-      if (created) {  // a refused build (too big for this host, say) leaves no folder of its own behind
-        std::filesystem::remove(std::filesystem::path(out) / ".nibble.lock", ec);
-        std::filesystem::remove(out, ec);  // only if nothing else is in it
-      }
-      throw;
-    }
+    // What the folder holds is judged holding its lock: a build that waited for another finds that
+    // one's fixture there (another seed's: refused), not the empty folder it saw before.
+    refuse_foreign_fixture_dir(out, task, config, seed);
+    const FixtureManifest m = t.build_fixture(config, seed, out, threads, progress);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (tty) std::fprintf(stderr, "\n");
     std::printf("fixture %s / %s seed %llu -> %s\n  %lld bytes, SHA-256 %s, built in %.2f s with %d threads\n",
@@ -243,11 +237,7 @@ int main(int argc, char** argv) {
   CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI"};
   app.require_subcommand(1);
   // The version and the build's commit: what a report's nibble_version and git.build_commit say.
-  app.set_version_flag("--version", [] {
-    const auto g = git_provenance();
-    const auto commit = g.value("build_commit", nlohmann::ordered_json());
-    return std::string("nibble ") + NIBBLE_VERSION + (commit.is_string() ? " (built at " + commit.get<std::string>() + ")" : "");
-  });
+  app.set_version_flag("--version", [] { return std::string("nibble ") + NIBBLE_VERSION + " (configured at " + configured_commit() + ")"; });
 
   // What --task and --config accept, from the registry.
   std::string config_help = "Task config (default: the task's default";

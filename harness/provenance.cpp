@@ -47,7 +47,7 @@ nlohmann::ordered_json git_provenance() {
     j["commit"] = nullptr;
     j["commit_from"] = "unknown: no git checkout and NIBBLE_SOURCE_COMMIT unset";
   }
-  j["build_commit"] = NIBBLE_BUILD_COMMIT;
+  j["build_commit"] = configured_commit();
   return j;
 }
 
@@ -62,5 +62,7 @@ nlohmann::ordered_json host_provenance() {
   j["cpus"] = std::thread::hardware_concurrency();
   return j;
 }
+
+const char* configured_commit() { return NIBBLE_BUILD_COMMIT; }
 
 }  // namespace nibble

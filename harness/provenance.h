@@ -10,6 +10,10 @@ namespace nibble {
  *  configure time}. NIBBLE_SOURCE_COMMIT, when set, is the commit (a copied tree's .git may be
  *  stale; git's answer is kept as "git_commit"); else git in the source folder at run time. */
 nlohmann::ordered_json git_provenance();
+
+/** The commit the build was configured at (CMake's configure step: an incremental build after later
+ *  commits still says the configured one), or "unknown". */
+const char* configured_commit();
 /** {"hostname", "os", "cpus"}. */
 nlohmann::ordered_json host_provenance();
 

@@ -188,9 +188,11 @@ TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
   fake.disposition = "Incorrect";
   BatchManifest first = m;
   first.jobs = {m.jobs[0], m.jobs[1], m.jobs[2]};
+  fs::create_directories(fs::path(m.jobs[2].log).parent_path());
+  write_file_atomic(m.jobs[2].log, "nibble grade: an earlier run's message\n");
   const auto outcomes = run_batch(first, {-1}, [&](const BatchJob& j, int d) {
-    if (j.index == 2) {  // no report, and what the grade said in its log
-      write_file_atomic(j.log, "[nibble] probing the GPU\nnibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n");
+    if (j.index == 2) {  // no report, and what the grade said in its log, after what an earlier run said
+      std::ofstream(j.log, std::ios::app) << "[nibble] probing the GPU\nnibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n";
       return 3;
     }
     return fake(j, d);

@@ -183,6 +183,11 @@ TEST(Cli, FixtureBuildNeverOverwritesAnotherFixture) {
   }
   std::ifstream in(theirs + "/model.safetensors");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "not a fixture");
+  // A file where the folder should be is bad input (exit 2), left as it is.
+  std::ofstream(t.path() + "/a-file") << "mine";
+  r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--out", t.path() + "/a-file", "-q"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("is a file, not a folder"), std::string::npos) << r.output;
   // A fixture of this seed with a broken manifest is nibble's own: rebuilt in place.
   std::ofstream(dir + "/manifest.json") << "broken";
   r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--out", dir, "-q"}, t);
@@ -987,3 +992,31 @@ TEST(Cli, ExtraTensorsAndAnotherFileNameAreRefused) {
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("field 'file'"), std::string::npos) << r.output;
 }
+
+namespace nibble {
+namespace {
+
+// A build that waited for another build of its folder judges the folder holding its lock: what the
+// other left there (another seed's fixture) is refused, not overwritten (it was judged empty before
+// the wait).
+TEST(Cli, FixtureBuildJudgesTheFolderHoldingItsLock) {
+  TempDir t;
+  const std::string made = tiny_fixture(t, 0);  // the fixture the other build "writes"
+  const std::string dir = t.path() + "/shared";
+  fs::create_directories(dir);
+  Result r;
+  auto held = std::make_unique<FolderLock>(dir);
+  std::thread build([&] { r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "1", "--out", dir}, t); });
+  for (int i = 0; i < 1200 && file_tail(t.path() + "/cli.log", 1 << 12).find("waiting for another nibble") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (const char* f : {"model.safetensors", "manifest.json"}) fs::copy_file(made + "/" + f, dir + "/" + f);
+  held.reset();
+  build.join();
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("waiting for another nibble building"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("holds the fixture of megakernel-int4-weight-decode / tiny seed 0"), std::string::npos) << r.output;
+  EXPECT_EQ(read_manifest(dir).seed, 0u) << "the other build's fixture was overwritten";
+}
+
+}  // namespace
+}  // namespace nibble
