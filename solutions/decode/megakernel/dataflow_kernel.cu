@@ -7,6 +7,8 @@
 // cluster sum.
 #include <cooperative_groups.h>
 
+#include <type_traits>
+
 #include "attention_item.cuh"
 #include "dataflow_inputs.cuh"
 #include "dataflow_kernel.h"
@@ -239,35 +241,37 @@ cudaError_t max_clusters_hd(size_t smem, int* clusters) {
 
 }  // namespace
 
+/** f(HD, W) (std::integral_constant) for the kernel built for head dim hd and w consumer warps, or
+ *  `otherwise` when none is (dataflow_warps_supported, hd 64 or 128): the one place the run-time
+ *  choice meets the template arguments. */
+template <class R, class F>
+R with_kernel(int hd, int w, R otherwise, F&& f) {
+  using std::integral_constant;
+  if (hd == 64 && w == 8) return f(integral_constant<int, 64>{}, integral_constant<int, 8>{});
+  if (hd == 64 && w == 15) return f(integral_constant<int, 64>{}, integral_constant<int, 15>{});
+  if (hd == 128 && w == 8) return f(integral_constant<int, 128>{}, integral_constant<int, 8>{});
+  if (hd == 128 && w == 15) return f(integral_constant<int, 128>{}, integral_constant<int, 15>{});
+  return otherwise;
+}
+
 size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles) {
-  const size_t scratch = hd == 64 ? (w == 8 ? scratch_bytes<64, 8>(max_k) : scratch_bytes<64, 15>(max_k))
-                                  : (w == 8 ? scratch_bytes<128, 8>(max_k) : scratch_bytes<128, 15>(max_k));
+  const size_t scratch = with_kernel(hd, w, size_t(0), [&](auto HD, auto W) { return scratch_bytes<HD(), W()>(max_k); });
   return xquant_bytes(max_k) + scratch + cluster_sum_bytes(max_tiles);
 }
 
 cudaError_t dataflow_max_clusters(int hd, int w, size_t smem, int* clusters) {
   *clusters = 0;
-  if (!dataflow_warps_supported(w)) return cudaErrorInvalidValue;
-  if (hd == 64) return w == 8 ? max_clusters_hd<64, 8>(smem, clusters) : max_clusters_hd<64, 15>(smem, clusters);
-  if (hd == 128) return w == 8 ? max_clusters_hd<128, 8>(smem, clusters) : max_clusters_hd<128, 15>(smem, clusters);
-  return cudaErrorInvalidValue;
+  return with_kernel(hd, w, cudaErrorInvalidValue, [&](auto HD, auto W) { return max_clusters_hd<HD(), W()>(smem, clusters); });
 }
 
 cudaError_t dataflow_static_smem(int hd, int w, size_t* bytes) {
   *bytes = 0;
-  if (!dataflow_warps_supported(w)) return cudaErrorInvalidValue;
-  if (hd == 64) return w == 8 ? static_smem_hd<64, 8>(bytes) : static_smem_hd<64, 15>(bytes);
-  if (hd == 128) return w == 8 ? static_smem_hd<128, 8>(bytes) : static_smem_hd<128, 15>(bytes);
-  return cudaErrorInvalidValue;
+  return with_kernel(hd, w, cudaErrorInvalidValue, [&](auto HD, auto W) { return static_smem_hd<HD(), W()>(bytes); });
 }
 
 cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream, bool* cooperative) {
-  const int w = p.consumer_warps;
-  if (!dataflow_warps_supported(w)) return cudaErrorInvalidValue;
-  if (p.hd == 64) return w == 8 ? launch_hd<64, 8>(p, smem, stream, cooperative) : launch_hd<64, 15>(p, smem, stream, cooperative);
-  if (p.hd == 128)
-    return w == 8 ? launch_hd<128, 8>(p, smem, stream, cooperative) : launch_hd<128, 15>(p, smem, stream, cooperative);
-  return cudaErrorInvalidValue;
+  return with_kernel(p.hd, p.consumer_warps, cudaErrorInvalidValue,
+                     [&](auto HD, auto W) { return launch_hd<HD(), W()>(p, smem, stream, cooperative); });
 }
 
 }  // namespace nibble::megakernel::v2
