@@ -1,7 +1,10 @@
 // gpu_sync.cuh: the gpu-scope release/acquire operations the persistent kernels synchronise their
-// blocks with (PTX ISA, "Memory Consistency Model": .release / .acquire at .gpu scope; sm_70+).
+// blocks with, and the cta-scope ones on shared memory their warps order each other with (PTX ISA,
+// "Memory Consistency Model": .release / .acquire at .gpu / .cta scope; sm_70+).
 // Named here, not inline in each kernel, so that the CPU emulation (tests/emulation) can stand in.
 #pragma once
+
+#include <cstdint>
 
 namespace nibble::sol {
 
@@ -28,6 +31,19 @@ __device__ __forceinline__ unsigned atom_release_gpu_inc(unsigned* p) {
   unsigned old;
   asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
   return old;
+}
+
+/** *p (a shared-memory address, sol::smem_addr), acquire at cta scope: what the warp that released
+ *  the value wrote before its release is visible after it. */
+__device__ __forceinline__ unsigned ld_acquire_cta_shared(uint32_t p) {
+  unsigned v;
+  asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(v) : "r"(p) : "memory");
+  return v;
+}
+
+/** *p = v (a shared-memory address), release at cta scope. */
+__device__ __forceinline__ void st_release_cta_shared(uint32_t p, unsigned v) {
+  asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"(p), "r"(v) : "memory");
 }
 
 }  // namespace nibble::sol

@@ -13,8 +13,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <functional>
 #include <map>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 #include <cmath>
@@ -116,6 +119,11 @@ inline long long events = 0;  // barrier arrivals and thread exits: progress
 inline std::function<void()> body;
 inline size_t fiber_stack_bytes = 256 * 1024;
 inline constexpr long long kMaxIdlePasses = 20000;
+/** 0: each pass of the scheduler runs the fibers in thread order. Otherwise the warps in a random
+ *  order each pass, drawn from this seed (a warp's lanes stay in order): another interleaving the
+ *  GPU could take, so that a result that depends on which warp gets somewhere first shows up as a
+ *  difference between two seeds. */
+inline uint64_t schedule_seed = 0;
 
 inline void yield() { swapcontext(&cur->ctx, &sched_ctx); }
 
@@ -200,10 +208,15 @@ inline void run_blocks(std::vector<BlockState>& blocks, unsigned nthreads, size_
     makecontext(&f.ctx, fiber_entry, 0);
   }
   long long idle_passes = 0;
+  std::vector<size_t> warps(n / 32);
+  std::iota(warps.begin(), warps.end(), size_t(0));
+  std::mt19937_64 rng(schedule_seed);
   for (;;) {
     bool all = true;
     const long long before = events;
-    for (size_t i = 0; i < n; ++i) {
+    if (schedule_seed != 0) std::shuffle(warps.begin(), warps.end(), rng);
+    for (size_t i_ = 0; i_ < n; ++i_) {
+      const size_t i = warps[i_ / 32] * 32 + i_ % 32;
       Fiber& f = fibers[i];
       if (f.done) continue;
       all = false;

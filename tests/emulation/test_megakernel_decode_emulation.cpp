@@ -36,8 +36,9 @@ namespace {
 
 /** The solution through its C ABI on `cfg` over `sms` emulated SMs (one block each), cfg.checked_steps
  *  steps from cfg.prefill, against the fp64 oracle: the logits (every sequence) within 1e-3, appended K/V
- *  roundings of the oracle's, no other cache row touched. */
-void run_against_the_oracle(const DecodeConfig& cfg, int sms) {
+ *  roundings of the oracle's, no other cache row touched. Every step's logits, in order, into
+ *  *logits_out when given. */
+void run_against_the_oracle(const DecodeConfig& cfg, int sms, std::vector<float>* logits_out = nullptr) {
   emu::sm_count = sms;
   const auto& d = cfg.dims;
   test::TempDir dir;
@@ -83,6 +84,7 @@ void run_against_the_oracle(const DecodeConfig& cfg, int sms) {
     std::vector<uint16_t> k_ref, v_ref;
     const std::vector<double> ref = oracle.step(tokens, pos, &k_ref, &v_ref, &trace, &offer);
     const auto* out = static_cast<const float*>(log_mem);
+    if (logits_out) logits_out->insert(logits_out->end(), out, out + ref.size());
     double num = 0, den = 0;
     int nonfinite = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
@@ -142,6 +144,33 @@ void run_against_the_oracle(const DecodeConfig& cfg, int sms) {
 }
 
 TEST(MegakernelDecodeEmulation, TinyMatchesTheOracle) { run_against_the_oracle(decode_config("tiny"), 4); }
+
+#ifdef NIBBLE_EMU_EXPECT_BITWISE
+/** A solution that promises the same logits bit for bit run to run (the dataflow kernel: no fp32
+ *  atomics; issue 21's stress test checks it on the GPU) gives them under two other interleavings of
+ *  its warps (emu::schedule_seed). ffn 2304: down's K half is 9 groups, three pages per tile, so the
+ *  order in which warps add a tile's pages matters (two addends onto zero commute exactly). */
+TEST(MegakernelDecodeEmulation, BitwiseUnderTwoSchedules) {
+  DecodeConfig cfg = decode_config("tiny");
+  cfg.dims.ffn = 2304;
+  cfg.checked_steps = 2;
+  std::vector<float> first, second;
+  emu::schedule_seed = 1;
+  run_against_the_oracle(cfg, 4, &first);
+  emu::schedule_seed = 2;
+  run_against_the_oracle(cfg, 4, &second);
+  emu::schedule_seed = 0;
+  ASSERT_EQ(first.size(), second.size());
+  size_t differ = 0, at = first.size();
+  for (size_t i = 0; i < first.size(); ++i)
+    if (std::memcmp(&first[i], &second[i], sizeof(float)) != 0) {
+      ++differ;
+      at = std::min(at, i);
+    }
+  EXPECT_EQ(differ, 0u) << "of " << first.size() << " logits differ between two schedules of the warps, the first at "
+                        << at << ": " << first[at] << " against " << second[at];
+}
+#endif
 
 /** Shapes at the edges of what the solutions accept (a helper's review of the dataflow kernel,
  *  2026-12-05): one group per matrix, so a K half is empty; more clusters than a matrix has tiles;

@@ -4,8 +4,9 @@
 #   2. the bundled-solution tiny test of v2 (the fp64 oracle, 8 steps; a protocol that hangs is cut at
 #      120 s), then v1's in the same call;
 #   3. when it passed: a grade of full, seed 0, v2 with 15 and with 8 consumer warps, then v1 (the
-#      grader's watchdog cuts a hang), and
-#      seeds 0, 1 of v1 (v20's report the README quotes) if time is left.
+#      grader's watchdog cuts a hang), then v2's stress test (issue 21 step 4: full, seeds 0 and 1,
+#      every position from prefill to the cache's end, run twice, bitwise equal), and
+#   4. seeds 0, 1 of v1 (v20's report the README quotes) if time is left.
 #   bash reports/h200/next/dataflow.sh <commit>
 set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
@@ -14,7 +15,7 @@ left() { echo $(( 580 - ($(date +%s) - t0) )); }
 source scripts/env.sh
 cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
 cmake --build build-hopper -j16 --target nibble nibble_reference nibble_megakernel nibble_megakernel_dataflow \
-  test_megakernel_dataflow_decode_tiny test_megakernel_decode_tiny > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  test_megakernel_dataflow_decode_tiny test_megakernel_decode_tiny test_megakernel_dataflow_decode_stress > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "built ($(( $(date +%s) - t0 )) s)"
 B=build-hopper
 export NIBBLE_BINARY_DIR=$PWD/$B NIBBLE_SOURCE_DIR=$PWD
@@ -30,6 +31,10 @@ if [ $tiny -eq 0 ]; then
     echo "$1 ($2 warps) full seed 0: exit $? $(grep -m2 -E 'disposition|time/token' "$OUT/$1-$2-full-seed0.log" | tr '\n' ' ')"
     [ -f /dev/shm/nibble-df-trace-$2.txt ] && mv /dev/shm/nibble-df-trace-$2.txt "$OUT/trace-$1-$2.txt" && cat "$OUT/trace-$1-$2.txt"
   done
+fi
+if [ $tiny -eq 0 ] && [ "$(left)" -gt 150 ]; then
+  timeout $(( $(left) - 100 )) $B/tests/test_megakernel_dataflow_decode_stress > "$OUT/stress-dataflow.log" 2>&1
+  echo "v2 stress: exit $? $(grep -E 'run twice|Failure|differing' "$OUT/stress-dataflow.log" | tr '\n' ' ')"
 fi
 [ "$(left)" -gt 100 ] && timeout $(( $(left) - 10 )) $B/bin/nibble grade --config full --seeds 0,1 -q \
   --solution $B/lib/libnibble_megakernel.so --out "$OUT/megakernel-full.json" > "$OUT/megakernel-full.log" 2>&1 && \

@@ -275,12 +275,12 @@ __device__ __forceinline__ float2 limb_weights(int lane) {
 
 using sol::red_add_v4;  // solutions/common/sm90_async.cuh
 
-/** out[16 tile + 0..15] += this unit-run's row sums: the limbs weighted and summed over the 4 lanes
- *  of a row (t = 0, 1 hold limbs 0, 1 and 2), then gathered so that lane 28 + t holds rows 4t..4t+3
- *  and adds them with one 16-byte reduction (4 atomics per tile instead of 16; a partial last tile
- *  or an unaligned out takes scalar atomics). Every lane of the warp calls it. */
-__device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, uint32_t tile, int lane,
-                                          const float (&acc)[2][2], float2 wl) {
+/** This unit-run's 16 row sums: the limbs weighted and summed over the 4 lanes of a row (t = 0, 1
+ *  hold limbs 0, 1 and 2), then gathered so that lane 28 + t holds rows 4t..4t+3; then add(v, t)
+ *  on every lane (v: the lane's four sums, meaningful on lanes 28..31 only, t = lane & 3). Every
+ *  lane of the warp calls it (shuffles). */
+template <class Add>
+__device__ __forceinline__ void gemv_row_sums(int lane, const float (&acc)[2][2], float2 wl, Add&& add) {
   float r0 = fmaf(acc[0][0], wl.x, acc[0][1] * wl.y), r1 = fmaf(acc[1][0], wl.x, acc[1][1] * wl.y);
   r0 += __shfl_xor_sync(0xFFFFFFFFu, r0, 1);
   r1 += __shfl_xor_sync(0xFFFFFFFFu, r1, 1);
@@ -295,19 +295,29 @@ __device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, ui
     const float a = __shfl_sync(0xFFFFFFFFu, r0, src), b = __shfl_sync(0xFFFFFFFFu, r1, src);
     v[i] = t < 2 ? a : b;
   }
-  // Lanes 28..31 (t = 0..3) write: lane 0 issues the ring's bulk copies, whose proxy fence would
-  // otherwise wait for these reductions to reach L2 (~1 us per flush, measured v6).
-  if (lane >= 28) {
-    const int r = int(tile) * kTileRows + 4 * t;
-    float* dst = out + r;
-    if (M.vec_flush && r + 3 < M.rows && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
-      red_add_v4(dst, make_float4(v[0], v[1], v[2], v[3]));
-    } else {
+  add(v, t);
+}
+
+/** out[16 tile + 0..15] += this unit-run's row sums (gemv_row_sums), lane 28 + t adding rows
+ *  4t..4t+3 with one 16-byte reduction (4 atomics per tile instead of 16; a partial last tile or an
+ *  unaligned out takes scalar atomics). Every lane of the warp calls it. */
+__device__ __forceinline__ void gemv_flush(const PackedMatrix& M, float* out, uint32_t tile, int lane,
+                                          const float (&acc)[2][2], float2 wl) {
+  gemv_row_sums(lane, acc, wl, [&](const float (&v)[4], int t) {
+    // Lanes 28..31 (t = 0..3) write: lane 0 issues the ring's bulk copies, whose proxy fence would
+    // otherwise wait for these reductions to reach L2 (~1 us per flush, measured v6).
+    if (lane >= 28) {
+      const int r = int(tile) * kTileRows + 4 * t;
+      float* dst = out + r;
+      if (M.vec_flush && r + 3 < M.rows && (reinterpret_cast<uintptr_t>(dst) & 15u) == 0) {
+        red_add_v4(dst, make_float4(v[0], v[1], v[2], v[3]));
+      } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (r + i < M.rows) atomicAdd(dst + i, v[i]);
+        for (int i = 0; i < 4; ++i)
+          if (r + i < M.rows) atomicAdd(dst + i, v[i]);
+      }
     }
-  }
+  });
 }
 
 /** This block's groups of M, [*g0, *g1): the whole chunks its warps' ranges touch (a tile-major M:

@@ -1,11 +1,16 @@
 // segment_gemv.cuh: the GEMV of one matrix segment of the dataflow megakernel (issue 21 step 3;
 // NOTES.md "v2"): the cluster's rows of y = W x, each CTA multiplying its K half from the page
 // stream (page_stream.cuh), the two halves summed through distributed shared memory. The unit math
-// is the v1 GEMV's (int4_mma_gemv.cuh: gemv_unit, gemv_flush's row sums).
+// is the v1 GEMV's (int4_mma_gemv.cuh: gemv_unit, gemv_row_sums).
 //
 // Per segment, in the consumer warps (never the producer):
 //   1. every page (a tile's run of up to 4 groups) multiplied by the warp it goes to, its 16 row sums
-//      added into `part` (shared memory, 16 floats per tile of the cluster's range);
+//      added into `part` (shared memory, 16 floats per tile of the cluster's range) in the pages'
+//      order: the warp of a tile's page j waits until the page j - 1 of that tile is added (a
+//      counter per tile, cta-scope release / acquire), so that every sum is formed in one order and
+//      the logits are bitwise the same run to run, whichever warp gets there first (fp32 atomics
+//      added the three to eight pages of a tile in the order the warps arrived). The wait cannot
+//      deadlock: page j - 1 is an earlier page of the stream, whose warp waits only for earlier ones;
 //   2. rank r finishes the tiles [t0 + n r / 2, t0 + n (r + 1) / 2) of the cluster's n: it sends the
 //      partner's half of `part` with st.async into the partner's `peer` buffer, completing on the
 //      partner's mbarrier, waits for its own, and writes y = part + peer for its rows.
@@ -22,6 +27,7 @@
 
 #include "int4_mma_gemv.cuh"
 #include "page_stream.cuh"
+#include "solutions/common/gpu_sync.cuh"
 #include "solutions/common/sm90_wgmma.cuh"
 
 namespace nibble::megakernel::v2 {
@@ -33,14 +39,18 @@ __device__ __forceinline__ void consumers_sync() {
 }
 
 /** Shared memory of the cluster sum for segments of at most max_tiles tiles: part (16 floats per
- *  tile), two peer buffers (16 floats per tile and a 16-byte token each), then two mbarriers. */
-NIBBLE_MK_HD inline size_t cluster_sum_bytes(uint32_t max_tiles) { return size_t(max_tiles) * 64 * 3 + 2 * 16 + 16; }
+ *  tile), two peer buffers (16 floats per tile and a 16-byte token each), two mbarriers, then the
+ *  pages' order counters (one u32 per tile, rounded up to 16 bytes). */
+NIBBLE_MK_HD inline size_t cluster_sum_bytes(uint32_t max_tiles) {
+  return size_t(max_tiles) * 64 * 3 + 2 * 16 + 16 + (size_t(max_tiles) * 4 + 15) / 16 * 16;
+}
 
 /** The cluster sum's shared memory (cluster_sum_bytes(max_tiles) bytes at smem, 16-byte aligned). */
 struct ClusterSum {
   float* part = nullptr;
   float* peer[2] = {nullptr, nullptr};
-  uint32_t rx = 0;  ///< mbarrier of peer[b] at rx + 8 b
+  uint32_t rx = 0;     ///< mbarrier of peer[b] at rx + 8 b
+  uint32_t order = 0;  ///< the tiles' page counters: tile t's (relative to the segment's first) at order + 4 t
   uint32_t max_tiles = 0;
 };
 
@@ -52,6 +62,7 @@ __device__ __forceinline__ ClusterSum cluster_sum_init(unsigned char* smem, uint
   cs.peer[0] = cs.part + 16 * max_tiles;
   cs.peer[1] = cs.peer[0] + 16 * max_tiles + 4;  // + the token
   cs.rx = sol::smem_addr(cs.peer[1] + 16 * max_tiles + 4);
+  cs.order = cs.rx + 16;
   cs.max_tiles = max_tiles;
   if (threadIdx.x == 0) {
     sol::mbar_init(cs.rx, 1);
@@ -59,6 +70,25 @@ __device__ __forceinline__ ClusterSum cluster_sum_init(unsigned char* smem, uint
     sol::mbar_init_fence();
   }
   return cs;
+}
+
+/** Consumer warp, all lanes: part[16 tile + 0..15] += this page's row sums (gemv_row_sums' v: lane
+ *  28 + t holds rows 4t..4t+3), after the tile's pages before j (the page's number within the
+ *  segment's K half) and before its page j + 1. */
+__device__ __forceinline__ void add_in_page_order(const ClusterSum& cs, uint32_t tile, uint32_t j, int lane,
+                                                  const float (&v)[4]) {
+  const uint32_t counter = cs.order + 4 * tile;
+  if (lane == 28)
+    while (sol::ld_acquire_cta_shared(counter) != j) {
+    }
+  __syncwarp();  // orders lanes 29..31 after lane 28's acquire
+  if (lane >= 28) {
+    float4* dst = reinterpret_cast<float4*>(cs.part + 16 * tile) + (lane - 28);
+    const float4 p = *dst;
+    *dst = make_float4(p.x + v[0], p.y + v[1], p.z + v[2], p.w + v[3]);
+  }
+  __syncwarp();  // lanes 29..31's adds before lane 28's release
+  if (lane == 28) sol::st_release_cta_shared(counter, j + 1);
 }
 
 /** The tiles [*f0, *f1) (relative to the segment's first) that rank `rank` of the cluster finishes. */
@@ -83,12 +113,8 @@ __device__ __forceinline__ void segment_gemv(const PagePool& pool, const StreamS
   const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
   const uint32_t n = sg.tile1 - sg.tile0;
   for (uint32_t i = uint32_t(ct); i < 16 * n; i += 32 * W) cs.part[i] = 0.f;
+  for (uint32_t i = uint32_t(ct); i < n; i += 32 * W) sol::st_release_cta_shared(cs.order + 4 * i, 0u);
   consumers_sync<W>();
-  // gemv_flush adds into part with scalar atomics (vec_flush 0: the vector reduction is global-only),
-  // tiles relative to the segment's first.
-  PackedMatrix rel;
-  rel.rows = int(16 * n);
-  rel.vec_flush = 0;
   const float2 wl = limb_weights(lane);
   consume_segment(pool, sg, k, w, [&](uint32_t t, uint32_t g, uint32_t units, const unsigned char* page) {
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
@@ -98,7 +124,9 @@ __device__ __forceinline__ void segment_gemv(const PagePool& pool, const StreamS
       const uint2 meta = reinterpret_cast<const uint2*>(unit + kUnitCodeBytes)[lane >> 2];
       gemv_unit(wv, meta, xq + size_t(g + u) * kXqGroupBytes, lane, acc);
     }
-    gemv_flush(rel, cs.part, t - sg.tile0, lane, acc, wl);
+    gemv_row_sums(lane, acc, wl, [&](const float (&v)[4], int) {
+      add_in_page_order(cs, t - sg.tile0, (g - sg.g0) / kPageUnits, lane, v);
+    });
   });
   consumers_sync<W>();
   // The cluster sum: send the partner's tiles, wait for this rank's, finish them.
