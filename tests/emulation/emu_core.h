@@ -119,11 +119,14 @@ inline long long events = 0;  // barrier arrivals and thread exits: progress
 inline std::function<void()> body;
 inline size_t fiber_stack_bytes = 256 * 1024;
 inline constexpr long long kMaxIdlePasses = 20000;
-/** 0: each pass of the scheduler runs the fibers in thread order. Otherwise the warps in a random
- *  order each pass, drawn from this seed (a warp's lanes stay in order): another interleaving the
+/** 0 (the default, or $NIBBLE_EMU_SCHEDULE_SEED): each pass of the scheduler runs the fibers in
+ *  thread order. Otherwise the warps in a random order each pass, drawn from this seed (a warp's lanes stay in order): another interleaving the
  *  GPU could take, so that a result that depends on which warp gets somewhere first shows up as a
  *  difference between two seeds. */
-inline uint64_t schedule_seed = 0;
+inline uint64_t schedule_seed = [] {
+  const char* e = std::getenv("NIBBLE_EMU_SCHEDULE_SEED");  // a whole test binary under another schedule
+  return e && *e ? std::strtoull(e, nullptr, 10) : 0ull;
+}();
 
 inline void yield() { swapcontext(&cur->ctx, &sched_ctx); }
 
