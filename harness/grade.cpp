@@ -120,6 +120,7 @@ std::vector<bool> ledger_section(const CallLedger& ledger, const TimingResult& t
   clocks["throttle_reasons_mask"] = kThrottleReasons;
   *out = {{"window_us", summary_json(w, &window)},
           {"overhead_us", ev->window_overhead_us},
+          {"overhead_credited_us", credited_overhead_us(*ev)},
           {"calibration_windows", cal.size()},
           {"hidden_us", hidden_time_us(*ev)},
           {"hidden_allowance_us", hidden_time_allowance_us(ev->span_median_us)},

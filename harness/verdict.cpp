@@ -120,7 +120,13 @@ Verdict judge(const Evidence& e) {
       return fail(D::InvalidTiming, Rule::Timing,
                   "each " + e.unit + " took " + g3(e.window_median_us) + " us (median) of wall time on the grader's own clock, " +
                       g3(hidden) + " us beyond its CUPTI GPU span (" + g3(e.span_median_us) + " us) and the ledger's overhead (" +
-                      g3(e.window_overhead_us) + " us), more than the " + g3(hidden_time_allowance_us(e.span_median_us)) +
+                      g3(credited_overhead_us(e)) + " us" +
+                      (e.window_overhead_us > kLedgerOverheadCreditUs
+                           ? " credited of " + g3(e.window_overhead_us) +
+                                 " measured: the calibration windows were slow, the machine busy or the solution's "
+                                 "load-time code running"
+                           : std::string()) +
+                      "), more than the " + g3(hidden_time_allowance_us(e.span_median_us)) +
                       " us allowed: the call spends time the GPU timer cannot see (host work, GPU work hidden from "
                       "CUPTI, or another process using this GPU)");
     // Foreign work before the clock comparison: its records inside a window lengthen the span past

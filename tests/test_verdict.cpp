@@ -185,6 +185,20 @@ TEST_P(Judge, TimingValidity) {
   e.floor_us = 10;
   e.window_median_us = 132 + 20;
   expect(e, Disposition::Passed, Rule::Passed);
+  // The ledger's overhead is credited up to 60 us: a solution whose load-time code slowed the
+  // calibration windows to 5 ms would otherwise hide 5 ms of work per call. Here 1000 us of span in
+  // a 1500 us window: with 60 us credited, 440 us are hidden (the allowance is 200).
+  e = base();
+  e.window_overhead_us = 500;
+  e.window_median_us = 1500;
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "440 us beyond its CUPTI GPU span");
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "60 us credited of 500 measured");
+  EXPECT_EQ(credited_overhead_us(e), kLedgerOverheadCreditUs);
+  e.window_overhead_us = 60;  // at the credit: the edge is 60 + 1000 + 200
+  e.window_median_us = 1260;
+  expect(e, Disposition::Passed, Rule::Passed);
+  e.window_median_us = 1261;
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "and the ledger's overhead (60 us), more than");
   e = base();
   e.span_median_us = 400;  // a third of a 1 ms call's work visible to CUPTI, the rest hidden
   e.span_min_us = 400;

@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -550,10 +552,62 @@ void* tensor_data(const nibble_decode_model* m, const std::string& name) {
 
 namespace {
 
+#if defined(HOSTILE_HIDE_BEHIND_CALIBRATION)
+// Load-time code: dlopen runs this library's constructor in the grader's child before the call
+// ledger's calibration windows. A thread interrupts the loading thread every 300 us with SIGURG
+// (a standard signal: a pending one is not queued twice) whose handler spins for 200 us, until
+// build_model or for 10 s at most (a process that loads the library without building, a test, is
+// slowed no longer): the loading thread runs at a third of its speed, so the calibration windows,
+// and the ledger overhead they measure, come out long (~3x and more), and an overhead the grader
+// credited in full would cover the work every timed step then hides from CUPTI (four passes over
+// the step, as hide_from_cupti's two, for a margin over the allowance).
+std::atomic<bool> g_stop_slowing{false};
+std::thread g_slower;
+
+void spin_200us(int) {
+  timespec t0{}, t{};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 200000L);
+}
+
+void stop_slowing() {
+  g_stop_slowing = true;
+  if (g_slower.joinable()) g_slower.join();
+}
+
+__attribute__((constructor)) void start_slowing() {
+  struct sigaction sa {};
+  sa.sa_handler = spin_200us;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGURG, &sa, nullptr) != 0) {
+    std::perror("hostile-hide_behind_calibration: sigaction");
+    return;
+  }
+  const pid_t pid = getpid(), loader = pid_t(syscall(SYS_gettid));
+  g_slower = std::thread([pid, loader] {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!g_stop_slowing && std::chrono::steady_clock::now() < end) {
+      if (syscall(SYS_tgkill, pid, loader, SIGURG) != 0) {
+        std::perror("hostile-hide_behind_calibration: tgkill");
+        return;
+      }
+      usleep(300);
+    }
+  });
+}
+
+__attribute__((destructor)) void end_slowing() { stop_slowing(); }
+#endif
+
 nibble_status build(const nibble_decode_model* model, cudaStream_t stream, State& s, nibble_error* err) {
   const nibble_decode_config& c = model->cfg;
   s.cfg = c;
   s.tensors.assign(model->tensors, model->tensors + model->num_tensors);
+#if defined(HOSTILE_HIDE_BEHIND_CALIBRATION)
+  stop_slowing();  // the calibration is over: the timed steps must not be slowed
+#endif
   [[maybe_unused]] nibble_decode_model m = *model;  // the table the unfused build sees
 #if defined(HOSTILE_NOISY_OUTPUT)
   spew(stdout, 0);
@@ -787,7 +841,7 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   else
     H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
-#elif defined(HOSTILE_HIDE_FROM_CUPTI)
+#elif defined(HOSTILE_HIDE_FROM_CUPTI) || defined(HOSTILE_HIDE_BEHIND_CALIBRATION)
   // CUPTI lives in this process: in a timed step its kernel records go off for two passes over the
   // step (work a cheat would want untimed), then on again for the third, which the timer sees.
   using cupti_kind_fn = int (*)(int);
@@ -796,8 +850,12 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   constexpr int kConcurrentKernel = 10;  // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
   if (!disable || !enable) std::fprintf(stderr, "hostile-hide_from_cupti: no CUPTI in this process\n");
   if (disable && enable && timed) disable(kConcurrentKernel);
-  H_OK(forward(s, tokens, pos, logits, stream, err));
-  H_OK(forward(s, tokens, pos, logits, stream, err));
+#if defined(HOSTILE_HIDE_BEHIND_CALIBRATION)
+  constexpr int kHiddenPasses = 4;
+#else
+  constexpr int kHiddenPasses = 2;
+#endif
+  for (int i = 0; i < kHiddenPasses; ++i) H_OK(forward(s, tokens, pos, logits, stream, err));
   H_CUDA(cudaStreamSynchronize(stream));
   if (disable && enable && timed) enable(kConcurrentKernel);
   H_OK(forward(s, tokens, pos, logits, stream, err));
