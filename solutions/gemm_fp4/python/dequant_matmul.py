@@ -2,6 +2,12 @@
 W dequantised once to bf16 in prepare, then one torch.mm per call (cuBLAS, fp32 accumulation) into
 a bf16 C: the gate's must-pass row bf16_dequant_fp32_acc (include/nibble/nibble_gemm.h).
 
+The mm of each (A, C) pair the harness hands over is captured in a CUDA graph on its first call
+(untimed: the checked calls come first) and replayed after: a call into Python and PyTorch's
+dispatch cost ~125-200 us of host time (H200, 2026-12-05) against a 3 us kernel at the tiny
+configs, beyond the time the grader lets a call spend unseen by the GPU timer; a replay is one
+graph launch.
+
 W[n, k] = e2m1(code[n, k]) * s[n, k / block], s = e4m3fn(scale) * global_scale (NVFP4, block 16) or
 2^(scale - 127) (MXFP4 e8m0, block 32); e2m1 codes are packed two per byte, LOW nibble = EVEN k,
 sign in bit 3; the last block of a row may be partial (K % block != 0). The dequantisation runs in
@@ -43,13 +49,21 @@ class Handle:
         self.stream = torch.cuda.ExternalStream(stream)
         with torch.cuda.stream(self.stream):
             self.w_t = dequantise(problem).t()  # (K, N) view: torch.mm(A, W^T)
-        self.views = {}
+        self.graphs = {}  # (A, C) buffers -> the CUDA graph of their mm
 
-    def view(self, t):
-        key = (t.data_ptr, t.byte_offset, t.shape)
-        if key not in self.views:
-            self.views[key] = torch.from_dlpack(t)
-        return self.views[key]
+    def call(self, A, C):
+        key = (A.data_ptr, A.byte_offset, A.shape, C.data_ptr, C.byte_offset, C.shape)
+        graph = self.graphs.get(key)
+        with torch.cuda.stream(self.stream):
+            if graph is not None:
+                graph.replay()
+                return
+            a, c = torch.from_dlpack(A), torch.from_dlpack(C)
+            torch.mm(a, self.w_t, out=c)  # this call's C, and cuBLAS's warm-up before the capture
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=self.stream):
+                torch.mm(a, self.w_t, out=c)
+            self.graphs[key] = graph
 
 
 def prepare(problem, stream):
@@ -57,10 +71,9 @@ def prepare(problem, stream):
 
 
 def run(handle, A, C, stream):
-    with torch.cuda.stream(handle.stream):
-        torch.mm(handle.view(A), handle.w_t, out=handle.view(C))
+    handle.call(A, C)
 
 
 def teardown(handle, stream):
+    handle.graphs = {}
     handle.w_t = None
-    handle.views = {}
