@@ -136,18 +136,10 @@ void linear(const Reference& r, const float* W, int64_t out, int64_t in, const f
 }
 
 void check_config(const nibble_decode_model* model) {
-  if (model->struct_size < sizeof(nibble_decode_model))
-    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "nibble_decode_model.struct_size " +
-                                                      std::to_string(model->struct_size) + " < " +
-                                                      std::to_string(sizeof(nibble_decode_model)));
-  if (!model->task || std::strcmp(model->task, "megakernel-int4-weight-decode") != 0)
-    throw AbiFailure(NIBBLE_ERR_NOT_SUPPORTED,
-                     std::string("task '") + (model->task ? model->task : "(null)") + "' is not supported");
+  sol::require_decode_model(model);
   const nibble_decode_config& c = model->cfg;
-  const bool positive = c.layers > 0 && c.d > 0 && c.ffn > 0 && c.n_q > 0 && c.n_kv > 0 && c.hd > 0 &&
-                        c.vocab > 0 && c.group > 0 && c.batch > 0 && c.max_seq > 0;
-  if (!positive || c.hd % 2 != 0 || c.group % 2 != 0 || c.n_q % c.n_kv != 0 || c.d % c.group != 0 ||
-      c.ffn % c.group != 0 || (int64_t(c.n_q) * c.hd) % c.group != 0)
+  if (c.hd % 2 != 0 || c.group % 2 != 0 || c.d % c.group != 0 || c.ffn % c.group != 0 ||
+      (int64_t(c.n_q) * c.hd) % c.group != 0)
     throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT,
                      "inconsistent config: layers " + std::to_string(c.layers) + ", d " + std::to_string(c.d) +
                          ", ffn " + std::to_string(c.ffn) + ", n_q " + std::to_string(c.n_q) + ", n_kv " +

@@ -7,12 +7,14 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nibble/nibble.h"
@@ -120,6 +122,33 @@ struct QuantTriple {
   const uint8_t* zero;    // (out, in/group)
   int64_t out, in;
 };
+
+/** The decode task's own requirements of a model (nibble.h), before any solution's: struct_size at
+ *  least this build's, every count of cfg positive, eps and theta positive and finite, n_q a
+ *  multiple of n_kv (grouped-query attention): else AbiFailure INVALID_ARGUMENT; another task than
+ *  megakernel-int4-weight-decode: NOT_SUPPORTED. */
+inline void require_decode_model(const nibble_decode_model* m) {
+  if (m->struct_size < sizeof(nibble_decode_model))
+    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: nibble_decode_model.struct_size is smaller than this solution's");
+  if (!m->task || std::strcmp(m->task, "megakernel-int4-weight-decode") != 0)
+    throw AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, std::string("this solution implements task megakernel-int4-weight-decode, not '") +
+                                                   (m->task ? m->task : "(null)") + "'");
+  const nibble_decode_config& c = m->cfg;
+  const std::pair<int64_t, const char*> counts[] = {{c.layers, "layers"}, {c.d, "d"},         {c.ffn, "ffn"},
+                                                    {c.n_q, "n_q"},       {c.n_kv, "n_kv"},   {c.hd, "hd"},
+                                                    {c.vocab, "vocab"},   {c.group, "group"}, {c.batch, "batch"},
+                                                    {c.max_seq, "max_seq"}};
+  for (const auto& [v, name] : counts)
+    if (v <= 0)
+      throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, std::string("cfg.") + name + " must be positive, got " + std::to_string(v));
+  if (!(c.eps > 0) || !std::isfinite(c.eps))
+    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.eps must be a positive finite number");
+  if (!(c.theta > 0) || !std::isfinite(c.theta))
+    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.theta must be a positive finite number");
+  if (c.n_q % c.n_kv)
+    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.n_q (" + std::to_string(c.n_q) + ") must be a multiple of cfg.n_kv (" +
+                                                      std::to_string(c.n_kv) + ") for grouped-query attention");
+}
 
 inline QuantTriple require_quant(const nibble_decode_model* m, const std::string& name, int64_t out, int64_t in) {
   const int64_t g = m->cfg.group;

@@ -25,25 +25,8 @@ SourceTriple source(const nibble_decode_model* m, const std::string& name, int64
   return s;
 }
 
+/** What this solution's kernels support beyond the task's requirements (sol::require_decode_model). */
 void validate_config(const nibble_decode_config& c, UnsupportedFn unsupported) {
-  const auto positive = [](int64_t v, const char* name) {
-    if (v <= 0) fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("cfg.") + name + " must be positive, got " + std::to_string(v));
-  };
-  positive(c.layers, "layers");
-  positive(c.d, "d");
-  positive(c.ffn, "ffn");
-  positive(c.n_q, "n_q");
-  positive(c.n_kv, "n_kv");
-  positive(c.hd, "hd");
-  positive(c.vocab, "vocab");
-  positive(c.group, "group");
-  positive(c.batch, "batch");
-  positive(c.max_seq, "max_seq");
-  if (!(c.eps > 0) || !std::isfinite(c.eps)) fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.eps must be a positive finite number");
-  if (!(c.theta > 0) || !std::isfinite(c.theta)) fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.theta must be a positive finite number");
-  if (c.n_q % c.n_kv)
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.n_q (" + std::to_string(c.n_q) + ") must be a multiple of cfg.n_kv (" +
-                                          std::to_string(c.n_kv) + ") for grouped-query attention");
   const std::string why = unsupported(c);
   if (!why.empty()) fail(NIBBLE_ERR_NOT_SUPPORTED, why);
   if (int64_t(c.vocab) + 16 > (1ll << 30) || int64_t(c.ffn) * 2 > (1ll << 30))
@@ -75,11 +58,7 @@ void DeviceAlloc::release() {
 }
 
 ModelSources model_sources(const nibble_decode_model* model, UnsupportedFn unsupported) {
-  if (model->struct_size < sizeof(nibble_decode_model))
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: nibble_decode_model.struct_size is smaller than this solution's");
-  if (!model->task || std::strcmp(model->task, "megakernel-int4-weight-decode") != 0)
-    fail(NIBBLE_ERR_NOT_SUPPORTED, std::string("this solution implements task megakernel-int4-weight-decode, not '") +
-                                       (model->task ? model->task : "(null)") + "'");
+  sol::require_decode_model(model);
   const nibble_decode_config& c = model->cfg;
   validate_config(c, unsupported);
   const int qdim = c.n_q * c.hd, kvdim = c.n_kv * c.hd;

@@ -95,24 +95,10 @@ struct Model {
 
 [[noreturn]] void fail(nibble_status s, const std::string& msg) { throw AbiFailure(s, msg); }
 
-/** The config checks: what the task's format requires (INVALID_ARGUMENT) and what this
- *  solution's kernels support (NOT_SUPPORTED). */
+/** The config checks beyond the task's own (sol::require_decode_model): what the quantised
+ *  matrices' shapes require (INVALID_ARGUMENT) and what this solution's kernels support
+ *  (NOT_SUPPORTED). */
 void validate_config(const nibble_decode_config& c) {
-  const auto positive = [](int64_t v, const char* name) {
-    if (v <= 0) fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("cfg.") + name + " must be positive, got " + std::to_string(v));
-  };
-  positive(c.layers, "layers");
-  positive(c.d, "d");
-  positive(c.ffn, "ffn");
-  positive(c.n_q, "n_q");
-  positive(c.n_kv, "n_kv");
-  positive(c.hd, "hd");
-  positive(c.vocab, "vocab");
-  positive(c.group, "group");
-  positive(c.batch, "batch");
-  positive(c.max_seq, "max_seq");
-  if (!(c.eps > 0) || !std::isfinite(c.eps)) fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.eps must be a positive finite number");
-  if (!(c.theta > 0) || !std::isfinite(c.theta)) fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.theta must be a positive finite number");
   if (c.group != kGroup)
     fail(NIBBLE_ERR_NOT_SUPPORTED, "cfg.group = " + std::to_string(c.group) +
                                        ": this solution's GEMV maps one 128-bit load to a quarter of a 128-wide group "
@@ -124,9 +110,6 @@ void validate_config(const nibble_decode_config& c) {
                                           ") must be multiples of the group (" + std::to_string(c.group) +
                                           "): they are the input lengths of quantised matrices");
   if (c.hd % 2) fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.hd must be even (RoPE rotates pairs (i, i + hd/2))");
-  if (c.n_q % c.n_kv)
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "cfg.n_q (" + std::to_string(c.n_q) + ") must be a multiple of cfg.n_kv (" +
-                                          std::to_string(c.n_kv) + ") for grouped-query attention");
   if (c.hd != 64 && c.hd != 128)
     fail(NIBBLE_ERR_NOT_SUPPORTED, "cfg.hd = " + std::to_string(c.hd) + ": the attention kernel supports hd 64 and 128");
   if (c.n_q / c.n_kv > kAttnMaxRep)
@@ -153,11 +136,7 @@ QuantTriple quant(const nibble_decode_model* m, const std::string& name, int64_t
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stream) {
-  if (model->struct_size < sizeof(nibble_decode_model))
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "build_model: nibble_decode_model.struct_size is smaller than this solution's");
-  if (!model->task || std::strcmp(model->task, "megakernel-int4-weight-decode") != 0)
-    fail(NIBBLE_ERR_NOT_SUPPORTED, std::string("this solution implements task megakernel-int4-weight-decode, not '") +
-                                       (model->task ? model->task : "(null)") + "'");
+  sol::require_decode_model(model);
   const nibble_decode_config& c = model->cfg;
   validate_config(c);
 
