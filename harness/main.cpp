@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
   CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI"};
   app.require_subcommand(1);
   // The version and the build's commit: what a report's nibble_version and git.build_commit say.
-  app.set_version_flag("--version", [] { return std::string("nibble ") + NIBBLE_VERSION + " (configured at " + configured_commit() + ")"; });
+  app.set_version_flag("--version", [] { return std::string("nibble ") + NIBBLE_VERSION + " (built at " + build_commit() + ")"; });
 
   // What --task and --config accept, from the registry.
   std::string config_help = "Task config (default: the task's default";

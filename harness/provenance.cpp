@@ -1,6 +1,8 @@
 // provenance.cpp
 #include "harness/provenance.h"
 
+#include "nibble_build_commit.h"  // generated at build time (cmake/build_commit.cmake)
+
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -47,7 +49,7 @@ nlohmann::ordered_json git_provenance() {
     j["commit"] = nullptr;
     j["commit_from"] = "unknown: no git checkout and NIBBLE_SOURCE_COMMIT unset";
   }
-  j["build_commit"] = configured_commit();
+  j["build_commit"] = build_commit();
   return j;
 }
 
@@ -63,6 +65,6 @@ nlohmann::ordered_json host_provenance() {
   return j;
 }
 
-const char* configured_commit() { return NIBBLE_BUILD_COMMIT; }
+const char* build_commit() { return NIBBLE_BUILD_COMMIT; }
 
 }  // namespace nibble
