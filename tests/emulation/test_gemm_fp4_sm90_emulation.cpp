@@ -3,7 +3,9 @@
 // kernel family) on the CPU emulation of a 4-SM sm_90, on the tasks' fixtures, against the fp64
 // oracle (exact weights, fp32 sums: below 1e-5), every element written, two runs: M = 1 and 16
 // (mma.sync, kPerm), K % 8 != 0 (the kStd fallback), the wgmma tile widths with the plan's split-K
-// and persistence, and through NIBBLE_FP4SM90_KIND=mmatma the bulk-copy mma kernel (clusters).
+// and persistence, M = 1025 (4 rows of 256-row tiles on the 4 SMs, the last row by the small-M
+// kernel as a tail: tail_rows), and through NIBBLE_FP4SM90_KIND=mmatma the bulk-copy mma kernel
+// (clusters).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -73,6 +75,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(kGemmNvfp4Task, kGemmMxfp4Task),
                        ::testing::Values(Case{"tiny", ""}, Case{"m16-n72-k256", ""}, Case{"m3-n40-k202", ""},
                                          Case{"m70-n136-k200", ""}, Case{"m260-n72-k256", ""},
+                                         Case{"m1025-n72-k256", ""},
                                          Case{"m16-n72-k256", "mmatma"})),
     [](const ::testing::TestParamInfo<std::tuple<const char*, Case>>& i) {
       std::string s = std::string(std::get<0>(i.param)) + "_" + std::get<1>(i.param).config + "_" +

@@ -35,6 +35,9 @@
 //            M > 256 (276.6 us at m4096-n8192-k3072, cuBLAS bf16 280.1); 64 x 64 tiles for
 //            16 < M <= 128 and 64 x 128 up to 256, K split over a cluster of blocks summed through
 //            distributed shared memory when the tiles alone do not fill the SMs.
+//   the tail: where M % 256 is 1..16 and those rows would cost the 128 x 256 tiles a whole extra
+//            round (tail_rows: M = 4097), they run after the wgmma launch on the M <= 16 kernel,
+//            with the weights repacked a second time for it (NIBBLE_FP4SM90_TAIL=0: off).
 // The epilogue multiplies row n of C^T by colmul[n] (NVFP4: global x 2^8; MXFP4: 2^sh(n), fp4_frag.h).
 // Residues: N padded to 128 with zero codes (rows past N never written), K padded to 64 (zero codes;
 // the TMA zero-fills A past K and past M), the partial last scale block is an ordinary block.
@@ -75,7 +78,8 @@ enum class Kind { kMmaTma, kMma, kWgmma };
 using sol::launch_cluster;
 
 struct Handle {
-  sol::GemmProblem g;
+  sol::GemmProblem g;   // what this handle's kernel computes: its rows of A and C (g.M), all of N and K
+  sol::GemmProblem io;  // what run checks A and C against: g, or the whole problem when there is a tail
   Kind kind = Kind::kMma;
   int split = 1;      // mma_tma: blocks (a cluster) splitting K
   sol::WgmmaPlan wg;  // wgmma: tile, split-K, weight path, persistent blocks
@@ -90,6 +94,9 @@ struct Handle {
   unsigned long long* mma_trace = nullptr;  // the mma kernel's marks (kMmaMarks per block), when traced
   sol::DeviceAllocs mem;
   sol::ATensorMap amap;  // wgmma: the tensor map of the last A seen (run may get another pointer)
+  // The last rows of the problem, from row g.M on, by the small-M kernel on weights repacked for it,
+  // where the wgmma tiles would spend a whole round on them (tail_rows); null otherwise.
+  std::unique_ptr<Handle> tail;
 };
 
 /** Shared memory of mma_tma_kernel at (per, M, format); NT from M. */
@@ -209,6 +216,35 @@ void choose_kernel(Handle& h, int sms) {
   sol::override_wgmma_plan(h.wg, "NIBBLE_FP4SM90_");
 }
 
+/** Rounds of persistent blocks the wgmma plan of h takes (its tiles and K splits over its grid). */
+int64_t wgmma_rounds(const Handle& h, int sms) {
+  const int64_t tiles = ((h.g.N + h.wg.rows() - 1) / h.wg.rows()) * ((h.g.M + h.wg.bn - 1) / h.wg.bn) * h.wg.split;
+  const int64_t grid = h.wg.split == 1 && h.wg.grid_cap > 0 ? h.wg.grid_cap : std::max<int64_t>(tiles, 1);
+  const int64_t per_round = std::min<int64_t>(grid, 2 * int64_t(sms));
+  return (tiles + per_round - 1) / per_round;
+}
+
+/** How many of g's last rows run as a tail on the small-M kernel: M % 256 when it is 1..16 and the
+ *  128 x 256 wgmma tiles of all M take one more round than those of M without them (at M = 4097 on
+ *  n3072-k3080 a 17th tile row of 24 nearly empty tiles: 147 us against cuBLAS's 129, H200
+ *  2026-12-05, where the M = 16 kernel reads the weights once in ~7 us); 0 otherwise, or with
+ *  NIBBLE_FP4SM90_TAIL=0 or a forced NIBBLE_FP4SM90_KIND (measuring one kernel alone). */
+int64_t tail_rows(const sol::GemmProblem& g, const cudaDeviceProp& prop) {
+  const int sms = prop.multiProcessorCount;
+  if (const char* e = std::getenv("NIBBLE_FP4SM90_TAIL"); e && std::strcmp(e, "0") == 0) return 0;
+  if (std::getenv("NIBBLE_FP4SM90_KIND")) return 0;
+  Handle whole, bulk;
+  whole.g = bulk.g = g;
+  whole.smem_optin = bulk.smem_optin = int(prop.sharedMemPerBlockOptin);
+  choose_kernel(whole, sms);
+  const int64_t tail = g.M % 256;
+  if (whole.kind != Kind::kWgmma || whole.wg.bn != 256 || tail == 0 || tail > 16) return 0;
+  bulk.g.M = g.M - tail;
+  choose_kernel(bulk, sms);
+  if (bulk.kind != Kind::kWgmma) return 0;
+  return wgmma_rounds(whole, sms) > wgmma_rounds(bulk, sms) ? tail : 0;
+}
+
 /** The mma kernel's grid blocks (launch_mma's grid). */
 int mma_blocks(const Handle& h, int nt) { return int(h.n_pad / kSlabRows) * int((h.g.M + 8 * nt - 1) / (8 * nt)); }
 
@@ -221,21 +257,17 @@ void write_mma_trace(const Handle& h) {
               {"entry", "warp 0 first codes landed", "warp 0 K loop done", "all warps done", "C written"}, title);
 }
 
-/** Check the problem, pick the kernel by M, repack codes and scales into its layout (host, untimed).
- *  NOT_SUPPORTED: not an sm_90 device, a NaN block scale, or M beyond the grid. */
-std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t stream) {
+/** The handle of rows g.M of the problem: its kernel picked by M, the codes and scales (packed,
+ *  scale: the whole matrix, downloaded) repacked into that kernel's layout and uploaded on `stream`
+ *  (the caller synchronises before the host vectors go). trace: NIBBLE_FP4SM90_TRACE applies. */
+std::unique_ptr<Handle> prepare_rows(const sol::GemmProblem& g, const cudaDeviceProp& prop, const std::vector<uint8_t>& packed,
+                                     const std::vector<uint8_t>& scale, cudaStream_t stream, bool trace) {
   auto h = std::make_unique<Handle>();
-  h->g = sol::parse_gemm_problem(problem);
-  const sol::GemmProblem& g = h->g;
-  const cudaDeviceProp prop = require_sm90();
+  h->g = h->io = g;
   h->smem_optin = int(prop.sharedMemPerBlockOptin);
   choose_kernel(*h, prop.multiProcessorCount);
   const int64_t m_tile = h->kind == Kind::kWgmma ? h->wg.bn : 16;
   if ((g.M + m_tile - 1) / m_tile > 65535) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "M too large for the grid");
-
-  // Repack on the host: copy the codes and scales down, rearrange, upload.
-  std::vector<uint8_t> packed, scale;
-  download_weights(g, stream, &packed, &scale);
   Repacked r;
   const std::string why = repack(g.nvfp4, g.N, g.K, packed.data(), scale.data(), g.global_scale, h->order, h->group, &r);
   if (!why.empty()) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, why);
@@ -247,31 +279,58 @@ std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t
   SOL_CUDA(cudaMemcpyAsync(h->wq, r.w.data(), r.w.size() * 4, cudaMemcpyHostToDevice, stream));
   SOL_CUDA(cudaMemcpyAsync(h->sc, r.s.data(), r.s.size(), cudaMemcpyHostToDevice, stream));
   SOL_CUDA(cudaMemcpyAsync(h->colmul, r.colmul.data(), r.colmul.size() * 4, cudaMemcpyHostToDevice, stream));
-  if (const char* tp = std::getenv("NIBBLE_FP4SM90_TRACE"); tp && *tp && h->kind == Kind::kMma) {
+  if (const char* tp = std::getenv("NIBBLE_FP4SM90_TRACE"); trace && tp && *tp && h->kind == Kind::kMma) {
     h->trace_path = tp;
     const size_t n = size_t(mma_blocks(*h, g.M <= 8 ? 1 : 2)) * kMmaMarks;
     h->mma_trace = h->mem.alloc<unsigned long long>(n * 8);
     SOL_CUDA(cudaMemsetAsync(h->mma_trace, 0, n * 8, stream));
   }
-  SOL_CUDA(cudaStreamSynchronize(stream));  // the host vectors go out of scope
+  SOL_CUDA(cudaStreamSynchronize(stream));  // r's vectors go out of scope
   return h;
 }
 
-/** One GEMM: one kernel launch on `stream` (mma.sync for M <= 16, wgmma above). */
+/** Check the problem, pick the kernel by M (and a tail: tail_rows), repack codes and scales into
+ *  its layout (host, untimed). NOT_SUPPORTED: not an sm_90 device, a NaN block scale, or M beyond
+ *  the grid. */
+std::unique_ptr<Handle> prepare(const nibble_gemm_problem* problem, cudaStream_t stream) {
+  const sol::GemmProblem g = sol::parse_gemm_problem(problem);
+  const cudaDeviceProp prop = require_sm90();
+  // Repack on the host: copy the codes and scales down, rearrange, upload.
+  std::vector<uint8_t> packed, scale;
+  download_weights(g, stream, &packed, &scale);
+  const int64_t tail = tail_rows(g, prop);
+  sol::GemmProblem bulk = g;
+  bulk.M = g.M - tail;
+  auto h = prepare_rows(bulk, prop, packed, scale, stream, /*trace=*/true);
+  h->io = g;
+  if (tail > 0) {
+    sol::GemmProblem t = g;
+    t.M = tail;
+    h->tail = prepare_rows(t, prop, packed, scale, stream, /*trace=*/false);
+  }
+  return h;
+}
+
+/** One GEMM on `stream`: one kernel launch (mma.sync for M <= 16, wgmma above), then the tail's
+ *  (its rows of A and C from row h.g.M on) when there is one. */
 void run(Handle& h, const nibble_tensor* A, nibble_tensor* C, cudaStream_t stream) {
   const uint16_t* a = nullptr;
   float* c = nullptr;
-  sol::check_gemm_io(h.g, A, C, &a, &c);
-  if (h.g.nvfp4)
-    launch<true>(h, a, c, stream);
-  else
-    launch<false>(h, a, c, stream);
+  sol::check_gemm_io(h.io, A, C, &a, &c);
+  for (Handle* part = &h; part; part = part->tail.get()) {
+    const int64_t row0 = part == &h ? 0 : h.g.M;
+    if (h.io.nvfp4)
+      launch<true>(*part, a + row0 * h.io.K, c + row0 * h.io.N, stream);
+    else
+      launch<false>(*part, a + row0 * h.io.K, c + row0 * h.io.N, stream);
+  }
 }
 
 /** After the stream is drained (export.h): write the trace if one was asked for, free the repacked
  *  weights, checked. */
 void teardown(Handle& h, cudaStream_t) {
   if (h.mma_trace && h.kind == Kind::kMma) write_mma_trace(h);
+  if (h.tail) h.tail->mem.release();
   h.mem.release();
 }
 
