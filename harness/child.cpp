@@ -273,6 +273,7 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
       if (const std::string m = session->after_timing(); !m.empty()) return modified(m);
       tr.gaps_with_foreign_work = timed->gaps_with_foreign_work();
       tr.foreign_work = timed->foreign_work();
+      tr.foreign_records_before_build = timed->foreign_records_before_build();
       tr.harness_records_per_gap = timed->harness_records_per_gap();
       tr.late_kernels = timed->late_kernels();
       tr.task_figures = session->timing_figures();

@@ -249,6 +249,10 @@ class TimedCalls {
     return s;
   }
   int late_kernels() const { return late_kernels_; }
+  /** Records on other streams in the dry gap (counted in the gaps from begin() on). */
+  int foreign_records_before_build() const {
+    return dry_gap_foreign_.kernels + dry_gap_foreign_.memcpys + dry_gap_foreign_.memsets;
+  }
 
  private:
   /** A gap's records on other streams than the harness's: one gap with foreign work, if any. */

@@ -142,6 +142,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   ev->invalid_reason = tr.invalid_reason;
   ev->gaps_with_foreign_work = tr.gaps_with_foreign_work;
   ev->foreign_work = tr.foreign_work;
+  ev->foreign_records_before_build = tr.foreign_records_before_build;
   ev->nonfinite_timed_calls = tr.nonfinite_calls;
   const Roofline roof = task.roofline(config, facts);
   const double copy_bw = device.contains("copy_bandwidth") ? device["copy_bandwidth"].value("median_Bps", 0.0) : 0.0;
@@ -199,6 +200,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   t["nonfinite_outputs"] = tr.nonfinite_calls;
   t["gaps_with_foreign_work"] = tr.gaps_with_foreign_work;
   t["foreign_work"] = tr.foreign_work;
+  t["foreign_records_before_build"] = tr.foreign_records_before_build;
   t["harness_records_per_gap"] = tr.harness_records_per_gap;
   t["late_kernels"] = tr.late_kernels;
   t["timing_seed"] = tr.seed ? json(*tr.seed) : json(nullptr);

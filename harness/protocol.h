@@ -120,6 +120,7 @@ struct TimingResult {
   int nonfinite_calls = 0;            // timed calls whose checked outputs held NaN/Inf
   int gaps_with_foreign_work = 0;     // gaps between timed calls with GPU work beyond the harness's
   std::string foreign_work;           // what those gaps held: "3 kernels, 1 memcpy"
+  int foreign_records_before_build = 0;  // of those, records in the dry gap before the build (load-time code)
   int harness_records_per_gap = 0;
   int late_kernels = 0;
   std::vector<double> gpu_span_us, busy_us, host_wall_us;
@@ -130,8 +131,8 @@ struct TimingResult {
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingResult, seed, seed_from, calls_per_round, rounds, stop_reason,
                                                 invalid_samples, invalid_reason, nonfinite_calls, gaps_with_foreign_work,
-                                                foreign_work, harness_records_per_gap, late_kernels, gpu_span_us, busy_us,
-                                                host_wall_us, kernels, memcpys, memsets, calibration_span_us, kept,
+                                                foreign_work, foreign_records_before_build, harness_records_per_gap,
+                                                late_kernels, gpu_span_us, busy_us, host_wall_us, kernels, memcpys, memsets, calibration_span_us, kept,
                                                 task_figures)
 
 /** What a child says, rewritten after every phase: opened, built, checked, timed, done (or failed). */

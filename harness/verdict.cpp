@@ -136,8 +136,13 @@ Verdict judge(const Evidence& e) {
       return fail(D::InvalidTiming, Rule::Timing,
                   "the GPU ran work that was not the harness's between timed " + e.unit + "s (" +
                       (e.foreign_work.empty() ? std::string() : e.foreign_work + " ") + "in " +
-                      std::to_string(e.gaps_with_foreign_work) +
-                      " gaps), outside every timing window: work a timed call may depend on was not timed");
+                      std::to_string(e.gaps_with_foreign_work) + " gaps" +
+                      (e.foreign_records_before_build > 0
+                           ? ", " + std::to_string(e.foreign_records_before_build) +
+                                 " of the records in the dry gap before the build: the solution's load-time code, "
+                                 "which an allowance measured there would have let hide as much in every gap"
+                           : std::string()) +
+                      "), outside every timing window: work a timed call may depend on was not timed");
     if (e.span_median_us > e.window_median_us + kSpanOverWindowSlackUs)
       return fail(D::InvalidTiming, Rule::Timing,
                   "the CUPTI GPU span (" + g3(e.span_median_us) + " us median) is longer than the " + e.unit +

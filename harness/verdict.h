@@ -83,6 +83,7 @@ struct Evidence {
   std::string invalid_reason;
   int gaps_with_foreign_work = 0;
   std::string foreign_work;       // "3 kernels, 1 memcpy"
+  int foreign_records_before_build = 0;  // of those, in the dry gap before the build: load-time code
   std::string unit = "call";      // for messages: "step", "call"
 };
 

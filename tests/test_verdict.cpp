@@ -222,6 +222,11 @@ TEST_P(Judge, TimingValidity) {
   e.window_median_us = 900;  // and their records inside the windows made the span outlast them: the work is named
   expect(e, Disposition::InvalidTiming, Rule::Timing, "(4 memcpys in 4 gaps)");
   e = base();
+  e.gaps_with_foreign_work = 1;  // the dry gap before the build held the solution's kernels: load-time code
+  e.foreign_work = "3 kernels";
+  e.foreign_records_before_build = 3;
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "(3 kernels in 1 gaps, 3 of the records in the dry gap before the build");
+  e = base();
   e.timed = false;  // --no-timing: nothing to judge
   e.samples = 0;
   expect(e, Disposition::Passed, Rule::Passed);
