@@ -69,10 +69,33 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
   if (!task) return out.fail(error_of(kErrHarness, "unknown task '" + job.task + "'"), 3);
 
   std::unique_ptr<SafetensorsFile> fixture;
+  cudaStream_t stream = nullptr, harness_stream = nullptr;
+  // Timing's CUPTI subscription and flush, and the call ledger's calibration windows around a
+  // harness kernel (window - span: the ledger's own overhead), before the solution is loaded: a
+  // library's constructors and a Python module's import are solution code, which could slow the
+  // windows to inflate the overhead credited to every timed call (verdict.h caps the credit too).
+  std::unique_ptr<TimedCalls> timed;
+  std::unique_ptr<LedgerClient> ledger;
+  std::vector<double> calibration_span_us;
   try {
     NIBBLE_CUDA_CALL(cudaSetDevice(0));
     NIBBLE_CUDA_CALL(cudaFree(nullptr));  // create the context before anything is timed
     fixture = std::make_unique<SafetensorsFile>(job.fixture_dir + "/" + kFixtureModelFile);
+    NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&harness_stream, cudaStreamNonBlocking));
+    if (job.timing) {
+      timed = std::make_unique<TimedCalls>(harness_stream);
+      ledger = std::make_unique<LedgerClient>(job.ledger_read_fd, job.ledger_write_fd);
+      DeviceBuffer probe(size_t(1) << 20);
+      for (int i = 0; i < kLedgerCalibrationWindows; ++i) {
+        const uint64_t c0 = timed->open();
+        ledger->open(-1, i);
+        launch_read_stream(probe.get(), probe.bytes(), harness_stream, 1);
+        NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+        (void)ledger->done(-1, i);
+        calibration_span_us.push_back(double(timed->close(c0).span_ns) / 1e3);
+      }
+    }
   } catch (const std::exception& e) {
     return out.fail(error_of(kErrHarness, e.what()), 3);
   }
@@ -122,32 +145,13 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
   // say, a cudaDeviceReset) goes only after the failure is written and sealed.
   std::unique_ptr<Session> session;
   try {
-    cudaStream_t stream = nullptr, harness_stream = nullptr;
-    NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&harness_stream, cudaStreamNonBlocking));
     auto t = std::chrono::steady_clock::now();
     session = task->open_session(job, *lib, *fixture, stream, harness_stream);
     secs["load_fixture"] = seconds_since(t);
     out.r.facts = session->facts();
-    // Timing's flush and CUPTI subscription from here, before the build: the harness's own work
-    // between two timed calls is counted before the candidate can have started anything.
-    std::unique_ptr<TimedCalls> timed;
-    std::unique_ptr<LedgerClient> ledger;
-    std::vector<double> calibration_span_us;
-    if (job.timing) {
-      timed = std::make_unique<TimedCalls>(harness_stream, [&] { session->dry_gap(); });
-      ledger = std::make_unique<LedgerClient>(job.ledger_read_fd, job.ledger_write_fd);
-      // The ledger's own overhead, before the solution's build: windows around a harness kernel.
-      DeviceBuffer probe(size_t(1) << 20);
-      for (int i = 0; i < kLedgerCalibrationWindows; ++i) {
-        const uint64_t c0 = timed->open();
-        ledger->open(-1, i);
-        launch_read_stream(probe.get(), probe.bytes(), harness_stream, 1);
-        NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-        (void)ledger->done(-1, i);
-        calibration_span_us.push_back(double(timed->close(c0).span_ns) / 1e3);
-      }
-    }
+    // The dry gap before the build: what the harness does between two timed calls, and anything
+    // the solution's load-time code runs meanwhile (TimedCalls).
+    if (timed) timed->dry_gap([&] { session->dry_gap(); });
     auto intact = [&](const std::string& when) {
       const std::string changed = session->inputs_changed();
       return changed.empty() ? std::string() : "the candidate modified '" + changed + "' " + when + " (inputs are read-only)";

@@ -183,7 +183,9 @@ SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
  * subscription. All of the harness's own GPU work between two timed calls (staging, read-backs,
  * checks, the flush) runs on `stream`, the harness's stream, which the solution is never given; a
  * record in a gap on any other stream is the solution's work (kernel, copy or memset) that no
- * window timed. Built before the candidate's build: the constructor runs a dry gap (`harness_gap`,
+ * window timed. Built before the solution is loaded (its CUPTI subscription, the flush's buffer),
+ * so that the call ledger's calibration windows can be timed before any solution code runs; then,
+ * once the session is open and before the build, dry_gap() runs a dry gap (`harness_gap`,
  * everything the harness does there but the flush, then the flush). The harness leaves nothing on
  * other streams there (its records per gap, in every H200 report, are exactly its own on-stream
  * operations), so what the dry gap shows on them is the solution's: its load-time code (a .so's
@@ -200,8 +202,10 @@ SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
  */
 class TimedCalls {
  public:
+  explicit TimedCalls(cudaStream_t stream) : stream_(stream), stream_id_(timer_.stream_id(stream)) {}
+  /** The dry gap (above): once, after the session is open, before the build. */
   template <class F>
-  TimedCalls(cudaStream_t stream, F&& harness_gap) : stream_(stream), stream_id_(timer_.stream_id(stream)) {
+  void dry_gap(F&& harness_gap) {
     const uint64_t g0 = timer_.now();
     harness_gap();
     flusher_.flush(stream_);

@@ -94,11 +94,10 @@ struct Evidence {
 inline double hidden_time_allowance_us(double span_us) { return 100.0 + 0.1 * span_us; }
 /** The most of the ledger's measured overhead (the median window - span of its calibration windows)
  *  that the hidden-time rule credits. The H200 measured 16-35 us over the 203 committed reports of
- *  2026-11 and 12 (the test command's parallel load included). The calibration windows run after the
- *  solution is loaded, and loading runs solution code (a .so's constructors, a Python module's
- *  import), which could keep the machine busy during them: an overhead inflated so would be credited
- *  to every timed call, hiding that much work in each. So a larger figure is reported, never
- *  credited beyond this. */
+ *  2026-11 and 12 (the test command's parallel load included). The calibration windows run before
+ *  the solution is loaded (harness/child.cpp), but anything slowing them (another process, before
+ *  2026-12-05 a library's constructors or a Python import, which ran first) would be credited to
+ *  every timed call, hiding that much work in each: a larger figure is reported, never credited. */
 inline constexpr double kLedgerOverheadCreditUs = 60.0;
 /** The ledger overhead the hidden-time rule subtracts: the measured one, at most kLedgerOverheadCreditUs. */
 inline double credited_overhead_us(const Evidence& e) { return std::min(e.window_overhead_us, kLedgerOverheadCreditUs); }

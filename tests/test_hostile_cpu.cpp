@@ -58,6 +58,10 @@ TEST(HostileCpu, ListIsWellFormed) {
       EXPECT_FALSE(ia.at("reason").get<std::string>().empty());
       EXPECT_FALSE(ia.at("why").get<std::string>().empty()) << "say why the layer changes what a correct grader gives";
     }
+    if (row.contains("max_ledger_overhead_us")) {
+      EXPECT_GT(row["max_ledger_overhead_us"].get<double>(), 0.0);
+      EXPECT_NE(timing, "none") << "a row whose ledger overhead is checked must be timed";
+    }
     if (row.contains("compare")) {
       const std::string c = row["compare"];
       EXPECT_TRUE(c == "baseline" || c == "same" || c == "double") << c;

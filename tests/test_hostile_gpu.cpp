@@ -44,6 +44,7 @@ struct Row {
   std::string if_layer, if_disposition, if_reason;
   bool private_binaries = false;
   std::string leaves_no_file;
+  double max_ledger_overhead_us = 0;  // > 0: the report's ledger overhead must stay at most this
 };
 
 std::vector<Row> load_rows() {
@@ -69,6 +70,7 @@ std::vector<Row> load_rows() {
       row.private_binaries = r.value("private_binaries", false);
       row.leaves_no_file = r.value("leaves_no_file", std::string());
       row.timing_seed = r.value("timing_seed", -1LL);
+      row.max_ledger_overhead_us = r.value("max_ledger_overhead_us", 0.0);
       rows.push_back(row);
     }
   } catch (const std::exception& e) {
@@ -230,6 +232,13 @@ TEST_P(Hostile, GetsItsDisposition) {
   std::stringstream alternatives(want_reason);
   for (std::string a; std::getline(alternatives, a, '|');) reason_ok = reason_ok || reason.find(a) != std::string::npos;
   EXPECT_TRUE(reason_ok) << "the reason '" << reason << "' does not contain '" << want_reason << "'";
+  if (r.max_ledger_overhead_us > 0) {
+    const json ledger = g.report.value("timing", json::object()).value("ledger", json::object());
+    ASSERT_TRUE(ledger.contains("overhead_us")) << "no timing.ledger.overhead_us in the report";
+    EXPECT_LE(ledger["overhead_us"].get<double>(), r.max_ledger_overhead_us)
+        << "the call ledger's calibration windows came out slowed by the solution's load-time code: they must run "
+           "before the solution is loaded";
+  }
   if (!r.leaves_no_file.empty()) {
     // Where Landlock holds, the file was never made; elsewhere RLIMIT_FSIZE capped it. Removed either way.
     const bool landlock = layer_state(g.report, "landlock") == "applied";
