@@ -53,7 +53,8 @@ nibble_emulation_test(megakernel_dataflow_decode_emulation SOURCES ${nibble_emu}
                       CUDA_SOURCES ${nibble_mk}/dataflow.cu ${nibble_mk}/dataflow_kernel.cu ${nibble_mk}/repack.cu
                       LIBS nibble_oracle nibble_fixtures)
 # v2 promises bitwise-equal logits run to run (no fp32 atomics): checked under two warp schedules.
-target_compile_definitions(test_megakernel_dataflow_decode_emulation PRIVATE NIBBLE_EMU_EXPECT_BITWISE=1)
+target_compile_definitions(test_megakernel_dataflow_decode_emulation PRIVATE NIBBLE_EMU_EXPECT_BITWISE=1
+                           NIBBLE_EMU_DATAFLOW=1)  # and the dataflow kernel's own cases (its bench modes)
 # ... and with 8 consumer warps (NIBBLE_DF_WARPS, the other kernel variant; 15 is the default) and
 # the trace on (NIBBLE_DF_TRACE: the test checks its rows against the schedule).
 add_test(NAME nibble.test.megakernel_dataflow_decode_emulation_8_warps COMMAND test_megakernel_dataflow_decode_emulation

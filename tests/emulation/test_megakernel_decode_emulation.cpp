@@ -29,6 +29,7 @@
 #include "harness/decode/device_model.h"
 #include "nibble/nibble.h"
 #include "reference/decode/oracle_fp64.h"
+#include "test_env.h"
 #include "test_fixture_util.h"
 
 namespace nibble {
@@ -170,6 +171,65 @@ TEST(MegakernelDecodeEmulation, BitwiseUnderTwoSchedules) {
     }
   EXPECT_EQ(differ, 0u) << "of " << first.size() << " logits differ between two schedules of the warps, the first at "
                         << at << ": " << first[at] << " against " << second[at];
+}
+#endif
+
+#ifdef NIBBLE_EMU_DATAFLOW
+/** The dataflow kernel's bench modes (NIBBLE_DF_MODE, bench/bench_dataflow.cu): every matrix
+ *  segment streamed and multiplied without waits, input builds or attention items (gemv), and the
+ *  same with pages completed without a copy (consumer), on tiny with hd 128 (the modes are built for
+ *  it only): both run to the end (the emulation dies on a deadlock) and write no logit (the harness's
+ *  NaN stays: a bench's launch computes nothing anyone reads); hd 64 is refused. */
+TEST(MegakernelDecodeEmulation, BenchModesRunToTheEnd) {
+  DecodeConfig cfg = decode_config("tiny");
+  cfg.dims.hd = 128;
+  cfg.dims.n_q = 2;
+  cfg.dims.n_kv = 1;
+  const auto& d = cfg.dims;
+  emu::sm_count = 4;
+  test::TempDir dir;
+  build_decode_fixture(cfg, /*seed=*/0, dir.path(), /*threads=*/2, {});
+  const SafetensorsFile file(dir / kFixtureModelFile);
+  emu::unreg_all();
+  emu::fiber_stack_bytes = 128 * 1024;
+  DeviceModel model(cfg, file);
+  void* tok_mem = nullptr;
+  void* log_mem = nullptr;
+  cudaMalloc(&tok_mem, size_t(d.batch) * 8);
+  cudaMalloc(&log_mem, size_t(d.batch) * d.vocab * 4);
+  std::vector<int64_t> tok_shape{d.batch}, tok_strides{1}, log_shape{d.batch, d.vocab}, log_strides{d.vocab, 1};
+  nibble_tensor tok{tok_mem, {NIBBLE_DEVICE_CUDA, 0}, 1, {NIBBLE_DTYPE_INT, 64, 1}, tok_shape.data(), tok_strides.data(), 0};
+  nibble_tensor logits{log_mem, {NIBBLE_DEVICE_CUDA, 0}, 2, {NIBBLE_DTYPE_FLOAT, 32, 1}, log_shape.data(), log_strides.data(), 0};
+  std::memcpy(tok_mem, model.tokens().data(), size_t(d.batch) * 8);
+  for (const char* mode : {"gemv", "consumer"}) {
+    SCOPED_TRACE(mode);
+    ASSERT_TRUE(test::set_or_unset_env("NIBBLE_DF_MODE", mode));
+    void* handle = nullptr;
+    nibble_error err{};
+    ASSERT_EQ(nibble_decode_build_model(model.abi(), nullptr, &handle, &err), NIBBLE_OK) << err.message;
+    auto* out = static_cast<float*>(log_mem);
+    for (int s = 0; s < 2; ++s) {
+      std::fill(out, out + size_t(d.batch) * d.vocab, std::nanf(""));
+      ASSERT_EQ(nibble_decode_step(handle, &tok, cfg.prefill + s, &logits, nullptr, &err), NIBBLE_OK) << err.message;
+      for (int64_t i = 0; i < int64_t(d.batch) * d.vocab; ++i) ASSERT_TRUE(std::isnan(out[i])) << "logit " << i << " written";
+    }
+    ASSERT_EQ(nibble_decode_teardown(handle, nullptr, &err), NIBBLE_OK) << err.message;
+  }
+  ASSERT_TRUE(test::set_or_unset_env("NIBBLE_DF_MODE", "gemv"));
+  {  // not built for hd 64: refused at build, saying so
+    DecodeConfig c64 = decode_config("tiny");
+    test::TempDir d64;
+    build_decode_fixture(c64, 0, d64.path(), 2, {});
+    const SafetensorsFile f64(d64 / kFixtureModelFile);
+    DeviceModel m64(c64, f64);
+    void* handle = nullptr;
+    nibble_error err{};
+    EXPECT_EQ(nibble_decode_build_model(m64.abi(), nullptr, &handle, &err), NIBBLE_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(err.message).find("hd 128 only"), std::string::npos) << err.message;
+  }
+  ASSERT_TRUE(test::set_or_unset_env("NIBBLE_DF_MODE", ""));
+  cudaFree(tok_mem);
+  cudaFree(log_mem);
 }
 #endif
 

@@ -6,6 +6,7 @@
 #   3. when it passed: a grade of full, seed 0, v2 with 15 and with 8 consumer warps, then v1 (the
 #      grader's watchdog cuts a hang), then v2's stress test (issue 21 step 4: full, seeds 0 and 1,
 #      every position from prefill to the cache's end, run twice, bitwise equal), and
+#      bench_dataflow (the step, the GEMV over all layers, the consumers from shared memory) before it;
 #   4. seeds 0, 1 of v1 (v20's report the README quotes) if time is left.
 #   bash reports/h200/next/dataflow.sh <commit>
 set -uo pipefail
@@ -15,7 +16,7 @@ left() { echo $(( 580 - ($(date +%s) - t0) )); }
 source scripts/env.sh
 cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
 cmake --build build-hopper -j16 --target nibble nibble_reference nibble_megakernel nibble_megakernel_dataflow \
-  test_megakernel_dataflow_decode_tiny test_megakernel_decode_tiny test_megakernel_dataflow_decode_stress > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  test_megakernel_dataflow_decode_tiny test_megakernel_decode_tiny test_megakernel_dataflow_decode_stress bench_dataflow > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "built ($(( $(date +%s) - t0 )) s)"
 B=build-hopper
 export NIBBLE_BINARY_DIR=$PWD/$B NIBBLE_SOURCE_DIR=$PWD
@@ -31,6 +32,11 @@ if [ $tiny -eq 0 ]; then
     echo "$1 ($2 warps) full seed 0: exit $? $(grep -m2 -E 'disposition|time/token' "$OUT/$1-$2-full-seed0.log" | tr '\n' ' ')"
     [ -f /dev/shm/nibble-df-trace-$2.txt ] && mv /dev/shm/nibble-df-trace-$2.txt "$OUT/trace-$1-$2.txt" && cat "$OUT/trace-$1-$2.txt"
   done
+fi
+if [ $tiny -eq 0 ] && [ "$(left)" -gt 200 ]; then
+  # v2's three rates (issue 21): the step, the GEMV over all layers, the consumers from shared memory
+  timeout 90 $B/bin/bench_dataflow --benchmark_min_time=0.3 --benchmark_out="$OUT/bench-dataflow.json" \
+    --benchmark_out_format=json > "$OUT/bench-dataflow.txt" 2>&1; echo "bench_dataflow: exit $?"; cat "$OUT/bench-dataflow.txt"
 fi
 if [ $tiny -eq 0 ] && [ "$(left)" -gt 150 ]; then
   timeout $(( $(left) - 100 )) $B/tests/test_megakernel_dataflow_decode_stress > "$OUT/stress-dataflow.log" 2>&1

@@ -168,6 +168,14 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
     if (!dataflow_warps_supported(warps))
       fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_WARPS=") + e + ": the kernel is built for 8 or 15 consumer warps");
   }
+  // NIBBLE_DF_MODE=gemv|consumer: a bench's launch, not a decode step (DataflowMode; bench_dataflow).
+  int mode = kModeDecode;
+  if (const char* e = std::getenv("NIBBLE_DF_MODE"); e && *e) {
+    const std::string m = e;
+    mode = m == "decode" ? kModeDecode : m == "gemv" ? kModeGemv : m == "consumer" ? kModeConsumer : -1;
+    if (!dataflow_mode_supported(mode, c.hd))
+      fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_DF_MODE=" + m + ": decode, or gemv or consumer (a bench's, at hd 128 only)");
+  }
   int dev = 0, optin = 0, clusters = 0;
   SOL_CUDA(cudaGetDevice(&dev));
   SOL_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -193,6 +201,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
                                        " bytes) leave no room for a page per consumer warp in " + std::to_string(optin) +
                                        " bytes of shared memory");
   mdl->smem = page_pool_bytes(pages) + fixed;
+  if (mode != kModeDecode) SOL_CUDA(dataflow_set_smem(c.hd, warps, mode, mdl->smem));
 
   // Repacked weights, tile-major: one allocation, each matrix 256-byte aligned.
   std::vector<LayerMats> mats(size_t(c.layers));
@@ -278,6 +287,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   P.max_seq = c.max_seq;
   P.clusters = clusters;
   P.consumer_warps = warps;
+  P.mode = mode;
   P.chunks = plan.attn_chunks;
   P.n_pages = pages;
   P.max_tiles = max_tiles;

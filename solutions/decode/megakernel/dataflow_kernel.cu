@@ -68,8 +68,9 @@ __device__ __forceinline__ unsigned publishers(int k, const DataflowParams& p) {
   return k == df::kAttn ? unsigned(p.chunks) : unsigned(df::kClusterSize);
 }
 
-/** Consumer warp w of W, all lanes: the CTA's segments in order. */
-template <int HD, int W>
+/** Consumer warp w of W, all lanes: the CTA's segments in order (MODE: DataflowMode; outside
+ *  kModeDecode no waits, input builds, publications or attention items). */
+template <int HD, int W, int MODE>
 __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& me, const PagePool& pool,
                                         unsigned char* xq, float* xs, float* red, const ClusterSum& cs, uint32_t rank,
                                         int cluster, uint32_t w) {
@@ -80,6 +81,10 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
     if (tr) tr[0] = clock64();
     const DevSegment* sp = p.segs + me.first + i;
     const DevSegment s = *sp;
+    if constexpr (MODE != kModeDecode) {
+      if (s.kind != df::kAttn) segment_gemv<W>(pool, stream_of(s, p), k, w, xq, cs, seg_no++, rank, p.qkv, 0);
+      continue;
+    }
     const StreamSegment sg = stream_of(s, p);
     for (int j = 0; j < s.n_waits; ++j) {
       const DevWait wt = sp->waits[j];  // from global memory: a runtime index into the copy would put it on the stack
@@ -152,7 +157,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
   }
 }
 
-template <int HD, int W>
+template <int HD, int W, int MODE>
 __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const DataflowParams p) {
   NIBBLE_DYNAMIC_SMEM(smem, 16);
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -172,19 +177,24 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
       long long stalled = 0;
       long long* tr = p.trace ? p.trace + p.trace_cta0 + size_t(cta) * kTraceCtaMarks : nullptr;
       if (tr) tr[0] = clock64();
-      for (int i = 0; i < me.count; ++i)
-        produce_segment(pool, stream_of(p.segs[me.first + i], p), k, policy, tr ? &stalled : nullptr);
+      for (int i = 0; i < me.count; ++i) {
+        const DevSegment& s = p.segs[me.first + i];
+        if constexpr (MODE == kModeDecode)
+          produce_segment(pool, stream_of(s, p), k, policy, tr ? &stalled : nullptr);
+        else if (s.kind != df::kAttn)
+          produce_segment<MODE != kModeConsumer>(pool, stream_of(s, p), k, policy, tr ? &stalled : nullptr);
+      }
       if (tr) tr[1] = clock64(), tr[2] = stalled;
     }
   } else {
-    consume<HD, W>(p, me, pool, xq, xs, red, cs, cluster.block_rank(), cta / df::kClusterSize, uint32_t(warp - 1));
+    consume<HD, W, MODE>(p, me, pool, xq, xs, red, cs, cluster.block_rank(), cta / df::kClusterSize, uint32_t(warp - 1));
   }
   cluster.sync();  // no CTA leaves while its partner may still store into it
 }
 
-template <int HD, int W>
+template <int HD, int W, int MODE>
 cudaError_t set_smem(size_t smem) {
-  return cudaFuncSetAttribute(dataflow_kernel<HD, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  return cudaFuncSetAttribute(dataflow_kernel<HD, W, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
 }
 
 cudaLaunchConfig_t cluster_config(int clusters, int w, size_t smem, cudaStream_t stream, cudaLaunchAttribute* attrs,
@@ -205,12 +215,12 @@ cudaLaunchConfig_t cluster_config(int clusters, int w, size_t smem, cudaStream_t
   return cfg;
 }
 
-template <int HD, int W>
+template <int HD, int W, int MODE>
 cudaError_t launch_hd(const DataflowParams& p, size_t smem, cudaStream_t stream, bool* cooperative) {
   cudaLaunchAttribute attrs[2];
   if (*cooperative) {
     const cudaLaunchConfig_t cfg = cluster_config(p.clusters, W, smem, stream, attrs, true);
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W>, p);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W, MODE>, p);
     // Refused as a configuration (NotSupported, or InvalidValue from a driver that takes no
     // cooperative clusters; a configuration wrong in another way fails the plain launch too).
     // Never on CooperativeLaunchTooLarge: the grid could not be co-resident, and a plain launch
@@ -220,58 +230,73 @@ cudaError_t launch_hd(const DataflowParams& p, size_t smem, cudaStream_t stream,
     *cooperative = false;
   }
   const cudaLaunchConfig_t cfg = cluster_config(p.clusters, W, smem, stream, attrs, false);
-  return cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W>, p);
+  return cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W, MODE>, p);
 }
 
-template <int HD, int W>
+template <int HD, int W, int MODE>
 cudaError_t static_smem_hd(size_t* bytes) {
   cudaFuncAttributes a{};
-  const cudaError_t e = cudaFuncGetAttributes(&a, dataflow_kernel<HD, W>);
+  const cudaError_t e = cudaFuncGetAttributes(&a, dataflow_kernel<HD, W, MODE>);
   *bytes = a.sharedSizeBytes;
   return e;
 }
 
-template <int HD, int W>
+template <int HD, int W, int MODE>
 cudaError_t max_clusters_hd(size_t smem, int* clusters) {
-  if (const cudaError_t e = set_smem<HD, W>(smem); e != cudaSuccess) return e;
+  if (const cudaError_t e = set_smem<HD, W, MODE>(smem); e != cudaSuccess) return e;
   cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t cfg = cluster_config(1, W, smem, nullptr, attrs, false);
-  return cudaOccupancyMaxActiveClusters(clusters, dataflow_kernel<HD, W>, &cfg);
+  return cudaOccupancyMaxActiveClusters(clusters, dataflow_kernel<HD, W, MODE>, &cfg);
 }
 
 }  // namespace
 
-/** f(HD, W) (std::integral_constant) for the kernel built for head dim hd and w consumer warps, or
- *  `otherwise` when none is (dataflow_warps_supported, hd 64 or 128): the one place the run-time
- *  choice meets the template arguments. */
+/** f(HD, W, MODE) (std::integral_constant) for the kernel built for head dim hd, w consumer warps
+ *  and `mode`, or `otherwise` when none is (dataflow_warps_supported, hd 64 or 128,
+ *  dataflow_mode_supported): the one place the run-time choice meets the template arguments. */
 template <class R, class F>
-R with_kernel(int hd, int w, R otherwise, F&& f) {
+R with_kernel(int hd, int w, int mode, R otherwise, F&& f) {
   using std::integral_constant;
-  if (hd == 64 && w == 8) return f(integral_constant<int, 64>{}, integral_constant<int, 8>{});
-  if (hd == 64 && w == 15) return f(integral_constant<int, 64>{}, integral_constant<int, 15>{});
-  if (hd == 128 && w == 8) return f(integral_constant<int, 128>{}, integral_constant<int, 8>{});
-  if (hd == 128 && w == 15) return f(integral_constant<int, 128>{}, integral_constant<int, 15>{});
+  const auto at_mode = [&](auto HD, auto W) -> R {
+    if (mode == kModeDecode) return f(HD, W, integral_constant<int, kModeDecode>{});
+    if constexpr (HD() == 128) {
+      if (mode == kModeGemv) return f(HD, W, integral_constant<int, kModeGemv>{});
+      if (mode == kModeConsumer) return f(HD, W, integral_constant<int, kModeConsumer>{});
+    }
+    return otherwise;
+  };
+  if (hd == 64 && w == 8) return at_mode(integral_constant<int, 64>{}, integral_constant<int, 8>{});
+  if (hd == 64 && w == 15) return at_mode(integral_constant<int, 64>{}, integral_constant<int, 15>{});
+  if (hd == 128 && w == 8) return at_mode(integral_constant<int, 128>{}, integral_constant<int, 8>{});
+  if (hd == 128 && w == 15) return at_mode(integral_constant<int, 128>{}, integral_constant<int, 15>{});
   return otherwise;
 }
 
 size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles) {
-  const size_t scratch = with_kernel(hd, w, size_t(0), [&](auto HD, auto W) { return scratch_bytes<HD(), W()>(max_k); });
+  const size_t scratch =
+      with_kernel(hd, w, kModeDecode, size_t(0), [&](auto HD, auto W, auto) { return scratch_bytes<HD(), W()>(max_k); });
   return xquant_bytes(max_k) + scratch + cluster_sum_bytes(max_tiles);
 }
 
 cudaError_t dataflow_max_clusters(int hd, int w, size_t smem, int* clusters) {
   *clusters = 0;
-  return with_kernel(hd, w, cudaErrorInvalidValue, [&](auto HD, auto W) { return max_clusters_hd<HD(), W()>(smem, clusters); });
+  return with_kernel(hd, w, kModeDecode, cudaErrorInvalidValue,
+                     [&](auto HD, auto W, auto M) { return max_clusters_hd<HD(), W(), M()>(smem, clusters); });
 }
 
 cudaError_t dataflow_static_smem(int hd, int w, size_t* bytes) {
   *bytes = 0;
-  return with_kernel(hd, w, cudaErrorInvalidValue, [&](auto HD, auto W) { return static_smem_hd<HD(), W()>(bytes); });
+  return with_kernel(hd, w, kModeDecode, cudaErrorInvalidValue,
+                     [&](auto HD, auto W, auto M) { return static_smem_hd<HD(), W(), M()>(bytes); });
 }
 
 cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream, bool* cooperative) {
-  return with_kernel(p.hd, p.consumer_warps, cudaErrorInvalidValue,
-                     [&](auto HD, auto W) { return launch_hd<HD(), W()>(p, smem, stream, cooperative); });
+  return with_kernel(p.hd, p.consumer_warps, p.mode, cudaErrorInvalidValue,
+                     [&](auto HD, auto W, auto M) { return launch_hd<HD(), W(), M()>(p, smem, stream, cooperative); });
+}
+
+cudaError_t dataflow_set_smem(int hd, int w, int mode, size_t smem) {
+  return with_kernel(hd, w, mode, cudaErrorInvalidValue, [&](auto HD, auto W, auto M) { return set_smem<HD(), W(), M()>(smem); });
 }
 
 }  // namespace nibble::megakernel::v2

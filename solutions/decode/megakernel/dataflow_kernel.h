@@ -25,6 +25,16 @@ namespace nibble::megakernel::v2 {
 inline constexpr int kConsumerWarps = 15;
 /** Whether the kernel is built for w consumer warps. */
 inline bool dataflow_warps_supported(int w) { return w == 8 || w == 15; }
+/** What a launch runs (DataflowParams::mode; NIBBLE_DF_MODE at build_model). kModeDecode: the decode
+ *  step. For the bench only (bench/bench_dataflow.cu; the logits are meaningless): kModeGemv, every
+ *  matrix segment's stream and GEMV, without waits, input builds, publications or attention items
+ *  (the weight stream with the consumers: the GEMV's TB/s over all layers); kModeConsumer, the same
+ *  with the producer completing each page without copying into it (the consumers from shared memory
+ *  alone). Modes other than kModeDecode are built for hd 128 only. */
+enum DataflowMode : int { kModeDecode = 0, kModeGemv = 1, kModeConsumer = 2 };
+/** Whether the kernel is built for mode m at head dim hd. */
+inline bool dataflow_mode_supported(int m, int hd) { return m == kModeDecode || ((m == kModeGemv || m == kModeConsumer) && hd == 128); }
+
 /** Most waits of one segment (an attention item's q, k and v rows: three ranges at most). */
 inline constexpr int kMaxWaits = 3;
 
@@ -97,6 +107,8 @@ struct DataflowParams {
    *  segs) then kTraceCtaMarks per CTA (dataflow_trace_*). nullptr: no tracing. */
   long long* trace = nullptr;
   size_t trace_cta0 = 0;       ///< where the CTAs' marks start: segments x kTraceMarks
+  int mode = kModeDecode;      ///< DataflowMode (dataflow_mode_supported): picks the kernel too (last: the
+                               ///< decode kernel's parameter offsets stay those it was tuned with)
 };
 
 /** Per segment: its consumers start it, its waits are met, its input is built, it is published. */
@@ -130,5 +142,9 @@ cudaError_t dataflow_static_smem(int hd, int w, size_t* bytes);
  *  says the grid cannot be co-resident, where a plain launch could hang. cudaErrorInvalidValue
  *  without a launch when p.hd is not 64 or 128 or p.consumer_warps is not supported. */
 cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream, bool* cooperative);
+
+/** The kernel's function of (hd, w, mode), for cudaFuncSetAttribute at build (each kernel of a mode
+ *  needs its own dynamic shared-memory limit); cudaErrorInvalidValue when it is not built. */
+cudaError_t dataflow_set_smem(int hd, int w, int mode, size_t smem);
 
 }  // namespace nibble::megakernel::v2

@@ -102,7 +102,9 @@ __device__ __forceinline__ PagePool page_pool_init(unsigned char* smem, uint32_t
 /** The producer (one lane): every page of segment sg into the pool, in order, each as soon as its
  *  slot is free; k: the stream's page count before sg, advanced past it. policy: the copies' L2
  *  cache hint (sol::policy_evict_first: each weight byte is read once per step). With `stalled`
- *  set, the clock64 cycles spent waiting for free slots are added to it (a trace). */
+ *  set, the clock64 cycles spent waiting for free slots are added to it (a trace). kCopy false (a
+ *  bench's consumer-only mode): each page is completed without a copy, holding what it held. */
+template <bool kCopy = true>
 __device__ __forceinline__ void produce_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint64_t policy,
                                                 long long* stalled = nullptr) {
   for_each_page(sg, [&](uint32_t t, uint32_t g, uint32_t units) {
@@ -114,7 +116,9 @@ __device__ __forceinline__ void produce_segment(const PagePool& pool, const Stre
       sol::fence_proxy_async_smem();  // the consumers' reads of the slot before the copy engine's writes
     }
     const uint32_t dst = sol::smem_addr(pool.pages + size_t(p) * kPageBytes);
-    if (sg.kind == kStreamKv) {  // t: the first position, units: the rows
+    if constexpr (!kCopy) {
+      sol::mbar_arrive(pool.full + 8 * p);
+    } else if (sg.kind == kStreamKv) {  // t: the first position, units: the rows
       const uint32_t bytes = units * sg.row_bytes;
       const size_t off = size_t(t) * sg.row_bytes;
       sol::mbar_expect_tx(pool.full + 8 * p, 2 * bytes);
