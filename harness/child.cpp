@@ -336,6 +336,8 @@ int child_main(int job_fd) {
     for (const std::string& p : python_readable_paths()) spec.readable.push_back(p);
     enter_python_scratch(job.python_scratch);
   }
+  for (const int fd : {job.result_fd, job.outputs_fd, job.timed_outputs_fd, job.ledger_read_fd, job.ledger_write_fd})
+    if (fd >= 0) spec.kept_fds.push_back(fd);
   const std::vector<SandboxLayer> layers = enter_sandbox(spec);
   const std::string gaps = job.require_sandbox ? sandbox_gaps(layers) : "";
   if (job.kind == "run") return run_job(job, layers, gaps);

@@ -183,8 +183,9 @@ SandboxLayer landlock(const SandboxSpec& spec) {
 }
 
 #ifdef NIBBLE_HAVE_SECCOMP
-/** `allow_processes`: fork, vfork, clone and exec allowed (a Python solution's child). */
-SandboxLayer seccomp(bool allow_processes) {
+/** `allow_processes`: fork, vfork, clone and exec allowed (a Python solution's child); `kept`:
+ *  descriptors nothing may close, replace or shut down (SandboxSpec::kept_fds). */
+SandboxLayer seccomp(bool allow_processes, const std::vector<int>& kept) {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx) return layer("seccomp", kNotAvailable, "seccomp_init failed");
   std::string why_not;
@@ -226,6 +227,21 @@ SandboxLayer seccomp(bool allow_processes) {
     check(seccomp_rule_add(ctx, eperm, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, uint64_t(CLONE_THREAD), 0)),
           "seccomp_rule_add clone");
   check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), seccomp_syscall_resolve_name("clone3"), 0), "seccomp_rule_add clone3");
+  // The parent's channels stay the descriptors the parent made (SandboxSpec::kept_fds). A forked
+  // Python subprocess closing its descriptors gets EPERM for these and goes on (CPython falls back
+  // from close_range to close, ignoring errors): the process it execs keeps them open, nothing else.
+  for (const int fd : kept) {
+    if (fd < 0) continue;
+    const uint64_t f = uint64_t(fd);
+    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(close), 1, SCMP_A0(SCMP_CMP_EQ, f)), "seccomp_rule_add close");
+    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(dup2), 1, SCMP_A1(SCMP_CMP_EQ, f)), "seccomp_rule_add dup2");
+    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(dup3), 1, SCMP_A1(SCMP_CMP_EQ, f)), "seccomp_rule_add dup3");
+    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(shutdown), 1, SCMP_A0(SCMP_CMP_EQ, f)), "seccomp_rule_add shutdown");
+    const int close_range = seccomp_syscall_resolve_name("close_range");
+    if (close_range != __NR_SCMP_ERROR)
+      check(seccomp_rule_add(ctx, eperm, close_range, 2, SCMP_A0(SCMP_CMP_LE, f), SCMP_A1(SCMP_CMP_GE, f)),
+            "seccomp_rule_add close_range");
+  }
   // personality: reading it is fine; changing it (no ASLR, READ_IMPLIES_EXEC) is not.
   check(seccomp_rule_add(ctx, eperm, SCMP_SYS(personality), 1, SCMP_A0(SCMP_CMP_NE, 0xffffffffull)),
         "seccomp_rule_add personality");
@@ -238,11 +254,13 @@ SandboxLayer seccomp(bool allow_processes) {
                  "kcmp, perf_event_open, bpf, io_uring, mounts, setns/unshare, keyrings, modules, ...); "
                  "kill/tgkill/rt_sigqueueinfo only to its own pid; clone3: ENOSYS; personality read-only; "
                  "fork, vfork, clone and exec ALLOWED (a Python solution: Triton runs ptxas in a subprocess), each "
-                 "process inside this same sandbox and killed with the child");
+                 "process inside this same sandbox and killed with the child; the parent's channels (" +
+                     std::to_string(kept.size()) + " descriptors) never closed, replaced or shut down");
   return layer("seccomp", kApplied,
                std::to_string(denied) + " system calls refused with EPERM (ptrace, process_vm_readv/writev, pidfd_*, "
                "kcmp, perf_event_open, bpf, io_uring, mounts, setns/unshare, keyrings, modules, fork, vfork, exec, ...); "
-               "kill/tgkill/rt_sigqueueinfo only to its own pid; clone only for threads (clone3: ENOSYS); personality read-only");
+               "kill/tgkill/rt_sigqueueinfo only to its own pid; clone only for threads (clone3: ENOSYS); personality read-only; "
+               "the parent's channels (" + std::to_string(kept.size()) + " descriptors) never closed, replaced or shut down");
 }
 #endif
 
@@ -291,7 +309,7 @@ std::vector<SandboxLayer> enter_sandbox(const SandboxSpec& spec) {
   out.push_back(wanted("landlock") ? landlock(spec) : skipped("landlock"));
   // Last: it forbids unshare and would refuse the calls the layers above make.
 #ifdef NIBBLE_HAVE_SECCOMP
-  out.push_back(wanted("seccomp") ? seccomp(spec.allow_processes) : skipped("seccomp"));
+  out.push_back(wanted("seccomp") ? seccomp(spec.allow_processes, spec.kept_fds) : skipped("seccomp"));
 #else
   out.push_back(layer("seccomp", kNotBuiltIn, "libseccomp-dev missing at build time"));
 #endif

@@ -45,9 +45,14 @@ struct SandboxSpec {
   // Triton runs ptxas and ldconfig in subprocesses; every other rule stays, and the processes it
   // starts inherit the whole sandbox (docs/architecture.md "Python solutions").
   bool allow_processes = false;
+  // The child's channels to the parent (the call ledger's socket and pipe, the result and outputs
+  // files): seccomp refuses to close, replace (dup2, dup3), close_range over or shut down these
+  // descriptors, so that the harness's messages go where the parent reads them, not through a
+  // descriptor a solution put in their place (and could hold back or time as it likes).
+  std::vector<int> kept_fds;
   bool skips(const std::string& layer) const;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxSpec, skip, skip_why, readable, allow_processes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxSpec, skip, skip_why, readable, allow_processes, kept_fds)
 
 /** The layers a probe may leave out to find a sandbox the GPU driver works in, in the order it
  *  tries them (each a set; the first that works is kept): the fewest layers first. */
@@ -63,7 +68,7 @@ inline const std::vector<std::vector<std::string>>& sandbox_fallbacks() {
  * `spec.readable`, read-write /dev, write nothing else; no TCP; no signals out of the domain where
  * the kernel has those), seccomp (no ptrace, process_vm_*, signals to other processes, new
  * processes and exec unless `spec.allow_processes`, kernel keyrings, modules, mounts, namespaces,
- * perf, bpf, io_uring). Call it with
+ * perf, bpf, io_uring; `spec.kept_fds` never closed, replaced or shut down). Call it with
  * one thread, before CUDA. Never throws: a layer that cannot be applied is reported, and the
  * process goes on without it. Also sets CUDA_CACHE_DISABLE=1 (the JIT cache lives in $HOME, which
  * the child cannot write, and is a cache a candidate could poison for the next grade).

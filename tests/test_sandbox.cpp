@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -140,6 +141,44 @@ TEST(Sandbox, SeccompKeepsTheChildToItself) {
   EXPECT_EQ(r["kill_self"], 0);
   EXPECT_EQ(r["thread"], true);
   EXPECT_EQ(r["raise"], 1);
+}
+
+// The parent's channels (SandboxSpec::kept_fds: the call ledger's, the result files): a solution
+// cannot close, replace or shut one down to put a descriptor of its own in its place; every other
+// descriptor it may.
+TEST(Sandbox, TheParentsChannelsStayTheirs) {
+  int sv[2], other[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+  ASSERT_EQ(pipe(other), 0);
+  SandboxSpec spec;
+  spec.kept_fds = {sv[1]};
+  const int kept = sv[1], mine = other[0], spare = other[1];
+  const json j = in_sandbox(spec, [kept, mine, spare] {
+    json r;
+    r["dup2"] = err_of(dup2(mine, kept));
+    r["dup3"] = err_of(dup3(mine, kept, O_CLOEXEC));
+    r["close"] = err_of(close(kept));
+    r["close_range"] = err_of(syscall(SYS_close_range, kept, kept, 0));
+    r["close_range_all"] = err_of(syscall(SYS_close_range, 3, ~0u, 0));  // every descriptor from 3 on
+    r["shutdown"] = err_of(shutdown(kept, SHUT_WR));
+    r["still_open"] = fcntl(kept, F_GETFD) >= 0;
+    r["dup2_other"] = err_of(dup2(mine, spare));  // any other descriptor: as ever
+    r["close_other"] = err_of(close(spare));
+    return r;
+  });
+  close(sv[0]);
+  close(sv[1]);
+  close(other[0]);
+  close(other[1]);
+  const auto m = by_name(j);
+  const SandboxLayer& s = m.at("seccomp");
+  if (s.state != kApplied) GTEST_SKIP() << "the seccomp layer is not in force here: " << describe(s);
+  EXPECT_NE(s.detail.find("1 descriptors"), std::string::npos) << s.detail;
+  const json& r = j["probe"];
+  for (const char* k : {"dup2", "dup3", "close", "close_range", "close_range_all", "shutdown"}) EXPECT_EQ(r[k], EPERM) << k << ": " << r.dump();
+  EXPECT_EQ(r["still_open"], true) << r.dump();
+  EXPECT_EQ(r["dup2_other"], 0) << r.dump();
+  EXPECT_EQ(r["close_other"], 0) << r.dump();
 }
 
 TEST(Sandbox, APythonChildMayStartProcessesAndNothingElse) {
