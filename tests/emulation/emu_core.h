@@ -9,6 +9,7 @@
 // ahead of the real ones on its include path.
 #pragma once
 #include <ucontext.h>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -123,9 +124,17 @@ inline constexpr long long kMaxIdlePasses = 20000;
  *  thread order. Otherwise the warps in a random order each pass, drawn from this seed (a warp's lanes stay in order): another interleaving the
  *  GPU could take, so that a result that depends on which warp gets somewhere first shows up as a
  *  difference between two seeds. */
-inline uint64_t schedule_seed = [] {
+inline uint64_t schedule_seed = []() -> uint64_t {
   const char* e = std::getenv("NIBBLE_EMU_SCHEDULE_SEED");  // a whole test binary under another schedule
-  return e && *e ? std::strtoull(e, nullptr, 10) : 0ull;
+  if (!e || !*e) return 0ull;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(e, &end, 10);
+  if (*end != '\0' || errno != 0 || *e == '-') {
+    std::fprintf(stderr, "NIBBLE_EMU_SCHEDULE_SEED=%s: a seed is a number from 0 to 2^64 - 1 (0: thread order)\n", e);
+    std::exit(2);
+  }
+  return uint64_t(v);
 }();
 
 inline void yield() { swapcontext(&cur->ctx, &sched_ctx); }

@@ -64,7 +64,7 @@ set_tests_properties(nibble.test.megakernel_dataflow_decode_emulation_8_warps PR
 # ... and every case of it with the warps in a random order each pass (emu::schedule_seed): the
 # protocol's waits must hold under any interleaving, not only the scheduler's round robin.
 add_test(NAME nibble.test.megakernel_dataflow_decode_emulation_shuffled COMMAND test_megakernel_dataflow_decode_emulation)
-set_tests_properties(nibble.test.megakernel_dataflow_decode_emulation_shuffled PROPERTIES LABELS cpu
+set_tests_properties(nibble.test.megakernel_dataflow_decode_emulation_shuffled PROPERTIES LABELS cpu TIMEOUT 900
   ENVIRONMENT "NIBBLE_EMU_SCHEDULE_SEED=20261205;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
 # v19's paths (the combining block, the K/V rows copied by the attention; v20 made the other two
 # the default, NOTES.md), so that both stay checked in CI.
