@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -336,8 +337,13 @@ int child_main(int job_fd) {
     for (const std::string& p : python_readable_paths()) spec.readable.push_back(p);
     enter_python_scratch(job.python_scratch);
   }
+  // The parent's channels: kept by seccomp, and not inherited by what a solution execs (a Python
+  // solution's Triton runs ptxas).
   for (const int fd : {job.result_fd, job.outputs_fd, job.timed_outputs_fd, job.ledger_read_fd, job.ledger_write_fd})
-    if (fd >= 0) spec.kept_fds.push_back(fd);
+    if (fd >= 0) {
+      spec.kept_fds.push_back(fd);
+      (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
   const std::vector<SandboxLayer> layers = enter_sandbox(spec);
   const std::string gaps = job.require_sandbox ? sandbox_gaps(layers) : "";
   if (job.kind == "run") return run_job(job, layers, gaps);

@@ -206,6 +206,7 @@ class TimedCalls {
   /** The dry gap (above): once, after the session is open, before the build. */
   template <class F>
   void dry_gap(F&& harness_gap) {
+    timer_.reenable();  // a solution's load-time code may have switched record kinds off
     const uint64_t g0 = timer_.now();
     harness_gap();
     flusher_.flush(stream_);
@@ -217,6 +218,7 @@ class TimedCalls {
   /** The first gap starts now; everything recorded before (the build, the checked calls, the
    *  ledger's calibration windows) is neither a gap nor late. */
   void begin() {
+    timer_.reenable();
     gap_start_ = timer_.now();
     (void)timer_.collect(0, gap_start_);
     late_kernels_ = 0;

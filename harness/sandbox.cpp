@@ -230,14 +230,20 @@ SandboxLayer seccomp(bool allow_processes, const std::vector<int>& kept) {
   // The parent's channels stay the descriptors the parent made (SandboxSpec::kept_fds). A forked
   // Python subprocess closing its descriptors gets EPERM for these and goes on (CPython falls back
   // from close_range to close, ignoring errors): the process it execs keeps them open, nothing else.
+  // The kernel reads these arguments as 32-bit descriptors, the filter sees 64 bits: the comparisons
+  // take the low 32 bits (MASKED_EQ), or refuse a value with high bits set outright (close_range's
+  // first; its last can only over-refuse), else fd | 1 << 32 would pass the filter and reach fd.
+  const int close_range = seccomp_syscall_resolve_name("close_range");
+  if (close_range != __NR_SCMP_ERROR && !kept.empty())
+    check(seccomp_rule_add(ctx, eperm, close_range, 1, SCMP_A0(SCMP_CMP_GT, 0xffffffffull)), "seccomp_rule_add close_range");
   for (const int fd : kept) {
     if (fd < 0) continue;
-    const uint64_t f = uint64_t(fd);
-    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(close), 1, SCMP_A0(SCMP_CMP_EQ, f)), "seccomp_rule_add close");
-    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(dup2), 1, SCMP_A1(SCMP_CMP_EQ, f)), "seccomp_rule_add dup2");
-    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(dup3), 1, SCMP_A1(SCMP_CMP_EQ, f)), "seccomp_rule_add dup3");
-    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(shutdown), 1, SCMP_A0(SCMP_CMP_EQ, f)), "seccomp_rule_add shutdown");
-    const int close_range = seccomp_syscall_resolve_name("close_range");
+    const uint64_t f = uint64_t(fd), low = 0xffffffffull;
+    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(close), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, low, f)), "seccomp_rule_add close");
+    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(dup2), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, low, f)), "seccomp_rule_add dup2");
+    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(dup3), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, low, f)), "seccomp_rule_add dup3");
+    check(seccomp_rule_add(ctx, eperm, SCMP_SYS(shutdown), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, low, f)),
+          "seccomp_rule_add shutdown");
     if (close_range != __NR_SCMP_ERROR)
       check(seccomp_rule_add(ctx, eperm, close_range, 2, SCMP_A0(SCMP_CMP_LE, f), SCMP_A1(SCMP_CMP_GE, f)),
             "seccomp_rule_add close_range");

@@ -161,6 +161,13 @@ TEST(Sandbox, TheParentsChannelsStayTheirs) {
     r["close_range"] = err_of(syscall(SYS_close_range, kept, kept, 0));
     r["close_range_all"] = err_of(syscall(SYS_close_range, 3, ~0u, 0));  // every descriptor from 3 on
     r["shutdown"] = err_of(shutdown(kept, SHUT_WR));
+    // The same with bits above 32 set: the kernel reads a descriptor's 32 bits, a filter all 64.
+    const unsigned long long hi = (1ull << 32) | unsigned(kept);
+    r["close_hi"] = err_of(syscall(SYS_close, hi));
+    r["dup2_hi"] = err_of(syscall(SYS_dup2, mine, hi));
+    r["dup3_hi"] = err_of(syscall(SYS_dup3, mine, hi, 0));
+    r["shutdown_hi"] = err_of(syscall(SYS_shutdown, hi, SHUT_WR));
+    r["close_range_hi"] = err_of(syscall(SYS_close_range, (1ull << 32) | 3u, ~0u, 0));
     r["still_open"] = fcntl(kept, F_GETFD) >= 0;
     r["dup2_other"] = err_of(dup2(mine, spare));  // any other descriptor: as ever
     r["close_other"] = err_of(close(spare));
@@ -175,7 +182,9 @@ TEST(Sandbox, TheParentsChannelsStayTheirs) {
   if (s.state != kApplied) GTEST_SKIP() << "the seccomp layer is not in force here: " << describe(s);
   EXPECT_NE(s.detail.find("1 descriptors"), std::string::npos) << s.detail;
   const json& r = j["probe"];
-  for (const char* k : {"dup2", "dup3", "close", "close_range", "close_range_all", "shutdown"}) EXPECT_EQ(r[k], EPERM) << k << ": " << r.dump();
+  for (const char* k : {"dup2", "dup3", "close", "close_range", "close_range_all", "shutdown", "close_hi", "dup2_hi", "dup3_hi",
+                        "shutdown_hi", "close_range_hi"})
+    EXPECT_EQ(r[k], EPERM) << k << ": " << r.dump();
   EXPECT_EQ(r["still_open"], true) << r.dump();
   EXPECT_EQ(r["dup2_other"], 0) << r.dump();
   EXPECT_EQ(r["close_other"], 0) << r.dump();

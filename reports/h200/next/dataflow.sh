@@ -35,7 +35,7 @@ if [ $tiny -eq 0 ]; then
 fi
 if [ $tiny -eq 0 ] && [ "$(left)" -gt 200 ]; then
   # v2's three rates (issue 21): the step, the GEMV over all layers, the consumers from shared memory
-  timeout 90 $B/bin/bench_dataflow --benchmark_min_time=0.3 --benchmark_out="$OUT/bench-dataflow.json" \
+  timeout 120 $B/bin/bench_dataflow --benchmark_out="$OUT/bench-dataflow.json" \
     --benchmark_out_format=json > "$OUT/bench-dataflow.txt" 2>&1; echo "bench_dataflow: exit $?"; cat "$OUT/bench-dataflow.txt"
 fi
 if [ $tiny -eq 0 ] && [ "$(left)" -gt 150 ]; then
