@@ -342,6 +342,7 @@ json document_header(const std::string& schema, const std::vector<std::string>& 
   j["argv"] = argv;
   j["git"] = git_provenance();
   j["host"] = host_provenance();
+  j["environment"] = nibble_environment();
   j["task"] = task;
   j["config"] = config;
   return j;

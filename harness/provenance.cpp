@@ -6,11 +6,16 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
+
+extern char** environ;
 
 namespace nibble {
 
@@ -66,5 +71,18 @@ nlohmann::ordered_json host_provenance() {
 }
 
 const char* build_commit() { return NIBBLE_BUILD_COMMIT; }
+
+nlohmann::ordered_json nibble_environment() {
+  std::vector<std::pair<std::string, std::string>> vars;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (kv.rfind("NIBBLE_", 0) == 0 && eq != std::string::npos) vars.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  std::sort(vars.begin(), vars.end());
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : vars) j[k] = v;
+  return j;
+}
 
 }  // namespace nibble

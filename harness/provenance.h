@@ -12,9 +12,13 @@ namespace nibble {
 nlohmann::ordered_json git_provenance();
 
 /** The commit HEAD was at when these binaries were last built (every build checks it:
- *  cmake/build_commit.cmake), or "unknown" without git; uncommitted changes are not in it (the
- *  report's git.dirty says whether the tree had any when it ran). */
+ *  cmake/build_commit.cmake), "<sha>-dirty" when tracked files had uncommitted changes then, or
+ *  "unknown" without git. */
 const char* build_commit();
+/** Every NIBBLE_* variable of this process's environment, name -> value: the switches of nibble and
+ *  of its solutions (NIBBLE_DF_WARPS, NIBBLE_FP4SM90_TAIL, ...), which the children inherit, so a
+ *  report says what its solution ran with. */
+nlohmann::ordered_json nibble_environment();
 /** {"hostname", "os", "cpus"}. */
 nlohmann::ordered_json host_provenance();
 

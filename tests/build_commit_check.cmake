@@ -1,6 +1,7 @@
 # build_commit_check.cmake: cmake/build_commit.cmake (-DSCRIPT=...) on a scratch git repository in
-# -DWORK=<folder>: the header names HEAD's commit, follows a new commit, is not rewritten when HEAD
-# did not move (so a build recompiles nothing), and says "unknown" outside a git checkout.
+# -DWORK=<folder>: the header names HEAD's commit, "-dirty" with uncommitted changes to tracked
+# files, follows a new commit, is not rewritten when nothing changed (so a build recompiles
+# nothing), and says "unknown" outside a git checkout.
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}/repo" "${WORK}/plain")
 set(header "${WORK}/commit.h")
@@ -41,6 +42,8 @@ file(TIMESTAMP "${header}" stamp2 "%s" UTC)
 if(NOT stamp1 STREQUAL stamp2)
   message(FATAL_ERROR "the header was rewritten without a new commit (${stamp1} -> ${stamp2}): every build would recompile")
 endif()
+file(WRITE "${WORK}/repo/a.txt" "changed, not committed")
+expect_commit("${first}-dirty")
 file(WRITE "${WORK}/repo/a.txt" "two")
 git(commit -q -a -m two)
 head_of(second)
@@ -51,4 +54,4 @@ expect_commit(${second})
 set(SRC "${WORK}/plain")
 set(ENV{GIT_CEILING_DIRECTORIES} "${WORK}")  # the build folder may sit inside a checkout
 expect_commit("unknown")
-message(STATUS "build_commit.cmake: ${first} -> ${second}, unchanged without a commit, unknown without git")
+message(STATUS "build_commit.cmake: ${first} -> ${first}-dirty -> ${second}, unchanged without a change, unknown without git")

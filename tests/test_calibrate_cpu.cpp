@@ -58,6 +58,9 @@ TEST(CalibrateCpu, TinyTableHasTheExpectedVerdicts) {
   }
   EXPECT_TRUE(j["healthy"].get<bool>());
   EXPECT_EQ(e.code, 0) << log;
+  // The NIBBLE_* variables it ran with (here the cache folder this test set): every report says so.
+  EXPECT_EQ(j["environment"].value("NIBBLE_CACHE_DIR", std::string()), t.path() + "/cache") << j["environment"].dump();
+  for (const auto& [k, v] : j["environment"].items()) EXPECT_EQ(k.rfind("NIBBLE_", 0), 0u) << k;
   expect_sliver_caught_by_the_guard(j, "logits_sliver");
 }
 

@@ -220,6 +220,11 @@ inline void run_blocks(std::vector<BlockState>& blocks, unsigned nthreads, size_
     makecontext(&f.ctx, fiber_entry, 0);
   }
   long long idle_passes = 0;
+  static bool said = false;  // once per process: which schedule the run used
+  if (schedule_seed != 0 && !said) {
+    std::fprintf(stderr, "emu: warps in a random order each pass, seed %llu\n", (unsigned long long)schedule_seed);
+    said = true;
+  }
   std::vector<size_t> warps(n / 32);
   std::iota(warps.begin(), warps.end(), size_t(0));
   std::mt19937_64 rng(schedule_seed);
