@@ -352,6 +352,7 @@ int grade_run(const GradeOptions& opt) {
     return kExitUsage;
   }
   if (!probe.ok) {
+    if (opt.no_gpu) *opt.no_gpu = true;
     std::fprintf(stderr,
                  "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n"
                  "  Run nibble grade on a machine with a CUDA GPU and driver; the tests (scripts/test.sh) run without one.\n",
@@ -660,6 +661,7 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
     }
   }
   std::error_code ec;
+  const bool made_dir = !std::filesystem::exists(dir, ec);
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir)) return refuse("--out " + dir + " cannot be made a folder (" + ec.message() + ")");
   try {  // before any grade: a folder that takes no file would fail every one of them
@@ -687,9 +689,18 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
     // A report left there by an earlier run must not stand for this grade if it writes none.
     std::error_code gone;
     std::filesystem::remove(one.out, gone);
+    bool no_gpu = false;
+    one.no_gpu = &no_gpu;
     const int code = grade_main(one);
     if (severity(code) > severity(worst)) worst = code;
     reports.push_back(one.out);
+    if (no_gpu) {  // every other grade would stop at the same probe
+      std::fprintf(stderr, "nibble grade: no usable GPU: the other %zu solution(s) are not graded; no lineup\n",
+                   solutions.size() - reports.size());
+      std::error_code left;
+      if (made_dir && std::filesystem::is_empty(dir, left)) std::filesystem::remove(dir, left);
+      return int(kExitUsage);
+    }
   }
 
   // Side by side: every report that exists, in the order given; a grade that left none is a row.

@@ -42,6 +42,7 @@ struct GradeOptions {
   int threads = 0;                   // fixture build threads (0 = all cores)
   bool quiet = false;
   std::vector<std::string> argv;     // recorded in the report
+  bool* no_gpu = nullptr;            // when set: true after the device probe found no usable GPU (lineup)
 };
 
 /** Runs the whole grade; returns a GradeExit. Never throws for anything a candidate does. */
@@ -54,7 +55,9 @@ int grade_main(const GradeOptions& opt);
  * a clash) and the side by side (harness/lineup.h): lineup.txt (also printed), lineup.json, and
  * lineup.html (the first solution's page with the others beside it). With one solution it is
  * grade_main. Returns the worst GradeExit of the grades (3 > 2 > 1 > 0); 2 before any grade when
- * `opt.out` ends in .json or --dump / --gbench-json are given (they name one solution's files).
+ * `opt.out` ends in .json or --dump / --gbench-json are given (they name one solution's files), and
+ * 2 after the first grade when it found no usable GPU (the others would stop the same way; a folder
+ * this call made is removed again when nothing was written into it).
  */
 int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& solutions);
 

@@ -98,12 +98,27 @@ TEST(Cli, SeveralSolutionsAreGradedSideBySide) {
                   t.path() + "/sol/lineup.so", "--out", dir},
                  t);
   EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(" -> " + dir + "/nibble.json"), std::string::npos) << r.output;
+  if (r.output.find("no usable GPU: the other 2 solution(s) are not graded") != std::string::npos) {
+    // Without a GPU the first grade stops at the probe and the others are not tried: no side by
+    // side, the old report is not left standing for the grade that ran.
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(r.output.find(" -> " + dir + "/nibble-2.json"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir + "/lineup.json"));
+    EXPECT_FALSE(fs::exists(dir + "/nibble.json")) << "an old report stood for this grade";
+    // ... and a folder this call made is not left behind empty.
+    const std::string fresh = t.path() + "/fresh";
+    r = run_nibble({"grade", "--config", "tiny", "--solution", nibble_exe(), "--solution", nibble_exe(), "--out", fresh}, t);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_FALSE(fs::exists(fresh)) << r.output;
+    return;
+  }
   // Each grade's report is named after its solution's file, the same stem twice gets a second name,
   // and lineup.json stays the side by side's.
   for (const char* name : {"/nibble.json", "/nibble-2.json", "/lineup-2.json"})
     EXPECT_NE(r.output.find(" -> " + dir + name), std::string::npos) << name << "\n" << r.output;
   if (!fs::exists(dir + "/lineup.json")) {
-    // Without a GPU no grade writes a report: no side by side, and the old page is gone.
+    // No grade wrote a report: no side by side, and the old page is gone.
     EXPECT_NE(r.output.find("none of the 3 grades wrote a report"), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(dir + "/lineup.html")) << "an old page would stand for this run";
     EXPECT_FALSE(fs::exists(dir + "/nibble.json")) << "an old report stood for this grade";
