@@ -256,14 +256,13 @@ class TimedCalls {
   }
   int late_kernels() const { return late_kernels_; }
   /** Records on other streams in the dry gap (counted in the gaps from begin() on). */
-  int foreign_records_before_build() const {
-    return dry_gap_foreign_.kernels + dry_gap_foreign_.memcpys + dry_gap_foreign_.memsets;
-  }
+  int foreign_records_before_build() const { return records(dry_gap_foreign_); }
 
  private:
+  static int records(const SpanStats& s) { return s.kernels + s.memcpys + s.memsets; }
   /** A gap's records on other streams than the harness's: one gap with foreign work, if any. */
   void count_foreign(const SpanStats& foreign) {
-    if (foreign.kernels + foreign.memcpys + foreign.memsets == 0) return;
+    if (records(foreign) == 0) return;
     ++gaps_with_foreign_work_;
     foreign_kernels_ += foreign.kernels;
     foreign_memcpys_ += foreign.memcpys;
