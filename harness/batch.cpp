@@ -473,8 +473,8 @@ int write_batch_leaderboard(const BatchManifest& m) {
   }
   if (reports.empty()) return 0;
   const auto groups = make_leaderboard(reports, labels, task_baseline_solutions);
-  write_file_atomic((fs::path(m.out) / "leaderboard.html").string(), leaderboard_html(groups));
-  write_file_atomic((fs::path(m.out) / "leaderboard.md").string(), leaderboard_markdown(groups));
+  write_file_atomic((fs::path(m.out) / (m.name + ".leaderboard.html")).string(), leaderboard_html(groups));
+  write_file_atomic((fs::path(m.out) / (m.name + ".leaderboard.md")).string(), leaderboard_markdown(groups));
   return int(reports.size());
 }
 

@@ -112,8 +112,8 @@ std::string slurm_array_script(const BatchManifest& m, const std::string& nibble
 nlohmann::ordered_json collect_batch(const BatchManifest& m);
 
 /** The leaderboard of the manifest's grade reports that exist (harness/lineup.h), written as
- *  <out>/leaderboard.html and leaderboard.md; returns how many reports it ranked from (0: none
- *  written). Throws std::runtime_error when a file cannot be written. */
+ *  <out>/<name>.leaderboard.html and .md (the manifest's name: manifests sharing a results folder
+ *  keep their own); returns how many reports it ranked from (0: none written). Throws std::runtime_error when a file cannot be written. */
 int write_batch_leaderboard(const BatchManifest& m);
 
 /** `nibble batch ...` (its own argument parsing); returns the exit code. */

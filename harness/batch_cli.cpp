@@ -66,12 +66,16 @@ int build_fixtures(const BatchManifest& m, const Log& log) {
   return 0;
 }
 
-/** The results folder's summary `name` and its leaderboard; returns the exit code (3 when a file
- *  cannot be written). */
-int write_results(const BatchManifest& m, const char* name, const json& summary) {
+/** The results folder's `<manifest name>.<kind>.json` and its leaderboard; returns the exit code (3
+ *  when a file cannot be written). Named by the manifest: two manifests sharing a results folder
+ *  (a nightly and a weekly one) each keep their own summary. */
+int write_results(const BatchManifest& m, const char* kind, const json& summary) {
   return run_command("nibble batch", [&] {
-    write_file_atomic((fs::path(m.out) / name).string(), summary.dump(2) + "\n");
-    if (write_batch_leaderboard(m) > 0) std::printf("  leaderboard: %s/leaderboard.html (and .md)\n", m.out.c_str());
+    const fs::path file = fs::path(m.out) / (m.name + "." + kind + ".json");
+    write_file_atomic(file.string(), summary.dump(2) + "\n");
+    std::printf("  %s: %s\n", kind, file.c_str());
+    if (write_batch_leaderboard(m) > 0)
+      std::printf("  leaderboard: %s (and .md)\n", (fs::path(m.out) / (m.name + ".leaderboard.html")).c_str());
     return 0;
   }, /*bad_input=*/3);
 }
@@ -129,7 +133,7 @@ int batch_command(std::vector<std::string> args) {
                     r["disposition"].get<std::string>().empty() ? "" : (r["disposition"].get<std::string>() + ": ").c_str(),
                     r["why"].get<std::string>().c_str());
     if (!c["resubmit"].is_null()) std::printf("  resubmit: %s\n", c["resubmit"].get<std::string>().c_str());
-    if (const int rc = write_results(m, "collect.json", c)) return rc;
+    if (const int rc = write_results(m, "collect", c)) return rc;
     return c["failed"].get<int>() + c["missing"].get<int>() + c["not_passed"].get<int>() == 0 ? 0 : 1;
   }
 
@@ -216,7 +220,7 @@ int batch_command(std::vector<std::string> args) {
       });
   const json summary = batch_summary(m, outcomes);
   std::cout << format_batch_summary(summary);
-  if (const int rc = write_results(m, "batch-summary.json", summary)) return rc;
+  if (const int rc = write_results(m, "batch-summary", summary)) return rc;
   if (children_stopping()) {
     std::fprintf(stderr, "nibble batch: stopped; the jobs that were running were killed and run again on the next `nibble batch %s`\n",
                  manifest_path.c_str());

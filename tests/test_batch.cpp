@@ -249,7 +249,7 @@ TEST(Batch, TheReportsMakeALeaderboard) {
     return 0;
   }, {});
   EXPECT_EQ(write_batch_leaderboard(m), 2);
-  const std::string md = read_file(m.out + "/leaderboard.md");
+  const std::string md = read_file(m.out + "/m.leaderboard.md");
   EXPECT_NE(md.find("megakernel-int4-weight-decode / full"), std::string::npos) << md;
-  EXPECT_NE(read_file(m.out + "/leaderboard.html").find("<html"), std::string::npos);
+  EXPECT_NE(read_file(m.out + "/m.leaderboard.html").find("<html"), std::string::npos);
 }

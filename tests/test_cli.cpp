@@ -1,6 +1,7 @@
 // test_cli.cpp: the `nibble` command's answers to bad input: a clear message, the documented exit
 // code, nothing half-written.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -223,6 +224,13 @@ TEST(Cli, BatchRunsJobsSideBySide) {
   Result r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/cache"}, {"batch", t.path() + "/m.json", "--devices", "0,1", "-q"}, t);
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("nibble batch: 4 jobs: 4 Healthy"), std::string::npos) << r.output;
+  // A second manifest on the same results folder keeps its summary beside the first's.
+  std::ofstream(t.path() + "/n.json") << R"({"out": "res", "runs": [{"command": "calibrate", "task": "megakernel-int4-weight-decode",
+      "configs": ["tiny"], "seeds": [0], "args": ["--path", "cpu", "--threads", "1"]}]})";
+  r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/cache"}, {"batch", t.path() + "/n.json", "-q"}, t);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(t.path() + "/res/m.batch-summary.json"))["jobs"], 4);
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(t.path() + "/res/n.batch-summary.json"))["jobs"], 1);
   r = run_nibble({"batch", t.path() + "/m.json", "--devices", "99999999999"}, t);
   EXPECT_EQ(r.code, 2) << r.output;
   r = run_nibble({"batch", t.path() + "/m.json", "--devices", "0,1,0"}, t);  // two grades on one GPU at once

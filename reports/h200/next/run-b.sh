@@ -50,6 +50,6 @@ echo "== 4. profile ($(( $(date +%s) - t0 )) s)"
 echo "exit $?"; tail -5 "$OUT/profile.log"
 python3 -c "import json,sys; p=json.load(open(sys.argv[1])).get('profile',{}); print(p.get('status')); [print(k) for k in p.get('top_kernels',[])]" "$OUT/profile/megakernel-full.json" 2>&1 | head -8
 # The device returns a limited number of files: the batch's folder (3 per job) goes back as one archive.
-cp "$OUT/batch/leaderboard.html" "$OUT/batch/leaderboard.md" "$OUT/" 2>/dev/null
+cp "$OUT/batch/h200.leaderboard.html" "$OUT/batch/h200.leaderboard.md" "$OUT/" 2>/dev/null
 tar czf "$OUT/batch.tgz" -C "$OUT" batch && rm -rf "$OUT/batch"
 echo "run-b.sh done in $(( $(date +%s) - t0 )) s"
