@@ -236,8 +236,6 @@ const CLI::Validator kGpuIndex(
 int main(int argc, char** argv) {
   CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI"};
   app.require_subcommand(1);
-  // The version and the build's commit: what a report's nibble_version and git.build_commit say.
-  app.set_version_flag("--version", [] { return std::string("nibble ") + NIBBLE_VERSION + " (built at " + build_commit() + ")"; });
 
   // What --task and --config accept, from the registry.
   std::string config_help = "Task config (default: the task's default";
@@ -381,6 +379,8 @@ int main(int argc, char** argv) {
   auto* child = app.add_subcommand("__child", "(internal) run one job of the grader in this process");
   child->group("");
   child->add_option("job_fd", job_fd)->required();
+
+  add_version_flags(app);
 
   // A first word that is not an option must be a command: CLI11 alone would say "A subcommand is
   // required" for `nibble bogus`.

@@ -15,6 +15,7 @@
 #include "harness/compare.h"
 #include "harness/html_report.h"
 #include "harness/lineup.h"
+#include "harness/provenance.h"
 #include "harness/report_view.h"
 #include "harness/task_anchors.h"
 
@@ -102,14 +103,25 @@ FoundReports find_reports(const std::vector<std::string>& results) {
 
 }  // namespace
 
+std::string version_line() { return std::string("nibble ") + NIBBLE_VERSION + " (built at " + build_commit() + ")"; }
+
+void add_version_flags(CLI::App& app) {
+  app.set_version_flag("--version", version_line);
+  for (CLI::App* sc : app.get_subcommands([](const CLI::App*) { return true; })) add_version_flags(*sc);
+}
+
 int parse_own_args(CLI::App& app, std::vector<std::string> args, int bad_input) {
   std::reverse(args.begin(), args.end());  // CLI11 takes the vector back to front
+  add_version_flags(app);
   try {
     app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     app.exit(e);
     return 0;
   } catch (const CLI::CallForAllHelp& e) {
+    app.exit(e);
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
     app.exit(e);
     return 0;
   } catch (const CLI::ParseError& e) {

@@ -23,6 +23,13 @@ void add_report_commands(CLI::App& app);
  *  Returns -1 to go on, else the exit code: 0 after --help, `bad_input` for a bad command line. */
 int parse_own_args(CLI::App& app, std::vector<std::string> args, int bad_input);
 
+/** "nibble <version> (built at <commit>)": what `--version` prints after any command, and what a
+ *  report's nibble_version and git.build_commit say. */
+std::string version_line();
+/** `--version` (version_line) on `app` and on every command under it, however deep: `nibble fixture
+ *  build --version` answers as `nibble --version` does, not with the options it lacks. */
+void add_version_flags(CLI::App& app);
+
 /** `nibble compare BASE.json NEW.json [--max-slowdown PCT] [--alpha A] [--force] [--json]` on the
  *  arguments after "compare"; returns its exit code (0-4, see compare.h). */
 int compare_command(std::vector<std::string> args);

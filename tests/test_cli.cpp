@@ -172,6 +172,15 @@ TEST(Cli, VersionSaysWhatReportsSay) {
   const Result r = run_nibble({"--version"}, t);
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("nibble " NIBBLE_TEST_VERSION, 0), 0u) << r.output;
+  // After any command, however deep, the same line (not the options that command lacks).
+  for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
+           {"grade"}, {"calibrate"}, {"fixture", "build"}, {"batch"}, {"compare"}, {"report", "show"}, {"leaderboard"}}) {
+    std::vector<std::string> args = cmd;
+    args.push_back("--version");
+    const Result c = run_nibble(args, t);
+    EXPECT_EQ(c.code, 0) << cmd[0] << ": " << c.output;
+    EXPECT_EQ(c.output, r.output) << cmd[0];
+  }
 }
 
 TEST(Cli, FixtureBuildNeverOverwritesAnotherFixture) {
