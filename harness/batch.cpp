@@ -73,6 +73,8 @@ BatchManifest read_batch_manifest(const std::string& path) {
   BatchManifest m;
   m.path = fs::absolute(path).string();
   m.name = safe(get_or<std::string>(j, "name", fs::path(path).stem().string(), path));
+  if (m.name.empty() || m.name.front() == '.')
+    throw std::invalid_argument(path + ": 'name' is empty or starts with a dot; name the batch (default: the manifest's file name)");
   const std::string out = get_or<std::string>(j, "out", "results", path);
   if (out.empty()) throw std::invalid_argument(path + ": 'out' is empty; name the results folder (default: results)");
   m.out = absolute_from(base, out);
@@ -111,6 +113,8 @@ BatchManifest read_batch_manifest(const std::string& path) {
         // The bound `nibble grade --seeds` takes: every seed here must be one it runs.
         if (!s.is_number_unsigned() || s.get<uint64_t>() >= kSeedLimit)
           throw std::invalid_argument(where + ": " + seed_text_problem(s.dump()));
+        if (std::find(seeds.begin(), seeds.end(), s.get<uint64_t>()) != seeds.end())
+          throw std::invalid_argument(where + ": seed " + s.dump() + " is listed twice in 'seeds'");
         seeds.push_back(s.get<uint64_t>());
       }
     }
@@ -142,8 +146,13 @@ BatchManifest read_batch_manifest(const std::string& path) {
       for (uint64_t s : seeds) seed_sets.push_back({s});
     else
       seed_sets.push_back(seeds);
-    const bool cpu_path = std::find(args.begin(), args.end(), "cpu") != args.end() &&
-                          std::find(args.begin(), args.end(), "--path") != args.end();
+    // `--path cpu` or `--path=cpu`, the last one given (as CLI11 takes it): a calibration on the CPU.
+    std::string path_arg;
+    for (size_t a = 0; a < args.size(); ++a) {
+      if (args[a] == "--path" && a + 1 < args.size()) path_arg = args[a + 1];
+      if (args[a].rfind("--path=", 0) == 0) path_arg = args[a].substr(7);
+    }
+    const bool cpu_path = path_arg == "cpu";
     for (const std::string& config : configs)
       for (const std::string& solution : solutions)
         for (const auto& ss : seed_sets) {
@@ -156,14 +165,20 @@ BatchManifest read_batch_manifest(const std::string& path) {
           b.solution = solution;
           b.args = args;
           b.needs_gpu = !(command == "calibrate" && cpu_path);
-          b.id = safe(command + "-" + task_name + "-" + config + (solution.empty() ? "" : "-" + fs::path(solution).stem().string()) +
-                      "-s" + seeds_text(ss));
+          json spec = {{"command", command}, {"task", task_name}, {"config", config}, {"seeds", ss}, {"solution", solution}, {"args", args}};
+          // The readable part, cut to stay a file name, then 8 hex digits of the spec (command line and
+          // solution path, not its bytes): manifests sharing a results folder share a job only when it
+          // is the same job (other args or another a.so of the same name are another job).
+          std::string readable = safe(command + "-" + task_name + "-" + config +
+                                      (solution.empty() ? "" : "-" + fs::path(solution).stem().string()) + "-s" + seeds_text(ss));
+          if (readable.size() > 160) readable.resize(160);
+          const std::string spec_text = spec.dump();
+          b.id = readable + "-" + sha256_hex(spec_text.data(), spec_text.size()).substr(0, 8);
           for (const BatchJob& o : m.jobs)
-            if (o.id == b.id) b.id += "-" + std::to_string(b.index);
+            if (o.id == b.id) b.id += "-" + std::to_string(b.index);  // a solution listed twice is graded twice
           b.report = (fs::path(m.out) / (b.id + ".json")).string();
           b.sidecar = (fs::path(m.out) / (b.id + ".job.json")).string();
           b.log = (fs::path(m.out) / (b.id + ".log")).string();
-          json spec = {{"command", command}, {"task", task_name}, {"config", config}, {"seeds", ss}, {"solution", solution}, {"args", args}};
           if (!solution.empty()) {
             try {
               spec["solution_sha256"] = sha256_file_hex(solution);
@@ -192,8 +207,9 @@ bool batch_job_done(const BatchJob& job) {
   try {
     const json side = json::parse(read_file(job.sidecar));
     if (side.value("hash", "") != job.hash) return false;
+    // The report must be this job's (task, config), not another's copied to its path.
     const json r = json::parse(read_file(job.report));
-    return r.is_object() && r.contains("schema");
+    return r.is_object() && r.contains("schema") && r.value("task", "") == job.task && r.value("config", "") == job.config;
   } catch (const std::exception&) {
     return false;
   }
@@ -375,6 +391,8 @@ std::string format_batch_summary(const json& s) {
   return o.str();
 }
 
+std::string slurm_script_path(const BatchManifest& m) { return (fs::path(m.out) / "slurm" / (m.name + ".sbatch")).string(); }
+
 std::string slurm_array_script(const BatchManifest& m, const std::string& nibble, const std::string& partition,
                                const std::string& time_limit) {
   // sbatch reads its #SBATCH lines itself and bash the exec line: paths and values that either would
@@ -400,7 +418,7 @@ std::string slurm_array_script(const BatchManifest& m, const std::string& nibble
     << "#SBATCH --job-name=nibble-" << m.name << "\n"
     << "#SBATCH --array=0-" << (m.jobs.empty() ? 0 : m.jobs.size() - 1) << "\n"
     << "#SBATCH --ntasks=1\n"
-    << "#SBATCH --output=" << (fs::path(m.out) / "slurm" / "%A_%a.out").string() << "\n";
+    << "#SBATCH --output=" << (fs::path(m.out) / "slurm" / (m.name + "-%A_%a.out")).string() << "\n";
   if (gpu) o << "#SBATCH --gres=gpu:1\n";
   if (!partition.empty()) o << "#SBATCH --partition=" << partition << "\n";
   if (!time_limit.empty()) o << "#SBATCH --time=" << time_limit << "\n";
@@ -445,7 +463,7 @@ json collect_batch(const BatchManifest& m) {
   }
   std::string list;
   for (int i : again) list += (list.empty() ? "" : ",") + std::to_string(i);
-  const std::string script = (fs::path(m.out) / "slurm" / "array.sbatch").string();
+  const std::string script = slurm_script_path(m);
   json resubmit = nullptr;
   if (!again.empty())
     resubmit = "sbatch --array=" + list + " " + script + (fs::exists(script) ? "" : "  (nibble batch --slurm --no-submit writes it)");
@@ -471,10 +489,16 @@ int write_batch_leaderboard(const BatchManifest& m) {
       // a grader failure's report without figures: the summary lists it
     }
   }
-  if (reports.empty()) return 0;
+  const fs::path html = fs::path(m.out) / (m.name + ".leaderboard.html"), md = fs::path(m.out) / (m.name + ".leaderboard.md");
+  if (reports.empty()) {  // an earlier page would rank reports that no longer stand (a rebuilt solution's)
+    std::error_code ec;
+    fs::remove(html, ec);
+    fs::remove(md, ec);
+    return 0;
+  }
   const auto groups = make_leaderboard(reports, labels, task_baseline_solutions);
-  write_file_atomic((fs::path(m.out) / (m.name + ".leaderboard.html")).string(), leaderboard_html(groups));
-  write_file_atomic((fs::path(m.out) / (m.name + ".leaderboard.md")).string(), leaderboard_markdown(groups));
+  write_file_atomic(html.string(), leaderboard_html(groups));
+  write_file_atomic(md.string(), leaderboard_markdown(groups));
   return int(reports.size());
 }
 

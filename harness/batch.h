@@ -3,7 +3,8 @@
 //
 // The manifest (JSON) lists runs; each run is a command (grade, the default, or calibrate), a task,
 // its configs, seeds and, for grade, the solutions: the jobs are their product. A job is one
-// `nibble grade` (or `calibrate`) process with its report at <out>/<job id>.json and a sidecar
+// `nibble grade` (or `calibrate`) process with its report at <out>/<job id>.json (the id ends in a
+// tag of the job's spec: manifests sharing a results folder share only identical jobs) and a sidecar
 // <job id>.job.json recording the job's hash (its command line and the solution's SHA-256), so an
 // interrupted batch resumes: a job whose report exists and whose sidecar has the same hash is done.
 // On one host the jobs run one per GPU at a time (timings never share a GPU), fixtures built once
@@ -23,7 +24,7 @@ namespace nibble {
 /** One job of a manifest. */
 struct BatchJob {
   int index = 0;              // position in the manifest's product (the Slurm array index)
-  std::string id;             // file-name-safe: command-task-config-solution-s<seeds>
+  std::string id;             // file-name-safe: command-task-config-solution-s<seeds>-<8 hex of the spec>
   std::string command;        // "grade" or "calibrate"
   std::string task, config;
   std::vector<uint64_t> seeds;
@@ -55,7 +56,8 @@ BatchManifest read_batch_manifest(const std::string& path);
 /** The argv of a job (after the nibble executable): its command, --out, --device when device >= 0. */
 std::vector<std::string> batch_job_argv(const BatchJob& job, int device);
 
-/** Whether `job` is done: its report reads as a report and its sidecar holds the job's hash. */
+/** Whether `job` is done: its report reads as a report of its task and config and its sidecar holds
+ *  the job's hash. */
 bool batch_job_done(const BatchJob& job);
 
 /** What a job ended with, for the summary and the sidecar. */
@@ -99,6 +101,10 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
 /** The summary: {"schema": "nibble.batch", counts by disposition, rows}, and its text. */
 nlohmann::ordered_json batch_summary(const BatchManifest& m, const std::vector<BatchOutcome>& outcomes);
 std::string format_batch_summary(const nlohmann::ordered_json& summary);
+
+/** Where --slurm writes the manifest's array script: <out>/slurm/<name>.sbatch (per manifest: a
+ *  results folder may be shared). */
+std::string slurm_script_path(const BatchManifest& m);
 
 /** The Slurm array script for the manifest (one element per job; --gres=gpu:1 unless no job needs a
  *  GPU). `nibble` is the executable's absolute path. */

@@ -89,7 +89,7 @@ int batch_command(std::vector<std::string> args) {
   int element = -1;
   bool slurm = false, no_submit = false, collect = false, quiet = false;
   app.add_option("MANIFEST", manifest_path, "The manifest (JSON; README \"Grading many solutions\")")->required();
-  app.add_option("--devices", devices_text, "GPUs to use, e.g. 0,1 (default: every GPU NVML sees)");
+  app.add_option("--devices", devices_text, "GPUs to use, e.g. 0,1 (default: every GPU NVML sees)")->check(kNonEmptyValue);
   app.add_flag("--slurm", slurm, "Write a Slurm job array (one element per job) into <out>/slurm/ and submit it with sbatch");
   app.add_flag("--no-submit", no_submit, "With --slurm: write the script, do not submit it");
   app.add_option("--partition", partition, "With --slurm: the partition");
@@ -104,8 +104,13 @@ int batch_command(std::vector<std::string> args) {
           "INDEX"));
   app.add_flag("--collect", collect, "Read the results folder: jobs done, failed and missing, and the resubmit command");
   app.add_flag("-q,--quiet", quiet, "No progress lines");
-  app.footer("Exit codes: 0 every job passed; 1 a job did not pass, failed or is missing; 2 bad input; 3 the batch could not run.");
+  app.footer("Exit codes: 0 every job passed; 1 a job did not pass, failed or is missing; 2 bad input (or no GPU for a job "
+             "that needs one); 3 the batch could not run; 130 stopped (Ctrl-C or a kill: the next run resumes).");
   if (const int rc = parse_own_args(app, std::move(args), 2); rc >= 0) return rc;
+  if (int(slurm) + int(collect) + int(element >= 0) > 1) {
+    std::fprintf(stderr, "nibble batch: --slurm, --collect and --element are three ways to run a batch: give one\n");
+    return 2;
+  }
   if (!slurm && (no_submit || !partition.empty() || !time_limit.empty())) {
     std::fprintf(stderr, "nibble batch: --no-submit, --partition and --time go with --slurm\n");
     return 2;
@@ -117,6 +122,11 @@ int batch_command(std::vector<std::string> args) {
       }))
     return rc;
   std::error_code ec;
+  if (collect && !fs::is_directory(m.out)) {
+    std::fprintf(stderr, "nibble batch --collect: the results folder %s does not exist: the batch has not run (nibble batch %s "
+                 "--slurm submits it)\n", m.out.c_str(), manifest_path.c_str());
+    return 2;
+  }
   fs::create_directories(m.out, ec);
   if (!fs::is_directory(m.out)) {
     std::fprintf(stderr, "nibble batch: the results folder %s cannot be made (%s)\n", m.out.c_str(), ec.message().c_str());
@@ -153,9 +163,9 @@ int batch_command(std::vector<std::string> args) {
   }
 
   if (slurm) {
-    const fs::path dir = fs::path(m.out) / "slurm";
+    const std::string script = slurm_script_path(m);
+    const fs::path dir = fs::path(script).parent_path();
     fs::create_directories(dir, ec);
-    const std::string script = (dir / "array.sbatch").string();
     if (const int rc = run_command("nibble batch --slurm", [&] {
           write_file_atomic(script, slurm_array_script(m, self_exe(), partition, time_limit));
           return 0;
@@ -163,7 +173,7 @@ int batch_command(std::vector<std::string> args) {
       return rc;
     std::printf("nibble batch: %zu jobs -> %s\n", m.jobs.size(), script.c_str());
     if (no_submit) return 0;
-    const std::string log = (dir / "sbatch.log").string();
+    const std::string log = (dir / (m.name + ".sbatch.log")).string();
     fs::remove(log, ec);
     const ChildExit e = run_child({"/usr/bin/env", "sbatch", "--parsable", script}, log, 120);
     const std::string said = file_tail(log, 2000);
@@ -198,7 +208,15 @@ int batch_command(std::vector<std::string> args) {
     const int n = NvmlDevice::device_count(&why);
     for (int d = 0; d < n; ++d) devices.push_back(d);
     if (devices.empty()) {
-      devices.push_back(-1);  // one slot: a job that needs a GPU ends as a line saying there is none
+      // Each such job would build its fixtures and then fail the same way, one after another.
+      const auto gpu_jobs = std::count_if(m.jobs.begin(), m.jobs.end(), [](const BatchJob& j) { return j.needs_gpu; });
+      if (gpu_jobs > 0) {
+        std::fprintf(stderr, "nibble batch: no GPU found (%s), and %ld of the %zu jobs need one (every grade, and a calibrate "
+                     "without --path cpu): nothing was run. Run the batch on a machine with a GPU, or with --slurm.\n",
+                     why.c_str(), long(gpu_jobs), m.jobs.size());
+        return 2;
+      }
+      devices.push_back(-1);  // one slot: the jobs run one at a time on the CPU
       if (!quiet) std::fprintf(stderr, "nibble batch: no GPU found (%s): one job at a time, none on a GPU\n", why.c_str());
     }
   }

@@ -206,12 +206,6 @@ std::vector<uint64_t> parse_seed_list(const std::string& s) {
   return v;
 }
 
-/** A path or name given on the command line must not be empty: for these options "" would
- *  otherwise read as "not given" and silently pick the default (the fixture cache, every task). */
-const CLI::Validator kNonEmpty(
-    [](std::string& s) -> std::string { return s.empty() ? "must not be empty" : ""; },
-    "NONEMPTY");
-
 /** `nibble configs`: one "task config" line per official config of `task` (all tasks when empty),
  *  for scripts that grade every shape (scripts/gemm-all.sh). Exit 2 for an unknown task. */
 int list_configs(const std::string& task) {
@@ -252,31 +246,31 @@ int main(int argc, char** argv) {
                     "Solution: a shared object (C ABI of include/nibble/nibble.h) or a Python module (.py); repeat it to "
                     "grade several on the same fixtures, side by side (then --out is a folder)")
       ->required()
-      ->check(kNonEmpty);
+      ->check(kNonEmptyValue);
   grade->add_option("--config", g.config, config_help);
   grade->add_option_function<std::string>("--seeds", [&g](const std::string& s) { g.seeds = parse_seed_list(s); },
                                           "Fixture seeds, comma separated (default 0,1)")
       ->check(kSeedList);
-  grade->add_option("--fixture", g.fixture_dir, "Fixture folder (one seed); default: the cache, built when missing")->check(kNonEmpty);
+  grade->add_option("--fixture", g.fixture_dir, "Fixture folder (one seed); default: the cache, built when missing")->check(kNonEmptyValue);
   grade->add_option("--out", g.out, "Report path (written atomically); with several --solution, a folder (default nibble-reports)")
       ->capture_default_str()
-      ->check(kNonEmpty);
-  grade->add_option("--dump", g.dump_dir, "Write reference and candidate logits + appended K/V of every checked step here")->check(kNonEmpty);
-  grade->add_option("--gbench-json", g.gbench_json, "Also write the timing in Google Benchmark's JSON format")->check(kNonEmpty);
-  grade->add_option("--calibration", g.calibration, "nibble calibrate JSON giving the report its context (default: the committed one)")->check(kNonEmpty);
-  grade->add_option("--history", g.history, "Append one JSON line (commit, date, GPU, solution, median, worst error)")->check(kNonEmpty);
-  grade->add_option("--reference", g.reference, "Reference .so (default: the bundled fp32 cuBLAS reference)")->check(kNonEmpty);
-  grade->add_option("--timeout", g.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str()->check(kNonEmpty);
+      ->check(kNonEmptyValue);
+  grade->add_option("--dump", g.dump_dir, "Write reference and candidate logits + appended K/V of every checked step here")->check(kNonEmptyValue);
+  grade->add_option("--gbench-json", g.gbench_json, "Also write the timing in Google Benchmark's JSON format")->check(kNonEmptyValue);
+  grade->add_option("--calibration", g.calibration, "nibble calibrate JSON giving the report its context (default: the committed one)")->check(kNonEmptyValue);
+  grade->add_option("--history", g.history, "Append one JSON line (commit, date, GPU, solution, median, worst error)")->check(kNonEmptyValue);
+  grade->add_option("--reference", g.reference, "Reference .so (default: the bundled fp32 cuBLAS reference)")->check(kNonEmptyValue);
+  grade->add_option("--timeout", g.timeout_seconds, "Watchdog per child process, seconds")->capture_default_str()->check(kNonEmptyValue);
   grade->add_option("--step-timeout", g.step_timeout_seconds, "Watchdog per decode_step call (+ device sync), seconds")
-      ->capture_default_str()->check(kNonEmpty);
+      ->capture_default_str()->check(kNonEmptyValue);
   grade->add_option("--build-timeout", g.build_timeout_seconds, "Watchdog of build_model and teardown, seconds")
-      ->capture_default_str()->check(kNonEmpty);
+      ->capture_default_str()->check(kNonEmptyValue);
   grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed steps' token ids (GEMM: of A's sign masks in the timed calls and of which call each round keeps), for a reproducible run; default: no seed, every id and mask seed drawn from the OS by the child when needed, after build_model / prepare, so a candidate can neither learn nor predict them")
       ->check(kSeed);  // as a fixture seed: "", -1 or 2^64 would otherwise become another seed silently
-  grade->add_option("--min-rounds", g.min_rounds, "Rounds of timed calls (a decode step is one call) at least")->capture_default_str()->check(kNonEmpty);
-  grade->add_option("--max-rounds", g.max_rounds, "Rounds of timed calls at most")->capture_default_str()->check(kNonEmpty);
-  grade->add_option("--max-timing-seconds", g.max_timing_seconds, "Stop timing after this long")->capture_default_str()->check(kNonEmpty);
-  grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmpty);
+  grade->add_option("--min-rounds", g.min_rounds, "Rounds of timed calls (a decode step is one call) at least")->capture_default_str()->check(kNonEmptyValue);
+  grade->add_option("--max-rounds", g.max_rounds, "Rounds of timed calls at most")->capture_default_str()->check(kNonEmptyValue);
+  grade->add_option("--max-timing-seconds", g.max_timing_seconds, "Stop timing after this long")->capture_default_str()->check(kNonEmptyValue);
+  grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmptyValue);
   bool no_timing = false, no_verify = false;
   grade->add_flag("--no-timing", no_timing, "Check correctness only");
   grade->add_flag("--no-verify-fixture", no_verify, "Skip re-hashing the fixtures (before the candidate runs and again before the reference reads them)");
@@ -312,13 +306,13 @@ int main(int argc, char** argv) {
       ->check(kSeedList);
   calibrate->add_option("--out", c.out, "Table as JSON (written atomically)")->capture_default_str();
   calibrate->add_option("--fixture", c.fixture_dir, "Fixture folder (one seed; an imported one, say); default: the cache")
-      ->check(kNonEmpty);
+      ->check(kNonEmptyValue);
   calibrate->add_option("--path", c.path, "gpu: the reference .so per variant; cpu: the fp64 oracle; auto: gpu if present")
       ->capture_default_str();
-  calibrate->add_option("--reference", c.reference, "Reference .so (default: the bundled one)")->check(kNonEmpty);
-  calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmpty);
+  calibrate->add_option("--reference", c.reference, "Reference .so (default: the bundled one)")->check(kNonEmptyValue);
+  calibrate->add_option("--threads", c.threads, "Threads for fixtures and the CPU oracle (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmptyValue);
   calibrate->add_option("--timeout", c.timeout_seconds,
-                        "Watchdog per child process (the GPU path; the CPU oracle runs in this process, unwatched), seconds")->capture_default_str()->check(kNonEmpty);
+                        "Watchdog per child process (the GPU path; the CPU oracle runs in this process, unwatched), seconds")->capture_default_str()->check(kNonEmptyValue);
   calibrate->add_option("--device", c.device, "GPU of this host, as nibble grade --device")->check(kGpuIndex);
   calibrate->add_flag("-q,--quiet", c.quiet, "No progress lines");
 
@@ -346,8 +340,8 @@ int main(int argc, char** argv) {
   fbuild->add_option("--task", f_task, "Task")->capture_default_str();
   fbuild->add_option("--config", f_config, config_help + "; here the default is tiny")->capture_default_str();
   fbuild->add_option("--seed", f_seed, "Seed")->required()->check(kSeed);
-  fbuild->add_option("--out", f_out, "Output folder (default: the fixture cache)")->check(kNonEmpty);
-  fbuild->add_option("--threads", f_threads, "Threads (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmpty);
+  fbuild->add_option("--out", f_out, "Output folder (default: the fixture cache)")->check(kNonEmptyValue);
+  fbuild->add_option("--threads", f_threads, "Threads (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmptyValue);
   fbuild->add_flag("-q,--quiet", f_quiet, "No progress");
   std::string v_dir;
   auto* fverify = fixture->add_subcommand("verify", "Re-hash a fixture and compare with its manifest");
@@ -361,20 +355,20 @@ int main(int argc, char** argv) {
   fimport->add_option("checkpoint", imp.checkpoint, "Checkpoint folder: config.json + safetensors shards")->required();
   fimport->add_option("--tokens", imp.tokens, "Token ids (whitespace or comma separated, or a JSON array): the KV prefix's, "
                                               "then the decode steps' (prefill + 32 of them)")->required()->check(CLI::ExistingFile);
-  fimport->add_option("--out", imp.out, "Fixture folder to write")->required()->check(kNonEmpty);
-  fimport->add_option("--config", imp.config, "Decode config (default: the one the checkpoint's dimensions match)")->check(kNonEmpty);
+  fimport->add_option("--out", imp.out, "Fixture folder to write")->required()->check(kNonEmptyValue);
+  fimport->add_option("--config", imp.config, "Decode config (default: the one the checkpoint's dimensions match)")->check(kNonEmptyValue);
   fimport->add_option("--path", imp.path, "KV prefix by gpu (the bundled fp32 reference), cpu (the fp64 oracle) or auto")
       ->capture_default_str()->check(CLI::IsMember({"cpu", "gpu", "auto"}));
   fimport->add_option("--reference", imp.reference,
                       "Decode reference .so for --path gpu (default: the bundled one); it runs in this process, "
-                      "outside the sandbox: give only a library you trust")->check(kNonEmpty);
+                      "outside the sandbox: give only a library you trust")->check(kNonEmptyValue);
   fimport->add_option("--threads", imp.threads, "Threads for the CPU path (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   bool imp_quiet = false;
   fimport->add_flag("-q,--quiet", imp_quiet, "No progress lines");
 
   std::string cf_task;
   auto* configs = app.add_subcommand("configs", "List the tasks and their official configs, one `task config` per line");
-  configs->add_option("--task", cf_task, "Only this task's configs")->check(kNonEmpty);
+  configs->add_option("--task", cf_task, "Only this task's configs")->check(kNonEmptyValue);
   int job_fd = -1;
   auto* child = app.add_subcommand("__child", "(internal) run one job of the grader in this process");
   child->group("");

@@ -131,8 +131,6 @@ int parse_own_args(CLI::App& app, std::vector<std::string> args, int bad_input) 
   return -1;
 }
 
-/** A value given on the command line must not be empty: CLI11 reads "" as 0 for a number
- *  (--max-slowdown "" would be 0%) and "" for a path would read as "not given". */
 const CLI::Validator kNonEmptyValue([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
                                     "NONEMPTY");
 

@@ -23,6 +23,11 @@ void add_report_commands(CLI::App& app);
  *  Returns -1 to go on, else the exit code: 0 after --help, `bad_input` for a bad command line. */
 int parse_own_args(CLI::App& app, std::vector<std::string> args, int bad_input);
 
+/** A value given on the command line must not be empty: CLI11 reads "" as 0 for a number
+ *  (--max-slowdown "" would be 0%), and for a path or a name "" would read as "not given" and
+ *  silently pick the default (the fixture cache, every task, every GPU). */
+extern const CLI::Validator kNonEmptyValue;
+
 /** "nibble <version> (built at <commit>)": what `--version` prints after any command, and what a
  *  report's nibble_version and git.build_commit say. */
 std::string version_line();

@@ -53,8 +53,10 @@ struct FakeGrade {
     }
     ++calls;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    write_file_atomic(j.report, j.command == "calibrate" ? R"({"schema": "nibble.calibration", "healthy": true})"
-                                                         : R"({"schema": "nibble.report", "disposition": ")" + disposition + R"(", "reason": "r"})");
+    const std::string whose = R"("task": ")" + j.task + R"(", "config": ")" + j.config + R"(", )";
+    write_file_atomic(j.report, j.command == "calibrate" ? R"({"schema": "nibble.calibration", )" + whose + R"("healthy": true})"
+                                                         : R"({"schema": "nibble.report", )" + whose + R"("disposition": ")" + disposition +
+                                                               R"(", "reason": "r"})");
     std::lock_guard<std::mutex> l(mu);
     --busy[device];
     return disposition == "Passed" ? 0 : 1;
@@ -68,8 +70,10 @@ TEST(Batch, TheManifestExpandsToItsProduct) {
   const BatchManifest m = read_batch_manifest(two_solutions(t));
   ASSERT_EQ(m.jobs.size(), 2u * 2u + 2u) << "2 configs x 2 solutions, seeds together; then one calibrate per seed";
   EXPECT_EQ(m.out, fs::weakly_canonical(t.path() + "/res").string());
-  EXPECT_EQ(m.jobs[0].id, "grade-megakernel-int4-weight-decode-tiny-a-s0_1");
-  EXPECT_EQ(m.jobs[5].id, "calibrate-gemm-w4a16-nvfp4-tiny-s4");
+  // The readable part, then 8 hex digits of the job's spec.
+  EXPECT_EQ(m.jobs[0].id.substr(0, m.jobs[0].id.size() - 9), "grade-megakernel-int4-weight-decode-tiny-a-s0_1");
+  EXPECT_EQ(m.jobs[5].id.substr(0, m.jobs[5].id.size() - 9), "calibrate-gemm-w4a16-nvfp4-tiny-s4");
+  EXPECT_EQ(m.jobs[0].id.find_first_not_of("0123456789abcdef", m.jobs[0].id.size() - 8), std::string::npos) << m.jobs[0].id;
   EXPECT_TRUE(m.jobs[0].needs_gpu);
   EXPECT_FALSE(m.jobs[4].needs_gpu) << "calibrate --path cpu";
   const auto argv = batch_job_argv(m.jobs[1], 3);
@@ -79,6 +83,34 @@ TEST(Batch, TheManifestExpandsToItsProduct) {
   EXPECT_EQ(argv, want);
   EXPECT_EQ(batch_job_argv(m.jobs[4], 3).back(), "cpu") << "no --device for a job without a GPU";
   EXPECT_NE(m.jobs[0].hash, m.jobs[2].hash);
+}
+
+// Manifests sharing a results folder share a job only when it is the same job: other arguments,
+// or another solution file of the same name, are another job with files of its own.
+TEST(Batch, JobIdsSayWhichJob) {
+  TempDir t;
+  fs::create_directories(t.path() + "/x");
+  fs::create_directories(t.path() + "/y");
+  write(t, "x/a.so", "solution a");
+  write(t, "y/a.so", "another a");
+  auto one = [&](const std::string& file, const std::string& solution, const std::string& args) {
+    return read_batch_manifest(write(t, file, R"({"out": "res", "runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"],
+        "seeds": [0], "solutions": [")" + solution + R"("], "args": [)" + args + "]}]}")).jobs.at(0);
+  };
+  const BatchJob nightly = one("nightly.json", "x/a.so", ""), weekly = one("weekly.json", "x/a.so", "");
+  EXPECT_EQ(nightly.id, weekly.id) << "the same job in two manifests is one job";
+  EXPECT_NE(one("w2.json", "x/a.so", R"("--max-rounds", "5")").id, nightly.id);
+  EXPECT_NE(one("w3.json", "y/a.so", "").id, nightly.id);
+  // 60 seeds together: the id stays a file name.
+  std::string seeds;
+  for (int s = 0; s < 60; ++s) seeds += (s ? "," : "") + std::to_string(1000000 + s);
+  const BatchManifest many = read_batch_manifest(write(t, "many.json", R"({"runs": [{"task": "megakernel-int4-weight-decode",
+      "configs": ["tiny"], "seeds": [)" + seeds + R"(], "solutions": ["x/a.so"]}]})"));
+  EXPECT_LE(many.jobs.at(0).id.size(), 200u);
+  // --path=cpu is --path cpu: a calibration that needs no GPU.
+  const BatchManifest cal = read_batch_manifest(write(t, "cal.json", R"({"runs": [{"command": "calibrate",
+      "task": "megakernel-int4-weight-decode", "configs": ["tiny"], "seeds": [0], "args": ["--path=cpu"]}]})"));
+  EXPECT_FALSE(cal.jobs.at(0).needs_gpu);
 }
 
 TEST(Batch, ManifestErrorsNameTheKey) {
@@ -96,6 +128,10 @@ TEST(Batch, ManifestErrorsNameTheKey) {
   const std::string run = R"({"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"]})";
   EXPECT_NE(error(R"({"outt": "x", "runs": [)" + run + "]}").find("unknown key 'outt'"), std::string::npos);
   EXPECT_NE(error(R"({"out": "", "runs": [)" + run + "]}").find("'out' is empty"), std::string::npos);
+  EXPECT_NE(error(R"({"name": "", "runs": [)" + run + "]}").find("'name' is empty"), std::string::npos);
+  EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "seeds": [0, 0]}]})")
+                .find("seed 0 is listed twice"),
+            std::string::npos);
   EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "args": ["--profile", "ncu"]}]})")
                 .find("--profile is not for a batch"),
             std::string::npos);
@@ -165,6 +201,11 @@ TEST(Batch, OneJobPerGpuAtATimeAndResume) {
   EXPECT_EQ(second.ran, want)
       << "the cut-off jobs and b's (its bytes changed) run again, the rest are done";
   EXPECT_TRUE(outcomes[2].skipped);
+  // A report at a job's path that is another config's (copied there) is not that job's result.
+  std::string other = read_file(again.jobs[2].report);
+  other.replace(other.find(R"("config": "full")"), 16, R"("config": "tiny")");
+  write_file_atomic(again.jobs[2].report, other);
+  EXPECT_FALSE(batch_job_done(again.jobs[2]));
 
   // b rebuilt again, and this time its grade writes no report: its old Passed report is not its result.
   write(t, "b.so", "solution b, rebuilt twice");
@@ -222,7 +263,7 @@ TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
   EXPECT_EQ(c["missing"], 3);
   EXPECT_EQ(c["rows"][1]["disposition"], "Incorrect");
   EXPECT_EQ(c["not_passed"], 2);
-  EXPECT_EQ(c["resubmit"], "sbatch --array=2,3,4,5 " + (fs::path(m.out) / "slurm" / "array.sbatch").string() +
+  EXPECT_EQ(c["resubmit"], "sbatch --array=2,3,4,5 " + (fs::path(m.out) / "slurm" / "t.sbatch").string() +
                                "  (nibble batch --slurm --no-submit writes it)");
 
   EXPECT_THROW(slurm_array_script(m, "/opt/nibble/bin/nibble", "gpu\n#SBATCH --foo", ""), std::invalid_argument);
@@ -252,4 +293,9 @@ TEST(Batch, TheReportsMakeALeaderboard) {
   const std::string md = read_file(m.out + "/m.leaderboard.md");
   EXPECT_NE(md.find("megakernel-int4-weight-decode / full"), std::string::npos) << md;
   EXPECT_NE(read_file(m.out + "/m.leaderboard.html").find("<html"), std::string::npos);
+  // Both solutions rebuilt, their next grades left no report: the page ranks nothing that stands.
+  for (const BatchJob& j : m.jobs) fs::remove(j.report);
+  EXPECT_EQ(write_batch_leaderboard(m), 0);
+  EXPECT_FALSE(fs::exists(m.out + "/m.leaderboard.md"));
+  EXPECT_FALSE(fs::exists(m.out + "/m.leaderboard.html"));
 }

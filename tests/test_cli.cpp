@@ -322,6 +322,25 @@ TEST(Cli, FixtureBuildVerifyAndDetectCorruption) {
   EXPECT_NE(r.output.find("nibble fixture build"), std::string::npos) << "the message should say how to rebuild: " << r.output;
 }
 
+// A batch whose jobs need a GPU, on a machine without one, runs nothing (it built every fixture and
+// then failed each grade the same way, one after another).
+TEST(Cli, BatchWithoutAGpuRunsNothing) {
+  std::string why;
+  if (test::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: the no-GPU answer cannot be observed here";
+  TempDir t;
+  std::ofstream(t.path() + "/m.json") << R"({"out": "res", "runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"],
+      "solutions": [")" + fs::absolute(bindir() + "/tests/lib/libbad_nothing.so").string() + R"("]}, {"command": "calibrate",
+      "task": "megakernel-int4-weight-decode", "configs": ["tiny"], "seeds": [0], "args": ["--path", "cpu"]}]})";
+  const Result r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/cache"}, {"batch", t.path() + "/m.json"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("1 of the 2 jobs need one"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/cache")) << "fixtures were built for jobs that cannot run";
+  // Three ways to run a batch: one at a time.
+  const Result both = run_nibble({"batch", t.path() + "/m.json", "--slurm", "--collect"}, t);
+  EXPECT_EQ(both.code, 2) << both.output;
+  EXPECT_NE(both.output.find("give one"), std::string::npos) << both.output;
+}
+
 TEST(Cli, GradeOnAMachineWithoutAGpuSaysSoAndExits2) {
   std::string why;
   if (test::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: the no-GPU answer cannot be observed here";

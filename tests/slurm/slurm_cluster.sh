@@ -93,7 +93,7 @@ out=$("$nibble" batch "$d/manifest.json" --slurm --partition debug --time 10:00 
 echo "$out"
 job=$(echo "$out" | sed -n 's/.*submitted job array \([0-9]*\).*/\1/p')
 [ -n "$job" ] || fail "no job id in: $out"
-grep -q "gres" "$d/results/slurm/array.sbatch" && fail "a CPU-only array asked for a GPU"
+grep -q "gres" "$d/results/slurm/slurmtest.sbatch" && fail "a CPU-only array asked for a GPU"
 for _ in $(seq 120); do
   [ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && break
   sleep 1
@@ -104,10 +104,10 @@ rc=$?
 echo "$c"
 [ $rc -eq 0 ] || fail "--collect exit $rc"
 echo "$c" | grep -q "2 done (0 of them not passed), 0 failed, 0 missing of 2" || fail "--collect did not find both elements done"
-ls "$d"/results/slurm/"${job}"_*.out >/dev/null 2>&1 || fail "no element output files"
+ls "$d"/results/slurm/slurmtest-"${job}"_*.out >/dev/null 2>&1 || fail "no element output files"
 echo "ok   the array's 2 elements ran nibble calibrate and --collect found both done"
 
-rm "$d/results/calibrate-megakernel-int4-weight-decode-tiny-s1.json"
+rm "$d"/results/calibrate-megakernel-int4-weight-decode-tiny-s1-$(printf "[0-9a-f]%.0s" 1 2 3 4 5 6 7 8).json
 c=$("$nibble" batch "$d/manifest.json" --collect 2>&1)
 rc=$?
 echo "$c"
