@@ -219,20 +219,24 @@ namespace {
 
 /** The first line of a job's log from byte `from` on (the log is appended to by every run of the
  *  job: what this run wrote starts where the log ended before it) that is nibble's own message
- *  ("nibble grade: ..."), or "". At most 64 KB are read, and a line at most 1 KB of it. */
+ *  ("nibble grade: ..."); else its first line that is not a progress line ("[nibble] ...": a
+ *  command-line error, "The following argument was not expected: --bogus"), or "". At most 64 KB are
+ *  read, and a line at most 1 KB of it. */
 std::string first_message(const std::string& log, std::uintmax_t from) {
   std::ifstream in(log, std::ios::binary);
   if (!in.seekg(std::streamoff(from))) return "";
   std::string chunk(65536, '\0');
   in.read(chunk.data(), std::streamsize(chunk.size()));
   chunk.resize(size_t(in.gcount()));
+  std::string other;
   for (size_t at = 0; at < chunk.size();) {
     const size_t end = std::min(chunk.find('\n', at), chunk.size());
     const std::string line = chunk.substr(at, std::min<size_t>(end - at, 1024));
     if (line.rfind("nibble ", 0) == 0 && line.find(": ") != std::string::npos) return line;
+    if (other.empty() && line.find_first_not_of(" \t\r") != std::string::npos && line.rfind("[", 0) != 0) other = line;
     at = end + 1;
   }
-  return "";
+  return other;
 }
 
 /** The outcome of a finished job from its report; log_from: the job's log size before this run

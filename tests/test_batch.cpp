@@ -256,6 +256,15 @@ TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
   EXPECT_EQ(started[1].exit_code, kBatchCouldNotStart);
   EXPECT_NE(started[1].reason.find("could not be started: cannot open child log x"), std::string::npos) << started[1].reason;
   EXPECT_EQ(started[2].disposition, "Incorrect");
+  // A command-line error (an argument of the manifest's that the command does not take) is named.
+  BatchManifest cli = again;
+  cli.jobs = {again.jobs[0]};
+  fs::remove(cli.jobs[0].sidecar);  // not done: it runs
+  const auto refused = run_batch(cli, {-1}, [&](const BatchJob& j, int) {
+    std::ofstream(j.log, std::ios::app) << "[nibble] a progress line\nThe following argument was not expected: --bogus\nRun with --help\n";
+    return 2;
+  }, {});
+  EXPECT_NE(refused[0].reason.find("): The following argument was not expected: --bogus"), std::string::npos) << refused[0].reason;
   EXPECT_NE(format_batch_summary(batch_summary(first, outcomes)).find("NoReport: exit 3 without a readable report"), std::string::npos);
   const auto c = collect_batch(m);
   EXPECT_EQ(c["done"], 2);
