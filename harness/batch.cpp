@@ -386,6 +386,8 @@ std::string format_batch_summary(const json& s) {
   std::ostringstream o;
   o << "nibble batch: " << s["jobs"].get<size_t>() << " jobs:";
   for (const auto& [k, v] : s["counts"].items()) o << " " << v.get<int>() << " " << k;
+  const auto resumed = std::count_if(s["rows"].begin(), s["rows"].end(), [](const json& r) { return r.value("resumed", false); });
+  if (resumed > 0) o << " (" << resumed << " of them done by an earlier run: not run again)";
   o << "\n";
   for (const json& r : s["rows"]) {
     const std::string d = r["disposition"];

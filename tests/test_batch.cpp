@@ -201,6 +201,8 @@ TEST(Batch, OneJobPerGpuAtATimeAndResume) {
   EXPECT_EQ(second.ran, want)
       << "the cut-off jobs and b's (its bytes changed) run again, the rest are done";
   EXPECT_TRUE(outcomes[2].skipped);
+  EXPECT_NE(format_batch_summary(batch_summary(again, outcomes)).find("(2 of them done by an earlier run: not run again)"), std::string::npos)
+      << format_batch_summary(batch_summary(again, outcomes));
   // A report at a job's path that is another config's (copied there) is not that job's result.
   std::string other = read_file(again.jobs[2].report);
   other.replace(other.find(R"("config": "full")"), 16, R"("config": "tiny")");
