@@ -240,6 +240,8 @@ int main(int argc, char** argv) {
   g.task = all_tasks().front()->name();
   for (int i = 0; i < argc; ++i) g.argv.push_back(argv[i]);
   auto* grade = app.add_subcommand("grade", "Check a solution .so against the reference and time it; write a JSON report");
+  grade->footer("Exit codes: 0 Passed; 1 graded, any other disposition (the report says which and why); 2 bad input, or no "
+                "GPU: nothing graded; 3 the grader itself could not finish (the reference failed, a report could not be written).");
   grade->add_option("--task", g.task, "Task to grade")->capture_default_str();
   std::vector<std::string> solutions;
   grade->add_option("--solution", solutions,
@@ -299,6 +301,8 @@ int main(int argc, char** argv) {
   c.task = g.task;
   c.argv = g.argv;
   auto* calibrate = app.add_subcommand("calibrate", "Measure the drop-the-feature table: every reference variant against the gate");
+  calibrate->footer("Exit codes: 0 healthy (every legitimate variant within half the gate, every dropped feature beyond twice "
+                    "it); 1 unhealthy; 2 bad input, or --path gpu without a GPU; 3 the calibration could not finish.");
   calibrate->add_option("--task", c.task, "Task")->capture_default_str();
   calibrate->add_option("--config", c.config, config_help);
   calibrate->add_option_function<std::string>("--seeds", [&c](const std::string& s) { c.seeds = parse_seed_list(s); },
