@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# harness-check.sh: the harness's changes since 86c7d66 on a GPU in one short call (<= ~400 s),
+# when the device time left is too short for the whole test command (final.sh, ~550 s):
+#   1. build nibble, the reference, the hostile solutions and the megakernel;
+#   2. nibble.test.hostile_gpu (every hostile row a whole timed grade: the child's calibration before
+#      the solution is loaded, the dry gap, seccomp's kept descriptors, the two new rows);
+#   3. the main job's grade: the megakernel, full, seed 0 (the fixture built here).
+#   bash reports/h200/next/harness-check.sh <commit> [seconds]
+set -uo pipefail
+export NIBBLE_SOURCE_COMMIT=${1:?commit}
+budget=${2:-400}
+t0=$(date +%s)
+left() { echo $(( budget - ($(date +%s) - t0) )); }
+source scripts/env.sh
+cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
+cmake --build build-hopper -j16 --target test_hostile_gpu nibble_megakernel > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+echo "built ($(( $(date +%s) - t0 )) s)"
+(cd build-hopper && timeout $(( $(left) - 100 )) ctest -R 'hostile_gpu$' --output-on-failure > "$OUT/hostile_gpu.log" 2>&1)
+echo "hostile_gpu: exit $? ($(( $(date +%s) - t0 )) s)"
+grep -E "hostile behaviours tried|MISSED|Failure|Passed|Failed|\[  FAILED" "$OUT/hostile_gpu.log" | head -20
+B=build-hopper
+[ "$(left)" -gt 30 ] && timeout $(( $(left) - 10 )) $B/bin/nibble grade --config full --seeds 0 \
+  --solution $B/lib/libnibble_megakernel.so --out "$OUT/megakernel-full-seed0.json" > "$OUT/megakernel-full-seed0.log" 2>&1
+echo "megakernel full seed 0: exit $? ($(( $(date +%s) - t0 )) s)"
+grep -E "disposition|time/token|hidden|ledger" "$OUT/megakernel-full-seed0.log" | head -8
+nvidia-smi -L
