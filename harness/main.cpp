@@ -228,7 +228,7 @@ const CLI::Validator kGpuIndex(
     "GPU");
 
 int main(int argc, char** argv) {
-  CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI"};
+  CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI", "nibble"};
   app.require_subcommand(1);
 
   // What --task and --config accept, from the registry.
@@ -382,18 +382,11 @@ int main(int argc, char** argv) {
 
   // A first word that is not an option must be a command: CLI11 alone would say "A subcommand is
   // required" for `nibble bogus`.
-  if (argc > 1 && argv[1][0] != '-') {
-    bool known = false;
-    std::string names;
-    for (const CLI::App* sc : app.get_subcommands([](const CLI::App*) { return true; })) {
-      known = known || sc->get_name() == argv[1];
-      if (!sc->get_group().empty()) names += (names.empty() ? "" : ", ") + sc->get_name();
-    }
-    if (!known) {
-      std::fprintf(stderr, "nibble: unknown command '%s'; the commands are %s (nibble --help)\n", argv[1], names.c_str());
+  if (argc > 1)
+    if (const std::string e = unknown_command(app, argv[1]); !e.empty()) {
+      std::fprintf(stderr, "nibble: %s\n", e.c_str());
       return 2;
     }
-  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -110,7 +110,23 @@ void add_version_flags(CLI::App& app) {
   for (CLI::App* sc : app.get_subcommands([](const CLI::App*) { return true; })) add_version_flags(*sc);
 }
 
+std::string unknown_command(const CLI::App& app, const std::string& first) {
+  const auto commands = app.get_subcommands([](const CLI::App*) { return true; });
+  if (commands.empty() || first.empty() || first[0] == '-') return "";
+  std::string names;
+  for (const CLI::App* sc : commands) {
+    if (sc->get_name() == first) return "";
+    if (!sc->get_group().empty()) names += (names.empty() ? "" : ", ") + sc->get_name();
+  }
+  return "unknown command '" + first + "'; the commands are " + names + " (" + app.get_name() + " --help)";
+}
+
 int parse_own_args(CLI::App& app, std::vector<std::string> args, int bad_input) {
+  if (!args.empty())
+    if (const std::string e = unknown_command(app, args.front()); !e.empty()) {
+      std::fprintf(stderr, "%s: %s\n", app.get_name().c_str(), e.c_str());
+      return bad_input;
+    }
   std::reverse(args.begin(), args.end());  // CLI11 takes the vector back to front
   add_version_flags(app);
   try {

@@ -516,6 +516,9 @@ TEST(Cli, UnknownCommandEmptyValuesAndNotAFolderAreUsageErrors) {
   Result r = run_nibble({"bogus"}, t);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("unknown command 'bogus'"), std::string::npos) << r.output;
+  r = run_nibble({"report", "bogus", "x.json"}, t);  // a command's own commands likewise (report's bad input: 4)
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("nibble report: unknown command 'bogus'; the commands are show, html"), std::string::npos) << r.output;
   // "" would otherwise read as "not given": the fixture cache, every task, no dump.
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"fixture", "build", "--config", "tiny", "--seed", "1", "--out", ""},
