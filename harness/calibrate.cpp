@@ -41,7 +41,14 @@ std::string cell(double v) { return std::isnan(v) ? "NaN" : fmt(v, 3); }
 
 bool refuse_slow_cpu_oracle(const CalibrateOptions& opt, const std::string& path, double macs, const std::string& breakdown,
                             const std::string& instead) {
-  if (path != "cpu" || opt.path != "auto" || !(macs > kAutoCpuOracleMaxMacs)) return false;
+  if (path != "cpu" || !(macs > kAutoCpuOracleMaxMacs)) return false;
+  if (opt.path == "cpu") {  // asked for: run it, but say what it costs before it starts
+    std::fprintf(stderr,
+                 "nibble calibrate: --path cpu at %s: the fp64 oracle is %.3g multiply-adds (%s), %.3g times the most "
+                 "--path auto runs on the CPU (%.3g, minutes): expect a long run; a GPU does it in seconds\n",
+                 opt.config.c_str(), macs, breakdown.c_str(), macs / kAutoCpuOracleMaxMacs, kAutoCpuOracleMaxMacs);
+    return false;
+  }
   std::fprintf(stderr,
                "nibble calibrate: no usable GPU, and the fp64 CPU oracle at %s is %.3g multiply-adds (%s), far beyond "
                "what --path auto runs on the CPU (%.3g); run it on a GPU, %sor pass --path cpu to run the oracle anyway\n",

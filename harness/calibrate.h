@@ -30,7 +30,8 @@ constexpr double kAutoCpuOracleMaxMacs = 2e10;
 
 /** Whether calibrate must refuse the fp64 CPU oracle it fell back on: `path` is "cpu" because
  *  --path auto found no GPU, and `macs` (its multiply-adds, `breakdown` saying of what) is beyond
- *  kAutoCpuOracleMaxMacs. Prints why and what to do instead (a GPU, `instead` here, or --path cpu). */
+ *  kAutoCpuOracleMaxMacs. Prints why and what to do instead (a GPU, `instead` here, or --path cpu).
+ *  With --path cpu given, never refuses, but prints what the run costs before it starts. */
 bool refuse_slow_cpu_oracle(const CalibrateOptions& opt, const std::string& path, double macs, const std::string& breakdown,
                             const std::string& instead);
 

@@ -630,6 +630,19 @@ TEST(Cli, DecodeCalibrateAutoWithoutAGpuRefusesTheFullConfigsCpuOracle) {
   EXPECT_FALSE(fs::exists(t.path() + "/c.json"));
 }
 
+// --path cpu runs the oracle whatever it costs, but says so before it starts (here the run stops at
+// once: the fixture cache is a file, so no fixture can be built). Needs no GPU either way.
+TEST(Cli, CalibrateOnTheCpuSaysWhatTheOracleCosts) {
+  TempDir t;
+  std::ofstream(t.path() + "/not-a-folder") << "x";
+  const Result r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/not-a-folder"},
+                                  {"calibrate", "--config", "full", "--path", "cpu", "--seeds", "0", "--out", t.path() + "/c.json", "-q"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--path cpu at full: the fp64 oracle is 3.34e+11 multiply-adds"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("expect a long run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nibble calibrate: fixture: cannot create folder"), std::string::npos) << r.output;
+}
+
 TEST(Cli, GemmCalibrateOnTheGpuWithoutOneSaysSo) {
   std::string why;
   if (test::gpu_available(&why)) GTEST_SKIP() << "a GPU is present: the no-GPU answer cannot be observed here";
