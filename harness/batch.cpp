@@ -58,6 +58,7 @@ T get_or(const json& j, const char* key, const T& fallback, const std::string& w
 }  // namespace
 
 BatchManifest read_batch_manifest(const std::string& path) {
+  if (fs::is_directory(path)) throw std::invalid_argument(path + " is a folder: name the manifest file in it (nibble batch MANIFEST)");
   json j;
   try {
     j = json::parse(read_file(path));
@@ -471,8 +472,10 @@ json collect_batch(const BatchManifest& m) {
   for (int i : again) list += (list.empty() ? "" : ",") + std::to_string(i);
   const std::string script = slurm_script_path(m);
   json resubmit = nullptr;
+  // No array script: the batch ran on this host, where running it again runs just those jobs.
   if (!again.empty())
-    resubmit = "sbatch --array=" + list + " " + script + (fs::exists(script) ? "" : "  (nibble batch --slurm --no-submit writes it)");
+    resubmit = fs::exists(script) ? "sbatch --array=" + list + " " + script
+                                  : "nibble batch " + m.path + "  (on this host; or --slurm to submit the whole array)";
   return {{"schema", "nibble.batch.collect"},
           {"manifest", m.path},
           {"done", done},

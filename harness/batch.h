@@ -114,7 +114,7 @@ std::string slurm_array_script(const BatchManifest& m, const std::string& nibble
 /** --collect: per job done (its report, whatever its verdict; `not_passed` counts those that did not
  *  pass) / failed (its element ran for this job and left no report) / missing (never ran, or ran for
  *  another version of the job: stale), and the sbatch command that resubmits the failed and missing
- *  elements (null when none). */
+ *  elements (`nibble batch MANIFEST` without an array script: a batch of this host; null when none). */
 nlohmann::ordered_json collect_batch(const BatchManifest& m);
 
 /** The leaderboard of the manifest's grade reports that exist (harness/lineup.h), written as

@@ -154,6 +154,14 @@ TEST(Batch, ManifestErrorsNameTheKey) {
   EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["."]}]})").find("is not a file"),
             std::string::npos);
   EXPECT_NE(error("{oops").find("not a readable JSON manifest"), std::string::npos);
+  EXPECT_NE([&] {
+    try {
+      read_batch_manifest(t.path());
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  }().find("is a folder"), std::string::npos);
   EXPECT_NE(error(R"({"runs": [{"configs": ["tiny"], "solutions": ["a.so"]}]})").find("'task' is required"), std::string::npos);
   EXPECT_NE(error(R"({"runs": [{"task": "matmul", "configs": ["tiny"], "solutions": ["a.so"]}]})").find("unknown task 'matmul'"),
             std::string::npos);
@@ -274,8 +282,11 @@ TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
   EXPECT_EQ(c["missing"], 3);
   EXPECT_EQ(c["rows"][1]["disposition"], "Incorrect");
   EXPECT_EQ(c["not_passed"], 2);
-  EXPECT_EQ(c["resubmit"], "sbatch --array=2,3,4,5 " + (fs::path(m.out) / "slurm" / "t.sbatch").string() +
-                               "  (nibble batch --slurm --no-submit writes it)");
+  EXPECT_EQ(c["resubmit"], "nibble batch " + m.path + "  (on this host; or --slurm to submit the whole array)")
+      << "no array script: the batch ran on this host";
+  fs::create_directories(fs::path(slurm_script_path(m)).parent_path());
+  write_file_atomic(slurm_script_path(m), slurm_array_script(m, "/opt/nibble/bin/nibble", "", ""));
+  EXPECT_EQ(collect_batch(m)["resubmit"], "sbatch --array=2,3,4,5 " + (fs::path(m.out) / "slurm" / "t.sbatch").string());
 
   EXPECT_THROW(slurm_array_script(m, "/opt/nibble/bin/nibble", "gpu\n#SBATCH --foo", ""), std::invalid_argument);
   BatchManifest spaced = m;
