@@ -341,6 +341,7 @@ int main(int argc, char** argv) {
   int f_threads = 0;
   bool f_quiet = false;
   auto* fbuild = fixture->add_subcommand("build", "Build a fixture: same (task, config, seed) -> same bytes on any machine");
+  fbuild->footer("Exit codes: 0 built (or already there); 2 bad arguments; 3 the fixture could not be written.");
   fbuild->add_option("--task", f_task, "Task")->capture_default_str();
   fbuild->add_option("--config", f_config, config_help + "; here the default is tiny")->capture_default_str();
   fbuild->add_option("--seed", f_seed, "Seed")->required()->check(kSeed);
@@ -349,11 +350,15 @@ int main(int argc, char** argv) {
   fbuild->add_flag("-q,--quiet", f_quiet, "No progress");
   std::string v_dir;
   auto* fverify = fixture->add_subcommand("verify", "Re-hash a fixture and compare with its manifest");
+  fverify->footer("Exit codes: 0 every byte and tensor matches its manifest; 1 not (the message names the tensor and the "
+                  "rebuild command); 2 bad arguments.");
   fverify->add_option("dir", v_dir, "Fixture folder")->required();
   ImportOptions imp;
   auto* fimport = fixture->add_subcommand(
       "import", "A decode fixture from a real int4 checkpoint (AWQ, GPTQ v1, compressed-tensors) and real token ids; "
                 "the KV prefix computed by running the model over the first ids");
+  fimport->footer("Exit codes: 0 imported; 2 a refused checkpoint, token file or command line (the message says what and "
+                  "why); 3 a failure of the machine (I/O, the GPU).");
   fimport->add_option("--format", imp.format, "awq | gptq | compressed-tensors")->required()->check(
       CLI::IsMember({"awq", "gptq", "compressed-tensors"}));
   fimport->add_option("checkpoint", imp.checkpoint, "Checkpoint folder: config.json + safetensors shards")->required();
