@@ -277,7 +277,11 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
       out[i] = outcome_of(m.jobs[i], 0, 0, -1);
       out[i].skipped = true;
       try {
-        out[i].exit_code = json::parse(read_file(m.jobs[i].sidecar)).value("exit_code", 0);
+        // what the run that did it recorded: its exit code, time and GPU
+        const json side = json::parse(read_file(m.jobs[i].sidecar));
+        out[i].exit_code = side.value("exit_code", 0);
+        out[i].seconds = side.value("seconds", 0.0);
+        out[i].device = side.value("device", -1);
       } catch (const std::exception&) {
       }
     } else {

@@ -377,6 +377,7 @@ int main(int argc, char** argv) {
 
   std::string cf_task;
   auto* configs = app.add_subcommand("configs", "List the tasks and their official configs, one `task config` per line");
+  configs->footer("Exit codes: 0 listed; 2 an unknown task.");
   configs->add_option("--task", cf_task, "Only this task's configs")->check(kNonEmptyValue);
   int job_fd = -1;
   auto* child = app.add_subcommand("__child", "(internal) run one job of the grader in this process");

@@ -209,6 +209,7 @@ TEST(Batch, OneJobPerGpuAtATimeAndResume) {
   EXPECT_EQ(second.ran, want)
       << "the cut-off jobs and b's (its bytes changed) run again, the rest are done";
   EXPECT_TRUE(outcomes[2].skipped);
+  EXPECT_GT(outcomes[2].seconds, 0.0) << "a resumed job keeps the time of the run that did it";
   EXPECT_NE(format_batch_summary(batch_summary(again, outcomes)).find("(2 of them done by an earlier run: not run again)"), std::string::npos)
       << format_batch_summary(batch_summary(again, outcomes));
   // A report at a job's path that is another config's (copied there) is not that job's result.
