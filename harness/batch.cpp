@@ -402,6 +402,10 @@ std::string format_batch_summary(const json& s) {
   return o.str();
 }
 
+std::string batch_results_file(const BatchManifest& m, const std::string& kind) {
+  return (fs::path(m.out) / (m.name + "." + kind)).string();
+}
+
 std::string slurm_script_path(const BatchManifest& m) { return (fs::path(m.out) / "slurm" / (m.name + ".sbatch")).string(); }
 
 std::string slurm_array_script(const BatchManifest& m, const std::string& nibble, const std::string& partition,
@@ -502,7 +506,7 @@ int write_batch_leaderboard(const BatchManifest& m) {
       // a grader failure's report without figures: the summary lists it
     }
   }
-  const fs::path html = fs::path(m.out) / (m.name + ".leaderboard.html"), md = fs::path(m.out) / (m.name + ".leaderboard.md");
+  const std::string html = batch_results_file(m, "leaderboard.html"), md = batch_results_file(m, "leaderboard.md");
   if (reports.empty()) {  // an earlier page would rank reports that no longer stand (a rebuilt solution's)
     std::error_code ec;
     fs::remove(html, ec);
@@ -510,8 +514,8 @@ int write_batch_leaderboard(const BatchManifest& m) {
     return 0;
   }
   const auto groups = make_leaderboard(reports, labels, task_baseline_solutions);
-  write_file_atomic(html.string(), leaderboard_html(groups));
-  write_file_atomic(md.string(), leaderboard_markdown(groups));
+  write_file_atomic(html, leaderboard_html(groups));
+  write_file_atomic(md, leaderboard_markdown(groups));
   return int(reports.size());
 }
 

@@ -102,6 +102,11 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
 nlohmann::ordered_json batch_summary(const BatchManifest& m, const std::vector<BatchOutcome>& outcomes);
 std::string format_batch_summary(const nlohmann::ordered_json& summary);
 
+/** The results folder's file of this manifest named `kind` ("batch-summary.json", "collect.json",
+ *  "leaderboard.html", "leaderboard.md"): <out>/<name>.<kind>, so manifests sharing a results
+ *  folder each keep their own. */
+std::string batch_results_file(const BatchManifest& m, const std::string& kind);
+
 /** Where --slurm writes the manifest's array script: <out>/slurm/<name>.sbatch (per manifest: a
  *  results folder may be shared). */
 std::string slurm_script_path(const BatchManifest& m);

@@ -66,16 +66,14 @@ int build_fixtures(const BatchManifest& m, const Log& log) {
   return 0;
 }
 
-/** The results folder's `<manifest name>.<kind>.json` and its leaderboard; returns the exit code (3
- *  when a file cannot be written). Named by the manifest: two manifests sharing a results folder
- *  (a nightly and a weekly one) each keep their own summary. */
-int write_results(const BatchManifest& m, const char* kind, const json& summary) {
+/** The results folder's `<manifest name>.<kind>.json` (batch_results_file) and its leaderboard;
+ *  returns the exit code (3 when a file cannot be written). */
+int write_results(const BatchManifest& m, const std::string& kind, const json& summary) {
   return run_command("nibble batch", [&] {
-    const fs::path file = fs::path(m.out) / (m.name + "." + kind + ".json");
-    write_file_atomic(file.string(), summary.dump(2) + "\n");
-    std::printf("  %s: %s\n", kind, file.c_str());
-    if (write_batch_leaderboard(m) > 0)
-      std::printf("  leaderboard: %s (and .md)\n", (fs::path(m.out) / (m.name + ".leaderboard.html")).c_str());
+    const std::string file = batch_results_file(m, kind + ".json");
+    write_file_atomic(file, summary.dump(2) + "\n");
+    std::printf("  %s: %s\n", kind.c_str(), file.c_str());
+    if (write_batch_leaderboard(m) > 0) std::printf("  leaderboard: %s (and .md)\n", batch_results_file(m, "leaderboard.html").c_str());
     return 0;
   }, /*bad_input=*/3);
 }
