@@ -138,7 +138,7 @@ __device__ __forceinline__ void load_swiglu(const float* gu, int g0, int g1, flo
   const int q0 = g0 * (kGroup / 4), q1 = g1 * (kGroup / 4);  // output float4s; q covers rows 4q..4q+3
   constexpr int V = kSwigluVec;
   for (int base = q0 + int(Threads::t()); base < q1; base += Threads::n() * V) {
-    float4 g[V], u[V];
+    float4 g[V] = {}, u[V] = {};  // zero: gcc cannot see that q < q1 guards both loops alike
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const int q = base + k * Threads::n();
