@@ -21,5 +21,8 @@ timeout $limit bash scripts/test.sh > "$OUT/test-sh-h200.log" 2>&1
 echo "scripts/test.sh rc=$? in $(( $(date +%s) - start )) s (limit $limit s)" >> "$OUT/test-sh-h200.log"
 cp build-hopper/Testing/Temporary/LastTest.log "$OUT/LastTest.log" 2>/dev/null
 nvidia-smi -L >> "$OUT/test-sh-h200.log" 2>&1
+# What CUPTI says per launch path (bench/probe_cupti_launches.cu), when the call has time left.
+left=$(( 588 - ($(date +%s) - start) ))
+[ "$left" -gt 15 ] && timeout $(( left - 5 )) build-hopper/bin/probe_cupti_launches > "$OUT/probe-cupti-launches.log" 2>&1
 grep -E "tests passed|Failed|\*\*\*|rc=" "$OUT/test-sh-h200.log" | tail -15
 grep -E "hostile behaviours tried|MISSED|sandbox layer" "$OUT/LastTest.log" | sort -u | head -20

@@ -1,0 +1,294 @@
+// probe_cupti_launches: what CUPTI tells an in-process grader about each launch, the ground a
+// launch-versus-record check would stand on.
+//
+// Why: a solution can turn CUPTI's kernel records off for part of its call (tests/hostile row
+// hide_from_cupti); today only the parent's clock bounds what it hides, to 100 us + 10% of the span
+// (harness/verdict.h), ~17% of a full decode step and most of a small GEMM. If every launch the
+// driver sees (a CUPTI driver-API callback, with its correlation id) can be matched to a kernel record
+// of the same correlation id, a hidden launch is caught whatever its length. Whether that holds is
+// what this program asks the driver, per launch path:
+//   1. which driver- and runtime-domain callbacks fire (a runtime launch: one driver callback too?),
+//      and whether the kernel records carry the callback's correlation id;
+//   2. launches inside a stream capture (callbacks, no records: a check must skip them), a graph
+//      launch (one callback, several records), cuBLAS, memset and memcpy;
+//   3. the trick: CONCURRENT_KERNEL disabled around launches (callbacks without records?);
+//   4. the host cost of the subscription: empty launches timed without it, with the launch callbacks
+//      only, and with the whole driver domain.
+// Usage: probe_cupti_launches [--launches N]   (sm_90 not needed; prints a table, exit 0 on success,
+// 77 without a GPU, 1 on a CUDA/CUPTI error)
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cupti.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+#define CHECK_CUDA(x)                                                                        \
+  do {                                                                                       \
+    const cudaError_t e_ = (x);                                                              \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+#define CHECK_CUPTI(x)                                                                         \
+  do {                                                                                         \
+    const CUptiResult r_ = (x);                                                                \
+    if (r_ != CUPTI_SUCCESS) {                                                                 \
+      const char* m_ = nullptr;                                                                \
+      cuptiGetResultString(r_, &m_);                                                           \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, m_ ? m_ : "unknown");    \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+#define CHECK_CUBLAS(x)                                                              \
+  do {                                                                               \
+    const cublasStatus_t s_ = (x);                                                   \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
+      std::fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, int(s_)); \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
+__global__ void empty_kernel(int* p) {
+  if (p && threadIdx.x == 0) atomicAdd(p, 1);
+}
+
+struct Callback {
+  const char* domain;
+  std::string name;
+  uint32_t correlation;
+};
+struct Record {
+  const char* kind;
+  uint32_t correlation;
+};
+
+std::mutex g_mutex;
+std::vector<Callback> g_callbacks;
+std::vector<Record> g_records;
+bool g_keep_callbacks = true;
+
+void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId, const void* data) {
+  const auto* d = static_cast<const CUpti_CallbackData*>(data);
+  if (d->callbackSite != CUPTI_API_EXIT || !g_keep_callbacks) return;
+  const std::string name = d->functionName ? d->functionName : "?";
+  // Only what starts or records GPU work: the rest (attribute queries, ...) is noise here.
+  if (name.find("aunch") == std::string::npos && name.find("Memcpy") == std::string::npos &&
+      name.find("Memset") == std::string::npos && name.find("Capture") == std::string::npos)
+    return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_callbacks.push_back({domain == CUPTI_CB_DOMAIN_DRIVER_API ? "driver" : "runtime", name, d->correlationId});
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *size = 8 << 20;
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* rec = nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    switch (rec->kind) {
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+        g_records.push_back({"kernel", reinterpret_cast<CUpti_ActivityKernel10*>(rec)->correlationId});
+        break;
+      case CUPTI_ACTIVITY_KIND_MEMCPY:
+        g_records.push_back({"memcpy", reinterpret_cast<CUpti_ActivityMemcpy6*>(rec)->correlationId});
+        break;
+      case CUPTI_ACTIVITY_KIND_MEMSET:
+        g_records.push_back({"memset", reinterpret_cast<CUpti_ActivityMemset4*>(rec)->correlationId});
+        break;
+      default: break;
+    }
+  }
+  std::free(buffer);
+}
+
+/** Runs `body`, then prints the callbacks it fired and the records it left, matched by correlation id. */
+template <class F>
+void probe(const char* what, F body) {
+  CHECK_CUDA(cudaDeviceSynchronize());
+  CHECK_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_callbacks.clear();
+    g_records.clear();
+  }
+  body();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  CHECK_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::map<uint32_t, std::map<std::string, int>> by_corr;
+  for (const Record& r : g_records) by_corr[r.correlation][r.kind]++;
+  std::printf("\n== %s\n", what);
+  int unmatched_driver_launches = 0;
+  for (const Callback& c : g_callbacks) {
+    std::string recs;
+    auto it = by_corr.find(c.correlation);
+    if (it != by_corr.end())
+      for (const auto& [kind, n] : it->second) recs += std::to_string(n) + " " + kind + " ";
+    const bool launch = std::strcmp(c.domain, "driver") == 0 && c.name.find("aunch") != std::string::npos &&
+                        c.name.find("HostFunc") == std::string::npos;
+    if (launch && recs.empty()) ++unmatched_driver_launches;
+    std::printf("  %-7s %-34s corr %6u -> %s\n", c.domain, c.name.c_str(), c.correlation,
+                recs.empty() ? "(no record)" : recs.c_str());
+  }
+  int orphan_records = 0;
+  for (const auto& [corr, kinds] : by_corr) {
+    bool seen = false;
+    for (const Callback& c : g_callbacks) seen |= c.correlation == corr;
+    if (!seen) {
+      for (const auto& [kind, n] : kinds) std::printf("  record without callback: corr %u, %d %s\n", corr, n, kind.c_str());
+      ++orphan_records;
+    }
+  }
+  std::printf("  => %zu callbacks, %zu records, driver launches without a record: %d, correlation ids "
+              "of records without a callback: %d\n",
+              g_callbacks.size(), g_records.size(), unmatched_driver_launches, orphan_records);
+}
+
+using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              CUstream, void**, void**);
+
+double time_launches(cudaStream_t s, int n) {
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) empty_kernel<<<1, 32, 0, s>>>(nullptr);
+  CHECK_CUDA(cudaGetLastError());
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int launches = 20000;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--launches") == 0 && i + 1 < argc) launches = std::atoi(argv[++i]);
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("probe_cupti_launches: no CUDA device: skipped\n");
+    return 77;
+  }
+  CHECK_CUDA(cudaSetDevice(0));
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int* counter = nullptr;
+  CHECK_CUDA(cudaMalloc(&counter, 1 << 20));
+
+  // Host cost first, before anything is subscribed (CUPTI's activity API loaded or not is part of it).
+  for (int i = 0; i < 2; ++i) time_launches(s, launches / 10);
+  const double bare_us = time_launches(s, launches);
+
+  CHECK_CUPTI(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+  CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
+  CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
+  const double activity_us = time_launches(s, launches);
+
+  CUpti_SubscriberHandle sub;
+  CHECK_CUPTI(cuptiSubscribe(&sub, on_api, nullptr));
+  for (CUpti_CallbackId id :
+       {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+        CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+        CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz})
+    CHECK_CUPTI(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, id));
+  g_keep_callbacks = false;
+  const double launch_cbs_us = time_launches(s, launches);
+  CHECK_CUPTI(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_DRIVER_API));
+  const double driver_domain_us = time_launches(s, launches);
+  CHECK_CUPTI(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API));
+  const double both_domains_us = time_launches(s, launches);
+  g_keep_callbacks = true;
+
+  probe("runtime <<<>>> x2", [&] {
+    empty_kernel<<<1, 32, 0, s>>>(counter);
+    empty_kernel<<<1, 32, 0, s>>>(counter);
+    CHECK_CUDA(cudaGetLastError());
+  });
+  probe("cudaLaunchKernel", [&] {
+    void* args[] = {&counter};
+    CHECK_CUDA(cudaLaunchKernel(reinterpret_cast<const void*>(empty_kernel), dim3(1), dim3(32), args, 0, s));
+  });
+  probe("cuLaunchKernel (driver entry point)", [&] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuLaunchKernel", &fn, 12000, cudaEnableDefault, &q));
+    cudaFunction_t f;
+    CHECK_CUDA(cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(empty_kernel)));
+    void* args[] = {&counter};
+    const CUresult r = reinterpret_cast<LaunchFn>(fn)(reinterpret_cast<CUfunction>(f), 1, 1, 1, 32, 1, 1, 0,
+                                                      reinterpret_cast<CUstream>(s), args, nullptr);
+    if (r != CUDA_SUCCESS) std::printf("  cuLaunchKernel returned %d\n", int(r));
+  });
+  cudaGraphExec_t exec;
+  probe("stream capture of 3 launches (no execution)", [&] {
+    cudaGraph_t g;
+    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < 3; ++i) empty_kernel<<<1, 32, 0, s>>>(counter);
+    CHECK_CUDA(cudaGetLastError());
+    CHECK_CUDA(cudaStreamEndCapture(s, &g));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, g, 0));
+    CHECK_CUDA(cudaGraphDestroy(g));
+  });
+  probe("cudaGraphLaunch of the 3-kernel graph", [&] { CHECK_CUDA(cudaGraphLaunch(exec, s)); });
+  probe("cudaMemsetAsync + cudaMemcpyAsync (device to device)", [&] {
+    CHECK_CUDA(cudaMemsetAsync(counter, 0, 1 << 19, s));
+    CHECK_CUDA(cudaMemcpyAsync(reinterpret_cast<char*>(counter) + (1 << 19), counter, 1 << 19,
+                               cudaMemcpyDeviceToDevice, s));
+  });
+  cublasHandle_t h;
+  CHECK_CUBLAS(cublasCreate(&h));
+  CHECK_CUBLAS(cublasSetStream(h, s));
+  float* m = nullptr;
+  CHECK_CUDA(cudaMalloc(&m, 3 * 512 * 512 * sizeof(float)));
+  CHECK_CUDA(cudaMemset(m, 0, 3 * 512 * 512 * sizeof(float)));
+  const float one = 1, zero = 0;
+  CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 512, 512, 512, &one, m, 512, m + 512 * 512, 512, &zero,
+                           m + 2 * 512 * 512, 512));  // warm-up: cuBLAS loads its kernels
+  probe("cublasSgemm 512^3", [&] {
+    CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 512, 512, 512, &one, m, 512, m + 512 * 512, 512, &zero,
+                             m + 2 * 512 * 512, 512));
+  });
+  probe("the trick: CONCURRENT_KERNEL disabled around 2 launches, then 1 launch with it on", [&] {
+    CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    empty_kernel<<<1, 32, 0, s>>>(counter);
+    empty_kernel<<<1, 32, 0, s>>>(counter);
+    CHECK_CUDA(cudaGetLastError());
+    CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    empty_kernel<<<1, 32, 0, s>>>(counter);
+    CHECK_CUDA(cudaGetLastError());
+  });
+  probe("the trick, disabled across the launch and the kernel's end (enabled again before the sync)", [&] {
+    CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    empty_kernel<<<1, 32, 0, s>>>(counter);
+    CHECK_CUDA(cudaGetLastError());
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  });
+
+  std::printf("\nhost time per empty launch (%d launches, us): bare %.3f, activity records on %.3f, + launch "
+              "callbacks %.3f, + whole driver domain %.3f, + runtime domain %.3f\n",
+              launches, bare_us, activity_us, launch_cbs_us, driver_domain_us, both_domains_us);
+  CHECK_CUBLAS(cublasDestroy(h));
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUPTI(cuptiUnsubscribe(sub));
+  CHECK_CUDA(cudaFree(m));
+  CHECK_CUDA(cudaFree(counter));
+  CHECK_CUDA(cudaStreamDestroy(s));
+  return 0;
+}
