@@ -28,36 +28,26 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <stdexcept>
 #include <vector>
+
+#include "harness/cuda_check.h"
 
 namespace {
 
-#define CHECK_CUDA(x)                                                                        \
-  do {                                                                                       \
-    const cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
-#define CHECK_CUPTI(x)                                                                         \
-  do {                                                                                         \
-    const CUptiResult r_ = (x);                                                                \
-    if (r_ != CUPTI_SUCCESS) {                                                                 \
-      const char* m_ = nullptr;                                                                \
-      cuptiGetResultString(r_, &m_);                                                           \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, m_ ? m_ : "unknown");    \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
-#define CHECK_CUBLAS(x)                                                              \
-  do {                                                                               \
-    const cublasStatus_t s_ = (x);                                                   \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
-      std::fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, int(s_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
+// CUPTI and cuBLAS errors throw as NIBBLE_CUDA_CALL does; main() prints them and exits 1.
+void cupti_ok(CUptiResult r, const char* call) {
+  if (r == CUPTI_SUCCESS) return;
+  const char* m = nullptr;
+  cuptiGetResultString(r, &m);
+  throw std::runtime_error(std::string(call) + ": " + (m ? m : "unknown CUPTI error"));
+}
+void cublas_ok(cublasStatus_t r, const char* call) {
+  if (r != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(call) + ": cuBLAS status " + std::to_string(int(r)));
+}
+#define CHECK_CUDA(x) NIBBLE_CUDA_CALL(x)
+#define CHECK_CUPTI(x) cupti_ok((x), #x)
+#define CHECK_CUBLAS(x) cublas_ok((x), #x)
 
 __global__ void empty_kernel(int* p) {
   if (p && threadIdx.x == 0) atomicAdd(p, 1);
@@ -166,7 +156,7 @@ double time_launches(cudaStream_t s, int n) {
   CHECK_CUDA(cudaStreamSynchronize(s));
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) empty_kernel<<<1, 32, 0, s>>>(nullptr);
-  CHECK_CUDA(cudaGetLastError());
+  NIBBLE_CHECK_LAUNCH();
   const auto t1 = std::chrono::steady_clock::now();
   CHECK_CUDA(cudaStreamSynchronize(s));
   return std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
@@ -174,10 +164,21 @@ double time_launches(cudaStream_t s, int n) {
 
 }  // namespace
 
+int run(int launches);
+
 int main(int argc, char** argv) {
   int launches = 20000;
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--launches") == 0 && i + 1 < argc) launches = std::atoi(argv[++i]);
+  try {
+    return run(launches);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "probe_cupti_launches: %s\n", e.what());
+    return 1;
+  }
+}
+
+int run(int launches) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("probe_cupti_launches: no CUDA device: skipped\n");
@@ -218,7 +219,7 @@ int main(int argc, char** argv) {
   probe("runtime <<<>>> x2", [&] {
     empty_kernel<<<1, 32, 0, s>>>(counter);
     empty_kernel<<<1, 32, 0, s>>>(counter);
-    CHECK_CUDA(cudaGetLastError());
+    NIBBLE_CHECK_LAUNCH();
   });
   probe("cudaLaunchKernel", [&] {
     void* args[] = {&counter};
@@ -240,7 +241,7 @@ int main(int argc, char** argv) {
     cudaGraph_t g;
     CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < 3; ++i) empty_kernel<<<1, 32, 0, s>>>(counter);
-    CHECK_CUDA(cudaGetLastError());
+    NIBBLE_CHECK_LAUNCH();
     CHECK_CUDA(cudaStreamEndCapture(s, &g));
     CHECK_CUDA(cudaGraphInstantiate(&exec, g, 0));
     CHECK_CUDA(cudaGraphDestroy(g));
@@ -268,15 +269,15 @@ int main(int argc, char** argv) {
     CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     empty_kernel<<<1, 32, 0, s>>>(counter);
     empty_kernel<<<1, 32, 0, s>>>(counter);
-    CHECK_CUDA(cudaGetLastError());
+    NIBBLE_CHECK_LAUNCH();
     CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     empty_kernel<<<1, 32, 0, s>>>(counter);
-    CHECK_CUDA(cudaGetLastError());
+    NIBBLE_CHECK_LAUNCH();
   });
   probe("the trick, disabled across the launch and the kernel's end (enabled again before the sync)", [&] {
     CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     empty_kernel<<<1, 32, 0, s>>>(counter);
-    CHECK_CUDA(cudaGetLastError());
+    NIBBLE_CHECK_LAUNCH();
     CHECK_CUDA(cudaStreamSynchronize(s));
     CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   });
