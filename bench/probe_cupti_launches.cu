@@ -57,6 +57,7 @@ struct Callback {
   const char* domain;
   std::string name;
   uint32_t correlation;
+  std::string capture;  // driver kernel launches: the stream's capture status, asked inside the callback
 };
 struct Record {
   const char* kind;
@@ -67,8 +68,26 @@ std::mutex g_mutex;
 std::vector<Callback> g_callbacks;
 std::vector<Record> g_records;
 bool g_keep_callbacks = true;
+using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+IsCapturingFn g_is_capturing = nullptr;  // cuStreamIsCapturing, from the driver entry point
 
-void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId, const void* data) {
+/** Whether a check could skip launches into a capture from the callback alone: the launch's stream
+ *  asked inside the callback (the driver entry point, not the runtime, to stay out of its locks). */
+std::string capture_status(CUpti_CallbackId cbid, const void* params) {
+  CUstream st = nullptr;
+  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz)
+    st = static_cast<const cuLaunchKernel_params*>(params)->hStream;
+  else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz)
+    st = static_cast<const cuLaunchKernelEx_params*>(params)->config->hStream;
+  else
+    return "";
+  CUstreamCaptureStatus c = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = g_is_capturing(st, &c);
+  if (r != CUDA_SUCCESS) return "capture? error " + std::to_string(int(r));
+  return c == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "capturing" : c == CU_STREAM_CAPTURE_STATUS_NONE ? "not capturing" : "capture invalidated";
+}
+
+void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   const auto* d = static_cast<const CUpti_CallbackData*>(data);
   if (d->callbackSite != CUPTI_API_EXIT || !g_keep_callbacks) return;
   const std::string name = d->functionName ? d->functionName : "?";
@@ -76,8 +95,10 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId, const
   if (name.find("aunch") == std::string::npos && name.find("Memcpy") == std::string::npos &&
       name.find("Memset") == std::string::npos && name.find("Capture") == std::string::npos)
     return;
+  const bool driver = domain == CUPTI_CB_DOMAIN_DRIVER_API;
+  const std::string capture = driver ? capture_status(cbid, d->functionParams) : "";
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_callbacks.push_back({domain == CUPTI_CB_DOMAIN_DRIVER_API ? "driver" : "runtime", name, d->correlationId});
+  g_callbacks.push_back({driver ? "driver" : "runtime", name, d->correlationId, capture});
 }
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
@@ -132,8 +153,8 @@ void probe(const char* what, F body) {
     const bool launch = std::strcmp(c.domain, "driver") == 0 && c.name.find("aunch") != std::string::npos &&
                         c.name.find("HostFunc") == std::string::npos;
     if (launch && recs.empty()) ++unmatched_driver_launches;
-    std::printf("  %-7s %-34s corr %6u -> %s\n", c.domain, c.name.c_str(), c.correlation,
-                recs.empty() ? "(no record)" : recs.c_str());
+    std::printf("  %-7s %-34s corr %6u -> %s%s%s\n", c.domain, c.name.c_str(), c.correlation,
+                recs.empty() ? "(no record)" : recs.c_str(), c.capture.empty() ? "" : " | ", c.capture.c_str());
   }
   int orphan_records = 0;
   for (const auto& [corr, kinds] : by_corr) {
@@ -185,6 +206,12 @@ int run(int launches) {
     return 77;
   }
   CHECK_CUDA(cudaSetDevice(0));
+  {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuStreamIsCapturing", &fn, 12000, cudaEnableDefault, &q));
+    g_is_capturing = reinterpret_cast<IsCapturingFn>(fn);
+  }
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   int* counter = nullptr;
