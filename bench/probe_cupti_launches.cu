@@ -73,14 +73,25 @@ IsCapturingFn g_is_capturing = nullptr;  // cuStreamIsCapturing, from the driver
 
 /** Whether a check could skip launches into a capture from the callback alone: the launch's stream
  *  asked inside the callback (the driver entry point, not the runtime, to stay out of its locks). */
-std::string capture_status(CUpti_CallbackId cbid, const void* params) {
+std::string capture_status(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params) {
   CUstream st = nullptr;
-  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz)
-    st = static_cast<const cuLaunchKernel_params*>(params)->hStream;
-  else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz)
-    st = static_cast<const cuLaunchKernelEx_params*>(params)->config->hStream;
-  else
-    return "";
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz)
+      st = static_cast<const cuLaunchKernel_params*>(params)->hStream;
+    else if (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz)
+      st = static_cast<const cuLaunchKernelEx_params*>(params)->config->hStream;
+    else
+      return "";
+  } else {
+    if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000)
+      st = static_cast<const cudaLaunchKernel_v7000_params*>(params)->stream;
+    else if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060)
+      st = static_cast<const cudaLaunchKernelExC_v11060_params*>(params)->config->stream;
+    else if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000)
+      st = static_cast<const cudaGraphLaunch_v10000_params*>(params)->stream;
+    else
+      return "";
+  }
   CUstreamCaptureStatus c = CU_STREAM_CAPTURE_STATUS_NONE;
   const CUresult r = g_is_capturing(st, &c);
   if (r != CUDA_SUCCESS) return "capture? error " + std::to_string(int(r));
@@ -96,7 +107,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
       name.find("Memset") == std::string::npos && name.find("Capture") == std::string::npos)
     return;
   const bool driver = domain == CUPTI_CB_DOMAIN_DRIVER_API;
-  const std::string capture = driver ? capture_status(cbid, d->functionParams) : "";
+  const std::string capture = capture_status(domain, cbid, d->functionParams);
   std::lock_guard<std::mutex> lock(g_mutex);
   g_callbacks.push_back({driver ? "driver" : "runtime", name, d->correlationId, capture});
 }
