@@ -281,6 +281,10 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
       tr.foreign_records_before_build = timed->foreign_records_before_build();
       tr.harness_records_per_gap = timed->harness_records_per_gap();
       tr.late_kernels = timed->late_kernels();
+      const LaunchAudit audit = timed->launch_audit();
+      tr.launches_audited = audit.launches;
+      tr.unrecorded_launches = audit.unrecorded;
+      tr.first_unrecorded_launch = audit.first_unrecorded;
       tr.task_figures = session->timing_figures();
       {
         std::lock_guard<std::mutex> lock(out.mu);

@@ -197,8 +197,9 @@ SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
  * the call with its device sync, and close(c0): one collect after the call, split at c0 (a collect
  * just before the launch put CUPTI's next buffer request inside the window, e970ed3). Kernels CUPTI
  * delivers only after the collect that should have seen them (still running past a window's device
- * sync) count in late_kernels(), recorded, not judged. Throws std::runtime_error on CUDA/CUPTI
- * errors.
+ * sync) count in late_kernels(), recorded, not judged. From begin() on every kernel and graph launch
+ * must leave a record (launch_audit(): a launch without one ran with CUPTI's records switched off).
+ * Throws std::runtime_error on CUDA/CUPTI errors.
  */
 class TimedCalls {
  public:
@@ -219,6 +220,7 @@ class TimedCalls {
    *  ledger's calibration windows) is neither a gap nor late. */
   void begin() {
     timer_.reenable();
+    timer_.start_launch_audit();
     gap_start_ = timer_.now();
     (void)timer_.collect(0, gap_start_);
     late_kernels_ = 0;
@@ -255,6 +257,8 @@ class TimedCalls {
     return s;
   }
   int late_kernels() const { return late_kernels_; }
+  /** The launches since begin() matched with their records (after the last close()). */
+  LaunchAudit launch_audit() { return timer_.launch_audit(); }
   /** Records on other streams in the dry gap (counted in the gaps from begin() on). */
   int foreign_records_before_build() const { return records(dry_gap_foreign_); }
 

@@ -3,6 +3,8 @@
 
 #include <cupti.h>
 
+#include <cuda.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +19,88 @@ std::vector<ActivityRecord> g_records;
 bool g_active = false;
 
 constexpr size_t kBufferBytes = 8 << 20;
+
+// The launch audit (CuptiTimer::start_launch_audit), under g_mutex.
+bool g_auditing = false;
+std::vector<LaunchCallIds> g_launches;
+std::unordered_set<uint32_t> g_record_ids;  // correlation ids of the records delivered while auditing
+
+// Per thread: the launch call being made (a runtime launch calls the driver inside it: one launch).
+thread_local int t_depth = 0;
+thread_local std::vector<uint32_t> t_ids;
+
+using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+IsCapturingFn g_is_capturing = nullptr;  // cuStreamIsCapturing, from the driver entry point
+
+// The (cbid, params type) pairs of the launch calls and the stream each names.
+struct LaunchCall {
+  CUpti_CallbackDomain domain;
+  CUpti_CallbackId cbid;
+  CUstream (*stream)(const void* params);
+};
+template <class P>
+CUstream stream_field(const void* p) {
+  return reinterpret_cast<CUstream>(static_cast<const P*>(p)->stream);
+}
+template <class P>
+CUstream h_stream_field(const void* p) {
+  return static_cast<const P*>(p)->hStream;
+}
+template <class P>
+CUstream config_stream(const void* p) {
+  return reinterpret_cast<CUstream>(static_cast<const P*>(p)->config->stream);
+}
+template <class P>
+CUstream config_h_stream(const void* p) {
+  return static_cast<const P*>(p)->config->hStream;
+}
+constexpr CUpti_CallbackDomain kRt = CUPTI_CB_DOMAIN_RUNTIME_API, kDrv = CUPTI_CB_DOMAIN_DRIVER_API;
+const LaunchCall kLaunchCalls[] = {
+    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, stream_field<cudaLaunchKernel_v7000_params>},
+    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000, stream_field<cudaLaunchKernel_ptsz_v7000_params>},
+    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060, config_stream<cudaLaunchKernelExC_v11060_params>},
+    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060, config_stream<cudaLaunchKernelExC_ptsz_v11060_params>},
+    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000, stream_field<cudaLaunchCooperativeKernel_v9000_params>},
+    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+     stream_field<cudaLaunchCooperativeKernel_ptsz_v9000_params>},
+    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, stream_field<cudaGraphLaunch_v10000_params>},
+    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000, stream_field<cudaGraphLaunch_ptsz_v10000_params>},
+    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, h_stream_field<cuLaunchKernel_params>},
+    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, h_stream_field<cuLaunchKernel_ptsz_params>},
+    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, config_h_stream<cuLaunchKernelEx_params>},
+    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, config_h_stream<cuLaunchKernelEx_ptsz_params>},
+    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, h_stream_field<cuLaunchCooperativeKernel_params>},
+    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz, h_stream_field<cuLaunchCooperativeKernel_ptsz_params>},
+    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, h_stream_field<cuGraphLaunch_params>},
+    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, h_stream_field<cuGraphLaunch_ptsz_params>},
+};
+
+/** The launch calls' callback: a call and the calls nested in it are one launch, kept when the
+ *  outermost returned success on a stream that was not capturing. */
+void CUPTIAPI on_launch(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  const auto* d = static_cast<const CUpti_CallbackData*>(data);
+  if (d->callbackSite == CUPTI_API_ENTER) {
+    if (t_depth++ == 0) t_ids.clear();
+    return;
+  }
+  t_ids.push_back(d->correlationId);
+  if (t_depth == 0 || --t_depth > 0) return;
+  const bool ok = domain == kDrv ? *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS
+                                 : *static_cast<const cudaError_t*>(d->functionReturnValue) == cudaSuccess;
+  if (!ok) return;
+  for (const LaunchCall& c : kLaunchCalls) {
+    if (c.domain != domain || c.cbid != cbid) continue;
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (g_is_capturing && g_is_capturing(c.stream(d->functionParams), &capture) == CUDA_SUCCESS &&
+        capture != CU_STREAM_CAPTURE_STATUS_NONE)
+      return;  // recorded into a graph, run by its graph launch
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_auditing) g_launches.push_back({t_ids, d->functionName});
+    return;
+  }
+}
+
+CUpti_SubscriberHandle g_subscriber = nullptr;
 
 // Completed buffers are kept for reuse: CUPTI asks for a buffer at the first activity after a flush,
 // which is often a timed launch; an 8 MB allocation (mmap, then page faults as CUPTI writes it) there
@@ -50,28 +134,30 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
-        got.push_back({ActivityRecord::Kernel, k->start, k->end, k->streamId});
+        got.push_back({ActivityRecord::Kernel, k->start, k->end, k->streamId, k->correlationId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         auto* m = reinterpret_cast<CUpti_ActivityMemcpy6*>(rec);
-        got.push_back({ActivityRecord::Memcpy, m->start, m->end, m->streamId});
+        got.push_back({ActivityRecord::Memcpy, m->start, m->end, m->streamId, m->correlationId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY2: {  // peer-to-peer: work a solution could start too
         auto* m = reinterpret_cast<CUpti_ActivityMemcpyPtoP4*>(rec);
-        got.push_back({ActivityRecord::Memcpy, m->start, m->end, m->streamId});
+        got.push_back({ActivityRecord::Memcpy, m->start, m->end, m->streamId, m->correlationId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         auto* m = reinterpret_cast<CUpti_ActivityMemset4*>(rec);
-        got.push_back({ActivityRecord::Memset, m->start, m->end, m->streamId});
+        got.push_back({ActivityRecord::Memset, m->start, m->end, m->streamId, m->correlationId});
         break;
       }
       default: break;
     }
   }
   std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_auditing)
+    for (const ActivityRecord& r : got) g_record_ids.insert(r.correlation_id);
   g_records.insert(g_records.end(), got.begin(), got.end());
   if (g_free.size() < kMaxFreeBuffers)
     g_free.push_back(buffer);
@@ -87,6 +173,16 @@ void check(CUptiResult r, const char* call) {
 }
 
 }  // namespace
+
+LaunchAudit audit_launches(const std::vector<LaunchCallIds>& launches, const std::unordered_set<uint32_t>& record_ids) {
+  LaunchAudit a;
+  a.launches = int(launches.size());
+  for (const LaunchCallIds& l : launches) {
+    if (std::any_of(l.ids.begin(), l.ids.end(), [&](uint32_t id) { return record_ids.count(id) > 0; })) continue;
+    if (a.unrecorded++ == 0) a.first_unrecorded = l.api ? l.api : "?";
+  }
+  return a;
+}
 
 SpanStats span_of(const std::vector<ActivityRecord>& records) {
   SpanStats s;
@@ -133,6 +229,21 @@ CuptiTimer::CuptiTimer() {
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable MEMCPY");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET), "enable MEMSET");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2), "enable MEMCPY2");
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion("cuStreamIsCapturing", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    throw std::runtime_error("the CUDA driver has no cuStreamIsCapturing");
+  g_is_capturing = reinterpret_cast<IsCapturingFn>(fn);
+  if (const CUptiResult r = cuptiSubscribe(&g_subscriber, on_launch, nullptr); r != CUPTI_SUCCESS) {
+    const char* msg = nullptr;
+    cuptiGetResultString(r, &msg);
+    throw std::runtime_error(std::string("CUPTI's callback subscription, which the launch audit needs, is taken (") +
+                             (msg ? msg : "unknown error") +
+                             "): is a profiler (Nsight Systems, Nsight Compute) injected into the grader? Grade without it; "
+                             "nibble grade --profile runs one after the graded run");
+  }
+  for (const LaunchCall& c : kLaunchCalls) check(cuptiEnableCallback(1, g_subscriber, c.domain, c.cbid), "cuptiEnableCallback");
   g_active = true;
 }
 
@@ -149,6 +260,8 @@ uint32_t CuptiTimer::stream_id(cudaStream_t s) const {
 }
 
 CuptiTimer::~CuptiTimer() {
+  if (g_subscriber) cuptiUnsubscribe(g_subscriber);
+  g_subscriber = nullptr;
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
@@ -156,6 +269,9 @@ CuptiTimer::~CuptiTimer() {
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard<std::mutex> lock(g_mutex);
   g_records.clear();
+  g_auditing = false;
+  g_launches.clear();
+  g_record_ids.clear();
   for (uint8_t* b : g_free) std::free(b);
   g_free.clear();
   g_active = false;
@@ -180,6 +296,19 @@ std::vector<ActivityRecord> CuptiTimer::collect(uint64_t t0, uint64_t t1, std::v
       late->push_back(r);  // before t0 but delivered only now: still running at the last collect
   g_records.swap(later);
   return out;
+}
+
+void CuptiTimer::start_launch_audit() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_auditing = true;
+  g_launches.clear();
+  g_record_ids.clear();
+}
+
+LaunchAudit CuptiTimer::launch_audit() {
+  check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return audit_launches(g_launches, g_record_ids);
 }
 
 uint32_t CuptiTimer::version() {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace nibble {
@@ -16,7 +17,26 @@ struct ActivityRecord {
   enum Kind { Kernel, Memcpy, Memset } kind;
   uint64_t start_ns, end_ns;  // CUPTI timestamps (same clock as CuptiTimer::now)
   uint32_t stream_id;
+  uint32_t correlation_id = 0;  // the launching API call's (CUPTI's correlation id)
 };
+
+/** The launches of an audit (CuptiTimer::start_launch_audit) matched with the GPU's records. */
+struct LaunchAudit {
+  int launches = 0;            // kernel and graph launches that returned success, outside a stream capture
+  int unrecorded = 0;          // of those, launches no kernel, memcpy or memset record carries the id of
+  std::string first_unrecorded;  // the API of the first, e.g. "cudaLaunchKernel_v7000"
+};
+
+/** One launch as the audit keeps it: the API call's correlation id and those of the calls nested in
+ *  it (a runtime launch's driver call), any of which its records may carry. */
+struct LaunchCallIds {
+  std::vector<uint32_t> ids;
+  const char* api;  // CUPTI's name of the outermost call (a static string)
+};
+
+/** The audit of `launches` against the correlation ids of the records delivered: a launch is
+ *  recorded when a record carries one of its ids. Pure. */
+LaunchAudit audit_launches(const std::vector<LaunchCallIds>& launches, const std::unordered_set<uint32_t>& record_ids);
 
 /** What the GPU did inside one timed window. */
 struct SpanStats {
@@ -32,8 +52,15 @@ SpanStats span_of(const std::vector<ActivityRecord>& records);
 
 /**
  * Owns the process's CUPTI activity subscription (CUPTI's callbacks are process-global, so at most
- * one instance may exist). Constructing enables CONCURRENT_KERNEL, MEMCPY, MEMCPY2 (peer) and MEMSET records;
- * destroying disables them. Throws std::runtime_error with CUPTI's message on failure.
+ * one instance may exist). Constructing enables CONCURRENT_KERNEL, MEMCPY, MEMCPY2 (peer) and MEMSET records,
+ * and subscribes to the runtime's and the driver's kernel and graph launch calls (the process's one
+ * CUPTI callback subscriber: a solution's own profiler cannot subscribe while it exists); destroying
+ * undoes both. Throws std::runtime_error with CUPTI's message on failure.
+ *
+ * Why the launches: the records are switches the solution shares a process with (tests/hostile row
+ * hide_from_cupti turns them off for part of its call); every launch the driver accepted must leave a
+ * record carrying its correlation id, so a launch without one is GPU work hidden from the span,
+ * however short (the grader's own clock bounds the rest only to verdict.h's allowance).
  */
 class CuptiTimer {
  public:
@@ -56,6 +83,13 @@ class CuptiTimer {
    *  still running then, on a stream the harness did not synchronise). Call after the device is
    *  synchronised. */
   std::vector<ActivityRecord> collect(uint64_t t0, uint64_t t1, std::vector<ActivityRecord>* late = nullptr);
+  /** From now on, every successful kernel or graph launch (runtime or driver API, on any thread; a
+   *  runtime call and the driver call inside it count once; launches into a stream capture run
+   *  nothing and are skipped) is kept for launch_audit(); earlier ones are forgotten. */
+  void start_launch_audit();
+  /** The launches since start_launch_audit() and how many have no record of their correlation id.
+   *  Call after the device is synchronised (it flushes CUPTI's buffers). Throws std::runtime_error. */
+  LaunchAudit launch_audit();
   /** CUPTI's API version. */
   static uint32_t version();
 };

@@ -143,6 +143,9 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   ev->gaps_with_foreign_work = tr.gaps_with_foreign_work;
   ev->foreign_work = tr.foreign_work;
   ev->foreign_records_before_build = tr.foreign_records_before_build;
+  ev->launches_audited = tr.launches_audited;
+  ev->unrecorded_launches = tr.unrecorded_launches;
+  ev->first_unrecorded_launch = tr.first_unrecorded_launch;
   ev->nonfinite_timed_calls = tr.nonfinite_calls;
   const Roofline roof = task.roofline(config, facts);
   const double copy_bw = device.contains("copy_bandwidth") ? device["copy_bandwidth"].value("median_Bps", 0.0) : 0.0;
@@ -203,6 +206,9 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   t["foreign_records_before_build"] = tr.foreign_records_before_build;
   t["harness_records_per_gap"] = tr.harness_records_per_gap;
   t["late_kernels"] = tr.late_kernels;
+  t["launches_audited"] = tr.launches_audited;
+  t["unrecorded_launches"] = tr.unrecorded_launches;
+  t["first_unrecorded_launch"] = tr.first_unrecorded_launch;
   t["timing_seed"] = tr.seed ? json(*tr.seed) : json(nullptr);
   t["timing_seed_from"] = tr.seed_from;
   t["task_figures"] = json(tr.task_figures);

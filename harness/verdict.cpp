@@ -129,6 +129,16 @@ Verdict judge(const Evidence& e) {
                       "), more than the " + g3(hidden_time_allowance_us(e.span_median_us)) +
                       " us allowed: the call spends time the GPU timer cannot see (host work, GPU work hidden from "
                       "CUPTI, or another process using this GPU)");
+    // Every launch the driver accepted leaves a record with its correlation id, unless the records
+    // were switched off (CUPTI's switches are the solution's too): hidden work, however short (after
+    // the clock rule, which names how much when it is more than the allowance).
+    if (e.unrecorded_launches > 0)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  std::to_string(e.unrecorded_launches) + " of the " + std::to_string(e.launches_audited) +
+                      " kernel and graph launches of the timed phase left no GPU record (the first: " +
+                      e.first_unrecorded_launch +
+                      "): CUPTI's records were switched off or taken while they ran, so the GPU span does not hold "
+                      "all of the work");
     // Foreign work before the clock comparison: its records inside a window lengthen the span past
     // the window, and the work is the cause worth naming (H200, 2026-12-05: a solution's own copies
     // between calls read "the clocks disagree").

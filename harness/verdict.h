@@ -84,6 +84,9 @@ struct Evidence {
   int gaps_with_foreign_work = 0;
   std::string foreign_work;       // "3 kernels, 1 memcpy"
   int foreign_records_before_build = 0;  // of those, in the dry gap before the build: load-time code
+  int launches_audited = 0;       // kernel and graph launches from the first gap to the last timed call
+  int unrecorded_launches = 0;    // of those, launches no CUPTI record carries the correlation id of
+  std::string first_unrecorded_launch;
   std::string unit = "call";      // for messages: "step", "call"
 };
 
@@ -118,7 +121,8 @@ struct Verdict {
  * prepare, or the process ended or stopped before its build returned); crash or timeout later; non-finite outputs (checked, verified or timed); the gate on the
  * worst relative error; the per-element guard; input modification; timing validity (a sample below
  * the bandwidth floor, calls without valid GPU records, a call ledger out of sequence or at odds
- * with the child's count, time on the grader's clock far above the GPU span or below it, foreign
+ * with the child's count, a launch that left no CUPTI record, time on the grader's clock far above the
+ * GPU span or below it, foreign
  * GPU work between timed calls). An input change found before anything could be
  * compared is the inputs rule's, not a crash. Pure: no I/O, no clock.
  */

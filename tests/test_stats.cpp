@@ -101,6 +101,21 @@ TEST(GpuSpan, NoRecordOrZeroDurationIsInvalid) {
   EXPECT_EQ(z.memcpys, 1);
 }
 
+TEST(LaunchAudit, ALaunchIsRecordedWhenARecordCarriesAnyOfItsIds) {
+  // Three launches: a runtime launch whose kernel record carries the driver call's id (nested: 7 in
+  // 6), a graph launch with two records of its id, and a driver launch with none (records off).
+  const std::vector<LaunchCallIds> launches = {
+      {{6, 7}, "cudaLaunchKernel_v7000"}, {{9}, "cudaGraphLaunch_v10000"}, {{12}, "cuLaunchKernel"}};
+  const LaunchAudit a = audit_launches(launches, {7, 9, 10, 11});
+  EXPECT_EQ(a.launches, 3);
+  EXPECT_EQ(a.unrecorded, 1);
+  EXPECT_EQ(a.first_unrecorded, "cuLaunchKernel");
+  const LaunchAudit none = audit_launches(launches, {});
+  EXPECT_EQ(none.unrecorded, 3);
+  EXPECT_EQ(none.first_unrecorded, "cudaLaunchKernel_v7000");
+  EXPECT_EQ(audit_launches({}, {1, 2}).unrecorded, 0);  // records without a launch (the harness's copies) judge nothing
+}
+
 TEST(Stats, ElementErrorByHand) {
   // ref (3, -4): max |ref| = 4; out (3, -3): max |diff| = 1 -> 0.25. One element zeroed of a long
   // vector keeps the relative error small but the element error is that element over the largest.

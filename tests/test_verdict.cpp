@@ -46,7 +46,9 @@ void expect(const Evidence& e, Disposition d, Rule r, const std::string& reason_
   const Verdict v = judge(e);
   EXPECT_EQ(to_string(v.disposition), std::string(to_string(d))) << v.reason;
   EXPECT_EQ(to_string(v.rule), std::string(to_string(r))) << v.reason;
-  if (!reason_part.empty()) EXPECT_NE(v.reason.find(reason_part), std::string::npos) << v.reason;
+  if (!reason_part.empty()) {
+    EXPECT_NE(v.reason.find(reason_part), std::string::npos) << v.reason;
+  }
 }
 
 }  // namespace
@@ -204,6 +206,17 @@ TEST_P(Judge, TimingValidity) {
   e.span_min_us = 400;
   e.window_median_us = 1030;
   expect(e, Disposition::InvalidTiming, Rule::Timing, "wall time on the grader's own clock");
+  // The launch audit: one launch without a record is hidden work, however far inside the allowance
+  // the window stays (here the records were off for one launch of 960: nothing on the grader's clock).
+  e = base();
+  e.launches_audited = 960;
+  expect(e, Disposition::Passed, Rule::Passed);
+  e.unrecorded_launches = 1;
+  e.first_unrecorded_launch = "cudaLaunchKernel_v7000";
+  expect(e, Disposition::InvalidTiming, Rule::Timing,
+         "1 of the 960 kernel and graph launches of the timed phase left no GPU record (the first: cudaLaunchKernel_v7000)");
+  e.window_median_us = 1500;  // and beyond the allowance too: the clock rule says how much
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "beyond its CUPTI GPU span");
   e = base();
   e.window_median_us = 979;  // the span is longer than the call lasted, beyond 20 us of noise
   expect(e, Disposition::InvalidTiming, Rule::Timing, "clocks disagree");

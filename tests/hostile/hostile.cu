@@ -117,6 +117,13 @@ __global__ void spin_kernel(volatile int* flag) {
   while (*flag == 0) {
   }
 }
+/** Busy for ns nanoseconds of the GPU's global timer (one thread): work a cheat would want untimed. */
+__global__ void busy_kernel(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  while (t - t0 < ns);
+}
 __global__ void store_kernel(float* p, float v) { *p = v; }
 __global__ void xor_byte_kernel(uint8_t* p, uint8_t mask) { *p ^= mask; }
 __global__ void bump_token_kernel(int64_t* t) { t[0] += 1; }
@@ -894,6 +901,23 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   for (int i = 0; i < kHiddenPasses; ++i) H_OK(forward(s, tokens, pos, logits, stream, err));
   H_CUDA(cudaStreamSynchronize(stream));
   if (disable && enable && timed) enable(kConcurrentKernel);
+  H_OK(forward(s, tokens, pos, logits, stream, err));
+  return NIBBLE_OK;
+#elif defined(HOSTILE_HIDE_INSIDE_ALLOWANCE)
+  // hide_from_cupti's switch, but for one 40 us kernel before the honest step on the same stream:
+  // far inside the grader's clock allowance (100 us + 10% of the span), so only the launch audit
+  // (a launch without a record) sees it.
+  using cupti_kind_fn = int (*)(int);
+  auto disable = reinterpret_cast<cupti_kind_fn>(dlsym(RTLD_DEFAULT, "cuptiActivityDisable"));
+  auto enable = reinterpret_cast<cupti_kind_fn>(dlsym(RTLD_DEFAULT, "cuptiActivityEnable"));
+  constexpr int kConcurrentKernel = 10;  // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+  if (!disable || !enable) std::fprintf(stderr, "hostile-hide_inside_allowance: no CUPTI in this process\n");
+  if (disable && enable && timed) {
+    disable(kConcurrentKernel);
+    hostile::busy_kernel<<<1, 1, 0, stream>>>(40000);
+    H_CUDA(cudaGetLastError());
+    enable(kConcurrentKernel);
+  }
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
 #elif defined(HOSTILE_UNWRITTEN_TAIL)
