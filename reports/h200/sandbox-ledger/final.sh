@@ -14,6 +14,10 @@ fi
 source scripts/env.sh
 cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
 export NIBBLE_PRESET=hopper NIBBLE_JOBS=16
+# First (~20 s): what CUPTI says per launch path (bench/probe_cupti_launches.cu), the launch audit's ground.
+cmake --build build-hopper -j16 --target probe_cupti_launches > "$OUT/probe-build.log" 2>&1 &&
+  timeout 30 build-hopper/bin/probe_cupti_launches > "$OUT/probe-cupti-launches.log" 2>&1
+echo "probe_cupti_launches rc=$? ($(( $(date +%s) - start )) s)"; tail -3 "$OUT/probe-cupti-launches.log"
 left=$(( 575 - ($(date +%s) - start) ))
 limit=${2:-$left}
 [ "$limit" -le "$left" ] || limit=$left
@@ -21,8 +25,5 @@ timeout $limit bash scripts/test.sh > "$OUT/test-sh-h200.log" 2>&1
 echo "scripts/test.sh rc=$? in $(( $(date +%s) - start )) s (limit $limit s)" >> "$OUT/test-sh-h200.log"
 cp build-hopper/Testing/Temporary/LastTest.log "$OUT/LastTest.log" 2>/dev/null
 nvidia-smi -L >> "$OUT/test-sh-h200.log" 2>&1
-# What CUPTI says per launch path (bench/probe_cupti_launches.cu), when the call has time left.
-left=$(( 588 - ($(date +%s) - start) ))
-[ "$left" -gt 15 ] && timeout $(( left - 5 )) build-hopper/bin/probe_cupti_launches > "$OUT/probe-cupti-launches.log" 2>&1
 grep -E "tests passed|Failed|\*\*\*|rc=" "$OUT/test-sh-h200.log" | tail -15
 grep -E "hostile behaviours tried|MISSED|sandbox layer" "$OUT/LastTest.log" | sort -u | head -20
