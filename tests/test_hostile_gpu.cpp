@@ -44,7 +44,7 @@ struct Row {
   std::string if_layer, if_disposition, if_reason;
   bool private_binaries = false;
   std::string leaves_no_file;
-  double max_ledger_overhead_us = 0;  // > 0: the report's ledger overhead must stay at most this
+  double max_ledger_overhead_us = 0;  // > 0: the report's ledger overhead may exceed the control's by at most this
 };
 
 std::vector<Row> load_rows() {
@@ -233,11 +233,18 @@ TEST_P(Hostile, GetsItsDisposition) {
   for (std::string a; std::getline(alternatives, a, '|');) reason_ok = reason_ok || reason.find(a) != std::string::npos;
   EXPECT_TRUE(reason_ok) << "the reason '" << reason << "' does not contain '" << want_reason << "'";
   if (r.max_ledger_overhead_us > 0) {
-    const json ledger = g.report.value("timing", json::object()).value("ledger", json::object());
-    ASSERT_TRUE(ledger.contains("overhead_us")) << "no timing.ledger.overhead_us in the report";
-    EXPECT_LE(ledger["overhead_us"].get<double>(), r.max_ledger_overhead_us)
-        << "the call ledger's calibration windows came out slowed by the solution's load-time code: they must run "
-           "before the solution is loaded";
+    // Against the control's, graded in the same run: the machine's load lengthens every child's
+    // calibration windows alike (87 us beside the control's ~30 under the whole test command's
+    // parallel load on an H100, 2026-12-05), a load-time thread only this row's.
+    const auto overhead = [](const json& report) {
+      return report.value("timing", json::object()).value("ledger", json::object()).value("overhead_us", NAN);
+    };
+    const double mine = overhead(g.report), base = overhead(graded(rows().front()).report);
+    ASSERT_FALSE(std::isnan(mine)) << "no timing.ledger.overhead_us in the report";
+    ASSERT_FALSE(std::isnan(base)) << "no timing.ledger.overhead_us in the control's report";
+    EXPECT_LE(mine, base + r.max_ledger_overhead_us)
+        << "the call ledger's calibration windows came out slowed by the solution's load-time code (the control's: "
+        << base << " us): they must run before the solution is loaded";
   }
   if (!r.leaves_no_file.empty()) {
     // Where Landlock holds, the file was never made; elsewhere RLIMIT_FSIZE capped it. Removed either way.
