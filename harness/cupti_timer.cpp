@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace nibble {
 
@@ -21,9 +23,25 @@ bool g_active = false;
 constexpr size_t kBufferBytes = 8 << 20;
 
 // The launch audit (CuptiTimer::start_launch_audit), under g_mutex.
+// Each collect() drops the launches its records matched, and the ids of records delivered more than
+// kIdGenerations collects ago: memory stays bounded by a few windows' launches (an unfused
+// full-config grade makes ~500k). Ids are kept a few generations because a launch made on another
+// thread registers at its callback's exit, which a preempted thread may reach after its kernel's
+// record was delivered.
+constexpr uint32_t kIdGenerations = 4;
 bool g_auditing = false;
-std::vector<LaunchCallIds> g_launches;
-std::unordered_set<uint32_t> g_record_ids;  // correlation ids of the records delivered while auditing
+std::vector<LaunchCallIds> g_launches;                 // not matched yet
+int g_matched = 0;                                     // launches matched and dropped
+uint32_t g_generation = 0;                             // collects since the audit started
+std::unordered_map<uint32_t, uint32_t> g_record_ids;   // correlation id -> the generation it came in
+
+/** Drops the launches a record matched and the ids too old to match one. Under g_mutex. */
+void prune_launches() {
+  g_matched += drop_recorded_launches(g_launches, [](uint32_t id) { return g_record_ids.count(id) > 0; });
+  ++g_generation;
+  for (auto it = g_record_ids.begin(); it != g_record_ids.end();)
+    it = g_generation - it->second > kIdGenerations ? g_record_ids.erase(it) : std::next(it);
+}
 
 // Per thread: the launch call being made (a runtime launch calls the driver inside it: one launch).
 thread_local int t_depth = 0;
@@ -157,7 +175,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   }
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_auditing)
-    for (const ActivityRecord& r : got) g_record_ids.insert(r.correlation_id);
+    for (const ActivityRecord& r : got) g_record_ids[r.correlation_id] = g_generation;
   g_records.insert(g_records.end(), got.begin(), got.end());
   if (g_free.size() < kMaxFreeBuffers)
     g_free.push_back(buffer);
@@ -174,14 +192,13 @@ void check(CUptiResult r, const char* call) {
 
 }  // namespace
 
-LaunchAudit audit_launches(const std::vector<LaunchCallIds>& launches, const std::unordered_set<uint32_t>& record_ids) {
-  LaunchAudit a;
-  a.launches = int(launches.size());
-  for (const LaunchCallIds& l : launches) {
-    if (std::any_of(l.ids.begin(), l.ids.end(), [&](uint32_t id) { return record_ids.count(id) > 0; })) continue;
-    if (a.unrecorded++ == 0) a.first_unrecorded = l.api ? l.api : "?";
-  }
-  return a;
+int drop_recorded_launches(std::vector<LaunchCallIds>& launches, const std::function<bool(uint32_t)>& has_record) {
+  const auto kept = std::remove_if(launches.begin(), launches.end(), [&](const LaunchCallIds& l) {
+    return std::any_of(l.ids.begin(), l.ids.end(), has_record);
+  });
+  const int dropped = int(launches.end() - kept);
+  launches.erase(kept, launches.end());
+  return dropped;
 }
 
 SpanStats span_of(const std::vector<ActivityRecord>& records) {
@@ -271,6 +288,8 @@ CuptiTimer::~CuptiTimer() {
   g_records.clear();
   g_auditing = false;
   g_launches.clear();
+  g_matched = 0;
+  g_generation = 0;
   g_record_ids.clear();
   for (uint8_t* b : g_free) std::free(b);
   g_free.clear();
@@ -286,6 +305,7 @@ uint64_t CuptiTimer::now() const {
 std::vector<ActivityRecord> CuptiTimer::collect(uint64_t t0, uint64_t t1, std::vector<ActivityRecord>* late) {
   check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
   std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_auditing) prune_launches();
   std::vector<ActivityRecord> out, later;
   for (const auto& r : g_records)
     if (r.start_ns >= t0 && r.start_ns <= t1)
@@ -302,13 +322,20 @@ void CuptiTimer::start_launch_audit() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_auditing = true;
   g_launches.clear();
+  g_matched = 0;
+  g_generation = 0;
   g_record_ids.clear();
 }
 
 LaunchAudit CuptiTimer::launch_audit() {
   check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
   std::lock_guard<std::mutex> lock(g_mutex);
-  return audit_launches(g_launches, g_record_ids);
+  prune_launches();
+  LaunchAudit a;
+  a.unrecorded = int(g_launches.size());  // the device was synchronised: every record is in
+  a.launches = g_matched + a.unrecorded;
+  if (!g_launches.empty()) a.first_unrecorded = g_launches.front().api ? g_launches.front().api : "?";
+  return a;
 }
 
 uint32_t CuptiTimer::version() {

@@ -6,9 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 namespace nibble {
@@ -34,9 +34,9 @@ struct LaunchCallIds {
   const char* api;  // CUPTI's name of the outermost call (a static string)
 };
 
-/** The audit of `launches` against the correlation ids of the records delivered: a launch is
- *  recorded when a record carries one of its ids. Pure. */
-LaunchAudit audit_launches(const std::vector<LaunchCallIds>& launches, const std::unordered_set<uint32_t>& record_ids);
+/** Drops from `launches` every launch a record matched (`has_record` says true of one of its ids)
+ *  and returns how many it dropped; what stays is in its order. Pure. */
+int drop_recorded_launches(std::vector<LaunchCallIds>& launches, const std::function<bool(uint32_t)>& has_record);
 
 /** What the GPU did inside one timed window. */
 struct SpanStats {

@@ -1,6 +1,7 @@
 // test_stats.cpp: summary statistics, relative error and GPU-span arithmetic, checked by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -104,16 +105,18 @@ TEST(GpuSpan, NoRecordOrZeroDurationIsInvalid) {
 TEST(LaunchAudit, ALaunchIsRecordedWhenARecordCarriesAnyOfItsIds) {
   // Three launches: a runtime launch whose kernel record carries the driver call's id (nested: 7 in
   // 6), a graph launch with two records of its id, and a driver launch with none (records off).
-  const std::vector<LaunchCallIds> launches = {
+  const std::vector<LaunchCallIds> all = {
       {{6, 7}, "cudaLaunchKernel_v7000"}, {{9}, "cudaGraphLaunch_v10000"}, {{12}, "cuLaunchKernel"}};
-  const LaunchAudit a = audit_launches(launches, {7, 9, 10, 11});
-  EXPECT_EQ(a.launches, 3);
-  EXPECT_EQ(a.unrecorded, 1);
-  EXPECT_EQ(a.first_unrecorded, "cuLaunchKernel");
-  const LaunchAudit none = audit_launches(launches, {});
-  EXPECT_EQ(none.unrecorded, 3);
-  EXPECT_EQ(none.first_unrecorded, "cudaLaunchKernel_v7000");
-  EXPECT_EQ(audit_launches({}, {1, 2}).unrecorded, 0);  // records without a launch (the harness's copies) judge nothing
+  const std::vector<uint32_t> records = {7, 9, 9, 10, 11};  // 10, 11: the harness's copies, no launch
+  const auto has = [&](uint32_t id) { return std::find(records.begin(), records.end(), id) != records.end(); };
+  std::vector<LaunchCallIds> launches = all;
+  EXPECT_EQ(drop_recorded_launches(launches, has), 2);
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_STREQ(launches[0].api, "cuLaunchKernel");
+  launches = all;
+  EXPECT_EQ(drop_recorded_launches(launches, [](uint32_t) { return false; }), 0);
+  ASSERT_EQ(launches.size(), 3u);  // in their order: the first unrecorded is the first made
+  EXPECT_STREQ(launches[0].api, "cudaLaunchKernel_v7000");
 }
 
 TEST(Stats, ElementErrorByHand) {
