@@ -25,6 +25,7 @@
 #include "harness/cuda_check.h"
 #include "harness/cupti_timer.h"
 #include "harness/device_buffer.h"
+#include "harness/gpu_checks.h"
 #include "harness/process.h"
 #include "harness/solution_library.h"
 #include "solutions/python/python_shim.h"
@@ -257,8 +258,17 @@ class TimedCalls {
     return s;
   }
   int late_kernels() const { return late_kernels_; }
-  /** The launches since begin() matched with their records (after the last close()). */
-  LaunchAudit launch_audit() { return timer_.launch_audit(); }
+  /** The launches since begin() matched with their records (after the last close()). A launch of
+   *  the harness's own comes first: were it not seen, the launch callbacks were ended (a solution's
+   *  cuptiFinalize or unsubscription), and no count of unrecorded launches could be trusted. */
+  LaunchAudit launch_audit() {
+    const int seen = timer_.launches_seen();
+    launch_read_stream(sentinel_.get(), sentinel_.bytes(), stream_, 1);
+    NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
+    LaunchAudit a = timer_.launch_audit();
+    a.callbacks_lost = timer_.launches_seen() == seen;
+    return a;
+  }
   /** Records on other streams in the dry gap (counted in the gaps from begin() on). */
   int foreign_records_before_build() const { return records(dry_gap_foreign_); }
 
@@ -281,6 +291,7 @@ class TimedCalls {
   cudaStream_t stream_;
   L2Flusher flusher_;
   CuptiTimer timer_;
+  DeviceBuffer sentinel_{4096};  // what launch_audit()'s own launch reads
   uint32_t stream_id_;
   SpanStats dry_gap_foreign_;
   int harness_records_per_gap_ = 0, gaps_with_foreign_work_ = 0, late_kernels_ = 0;

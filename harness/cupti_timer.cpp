@@ -72,6 +72,7 @@ template <class P>
 CUstream config_h_stream(const void* p) {
   return static_cast<const P*>(p)->config->hStream;
 }
+CUstream legacy_stream(const void*) { return nullptr; }  // cuLaunch, cuLaunchGrid: the legacy default stream
 constexpr CUpti_CallbackDomain kRt = CUPTI_CB_DOMAIN_RUNTIME_API, kDrv = CUPTI_CB_DOMAIN_DRIVER_API;
 const LaunchCall kLaunchCalls[] = {
     {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, stream_field<cudaLaunchKernel_v7000_params>},
@@ -89,6 +90,9 @@ const LaunchCall kLaunchCalls[] = {
     {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, config_h_stream<cuLaunchKernelEx_ptsz_params>},
     {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, h_stream_field<cuLaunchCooperativeKernel_params>},
     {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz, h_stream_field<cuLaunchCooperativeKernel_ptsz_params>},
+    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunch, legacy_stream},  // the pre-4.0 launch calls, still exported
+    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid, legacy_stream},
+    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync, h_stream_field<cuLaunchGridAsync_params>},
     {kDrv, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, h_stream_field<cuGraphLaunch_params>},
     {kDrv, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, h_stream_field<cuGraphLaunch_ptsz_params>},
 };
@@ -325,6 +329,11 @@ void CuptiTimer::start_launch_audit() {
   g_matched = 0;
   g_generation = 0;
   g_record_ids.clear();
+}
+
+int CuptiTimer::launches_seen() const {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_matched + int(g_launches.size());
 }
 
 LaunchAudit CuptiTimer::launch_audit() {

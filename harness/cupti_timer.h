@@ -25,6 +25,7 @@ struct LaunchAudit {
   int launches = 0;            // kernel and graph launches that returned success, outside a stream capture
   int unrecorded = 0;          // of those, launches no kernel, memcpy or memset record carries the id of
   std::string first_unrecorded;  // the API of the first, e.g. "cudaLaunchKernel_v7000"
+  bool callbacks_lost = false;   // the harness's own launch at the end was not seen (TimedCalls::launch_audit)
 };
 
 /** One launch as the audit keeps it: the API call's correlation id and those of the calls nested in
@@ -87,6 +88,8 @@ class CuptiTimer {
    *  runtime call and the driver call inside it count once; launches into a stream capture run
    *  nothing and are skipped) is kept for launch_audit(); earlier ones are forgotten. */
   void start_launch_audit();
+  /** Launches seen since start_launch_audit() (matched or not). */
+  int launches_seen() const;
   /** The launches since start_launch_audit() and how many have no record of their correlation id.
    *  Call after the device is synchronised (it flushes CUPTI's buffers). Throws std::runtime_error. */
   LaunchAudit launch_audit();

@@ -132,6 +132,11 @@ Verdict judge(const Evidence& e) {
     // Every launch the driver accepted leaves a record with its correlation id, unless the records
     // were switched off (CUPTI's switches are the solution's too): hidden work, however short (after
     // the clock rule, which names how much when it is more than the allowance).
+    if (e.launch_callbacks_lost)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  "the harness's own kernel launch after the timed " + e.unit +
+                      "s went unseen: CUPTI's launch callbacks were ended in the solution's process (cuptiFinalize or an "
+                      "unsubscription), so no launch could be matched with its GPU record");
     if (e.unrecorded_launches > 0)
       return fail(D::InvalidTiming, Rule::Timing,
                   std::to_string(e.unrecorded_launches) + " of the " + std::to_string(e.launches_audited) +

@@ -87,6 +87,7 @@ struct Evidence {
   int launches_audited = 0;       // kernel and graph launches from the first gap to the last timed call
   int unrecorded_launches = 0;    // of those, launches no CUPTI record carries the correlation id of
   std::string first_unrecorded_launch;
+  bool launch_callbacks_lost = false;  // the harness's own launch after the timed calls went unseen
   std::string unit = "call";      // for messages: "step", "call"
 };
 

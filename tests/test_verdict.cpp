@@ -215,6 +215,14 @@ TEST_P(Judge, TimingValidity) {
   e.first_unrecorded_launch = "cudaLaunchKernel_v7000";
   expect(e, Disposition::InvalidTiming, Rule::Timing,
          "1 of the 960 kernel and graph launches of the timed phase left no GPU record (the first: cudaLaunchKernel_v7000)");
+  e = base();
+  e.launches_audited = 960;  // the callbacks ended: the harness's own launch at the end went unseen
+  e.launch_callbacks_lost = true;
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "launch callbacks were ended");
+  e = base();
+  e.launches_audited = 960;
+  e.unrecorded_launches = 1;
+  e.first_unrecorded_launch = "cudaLaunchKernel_v7000";
   e.window_median_us = 1500;  // and beyond the allowance too: the clock rule says how much
   expect(e, Disposition::InvalidTiming, Rule::Timing, "beyond its CUPTI GPU span");
   e = base();
