@@ -286,6 +286,7 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
       tr.unrecorded_launches = audit.unrecorded;
       tr.first_unrecorded_launch = audit.first_unrecorded;
       tr.launch_callbacks_lost = audit.callbacks_lost;
+      tr.dropped_records = audit.dropped_records;
       tr.task_figures = session->timing_figures();
       {
         std::lock_guard<std::mutex> lock(out.mu);

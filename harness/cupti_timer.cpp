@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <set>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -24,102 +25,93 @@ constexpr size_t kBufferBytes = 8 << 20;
 
 // The launch audit (CuptiTimer::start_launch_audit), under g_mutex.
 // Each collect() drops the launches its records matched, and the ids of records delivered more than
-// kIdGenerations collects ago: memory stays bounded by a few windows' launches (an unfused
-// full-config grade makes ~500k). Ids are kept a few generations because a launch made on another
-// thread registers at its callback's exit, which a preempted thread may reach after its kernel's
-// record was delivered.
+// kIdGenerations collects ago, unless a launch call still in flight may own them: memory stays
+// bounded by a few windows' launches (an unfused full-config grade makes ~500k). A launch registers
+// at its callback's exit, which a preempted thread may reach after its kernel's record came in;
+// correlation ids grow, so no id at or above the oldest call in flight is aged out.
 constexpr uint32_t kIdGenerations = 4;
 bool g_auditing = false;
-std::vector<LaunchCallIds> g_launches;                 // not matched yet
+std::vector<AuditedLaunch> g_launches;                 // not matched yet
 int g_matched = 0;                                     // launches matched and dropped
 uint32_t g_generation = 0;                             // collects since the audit started
 std::unordered_map<uint32_t, uint32_t> g_record_ids;   // correlation id -> the generation it came in
+std::multiset<uint32_t> g_in_flight;                   // correlation ids of the launch calls under way
+uint64_t g_dropped_records = 0;                        // records CUPTI dropped while auditing
 
 /** Drops the launches a record matched and the ids too old to match one. Under g_mutex. */
 void prune_launches() {
   g_matched += drop_recorded_launches(g_launches, [](uint32_t id) { return g_record_ids.count(id) > 0; });
   ++g_generation;
+  const uint32_t oldest_in_flight = g_in_flight.empty() ? UINT32_MAX : *g_in_flight.begin();
   for (auto it = g_record_ids.begin(); it != g_record_ids.end();)
-    it = g_generation - it->second > kIdGenerations ? g_record_ids.erase(it) : std::next(it);
+    it = g_generation - it->second > kIdGenerations && it->first < oldest_in_flight ? g_record_ids.erase(it)
+                                                                                     : std::next(it);
 }
-
-// Per thread: the launch call being made (a runtime launch calls the driver inside it: one launch).
-thread_local int t_depth = 0;
-thread_local std::vector<uint32_t> t_ids;
 
 using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
 IsCapturingFn g_is_capturing = nullptr;  // cuStreamIsCapturing, from the driver entry point
 
-// The (cbid, params type) pairs of the launch calls and the stream each names.
+// The driver's launch calls and the stream each names. The driver's alone: every runtime launch
+// calls one of them inside it, with the same correlation id (probe_cupti_launches, H100 2026-12-05:
+// <<<>>>, cudaLaunchKernel, cudaLaunchKernelExC, cudaGraphLaunch), and a solution can call them
+// directly (Triton, a driver-API .so).
 struct LaunchCall {
-  CUpti_CallbackDomain domain;
   CUpti_CallbackId cbid;
   CUstream (*stream)(const void* params);
 };
 template <class P>
-CUstream stream_field(const void* p) {
-  return reinterpret_cast<CUstream>(static_cast<const P*>(p)->stream);
-}
-template <class P>
-CUstream h_stream_field(const void* p) {
+CUstream h_stream(const void* p) {
   return static_cast<const P*>(p)->hStream;
-}
-template <class P>
-CUstream config_stream(const void* p) {
-  return reinterpret_cast<CUstream>(static_cast<const P*>(p)->config->stream);
 }
 template <class P>
 CUstream config_h_stream(const void* p) {
   return static_cast<const P*>(p)->config->hStream;
 }
-CUstream legacy_stream(const void*) { return nullptr; }  // cuLaunch, cuLaunchGrid: the legacy default stream
-constexpr CUpti_CallbackDomain kRt = CUPTI_CB_DOMAIN_RUNTIME_API, kDrv = CUPTI_CB_DOMAIN_DRIVER_API;
+// A _ptsz call's stream 0 is the calling thread's per-thread stream, not the legacy one.
+template <CUstream (*F)(const void*)>
+CUstream per_thread(const void* p) {
+  const CUstream s = F(p);
+  return s ? s : CU_STREAM_PER_THREAD;
+}
+CUstream legacy_stream(const void*) { return nullptr; }  // cuLaunch, cuLaunchGrid
+CUstream first_device_stream(const void* p) {             // cooperative multi-device: the first launch's
+  const auto* m = static_cast<const cuLaunchCooperativeKernelMultiDevice_params*>(p);
+  return m->numDevices > 0 && m->launchParamsList ? m->launchParamsList[0].hStream : nullptr;
+}
 const LaunchCall kLaunchCalls[] = {
-    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, stream_field<cudaLaunchKernel_v7000_params>},
-    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000, stream_field<cudaLaunchKernel_ptsz_v7000_params>},
-    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060, config_stream<cudaLaunchKernelExC_v11060_params>},
-    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060, config_stream<cudaLaunchKernelExC_ptsz_v11060_params>},
-    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000, stream_field<cudaLaunchCooperativeKernel_v9000_params>},
-    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
-     stream_field<cudaLaunchCooperativeKernel_ptsz_v9000_params>},
-    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, stream_field<cudaGraphLaunch_v10000_params>},
-    {kRt, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000, stream_field<cudaGraphLaunch_ptsz_v10000_params>},
-    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, h_stream_field<cuLaunchKernel_params>},
-    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, h_stream_field<cuLaunchKernel_ptsz_params>},
-    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, config_h_stream<cuLaunchKernelEx_params>},
-    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, config_h_stream<cuLaunchKernelEx_ptsz_params>},
-    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, h_stream_field<cuLaunchCooperativeKernel_params>},
-    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz, h_stream_field<cuLaunchCooperativeKernel_ptsz_params>},
-    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunch, legacy_stream},  // the pre-4.0 launch calls, still exported
-    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid, legacy_stream},
-    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync, h_stream_field<cuLaunchGridAsync_params>},
-    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, h_stream_field<cuGraphLaunch_params>},
-    {kDrv, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, h_stream_field<cuGraphLaunch_ptsz_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, h_stream<cuLaunchKernel_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, per_thread<h_stream<cuLaunchKernel_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, config_h_stream<cuLaunchKernelEx_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, per_thread<config_h_stream<cuLaunchKernelEx_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, h_stream<cuLaunchCooperativeKernel_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz, per_thread<h_stream<cuLaunchCooperativeKernel_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice, first_device_stream},
+    {CUPTI_DRIVER_TRACE_CBID_cuLaunch, legacy_stream},  // the pre-4.0 launch calls, still exported
+    {CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid, legacy_stream},
+    {CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync, h_stream<cuLaunchGridAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, h_stream<cuGraphLaunch_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, per_thread<h_stream<cuGraphLaunch_ptsz_params>>},
 };
 
-/** The launch calls' callback: a call and the calls nested in it are one launch, kept when the
- *  outermost returned success on a stream that was not capturing. */
-void CUPTIAPI on_launch(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+/** The launch calls' callback: kept when the call returned success on a stream that was not
+ *  capturing (a captured launch runs nothing: its graph launch does). */
+void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, const void* data) {
   const auto* d = static_cast<const CUpti_CallbackData*>(data);
   if (d->callbackSite == CUPTI_API_ENTER) {
-    if (t_depth++ == 0) t_ids.clear();
-    return;
-  }
-  t_ids.push_back(d->correlationId);
-  if (t_depth == 0 || --t_depth > 0) return;
-  const bool ok = domain == kDrv ? *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS
-                                 : *static_cast<const cudaError_t*>(d->functionReturnValue) == cudaSuccess;
-  if (!ok) return;
-  for (const LaunchCall& c : kLaunchCalls) {
-    if (c.domain != domain || c.cbid != cbid) continue;
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (g_is_capturing && g_is_capturing(c.stream(d->functionParams), &capture) == CUDA_SUCCESS &&
-        capture != CU_STREAM_CAPTURE_STATUS_NONE)
-      return;  // recorded into a graph, run by its graph launch
     std::lock_guard<std::mutex> lock(g_mutex);
-    if (g_auditing) g_launches.push_back({t_ids, d->functionName});
+    g_in_flight.insert(d->correlationId);
     return;
   }
+  bool keep = *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS;
+  for (const LaunchCall& c : kLaunchCalls)
+    if (keep && c.cbid == cbid) {
+      CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+      keep = !(g_is_capturing && g_is_capturing(c.stream(d->functionParams), &capture) == CUDA_SUCCESS &&
+               capture != CU_STREAM_CAPTURE_STATUS_NONE);
+    }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
+  if (keep && g_auditing) g_launches.push_back({d->correlationId, d->functionName});
 }
 
 CUpti_SubscriberHandle g_subscriber = nullptr;
@@ -148,7 +140,7 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;
 }
 
-void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
   CUpti_Activity* rec = nullptr;
   std::vector<ActivityRecord> got;
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
@@ -177,9 +169,13 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       default: break;
     }
   }
+  size_t dropped = 0;
+  (void)cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped);  // records with no buffer to go to
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_auditing)
+  if (g_auditing) {
+    g_dropped_records += dropped;
     for (const ActivityRecord& r : got) g_record_ids[r.correlation_id] = g_generation;
+  }
   g_records.insert(g_records.end(), got.begin(), got.end());
   if (g_free.size() < kMaxFreeBuffers)
     g_free.push_back(buffer);
@@ -196,10 +192,9 @@ void check(CUptiResult r, const char* call) {
 
 }  // namespace
 
-int drop_recorded_launches(std::vector<LaunchCallIds>& launches, const std::function<bool(uint32_t)>& has_record) {
-  const auto kept = std::remove_if(launches.begin(), launches.end(), [&](const LaunchCallIds& l) {
-    return std::any_of(l.ids.begin(), l.ids.end(), has_record);
-  });
+int drop_recorded_launches(std::vector<AuditedLaunch>& launches, const std::function<bool(uint32_t)>& has_record) {
+  const auto kept =
+      std::remove_if(launches.begin(), launches.end(), [&](const AuditedLaunch& l) { return has_record(l.id); });
   const int dropped = int(launches.end() - kept);
   launches.erase(kept, launches.end());
   return dropped;
@@ -264,7 +259,8 @@ CuptiTimer::CuptiTimer() {
                              "): is a profiler (Nsight Systems, Nsight Compute) injected into the grader? Grade without it; "
                              "nibble grade --profile runs one after the graded run");
   }
-  for (const LaunchCall& c : kLaunchCalls) check(cuptiEnableCallback(1, g_subscriber, c.domain, c.cbid), "cuptiEnableCallback");
+  for (const LaunchCall& c : kLaunchCalls)
+    check(cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, c.cbid), "cuptiEnableCallback");
   g_active = true;
 }
 
@@ -295,6 +291,7 @@ CuptiTimer::~CuptiTimer() {
   g_matched = 0;
   g_generation = 0;
   g_record_ids.clear();
+  g_dropped_records = 0;
   for (uint8_t* b : g_free) std::free(b);
   g_free.clear();
   g_active = false;
@@ -329,6 +326,7 @@ void CuptiTimer::start_launch_audit() {
   g_matched = 0;
   g_generation = 0;
   g_record_ids.clear();
+  g_dropped_records = 0;
 }
 
 int CuptiTimer::launches_seen() const {
@@ -344,6 +342,7 @@ LaunchAudit CuptiTimer::launch_audit() {
   a.unrecorded = int(g_launches.size());  // the device was synchronised: every record is in
   a.launches = g_matched + a.unrecorded;
   if (!g_launches.empty()) a.first_unrecorded = g_launches.front().api ? g_launches.front().api : "?";
+  a.dropped_records = int64_t(g_dropped_records);
   return a;
 }
 

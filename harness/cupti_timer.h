@@ -26,18 +26,19 @@ struct LaunchAudit {
   int unrecorded = 0;          // of those, launches no kernel, memcpy or memset record carries the id of
   std::string first_unrecorded;  // the API of the first, e.g. "cudaLaunchKernel_v7000"
   bool callbacks_lost = false;   // the harness's own launch at the end was not seen (TimedCalls::launch_audit)
+  int64_t dropped_records = 0;   // activity records CUPTI dropped (no buffer): the span and the audit incomplete
 };
 
-/** One launch as the audit keeps it: the API call's correlation id and those of the calls nested in
- *  it (a runtime launch's driver call), any of which its records may carry. */
-struct LaunchCallIds {
-  std::vector<uint32_t> ids;
-  const char* api;  // CUPTI's name of the outermost call (a static string)
+/** One launch as the audit keeps it: the driver call's correlation id, which every record of its
+ *  work carries (a runtime launch's too: it calls the driver inside, with the same id). */
+struct AuditedLaunch {
+  uint32_t id;
+  const char* api;  // CUPTI's name of the driver call (a static string)
 };
 
-/** Drops from `launches` every launch a record matched (`has_record` says true of one of its ids)
+/** Drops from `launches` every launch a record matched (`has_record` says true of its id)
  *  and returns how many it dropped; what stays is in its order. Pure. */
-int drop_recorded_launches(std::vector<LaunchCallIds>& launches, const std::function<bool(uint32_t)>& has_record);
+int drop_recorded_launches(std::vector<AuditedLaunch>& launches, const std::function<bool(uint32_t)>& has_record);
 
 /** What the GPU did inside one timed window. */
 struct SpanStats {
@@ -54,7 +55,7 @@ SpanStats span_of(const std::vector<ActivityRecord>& records);
 /**
  * Owns the process's CUPTI activity subscription (CUPTI's callbacks are process-global, so at most
  * one instance may exist). Constructing enables CONCURRENT_KERNEL, MEMCPY, MEMCPY2 (peer) and MEMSET records,
- * and subscribes to the runtime's and the driver's kernel and graph launch calls (the process's one
+ * and subscribes to the driver's kernel and graph launch calls (the process's one
  * CUPTI callback subscriber: a solution's own profiler cannot subscribe while it exists); destroying
  * undoes both. Throws std::runtime_error with CUPTI's message on failure.
  *
@@ -84,9 +85,9 @@ class CuptiTimer {
    *  still running then, on a stream the harness did not synchronise). Call after the device is
    *  synchronised. */
   std::vector<ActivityRecord> collect(uint64_t t0, uint64_t t1, std::vector<ActivityRecord>* late = nullptr);
-  /** From now on, every successful kernel or graph launch (runtime or driver API, on any thread; a
-   *  runtime call and the driver call inside it count once; launches into a stream capture run
-   *  nothing and are skipped) is kept for launch_audit(); earlier ones are forgotten. */
+  /** From now on, every successful kernel or graph launch (the driver call inside any runtime
+   *  launch, or a direct one, on any thread; launches into a stream capture run nothing and are
+   *  skipped) is kept for launch_audit(); earlier ones are forgotten. */
   void start_launch_audit();
   /** Launches seen since start_launch_audit() (matched or not). */
   int launches_seen() const;

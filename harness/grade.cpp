@@ -147,6 +147,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   ev->unrecorded_launches = tr.unrecorded_launches;
   ev->first_unrecorded_launch = tr.first_unrecorded_launch;
   ev->launch_callbacks_lost = tr.launch_callbacks_lost;
+  ev->dropped_records = tr.dropped_records;
   ev->nonfinite_timed_calls = tr.nonfinite_calls;
   const Roofline roof = task.roofline(config, facts);
   const double copy_bw = device.contains("copy_bandwidth") ? device["copy_bandwidth"].value("median_Bps", 0.0) : 0.0;
@@ -211,6 +212,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   t["unrecorded_launches"] = tr.unrecorded_launches;
   t["first_unrecorded_launch"] = tr.first_unrecorded_launch;
   t["launch_callbacks_lost"] = tr.launch_callbacks_lost;
+  t["dropped_records"] = tr.dropped_records;
   t["timing_seed"] = tr.seed ? json(*tr.seed) : json(nullptr);
   t["timing_seed_from"] = tr.seed_from;
   t["task_figures"] = json(tr.task_figures);

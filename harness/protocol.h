@@ -123,10 +123,11 @@ struct TimingResult {
   int foreign_records_before_build = 0;  // of those, records in the dry gap before the build (load-time code)
   int harness_records_per_gap = 0;
   int late_kernels = 0;
-  int launches_audited = 0;           // kernel and graph launches from the first gap to the last timed call
+  int launches_audited = 0;           // kernel and graph launches from the first gap to the audit's own launch after the timed calls
   int unrecorded_launches = 0;        // of those, launches that left no CUPTI record (records switched off)
   std::string first_unrecorded_launch;  // its API, e.g. "cudaLaunchKernel_v7000"
   bool launch_callbacks_lost = false; // the harness's own launch after the timed calls was not seen
+  int64_t dropped_records = 0;        // activity records CUPTI dropped from the first gap on (no buffer)
   std::vector<double> gpu_span_us, busy_us, host_wall_us;
   std::vector<int> kernels, memcpys, memsets;
   std::vector<double> calibration_span_us;  // the ledger's calibration windows (a harness kernel)
@@ -137,7 +138,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingResult, seed, seed_from, c
                                                 invalid_samples, invalid_reason, nonfinite_calls, gaps_with_foreign_work,
                                                 foreign_work, foreign_records_before_build, harness_records_per_gap,
                                                 late_kernels, launches_audited, unrecorded_launches,
-                                                first_unrecorded_launch, launch_callbacks_lost, gpu_span_us, busy_us, host_wall_us, kernels, memcpys, memsets, calibration_span_us, kept,
+                                                first_unrecorded_launch, launch_callbacks_lost, dropped_records, gpu_span_us, busy_us, host_wall_us, kernels, memcpys, memsets, calibration_span_us, kept,
                                                 task_figures)
 
 /** What a child says, rewritten after every phase: opened, built, checked, timed, done (or failed). */

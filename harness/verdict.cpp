@@ -132,6 +132,10 @@ Verdict judge(const Evidence& e) {
     // Every launch the driver accepted leaves a record with its correlation id, unless the records
     // were switched off (CUPTI's switches are the solution's too): hidden work, however short (after
     // the clock rule, which names how much when it is more than the allowance).
+    if (e.dropped_records > 0)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  "CUPTI dropped " + std::to_string(e.dropped_records) +
+                      " activity records (it had no buffer for them): the GPU spans and the launch audit are incomplete");
     if (e.launch_callbacks_lost)
       return fail(D::InvalidTiming, Rule::Timing,
                   "the harness's own kernel launch after the timed " + e.unit +

@@ -84,10 +84,11 @@ struct Evidence {
   int gaps_with_foreign_work = 0;
   std::string foreign_work;       // "3 kernels, 1 memcpy"
   int foreign_records_before_build = 0;  // of those, in the dry gap before the build: load-time code
-  int launches_audited = 0;       // kernel and graph launches from the first gap to the last timed call
+  int launches_audited = 0;       // kernel and graph launches from the first gap to the end of the timed phase
   int unrecorded_launches = 0;    // of those, launches no CUPTI record carries the correlation id of
   std::string first_unrecorded_launch;
   bool launch_callbacks_lost = false;  // the harness's own launch after the timed calls went unseen
+  int64_t dropped_records = 0;         // activity records CUPTI dropped (it had no buffer for them)
   std::string unit = "call";      // for messages: "step", "call"
 };
 

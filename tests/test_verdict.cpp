@@ -216,6 +216,9 @@ TEST_P(Judge, TimingValidity) {
   expect(e, Disposition::InvalidTiming, Rule::Timing,
          "1 of the 960 kernel and graph launches of the timed phase left no GPU record (the first: cudaLaunchKernel_v7000)");
   e = base();
+  e.dropped_records = 3;  // CUPTI had no buffer: what the records say is incomplete
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "CUPTI dropped 3 activity records");
+  e = base();
   e.launches_audited = 960;  // the callbacks ended: the harness's own launch at the end went unseen
   e.launch_callbacks_lost = true;
   expect(e, Disposition::InvalidTiming, Rule::Timing, "launch callbacks were ended");
