@@ -24,6 +24,10 @@ limit=${2:-$left}
 timeout $limit bash scripts/test.sh > "$OUT/test-sh-h200.log" 2>&1
 echo "scripts/test.sh rc=$? in $(( $(date +%s) - start )) s (limit $limit s)" >> "$OUT/test-sh-h200.log"
 cp build-hopper/Testing/Temporary/LastTest.log "$OUT/LastTest.log" 2>/dev/null
+# The tests that finished, for final-rest.sh in the next call on the same warm machine (the build
+# folder stays there between calls) when the command was cut (on an H100 with its build it no longer
+# fits one call: 87 of 95 tests at 074e7e2).
+grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: " "$OUT/test-sh-h200.log" | awk '{print $4}' > build-hopper/final-finished.txt
 nvidia-smi -L >> "$OUT/test-sh-h200.log" 2>&1
 grep -E "tests passed|Failed|\*\*\*|rc=" "$OUT/test-sh-h200.log" | tail -15
 grep -E "hostile behaviours tried|MISSED|sandbox layer" "$OUT/LastTest.log" | sort -u | head -20
