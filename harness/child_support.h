@@ -264,8 +264,9 @@ class TimedCalls {
   LaunchAudit launch_audit() {
     const int seen = timer_.launches_seen();
     launch_read_stream(sentinel_.get(), sentinel_.bytes(), stream_, 1);
+    const uint32_t last = timer_.last_launch();  // what the sync below waits for
     NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-    LaunchAudit a = timer_.launch_audit();
+    LaunchAudit a = timer_.launch_audit(last);
     a.callbacks_lost = timer_.launches_seen() == seen;
     return a;
   }

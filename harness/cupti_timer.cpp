@@ -37,6 +37,7 @@ uint32_t g_generation = 0;                             // collects since the aud
 std::unordered_map<uint32_t, uint32_t> g_record_ids;   // correlation id -> the generation it came in
 std::multiset<uint32_t> g_in_flight;                   // correlation ids of the launch calls under way
 uint64_t g_dropped_records = 0;                        // records CUPTI dropped while auditing
+uint32_t g_last_launch = 0;                            // the correlation id of the last launch kept
 
 /** Drops the launches a record matched and the ids too old to match one. Under g_mutex. */
 void prune_launches() {
@@ -112,7 +113,10 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     }
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
-  if (keep && g_auditing) g_launches.push_back({d->correlationId, d->functionName});
+  if (keep && g_auditing) {
+    g_launches.push_back({d->correlationId, d->functionName});
+    g_last_launch = std::max(g_last_launch, d->correlationId);
+  }
 }
 
 CUpti_SubscriberHandle g_subscriber = nullptr;
@@ -295,6 +299,7 @@ CuptiTimer::~CuptiTimer() {
   g_generation = 0;
   g_record_ids.clear();
   g_dropped_records = 0;
+  g_last_launch = 0;
   for (uint8_t* b : g_free) std::free(b);
   g_free.clear();
   g_active = false;
@@ -330,6 +335,7 @@ void CuptiTimer::start_launch_audit() {
   g_generation = 0;
   g_record_ids.clear();
   g_dropped_records = 0;
+  g_last_launch = 0;
 }
 
 int CuptiTimer::launches_seen() const {
@@ -337,14 +343,19 @@ int CuptiTimer::launches_seen() const {
   return g_matched + int(g_launches.size());
 }
 
-LaunchAudit CuptiTimer::launch_audit() {
+uint32_t CuptiTimer::last_launch() const {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_last_launch;
+}
+
+LaunchAudit CuptiTimer::launch_audit(uint32_t last) {
   check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
   std::lock_guard<std::mutex> lock(g_mutex);
   prune_launches();
   LaunchAudit a;
-  a.unrecorded = int(g_launches.size());  // the device was synchronised: every record is in
+  for (const AuditedLaunch& l : g_launches)
+    if (l.id <= last && a.unrecorded++ == 0) a.first_unrecorded = l.api ? l.api : "?";
   a.launches = g_matched + a.unrecorded;
-  if (!g_launches.empty()) a.first_unrecorded = g_launches.front().api ? g_launches.front().api : "?";
   a.dropped_records = int64_t(g_dropped_records);
   return a;
 }

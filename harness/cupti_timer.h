@@ -91,9 +91,13 @@ class CuptiTimer {
   void start_launch_audit();
   /** Launches seen since start_launch_audit() (matched or not). */
   int launches_seen() const;
-  /** The launches since start_launch_audit() and how many have no record of their correlation id.
-   *  Call after the device is synchronised (it flushes CUPTI's buffers). Throws std::runtime_error. */
-  LaunchAudit launch_audit();
+  /** The correlation id of the last launch kept since start_launch_audit() (0: none). */
+  uint32_t last_launch() const;
+  /** The launches since start_launch_audit() up to the one of id `last` (read before the device
+   *  synchronisation: a launch made after it, by a thread of the solution's, may have no record
+   *  yet) and how many have no record of their correlation id. Call after the device is
+   *  synchronised (it flushes CUPTI's buffers). Throws std::runtime_error. */
+  LaunchAudit launch_audit(uint32_t last);
   /** CUPTI's API version. */
   static uint32_t version();
 };
