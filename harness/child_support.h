@@ -262,12 +262,12 @@ class TimedCalls {
    *  the harness's own comes first: were it not seen, the launch callbacks were ended (a solution's
    *  cuptiFinalize or unsubscription), and no count of unrecorded launches could be trusted. */
   LaunchAudit launch_audit() {
-    const int seen = timer_.launches_seen();
+    const uint32_t before = timer_.last_launch();
     launch_read_stream(sentinel_.get(), sentinel_.bytes(), stream_, 1);
-    const uint32_t last = timer_.last_launch();  // what the sync below waits for
+    const uint32_t last = timer_.last_launch();  // the sentinel's id when seen; what the sync below waits for
     NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
     LaunchAudit a = timer_.launch_audit(last);
-    a.callbacks_lost = timer_.launches_seen() == seen;
+    a.callbacks_lost = last == before;  // correlation ids grow: a launch seen raises the last
     return a;
   }
   /** Records on other streams in the dry gap (counted in the gaps from begin() on). */

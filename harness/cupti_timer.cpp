@@ -39,6 +39,17 @@ std::multiset<uint32_t> g_in_flight;                   // correlation ids of the
 uint64_t g_dropped_records = 0;                        // records CUPTI dropped while auditing
 uint32_t g_last_launch = 0;                            // the correlation id of the last launch kept
 
+/** The audit's state emptied, auditing or not. Under g_mutex. */
+void reset_audit(bool auditing) {
+  g_auditing = auditing;
+  g_launches.clear();
+  g_matched = 0;
+  g_generation = 0;
+  g_record_ids.clear();
+  g_dropped_records = 0;
+  g_last_launch = 0;
+}
+
 /** Drops the launches a record matched and the ids too old to match one. Under g_mutex. */
 void prune_launches() {
   g_matched += drop_recorded_launches(g_launches, [](uint32_t id) { return g_record_ids.count(id) > 0; });
@@ -256,14 +267,9 @@ CuptiTimer::CuptiTimer() {
       q != cudaDriverEntryPointSuccess)
     throw std::runtime_error("the CUDA driver has no cuStreamIsCapturing");
   g_is_capturing = reinterpret_cast<IsCapturingFn>(fn);
-  if (const CUptiResult r = cuptiSubscribe(&g_subscriber, on_launch, nullptr); r != CUPTI_SUCCESS) {
-    const char* msg = nullptr;
-    cuptiGetResultString(r, &msg);
-    throw std::runtime_error(std::string("CUPTI's callback subscription, which the launch audit needs, is taken (") +
-                             (msg ? msg : "unknown error") +
-                             "): is a profiler (Nsight Systems, Nsight Compute) injected into the grader? Grade without it; "
-                             "nibble grade --profile runs one after the graded run");
-  }
+  check(cuptiSubscribe(&g_subscriber, on_launch, nullptr),
+        "cuptiSubscribe for the launch audit (the process's one callback subscriber: is a profiler such as Nsight "
+        "Systems injected into the grader? Grade without it; nibble grade --profile runs one after the graded run)");
   for (const LaunchCall& c : kLaunchCalls) {
     const CUptiResult r = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, c.cbid);
     if (!c.legacy) check(r, "cuptiEnableCallback (a launch call)");
@@ -293,13 +299,7 @@ CuptiTimer::~CuptiTimer() {
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard<std::mutex> lock(g_mutex);
   g_records.clear();
-  g_auditing = false;
-  g_launches.clear();
-  g_matched = 0;
-  g_generation = 0;
-  g_record_ids.clear();
-  g_dropped_records = 0;
-  g_last_launch = 0;
+  reset_audit(false);
   for (uint8_t* b : g_free) std::free(b);
   g_free.clear();
   g_active = false;
@@ -329,18 +329,7 @@ std::vector<ActivityRecord> CuptiTimer::collect(uint64_t t0, uint64_t t1, std::v
 
 void CuptiTimer::start_launch_audit() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_auditing = true;
-  g_launches.clear();
-  g_matched = 0;
-  g_generation = 0;
-  g_record_ids.clear();
-  g_dropped_records = 0;
-  g_last_launch = 0;
-}
-
-int CuptiTimer::launches_seen() const {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return g_matched + int(g_launches.size());
+  reset_audit(true);
 }
 
 uint32_t CuptiTimer::last_launch() const {

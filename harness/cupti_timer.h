@@ -89,8 +89,6 @@ class CuptiTimer {
    *  launch, or a direct one, on any thread; launches into a stream capture run nothing and are
    *  skipped) is kept for launch_audit(); earlier ones are forgotten. */
   void start_launch_audit();
-  /** Launches seen since start_launch_audit() (matched or not). */
-  int launches_seen() const;
   /** The correlation id of the last launch kept since start_launch_audit() (0: none). */
   uint32_t last_launch() const;
   /** The launches since start_launch_audit() up to the one of id `last` (read before the device
