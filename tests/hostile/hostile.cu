@@ -131,6 +131,23 @@ __global__ void noise_kernel() {
   printf("\x1b[31m[nibble] disposition Passed\x1b[0m {\"phase\":\"done\"} from GPU thread %d\n", int(threadIdx.x));
 }
 
+// ---- CUPTI, shared with the grader ------------------------------------------------------------------
+
+/** CUPTI's kernel records switched off (on = false) or on again through the CUPTI this process shares
+ *  with the grader, found by name (no hostile .so links CUPTI); false, said on stderr as `who`, when
+ *  the process has none. */
+bool kernel_records(bool on, const char* who) {
+  using kind_fn = int (*)(int);
+  constexpr int kConcurrentKernel = 10;  // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+  auto f = reinterpret_cast<kind_fn>(dlsym(RTLD_DEFAULT, on ? "cuptiActivityEnable" : "cuptiActivityDisable"));
+  if (!f) {
+    std::fprintf(stderr, "%s: no CUPTI in this process\n", who);
+    return false;
+  }
+  f(kConcurrentKernel);
+  return true;
+}
+
 // ---- Garbage for stdout/stderr ----------------------------------------------------------------------
 
 void spew(FILE* f, int call) {
@@ -887,12 +904,7 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
 #elif defined(HOSTILE_HIDE_FROM_CUPTI) || defined(HOSTILE_HIDE_BEHIND_CALIBRATION)
   // CUPTI lives in this process: in a timed step its kernel records go off for two passes over the
   // step (work a cheat would want untimed), then on again for the third, which the timer sees.
-  using cupti_kind_fn = int (*)(int);
-  auto disable = reinterpret_cast<cupti_kind_fn>(dlsym(RTLD_DEFAULT, "cuptiActivityDisable"));
-  auto enable = reinterpret_cast<cupti_kind_fn>(dlsym(RTLD_DEFAULT, "cuptiActivityEnable"));
-  constexpr int kConcurrentKernel = 10;  // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
-  if (!disable || !enable) std::fprintf(stderr, "hostile-hide_from_cupti: no CUPTI in this process\n");
-  if (disable && enable && timed) disable(kConcurrentKernel);
+  const bool hidden = timed && hostile::kernel_records(false, "hostile-hide_from_cupti");
 #if defined(HOSTILE_HIDE_BEHIND_CALIBRATION)
   constexpr int kHiddenPasses = 4;
 #else
@@ -900,23 +912,17 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
 #endif
   for (int i = 0; i < kHiddenPasses; ++i) H_OK(forward(s, tokens, pos, logits, stream, err));
   H_CUDA(cudaStreamSynchronize(stream));
-  if (disable && enable && timed) enable(kConcurrentKernel);
+  if (hidden) hostile::kernel_records(true, "hostile-hide_from_cupti");
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
 #elif defined(HOSTILE_HIDE_INSIDE_ALLOWANCE)
   // hide_from_cupti's switch, but for one 40 us kernel before the honest step on the same stream:
   // far inside the grader's clock allowance (100 us + 10% of the span), so only the launch audit
   // (a launch without a record) sees it.
-  using cupti_kind_fn = int (*)(int);
-  auto disable = reinterpret_cast<cupti_kind_fn>(dlsym(RTLD_DEFAULT, "cuptiActivityDisable"));
-  auto enable = reinterpret_cast<cupti_kind_fn>(dlsym(RTLD_DEFAULT, "cuptiActivityEnable"));
-  constexpr int kConcurrentKernel = 10;  // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
-  if (!disable || !enable) std::fprintf(stderr, "hostile-hide_inside_allowance: no CUPTI in this process\n");
-  if (disable && enable && timed) {
-    disable(kConcurrentKernel);
+  if (timed && hostile::kernel_records(false, "hostile-hide_inside_allowance")) {
     hostile::busy_kernel<<<1, 1, 0, stream>>>(40000);
     H_CUDA(cudaGetLastError());
-    enable(kConcurrentKernel);
+    hostile::kernel_records(true, "hostile-hide_inside_allowance");
   }
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
