@@ -34,7 +34,11 @@ bool g_auditing = false;
 std::vector<AuditedLaunch> g_launches;                 // not matched yet
 int g_matched = 0;                                     // launches matched and dropped
 uint32_t g_generation = 0;                             // collects since the audit started
-std::unordered_map<uint32_t, uint32_t> g_record_ids;   // correlation id -> the generation it came in
+struct RecordSeen {
+  uint32_t generation;  // the collect it came in
+  bool kernel;          // a kernel record among them
+};
+std::unordered_map<uint32_t, RecordSeen> g_record_ids;  // correlation id -> what its records were
 std::multiset<uint32_t> g_in_flight;                   // correlation ids of the launch calls under way
 uint64_t g_dropped_records = 0;                        // records CUPTI dropped while auditing
 uint32_t g_last_launch = 0;                            // the correlation id of the last launch kept
@@ -52,16 +56,60 @@ void reset_audit(bool auditing) {
 
 /** Drops the launches a record matched and the ids too old to match one. Under g_mutex. */
 void prune_launches() {
-  g_matched += drop_recorded_launches(g_launches, [](uint32_t id) { return g_record_ids.count(id) > 0; });
+  g_matched += drop_recorded_launches(g_launches, [](uint32_t id) {
+    const auto it = g_record_ids.find(id);
+    return it == g_record_ids.end() ? Recorded::None : it->second.kernel ? Recorded::Kernel : Recorded::NoKernel;
+  });
   ++g_generation;
   const uint32_t oldest_in_flight = g_in_flight.empty() ? UINT32_MAX : *g_in_flight.begin();
   for (auto it = g_record_ids.begin(); it != g_record_ids.end();)
-    it = g_generation - it->second > kIdGenerations && it->first < oldest_in_flight ? g_record_ids.erase(it)
+    it = g_generation - it->second.generation > kIdGenerations && it->first < oldest_in_flight ? g_record_ids.erase(it)
                                                                                      : std::next(it);
 }
 
 using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
 IsCapturingFn g_is_capturing = nullptr;  // cuStreamIsCapturing, from the driver entry point
+// The graph walk's driver calls (from the driver entry point, as cuStreamIsCapturing).
+CUresult (*g_graph_get_nodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
+CUresult (*g_node_get_type)(CUgraphNode, CUgraphNodeType*) = nullptr;
+CUresult (*g_child_graph)(CUgraphNode, CUgraph*) = nullptr;
+// Whether each executable graph instantiated since the subscription holds a kernel node (its
+// launches must then leave a kernel record); under g_mutex.
+std::unordered_map<CUgraphExec, bool> g_exec_has_kernel;
+
+/** graph_has_kernel over the driver's graph. */
+bool driver_graph_has_kernel(CUgraph graph) {
+  if (!g_graph_get_nodes || !g_node_get_type || !g_child_graph) return false;
+  GraphWalk walk;
+  walk.nodes = [](void* g) {
+    size_t n = 0;
+    std::vector<void*> out;
+    if (g_graph_get_nodes(static_cast<CUgraph>(g), nullptr, &n) != CUDA_SUCCESS || n == 0) return out;
+    std::vector<CUgraphNode> nodes(n);
+    if (g_graph_get_nodes(static_cast<CUgraph>(g), nodes.data(), &n) != CUDA_SUCCESS) return out;
+    out.assign(nodes.begin(), nodes.begin() + std::ptrdiff_t(std::min(n, nodes.size())));
+    return out;
+  };
+  walk.type = [](void* node) {
+    CUgraphNodeType t{};
+    return g_node_get_type(static_cast<CUgraphNode>(node), &t) == CUDA_SUCCESS ? int(t) : -1;
+  };
+  walk.child = [](void* node) -> void* {
+    CUgraph g = nullptr;
+    return g_child_graph(static_cast<CUgraphNode>(node), &g) == CUDA_SUCCESS ? g : nullptr;
+  };
+  return graph_has_kernel(graph, walk);
+}
+
+/** Every instantiate call's parameters begin with these two (generated_cuda_meta.h). */
+struct InstantiateParams {
+  CUgraphExec* phGraphExec;
+  CUgraph hGraph;
+};
+constexpr CUpti_CallbackId kInstantiateCalls[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate, CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags, CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams_ptsz};
 
 // The driver's launch calls and the stream each names. The driver's alone: every runtime launch
 // calls one of them inside it, with the same correlation id (probe_cupti_launches, H100 2026-12-05:
@@ -71,11 +119,15 @@ struct LaunchCall {
   CUpti_CallbackId cbid;
   CUstream (*stream)(const void* params);
   bool legacy = false;  // deprecated or pre-4.0: audited where CUPTI takes the callback, never required
+  CUgraphExec (*graph)(const void* params) = nullptr;  // a graph launch's executable graph
 };
 template <class P>
 CUstream h_stream(const void* p) {
   return static_cast<const P*>(p)->hStream;
 }
+// cuGraphLaunch's parameter is named hGraph, its _ptsz twin's hGraphExec (generated_cuda_meta.h).
+CUgraphExec graph_launch_exec(const void* p) { return static_cast<const cuGraphLaunch_params*>(p)->hGraph; }
+CUgraphExec graph_launch_ptsz_exec(const void* p) { return static_cast<const cuGraphLaunch_ptsz_params*>(p)->hGraphExec; }
 template <class P>
 CUstream config_h_stream(const void* p) {
   return static_cast<const P*>(p)->config->hStream;
@@ -102,30 +154,54 @@ const LaunchCall kLaunchCalls[] = {
     {CUPTI_DRIVER_TRACE_CBID_cuLaunch, legacy_stream, true},  // the pre-4.0 launch calls, still exported
     {CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid, legacy_stream, true},
     {CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync, h_stream<cuLaunchGridAsync_params>, true},
-    {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, h_stream<cuGraphLaunch_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, per_thread<h_stream<cuGraphLaunch_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, h_stream<cuGraphLaunch_params>, false, graph_launch_exec},
+    {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, per_thread<h_stream<cuGraphLaunch_ptsz_params>>, false,
+     graph_launch_ptsz_exec},
 };
 
-/** The launch calls' callback: kept when the call returned success on a stream that was not
- *  capturing (a captured launch runs nothing: its graph launch does). */
+/** The callback of the launch calls (kept when the call returned success on a stream that was not
+ *  capturing: a captured launch runs nothing, its graph launch does) and of the graph calls that
+ *  say which executable graphs hold kernels (instantiate, destroy). */
 void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, const void* data) {
   const auto* d = static_cast<const CUpti_CallbackData*>(data);
+  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy) {
+    if (d->callbackSite == CUPTI_API_ENTER) {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      g_exec_has_kernel.erase(static_cast<const cuGraphExecDestroy_params*>(d->functionParams)->hGraphExec);
+    }
+    return;
+  }
+  if (std::find(std::begin(kInstantiateCalls), std::end(kInstantiateCalls), cbid) != std::end(kInstantiateCalls)) {
+    if (d->callbackSite == CUPTI_API_EXIT && *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS) {
+      const auto* p = static_cast<const InstantiateParams*>(d->functionParams);
+      const bool kernels = driver_graph_has_kernel(p->hGraph);
+      std::lock_guard<std::mutex> lock(g_mutex);
+      g_exec_has_kernel[*p->phGraphExec] = kernels;
+    }
+    return;
+  }
   if (d->callbackSite == CUPTI_API_ENTER) {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_in_flight.insert(d->correlationId);
     return;
   }
   bool keep = *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS;
+  CUgraphExec graph = nullptr;
   for (const LaunchCall& c : kLaunchCalls)
     if (keep && c.cbid == cbid) {
       CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
       keep = !(g_is_capturing && g_is_capturing(c.stream(d->functionParams), &capture) == CUDA_SUCCESS &&
                capture != CU_STREAM_CAPTURE_STATUS_NONE);
+      if (c.graph) graph = c.graph(d->functionParams);
     }
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
   if (keep && g_auditing) {
-    g_launches.push_back({d->correlationId, d->functionName});
+    // A graph needs a kernel record when it was seen instantiated with kernel nodes; one instantiated
+    // before the subscription (none of a solution's: the timer exists before the load) needs any.
+    const auto it = graph ? g_exec_has_kernel.find(graph) : g_exec_has_kernel.end();
+    const bool needs_kernel = !graph || (it != g_exec_has_kernel.end() && it->second);
+    g_launches.push_back({d->correlationId, d->functionName, needs_kernel});
     g_last_launch = std::max(g_last_launch, d->correlationId);
   }
 }
@@ -190,7 +266,11 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffe
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_auditing) {
     g_dropped_records += dropped;
-    for (const ActivityRecord& r : got) g_record_ids[r.correlation_id] = g_generation;
+    for (const ActivityRecord& r : got) {
+      RecordSeen& seen = g_record_ids.try_emplace(r.correlation_id, RecordSeen{g_generation, false}).first->second;
+      seen.generation = g_generation;
+      seen.kernel = seen.kernel || r.kind == ActivityRecord::Kernel;
+    }
   }
   g_records.insert(g_records.end(), got.begin(), got.end());
   if (g_free.size() < kMaxFreeBuffers)
@@ -208,12 +288,22 @@ void check(CUptiResult r, const char* call) {
 
 }  // namespace
 
-int drop_recorded_launches(std::vector<AuditedLaunch>& launches, const std::function<bool(uint32_t)>& has_record) {
-  const auto kept =
-      std::remove_if(launches.begin(), launches.end(), [&](const AuditedLaunch& l) { return has_record(l.id); });
+int drop_recorded_launches(std::vector<AuditedLaunch>& launches, const std::function<Recorded(uint32_t)>& recorded) {
+  const auto kept = std::remove_if(launches.begin(), launches.end(),
+                                   [&](const AuditedLaunch& l) { return launch_recorded(l, recorded(l.id)); });
   const int dropped = int(launches.end() - kept);
   launches.erase(kept, launches.end());
   return dropped;
+}
+
+bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth) {
+  if (!graph || depth > 8) return false;
+  for (void* node : walk.nodes(graph)) {
+    const int type = walk.type(node);
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) return true;
+    if (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_kernel(walk.child(node), walk, depth + 1)) return true;
+  }
+  return false;
 }
 
 SpanStats span_of(const std::vector<ActivityRecord>& records) {
@@ -261,12 +351,21 @@ CuptiTimer::CuptiTimer() {
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable MEMCPY");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET), "enable MEMSET");
   check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY2), "enable MEMCPY2");
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion("cuStreamIsCapturing", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess)
-    throw std::runtime_error("the CUDA driver has no cuStreamIsCapturing");
-  g_is_capturing = reinterpret_cast<IsCapturingFn>(fn);
+  auto entry = [](const char* name) -> void* {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult r{};
+    if (cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &r) == cudaSuccess &&
+        r == cudaDriverEntryPointSuccess)
+      return f;
+    (void)cudaGetLastError();  // not left for the next launch check to find
+    return nullptr;
+  };
+  g_is_capturing = reinterpret_cast<IsCapturingFn>(entry("cuStreamIsCapturing"));
+  if (!g_is_capturing) throw std::runtime_error("the CUDA driver has no cuStreamIsCapturing");
+  // The graph walk's calls: without one, a graph launch needs any record (the audit as before).
+  g_graph_get_nodes = reinterpret_cast<decltype(g_graph_get_nodes)>(entry("cuGraphGetNodes"));
+  g_node_get_type = reinterpret_cast<decltype(g_node_get_type)>(entry("cuGraphNodeGetType"));
+  g_child_graph = reinterpret_cast<decltype(g_child_graph)>(entry("cuGraphChildGraphNodeGetGraph"));
   check(cuptiSubscribe(&g_subscriber, on_launch, nullptr),
         "cuptiSubscribe for the launch audit (the process's one callback subscriber: is a profiler such as Nsight "
         "Systems injected into the grader? Grade without it; nibble grade --profile runs one after the graded run)");
@@ -274,6 +373,9 @@ CuptiTimer::CuptiTimer() {
     const CUptiResult r = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, c.cbid);
     if (!c.legacy) check(r, "cuptiEnableCallback (a launch call)");
   }
+  // Not required: without them a graph launch needs any record, as a graph of copies does.
+  for (const CUpti_CallbackId cbid : kInstantiateCalls) (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+  (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy);
   g_active = true;
 }
 
@@ -300,6 +402,7 @@ CuptiTimer::~CuptiTimer() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_records.clear();
   reset_audit(false);
+  g_exec_has_kernel.clear();
   for (uint8_t* b : g_free) std::free(b);
   g_free.clear();
   g_active = false;

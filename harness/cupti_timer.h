@@ -23,7 +23,7 @@ struct ActivityRecord {
 /** The launches of an audit (CuptiTimer::start_launch_audit) matched with the GPU's records. */
 struct LaunchAudit {
   int launches = 0;            // kernel and graph launches that returned success, outside a stream capture
-  int unrecorded = 0;          // of those, launches no kernel, memcpy or memset record carries the id of
+  int unrecorded = 0;          // of those, launches whose work is not on the record (launch_recorded)
   std::string first_unrecorded;  // the API of the first, e.g. "cudaLaunchKernel_v7000"
   bool callbacks_lost = false;   // the harness's own launch at the end was not seen (TimedCalls::launch_audit)
   int64_t dropped_records = 0;   // activity records CUPTI dropped (no buffer): the span and the audit incomplete
@@ -33,12 +33,35 @@ struct LaunchAudit {
  *  work carries (a runtime launch's too: it calls the driver inside, with the same id). */
 struct AuditedLaunch {
   uint32_t id;
-  const char* api;  // CUPTI's name of the driver call (a static string)
+  const char* api;           // CUPTI's name of the driver call (a static string)
+  bool needs_kernel = true;  // a kernel launch, or a graph with kernel nodes: a kernel record must carry the id
 };
 
-/** Drops from `launches` every launch a record matched (`has_record` says true of its id)
- *  and returns how many it dropped; what stays is in its order. Pure. */
-int drop_recorded_launches(std::vector<AuditedLaunch>& launches, const std::function<bool(uint32_t)>& has_record);
+/** The records a correlation id got so far. */
+enum class Recorded { None, NoKernel, Kernel };
+
+/** Whether `l`'s work is on the record: a kernel record when it launched kernels (a graph whose
+ *  memset node left a record while its kernels' records were off is not), else any record. */
+inline bool launch_recorded(const AuditedLaunch& l, Recorded r) {
+  return r == Recorded::Kernel || (r == Recorded::NoKernel && !l.needs_kernel);
+}
+
+/** Drops from `launches` every launch on the record (launch_recorded, with `recorded` saying what
+ *  its id got) and returns how many it dropped; what stays is in its order. Pure. */
+int drop_recorded_launches(std::vector<AuditedLaunch>& launches, const std::function<Recorded(uint32_t)>& recorded);
+
+/** How to walk a CUDA graph (the driver's cuGraphGetNodes, cuGraphNodeGetType and
+ *  cuGraphChildGraphNodeGetGraph in the timer; fakes in the tests). */
+struct GraphWalk {
+  std::function<std::vector<void*>(void* graph)> nodes;  // empty when the driver refuses
+  std::function<int(void* node)> type;                   // a CUgraphNodeType, -1 when refused
+  std::function<void*(void* node)> child;                // a child graph node's graph, nullptr when refused
+};
+
+/** Whether `graph` holds a kernel node, in it or in its child graphs (to a depth of 8). What cannot be
+ *  walked counts as no kernel: the audit then asks for any record, as for a graph of copies. Pure
+ *  but for `walk`. */
+bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth = 0);
 
 /** What the GPU did inside one timed window. */
 struct SpanStats {

@@ -144,7 +144,8 @@ Verdict judge(const Evidence& e) {
     if (e.unrecorded_launches > 0)
       return fail(D::InvalidTiming, Rule::Timing,
                   std::to_string(e.unrecorded_launches) + " of the " + std::to_string(e.launches_audited) +
-                      " kernel and graph launches of the timed phase left no GPU record (the first: " +
+                      " kernel and graph launches of the timed phase left no GPU record of their work (a kernel "
+                      "record for a kernel or a graph with kernel nodes; the first: " +
                       e.first_unrecorded_launch +
                       "): CUPTI's records were switched off or taken while they ran, so the GPU span does not hold "
                       "all of the work");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "fixtures/bf16.h"
@@ -107,15 +108,70 @@ TEST(LaunchAudit, ALaunchIsRecordedWhenARecordCarriesItsId) {
   // none (records off); 10 and 11 are the harness's copies, no launch of the audit's.
   const std::vector<AuditedLaunch> all = {{7, "cuLaunchKernel"}, {9, "cuGraphLaunch"}, {12, "cuLaunchKernelEx"}};
   const std::vector<uint32_t> records = {7, 9, 9, 10, 11};
-  const auto has = [&](uint32_t id) { return std::find(records.begin(), records.end(), id) != records.end(); };
+  const auto has = [&](uint32_t id) {
+    return std::find(records.begin(), records.end(), id) != records.end() ? Recorded::Kernel : Recorded::None;
+  };
   std::vector<AuditedLaunch> launches = all;
   EXPECT_EQ(drop_recorded_launches(launches, has), 2);
   ASSERT_EQ(launches.size(), 1u);
   EXPECT_STREQ(launches[0].api, "cuLaunchKernelEx");
   launches = all;
-  EXPECT_EQ(drop_recorded_launches(launches, [](uint32_t) { return false; }), 0);
+  EXPECT_EQ(drop_recorded_launches(launches, [](uint32_t) { return Recorded::None; }), 0);
   ASSERT_EQ(launches.size(), 3u);  // in their order: the first unrecorded is the first made
   EXPECT_STREQ(launches[0].api, "cuLaunchKernel");
+}
+
+TEST(LaunchAudit, ALaunchOfKernelsNeedsAKernelRecord) {
+  // A graph of a memset and kernels, launched with the kernel records off and the memset's on: its
+  // id has a memset record only, which vouches for a graph of copies, never for one with kernels.
+  const AuditedLaunch kernels{9, "cuGraphLaunch", true}, copies{10, "cuGraphLaunch", false}, kernel{11, "cuLaunchKernel"};
+  EXPECT_TRUE(kernel.needs_kernel);  // the default: a kernel launch
+  EXPECT_FALSE(launch_recorded(kernels, Recorded::NoKernel));
+  EXPECT_TRUE(launch_recorded(kernels, Recorded::Kernel));
+  EXPECT_TRUE(launch_recorded(copies, Recorded::NoKernel));
+  EXPECT_TRUE(launch_recorded(copies, Recorded::Kernel));
+  EXPECT_FALSE(launch_recorded(copies, Recorded::None));
+  EXPECT_FALSE(launch_recorded(kernel, Recorded::NoKernel));
+  std::vector<AuditedLaunch> launches = {kernels, copies, kernel};
+  EXPECT_EQ(drop_recorded_launches(launches, [](uint32_t) { return Recorded::NoKernel; }), 1);
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[0].id, 9u);
+  EXPECT_EQ(launches[1].id, 11u);
+}
+
+TEST(LaunchAudit, AGraphHoldsAKernelInItOrItsChildGraphs) {
+  // Fake graphs: node ids are pointers into `types`; a child graph node's graph is `children`'s.
+  // Types as CUgraphNodeType: 0 kernel, 1 memcpy, 2 memset, 4 child graph.
+  std::map<void*, std::vector<void*>> graphs;
+  std::map<void*, int> types;
+  std::map<void*, void*> children;
+  int ids[16];
+  auto node = [&](int i, int type) {
+    types[&ids[i]] = type;
+    return static_cast<void*>(&ids[i]);
+  };
+  void* const copies = reinterpret_cast<void*>(0x100);
+  void* const with_kernel = reinterpret_cast<void*>(0x200);
+  void* const parent = reinterpret_cast<void*>(0x300);
+  void* const deep = reinterpret_cast<void*>(0x400);
+  graphs[copies] = {node(0, 1), node(1, 2)};
+  graphs[with_kernel] = {node(2, 2), node(3, 0)};
+  graphs[parent] = {node(4, 1), node(5, 4)};
+  children[&ids[5]] = with_kernel;
+  graphs[deep] = {node(6, 4)};
+  children[&ids[6]] = deep;  // a cycle no driver makes: the depth bound ends it
+  GraphWalk walk;
+  walk.nodes = [&](void* g) { return graphs.count(g) ? graphs[g] : std::vector<void*>{}; };
+  walk.type = [&](void* n) { return types.count(n) ? types[n] : -1; };
+  walk.child = [&](void* n) { return children.count(n) ? children[n] : nullptr; };
+  EXPECT_FALSE(graph_has_kernel(copies, walk));
+  EXPECT_TRUE(graph_has_kernel(with_kernel, walk));
+  EXPECT_TRUE(graph_has_kernel(parent, walk));
+  EXPECT_FALSE(graph_has_kernel(deep, walk));
+  EXPECT_FALSE(graph_has_kernel(nullptr, walk));
+  // What the driver refuses counts as no kernel: the audit then asks for any record.
+  walk.type = [](void*) { return -1; };
+  EXPECT_FALSE(graph_has_kernel(with_kernel, walk));
 }
 
 TEST(Stats, ElementErrorByHand) {
