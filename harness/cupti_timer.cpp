@@ -73,13 +73,13 @@ IsCapturingFn g_is_capturing = nullptr;  // cuStreamIsCapturing, from the driver
 CUresult (*g_graph_get_nodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
 CUresult (*g_node_get_type)(CUgraphNode, CUgraphNodeType*) = nullptr;
 CUresult (*g_child_graph)(CUgraphNode, CUgraph*) = nullptr;
-// Whether each executable graph instantiated since the subscription holds a kernel node (its
-// launches must then leave a kernel record); under g_mutex.
-std::unordered_map<CUgraphExec, bool> g_exec_has_kernel;
+// The kernels of each executable graph instantiated since the subscription (a launch that runs one
+// must leave a kernel record); under g_mutex.
+std::unordered_map<CUgraphExec, GraphKernels> g_exec_kernels;
 
-/** graph_has_kernel over the driver's graph. */
-bool driver_graph_has_kernel(CUgraph graph) {
-  if (!g_graph_get_nodes || !g_node_get_type || !g_child_graph) return false;
+/** graph_kernels over the driver's graph. */
+GraphKernels driver_graph_kernels(CUgraph graph) {
+  if (!g_graph_get_nodes || !g_node_get_type || !g_child_graph) return {};
   GraphWalk walk;
   walk.nodes = [](void* g) {
     size_t n = 0;
@@ -98,7 +98,7 @@ bool driver_graph_has_kernel(CUgraph graph) {
     CUgraph g = nullptr;
     return g_child_graph(static_cast<CUgraphNode>(node), &g) == CUDA_SUCCESS ? g : nullptr;
   };
-  return graph_has_kernel(graph, walk);
+  return graph_kernels(graph, walk);
 }
 
 /** Every instantiate call's parameters begin with these two (generated_cuda_meta.h). */
@@ -167,16 +167,25 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
   if (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy) {
     if (d->callbackSite == CUPTI_API_ENTER) {
       std::lock_guard<std::mutex> lock(g_mutex);
-      g_exec_has_kernel.erase(static_cast<const cuGraphExecDestroy_params*>(d->functionParams)->hGraphExec);
+      g_exec_kernels.erase(static_cast<const cuGraphExecDestroy_params*>(d->functionParams)->hGraphExec);
+    }
+    return;
+  }
+  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled) {
+    if (d->callbackSite == CUPTI_API_EXIT && *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS) {
+      const auto* p = static_cast<const cuGraphNodeSetEnabled_params*>(d->functionParams);
+      std::lock_guard<std::mutex> lock(g_mutex);
+      if (auto it = g_exec_kernels.find(p->hGraphExec); it != g_exec_kernels.end())
+        it->second.set_enabled(p->hNode, p->isEnabled != 0);
     }
     return;
   }
   if (std::find(std::begin(kInstantiateCalls), std::end(kInstantiateCalls), cbid) != std::end(kInstantiateCalls)) {
     if (d->callbackSite == CUPTI_API_EXIT && *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS) {
       const auto* p = static_cast<const InstantiateParams*>(d->functionParams);
-      const bool kernels = driver_graph_has_kernel(p->hGraph);
+      GraphKernels kernels = driver_graph_kernels(p->hGraph);
       std::lock_guard<std::mutex> lock(g_mutex);
-      g_exec_has_kernel[*p->phGraphExec] = kernels;
+      g_exec_kernels[*p->phGraphExec] = std::move(kernels);
     }
     return;
   }
@@ -199,8 +208,8 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
   if (keep && g_auditing) {
     // A graph needs a kernel record when it was seen instantiated with kernel nodes; one instantiated
     // before the subscription (none of a solution's: the timer exists before the load) needs any.
-    const auto it = graph ? g_exec_has_kernel.find(graph) : g_exec_has_kernel.end();
-    const bool needs_kernel = !graph || (it != g_exec_has_kernel.end() && it->second);
+    const auto it = graph ? g_exec_kernels.find(graph) : g_exec_kernels.end();
+    const bool needs_kernel = !graph || (it != g_exec_kernels.end() && it->second.launches_kernel());
     g_launches.push_back({d->correlationId, d->functionName, needs_kernel});
     g_last_launch = std::max(g_last_launch, d->correlationId);
   }
@@ -297,13 +306,32 @@ int drop_recorded_launches(std::vector<AuditedLaunch>& launches, const std::func
 }
 
 bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth) {
-  if (!graph || depth > 8) return false;
+  if (!graph) return false;
+  if (depth > 8) return true;
   for (void* node : walk.nodes(graph)) {
     const int type = walk.type(node);
     if (type == CU_GRAPH_NODE_TYPE_KERNEL) return true;
     if (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_kernel(walk.child(node), walk, depth + 1)) return true;
   }
   return false;
+}
+
+void GraphKernels::set_enabled(void* node, bool enabled) {
+  if (std::find(kernel_nodes.begin(), kernel_nodes.end(), node) == kernel_nodes.end()) return;
+  const auto it = std::find(disabled.begin(), disabled.end(), node);
+  if (enabled && it != disabled.end()) disabled.erase(it);
+  if (!enabled && it == disabled.end()) disabled.push_back(node);
+}
+
+GraphKernels graph_kernels(void* graph, const GraphWalk& walk) {
+  GraphKernels k;
+  if (!graph) return k;
+  for (void* node : walk.nodes(graph)) {
+    const int type = walk.type(node);
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) k.kernel_nodes.push_back(node);
+    if (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_kernel(walk.child(node), walk, 1)) k.nested = true;
+  }
+  return k;
 }
 
 SpanStats span_of(const std::vector<ActivityRecord>& records) {
@@ -375,7 +403,8 @@ CuptiTimer::CuptiTimer() {
   }
   // Not required: without them a graph launch needs any record, as a graph of copies does.
   for (const CUpti_CallbackId cbid : kInstantiateCalls) (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
-  (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy);
+  for (const CUpti_CallbackId cbid : {CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy, CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled})
+    (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   g_active = true;
 }
 
@@ -402,7 +431,7 @@ CuptiTimer::~CuptiTimer() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_records.clear();
   reset_audit(false);
-  g_exec_has_kernel.clear();
+  g_exec_kernels.clear();
   for (uint8_t* b : g_free) std::free(b);
   g_free.clear();
   g_active = false;

@@ -58,10 +58,28 @@ struct GraphWalk {
   std::function<void*(void* node)> child;                // a child graph node's graph, nullptr when refused
 };
 
-/** Whether `graph` holds a kernel node, in it or in its child graphs (to a depth of 8). What cannot be
- *  walked counts as no kernel: the audit then asks for any record, as for a graph of copies. Pure
- *  but for `walk`. */
+/** Whether `graph` holds a kernel node, in it or in its child graphs. Past a depth of 8 child graphs
+ *  it says yes (fails closed: a kernel hidden deeper would otherwise need no kernel record); what the
+ *  driver will not list counts as no kernel (the audit then asks for any record, as for a graph of
+ *  copies), and so do conditional nodes' bodies, which the driver of CUDA 13.0 does not hand out.
+ *  Pure but for `walk`. */
 bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth = 0);
+
+/** The kernels of one executable graph as the audit tracks them: its top-level kernel nodes, those of
+ *  them a cuGraphNodeSetEnabled call disabled, and whether a child graph holds a kernel (child graphs'
+ *  nodes cannot be disabled in an executable graph). */
+struct GraphKernels {
+  std::vector<void*> kernel_nodes;
+  std::vector<void*> disabled;  // a subset of kernel_nodes, no repeats
+  bool nested = false;
+  /** Whether a launch runs a kernel: a child graph's, or a top-level one not disabled. */
+  bool launches_kernel() const { return nested || kernel_nodes.size() > disabled.size(); }
+  /** cuGraphNodeSetEnabled(node, enabled): tracked for kernel nodes only. */
+  void set_enabled(void* node, bool enabled);
+};
+
+/** `graph`'s kernels (graph_has_kernel for its child graphs). Pure but for `walk`. */
+GraphKernels graph_kernels(void* graph, const GraphWalk& walk);
 
 /** What the GPU did inside one timed window. */
 struct SpanStats {

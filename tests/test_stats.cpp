@@ -140,38 +140,83 @@ TEST(LaunchAudit, ALaunchOfKernelsNeedsAKernelRecord) {
 }
 
 TEST(LaunchAudit, AGraphHoldsAKernelInItOrItsChildGraphs) {
-  // Fake graphs: node ids are pointers into `types`; a child graph node's graph is `children`'s.
-  // Types as CUgraphNodeType: 0 kernel, 1 memcpy, 2 memset, 4 child graph.
+  // Fake graphs: node ids are pointers into `ids`; a child graph node's graph is `children`'s.
+  // Types as CUgraphNodeType: 0 kernel, 1 memcpy, 2 memset, 4 child graph, 13 conditional.
   std::map<void*, std::vector<void*>> graphs;
   std::map<void*, int> types;
   std::map<void*, void*> children;
-  int ids[16];
+  int ids[64];
   auto node = [&](int i, int type) {
     types[&ids[i]] = type;
     return static_cast<void*>(&ids[i]);
   };
-  void* const copies = reinterpret_cast<void*>(0x100);
-  void* const with_kernel = reinterpret_cast<void*>(0x200);
-  void* const parent = reinterpret_cast<void*>(0x300);
-  void* const deep = reinterpret_cast<void*>(0x400);
-  graphs[copies] = {node(0, 1), node(1, 2)};
-  graphs[with_kernel] = {node(2, 2), node(3, 0)};
-  graphs[parent] = {node(4, 1), node(5, 4)};
-  children[&ids[5]] = with_kernel;
-  graphs[deep] = {node(6, 4)};
-  children[&ids[6]] = deep;  // a cycle no driver makes: the depth bound ends it
+  auto graph = [](uintptr_t id) { return reinterpret_cast<void*>(id); };
   GraphWalk walk;
   walk.nodes = [&](void* g) { return graphs.count(g) ? graphs[g] : std::vector<void*>{}; };
   walk.type = [&](void* n) { return types.count(n) ? types[n] : -1; };
   walk.child = [&](void* n) { return children.count(n) ? children[n] : nullptr; };
-  EXPECT_FALSE(graph_has_kernel(copies, walk));
-  EXPECT_TRUE(graph_has_kernel(with_kernel, walk));
-  EXPECT_TRUE(graph_has_kernel(parent, walk));
-  EXPECT_FALSE(graph_has_kernel(deep, walk));
+  graphs[graph(0x100)] = {node(0, 1), node(1, 2)};  // copies
+  graphs[graph(0x200)] = {node(2, 2), node(3, 0)};  // a memset and a kernel
+  graphs[graph(0x300)] = {node(4, 1), node(5, 4)};  // a copy and a child graph holding the kernel
+  children[&ids[5]] = graph(0x200);
+  graphs[graph(0x400)] = {node(6, 4), node(7, 13)};  // a child node the driver will not open, a conditional
+  EXPECT_FALSE(graph_has_kernel(graph(0x100), walk));
+  EXPECT_TRUE(graph_has_kernel(graph(0x200), walk));
+  EXPECT_TRUE(graph_has_kernel(graph(0x300), walk));
+  EXPECT_FALSE(graph_has_kernel(graph(0x400), walk));  // documented: conditional bodies are not seen
   EXPECT_FALSE(graph_has_kernel(nullptr, walk));
+  // A chain of child graphs: a kernel at depth 8 is found; below the bound the walk stops and says
+  // yes (fails closed), whether or not a kernel is there: a chain of copies 10 deep needs a kernel
+  // record too.
+  for (int depth : {8, 9, 12}) {
+    const uintptr_t base = 0x1000 * uintptr_t(depth);
+    for (int d = 0; d < depth; ++d) {
+      graphs[graph(base + d)] = {node(10 + d, 4)};
+      children[&ids[10 + d]] = graph(base + d + 1);
+    }
+    graphs[graph(base + depth)] = {node(40, 1), node(41, 0)};
+    EXPECT_TRUE(graph_has_kernel(graph(base), walk)) << depth;
+  }
+  graphs[graph(0x20000 + 10)] = {node(42, 1)};
+  for (int d = 0; d < 10; ++d) {
+    graphs[graph(0x20000 + d)] = {node(43 + d, 4)};
+    children[&ids[43 + d]] = graph(0x20000 + d + 1);
+  }
+  EXPECT_TRUE(graph_has_kernel(graph(0x20000), walk));
+  graphs[graph(0x20000 + 10)] = {node(42, 1)};
+  graphs[graph(0x20000 + 5)] = {node(42, 1)};  // the same chain cut at depth 5: copies only
+  EXPECT_FALSE(graph_has_kernel(graph(0x20000), walk));
   // What the driver refuses counts as no kernel: the audit then asks for any record.
   walk.type = [](void*) { return -1; };
-  EXPECT_FALSE(graph_has_kernel(with_kernel, walk));
+  EXPECT_FALSE(graph_has_kernel(graph(0x200), walk));
+}
+
+TEST(LaunchAudit, DisabledKernelNodesRunNoKernel) {
+  // An executable graph of a memset and two kernels: it runs a kernel until both are disabled
+  // (cuGraphNodeSetEnabled); a child graph's kernel cannot be disabled; nodes not kernels are ignored.
+  std::map<void*, int> types;
+  int ids[8];
+  for (int i = 0; i < 8; ++i) types[&ids[i]] = i < 2 ? 0 : i == 2 ? 2 : 4;
+  GraphWalk walk;
+  walk.nodes = [&](void*) { return std::vector<void*>{&ids[2], &ids[0], &ids[1]}; };
+  walk.type = [&](void* n) { return types[n]; };
+  walk.child = [](void*) { return nullptr; };
+  GraphKernels k = graph_kernels(reinterpret_cast<void*>(0x10), walk);
+  ASSERT_EQ(k.kernel_nodes.size(), 2u);
+  EXPECT_FALSE(k.nested);
+  EXPECT_TRUE(k.launches_kernel());
+  k.set_enabled(&ids[0], false);
+  k.set_enabled(&ids[0], false);  // twice: still one of two
+  EXPECT_TRUE(k.launches_kernel());
+  k.set_enabled(&ids[2], false);  // the memset: not a kernel
+  EXPECT_TRUE(k.launches_kernel());
+  k.set_enabled(&ids[1], false);
+  EXPECT_FALSE(k.launches_kernel());  // both off: a launch runs the memset alone
+  k.set_enabled(&ids[1], true);
+  EXPECT_TRUE(k.launches_kernel());
+  k.nested = true;
+  k.set_enabled(&ids[1], false);
+  EXPECT_TRUE(k.launches_kernel());  // a child graph's kernel always runs
 }
 
 TEST(Stats, ElementErrorByHand) {

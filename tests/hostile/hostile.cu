@@ -149,26 +149,23 @@ bool kernel_records(bool on, const char* who) {
 }
 
 #if defined(HOSTILE_HIDE_IN_GRAPH)
-/** One executable graph, in s.graphs[0]: a 4-byte memset into s.spin_flag, then busy_kernel(ns). */
-nibble_status memset_and_busy_graph(State& s, unsigned long long ns, nibble_error* err) {
-  H_CUDA(cudaMalloc(&s.spin_flag, sizeof(int)));
+/** One executable graph, in s.graphs[0]: a 1 MiB device-to-device copy (within s.private_logits, a
+ *  copy engine's work: a MEMCPY record, never a kernel), then busy_kernel(ns). */
+nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error* err) {
+  constexpr size_t kBytes = size_t(1) << 20;
+  H_CUDA(cudaMalloc(&s.private_logits, 2 * kBytes));
   cudaGraph_t g = nullptr;
   H_CUDA(cudaGraphCreate(&g, 0));
-  cudaMemsetParams m{};
-  m.dst = s.spin_flag;
-  m.elementSize = 4;
-  m.width = 1;
-  m.height = 1;
-  m.pitch = 4;
   void* args[] = {&ns};
   cudaKernelNodeParams k{};
   k.func = reinterpret_cast<void*>(busy_kernel);
   k.gridDim = dim3(1);
   k.blockDim = dim3(1);
   k.kernelParams = args;
-  cudaGraphNode_t memset_node = nullptr, kernel_node = nullptr;
-  cudaError_t e = cudaGraphAddMemsetNode(&memset_node, g, nullptr, 0, &m);
-  if (e == cudaSuccess) e = cudaGraphAddKernelNode(&kernel_node, g, &memset_node, 1, &k);
+  auto* base = reinterpret_cast<unsigned char*>(s.private_logits);
+  cudaGraphNode_t copy_node = nullptr, kernel_node = nullptr;
+  cudaError_t e = cudaGraphAddMemcpyNode1D(&copy_node, g, nullptr, 0, base + kBytes, base, kBytes, cudaMemcpyDeviceToDevice);
+  if (e == cudaSuccess) e = cudaGraphAddKernelNode(&kernel_node, g, &copy_node, 1, &k);
   cudaGraphExec_t exec = nullptr;
   if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, g, 0);
   (void)cudaGraphDestroy(g);
@@ -957,11 +954,11 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
 #elif defined(HOSTILE_HIDE_IN_GRAPH)
-  // hide_inside_allowance's 40 us kernel, but in a graph behind a memset node (built in the first,
-  // checked call), launched with the kernel records off and the memset records on: the memset's
-  // record carries the graph launch's correlation id, which vouched for the whole graph until the
-  // audit asked a graph with kernel nodes for a kernel record.
-  if (s.graphs.empty()) H_OK(hostile::memset_and_busy_graph(s, 40000, err));
+  // hide_inside_allowance's 40 us kernel, but in a graph behind a copy node (built in the first,
+  // checked call), launched with the kernel records off and the copy records on: the copy's record
+  // carries the graph launch's correlation id, which vouched for the whole graph until the audit
+  // asked a graph with kernel nodes for a kernel record.
+  if (s.graphs.empty()) H_OK(hostile::copy_and_busy_graph(s, 40000, err));
   if (timed && hostile::kernel_records(false, "hostile-hide_in_graph")) {
     H_CUDA(cudaGraphLaunch(s.graphs[0], stream));
     hostile::kernel_records(true, "hostile-hide_in_graph");
