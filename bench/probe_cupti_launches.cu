@@ -104,7 +104,8 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   const std::string name = d->functionName ? d->functionName : "?";
   // Only what starts or records GPU work: the rest (attribute queries, ...) is noise here.
   if (name.find("aunch") == std::string::npos && name.find("Memcpy") == std::string::npos &&
-      name.find("Memset") == std::string::npos && name.find("Capture") == std::string::npos)
+      name.find("Memset") == std::string::npos && name.find("Capture") == std::string::npos &&
+      name.find("Instantiate") == std::string::npos)
     return;
   const bool driver = domain == CUPTI_CB_DOMAIN_DRIVER_API;
   const std::string capture = capture_status(domain, cbid, d->functionParams);
@@ -285,6 +286,44 @@ int run(int launches) {
     CHECK_CUDA(cudaGraphDestroy(g));
   });
   probe("cudaGraphLaunch of the 3-kernel graph", [&] { CHECK_CUDA(cudaGraphLaunch(exec, s)); });
+  // The launch audit's graph rule: a graph with kernel nodes must leave a kernel record. Which records
+  // a graph of a memset, a copy, a kernel and a child graph's kernel leaves, with every kind on and
+  // with the kernel records off (hostile row hide_in_graph): whether the memset runs as a kernel,
+  // whether the copy's and the child's records carry the launch's id, and the instantiate callback.
+  cudaGraphExec_t mixed;
+  probe("explicit graph: memset -> device-to-device copy -> kernel, + a child graph's kernel (instantiate)", [&] {
+    cudaGraph_t g, child;
+    CHECK_CUDA(cudaGraphCreate(&g, 0));
+    CHECK_CUDA(cudaGraphCreate(&child, 0));
+    cudaMemsetParams ms{};
+    ms.dst = counter;
+    ms.elementSize = 4;
+    ms.width = 1024;
+    ms.height = 1;
+    ms.pitch = 4096;
+    void* args[] = {&counter};
+    cudaKernelNodeParams k{};
+    k.func = reinterpret_cast<void*>(empty_kernel);
+    k.gridDim = dim3(1);
+    k.blockDim = dim3(32);
+    k.kernelParams = args;
+    cudaGraphNode_t n_set, n_copy, n_kernel, n_child, n_child_kernel;
+    CHECK_CUDA(cudaGraphAddMemsetNode(&n_set, g, nullptr, 0, &ms));
+    CHECK_CUDA(cudaGraphAddMemcpyNode1D(&n_copy, g, &n_set, 1, reinterpret_cast<char*>(counter) + (1 << 19), counter,
+                                        1 << 19, cudaMemcpyDeviceToDevice));
+    CHECK_CUDA(cudaGraphAddKernelNode(&n_kernel, g, &n_copy, 1, &k));
+    CHECK_CUDA(cudaGraphAddKernelNode(&n_child_kernel, child, nullptr, 0, &k));
+    CHECK_CUDA(cudaGraphAddChildGraphNode(&n_child, g, &n_kernel, 1, child));
+    CHECK_CUDA(cudaGraphInstantiate(&mixed, g, 0));
+    CHECK_CUDA(cudaGraphDestroy(child));
+    CHECK_CUDA(cudaGraphDestroy(g));
+  });
+  probe("cudaGraphLaunch of the mixed graph, every record kind on", [&] { CHECK_CUDA(cudaGraphLaunch(mixed, s)); });
+  probe("cudaGraphLaunch of the mixed graph, CONCURRENT_KERNEL off around the launch", [&] {
+    CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    CHECK_CUDA(cudaGraphLaunch(mixed, s));
+    CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  });
   probe("cudaMemsetAsync + cudaMemcpyAsync (device to device)", [&] {
     CHECK_CUDA(cudaMemsetAsync(counter, 0, 1 << 19, s));
     CHECK_CUDA(cudaMemcpyAsync(reinterpret_cast<char*>(counter) + (1 << 19), counter, 1 << 19,
@@ -325,6 +364,7 @@ int run(int launches) {
               launches, bare_us, activity_us, launch_cbs_us, driver_domain_us, both_domains_us);
   CHECK_CUBLAS(cublasDestroy(h));
   CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUDA(cudaGraphExecDestroy(mixed));
   CHECK_CUPTI(cuptiUnsubscribe(sub));
   CHECK_CUDA(cudaFree(m));
   CHECK_CUDA(cudaFree(counter));
