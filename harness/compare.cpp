@@ -243,6 +243,10 @@ Comparison compare_reports(const ReportView& base, const ReportView& neu, const 
   if (!base.unit.empty() && !neu.unit.empty() && base.unit != neu.unit)
     c.refused.push_back("unit: a BASE sample is one " + base.unit + " of " + base.task + ", a NEW sample one " + neu.unit + " of " +
                         neu.task + (base.task != neu.task ? ": reports of different tasks" : ""));
+  if (base.clock != neu.clock)
+    c.refused.push_back("clock: BASE was graded by " + std::string(base.clock == "wall" ? "the grader's clock" : "GPU span") +
+                        ", NEW by " + (neu.clock == "wall" ? "the grader's clock" : "GPU span") +
+                        " (nibble grade --clock): grade both with the same --clock");
   if (!c.refused.empty()) {
     c.exit_code = kCompareNotComparable;
     c.result = "not comparable: " + join(c.refused, "; ") + " (--force does not apply)";

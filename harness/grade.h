@@ -38,6 +38,7 @@ struct GradeOptions {
   bool verify_fixture = true;
   bool require_sandbox = false;      // refuse to grade unless every layer of the child's sandbox is in force
   std::string profile;               // "ncu" or "nsys": a profiler's run after the graded one (profile.h); "" none
+  std::string clock = "span";        // the figure of merit: "span" (CUPTI's GPU span) or "wall" (the grader's clock)
   int device = -1;                   // --device N: GPU N of this host (select_device); -1: CUDA's first
   int threads = 0;                   // fixture build threads (0 = all cores)
   bool quiet = false;
@@ -62,6 +63,6 @@ int grade_main(const GradeOptions& opt);
 int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& solutions);
 
 /** The schema_version of the reports grade writes (docs/report-schema.md). */
-inline constexpr const char* kReportSchemaVersion = "2.3.0";
+inline constexpr const char* kReportSchemaVersion = "2.4.0";
 
 }  // namespace nibble

@@ -594,7 +594,14 @@ std::string render_html_report(const ReportView& report, const std::string& repo
   };
   const std::string noun = sample_noun(report.unit);
   o << "<div class=\"figures\">\n";
-  fig("median GPU span per " + noun, "median-us", span.empty() ? "n/a" : us_str(median_of(span)), span.empty() ? "" : "us");
+  if (report.clock == "wall") {  // graded by the grader's clock: that is the figure; the GPU span beside it
+    const std::vector<double>& graded = graded_time(report).samples;
+    fig(graded_time_label(report) + " per " + noun, "median-us", graded.empty() ? "n/a" : us_str(median_of(graded)),
+        graded.empty() ? "" : "us");
+    fig("median GPU span per " + noun, "median-span-us", span.empty() ? "n/a" : us_str(median_of(span)), span.empty() ? "" : "us");
+  } else {
+    fig("median GPU span per " + noun, "median-us", span.empty() ? "n/a" : us_str(median_of(span)), span.empty() ? "" : "us");
+  }
   fig("floor at measured copy bandwidth", "floor-measured-us", us_str(fm), std::isnan(fm) ? "" : "us");
   fig("floor at datasheet bandwidth", "floor-theoretical-us", us_str(ft), std::isnan(ft) ? "" : "us");
   if (!std::isnan(report.tflops)) {  // the fraction below is the floor over the median

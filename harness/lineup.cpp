@@ -19,7 +19,7 @@ namespace {
 
 std::string group_of(const ReportView& r) {
   return r.task + " / " + r.config + " / " + (r.device_name.empty() ? "no GPU recorded" : r.device_name) + " / schema " +
-         std::to_string(r.schema_major);
+         std::to_string(r.schema_major) + (r.clock == "wall" ? " / the grader's clock" : "");
 }
 
 /** Why `r` is not ranked with `first`: the first difference, in words. */
@@ -28,6 +28,9 @@ std::string apart_from(const ReportView& r, const ReportView& first) {
   if (r.config != first.config) return "another config (" + r.config + ")";
   if (r.device_name != first.device_name) return "another GPU (" + (r.device_name.empty() ? "none recorded" : r.device_name) + ")";
   if (r.schema_major != first.schema_major) return "another report schema (" + r.schema_version + ")";
+  if (r.clock != first.clock)
+    return r.clock == "wall" ? "timed on the grader's clock (--clock wall), not by GPU span"
+                             : "timed by GPU span, not on the grader's clock (--clock wall)";
   return "";
 }
 
@@ -61,10 +64,10 @@ LineupRow row_of(const ReportView& r, const std::string& label) {
   x.schema_version = r.schema_version;
   x.commit = r.git_commit.value_or("");
   x.unit = r.unit;
-  if (r.gpu_span_us.present) {
-    x.median_us = r.gpu_span_us.median;
-    x.q1_us = r.gpu_span_us.q1;
-    x.q3_us = r.gpu_span_us.q3;
+  if (const FigureView& t = graded_time(r); t.present) {
+    x.median_us = t.median;
+    x.q1_us = t.q1;
+    x.q3_us = t.q3;
   }
   x.floor_us = r.floor_measured_copy_bw_us;
   if (x.median_us > 0) x.fraction_of_floor = x.floor_us / x.median_us;

@@ -291,6 +291,14 @@ int main(int argc, char** argv) {
           return std::string(e.what());
         }
       });
+  grade->add_option("--clock", g.clock,
+                    "The time a call is graded by: span (the CUPTI GPU span of its work, the default) or wall (the "
+                    "grader's own clock around the call, less the call ledger's calibrated overhead: for host-bound "
+                    "solutions, a Python call at a small GEMM, whose host time then counts in the figure; the rule on "
+                    "time beyond the GPU span is off, as nothing can hide from that clock; reports of the two clocks "
+                    "are never ranked or compared together)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"span", "wall"}));
   grade->add_option("--device", g.device,
                     "GPU of this host to grade on, numbered as nvidia-smi -L (or as CUDA_VISIBLE_DEVICES lists them when set); "
                     "default: CUDA's first")

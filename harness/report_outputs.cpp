@@ -44,7 +44,7 @@ json gbench_json(const json& report) {
     const double bytes = std::isnan(r.bytes_per_call) ? 0.0 : r.bytes_per_call;
     int family = 0;
     for (const std::string& fig : timed_figures()) {
-      const std::string name = base + "/" + (fig == "gpu_span_us" ? "gpu_span" : "host_wall");
+      const std::string name = base + "/" + fig.substr(0, fig.size() - 3);  // gpu_span, host_wall, grader_clock
       const std::vector<double>& samples = timed_figure(r, fig).samples;
       if (samples.empty()) continue;
       int i = 0;
@@ -81,7 +81,9 @@ void append_history(const std::string& path, const json& report, const std::stri
   h["solution"] = r.solution_name == "?" ? "" : r.solution_name;
   h["solution_sha256"] = r.solution_sha256;
   h["disposition"] = r.disposition;
-  h["median_us"] = r.gpu_span_us.present && !std::isnan(r.gpu_span_us.median) ? json(r.gpu_span_us.median) : json(nullptr);
+  const FigureView& t = graded_time(r);
+  h["median_us"] = t.present && !std::isnan(t.median) ? json(t.median) : json(nullptr);
+  h["clock"] = r.clock;
   h["worst_rel_err"] = std::isnan(r.worst_rel_err) ? json(nullptr) : json(r.worst_rel_err);
   h["report"] = std::filesystem::absolute(report_path).string();
   const std::string line = h.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";

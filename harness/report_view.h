@@ -109,7 +109,11 @@ struct ReportView {
   bool timed = false;
   std::string unit;  // what one sample is: "token" (a decode step of the batch) or "call"; "" unknown
   double us_per_call = NAN;
-  FigureView gpu_span_us, host_wall_us, busy_us, kernels_per_call;
+  // The figure of merit's clock (timing.clock, schema 2.4): "span" (the CUPTI GPU span; every older
+  // report) or "wall" (nibble grade --clock wall: the grader's clock less the ledger's overhead, in
+  // grader_clock_us).
+  std::string clock = "span";
+  FigureView gpu_span_us, host_wall_us, busy_us, kernels_per_call, grader_clock_us;
   double bytes_per_call = NAN, flops_per_call = NAN, tflops = NAN, achieved_bandwidth_Bps = NAN;
   std::string bytes_note;
   double floor_theoretical_bw_us = NAN, floor_measured_copy_bw_us = NAN;
@@ -158,11 +162,18 @@ ReportView load_report_view(const std::string& path);
 /** read_report_view's checks alone. */
 void validate_report(const nlohmann::ordered_json& report, const std::string& what);
 
-/** The timed figures a report can carry, in display order: gpu_span_us, host_wall_us. */
+/** The timed figures a report can carry, in display order: gpu_span_us, host_wall_us and (a --clock
+ *  wall report) grader_clock_us. */
 const std::vector<std::string>& timed_figures();
 
-/** The figure of `report` named by timed_figures() (gpu_span_us or host_wall_us). */
+/** The figure of `report` named by timed_figures(). */
 const FigureView& timed_figure(const ReportView& report, const std::string& figure);
+
+/** The time `report` was graded by: grader_clock_us for a --clock wall report, else gpu_span_us. */
+const FigureView& graded_time(const ReportView& report);
+
+/** "median GPU span" or "median on the grader's clock": what graded_time's median is, for labels. */
+std::string graded_time_label(const ReportView& report);
 
 /** What one sample is called in prose: "step" for the unit "token" (one decode step of the batch),
  *  the unit itself otherwise ("call"), "sample" when unknown. */

@@ -69,6 +69,7 @@ struct Evidence {
 
   // Timing (only when `timed`): medians and minimum of the per-call samples, us.
   bool timed = false;
+  bool wall_clock = false;        // graded by the grader's clock (--clock wall): no time can hide beyond the span
   int samples = 0;
   double span_median_us = 0, span_min_us = 0, wall_median_us = 0;
   // The parent's call ledger (ledger.h): the calls it saw, the median window on its own clock, the

@@ -449,6 +449,25 @@ TEST(CompareReports, MissingTimingExits3EvenWhenForced) {
   EXPECT_TRUE(c.forced);
 }
 
+TEST(CompareReports, ReportsOfTwoClocksAreNotComparableEvenWhenForced) {
+  // A --clock wall report's figure is the grader's clock: never set against a GPU span.
+  json neu = unfused();
+  neu["timing"]["clock"] = "wall";
+  neu["timing"]["grader_clock_us"] = neu["timing"]["gpu_span_us"];
+  CompareOptions force;
+  force.force = true;
+  const Comparison c = compare_json(unfused(), neu, force);
+  EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
+  EXPECT_NE(c.result.find("clock: BASE was graded by GPU span, NEW by the grader's clock"), std::string::npos) << c.result;
+  // Both on the grader's clock: compared, its samples among the figures.
+  json base = neu;
+  const Comparison same = compare_json(base, neu, CompareOptions{});
+  EXPECT_EQ(same.exit_code, kCompareOk) << same.result;
+  bool grader_clock = false;
+  for (const auto& f : same.figures) grader_clock = grader_clock || f.figure == "grader_clock_us";
+  EXPECT_TRUE(grader_clock);
+}
+
 TEST(CompareReports, LaterMajorSchemaVersionIsBadInput) {
   json neu = unfused();
   neu["schema_version"] = "9.0.0";

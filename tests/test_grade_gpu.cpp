@@ -71,7 +71,7 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   EXPECT_GT(t["gpu_span_us"]["median"].get<double>(), 0.0);
   EXPECT_GE(t["kernels_per_call"]["min"].get<double>(), 1.0);
   EXPECT_EQ(t["unit"], "token");
-  EXPECT_EQ(g.report["schema_version"], "2.3.0");
+  EXPECT_EQ(g.report["schema_version"], "2.4.0");
   EXPECT_FALSE(t["verified_calls"].empty()) << "the timed calls were re-checked";
   EXPECT_FALSE(g.report["device"]["name"].get<std::string>().empty());
   EXPECT_EQ(t["timing_seed_from"], "none: every draw from the OS after the build, when needed") << t.dump();

@@ -136,6 +136,24 @@ TEST(HtmlReport, KeyFiguresOfAGemmReport) {
   }
 }
 
+TEST(HtmlReport, AReportOnTheGradersClockLeadsWithThatClock) {
+  // The GEMM grade above as if graded with --clock wall: its figure is the grader's clock (a median
+  // of 40 us, set here by hand), the GPU span beside it, and the text view says which is which.
+  json g = load_report(data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json"));
+  g["timing"]["clock"] = "wall";
+  json wall = g["timing"]["gpu_span_us"];
+  for (auto& v : wall["samples"]) v = 40.0;
+  wall["median"] = 40.0;
+  g["timing"]["grader_clock_us"] = wall;
+  const std::string html = page(g, "gemm.json");
+  EXPECT_EQ(by_id(html, "median-us"), "40");
+  EXPECT_EQ(by_id(html, "median-span-us"), "7.488");
+  EXPECT_NE(html.find("median on the grader&#39;s clock per call"), std::string::npos);
+  const std::string text = format_summary(view(g));
+  EXPECT_NE(text.find("40 us median on the grader's clock"), std::string::npos) << text;
+  EXPECT_NE(text.find("GPU span 7.488 us"), std::string::npos) << text;
+}
+
 TEST(HtmlReport, KeyFiguresOfVersion2Reports) {
   // What only version 2 says (the grades' shared figures: KeyFiguresOfTheUnfusedReport).
   const json u = load_report(data("reports/v2/h200-unfused-full.json"));

@@ -99,6 +99,25 @@ TEST(Lineup, ReasonsToListApart) {
   EXPECT_NE(format_lineup(mixed).find("5 us/call"), std::string::npos);
 }
 
+TEST(Lineup, AReportOnTheGradersClockIsRankedApartByItsOwnFigure) {
+  // A --clock wall report: its median is the grader's clock (200 us), not its 3 us GPU span, and it
+  // is never ranked against span reports, nor grouped with them on the leaderboard.
+  ReportView wall = made("py", "Passed", 3);
+  wall.clock = "wall";
+  wall.grader_clock_us.present = true;
+  wall.grader_clock_us.median = 200;
+  wall.grader_clock_us.q1 = 190;
+  wall.grader_clock_us.q3 = 210;
+  const auto rows = make_lineup({made("a", "Passed", 100), wall}, {"a.json", "py.json"});
+  EXPECT_EQ(rows[1].apart, "timed on the grader's clock (--clock wall), not by GPU span");
+  EXPECT_EQ(rows[1].rank, 0);
+  EXPECT_EQ(rows[1].median_us, 200);
+  EXPECT_EQ(rows[1].q3_us, 210);
+  const auto first_wall = make_lineup({wall, made("a", "Passed", 100)}, {"py.json", "a.json"});
+  EXPECT_EQ(first_wall[0].rank, 1);
+  EXPECT_EQ(first_wall[1].apart, "timed by GPU span, not on the grader's clock (--clock wall)");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The leaderboard
 
@@ -167,6 +186,19 @@ TEST(Leaderboard, RanksOneGpuAndSchemaListsTheOthersApartWithTheReason) {
   EXPECT_NE(text.find("the Passed reports on NVIDIA H200 under report schema 2 (2 ranked of 3 there; 2 listed apart)"),
             std::string::npos)
       << text;
+}
+
+TEST(Leaderboard, ReportsOnTheGradersClockAreNotRankedWithSpans) {
+  ReportView wall = made("py", "Passed", 3);  // a 3 us span, 200 us on the grader's clock
+  wall.clock = "wall";
+  wall.grader_clock_us.present = true;
+  wall.grader_clock_us.median = 200;
+  const auto groups = make_leaderboard({made("a", "Passed", 100), made("b", "Passed", 50), wall},
+                                       {"a.json", "b.json", "py.json"}, decode_baselines);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(row_named(groups[0], "b.json").row.rank, 1);
+  EXPECT_EQ(row_named(groups[0], "py.json").row.rank, 0) << "3 us of GPU span is not a rank 1 when the call took 200";
+  EXPECT_EQ(row_named(groups[0], "py.json").row.apart, "timed on the grader's clock (--clock wall), not by GPU span");
 }
 
 TEST(Leaderboard, TheRankedSetHasTheMostPassedReportsThenTheNewerSchema) {

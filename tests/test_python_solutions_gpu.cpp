@@ -1,6 +1,7 @@
 // test_python_solutions_gpu.cpp: every bundled Python solution (solutions/<family>/python/*.py that
 // define the task's build entry point, for every task of the family in the registry) graded on tiny: Passed, and its report
-// records the interpreter. Where the module's libraries are not installed (no torch or triton on
+// records the interpreter. A GEMM call at tiny (a ~3 us kernel) is host-bound in Python: those are
+// graded with --clock wall, their host time in the figure (README "Grading a Python kernel"). Where the module's libraries are not installed (no torch or triton on
 // this machine) the grade says NotLoadable with Python's "No module named ...": skipped with that
 // reason, never passed silently.
 #include <gtest/gtest.h>
@@ -57,8 +58,10 @@ TEST_P(PythonSolutionGpu, PassesOnTiny) {
   TempDir t("nibble-py-solution");
   setenv("NIBBLE_CACHE_DIR", (t.path() + "/cache").c_str(), 1);
   const std::string out = t.path() + "/report.json";
+  const bool host_bound = find_task(task).unit() == "call";
   const ChildExit e = run_child({bindir() + "/bin/nibble", "grade", "--task", task, "--config", "tiny", "--seeds", "0",
-                                 "--min-rounds", "1", "--max-rounds", "1", "--solution", module, "--out", out, "-q"},
+                                 "--min-rounds", "1", "--max-rounds", "1", "--solution", module, "--out", out, "-q",
+                                 "--clock", host_bound ? "wall" : "span"},
                                 t.path() + "/log", 600);
   const std::string log = file_tail(t.path() + "/log", 1 << 14);
   ASSERT_EQ(e.kind, ChildExit::Exited) << e.describe() << "\n" << log;
@@ -73,6 +76,14 @@ TEST_P(PythonSolutionGpu, PassesOnTiny) {
     GTEST_SKIP() << module << ": " << reason.substr(reason.find("No module named"), 80);
   EXPECT_EQ(r["disposition"], "Passed") << module << " on " << task << ": " << reason << "\n" << log;
   EXPECT_EQ(e.code, 0) << log;
+  const json& timing = r["timing"];
+  EXPECT_EQ(timing.value("clock", std::string()), host_bound ? "wall" : "span");
+  if (host_bound) {
+    // The figure is the grader's clock, which holds the Python call's host time: above the GPU span.
+    ASSERT_TRUE(timing.contains("grader_clock_us")) << timing.dump().substr(0, 400);
+    EXPECT_EQ(timing.value("us_per_call", 0.0), timing["grader_clock_us"].value("median", -1.0));
+    EXPECT_GT(timing["grader_clock_us"].value("median", 0.0), timing["gpu_span_us"].value("median", 0.0)) << log;
+  }
   std::cout << module << " on " << task << ": " << r["disposition"] << ", worst error "
             << r["correctness"].value("worst_rel_err", -1.0) << "\n";
 }

@@ -206,6 +206,12 @@ TEST_P(Judge, TimingValidity) {
   e.span_min_us = 400;
   e.window_median_us = 1030;
   expect(e, Disposition::InvalidTiming, Rule::Timing, "wall time on the grader's own clock");
+  // Graded on the grader's clock (--clock wall), the time beyond the span is the figure, not hidden:
+  // the same window passes; the clocks must still agree.
+  e.wall_clock = true;
+  expect(e, Disposition::Passed, Rule::Passed);
+  e.window_median_us = 350;  // shorter than the span: the clocks disagree, whichever is the figure
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "the clocks disagree");
   // The launch audit: one launch without a record is hidden work, however far inside the allowance
   // the window stays (here the records were off for one launch of 960: nothing on the grader's clock).
   e = base();
