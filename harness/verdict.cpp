@@ -129,7 +129,8 @@ Verdict judge(const Evidence& e) {
                            : std::string()) +
                       "), more than the " + g3(hidden_time_allowance_us(e.span_median_us)) +
                       " us allowed: the call spends time the GPU timer cannot see (host work, GPU work hidden from "
-                      "CUPTI, or another process using this GPU)");
+                      "CUPTI, or another process using this GPU); a solution host-bound by design (Python at a small "
+                      "shape) is graded by that clock with nibble grade --clock wall");
     // Every launch the driver accepted leaves a record with its correlation id, unless the records
     // were switched off (CUPTI's switches are the solution's too): hidden work, however short (after
     // the clock rule, which names how much when it is more than the allowance).
