@@ -196,7 +196,11 @@ int calibrate_main(const CalibrateOptions& opt) {
     std::snprintf(line, sizeof line, "  %-9s", ("seed " + std::to_string(s)).c_str());
     hdr += line;
   }
-  std::snprintf(line, sizeof line, "  %-9s %-8s %-9s %-28s %s", "worst", "x gate", "element", "caught by", "verdict");
+  // "caught by" as wide as its longest entry: every output and the per-element guard.
+  std::string all_caught;
+  for (const std::string& name : outputs) all_caught += (all_caught.empty() ? "" : "+") + name;
+  const int caught_width = int(std::max<size_t>(all_caught.size() + std::string("+element_guard").size(), 9));
+  std::snprintf(line, sizeof line, "  %-9s %-8s %-9s %-*s %s", "worst", "x gate", "element", caught_width, "caught by", "verdict");
   hdr += line;
   o << hdr << "\n  " << std::string(hdr.size() - 2, '-') << "\n";
   for (size_t i = 0; i < variants.size(); ++i) {
@@ -240,8 +244,9 @@ int calibrate_main(const CalibrateOptions& opt) {
     if (!v.must_pass && !within_guard) caught += (caught.empty() ? "" : "+") + std::string("element_guard");
     if (v.must_pass) caught = "-";
     else if (caught.empty()) caught = "none";
-    std::snprintf(line, sizeof line, "  %-22s %-6s%s  %-9s %-8s %-9s %-28s %s%s\n", v.name.c_str(), v.must_pass ? "PASS" : "FAIL",
-                  seeds_cells.c_str(), cell(worst).c_str(), cell(worst / gate).c_str(), cell(worst_elem).c_str(), caught.c_str(),
+    std::snprintf(line, sizeof line, "  %-22s %-6s%s  %-9s %-8s %-9s %-*s %s%s\n", v.name.c_str(), v.must_pass ? "PASS" : "FAIL",
+                  seeds_cells.c_str(), cell(worst).c_str(), cell(worst / gate).c_str(), cell(worst_elem).c_str(), caught_width,
+                  caught.c_str(),
                   passes ? "PASS" : "FAIL", ok ? "" : "  <-- margin below 2x");
     o << line;
     rows.push_back({{"variant", v.name},

@@ -290,6 +290,8 @@ json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, 
   // for its lock, a given folder is never made here.
   std::error_code ec;
   if (given_dir.empty()) fs::create_directories(dir, ec);
+  // A given folder without a fixture is refused before the lock leaves its file there.
+  if (!given_dir.empty()) (void)fixture_present(dir, task.name(), config, seed, true);
   const FolderLock lock(dir, [&] { log("waiting for another nibble building " + dir); });
   const bool have = fixture_present(dir, task.name(), config, seed, !given_dir.empty());
   FixtureManifest m;
@@ -472,14 +474,19 @@ void check_writable(const std::string& path) {
     return;
   }
   const std::vector<fs::path> made = missing_folders(target, false);
-  try {
-    write_file_atomic(target + ".nibble-probe", "");
-    fs::remove(target + ".nibble-probe");
-  } catch (...) {
-    remove_folders(made);
-    throw;
+  // A trial file beside the target (the atomic write's temp file goes there too); its error names
+  // the path the user gave.
+  const std::string probe = target + ".nibble-probe";
+  std::error_code mk;
+  if (!made.empty()) fs::create_directories(fs::path(probe).parent_path(), mk);  // as the write will
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int err = errno;
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
   }
   remove_folders(made);  // the report's write creates them again, after the work
+  if (fd < 0) throw std::runtime_error("cannot write " + path + ": " + std::strerror(err));
 }
 
 void check_grade_options(const GradeOptions& opt) {
@@ -538,11 +545,10 @@ void check_grade_options(const GradeOptions& opt) {
   check_seeds(opt.seeds);
   if (opt.min_rounds < 1 || opt.max_rounds < opt.min_rounds)
     throw std::invalid_argument("--min-rounds must be at least 1 and at most --max-rounds");
-  const auto positive = [](double v) { return v > 0 && std::isfinite(v); };
-  if (!positive(opt.timeout_seconds) || !positive(opt.step_timeout_seconds) || !positive(opt.build_timeout_seconds))
-    throw std::invalid_argument("timeouts must be positive, finite numbers of seconds");
-  if (!positive(opt.max_timing_seconds))
-    throw std::invalid_argument("--max-timing-seconds must be a positive, finite number of seconds");
+  for (const auto& [option, v] : {std::pair{"--timeout", opt.timeout_seconds}, {"--step-timeout", opt.step_timeout_seconds},
+                                  {"--build-timeout", opt.build_timeout_seconds}, {"--max-timing-seconds", opt.max_timing_seconds}})
+    if (!(v > 0 && std::isfinite(v)))
+      throw std::invalid_argument(std::string(option) + " must be a positive, finite number of seconds, not " + fmt(v, 6));
   if (!opt.calibration.empty()) check_calibration_file(opt.calibration, opt.task, opt.config);
 }
 

@@ -342,7 +342,7 @@ int main(int argc, char** argv) {
     std::exit(code);
   });
 
-  auto* fixture = app.add_subcommand("fixture", "Build or verify task fixtures");
+  auto* fixture = app.add_subcommand("fixture", "Build, verify or import task fixtures");
   fixture->require_subcommand(1);
   std::string f_task = all_tasks().front()->name(), f_config = "tiny", f_out;
   uint64_t f_seed = 0;
@@ -360,7 +360,7 @@ int main(int argc, char** argv) {
   auto* fverify = fixture->add_subcommand("verify", "Re-hash a fixture and compare with its manifest");
   fverify->footer("Exit codes: 0 every byte and tensor matches its manifest; 1 not (the message names the tensor and the "
                   "rebuild command); 2 bad arguments.");
-  fverify->add_option("dir", v_dir, "Fixture folder")->required();
+  fverify->add_option("DIR", v_dir, "Fixture folder")->required();
   ImportOptions imp;
   auto* fimport = fixture->add_subcommand(
       "import", "A decode fixture from a real int4 checkpoint (AWQ, GPTQ v1, compressed-tensors) and real token ids; "
@@ -428,8 +428,8 @@ int main(int argc, char** argv) {
       // "one seed per --fixture" would speak first and hide it.
       if (sub->get_option("--seeds")->count() != 0) continue;
       std::fprintf(stderr, "nibble %s: --fixture %s holds no readable fixture (%s); give a fixture folder, e.g. one made by "
-                   "`nibble fixture build --task T --config C --seed S --out %s`\n",
-                   sub->get_name().c_str(), dir->c_str(), e.what(), dir->c_str());
+                   "`nibble fixture build --task T --config C --seed S --out NEW_FOLDER`\n",
+                   sub->get_name().c_str(), dir->c_str(), e.what());
       return 2;
     }
     if (sub->get_option("--task")->count() == 0 && task_or_null(m.task)) *task = m.task;

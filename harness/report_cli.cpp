@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "harness/atomic_file.h"
+#include "harness/grade_common.h"
 #include "harness/compare.h"
 #include "harness/html_report.h"
 #include "harness/lineup.h"
@@ -202,7 +203,7 @@ int report_command(std::vector<std::string> args) {
       ->check(kNonEmptyValue)
       ->needs(html_base_opt);
   html->add_option("--alpha", opt.alpha, "With BASE: significance level")->capture_default_str()->check(kNonEmptyValue)->needs(html_base_opt);
-  app.footer("Exit codes: 0 done; 1 the HTML file could not be written; 4 bad input (missing file, not a nibble report, bad arguments).");
+  app.footer("Exit codes: 0 done; 1 (html) the page could not be written; 4 bad input (missing file, not a nibble report, bad arguments).");
   for (CLI::App* sc : {show, html}) sc->footer(app.get_footer());  // `report show --help` shows them too
   if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
 
@@ -328,8 +329,8 @@ int leaderboard_command(std::vector<std::string> args) {
                      outputs[i].second.c_str(), outputs[i].first.c_str());
         return kCompareBadInput;
       }
-    try {  // before any is written: a name that can never be a file stops them all
-      check_output_name(outputs[i].first);
+    try {  // before anything is written or shown: a path that cannot take the file stops them all
+      check_writable(outputs[i].first);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nibble leaderboard: %s %s\n", outputs[i].second.c_str(), e.what());
       return 1;

@@ -743,6 +743,18 @@ TEST(Cli, GemmGradeChecksANamedFixtureFirstAndNeverRebuildsIt) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--fixture " + t.path() + "/none holds no readable fixture"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(t.path() + "/none"));
+  // A folder of the user's own files: refused, nothing left in it, and the build it suggests goes
+  // into a new folder.
+  const std::string mine = t.path() + "/mine";
+  fs::create_directories(mine);
+  write_file_atomic(mine + "/notes.txt", "mine");
+  r = run_nibble({"grade", "--task", "gemm-w4a16-nvfp4", "--config", "tiny", "--seeds", "7", "--solution", so, "--fixture",
+                  mine, "--out", t.path() + "/r.json"},
+                 t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--out NEW_FOLDER` (into a new folder: " + mine + " holds other files)"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(mine + "/.nibble.lock")) << "a refused folder keeps no lock file";
   const std::string dec = t.path() + "/decode";
   r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "7", "--out", dec, "-q"}, t);
   ASSERT_EQ(r.code, 0) << r.output;

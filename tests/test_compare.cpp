@@ -416,8 +416,9 @@ TEST(CompareReports, NotComparableExits3AndForceSaysSo) {
     EXPECT_EQ(c.exit_code, kCompareNotComparable) << k.what;
     ASSERT_EQ(c.not_comparable.size(), 1u) << k.what;
     EXPECT_EQ(c.not_comparable[0].rfind(k.what, 0), 0u) << c.not_comparable[0];
-    if (std::string(k.what) == "fixtures")  // each side's seeds in its own brackets
+    if (std::string(k.what) == "fixtures") {  // each side's seeds in its own brackets
       EXPECT_NE(c.not_comparable[0].find("], NEW [seed 0 "), std::string::npos) << c.not_comparable[0];
+    }
     CompareOptions force;
     force.force = true;
     c = compare_json(base, neu, force);

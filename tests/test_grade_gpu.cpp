@@ -105,7 +105,9 @@ TEST(GradeGpu, ProfileRunsAfterTheVerdict) {
     EXPECT_NE(std::find(g.files.begin(), g.files.end(), rep), g.files.end()) << "the profile is stored next to the report";
     ASSERT_TRUE(p["top_kernels"].is_array() && !p["top_kernels"].empty()) << p.dump();
     EXPECT_GT(p["top_kernels"][0]["total_us"].get<double>(), 0.0);
-    if (tool == "ncu") EXPECT_TRUE(p["top_kernels"][0]["registers_per_thread"].is_number()) << p.dump();
+    if (tool == "ncu") {
+      EXPECT_TRUE(p["top_kernels"][0]["registers_per_thread"].is_number()) << p.dump();
+    }
     EXPECT_EQ(g.report["disposition"], "Passed");
   }
 }
@@ -120,7 +122,9 @@ TEST(GradeGpu, TheDeviceIsRecorded) {
   EXPECT_EQ(d["index"], 0);
   EXPECT_EQ(d["pci_bus_id"].get<std::string>().size(), 12u) << d.dump() << " (0000:xx:yy.z)";
   EXPECT_TRUE(d["at_start"].is_object()) << d.dump();
-  if (d["at_start"].contains("other_processes")) EXPECT_TRUE(d["at_start"]["other_processes"].is_array());
+  if (d["at_start"].contains("other_processes")) {
+    EXPECT_TRUE(d["at_start"]["other_processes"].is_array());
+  }
 }
 
 // The report lists every layer of the child's sandbox and the binaries pinned by hash; a grade with

@@ -97,7 +97,9 @@ TEST(Fp4MmaEmulationCheck, TheTracedKernelMarksEveryBlockInOrder) {
   for (size_t b = 0; b < trace.size() / sol::kMmaMarks; ++b)
     for (int k = 0; k < sol::kMmaMarks; ++k) {
       EXPECT_NE(trace[b * sol::kMmaMarks + k], 0u) << "block " << b << " mark " << k;
-      if (k > 0) EXPECT_GT(trace[b * sol::kMmaMarks + k], trace[b * sol::kMmaMarks + k - 1]) << "block " << b;
+      if (k > 0) {
+        EXPECT_GT(trace[b * sol::kMmaMarks + k], trace[b * sol::kMmaMarks + k - 1]) << "block " << b;
+      }
     }
 }
 

@@ -150,8 +150,9 @@ TEST_P(Int4Layouts, AReaderFromTheDocumentationDecodesEveryWeightAndEachMistakeI
         differs_from_task += got != oracle::int4_weight(w, n, k);
       }
     EXPECT_EQ(wrong, 0) << int4_layout_name(cs.layout) << " mistake " << int(cs.mistake);
-    if (cs.mistake != Mistake::None)
+    if (cs.mistake != Mistake::None) {
       EXPECT_GT(differs_from_task, c.N * c.K / 4) << int4_layout_name(cs.layout) << ": the mistake must show";
+    }
   }
 }
 
