@@ -163,8 +163,9 @@ nlohmann::ordered_json lineup_json(const std::vector<LineupRow>& rows) {
   for (const LineupRow& x : rows) a.push_back(row_json(x));
   return {{"schema", "nibble.lineup"},
           {"schema_version", "1.0.0"},
-          {"rule", "ranked by median GPU span among the Passed reports of the first row's group (task, config, GPU, "
-                   "schema major); speedup = the first row's median / the row's"},
+          {"rule", "ranked by median time (GPU span; the grader's clock for --clock wall reports) among the Passed "
+                   "reports of the first row's group (task, config, GPU, schema major, clock); speedup = the first row's "
+                   "median / the row's"},
           {"rows", a}};
 }
 
@@ -194,7 +195,7 @@ std::string lineup_html(const std::vector<LineupRow>& rows) {
 
 const char* const kLeaderboardRule =
     "one group per task and config; in a group, the Passed, timed reports of one GPU model and report schema major (the "
-    "one with the most of them; ties: the newer schema, then more reports) are ranked by median GPU span, the group's "
+    "one with the most of them; ties: the newer schema, then more reports) are ranked by median GPU span (by the grader's clock for a set graded with --clock wall, never mixed), the group's "
     "reports of another GPU or schema are listed apart with the reason, and a report that did not pass is listed, never "
     "ranked; speedup over a bundled baseline = the baseline's median / the row's, for ranked rows only";
 
@@ -243,6 +244,7 @@ std::vector<LeaderboardGroup> make_leaderboard(const std::vector<ReportView>& re
     g.unit = anchor.unit;
     g.gpu = anchor.device_name;
     g.schema_major = anchor.schema_major;
+    g.clock = anchor.clock;
     g.ranked = group_of(anchor);
     if (baselines_of) g.baseline_solutions = baselines_of(g.task);
     for (const std::string& name : g.baseline_solutions) {
@@ -322,7 +324,8 @@ std::string ranked_words(const LeaderboardGroup& g) {
     ranked += r.row.rank > 0;
     in_set += r.row.apart.empty();
   }
-  return "Ranked by median GPU span: the Passed reports on " + (g.gpu.empty() ? std::string("no GPU recorded") : g.gpu) +
+  return std::string(g.clock == "wall" ? "Ranked by median time on the grader's clock (--clock wall)" : "Ranked by median GPU span") +
+         ": the Passed reports on " + (g.gpu.empty() ? std::string("no GPU recorded") : g.gpu) +
          " under report schema " + std::to_string(g.schema_major) + " (" + std::to_string(ranked) + " ranked of " +
          std::to_string(in_set) + " there; " + std::to_string(g.rows.size() - in_set) + " listed apart)";
 }
@@ -454,6 +457,7 @@ nlohmann::ordered_json leaderboard_json(const std::vector<LeaderboardGroup>& gro
                   {"ranked", g.ranked},
                   {"gpu", g.gpu},
                   {"schema_major", g.schema_major},
+                  {"clock", g.clock},
                   {"baseline_solutions", g.baseline_solutions},
                   {"baselines", baselines},
                   {"baseline_note", g.baselines.empty() ? baseline_words(g) : ""},

@@ -282,7 +282,8 @@ int report_command(std::vector<std::string> args) {
 
 int leaderboard_command(std::vector<std::string> args) {
   CLI::App app{"Rank graded reports: one table per task and config, the Passed reports of one GPU model and report schema "
-               "ranked by median GPU span (quartiles, fraction of the floor, speedup over the task's bundled baselines, "
+               "ranked by median GPU span, or apart by the grader's clock for --clock wall reports (quartiles, fraction of the "
+               "floor, speedup over the task's bundled baselines, "
                "error against the gate, disposition, GPU, commit); reports of another GPU or schema listed apart with the "
                "reason. The text table goes to stdout (to stderr when an output is stdout); -o, --markdown and --json write "
                "files.",

@@ -199,6 +199,14 @@ TEST(Leaderboard, ReportsOnTheGradersClockAreNotRankedWithSpans) {
   EXPECT_EQ(row_named(groups[0], "b.json").row.rank, 1);
   EXPECT_EQ(row_named(groups[0], "py.json").row.rank, 0) << "3 us of GPU span is not a rank 1 when the call took 200";
   EXPECT_EQ(row_named(groups[0], "py.json").row.apart, "timed on the grader's clock (--clock wall), not by GPU span");
+  EXPECT_EQ(groups[0].clock, "span");
+  // A set of reports on the grader's clock with more Passed reports is the one ranked, and says so.
+  ReportView wall2 = wall;
+  wall2.solution_name = "py2";
+  const auto walls = make_leaderboard({made("a", "Passed", 100), wall, wall2}, {"a.json", "py.json", "py2.json"}, decode_baselines);
+  EXPECT_EQ(walls[0].clock, "wall");
+  EXPECT_NE(format_leaderboard(walls).find("Ranked by median time on the grader's clock"), std::string::npos)
+      << format_leaderboard(walls);
 }
 
 TEST(Leaderboard, TheRankedSetHasTheMostPassedReportsThenTheNewerSchema) {
@@ -282,7 +290,7 @@ TEST(Leaderboard, JsonHasEveryFieldAndNullForUnknownNumbers) {
   EXPECT_EQ(j["inputs"], nlohmann::ordered_json::array({"reports/"}));
   ASSERT_EQ(j["groups"].size(), 1u);
   const auto& g = j["groups"][0];
-  for (const char* k : {"task", "config", "unit", "ranked", "gpu", "schema_major", "baseline_solutions", "baselines", "baseline_note", "rows"})
+  for (const char* k : {"task", "config", "unit", "ranked", "gpu", "schema_major", "clock", "baseline_solutions", "baselines", "baseline_note", "rows"})
     EXPECT_TRUE(g.contains(k)) << k;
   const auto& ranked = g["rows"][0];
   for (const char* k : {"label", "solution", "disposition", "reason", "task", "config", "gpu", "schema_version", "commit", "unit",
