@@ -160,18 +160,13 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   ev->span_median_us = all_spans.median;
   json ledger_j;
   const std::vector<bool> throttled = ledger_section(ledger, tr, ev, &ledger_j);
-  // The figure: each call's GPU span, or (--clock wall) its window on the grader's clock less the
-  // ledger's credited overhead, never below the call's span, which the window holds (the overhead
-  // is a median: a short call's window can come out shorter); the ledger's calls are the timed
-  // calls, in order.
+  // The figure: each call's GPU span, or (--clock wall) its window on the grader's clock
+  // (grader_clock_samples; the ledger's calls are the timed calls, in order).
   std::vector<double> all_figure = tr.gpu_span_us;
   if (ev->wall_clock) {
-    all_figure.clear();
-    for (const LedgerCall& c : ledger.calls()) {
-      const size_t i = all_figure.size();
-      const double span = i < tr.gpu_span_us.size() ? tr.gpu_span_us[i] : 0.0;
-      all_figure.push_back(std::max(c.window_us - credited_overhead_us(*ev), span));
-    }
+    std::vector<double> windows;
+    for (const LedgerCall& c : ledger.calls()) windows.push_back(c.window_us);
+    all_figure = grader_clock_samples(windows, credited_overhead_us(*ev), tr.gpu_span_us);
   }
   std::vector<double> spans, figure;
   for (size_t i = 0; i < tr.gpu_span_us.size(); ++i)

@@ -175,4 +175,12 @@ Verdict judge(const Evidence& e) {
   return {D::Passed, Rule::Passed, "worst relative error " + g3(e.worst_rel_err) + " < gate " + g3(e.gate) + margin};
 }
 
+std::vector<double> grader_clock_samples(const std::vector<double>& windows_us, double credited_overhead_us,
+                                         const std::vector<double>& spans_us) {
+  std::vector<double> out;
+  for (size_t i = 0; i < windows_us.size(); ++i)
+    out.push_back(std::max(windows_us[i] - credited_overhead_us, i < spans_us.size() ? spans_us[i] : 0.0));
+  return out;
+}
+
 }  // namespace nibble

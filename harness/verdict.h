@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace nibble {
 
@@ -110,6 +111,12 @@ inline double credited_overhead_us(const Evidence& e) { return std::min(e.window
 /** Time a call spent beyond its GPU span and the ledger's credited overhead, on the grader's clock
  *  (medians): what hidden_time_allowance_us bounds. */
 inline double hidden_time_us(const Evidence& e) { return e.window_median_us - credited_overhead_us(e) - e.span_median_us; }
+/** The per-call figure of a --clock wall grade: each window on the grader's clock less the credited
+ *  ledger overhead, never below that call's GPU span (the window holds it; the overhead is a median,
+ *  so a short call's window can come out shorter). windows_us and spans_us are per timed call, in
+ *  order; a call without a span (the counts differ: InvalidTiming anyway) gets no floor. Pure. */
+std::vector<double> grader_clock_samples(const std::vector<double>& windows_us, double credited_overhead_us,
+                                         const std::vector<double>& spans_us);
 /** How far the median GPU span may exceed the median ledger window: the two clocks' noise. */
 inline constexpr double kSpanOverWindowSlackUs = 20.0;
 

@@ -304,3 +304,15 @@ TEST(Disposition, StringsRoundTrip) {
   EXPECT_FALSE(disposition_from_string("passed").has_value());
   EXPECT_STREQ(to_string(Disposition::InvalidTiming), "InvalidTiming");
 }
+
+TEST(Verdict, GraderClockSamplesAreTheWindowsLessTheOverheadNeverBelowTheSpan) {
+  // Three calls (us): a Python call of 200 on the grader's clock around a 3 us span, one whose window
+  // came out shorter than the overhead credited (a 12 us span in 40: 40 - 30 = 10 < 12), and a call
+  // the child's count lacks (no span to floor it).
+  const std::vector<double> got = grader_clock_samples({200, 40, 90}, 30, {3, 12});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_DOUBLE_EQ(got[0], 170);
+  EXPECT_DOUBLE_EQ(got[1], 12);
+  EXPECT_DOUBLE_EQ(got[2], 60);
+  EXPECT_TRUE(grader_clock_samples({}, 30, {3}).empty());
+}
