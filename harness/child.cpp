@@ -287,6 +287,9 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
       tr.first_unrecorded_launch = audit.first_unrecorded;
       tr.launch_callbacks_lost = audit.callbacks_lost;
       tr.dropped_records = audit.dropped_records;
+      tr.copies_audited = audit.copies;
+      tr.unrecorded_copies = audit.unrecorded_copies;
+      tr.first_unrecorded_copy = audit.first_unrecorded_copy;
       tr.task_figures = session->timing_figures();
       {
         std::lock_guard<std::mutex> lock(out.mu);

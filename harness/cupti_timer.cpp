@@ -33,6 +33,9 @@ constexpr uint32_t kIdGenerations = 4;
 bool g_auditing = false;
 std::vector<AuditedLaunch> g_launches;                 // not matched yet
 int g_matched = 0;                                     // launches matched and dropped
+std::vector<AuditedLaunch> g_copies;                   // copy and memset calls not matched yet (recorded, not judged)
+int g_copies_matched = 0;
+std::vector<bool> g_copy_cbids;                        // by driver cbid: a cuMemcpy* or cuMemset* call (set once)
 uint32_t g_generation = 0;                             // collects since the audit started
 struct RecordSeen {
   uint32_t generation;  // the collect it came in
@@ -48,6 +51,8 @@ void reset_audit(bool auditing) {
   g_auditing = auditing;
   g_launches.clear();
   g_matched = 0;
+  g_copies.clear();
+  g_copies_matched = 0;
   g_generation = 0;
   g_record_ids.clear();
   g_dropped_records = 0;
@@ -56,10 +61,12 @@ void reset_audit(bool auditing) {
 
 /** Drops the launches a record matched and the ids too old to match one. Under g_mutex. */
 void prune_launches() {
-  g_matched += drop_recorded_launches(g_launches, [](uint32_t id) {
+  const auto recorded = [](uint32_t id) {
     const auto it = g_record_ids.find(id);
     return it == g_record_ids.end() ? Recorded::None : it->second.kernel ? Recorded::Kernel : Recorded::NoKernel;
-  });
+  };
+  g_matched += drop_recorded_launches(g_launches, recorded);
+  g_copies_matched += drop_recorded_launches(g_copies, recorded);
   ++g_generation;
   const uint32_t oldest_in_flight = g_in_flight.empty() ? UINT32_MAX : *g_in_flight.begin();
   for (auto it = g_record_ids.begin(); it != g_record_ids.end();)
@@ -195,6 +202,12 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     return;
   }
   bool keep = *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS;
+  if (cbid < g_copy_cbids.size() && g_copy_cbids[cbid]) {  // a copy or memset: any record, no capture check
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
+    if (keep && g_auditing) g_copies.push_back({d->correlationId, d->functionName, false});
+    return;
+  }
   CUgraphExec graph = nullptr;
   for (const LaunchCall& c : kLaunchCalls)
     if (keep && c.cbid == cbid) {
@@ -401,6 +414,16 @@ CuptiTimer::CuptiTimer() {
     const CUptiResult r = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, c.cbid);
     if (!c.legacy) check(r, "cuptiEnableCallback (a launch call)");
   }
+  // The copy and memset calls, by CUPTI's own names (every cuMemcpy* and cuMemset* the driver has):
+  // recorded beside the launches, not judged (LaunchAudit).
+  g_copy_cbids.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, false);
+  for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; ++cbid) {
+    const char* name = nullptr;
+    if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, cbid, &name) != CUPTI_SUCCESS || !name) continue;
+    const std::string n = name;
+    if (n.rfind("cuMemcpy", 0) != 0 && n.rfind("cuMemset", 0) != 0) continue;
+    g_copy_cbids[cbid] = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid) == CUPTI_SUCCESS;
+  }
   // Not required: without them a graph launch needs any record, as a graph of copies does.
   for (const CUpti_CallbackId cbid : kInstantiateCalls) (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   for (const CUpti_CallbackId cbid : {CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy, CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled})
@@ -478,6 +501,9 @@ LaunchAudit CuptiTimer::launch_audit(uint32_t last) {
     if (l.id <= last && a.unrecorded++ == 0) a.first_unrecorded = l.api ? l.api : "?";
   a.launches = g_matched + a.unrecorded;
   a.dropped_records = int64_t(g_dropped_records);
+  for (const AuditedLaunch& l : g_copies)
+    if (l.id <= last && a.unrecorded_copies++ == 0) a.first_unrecorded_copy = l.api ? l.api : "?";
+  a.copies = g_copies_matched + a.unrecorded_copies;
   return a;
 }
 

@@ -231,6 +231,9 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   t["first_unrecorded_launch"] = tr.first_unrecorded_launch;
   t["launch_callbacks_lost"] = tr.launch_callbacks_lost;
   t["dropped_records"] = tr.dropped_records;
+  t["copies_audited"] = tr.copies_audited;  // recorded, not judged (yet)
+  t["unrecorded_copies"] = tr.unrecorded_copies;
+  t["first_unrecorded_copy"] = tr.first_unrecorded_copy;
   t["timing_seed"] = tr.seed ? json(*tr.seed) : json(nullptr);
   t["timing_seed_from"] = tr.seed_from;
   t["task_figures"] = json(tr.task_figures);

@@ -128,6 +128,9 @@ struct TimingResult {
   std::string first_unrecorded_launch;  // its API, e.g. "cudaLaunchKernel_v7000"
   bool launch_callbacks_lost = false; // the harness's own launch after the timed calls was not seen
   int64_t dropped_records = 0;        // activity records CUPTI dropped from the first gap on (no buffer)
+  int copies_audited = 0;             // copy and memset calls over the same phase (recorded, not judged yet)
+  int unrecorded_copies = 0;          // of those, calls no record carries the correlation id of
+  std::string first_unrecorded_copy;  // its API, e.g. "cuMemcpyAsync"
   std::vector<double> gpu_span_us, busy_us, host_wall_us;
   std::vector<int> kernels, memcpys, memsets;
   std::vector<double> calibration_span_us;  // the ledger's calibration windows (a harness kernel)
@@ -138,7 +141,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingResult, seed, seed_from, c
                                                 invalid_samples, invalid_reason, nonfinite_calls, gaps_with_foreign_work,
                                                 foreign_work, foreign_records_before_build, harness_records_per_gap,
                                                 late_kernels, launches_audited, unrecorded_launches,
-                                                first_unrecorded_launch, launch_callbacks_lost, dropped_records, gpu_span_us, busy_us, host_wall_us, kernels, memcpys, memsets, calibration_span_us, kept,
+                                                first_unrecorded_launch, launch_callbacks_lost, dropped_records, copies_audited,
+                                                unrecorded_copies, first_unrecorded_copy, gpu_span_us, busy_us, host_wall_us, kernels, memcpys, memsets, calibration_span_us, kept,
                                                 task_figures)
 
 /** What a child says, rewritten after every phase: opened, built, checked, timed, done (or failed). */

@@ -61,12 +61,18 @@ TEST(Protocol, ResultWithErrorAndTiming) {
   TimingResult t;
   t.gpu_span_us = {1.5, 2.5};
   t.kept = {"timed0-3"};
+  t.copies_audited = 12;
+  t.unrecorded_copies = 1;
+  t.first_unrecorded_copy = "cuMemcpyAsync";
   r.timing = t;
   const Result back = nlohmann::json::parse(nlohmann::json(r).dump()).get<Result>();
   ASSERT_TRUE(back.error && back.timing);
   EXPECT_EQ(back.error->status, "NOT_SUPPORTED");
   EXPECT_EQ(back.timing->gpu_span_us, t.gpu_span_us);
   EXPECT_EQ(back.timing->kept, t.kept);
+  EXPECT_EQ(back.timing->copies_audited, 12);
+  EXPECT_EQ(back.timing->unrecorded_copies, 1);
+  EXPECT_EQ(back.timing->first_unrecorded_copy, "cuMemcpyAsync");
 }
 
 TEST(Protocol, ChannelsAreRewrittenWhole) {
