@@ -185,7 +185,7 @@ int calibrate_main(const CalibrateOptions& opt) {
   bool healthy = true;
   json rows = json::array();
   std::ostringstream o;
-  char line[512];
+  char line[2048];
   o << "\nnibble calibrate  " << task->name() << " / " << config << "  ("
     << (path == "gpu" ? device.value("name", std::string("GPU")) : std::string("fp64 CPU oracle")) << "), gate " << fmt(gate)
     << ", worst over " << task->checked_calls(config) << " checked calls of every output\n\n";

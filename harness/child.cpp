@@ -262,7 +262,9 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
         }
         ++tr.rounds;
         replay.push_back({{"prefix", prefix}, {"spec", session->replay_spec(keep)}});
-        const double med = summarize(tr.gpu_span_us).median;
+        // The graded figure's median settles: the GPU span, or the call's wall time (the child's own
+        // clock, which tracks the grader's window that --clock wall grades by).
+        const double med = summarize(tj.clock == "wall" ? tr.host_wall_us : tr.gpu_span_us).median;
         if (tr.rounds >= tj.min_rounds && prev_median > 0 && std::fabs(med - prev_median) < tj.stable_fraction * med) {
           tr.stop_reason = "median stable";
           break;

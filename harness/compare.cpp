@@ -1,6 +1,8 @@
 // compare.cpp: `nibble compare` (see compare.h for the statistics, the verdicts and the exit codes).
 #include "harness/compare.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -516,9 +518,11 @@ int compare_files(const std::string& base_path, const std::string& new_path, con
   else
     std::cout << format_comparison(c);
   std::cout.flush();
-  // The reason in full on stderr beside JSON; beside the text, which holds it, only that it ended so.
+  // The reason in full on stderr beside JSON or a redirected stdout; beside text on the terminal,
+  // which holds it, only that it ended so.
   if (c.exit_code == kCompareNotComparable)
-    std::fprintf(stderr, "nibble compare: %s\n", as_json ? c.result.c_str() : "not comparable (exit 3): the reason is above");
+    std::fprintf(stderr, "nibble compare: %s\n",
+                 as_json || !isatty(STDOUT_FILENO) ? c.result.c_str() : "not comparable (exit 3): the reason is above");
   else if (c.forced)
     std::fprintf(stderr, "nibble compare: --force: compared reports that are not comparable (%s)\n",
                  join(c.not_comparable.empty() ? c.missing_timing : c.not_comparable, "; ").c_str());

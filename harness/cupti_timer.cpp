@@ -33,9 +33,17 @@ constexpr uint32_t kIdGenerations = 4;
 bool g_auditing = false;
 std::vector<AuditedLaunch> g_launches;                 // not matched yet
 int g_matched = 0;                                     // launches matched and dropped
-std::vector<AuditedLaunch> g_copies;                   // copy and memset calls not matched yet (recorded, not judged)
-int g_copies_matched = 0;
-std::vector<bool> g_copy_cbids;                        // by driver cbid: a cuMemcpy* or cuMemset* call (set once)
+// Copy and memset calls (recorded, not judged): those not matched yet, with the collect they came in;
+// one still unmatched kIdGenerations collects later is counted unrecorded and dropped (an honest
+// copy may leave no record: they must not pile up over a long timed phase).
+struct AuditedCopy {
+  AuditedLaunch call;
+  uint32_t generation;
+};
+std::vector<AuditedCopy> g_copies;
+int g_copies_matched = 0, g_copies_unrecorded = 0;
+std::string g_first_unrecorded_copy;
+std::vector<bool> g_copy_cbids;  // by driver cbid: a cuMemcpy* or cuMemset* call (set before the subscription)
 uint32_t g_generation = 0;                             // collects since the audit started
 struct RecordSeen {
   uint32_t generation;  // the collect it came in
@@ -52,7 +60,8 @@ void reset_audit(bool auditing) {
   g_launches.clear();
   g_matched = 0;
   g_copies.clear();
-  g_copies_matched = 0;
+  g_copies_matched = g_copies_unrecorded = 0;
+  g_first_unrecorded_copy.clear();
   g_generation = 0;
   g_record_ids.clear();
   g_dropped_records = 0;
@@ -66,7 +75,15 @@ void prune_launches() {
     return it == g_record_ids.end() ? Recorded::None : it->second.kernel ? Recorded::Kernel : Recorded::NoKernel;
   };
   g_matched += drop_recorded_launches(g_launches, recorded);
-  g_copies_matched += drop_recorded_launches(g_copies, recorded);
+  const uint32_t oldest_call = g_in_flight.empty() ? UINT32_MAX : *g_in_flight.begin();
+  g_copies.erase(std::remove_if(g_copies.begin(), g_copies.end(),
+                                [&](const AuditedCopy& c) {
+                                  if (recorded(c.call.id) != Recorded::None) return ++g_copies_matched, true;
+                                  if (g_generation - c.generation < kIdGenerations || c.call.id >= oldest_call) return false;
+                                  if (g_copies_unrecorded++ == 0) g_first_unrecorded_copy = c.call.api ? c.call.api : "?";
+                                  return true;
+                                }),
+                 g_copies.end());
   ++g_generation;
   const uint32_t oldest_in_flight = g_in_flight.empty() ? UINT32_MAX : *g_in_flight.begin();
   for (auto it = g_record_ids.begin(); it != g_record_ids.end();)
@@ -205,7 +222,7 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
   if (cbid < g_copy_cbids.size() && g_copy_cbids[cbid]) {  // a copy or memset: any record, no capture check
     std::lock_guard<std::mutex> lock(g_mutex);
     if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
-    if (keep && g_auditing) g_copies.push_back({d->correlationId, d->functionName, false});
+    if (keep && g_auditing) g_copies.push_back({{d->correlationId, d->functionName, false}, g_generation});
     return;
   }
   CUgraphExec graph = nullptr;
@@ -407,6 +424,15 @@ CuptiTimer::CuptiTimer() {
   g_graph_get_nodes = reinterpret_cast<decltype(g_graph_get_nodes)>(entry("cuGraphGetNodes"));
   g_node_get_type = reinterpret_cast<decltype(g_node_get_type)>(entry("cuGraphNodeGetType"));
   g_child_graph = reinterpret_cast<decltype(g_child_graph)>(entry("cuGraphChildGraphNodeGetGraph"));
+  // The copy and memset calls, by CUPTI's own names (every cuMemcpy* and cuMemset* the driver has),
+  // known before any callback can read the table; recorded beside the launches, not judged.
+  g_copy_cbids.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, false);
+  for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; ++cbid) {
+    const char* name = nullptr;
+    if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, cbid, &name) != CUPTI_SUCCESS || !name) continue;
+    const std::string n = name;
+    g_copy_cbids[cbid] = n.rfind("cuMemcpy", 0) == 0 || n.rfind("cuMemset", 0) == 0;
+  }
   check(cuptiSubscribe(&g_subscriber, on_launch, nullptr),
         "cuptiSubscribe for the launch audit (the process's one callback subscriber: is a profiler such as Nsight "
         "Systems injected into the grader? Grade without it; nibble grade --profile runs one after the graded run)");
@@ -414,16 +440,8 @@ CuptiTimer::CuptiTimer() {
     const CUptiResult r = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, c.cbid);
     if (!c.legacy) check(r, "cuptiEnableCallback (a launch call)");
   }
-  // The copy and memset calls, by CUPTI's own names (every cuMemcpy* and cuMemset* the driver has):
-  // recorded beside the launches, not judged (LaunchAudit).
-  g_copy_cbids.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, false);
-  for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; ++cbid) {
-    const char* name = nullptr;
-    if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, cbid, &name) != CUPTI_SUCCESS || !name) continue;
-    const std::string n = name;
-    if (n.rfind("cuMemcpy", 0) != 0 && n.rfind("cuMemset", 0) != 0) continue;
-    g_copy_cbids[cbid] = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid) == CUPTI_SUCCESS;
-  }
+  for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; ++cbid)
+    if (g_copy_cbids[cbid]) (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   // Not required: without them a graph launch needs any record, as a graph of copies does.
   for (const CUpti_CallbackId cbid : kInstantiateCalls) (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   for (const CUpti_CallbackId cbid : {CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy, CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled})
@@ -501,8 +519,10 @@ LaunchAudit CuptiTimer::launch_audit(uint32_t last) {
     if (l.id <= last && a.unrecorded++ == 0) a.first_unrecorded = l.api ? l.api : "?";
   a.launches = g_matched + a.unrecorded;
   a.dropped_records = int64_t(g_dropped_records);
-  for (const AuditedLaunch& l : g_copies)
-    if (l.id <= last && a.unrecorded_copies++ == 0) a.first_unrecorded_copy = l.api ? l.api : "?";
+  a.unrecorded_copies = g_copies_unrecorded;
+  a.first_unrecorded_copy = g_first_unrecorded_copy;
+  for (const AuditedCopy& c : g_copies)
+    if (c.call.id <= last && a.unrecorded_copies++ == 0) a.first_unrecorded_copy = c.call.api ? c.call.api : "?";
   a.copies = g_copies_matched + a.unrecorded_copies;
   return a;
 }

@@ -457,6 +457,7 @@ int grade_run(const GradeOptions& opt) {
       tj.min_rounds = opt.min_rounds;
       tj.max_rounds = opt.max_rounds;
       tj.max_seconds = opt.max_timing_seconds;
+      tj.clock = opt.clock;
       tj.seed = opt.timing_seed;
       tj.kept_per_round = task->kept_calls_per_round();
       tj.gpu_uuid = device.value("uuid", "");
@@ -588,14 +589,26 @@ int grade_run(const GradeOptions& opt) {
     timing["verified_worst_rel_err"] = num_or_null(timed_tally.worst);
     report["timing"] = timing;
   }
+  const bool by_wall = opt.clock == "wall";
   json timing_protocol = {
-      {"metric", "GPU span: first CUPTI activity record's start to the last one's end (CONCURRENT_KERNEL, MEMCPY, MEMSET; all streams), per timed call"},
+      {"metric", by_wall ? "the grader's clock (--clock wall): each timed call's window as the call ledger stamped it, less the "
+                        "ledger's credited overhead, never below the call's GPU span (first CUPTI record's start to the "
+                        "last one's end, reported beside it)"
+                      : "GPU span: first CUPTI activity record's start to the last one's end (CONCURRENT_KERNEL, MEMCPY, "
+                        "MEMSET; all streams), per timed call"},
       {"before_each_call", "inputs staged, persisting L2 reset, L2 flushed (2x its size written), device synchronised; outside the window"},
       {"after_each_call", "device synchronised inside the window"},
       {"between_calls", "any GPU record (kernel, memcpy, memset) between two timed calls on a stream other than the harness's own, beyond what the harness leaves there (counted before the build), makes the grade InvalidTiming"},
-      {"rounds", "calls_per_round calls per round; stop when the median moves less than 0.5% between rounds (after min rounds), at max rounds or the time budget; rounds NVML saw throttled are left out of the median while any other is left"},
+      {"rounds", std::string("calls_per_round calls per round; stop when the median ") +
+                     (by_wall ? "wall time" : "GPU span") +
+                     " moves less than 0.5% between rounds (after min rounds), at max rounds or the time budget; rounds "
+                     "NVML saw throttled are left out of the median while any other is left"},
       {"rechecked", "kept_per_round calls of every round, picked by the grader's parent process after each call returned (the call ledger); every kept call is recomputed by the reference and audited (inputs, caches beyond the written slots)"},
-      {"grader_clock", "the kernel stamps each call's open and done messages as the child sends them, and the parent reads the stamps (the call ledger): median window - ledger overhead - GPU span above 100 us + 10% of the span, or a span longer than the window, makes the grade InvalidTiming"},
+      {"grader_clock", std::string("the kernel stamps each call's open and done messages as the child sends them, and the "
+                                   "parent reads the stamps (the call ledger): ") +
+                           (by_wall ? "the windows are the figure; a span longer than the window makes the grade InvalidTiming"
+                                 : "median window - ledger overhead - GPU span above 100 us + 10% of the span, or a span "
+                                   "longer than the window, makes the grade InvalidTiming")},
       {"timed_seed", opt.seeds.front()}};
   const json task_protocol = task->timing_protocol();
   for (const auto& [k, val] : task_protocol.items()) timing_protocol[k] = val;

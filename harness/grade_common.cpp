@@ -290,8 +290,10 @@ json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, 
   // for its lock, a given folder is never made here.
   std::error_code ec;
   if (given_dir.empty()) fs::create_directories(dir, ec);
-  // A given folder without a fixture is refused before the lock leaves its file there.
-  if (!given_dir.empty()) (void)fixture_present(dir, task.name(), config, seed, true);
+  // A given folder without a fixture is refused before the lock leaves its file there; one that has
+  // a lock file may be another nibble's build under way: wait for it, then judge.
+  if (!given_dir.empty() && !fs::exists(fs::path(dir) / ".nibble.lock", ec))
+    (void)fixture_present(dir, task.name(), config, seed, true);
   const FolderLock lock(dir, [&] { log("waiting for another nibble building " + dir); });
   const bool have = fixture_present(dir, task.name(), config, seed, !given_dir.empty());
   FixtureManifest m;
@@ -474,19 +476,21 @@ void check_writable(const std::string& path) {
     return;
   }
   const std::vector<fs::path> made = missing_folders(target, false);
-  // A trial file beside the target (the atomic write's temp file goes there too); its error names
-  // the path the user gave.
-  const std::string probe = target + ".nibble-probe";
+  // A trial file of its own in the target's folder (the atomic write's temp file goes there too):
+  // a short name (a target's name may be NAME_MAX long), made new (O_EXCL: nothing there is
+  // truncated, a link is not followed); its error names the path the user gave.
+  const fs::path folder = fs::path(target).parent_path().empty() ? fs::path(".") : fs::path(target).parent_path();
+  const std::string probe = (folder / (".nibble-probe-" + std::to_string(getpid()))).string();
   std::error_code mk;
-  if (!made.empty()) fs::create_directories(fs::path(probe).parent_path(), mk);  // as the write will
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (!made.empty()) fs::create_directories(folder, mk);  // as the write will
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   const int err = errno;
   if (fd >= 0) {
     ::close(fd);
     ::unlink(probe.c_str());
   }
   remove_folders(made);  // the report's write creates them again, after the work
-  if (fd < 0) throw std::runtime_error("cannot write " + path + ": " + std::strerror(err));
+  if (fd < 0 && err != EEXIST) throw std::runtime_error("cannot write " + path + ": " + std::strerror(err));
 }
 
 void check_grade_options(const GradeOptions& opt) {

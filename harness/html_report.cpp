@@ -397,10 +397,12 @@ std::string roofline_chart(const ReportView& report, const ReportView* base, con
   if (!std::isnan(fm)) bars.push_back({"floor at measured copy bandwidth", fm, kFloor, false});
   const double fr = report.floor_weight_read_us;
   if (!std::isnan(fr)) bars.push_back({"weight-read floor (read-only kernel)", fr, kFloor, false});
-  const std::vector<double>& s = report.gpu_span_us.samples;
+  // Every bar in the report's own clock (graded_time): BASE only when it was graded by the same one
+  // (the --beside rows of another clock are apart already).
+  const std::vector<double>& s = graded_time(report).samples;
   if (!s.empty()) bars.push_back({"this solution (" + report.solution_name + ")", median_of(s), kCand, true});
-  if (base && !base->gpu_span_us.samples.empty())
-    bars.push_back({"BASE (" + base->solution_name + ")", median_of(base->gpu_span_us.samples), kBase, false});
+  if (base && base->clock == report.clock && !graded_time(*base).samples.empty())
+    bars.push_back({"BASE (" + base->solution_name + ")", median_of(graded_time(*base).samples), kBase, false});
   for (const LineupRow& b : beside)
     if (b.apart.empty() && b.median_us > 0) bars.push_back({b.solution + " (graded beside it)", b.median_us, kAnchor, false});
   if (bars.empty()) return "";
@@ -432,7 +434,8 @@ std::string roofline_chart(const ReportView& report, const ReportView* base, con
   }
   o << line(L, T, L, H - 30, "#444");
   if (!std::isnan(fm)) o << line(X(fm), T, X(fm), H - 30, kFloor, 1, "stroke-dasharray=\"3 3\"");
-  o << text((L + R) / 2.0, H - 1, "microseconds per " + sample_noun(report.unit) + " (median GPU span; shorter is better)", "middle",
+  o << text((L + R) / 2.0, H - 1,
+            "microseconds per " + sample_noun(report.unit) + " (" + graded_time_label(report) + "; shorter is better)", "middle",
             11, "#555");
   o << "</svg>\n";
   return o.str();

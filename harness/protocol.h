@@ -41,6 +41,7 @@ struct TimingJob {
   int min_rounds = 3, max_rounds = 20;
   double max_seconds = 120;
   double stable_fraction = 0.005;  // stop once the median moves less than this between rounds
+  std::string clock = "span";      // the figure whose median must settle: "span" (GPU span) or "wall" (host wall time)
   // --timing-seed: every timed call's randomness from this seed (reproducible, so predictable);
   // none: each draw from the OS when it is needed, after the build.
   std::optional<uint64_t> seed;
@@ -50,7 +51,7 @@ struct TimingJob {
   std::string gpu_uuid;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingJob, calls_per_round, min_rounds, max_rounds, max_seconds,
-                                                stable_fraction, seed, kept_per_round, gpu_uuid)
+                                                stable_fraction, clock, seed, kept_per_round, gpu_uuid)
 
 /** What one child does. kind "run": one solution on one fixture; kind "probe": the device. */
 struct Job {

@@ -149,6 +149,10 @@ TEST(HtmlReport, AReportOnTheGradersClockLeadsWithThatClock) {
   EXPECT_EQ(by_id(html, "median-us"), "40");
   EXPECT_EQ(by_id(html, "median-span-us"), "7.488");
   EXPECT_NE(html.find("median on the grader&#39;s clock per call"), std::string::npos);
+  // The roofline's bars in the same clock: the candidate's at 40 us, the axis saying which clock.
+  EXPECT_NE(html.find("(median on the grader&#39;s clock; shorter is better)"), std::string::npos);
+  EXPECT_NE(html.find(">40 us  ("), std::string::npos);
+  EXPECT_EQ(html.find(">7.488 us  ("), std::string::npos) << "the span drawn as the figure";
   const std::string text = format_summary(view(g));
   EXPECT_NE(text.find("40 us median on the grader's clock"), std::string::npos) << text;
   EXPECT_NE(text.find("GPU span 7.488 us"), std::string::npos) << text;
