@@ -180,9 +180,10 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
     figure = all_figure;
   }
   ledger_j["clocks"]["throttled_rounds_excluded_from_median"] = excluded;
-  if (!tr.gpu_span_us.empty() && !figure.empty()) {
+  if (!tr.gpu_span_us.empty()) {
     std::vector<double> kernels(tr.kernels.begin(), tr.kernels.end());
-    const Summary sp = summarize(spans), s = summarize(figure), w = summarize(tr.host_wall_us);
+    // A wall grade whose ledger saw no call (InvalidTiming by the ledger's count) keeps its spans.
+    const Summary sp = summarize(spans), s = figure.empty() ? sp : summarize(figure), w = summarize(tr.host_wall_us);
     ev->span_min_us = all_spans.min;
     ev->wall_median_us = w.median;
     t["us_per_call"] = s.median;
