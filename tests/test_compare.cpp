@@ -1161,4 +1161,19 @@ TEST(ReportCli, Leaderboard) {
   EXPECT_NE(x.out.find("Exit codes"), std::string::npos) << x.out;
   x = run_nibble({"leaderboard", folder, "--markdown", t.path() + "/h100.json/board.md"}, t);  // under a file
   EXPECT_EQ(x.code, 1) << x.out;
+  // Every output is probed before anything is shown or written: a good -o beside a --json that can
+  // never be written leaves no page and prints no table; the error names the user's path.
+  x = run_nibble({"leaderboard", folder, "-o", t.path() + "/ok.html", "--json", t.path() + "/h100.json/x.json"}, t);
+  EXPECT_EQ(x.code, 1) << x.out;
+  EXPECT_FALSE(fs::exists(t.path() + "/ok.html"));
+  EXPECT_EQ(x.out.find("leaderboard: 6 reports"), std::string::npos) << x.out;
+  EXPECT_NE(x.out.find("--json cannot write " + t.path() + "/h100.json/x.json"), std::string::npos) << x.out;
+  EXPECT_EQ(x.out.find("nibble-probe"), std::string::npos) << x.out;
+  // A name as long as a file name may be (255 bytes) is written, and the probe leaves nothing.
+  const std::string longest = t.path() + "/" + std::string(250, 'b') + ".json";
+  x = run_nibble({"leaderboard", folder, "--json", longest}, t);
+  EXPECT_EQ(x.code, 0) << x.out;
+  EXPECT_TRUE(fs::exists(longest));
+  for (const auto& e : fs::directory_iterator(t.path()))
+    EXPECT_EQ(e.path().filename().string().find("nibble-probe"), std::string::npos) << e.path();
 }
