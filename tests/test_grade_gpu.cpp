@@ -72,6 +72,15 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   EXPECT_GE(t["kernels_per_call"]["min"].get<double>(), 1.0);
   EXPECT_EQ(t["unit"], "token");
   EXPECT_EQ(g.report["schema_version"], "2.4.0");
+  EXPECT_EQ(t.value("clock", ""), "span");
+  // The audits see the harness's own work too: a launch per timed call at least, and the L2 flush's
+  // memset before each (the copy audit, observe-only), every one on the record in an honest grade.
+  const int calls = t["gpu_span_us"]["n"].get<int>();
+  EXPECT_GE(t.value("launches_audited", 0), calls) << t.dump().substr(0, 2000);
+  EXPECT_GE(t.value("copies_audited", 0), calls) << t.dump().substr(0, 2000);
+  EXPECT_EQ(t.value("unrecorded_launches", -1), 0);
+  std::printf("  copy audit: %d copies and memsets, %d without a record (first: %s)\n", t.value("copies_audited", 0),
+              t.value("unrecorded_copies", 0), t.value("first_unrecorded_copy", std::string("-")).c_str());
   EXPECT_FALSE(t["verified_calls"].empty()) << "the timed calls were re-checked";
   EXPECT_FALSE(g.report["device"]["name"].get<std::string>().empty());
   EXPECT_EQ(t["timing_seed_from"], "none: every draw from the OS after the build, when needed") << t.dump();
