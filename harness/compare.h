@@ -146,7 +146,8 @@ struct FigureComparison {
   std::string why;              // one line: why that verdict
   // Shown, but its verdict does not set the exit code: host wall time where NEW's report says it is
   // informational (ReportView::host_wall_informational: a small GEMM's call is a few us of kernel
-  // inside tens of us of launch and synchronisation, mostly the host's noise).
+  // inside tens of us of launch and synchronisation, mostly the host's noise), and the GPU span of
+  // a --clock wall report (graded by grader_clock_us).
   bool informational = false;
   // UNSURE only: samples per report that would settle it (both reports at that count), at the
   // observed spread, for the interval to clear the threshold with probability `power`. Empty when
