@@ -195,6 +195,16 @@ double time_launches(cudaStream_t s, int n) {
   return std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
 }
 
+/** The same for 4-byte memsets into `p` (the copy audit's calls: cuMemsetD8Async and the like). */
+double time_memsets(cudaStream_t s, void* p, int n) {
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) CHECK_CUDA(cudaMemsetAsync(p, i & 0xff, 4, s));
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
+}
+
 }  // namespace
 
 int run(int launches);
@@ -232,12 +242,15 @@ int run(int launches) {
   // Host cost first, before anything is subscribed (CUPTI's activity API loaded or not is part of it).
   for (int i = 0; i < 2; ++i) time_launches(s, launches / 10);
   const double bare_us = time_launches(s, launches);
+  for (int i = 0; i < 2; ++i) time_memsets(s, counter, launches / 10);
+  const double bare_memset_us = time_memsets(s, counter, launches);
 
   CHECK_CUPTI(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
   CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
   CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
   const double activity_us = time_launches(s, launches);
+  const double activity_memset_us = time_memsets(s, counter, launches);
 
   CUpti_SubscriberHandle sub;
   CHECK_CUPTI(cuptiSubscribe(&sub, on_api, nullptr));
@@ -251,6 +264,7 @@ int run(int launches) {
   const double launch_cbs_us = time_launches(s, launches);
   CHECK_CUPTI(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_DRIVER_API));
   const double driver_domain_us = time_launches(s, launches);
+  const double driver_domain_memset_us = time_memsets(s, counter, launches);
   CHECK_CUPTI(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API));
   const double both_domains_us = time_launches(s, launches);
   g_keep_callbacks = true;
@@ -362,6 +376,9 @@ int run(int launches) {
   std::printf("\nhost time per empty launch (%d launches, us): bare %.3f, activity records on %.3f, + launch "
               "callbacks %.3f, + whole driver domain %.3f, + runtime domain %.3f\n",
               launches, bare_us, activity_us, launch_cbs_us, driver_domain_us, both_domains_us);
+  std::printf("host time per 4-byte cudaMemsetAsync (%d calls, us): bare %.3f, activity records on %.3f, + a callback on "
+              "every driver call (the copy audit's cost is below it) %.3f\n",
+              launches, bare_memset_us, activity_memset_us, driver_domain_memset_us);
   CHECK_CUBLAS(cublasDestroy(h));
   CHECK_CUDA(cudaGraphExecDestroy(exec));
   CHECK_CUDA(cudaGraphExecDestroy(mixed));
