@@ -70,6 +70,7 @@ struct SegArgs {
   const Job* jobs;
   int max_k;
   uint32_t max_tiles;
+  bool ordered = true;  // segment_gemv's page order (false: NIBBLE_DF_ORDER=0's atomics)
 };
 
 /** The kernel body: blockIdx.z is the CTA, clusters of 2 along z. */
@@ -107,7 +108,8 @@ __device__ inline void run_segments(SegArgs a) {
         megakernel::build_x_limbs_warps(int(w), kW, j.src, j.k, xq, nullptr, 1.f, g0, g1);
         v2::consumers_sync<kW>();
       }
-      v2::segment_gemv<kW>(pool, mine[s], k, uint32_t(warp - 1), xq, cs, uint32_t(s), cluster.block_rank(), j.y, j.rows);
+      v2::segment_gemv<kW>(pool, mine[s], k, uint32_t(warp - 1), xq, cs, uint32_t(s), cluster.block_rank(), j.y, j.rows,
+                           nullptr, a.ordered);
     }
   }
   cluster.sync();  // no CTA leaves while its partner may still store into it

@@ -33,6 +33,9 @@ TEST(SegmentGemvEmulation, ClusterRowsOfSeveralSegmentsMatchFp64) {
                                  make_matrix(24, 256, 0, 4)};
   const std::vector<InputSpec> specs{{kInputNorm}, {kInputSwiglu}, {kInputAttn, 6, 64, 3}, {kInputX}};
   const std::vector<int> order{0, 1, 2, 3, 0};
+  // Both ways of adding a tile's pages: in page order (the default), and with atomics
+  // (NIBBLE_DF_ORDER=0, the A/B switch: not bitwise run to run, as correct).
+  for (const bool ordered : {true, false})
   for (int clusters : {1, 2, 3}) {
     emu::unreg_all();
     for (const Matrix& m : mats) emu::reg("W", m.units.data(), m.units.size() * 16);
@@ -46,14 +49,14 @@ TEST(SegmentGemvEmulation, ClusterRowsOfSeveralSegmentsMatchFp64) {
       jobs.push_back(make_job(mats[size_t(order[s])], in, in.src.data(), in.gain.data(), ys[s].data()));
     }
     emu::launch_cooperative(+[](SegArgs a) { run_segments(a); }, dim3(1, 1, unsigned(2 * clusters)), dim3(kThreads), c.smem, 2u,
-                            SegArgs{c.segs.data(), c.first.data(), jobs.data(), c.max_k, c.max_tiles});
+                            SegArgs{c.segs.data(), c.first.data(), jobs.data(), c.max_k, c.max_tiles, ordered});
     double worst = 0.0;
     int unwritten = 0;
     for (size_t s = 0; s < order.size(); ++s)
       worst = std::max(worst, check_segment(mats[size_t(order[s])], c.inputs[size_t(order[s])].x, ys[s], &unwritten));
     EXPECT_EQ(unwritten, 0) << clusters << " clusters: rows never written or written beyond the matrix";
     EXPECT_LE(worst, 1.0) << clusters << " clusters: worst |y - W x| / (3e-5 sum |w x|)";
-    std::printf("%d clusters: worst error %.3g of the bound\n", clusters, worst);
+    std::printf("%d clusters%s: worst error %.3g of the bound\n", clusters, ordered ? "" : " (atomics)", worst);
   }
 }
 

@@ -168,6 +168,13 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
     if (!dataflow_warps_supported(warps))
       fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_WARPS=") + e + ": the kernel is built for 8 or 15 consumer warps");
   }
+  // NIBBLE_DF_ORDER=0: a tile's pages summed with atomics, in no fixed order (DataflowParams; A/B).
+  bool ordered = true;
+  if (const char* e = std::getenv("NIBBLE_DF_ORDER"); e && *e) {
+    if (std::string(e) != "0" && std::string(e) != "1")
+      fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_ORDER=") + e + ": 1 (the pages' order, the default) or 0 (none)");
+    ordered = std::string(e) == "1";
+  }
   // NIBBLE_DF_MODE=gemv|consumer: a bench's launch, not a decode step (DataflowMode; bench_dataflow).
   int mode = kModeDecode;
   if (const char* e = std::getenv("NIBBLE_DF_MODE"); e && *e) {
@@ -293,6 +300,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   P.max_seq = c.max_seq;
   P.clusters = clusters;
   P.consumer_warps = warps;
+  P.ordered_sums = ordered;
   P.mode = mode;
   P.chunks = plan.attn_chunks;
   P.n_pages = pages;

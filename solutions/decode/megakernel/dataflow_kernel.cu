@@ -82,7 +82,8 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
     const DevSegment* sp = p.segs + me.first + i;
     const DevSegment s = *sp;
     if constexpr (MODE != kModeDecode) {
-      if (s.kind != df::kAttn) segment_gemv<W>(pool, stream_of(s, p), k, w, xq, cs, seg_no++, rank, p.qkv, 0);
+      if (s.kind != df::kAttn)
+        segment_gemv<W>(pool, stream_of(s, p), k, w, xq, cs, seg_no++, rank, p.qkv, 0, nullptr, p.ordered_sums);
       continue;
     }
     const StreamSegment sg = stream_of(s, p);
@@ -151,7 +152,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
         break;
     }
     if (tr) tr[2] = clock64();
-    segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid);
+    segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid, p.ordered_sums);
     if (s.kind != df::kHead) publish<W>(p.counters + size_t(s.kind) * p.counter_stride + cluster, w, /*synced=*/true);
     if (tr) tr[3] = clock64();
   }

@@ -82,6 +82,9 @@ struct DataflowParams {
   int n_layers = 0, d = 0, ffn = 0, n_q = 0, n_kv = 0, hd = 0, vocab = 0, max_seq = 0;
   int clusters = 0;
   int consumer_warps = kConsumerWarps;  ///< 8 or 15 (dataflow_warps_supported): picks the kernel
+  /** A tile's pages added in page order (bitwise the same run to run), or with shared-memory fp32
+   *  atomics in the order the warps get there (NIBBLE_DF_ORDER=0: an A/B switch, what the order costs). */
+  bool ordered_sums = true;
   int chunks = 0;              ///< attention chunks per KV head (dataflow::Plan::attn_chunks)
   uint32_t n_pages = 0;        ///< the page pool's pages (a multiple of kConsumerWarps)
   uint32_t max_tiles = 0;      ///< most tiles of one cluster's matrix segment (the cluster sum's size)

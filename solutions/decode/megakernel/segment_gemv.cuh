@@ -109,7 +109,8 @@ __device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32
 template <int W>
 __device__ __forceinline__ void segment_gemv(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
                                              const unsigned char* xq, const ClusterSum& cs, uint32_t seg_no,
-                                             uint32_t rank, float* y, int rows, const float* resid = nullptr) {
+                                             uint32_t rank, float* y, int rows, const float* resid = nullptr,
+                                             bool ordered = true) {
   const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
   const uint32_t n = sg.tile1 - sg.tile0;
   for (uint32_t i = uint32_t(ct); i < 16 * n; i += 32 * W) cs.part[i] = 0.f;
@@ -125,7 +126,12 @@ __device__ __forceinline__ void segment_gemv(const PagePool& pool, const StreamS
       gemv_unit(wv, meta, xq + size_t(g + u) * kXqGroupBytes, lane, acc);
     }
     gemv_row_sums(lane, acc, wl, [&](const float (&v)[4], int) {
-      add_in_page_order(cs, t - sg.tile0, (g - sg.g0) / kPageUnits, lane, v);
+      if (ordered) {
+        add_in_page_order(cs, t - sg.tile0, (g - sg.g0) / kPageUnits, lane, v);
+      } else if (lane >= 28) {  // NIBBLE_DF_ORDER=0: no order, no wait (not bitwise run to run)
+        float* dst = cs.part + 16 * (t - sg.tile0) + 4 * (lane - 28);
+        for (int r = 0; r < 4; ++r) atomicAdd(dst + r, v[r]);
+      }
     });
   });
   consumers_sync<W>();
