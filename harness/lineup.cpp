@@ -163,9 +163,9 @@ nlohmann::ordered_json lineup_json(const std::vector<LineupRow>& rows) {
   for (const LineupRow& x : rows) a.push_back(row_json(x));
   return {{"schema", "nibble.lineup"},
           {"schema_version", "1.0.0"},
-          {"rule", "ranked by median time (GPU span; the grader's clock for --clock wall reports) among the Passed "
-                   "reports of the first row's group (task, config, GPU, schema major, clock); speedup = the first row's "
-                   "median / the row's"},
+          {"rule", "ranked by median GPU span (the grader's clock for --clock wall reports) among the Passed reports "
+                   "of the first row's group (task, config, GPU, schema major, clock); speedup = the first row's median "
+                   "/ the row's"},
           {"rows", a}};
 }
 

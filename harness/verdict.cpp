@@ -146,11 +146,10 @@ Verdict judge(const Evidence& e) {
     if (e.unrecorded_launches > 0)
       return fail(D::InvalidTiming, Rule::Timing,
                   std::to_string(e.unrecorded_launches) + " of the " + std::to_string(e.launches_audited) +
-                      " kernel and graph launches of the timed phase left no GPU record of their work (a kernel "
-                      "record for a kernel or a graph with kernel nodes; the first: " +
+                      " kernel and graph launches of the timed phase left no GPU record (the first: " +
                       e.first_unrecorded_launch +
-                      "): CUPTI's records were switched off or taken while they ran, so the GPU span does not hold "
-                      "all of the work");
+                      "; a kernel, or a graph with kernel nodes, needs a kernel record): CUPTI's records were "
+                      "switched off or taken while they ran, so the GPU span does not hold all of the work");
     // Foreign work before the clock comparison: its records inside a window lengthen the span past
     // the window, and the work is the cause worth naming (H200, 2026-12-05: a solution's own copies
     // between calls read "the clocks disagree").

@@ -220,8 +220,8 @@ TEST_P(Judge, TimingValidity) {
   e.unrecorded_launches = 1;
   e.first_unrecorded_launch = "cudaLaunchKernel_v7000";
   expect(e, Disposition::InvalidTiming, Rule::Timing,
-         "1 of the 960 kernel and graph launches of the timed phase left no GPU record of their work (a kernel record "
-         "for a kernel or a graph with kernel nodes; the first: cudaLaunchKernel_v7000)");
+         "1 of the 960 kernel and graph launches of the timed phase left no GPU record (the first: "
+         "cudaLaunchKernel_v7000; a kernel, or a graph with kernel nodes, needs a kernel record)");
   e = base();
   e.dropped_records = 3;  // CUPTI had no buffer: what the records say is incomplete
   expect(e, Disposition::InvalidTiming, Rule::Timing, "CUPTI dropped 3 activity records");
