@@ -75,17 +75,17 @@ void prune_launches() {
     return it == g_record_ids.end() ? Recorded::None : it->second.kernel ? Recorded::Kernel : Recorded::NoKernel;
   };
   g_matched += drop_recorded_launches(g_launches, recorded);
-  const uint32_t oldest_call = g_in_flight.empty() ? UINT32_MAX : *g_in_flight.begin();
+  const uint32_t oldest_in_flight = g_in_flight.empty() ? UINT32_MAX : *g_in_flight.begin();
   g_copies.erase(std::remove_if(g_copies.begin(), g_copies.end(),
                                 [&](const AuditedCopy& c) {
                                   if (recorded(c.call.id) != Recorded::None) return ++g_copies_matched, true;
-                                  if (g_generation - c.generation < kIdGenerations || c.call.id >= oldest_call) return false;
+                                  if (g_generation - c.generation < kIdGenerations || c.call.id >= oldest_in_flight)
+                                    return false;
                                   if (g_copies_unrecorded++ == 0) g_first_unrecorded_copy = c.call.api ? c.call.api : "?";
                                   return true;
                                 }),
                  g_copies.end());
   ++g_generation;
-  const uint32_t oldest_in_flight = g_in_flight.empty() ? UINT32_MAX : *g_in_flight.begin();
   for (auto it = g_record_ids.begin(); it != g_record_ids.end();)
     it = g_generation - it->second.generation > kIdGenerations && it->first < oldest_in_flight ? g_record_ids.erase(it)
                                                                                      : std::next(it);
@@ -184,8 +184,9 @@ const LaunchCall kLaunchCalls[] = {
 };
 
 /** The callback of the launch calls (kept when the call returned success on a stream that was not
- *  capturing: a captured launch runs nothing, its graph launch does) and of the graph calls that
- *  say which executable graphs hold kernels (instantiate, destroy). */
+ *  capturing: a captured launch runs nothing, its graph launch does), of the copy and memset calls
+ *  (kept when they returned success; recorded, not judged) and of the graph calls that say which
+ *  executable graphs run kernels (instantiate, destroy, node enable). */
 void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, const void* data) {
   const auto* d = static_cast<const CUpti_CallbackData*>(data);
   if (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy) {
@@ -219,12 +220,7 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     return;
   }
   bool keep = *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS;
-  if (cbid < g_copy_cbids.size() && g_copy_cbids[cbid]) {  // a copy or memset: any record, no capture check
-    std::lock_guard<std::mutex> lock(g_mutex);
-    if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
-    if (keep && g_auditing) g_copies.push_back({{d->correlationId, d->functionName, false}, g_generation});
-    return;
-  }
+  const bool copy = cbid < g_copy_cbids.size() && g_copy_cbids[cbid];  // a copy or memset: any record, no capture check
   CUgraphExec graph = nullptr;
   for (const LaunchCall& c : kLaunchCalls)
     if (keep && c.cbid == cbid) {
@@ -235,7 +231,8 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     }
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
-  if (keep && g_auditing) {
+  if (keep && g_auditing && copy) g_copies.push_back({{d->correlationId, d->functionName, false}, g_generation});
+  if (keep && g_auditing && !copy) {
     // A graph needs a kernel record when it was seen instantiated with kernel nodes; one instantiated
     // before the subscription (none of a solution's: the timer exists before the load) needs any.
     const auto it = graph ? g_exec_kernels.find(graph) : g_exec_kernels.end();

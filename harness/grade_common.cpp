@@ -292,7 +292,7 @@ json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, 
   if (given_dir.empty()) fs::create_directories(dir, ec);
   // A given folder without a fixture is refused before the lock leaves its file there; one that has
   // a lock file may be another nibble's build under way: wait for it, then judge.
-  if (!given_dir.empty() && !fs::exists(fs::path(dir) / ".nibble.lock", ec))
+  if (!given_dir.empty() && !fs::exists(fs::path(dir) / kFolderLockFile, ec))
     (void)fixture_present(dir, task.name(), config, seed, true);
   const FolderLock lock(dir, [&] { log("waiting for another nibble building " + dir); });
   const bool have = fixture_present(dir, task.name(), config, seed, !given_dir.empty());
