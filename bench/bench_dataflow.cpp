@@ -11,8 +11,10 @@
 //   BM_DataflowConsumerFromSmem  the same with every page completed without a copy: the consumer
 //                                warps from shared memory alone (the design wants ~2x DRAM's rate)
 //
-// Each at 15 and 8 consumer warps (the benchmark's argument; NIBBLE_DF_WARPS), 200 iterations (a
-// fixed count: each run uploads and builds the model, seconds). One launch per iteration, timed with CUDA events around the solution's decode_step (the harness's NaN fill and
+// The benchmark's arguments: consumer warps (NIBBLE_DF_WARPS: 15, the default, or 8) and producer
+// lanes (NIBBLE_DF_PRODUCERS: 8, the default, against 1, v2's first producer, and others for the
+// consumer-only rate, which one serial lane held to ~2.3 TB/s on an H100). 200 iterations (a fixed
+// count: each run uploads and builds the model, seconds). One launch per iteration, timed with CUDA events around the solution's decode_step (the harness's NaN fill and
 // token upload outside them). The fixture is the grader's cached full seed 0 (built there when
 // missing, ~6 s on 16 cores). An error is the benchmark's SkipWithError line, not a crash.
 //
@@ -70,13 +72,15 @@ double weight_bytes(const DecodeConfig& cfg) {
   return b;
 }
 
-/** Steps of mode `mode` with state.range(0) consumer warps; counters over `bytes` per step. */
+/** Steps of mode `mode` with state.range(0) consumer warps and state.range(1) producer lanes;
+ *  counters over `bytes` per step. */
 void run_mode(benchmark::State& state, const char* mode, bool step_bytes) {
   try {
     const DecodeConfig cfg = decode_config("full");
     const SafetensorsFile& file = full_fixture(cfg);
     setenv("NIBBLE_DF_MODE", mode, 1);
     setenv("NIBBLE_DF_WARPS", std::to_string(state.range(0)).c_str(), 1);
+    setenv("NIBBLE_DF_PRODUCERS", std::to_string(state.range(1)).c_str(), 1);
     const SolutionLibrary lib(solution_path());
     DeviceModel model(cfg, file);
     cudaStream_t stream = nullptr;
@@ -109,13 +113,15 @@ void run_mode(benchmark::State& state, const char* mode, bool step_bytes) {
     const double bytes = step_bytes ? double(cfg.bytes_per_step(cfg.prefill + 1)) : weight_bytes(cfg);
     state.counters["bytes"] = bytes;
     state.counters["TB/s"] = benchmark::Counter(bytes * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
-    state.SetLabel(std::string("NIBBLE_DF_MODE=") + mode + ", " + std::to_string(state.range(0)) + " consumer warps");
+    state.SetLabel(std::string("NIBBLE_DF_MODE=") + mode + ", " + std::to_string(state.range(0)) + " consumer warps, " +
+                   std::to_string(state.range(1)) + " producer lanes");
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
     ++g_failures;
   }
   unsetenv("NIBBLE_DF_MODE");
   unsetenv("NIBBLE_DF_WARPS");
+  unsetenv("NIBBLE_DF_PRODUCERS");
 }
 
 void BM_DataflowStep(benchmark::State& state) { run_mode(state, "decode", true); }
@@ -125,9 +131,18 @@ void BM_DataflowConsumerFromSmem(benchmark::State& state) { run_mode(state, "con
 }  // namespace
 
 // A fixed count: each run uploads the model and builds it (seconds), so no iteration-count search.
-BENCHMARK(BM_DataflowStep)->Arg(15)->Arg(8)->Iterations(200)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_DataflowGemvAllLayers)->Arg(15)->Arg(8)->Iterations(200)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_DataflowConsumerFromSmem)->Arg(15)->Arg(8)->Iterations(200)->UseManualTime()->Unit(benchmark::kMicrosecond);
+// {consumer warps, producer lanes}: the defaults {15, 8} first, then the A/B rows.
+BENCHMARK(BM_DataflowStep)->Args({15, 8})->Args({15, 1})->Iterations(200)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DataflowGemvAllLayers)->Args({15, 8})->Args({15, 1})->Iterations(200)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DataflowConsumerFromSmem)
+    ->Args({15, 8})
+    ->Args({15, 1})
+    ->Args({15, 4})
+    ->Args({15, 16})
+    ->Args({8, 8})
+    ->Iterations(200)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

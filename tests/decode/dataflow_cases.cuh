@@ -45,6 +45,7 @@ using test::AttnCase;
 constexpr int kW = 3;                    // consumer warps
 constexpr int kThreads = 32 * (1 + kW);  // warp 0 produces
 constexpr uint32_t kPages = 6;           // a multiple of kW
+constexpr uint32_t kLanes = 4;           // producer lanes: neither dividing kPages nor a multiple of kW
 constexpr int kRowsPerCta = 16, kLayers = 3;
 
 // ---- segments
@@ -88,7 +89,7 @@ __device__ inline void run_segments(SegArgs a) {
   const v2::StreamSegment* mine = a.segs + a.first[cta];
   const int n = a.first[cta + 1] - a.first[cta];
   if (warp == 0) {
-    if (threadIdx.x == 0) v2::produce_pages(pool, mine, n);
+    v2::produce_pages(pool, mine, n, kLanes);
   } else {
     uint32_t k = 0;
     for (int s = 0; s < n; ++s) {
@@ -277,7 +278,7 @@ __device__ inline void attention_items(ItemArgs a) {
   __syncthreads();
   const int cta = int(blockIdx.x), warp = int(threadIdx.x) / 32;
   if (warp == 0) {
-    if (threadIdx.x == 0) v2::produce_pages(pool, a.segs + cta, 1);
+    v2::produce_pages(pool, a.segs + cta, 1, kLanes);
     return;
   }
   uint32_t k = 0;

@@ -3,12 +3,14 @@
 // (dataflow_plan.h) of a small model: one producer lane streams every CTA's segments of every layer
 // through a pool of a few pages (so slots are reused many times), consumer warps check each page
 // against the weights in global memory and count each unit. Every unit of every matrix of every
-// layer must arrive exactly once, intact, at the CTA the plan gives it to. (Checked: a consumer that
-// waits for the wrong phase of full, a producer that does not wait for empty, or a pool of pages
-// the consumers do not divide, fails.)
+// layer must arrive exactly once, intact, at the CTA the plan gives it to, with 1 to P producer lanes
+// issuing pages at once. (Checked: a consumer that waits for the wrong phase of full, a producer
+// that does not wait for empty, a pool of pages the consumers do not divide, or producer lanes that
+// do not converge between their batches, fails.)
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -35,7 +37,7 @@ struct Streams {
 };
 
 __device__ void stream_and_check(const v2::StreamSegment* segs, const int* first, const unsigned* unit_base,
-                                 unsigned* seen, unsigned* bad, int n_pages) {
+                                 unsigned* seen, unsigned* bad, int n_pages, int lanes) {
   NIBBLE_DYNAMIC_SMEM(smem, 16);
   const v2::PagePool pool = v2::page_pool_init(smem, uint32_t(n_pages), kConsumers);
   __syncthreads();
@@ -43,7 +45,7 @@ __device__ void stream_and_check(const v2::StreamSegment* segs, const int* first
   const v2::StreamSegment* mine = segs + first[cta];
   const int n = first[cta + 1] - first[cta];
   if (warp == 0) {
-    if (lane == 0) v2::produce_pages(pool, mine, n);
+    v2::produce_pages(pool, mine, n, uint32_t(lanes));
     return;
   }
   uint32_t k = 0;
@@ -101,14 +103,19 @@ TEST(PageStreamEmulation, EveryUnitOfEveryLayerArrivesOnceIntactAtItsCta) {
         }
       }
       st.first.push_back(int(st.segs.size()));
-      std::vector<unsigned> seen(slots, 0u), bad(1, 0u);
-      emu::launch_cooperative(+[](const v2::StreamSegment* s, const int* f, const unsigned* b, unsigned* sn, unsigned* bd,
-                                  int np) { stream_and_check(s, f, b, sn, bd, np); },
-                              dim3(unsigned(plan.segments.size())), dim3(kThreads), v2::page_pool_bytes(uint32_t(n_pages)), 1u,
-                              st.segs.data(), st.first.data(), st.unit_base.data(), seen.data(), bad.data(), n_pages);
-      EXPECT_EQ(bad[0], 0u) << clusters << " clusters, " << n_pages << " pages";
-      for (unsigned u = 0; u < slots; ++u)
-        ASSERT_EQ(seen[u], 1u) << "unit slot " << u << ", " << clusters << " clusters, " << n_pages << " pages";
+      for (int lanes : {1, 2, 4, n_pages}) {
+        if (!v2::producer_lanes_fit(uint32_t(lanes), uint32_t(n_pages))) continue;
+        const std::string where = std::to_string(clusters) + " clusters, " + std::to_string(n_pages) + " pages, " +
+                                  std::to_string(lanes) + " producer lanes";
+        std::vector<unsigned> seen(slots, 0u), bad(1, 0u);
+        emu::launch_cooperative(+[](const v2::StreamSegment* s, const int* f, const unsigned* b, unsigned* sn, unsigned* bd,
+                                    int np, int nl) { stream_and_check(s, f, b, sn, bd, np, nl); },
+                                dim3(unsigned(plan.segments.size())), dim3(kThreads), v2::page_pool_bytes(uint32_t(n_pages)),
+                                1u, st.segs.data(), st.first.data(), st.unit_base.data(), seen.data(), bad.data(), n_pages,
+                                lanes);
+        EXPECT_EQ(bad[0], 0u) << where;
+        for (unsigned u = 0; u < slots; ++u) ASSERT_EQ(seen[u], 1u) << "unit slot " << u << ", " << where;
+      }
     }
   }
 }

@@ -3,11 +3,13 @@
 #   1. build nibble, both megakernel solutions and their tiny tests;
 #   2. the bundled-solution tiny test of v2 (the fp64 oracle, 8 steps; a protocol that hangs is cut at
 #      120 s), then v1's in the same call;
-#   3. when it passed: a grade of full, seed 0, v2 with 15 consumer warps, again with its pages summed
-#      by atomics in no order (NIBBLE_DF_ORDER=0: what the bitwise order costs), with 8 warps, then v1 (the
-#      grader's watchdog cuts a hang), then v2's stress test (issue 21 step 4: full, seeds 0 and 1,
-#      every position from prefill to the cache's end, run twice, bitwise equal), and
-#      bench_dataflow (the step, the GEMV over all layers, the consumers from shared memory) before it;
+#   3. when it passed: a grade of full, seed 0, v2 as built (15 consumer warps, 8 producer lanes), again
+#      with one producer lane (NIBBLE_DF_PRODUCERS=1: v2's first producer, what the lanes gain), with
+#      its pages summed by atomics in no order (NIBBLE_DF_ORDER=0: what the bitwise order costs), then
+#      v1 (the grader's watchdog cuts a hang), then bench_dataflow (the step, the GEMV over all layers,
+#      the consumers from shared memory, each at 1 and 8 producer lanes), then v2's stress test
+#      (issue 21 step 4: full, seeds 0 and 1, every position from prefill to the cache's end, run
+#      twice, bitwise equal);
 #   4. seeds 0, 1 of v1 (v20's report the README quotes) if time is left.
 #   bash reports/h200/next/dataflow.sh <commit>
 set -uo pipefail
@@ -25,20 +27,21 @@ timeout 120 $B/tests/test_megakernel_dataflow_decode_tiny > "$OUT/tiny-dataflow.
 tiny=$?; echo "v2 tiny: exit $tiny"; grep -E "step|OK|FAILED|Failure" "$OUT/tiny-dataflow.log" | head -20
 timeout 60 $B/tests/test_megakernel_decode_tiny > "$OUT/tiny-v1.log" 2>&1; echo "v1 tiny: exit $?"
 if [ $tiny -eq 0 ]; then
-  for run in "megakernel_dataflow 15 1" "megakernel_dataflow 15 0" "megakernel_dataflow 8 1" "megakernel 0 1"; do
+  for run in "megakernel_dataflow 15 8 1" "megakernel_dataflow 15 1 1" "megakernel_dataflow 15 8 0" "megakernel 0 0 1"; do
     set -- $run
-    n=$1-$2-order$3
+    n=$1-$2w-$3p-order$4
     # the trace in /dev/shm: the graded child's sandbox writes nowhere else
-    timeout 150 env NIBBLE_DF_WARPS=${2/#0/15} NIBBLE_DF_ORDER=$3 NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-$n.txt \
+    timeout 150 env NIBBLE_DF_WARPS=${2/#0/15} NIBBLE_DF_PRODUCERS=${3/#0/8} NIBBLE_DF_ORDER=$4 \
+      NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-$n.txt \
       $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_$1.so --out "$OUT/$n-full-seed0.json" \
       > "$OUT/$n-full-seed0.log" 2>&1
-    echo "$1 ($2 warps, order $3) full seed 0: exit $? $(grep -m2 -E 'disposition|time/token' "$OUT/$n-full-seed0.log" | tr '\n' ' ')"
+    echo "$1 ($2 warps, $3 producer lanes, order $4) full seed 0: exit $? $(grep -m2 -E 'disposition|time/token' "$OUT/$n-full-seed0.log" | tr '\n' ' ')"
     [ -f /dev/shm/nibble-df-trace-$n.txt ] && mv /dev/shm/nibble-df-trace-$n.txt "$OUT/trace-$n.txt" && cat "$OUT/trace-$n.txt"
   done
 fi
-if [ $tiny -eq 0 ] && [ "$(left)" -gt 200 ]; then
+if [ $tiny -eq 0 ] && [ "$(left)" -gt 250 ]; then
   # v2's three rates (issue 21): the step, the GEMV over all layers, the consumers from shared memory
-  timeout 120 $B/bin/bench_dataflow --benchmark_out="$OUT/bench-dataflow.json" \
+  timeout 170 $B/bin/bench_dataflow --benchmark_out="$OUT/bench-dataflow.json" \
     --benchmark_out_format=json > "$OUT/bench-dataflow.txt" 2>&1; echo "bench_dataflow: exit $?"; cat "$OUT/bench-dataflow.txt"
 fi
 if [ $tiny -eq 0 ] && [ "$(left)" -gt 150 ]; then

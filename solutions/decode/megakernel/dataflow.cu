@@ -90,8 +90,8 @@ void write_trace(const Model& m) {
     prod_mean += double(pr[1] - pr[0]) / double(ctas);
     stall_mean += double(pr[2]) / double(ctas);
   }
-  std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, %u pages; the last launch\n", ctas,
-               m.params.consumer_warps, m.params.n_pages);
+  std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, %u producer lanes, %u pages; the last launch\n",
+               ctas, m.params.consumer_warps, m.params.producer_lanes, m.params.n_pages);
   std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %6s\n", "kind", "wait", "build", "run", "n");
   for (int k = 0; k < df::kSegKinds; ++k)
     if (count[k] > 0)
@@ -99,7 +99,7 @@ void write_trace(const Model& m) {
                    sum[k][1] / count[k] * us, sum[k][2] / count[k] * us, count[k]);
   std::fprintf(f, "per CTA over the step, us (mean / max over CTAs): wait %.1f / %.1f, build %.1f / %.1f, run %.1f / %.1f\n",
                cta_sum[0] * us, cta_max[0] * us, cta_sum[1] * us, cta_max[1] * us, cta_sum[2] * us, cta_max[2] * us);
-  std::fprintf(f, "consumers' span %.1f us mean, %.1f max; producer's span %.1f us mean, waiting for a free page %.1f us (%.0f%%)\n",
+  std::fprintf(f, "consumers' span %.1f us mean, %.1f max; producer's span %.1f us mean, its lanes waiting for a free page %.1f us (%.0f%%)\n",
                span_mean * us, span_max * us, prod_mean * us, stall_mean * us, prod_mean > 0 ? 100.0 * stall_mean / prod_mean : 0.0);
   std::fclose(f);
 }
@@ -213,6 +213,17 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
     fail(NIBBLE_ERR_NOT_SUPPORTED, "megakernel-dataflow: the input and cluster-sum buffers (" + std::to_string(fixed) +
                                        " bytes) leave no room for a page per consumer warp in " + std::to_string(optin) +
                                        " bytes of shared memory");
+  // NIBBLE_DF_PRODUCERS=1..32: the producer warp's lanes issuing pages at once (DataflowParams; A/B).
+  uint32_t producer_lanes = std::min(kProducerLanes, pages);
+  if (const char* e = std::getenv("NIBBLE_DF_PRODUCERS"); e && *e) {
+    char* rest = nullptr;
+    const long v = std::strtol(e, &rest, 10);
+    if (*rest != '\0' || !producer_lanes_fit(uint32_t(std::clamp(v, 0L, 33L)), pages))
+      fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_PRODUCERS=") + e + ": 1 to " +
+                                            std::to_string(std::min(32u, pages)) + " producer lanes (this pool has " +
+                                            std::to_string(pages) + " pages)");
+    producer_lanes = uint32_t(v);
+  }
   mdl->smem = page_pool_bytes(pages) + fixed;
   if (mode != kModeDecode) SOL_CUDA(dataflow_set_smem(c.hd, warps, mode, mdl->smem));
 
@@ -304,6 +315,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   P.mode = mode;
   P.chunks = plan.attn_chunks;
   P.n_pages = pages;
+  P.producer_lanes = producer_lanes;
   P.max_tiles = max_tiles;
   P.max_k = max_k;
   P.eps = float(c.eps);

@@ -171,21 +171,23 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
   const int cta = int(blockIdx.z);
   const DevCta me = p.ctas[cta];
   const int warp = int(threadIdx.x >> 5);
-  if (warp == 0) {
-    if (threadIdx.x == 0) {
-      const uint64_t policy = sol::policy_evict_first();
-      uint32_t k = 0;
-      long long stalled = 0;
-      long long* tr = p.trace ? p.trace + p.trace_cta0 + size_t(cta) * kTraceCtaMarks : nullptr;
-      if (tr) tr[0] = clock64();
-      for (int i = 0; i < me.count; ++i) {
-        const DevSegment& s = p.segs[me.first + i];
-        if constexpr (MODE == kModeDecode)
-          produce_segment(pool, stream_of(s, p), k, policy, tr ? &stalled : nullptr);
-        else if (s.kind != df::kAttn)
-          produce_segment<MODE != kModeConsumer>(pool, stream_of(s, p), k, policy, tr ? &stalled : nullptr);
-      }
-      if (tr) tr[1] = clock64(), tr[2] = stalled;
+  if (warp == 0) {  // the producer warp, every lane (produce_segment)
+    const uint64_t policy = sol::policy_evict_first();
+    const uint32_t lanes = p.producer_lanes;
+    uint32_t k = 0;
+    long long stalled = 0;
+    long long* tr = p.trace ? p.trace + p.trace_cta0 + size_t(cta) * kTraceCtaMarks : nullptr;
+    if (tr && threadIdx.x == 0) tr[0] = clock64();
+    for (int i = 0; i < me.count; ++i) {
+      const DevSegment& s = p.segs[me.first + i];
+      if constexpr (MODE == kModeDecode)
+        stalled += produce_segment(pool, stream_of(s, p), k, policy, lanes, tr != nullptr);
+      else if (s.kind != df::kAttn)
+        stalled += produce_segment<MODE != kModeConsumer>(pool, stream_of(s, p), k, policy, lanes, tr != nullptr);
+    }
+    if (tr) {
+      for (int o = 16; o > 0; o >>= 1) stalled += __shfl_xor_sync(0xFFFFFFFFu, stalled, o);
+      if (threadIdx.x == 0) tr[1] = clock64(), tr[2] = stalled / (long long)lanes;
     }
   } else {
     consume<HD, W, MODE>(p, me, pool, xq, xs, red, cs, cluster.block_rank(), cta / df::kClusterSize, uint32_t(warp - 1));

@@ -23,6 +23,9 @@ namespace nibble::megakernel::v2 {
  *  128 registers, 40 bytes of spills), or 8 (156 registers, none): DataflowParams::consumer_warps,
  *  NIBBLE_DF_WARPS at build_model for an A/B. */
 inline constexpr int kConsumerWarps = 15;
+/** Producer lanes by default (DataflowParams::producer_lanes): one lane issuing every page paid its
+ *  wait, proxy fence and copy issue one after another (NOTES.md "v2.1"). */
+inline constexpr uint32_t kProducerLanes = 8;
 /** Whether the kernel is built for w consumer warps. */
 inline bool dataflow_warps_supported(int w) { return w == 8 || w == 15; }
 /** What a launch runs (DataflowParams::mode; NIBBLE_DF_MODE at build_model). kModeDecode: the decode
@@ -112,12 +115,15 @@ struct DataflowParams {
   size_t trace_cta0 = 0;       ///< where the CTAs' marks start: segments x kTraceMarks
   int mode = kModeDecode;      ///< DataflowMode (dataflow_mode_supported): picks the kernel too (last: the
                                ///< decode kernel's parameter offsets stay those it was tuned with)
+  /** Lanes of the producer warp issuing pages at once (1..32, at most n_pages; page_stream.cuh;
+   *  NIBBLE_DF_PRODUCERS at build_model for an A/B). */
+  uint32_t producer_lanes = kProducerLanes;
 };
 
 /** Per segment: its consumers start it, its waits are met, its input is built, it is published. */
 inline constexpr int kTraceMarks = 4;
 /** Per CTA, after the segments' marks: the producer's start, its end (every copy issued), and its
- *  cycles waiting for a free page. */
+ *  cycles waiting for a free page (the mean over its lanes). */
 inline constexpr int kTraceCtaMarks = 3;
 /** Values of DataflowParams::trace for n_segs segments over n_ctas CTAs. */
 inline size_t dataflow_trace_values(size_t n_segs, size_t n_ctas) { return n_segs * kTraceMarks + n_ctas * kTraceCtaMarks; }

@@ -1,18 +1,27 @@
 // page_stream.cuh: the weight stream of the dataflow megakernel (issue 21 step 3; NOTES.md "v2").
-// One producer lane copies its CTA's segments' weight units into a pool of shared-memory pages, in
-// the plan's order, across segment and layer boundaries, waiting only for a free page (weights
-// never depend on activations); consumer warps take the pages in the same order, page n by consumer
-// warp n mod W. Both sides enumerate the pages with for_each_page, so they cannot disagree; the consumers
-// go segment by segment (consume_segment), so that they can wait for a segment's inputs between. W must
-// divide the pool's P pages: then every use of a slot goes to the same warp, which has consumed
-// its previous use before it waits for the next, so a parity wait cannot mistake a phase two
-// behind for the one it waits for (with W = 3, P = 2 the warp of page 3 would pass on page 1's
-// phase; the emulation deadlocks on it).
+// The producer warp's lanes copy their CTA's segments' weight units into a pool of shared-memory
+// pages, in the plan's order, across segment and layer boundaries, waiting only for a free page
+// (weights never depend on activations); consumer warps take the pages in the same order, page n by
+// consumer warp n mod W. Both sides enumerate the pages with for_pages, so they cannot disagree; the
+// consumers go segment by segment (consume_segment), so that they can wait for a segment's inputs
+// between. W must divide the pool's P pages: then every use of a slot goes to the same warp, which
+// has consumed its previous use before it waits for the next, so a parity wait cannot mistake a
+// phase two behind for the one it waits for (with W = 3, P = 2 the warp of page 3 would pass on
+// page 1's phase; the emulation deadlocks on it).
 //
 // Per page p two mbarriers: full[p] (one arrival, the producer's expect_tx, plus the copy's bytes)
 // and empty[p] (one arrival, the consuming warp's lane 0 after its __syncwarp). Page n uses pool slot
 // n mod P for the (n / P)-th time: full's phase n / P, and before the copy the producer waits for
 // empty's phase n / P - 1 (the slot's previous page consumed). sm_90 (cp.async.bulk, mbarrier).
+//
+// The producer issues L pages at once, L lanes of its warp (L <= P; DataflowParams::producer_lanes):
+// lane l takes page b + l of each batch [b, b + L) of a segment, and the warp converges after each
+// batch. One lane issuing every page in turn paid the wait, the proxy fence and the copy's issue
+// one after another, ~400 cycles a page (v2's first timing: the consumers from shared memory alone
+// ran at 2.32 TB/s, that one lane's rate; NOTES.md "v2.1"). A batch's lanes wait on L different
+// slots, and the wait of a page's slot for its previous use (page n - P, in an earlier batch since
+// L <= P) comes after that earlier batch's own wait on it (the warp converged between): the slot's
+// empty barrier is never two phases behind the one a lane waits for.
 #pragma once
 
 #include <cstdint>
@@ -48,18 +57,84 @@ struct StreamSegment {
 /** Positions per K/V page: its K rows in the first half of the page, its V rows after them. */
 NIBBLE_MK_HD inline uint32_t kv_page_rows(uint32_t row_bytes) { return kPageBytes / (2 * row_bytes); }
 
-/** Calls f(a, b, n) for each page of segment sg in stream order. Weights: every tile's run of
- *  groups [g0, g1) cut into pages of at most kPageUnits units: a = tile, b = first group, n = units.
- *  K/V: positions [tile0, tile1) in pages of kv_page_rows: a = first position, b = 0, n = rows. */
-template <class F>
-__device__ __forceinline__ void for_each_page(const StreamSegment& sg, F&& f) {
+/** Pages of segment sg: every tile's run of groups [g0, g1) in pages of at most kPageUnits units
+ *  (weights), or positions [tile0, tile1) in pages of kv_page_rows (K/V). */
+NIBBLE_MK_HD inline uint32_t segment_pages(const StreamSegment& sg) {
+  if (sg.tile1 <= sg.tile0) return 0;
   if (sg.kind == kStreamKv) {
     const uint32_t per = kv_page_rows(sg.row_bytes);
-    for (uint32_t p = sg.tile0; p < sg.tile1; p += per) f(p, 0u, sg.tile1 - p < per ? sg.tile1 - p : per);
-    return;
+    return (sg.tile1 - sg.tile0 + per - 1) / per;
   }
-  for (uint32_t t = sg.tile0; t < sg.tile1; ++t)
-    for (uint32_t g = sg.g0; g < sg.g1; g += kPageUnits) f(t, g, sg.g1 - g < kPageUnits ? sg.g1 - g : kPageUnits);
+  return (sg.tile1 - sg.tile0) * ((uint32_t(sg.g1) - sg.g0 + kPageUnits - 1) / kPageUnits);
+}
+
+/** A walk over the pages i = first, first + stride, ... of segment sg (i: the page's number within
+ *  sg, in stream order; stride >= 1): at(a, b, n) gives page i's a, b, n. Weights: a = tile, b =
+ *  first group, n = units (tile-major: a tile's run of groups, then the next tile's). K/V: a = first
+ *  position, b = 0, n = rows. One division where it starts, none per page: the consumers walk their
+ *  own pages only (a warp that stepped over every page of a segment to find its own spent ~14 loop
+ *  trips per page), and the producer's lanes theirs. */
+struct PageWalk {
+  uint32_t i = 0, n = 0, stride = 1;
+  uint32_t a = 0, j = 0;    // weights: tile, page within the tile's run; K/V: first position
+  uint32_t da = 0, dj = 0;  // the step: weights stride / ppt tiles and stride % ppt pages; K/V stride * per positions
+  uint32_t ppt = 1, per = 0, g0 = 0, g1 = 0, end = 0;  // per: K/V rows a page (0: weights); end: tile1
+
+  __device__ __forceinline__ PageWalk(const StreamSegment& sg, uint32_t first, uint32_t step)
+      : i(first), n(segment_pages(sg)), stride(step), g0(sg.g0), g1(sg.g1), end(sg.tile1) {
+    if (sg.kind == kStreamKv) {
+      per = kv_page_rows(sg.row_bytes);
+      a = sg.tile0 + first * per;
+      da = step * per;
+    } else {
+      ppt = g1 > g0 ? (g1 - g0 + kPageUnits - 1) / kPageUnits : 1u;  // no groups: no pages (n = 0)
+      a = sg.tile0 + first / ppt;
+      j = first % ppt;
+      da = step / ppt;
+      dj = step % ppt;
+    }
+  }
+  __device__ __forceinline__ bool valid() const { return i < n; }
+  __device__ __forceinline__ void at(uint32_t* pa, uint32_t* pb, uint32_t* pn) const {
+    *pa = a;
+    if (per) {
+      *pb = 0;
+      *pn = end - a < per ? end - a : per;
+    } else {
+      const uint32_t g = g0 + j * kPageUnits;
+      *pb = g;
+      *pn = g1 - g < kPageUnits ? g1 - g : kPageUnits;
+    }
+  }
+  __device__ __forceinline__ void next() {
+    i += stride;
+    a += da;
+    j += dj;
+    if (j >= ppt) j -= ppt, ++a;  // K/V: j stays 0 < ppt = 1
+  }
+};
+
+/** Calls f(a, b, n, i) for the pages of PageWalk(sg, first, stride), in order. */
+template <class F>
+__device__ __forceinline__ void for_pages(const StreamSegment& sg, uint32_t first, uint32_t stride, F&& f) {
+  for (PageWalk pw(sg, first, stride); pw.valid(); pw.next()) {
+    uint32_t a, b, n;
+    pw.at(&a, &b, &n);
+    f(a, b, n, pw.i);
+  }
+}
+
+/** Pool slot of a stream page and the parity of its use (page n: slot n mod P, use n / P), stepped
+ *  by at most P pages without division. */
+struct PageSlot {
+  uint32_t p = 0, parity = 0;
+};
+
+NIBBLE_MK_HD inline PageSlot page_slot(uint32_t n, uint32_t n_pages) { return {n % n_pages, (n / n_pages) & 1u}; }
+
+NIBBLE_MK_HD inline void page_slot_step(PageSlot& s, uint32_t stride, uint32_t n_pages) {
+  s.p += stride;
+  if (s.p >= n_pages) s.p -= n_pages, s.parity ^= 1u;
 }
 
 /** The pool: n_pages pages of kPageBytes (16-byte aligned) and their 2 x n_pages mbarriers (shared
@@ -76,6 +151,10 @@ struct PagePool {
 NIBBLE_MK_HD inline bool page_pool_fits(uint32_t n, uint32_t consumers) {
   return consumers > 0 && n >= consumers && n % consumers == 0;
 }
+
+/** Whether `lanes` producer lanes can stream into a pool of n pages (1..32 lanes, no more than n:
+ *  a batch must not use a slot twice). */
+NIBBLE_MK_HD inline bool producer_lanes_fit(uint32_t lanes, uint32_t n) { return lanes >= 1 && lanes <= 32 && lanes <= n; }
 
 /** Shared-memory bytes of a pool of n pages: the pages, then the mbarriers. */
 NIBBLE_MK_HD inline size_t page_pool_bytes(uint32_t n) { return size_t(n) * kPageBytes + size_t(n) * 16; }
@@ -99,66 +178,82 @@ __device__ __forceinline__ PagePool page_pool_init(unsigned char* smem, uint32_t
   return pool;
 }
 
-/** The producer (one lane): every page of segment sg into the pool, in order, each as soon as its
- *  slot is free; k: the stream's page count before sg, advanced past it. policy: the copies' L2
- *  cache hint (sol::policy_evict_first: each weight byte is read once per step). With `stalled`
- *  set, the clock64 cycles spent waiting for free slots are added to it (a trace). kCopy false (a
- *  bench's consumer-only mode): each page is completed without a copy, holding what it held. */
+/** The producer warp, all lanes: every page of segment sg into the pool, in order, `lanes` pages
+ *  at a time (producer_lanes_fit; the header says why that is safe), each as soon as its slot is
+ *  free; k: the stream's page count before sg, advanced past it. policy: the copies' L2 cache hint
+ *  (sol::policy_evict_first: each weight byte is read once per step). Returns the clock64 cycles
+ *  this lane spent waiting for free slots when `timed` (a trace), else 0. kCopy false (a bench's
+ *  consumer-only mode): each page is completed without a copy, holding what it held. */
 template <bool kCopy = true>
-__device__ __forceinline__ void produce_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint64_t policy,
-                                                long long* stalled = nullptr) {
-  for_each_page(sg, [&](uint32_t t, uint32_t g, uint32_t units) {
-    const uint32_t p = k % pool.n_pages, use = k / pool.n_pages;
-    if (use > 0) {
-      const long long t0 = stalled ? clock64() : 0;
-      sol::mbar_wait(pool.empty + 8 * p, (use - 1) & 1);
-      if (stalled) *stalled += clock64() - t0;
-      sol::fence_proxy_async_smem();  // the consumers' reads of the slot before the copy engine's writes
+__device__ __forceinline__ long long produce_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k,
+                                                     uint64_t policy, uint32_t lanes, bool timed = false) {
+  const uint32_t lane = threadIdx.x & 31;
+  PageWalk pw(sg, lane, lanes);
+  PageSlot slot = page_slot(k + lane, pool.n_pages);
+  long long stalled = 0;
+  // Every lane runs every batch (a __syncwarp of the whole warp after each): lanes past `lanes`
+  // or past the segment's last page only converge.
+  for (uint32_t b = 0; b < pw.n; b += lanes) {
+    if (lane < lanes && pw.valid()) {
+      uint32_t t, g, units;
+      pw.at(&t, &g, &units);
+      const uint32_t p = slot.p;
+      if (k + pw.i >= pool.n_pages) {  // the slot's previous page (k + i - P) consumed
+        const long long t0 = timed ? clock64() : 0;
+        sol::mbar_wait(pool.empty + 8 * p, slot.parity ^ 1u);
+        if (timed) stalled += clock64() - t0;
+        sol::fence_proxy_async_smem();  // the consumers' reads of the slot before the copy engine's writes
+      }
+      const uint32_t dst = sol::smem_addr(pool.pages + size_t(p) * kPageBytes);
+      if constexpr (!kCopy) {
+        sol::mbar_arrive(pool.full + 8 * p);
+      } else if (sg.kind == kStreamKv) {  // t: the first position, units: the rows
+        const uint32_t bytes = units * sg.row_bytes;
+        const size_t off = size_t(t) * sg.row_bytes;
+        sol::mbar_expect_tx(pool.full + 8 * p, 2 * bytes);
+        sol::bulk_load(dst, reinterpret_cast<const unsigned char*>(sg.w) + off, bytes, pool.full + 8 * p, policy);
+        sol::bulk_load(dst + kv_page_rows(sg.row_bytes) * sg.row_bytes, reinterpret_cast<const unsigned char*>(sg.v) + off,
+                       bytes, pool.full + 8 * p, policy);
+      } else {
+        const uint32_t bytes = units * kUnitStride;
+        const unsigned char* src = reinterpret_cast<const unsigned char*>(sg.w) + (size_t(t) * sg.groups + g) * kUnitStride;
+        sol::mbar_expect_tx(pool.full + 8 * p, bytes);
+        sol::bulk_load(dst, src, bytes, pool.full + 8 * p, policy);
+      }
+      pw.next();
+      page_slot_step(slot, lanes, pool.n_pages);
     }
-    const uint32_t dst = sol::smem_addr(pool.pages + size_t(p) * kPageBytes);
-    if constexpr (!kCopy) {
-      sol::mbar_arrive(pool.full + 8 * p);
-    } else if (sg.kind == kStreamKv) {  // t: the first position, units: the rows
-      const uint32_t bytes = units * sg.row_bytes;
-      const size_t off = size_t(t) * sg.row_bytes;
-      sol::mbar_expect_tx(pool.full + 8 * p, 2 * bytes);
-      sol::bulk_load(dst, reinterpret_cast<const unsigned char*>(sg.w) + off, bytes, pool.full + 8 * p, policy);
-      sol::bulk_load(dst + kv_page_rows(sg.row_bytes) * sg.row_bytes, reinterpret_cast<const unsigned char*>(sg.v) + off,
-                     bytes, pool.full + 8 * p, policy);
-    } else {
-      const uint32_t bytes = units * kUnitStride;
-      const unsigned char* src = reinterpret_cast<const unsigned char*>(sg.w) + (size_t(t) * sg.groups + g) * kUnitStride;
-      sol::mbar_expect_tx(pool.full + 8 * p, bytes);
-      sol::bulk_load(dst, src, bytes, pool.full + 8 * p, policy);
-    }
-    ++k;
-  });
+    __syncwarp();  // this batch's waits before the next batch's (the header: no wait two phases behind)
+  }
+  k += pw.n;
+  return stalled;
 }
 
-/** The producer (one lane): every page of segs[0, n) into the pool, in order (produce_segment). */
-__device__ __forceinline__ void produce_pages(const PagePool& pool, const StreamSegment* segs, int n) {
+/** The producer warp, all lanes: every page of segs[0, n) into the pool, in order (produce_segment). */
+__device__ __forceinline__ void produce_pages(const PagePool& pool, const StreamSegment* segs, int n, uint32_t lanes) {
   const uint64_t policy = sol::policy_evict_first();
   uint32_t k = 0;
-  for (int s = 0; s < n; ++s) produce_segment(pool, segs[s], k, policy);
+  for (int s = 0; s < n; ++s) produce_segment(pool, segs[s], k, policy, lanes);
 }
 
 /** Consumer warp w (of pool.consumers), all lanes, for the next segment sg of the stream (every
  *  consumer warp calls it for every segment, in order; k: the stream's page count before sg, advanced
- *  past it): f(a, b, n, page) (for_each_page's a, b, n) for sg's pages k, k + 1, ... that are w's (k mod W == w), each
- *  once its bytes have landed; the slot is released after f (and a __syncwarp). */
+ *  past it): f(a, b, n, page) (for_pages' a, b, n) for sg's pages k + i that are w's ((k + i) mod W
+ *  == w), each once its bytes have landed; the slot is released after f (and a __syncwarp). */
 template <class F>
 __device__ __forceinline__ void consume_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
                                                 F&& f) {
-  for_each_page(sg, [&](uint32_t t, uint32_t g, uint32_t units) {
-    if (k % pool.consumers == w) {
-      const uint32_t p = k % pool.n_pages;
-      sol::mbar_wait(pool.full + 8 * p, (k / pool.n_pages) & 1);
-      f(t, g, units, pool.pages + size_t(p) * kPageBytes);
-      __syncwarp();
-      if ((threadIdx.x & 31) == 0) sol::mbar_arrive(pool.empty + 8 * p);
-    }
-    ++k;
+  const uint32_t W = pool.consumers;
+  const uint32_t first = (w + W - k % W) % W;  // k + first is w's first page at or after k
+  PageSlot slot = page_slot(k + first, pool.n_pages);
+  for_pages(sg, first, W, [&](uint32_t t, uint32_t g, uint32_t units, uint32_t) {
+    sol::mbar_wait(pool.full + 8 * slot.p, slot.parity);
+    f(t, g, units, pool.pages + size_t(slot.p) * kPageBytes);
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) sol::mbar_arrive(pool.empty + 8 * slot.p);
+    page_slot_step(slot, W, pool.n_pages);
   });
+  k += segment_pages(sg);
 }
 
 }  // namespace nibble::megakernel::v2
