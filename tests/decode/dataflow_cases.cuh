@@ -52,7 +52,7 @@ constexpr int kRowsPerCta = 16, kLayers = 3;
 
 /** What a segment's input x is built from (dataflow_inputs.cuh): x itself (K floats), RMSNorm of h
  *  (K floats) times a gain (K bf16), silu(gate) * up from gate|up (2 K floats, Interleave8), or the
- *  attention output merged from chunk partials (n_q, chunks, hd + 2), n_q hd = K. */
+ *  attention output merged from chunk partials (n_q, chunks, partial_floats(hd)), n_q hd = K. */
 enum InputKind : int { kInputX = 0, kInputNorm, kInputSwiglu, kInputAttn };
 constexpr float kEps = 1e-5f;
 
@@ -72,6 +72,7 @@ struct SegArgs {
   int max_k;
   uint32_t max_tiles;
   bool ordered = true;  // segment_gemv's page order (false: NIBBLE_DF_ORDER=0's atomics)
+  int attn_weights = 0;  // the attention merge's weights (n_q x chunks; SegmentCase::attn_weights)
 };
 
 /** The kernel body: blockIdx.z is the CTA, clusters of 2 along z. */
@@ -83,7 +84,8 @@ __device__ inline void run_segments(SegArgs a) {
   float* xs = reinterpret_cast<float*>(xq + megakernel::xquant_bytes(a.max_k));
   float* red = xs + a.max_k;
   const v2::ClusterSum cs =
-      v2::cluster_sum_init(reinterpret_cast<unsigned char*>(xs) + v2::input_scratch_bytes(a.max_k, kW), a.max_tiles);
+      v2::cluster_sum_init(reinterpret_cast<unsigned char*>(xs) + v2::input_scratch_bytes(a.max_k, kW, a.attn_weights),
+                           a.max_tiles);
   cluster.sync();  // both CTAs' mbarriers initialised before either sends
   const int cta = int(blockIdx.z), warp = int(threadIdx.x) / 32;
   const v2::StreamSegment* mine = a.segs + a.first[cta];
@@ -102,9 +104,9 @@ __device__ inline void run_segments(SegArgs a) {
         v2::swiglu_input<kW>(j.src, j.k, g0, g1, xs, xq, w);
       } else if (j.kind == kInputAttn) {
         if (j.hd == 64)
-          v2::attn_input<64, kW>(j.src, j.chunks, j.chunks, j.n_q, g0, g1, xs, xq, w);
+          v2::attn_input<64, kW>(j.src, j.chunks, j.n_q, g0, g1, xs, red + kW, xq, w);
         else
-          v2::attn_input<128, kW>(j.src, j.chunks, j.chunks, j.n_q, g0, g1, xs, xq, w);
+          v2::attn_input<128, kW>(j.src, j.chunks, j.n_q, g0, g1, xs, red + kW, xq, w);
       } else {
         megakernel::build_x_limbs_warps(int(w), kW, j.src, j.k, xq, nullptr, 1.f, g0, g1);
         v2::consumers_sync<kW>();
@@ -162,21 +164,22 @@ inline Input make_input(const InputSpec& spec, int k, std::mt19937& rng) {
     }
   } else if (spec.kind == kInputAttn) {
     const int hd = spec.hd, C = spec.chunks;
-    in.src.resize(size_t(spec.n_q) * C * (hd + 2));
+    const int pf = v2::partial_floats(hd);
+    in.src.resize(size_t(spec.n_q) * C * pf);
     for (int j = 0; j < spec.n_q; ++j)
       for (int c = 0; c < C; ++c) {
-        float* pc = in.src.data() + (size_t(j) * C + c) * (hd + 2);
+        float* pc = in.src.data() + (size_t(j) * C + c) * pf;
         pc[0] = 2.f * uni(rng), pc[1] = 1.5f + uni(rng);
-        for (int e = 0; e < hd; ++e) pc[2 + e] = uni(rng);
+        for (int e = 0; e < hd; ++e) pc[v2::kPartialO + e] = uni(rng);
       }
     for (int j = 0; j < spec.n_q; ++j)
       for (int e = 0; e < hd; ++e) {
         double M = -INFINITY, L = 0, O = 0;
-        for (int c = 0; c < C; ++c) M = std::max(M, double(in.src[(size_t(j) * C + c) * (hd + 2)]));
+        for (int c = 0; c < C; ++c) M = std::max(M, double(in.src[(size_t(j) * C + c) * pf]));
         for (int c = 0; c < C; ++c) {
-          const float* pc = in.src.data() + (size_t(j) * C + c) * (hd + 2);
+          const float* pc = in.src.data() + (size_t(j) * C + c) * pf;
           L += double(pc[1]) * std::exp2(double(pc[0]) - M);
-          O += double(pc[2 + e]) * std::exp2(double(pc[0]) - M);
+          O += double(pc[v2::kPartialO + e]) * std::exp2(double(pc[0]) - M);
         }
         in.x[size_t(j) * hd + e] = O / L;
       }
@@ -195,6 +198,7 @@ struct SegmentCase {
   std::vector<int> first;
   int max_k = 0;
   uint32_t max_tiles = 0;
+  int attn_weights = 0;  // the attention merge's weights: the most n_q x chunks of an input
   size_t smem = 0;
 };
 
@@ -205,7 +209,10 @@ inline SegmentCase make_segment_case(const std::vector<Matrix>& mats, const std:
   SegmentCase c;
   std::mt19937 rng(11);
   specs.resize(mats.size());
-  for (size_t m = 0; m < mats.size(); ++m) c.inputs.push_back(make_input(specs[m], mats[m].k, rng));
+  for (size_t m = 0; m < mats.size(); ++m) {
+    c.inputs.push_back(make_input(specs[m], mats[m].k, rng));
+    if (specs[m].kind == kInputAttn) c.attn_weights = std::max(c.attn_weights, specs[m].n_q * specs[m].chunks);
+  }
   for (int cta = 0; cta < 2 * clusters; ++cta) {
     c.first.push_back(int(c.segs.size()));
     for (int mi : order) {
@@ -222,7 +229,7 @@ inline SegmentCase make_segment_case(const std::vector<Matrix>& mats, const std:
     }
   }
   c.first.push_back(int(c.segs.size()));
-  c.smem = v2::page_pool_bytes(kPages) + megakernel::xquant_bytes(c.max_k) + v2::input_scratch_bytes(c.max_k, kW) +
+  c.smem = v2::page_pool_bytes(kPages) + megakernel::xquant_bytes(c.max_k) + v2::input_scratch_bytes(c.max_k, kW, c.attn_weights) +
            v2::cluster_sum_bytes(c.max_tiles);
   return c;
 }
@@ -287,7 +294,7 @@ __device__ inline void attention_items(ItemArgs a) {
 
 /** Case t's items, `chunks` per KV head (chunk c: positions (pos + 1) c / chunks to (pos + 1) (c + 1) /
  *  chunks), over the caches kc / vc (n_kv, max_seq, hd), the q|k|v vector, the RoPE table and the
- *  partials part (n_q, chunks, hd + 2) where the kernel finds them (host or device memory). */
+ *  partials part (n_q, chunks, partial_floats(hd)) where the kernel finds them (host or device memory). */
 inline void make_item_case(const AttnCase& t, int chunks, uint16_t* kc, uint16_t* vc, const float* qkv, const float2* rope,
                            float* part, std::vector<v2::StreamSegment>* segs, std::vector<v2::AttnItem>* items) {
   const int hd = t.hd, rep = t.n_q / t.n_kv, n = t.pos + 1;
@@ -308,26 +315,27 @@ inline void make_item_case(const AttnCase& t, int chunks, uint16_t* kc, uint16_t
       it.rope = rope;
       it.k_slot = kc + (size_t(h) * t.max_seq + t.pos) * hd;
       it.v_slot = vc + (size_t(h) * t.max_seq + t.pos) * hd;
-      it.part = part + (size_t(h) * rep * chunks + c) * (hd + 2);
-      it.part_stride = chunks * (hd + 2);
+      it.part = part + (size_t(h) * rep * chunks + c) * v2::partial_floats(hd);
+      it.part_stride = chunks * v2::partial_floats(hd);
       it.rep = rep, it.pos = t.pos, it.s0 = s0, it.s1 = s1;
       items->push_back(it);
     }
 }
 
-/** The attention output (n_q, hd) from the partials (n_q, chunks, hd + 2), merged as combine_chunks
- *  does, in double (an empty chunk, m = -inf, adds nothing). */
+/** The attention output (n_q, hd) from the partials (n_q, chunks, partial_floats(hd)), merged as
+ *  attn_input does, in double (an empty chunk, m = -inf, adds nothing). */
 inline std::vector<float> merge_chunks(const std::vector<float>& part, int n_q, int chunks, int hd) {
+  const int pf = v2::partial_floats(hd);
   std::vector<float> out(size_t(n_q) * hd);
   for (int j = 0; j < n_q; ++j)
     for (int e = 0; e < hd; ++e) {
       double M = -INFINITY, L = 0, O = 0;
-      for (int c = 0; c < chunks; ++c) M = std::max(M, double(part[(size_t(j) * chunks + c) * (hd + 2)]));
+      for (int c = 0; c < chunks; ++c) M = std::max(M, double(part[(size_t(j) * chunks + c) * pf]));
       for (int c = 0; c < chunks; ++c) {
-        const float* pc = part.data() + (size_t(j) * chunks + c) * (hd + 2);
+        const float* pc = part.data() + (size_t(j) * chunks + c) * pf;
         if (pc[0] == -INFINITY) continue;
         L += double(pc[1]) * std::exp2(double(pc[0]) - M);
-        O += double(pc[2 + e]) * std::exp2(double(pc[0]) - M);
+        O += double(pc[v2::kPartialO + e]) * std::exp2(double(pc[0]) - M);
       }
       out[size_t(j) * hd + e] = float(O / L);
     }

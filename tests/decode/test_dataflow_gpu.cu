@@ -96,7 +96,7 @@ TEST(DataflowGpu, SegmentGemvClusterRowsMatchFp64) {
     DeviceBuffer segs = upload(c.segs), first = upload(c.first), jobs_d = upload(jobs);
     launch_clusters(segments_kernel, 2 * clusters, c.smem,
                     SegArgs{static_cast<const megakernel::v2::StreamSegment*>(segs.get()), static_cast<const int*>(first.get()),
-                            static_cast<const Job*>(jobs_d.get()), c.max_k, c.max_tiles});
+                            static_cast<const Job*>(jobs_d.get()), c.max_k, c.max_tiles, true, c.attn_weights});
     NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
     double worst = 0.0;
     int unwritten = 0;
@@ -126,7 +126,7 @@ template <int HD>
 void run_items(const AttnCase& t, int chunks) {
   const test::AttnInputs in = test::attention_inputs(t);
   DeviceBuffer kc = upload(in.kc), vc = upload(in.vc), qkv = upload(in.qkv), rope = upload(in.rope);
-  const size_t part_n = size_t(t.n_q) * chunks * (HD + 2);
+  const size_t part_n = size_t(t.n_q) * chunks * megakernel::v2::partial_floats(HD);
   DeviceBuffer part = upload(std::vector<float>(part_n, std::nanf("")));
   std::vector<megakernel::v2::StreamSegment> segs;
   std::vector<megakernel::v2::AttnItem> items;

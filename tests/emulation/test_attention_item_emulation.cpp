@@ -30,7 +30,7 @@ void run_case(const AttnCase& t, int chunks) {
   emu::reg("K", kc.data(), kc.size() * 2);
   emu::reg("V", vc.data(), vc.size() * 2);
   emu::reg("qkv", in.qkv.data(), in.qkv.size() * 4);
-  std::vector<float> part(size_t(t.n_q) * chunks * (HD + 2), std::nanf(""));
+  std::vector<float> part(size_t(t.n_q) * chunks * megakernel::v2::partial_floats(HD), std::nanf(""));
   std::vector<megakernel::v2::StreamSegment> segs;
   std::vector<megakernel::v2::AttnItem> items;
   make_item_case(t, chunks, kc.data(), vc.data(), in.qkv.data(), in.rope.data(), part.data(), &segs, &items);

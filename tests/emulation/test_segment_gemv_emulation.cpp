@@ -28,11 +28,13 @@ using test::make_matrix;
 TEST(SegmentGemvEmulation, ClusterRowsOfSeveralSegmentsMatchFp64) {
   // 200 rows (13 tiles, the last partial) x 3 groups (K halves of 1 and 2 groups) on RMSNorm(h);
   // 40 rows x 6 groups on silu(gate) * up; 64 rows x 3 groups on the attention merged from 3 chunks
-  // (6 query heads of hd 64); 24 rows x 2 groups on x itself.
+  // (6 query heads of hd 64); 24 rows x 2 groups on x itself; 32 rows x 8 groups on the attention
+  // merged from 40 chunks (8 heads of hd 128: more chunks than a warp's lanes and than one batch of
+  // attn_input's loads, and more float4s of a K half than the consumer threads).
   const std::vector<Matrix> mats{make_matrix(200, 384, 0, 1), make_matrix(40, 768, 0, 2), make_matrix(64, 384, 0, 3),
-                                 make_matrix(24, 256, 0, 4)};
-  const std::vector<InputSpec> specs{{kInputNorm}, {kInputSwiglu}, {kInputAttn, 6, 64, 3}, {kInputX}};
-  const std::vector<int> order{0, 1, 2, 3, 0};
+                                 make_matrix(24, 256, 0, 4), make_matrix(32, 1024, 0, 5)};
+  const std::vector<InputSpec> specs{{kInputNorm}, {kInputSwiglu}, {kInputAttn, 6, 64, 3}, {kInputX}, {kInputAttn, 8, 128, 40}};
+  const std::vector<int> order{0, 1, 2, 3, 4, 0};
   // Both ways of adding a tile's pages: in page order (the default), and with atomics
   // (NIBBLE_DF_ORDER=0, the A/B switch: not bitwise run to run, as correct).
   for (const bool ordered : {true, false})
@@ -49,7 +51,7 @@ TEST(SegmentGemvEmulation, ClusterRowsOfSeveralSegmentsMatchFp64) {
       jobs.push_back(make_job(mats[size_t(order[s])], in, in.src.data(), in.gain.data(), ys[s].data()));
     }
     emu::launch_cooperative(+[](SegArgs a) { run_segments(a); }, dim3(1, 1, unsigned(2 * clusters)), dim3(kThreads), c.smem, 2u,
-                            SegArgs{c.segs.data(), c.first.data(), jobs.data(), c.max_k, c.max_tiles, ordered});
+                            SegArgs{c.segs.data(), c.first.data(), jobs.data(), c.max_k, c.max_tiles, ordered, c.attn_weights});
     double worst = 0.0;
     int unwritten = 0;
     for (size_t s = 0; s < order.size(); ++s)

@@ -31,10 +31,16 @@ struct AttnItem {
   const float2* rope = nullptr;  ///< (max_seq, hd/2) {cos, sin}
   uint16_t* k_slot = nullptr;    ///< cache row pos of the head (bf16), written when s1 == pos + 1
   uint16_t* v_slot = nullptr;
-  float* part = nullptr;         ///< the first query head's partial of this chunk: {m, l, o[hd]}
+  float* part = nullptr;         ///< the first query head's partial of this chunk (partial_floats)
   int part_stride = 0;           ///< floats from one query head's partial to the next
   int rep = 0, pos = 0, s0 = 0, s1 = 0;
 };
+
+/** The partials' layout of the dataflow kernel (DataflowParams::part): per query head and chunk,
+ *  {m, l, 2 floats of padding, o[hd]} (m: the log2-domain max, l: the sum, o: the weighted V), so that
+ *  o starts 16 bytes in and o-proj's input build (attn_input) reads it as float4. */
+inline constexpr int kPartialO = 4;
+NIBBLE_MK_HD constexpr int partial_floats(int hd) { return hd + kPartialO; }
 
 /** Shared floats of attention_item<HD, W>: rotated q, this step's k and v (bf16 values), and each
  *  warp's (m, l, o) per query head. */
@@ -178,7 +184,7 @@ __device__ __forceinline__ void attention_item(const PagePool& pool, const Strea
       O = fmaf(sw[2 + e], f, O);
     }
     float* pp = it.part + size_t(r) * it.part_stride;
-    pp[2 + e] = O;
+    pp[kPartialO + e] = O;
     if (e == 0) pp[0] = M, pp[1] = L;
   }
   consumers_sync<W>();

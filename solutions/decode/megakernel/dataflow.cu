@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_item.cuh"  // partial_floats
 #include "dataflow_kernel.h"
 #include "dataflow_plan.h"
 #include "megakernel.h"
@@ -206,7 +207,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   for (const auto& list : plan.segments)
     for (const df::Segment& g : list)
       if (g.kind != df::kAttn) max_tiles = std::max(max_tiles, uint32_t(g.tile1 - g.tile0));
-  const size_t fixed = dataflow_fixed_smem(c.hd, warps, max_k, max_tiles);
+  const size_t fixed = dataflow_fixed_smem(c.hd, warps, max_k, max_tiles, c.n_q * plan.attn_chunks);
   const size_t per_page = page_pool_bytes(1);
   const uint32_t pages = fixed < size_t(optin) ? uint32_t((size_t(optin) - fixed) / per_page) / warps * warps : 0;
   if (pages < uint32_t(warps))
@@ -272,7 +273,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
       size_t(c.d) * 4,                                  // h1
       size_t(qdim + 2 * c.n_kv * c.hd) * 4,             // qkv
       size_t(2) * c.ffn * 4,                            // gu
-      size_t(c.n_q) * plan.attn_chunks * (c.hd + 2) * 4,  // partials
+      size_t(c.n_q) * plan.attn_chunks * partial_floats(c.hd) * 4,  // partials
       size_t(df::kSegKinds) * stride * 4,               // counters
       rope.size() * sizeof(float2),                     // RoPE table
       layers.size() * sizeof(DataflowLayer),            // layers

@@ -1,7 +1,8 @@
 // dataflow_inputs.cuh: the input vector of each matrix segment of the dataflow megakernel (issue 21
 // step 3; NOTES.md "v2"), built by the consumer warps from what the segment waited for, as XQuant
-// limbs (int4_mma_gemv.cuh) of the CTA's groups [g0, g1) only. The math is v1's (activation.cuh,
-// attention.cuh's combine_chunks), run on the consumer warps through the ConsumerThreads policy.
+// limbs (int4_mma_gemv.cuh) of the CTA's groups [g0, g1) only. The math is v1's (activation.cuh;
+// the attention merge is combine_chunks' in two passes), run on the consumer warps through the
+// ConsumerThreads policy.
 //   qkv, gate|up, head: RMSNorm(h) * gain      (norm_input)
 //   o:                  the attention output, merged from the chunks' partials (attn_input)
 //   down:               silu(gate) * up          (swiglu_input)
@@ -27,9 +28,12 @@ struct ConsumerThreads {
   __device__ __forceinline__ static void sync() { consumers_sync<W>(); }
 };
 
-/** Shared memory of the input builds: xs (the longest input, fp32) and the sum's W floats, rounded
- *  up to 16 bytes (what follows stays aligned). */
-NIBBLE_MK_HD inline size_t input_scratch_bytes(int max_k, int w) { return (size_t(max_k) * 4 + size_t(w) * 4 + 15) / 16 * 16; }
+/** Shared memory of the input builds: xs (the longest input, fp32), the sum's W floats and the
+ *  attention merge's attn_weights floats (n_q x chunks: attn_input's wgt), rounded up to 16 bytes
+ *  (what follows stays aligned). */
+NIBBLE_MK_HD inline size_t input_scratch_bytes(int max_k, int w, int attn_weights) {
+  return (size_t(max_k) * 4 + size_t(w) * 4 + size_t(attn_weights) * 4 + 15) / 16 * 16;
+}
 
 /** xq's groups [g0, g1) = limbs of RMSNorm(xs) * gain, xs (d floats of shared memory) loaded and
  *  the consumers synchronised before; gain (d) bf16, red: W floats. Consumer warp w, all lanes; ends
@@ -79,15 +83,90 @@ __device__ __forceinline__ void swiglu_input(const float* gu, int ffn, int g0, i
   CT::sync();
 }
 
-/** xq's groups [g0, g1) = limbs of the attention output (n_q hd), each element merged from the
- *  n_chunks partials of part (n_q, max_chunks, HD + 2) (combine_chunks) published by the attention
- *  items; xs: n_q HD floats of shared memory (only [128 g0, 128 g1) written). As norm_input. */
+/** Chunks whose o the attention merge loads at once per thread (one float4 each: 32 registers; 16
+ *  spilled, the 15-warp kernel's stack 56 -> 264 bytes). */
+inline constexpr int kMergeBatch = 8;
+
+/**
+ * xq's groups [g0, g1) = limbs of the attention output (n_q hd): element e of query head j is
+ * sum_c o_c[e] w_c over the n_chunks partials of part (n_q, n_chunks, partial_floats(HD)) published
+ * by the attention items, w_c = 2^(m_c - M) / sum_c' l_c' 2^(m_c' - M), M = max_c m_c (the online
+ * softmax's merge, as v1's combine_chunks, in two passes). xs: n_q HD floats of shared memory (only
+ * [128 g0, 128 g1) written); wgt: n_q n_chunks floats of shared memory (input_scratch_bytes'
+ * attn_weights). Consumer warp w, all lanes; ends with the consumers' barrier, as norm_input.
+ *
+ * Why two passes: v1's merge (one element per thread, every chunk's m, l and o loaded together) made
+ * a thread wait for ~4 L2 round trips in turn at the full config (1536 elements of a K half over 480
+ * threads), ~6.6 us of o's 15 us a layer on an H100 (NOTES.md "v2.2"). Here each thread first issues
+ * its float4 of o from the first kMergeBatch chunks, then the warps compute each head's weights from
+ * its chunks' (m, l) (one load each) while those loads are in flight, and the o's are weighted after
+ * the consumers' barrier, the next batches loaded as they go: at the full config (16 chunks, one
+ * float4 a thread) two round trips instead of four. Sums in chunk order, max and sums across lanes
+ * by a fixed butterfly: bitwise the same run to run.
+ */
 template <int HD, int W>
-__device__ __forceinline__ void attn_input(const float* part, int max_chunks, int n_chunks, int n_q, int g0, int g1,
-                                           float* xs, unsigned char* xq, uint32_t w) {
+__device__ __forceinline__ void attn_input(const float* part, int n_chunks, int n_q, int g0, int g1, float* xs, float* wgt,
+                                           unsigned char* xq, uint32_t w) {
   using CT = ConsumerThreads<W>;
-  for (int i = kGroup * g0 + int(CT::t()); i < kGroup * g1; i += int(CT::n()))
-    xs[i] = combine_chunks<HD>(part, max_chunks, n_chunks, i / HD, i % HD);
+  constexpr int PF = partial_floats(HD);
+  const int lane = int(threadIdx.x & 31);
+  const int e0 = kGroup * g0, n4 = kGroup * (g1 - g0) / 4;  // this half's elements, as float4s
+  const int j0 = e0 / HD, j1 = kGroup * g1 / HD;            // its query heads (HD divides 128)
+  // The partial of head j, chunk c, its o from element e (16-byte aligned: PF and kPartialO are
+  // multiples of 4 floats, part 16-byte aligned).
+  const auto o4 = [&](int j, int c, int e) {
+    return __ldcg(reinterpret_cast<const float4*>(part + (size_t(j) * n_chunks + c) * PF + kPartialO + e));
+  };
+  // 1. This thread's first float4: its first batch of o in flight.
+  const int first = int(CT::t());
+  float4 ob[kMergeBatch];
+  if (first < n4) {
+    const int el = e0 + 4 * first, j = el / HD, e = el % HD;
+#pragma unroll
+    for (int c = 0; c < kMergeBatch; ++c)
+      if (c < n_chunks) ob[c] = o4(j, c, e);
+  }
+  // 2. Each head's weights, a warp per head: lanes over its chunks (m, l), the max and the sum over
+  //    the warp by butterfly (every lane ends with the same M and L).
+  for (int j = j0 + int(w); j < j1; j += W) {
+    float M = -INFINITY;
+    for (int c = lane; c < n_chunks; c += 32) M = fmaxf(M, __ldcg(part + (size_t(j) * n_chunks + c) * PF));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, o));
+    float L = 0.f;
+    for (int c = lane; c < n_chunks; c += 32) {
+      const float2 ml = __ldcg(reinterpret_cast<const float2*>(part + (size_t(j) * n_chunks + c) * PF));
+      const float f = ml.x == -INFINITY ? 0.f : exp2f(ml.x - M);
+      wgt[(j - j0) * n_chunks + c] = f;
+      L = fmaf(ml.y, f, L);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xFFFFFFFFu, L, o);
+    const float inv = 1.f / L;
+    for (int c = lane; c < n_chunks; c += 32) wgt[(j - j0) * n_chunks + c] *= inv;
+  }
+  CT::sync();
+  // 3. o = sum_c o_c w_c, in chunk order: the first float4 from the batch in flight, the rest loaded
+  //    batch by batch.
+  for (int i = first; i < n4; i += int(CT::n())) {
+    const int el = e0 + 4 * i, j = el / HD, e = el % HD;
+    const float* wj = wgt + (j - j0) * n_chunks;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int c0 = 0; c0 < n_chunks; c0 += kMergeBatch) {
+      if (i != first || c0 > 0) {
+#pragma unroll
+        for (int c = 0; c < kMergeBatch; ++c)
+          if (c0 + c < n_chunks) ob[c] = o4(j, c0 + c, e);
+      }
+#pragma unroll
+      for (int c = 0; c < kMergeBatch; ++c)
+        if (c0 + c < n_chunks) {
+          const float f = wj[c0 + c];
+          acc = make_float4(fmaf(ob[c].x, f, acc.x), fmaf(ob[c].y, f, acc.y), fmaf(ob[c].z, f, acc.z), fmaf(ob[c].w, f, acc.w));
+        }
+    }
+    *reinterpret_cast<float4*>(xs + el) = acc;
+  }
   CT::sync();
   build_x_limbs_warps(int(w), W, xs, n_q * HD, xq, nullptr, 1.f, g0, g1);
   CT::sync();

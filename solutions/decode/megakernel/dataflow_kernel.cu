@@ -22,11 +22,12 @@ namespace {
 
 namespace df = dataflow;
 
-/** Scratch bytes for head dim HD and W consumer warps (16-byte multiple). */
+/** Scratch bytes for head dim HD and W consumer warps, the longest input max_k and the attention
+ *  merge's attn_weights weights (16-byte multiple). */
 template <int HD, int W>
-NIBBLE_MK_HD size_t scratch_bytes(int max_k) {
+NIBBLE_MK_HD size_t scratch_bytes(int max_k, int attn_weights) {
   const size_t attn = size_t(attention_item_floats<HD, W>()) * 4;
-  const size_t in = input_scratch_bytes(max_k, W);
+  const size_t in = input_scratch_bytes(max_k, W, attn_weights);
   return ((in > attn ? in : attn) + 15) / 16 * 16;
 }
 
@@ -104,8 +105,8 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       const size_t row = p.kv_seq_off + (size_t(h) * p.max_seq + size_t(p.pos)) * HD;
       it.k_slot = L.k_cache + row;
       it.v_slot = L.v_cache + row;
-      it.part = p.part + (size_t(h) * rep * p.chunks + s.chunk) * (HD + 2);
-      it.part_stride = p.chunks * (HD + 2);
+      it.part = p.part + (size_t(h) * rep * p.chunks + s.chunk) * partial_floats(HD);
+      it.part_stride = p.chunks * partial_floats(HD);
       it.rep = rep;
       it.pos = p.pos;
       chunk_positions(p.pos, s.chunk, p.chunks, &it.s0, &it.s1);
@@ -129,7 +130,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
         rows = (p.n_q + 2 * p.n_kv) * HD;
         break;
       case df::kO:
-        attn_input<HD, W>(p.part, p.chunks, p.chunks, p.n_q, s.g0, s.g1, xs, xq, w);
+        attn_input<HD, W>(p.part, p.chunks, p.n_q, s.g0, s.g1, xs, red + W, xq, w);
         y = p.h1;
         resid = p.h0;
         rows = p.d;
@@ -166,7 +167,8 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
   unsigned char* xq = smem + page_pool_bytes(p.n_pages);
   float* xs = reinterpret_cast<float*>(xq + xquant_bytes(p.max_k));
   float* red = xs + p.max_k;
-  const ClusterSum cs = cluster_sum_init(reinterpret_cast<unsigned char*>(xs) + scratch_bytes<HD, W>(p.max_k), p.max_tiles);
+  const ClusterSum cs = cluster_sum_init(reinterpret_cast<unsigned char*>(xs) + scratch_bytes<HD, W>(p.max_k, p.n_q * p.chunks),
+                                         p.max_tiles);
   cluster.sync();  // both CTAs' mbarriers initialised before either copies or sends
   const int cta = int(blockIdx.z);
   const DevCta me = p.ctas[cta];
@@ -275,9 +277,9 @@ R with_kernel(int hd, int w, int mode, R otherwise, F&& f) {
   return otherwise;
 }
 
-size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles) {
-  const size_t scratch =
-      with_kernel(hd, w, kModeDecode, size_t(0), [&](auto HD, auto W, auto) { return scratch_bytes<HD(), W()>(max_k); });
+size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles, int attn_weights) {
+  const size_t scratch = with_kernel(hd, w, kModeDecode, size_t(0),
+                                     [&](auto HD, auto W, auto) { return scratch_bytes<HD(), W()>(max_k, attn_weights); });
   return xquant_bytes(max_k) + scratch + cluster_sum_bytes(max_tiles);
 }
 

@@ -100,7 +100,7 @@ struct DataflowParams {
   float* h1 = nullptr;         ///< (d) the residual after o-proj
   float* qkv = nullptr;        ///< (n_q + 2 n_kv) hd
   float* gu = nullptr;         ///< (2 ffn) Interleave8
-  float* part = nullptr;       ///< (n_q, chunks, hd + 2) the attention items' partials
+  float* part = nullptr;       ///< (n_q, chunks, partial_floats(hd)) the attention items' partials
   unsigned* counters = nullptr;
   int counter_stride = 0;      ///< max(clusters, n_kv)
   // this launch
@@ -129,8 +129,9 @@ inline constexpr int kTraceCtaMarks = 3;
 inline size_t dataflow_trace_values(size_t n_segs, size_t n_ctas) { return n_segs * kTraceMarks + n_ctas * kTraceCtaMarks; }
 
 /** Shared-memory bytes besides the page pool for head dim hd and w consumer warps: XQuant records,
- *  the input / attention scratch and the cluster sum. */
-size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles);
+ *  the input / attention scratch (attn_weights: n_q x chunks, the attention merge's) and the
+ *  cluster sum. */
+size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles, int attn_weights);
 
 /** Clusters of 2 CTAs of 32 (1 + w) threads and `smem` bytes that can be resident at once on this
  *  device (cudaOccupancyMaxActiveClusters); hd (64 or 128) and w (dataflow_warps_supported) pick
