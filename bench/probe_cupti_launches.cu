@@ -338,6 +338,50 @@ int run(int launches) {
     CHECK_CUDA(cudaGraphLaunch(mixed, s));
     CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   });
+  // A conditional node's body is not handed out by CUDA 13.0's driver, so the audit's graph walk
+  // cannot see its kernels and counts a conditional node as running one (fails closed). Which records
+  // an IF node (default 1) with a body kernel beside a memset node leaves, with every kind on and
+  // with the kernel records off: whether the body's kernel record carries the launch's id.
+  cudaGraphExec_t cond = nullptr;
+  probe("explicit graph: memset + IF conditional node (default true) whose body runs a kernel (instantiate)", [&] {
+    cudaGraph_t g;
+    CHECK_CUDA(cudaGraphCreate(&g, 0));
+    cudaGraphConditionalHandle handle;
+    CHECK_CUDA(cudaGraphConditionalHandleCreate(&handle, g, 1, cudaGraphCondAssignDefault));
+    cudaGraphNodeParams cp{};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = handle;
+    cp.conditional.type = cudaGraphCondTypeIf;
+    cp.conditional.size = 1;
+    cudaGraphNode_t n_cond, n_set, n_body_kernel;
+    CHECK_CUDA(cudaGraphAddNode(&n_cond, g, nullptr, nullptr, 0, &cp));
+    void* args[] = {&counter};
+    cudaKernelNodeParams k{};
+    k.func = reinterpret_cast<void*>(empty_kernel);
+    k.gridDim = dim3(1);
+    k.blockDim = dim3(32);
+    k.kernelParams = args;
+    CHECK_CUDA(cudaGraphAddKernelNode(&n_body_kernel, cp.conditional.phGraph_out[0], nullptr, 0, &k));
+    cudaMemsetParams ms{};
+    ms.dst = counter;
+    ms.elementSize = 4;
+    ms.width = 1024;
+    ms.height = 1;
+    ms.pitch = 4096;
+    CHECK_CUDA(cudaGraphAddMemsetNode(&n_set, g, &n_cond, 1, &ms));
+    cudaGraphNodeType t{};
+    CHECK_CUDA(cudaGraphNodeGetType(n_cond, &t));
+    std::printf("  the conditional node's type: %d (cudaGraphNodeTypeConditional %d)\n", int(t),
+                int(cudaGraphNodeTypeConditional));
+    CHECK_CUDA(cudaGraphInstantiate(&cond, g, 0));
+    CHECK_CUDA(cudaGraphDestroy(g));
+  });
+  probe("cudaGraphLaunch of the conditional graph, every record kind on", [&] { CHECK_CUDA(cudaGraphLaunch(cond, s)); });
+  probe("cudaGraphLaunch of the conditional graph, CONCURRENT_KERNEL off around the launch", [&] {
+    CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    CHECK_CUDA(cudaGraphLaunch(cond, s));
+    CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  });
   probe("cudaMemsetAsync + cudaMemcpyAsync (device to device)", [&] {
     CHECK_CUDA(cudaMemsetAsync(counter, 0, 1 << 19, s));
     CHECK_CUDA(cudaMemcpyAsync(reinterpret_cast<char*>(counter) + (1 << 19), counter, 1 << 19,
@@ -382,6 +426,7 @@ int run(int launches) {
   CHECK_CUBLAS(cublasDestroy(h));
   CHECK_CUDA(cudaGraphExecDestroy(exec));
   CHECK_CUDA(cudaGraphExecDestroy(mixed));
+  CHECK_CUDA(cudaGraphExecDestroy(cond));
   CHECK_CUPTI(cuptiUnsubscribe(sub));
   CHECK_CUDA(cudaFree(m));
   CHECK_CUDA(cudaFree(counter));

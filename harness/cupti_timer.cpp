@@ -337,7 +337,7 @@ bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth) {
   if (depth > 8) return true;
   for (void* node : walk.nodes(graph)) {
     const int type = walk.type(node);
-    if (type == CU_GRAPH_NODE_TYPE_KERNEL) return true;
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL || type == CU_GRAPH_NODE_TYPE_CONDITIONAL) return true;
     if (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_kernel(walk.child(node), walk, depth + 1)) return true;
   }
   return false;
@@ -356,7 +356,9 @@ GraphKernels graph_kernels(void* graph, const GraphWalk& walk) {
   for (void* node : walk.nodes(graph)) {
     const int type = walk.type(node);
     if (type == CU_GRAPH_NODE_TYPE_KERNEL) k.kernel_nodes.push_back(node);
-    if (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_kernel(walk.child(node), walk, 1)) k.nested = true;
+    if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL ||
+        (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_kernel(walk.child(node), walk, 1)))
+      k.nested = true;
   }
   return k;
 }

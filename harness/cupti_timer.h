@@ -65,15 +65,15 @@ struct GraphWalk {
 };
 
 /** Whether `graph` holds a kernel node, in it or in its child graphs. Past a depth of 8 child graphs
- *  it says yes (fails closed: a kernel hidden deeper would otherwise need no kernel record); what the
- *  driver will not list counts as no kernel (the audit then asks for any record, as for a graph of
- *  copies), and so do conditional nodes' bodies, which the driver of CUDA 13.0 does not hand out.
- *  Pure but for `walk`. */
+ *  it says yes, and so for a conditional node (both fail closed: a kernel hidden deeper, or in a
+ *  conditional node's body, which the driver of CUDA 13.0 does not hand out, would otherwise need no
+ *  kernel record, and a memset beside it would vouch for it); what the driver will not list counts as
+ *  no kernel (the audit then asks for any record, as for a graph of copies). Pure but for `walk`. */
 bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth = 0);
 
 /** The kernels of one executable graph as the audit tracks them: its top-level kernel nodes, those of
- *  them a cuGraphNodeSetEnabled call disabled, and whether a child graph holds a kernel (child graphs'
- *  nodes cannot be disabled in an executable graph). */
+ *  them a cuGraphNodeSetEnabled call disabled, and whether a child graph or a conditional node may run
+ *  a kernel (graph_has_kernel; their nodes cannot be disabled in an executable graph). */
 struct GraphKernels {
   std::vector<void*> kernel_nodes;
   std::vector<void*> disabled;  // a subset of kernel_nodes, no repeats

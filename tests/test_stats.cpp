@@ -159,11 +159,17 @@ TEST(LaunchAudit, AGraphHoldsAKernelInItOrItsChildGraphs) {
   graphs[graph(0x200)] = {node(2, 2), node(3, 0)};  // a memset and a kernel
   graphs[graph(0x300)] = {node(4, 1), node(5, 4)};  // a copy and a child graph holding the kernel
   children[&ids[5]] = graph(0x200);
-  graphs[graph(0x400)] = {node(6, 4), node(7, 13)};  // a child node the driver will not open, a conditional
+  graphs[graph(0x400)] = {node(6, 4), node(8, 1)};   // a child node the driver will not open, a copy
+  graphs[graph(0x500)] = {node(9, 2), node(7, 13)};  // a memset and a conditional node
   EXPECT_FALSE(graph_has_kernel(graph(0x100), walk));
   EXPECT_TRUE(graph_has_kernel(graph(0x200), walk));
   EXPECT_TRUE(graph_has_kernel(graph(0x300), walk));
-  EXPECT_FALSE(graph_has_kernel(graph(0x400), walk));  // documented: conditional bodies are not seen
+  EXPECT_FALSE(graph_has_kernel(graph(0x400), walk));
+  // A conditional node's body is not handed out by the driver: it counts as a kernel (fails closed:
+  // else the memset's record would vouch for a body kernel whose record was switched off).
+  EXPECT_TRUE(graph_has_kernel(graph(0x500), walk));
+  EXPECT_TRUE(graph_kernels(graph(0x500), walk).launches_kernel());
+  EXPECT_TRUE(graph_kernels(graph(0x500), walk).kernel_nodes.empty());
   EXPECT_FALSE(graph_has_kernel(nullptr, walk));
   // A chain of child graphs: a kernel at depth 8 is found; below the bound the walk stops and says
   // yes (fails closed), whether or not a kernel is there: a chain of copies 10 deep needs a kernel

@@ -148,10 +148,12 @@ bool kernel_records(bool on, const char* who) {
   return true;
 }
 
-#if defined(HOSTILE_HIDE_IN_GRAPH)
+#if defined(HOSTILE_HIDE_IN_GRAPH) || defined(HOSTILE_HIDE_IN_CONDITIONAL)
 /** One executable graph, in s.graphs[0]: a 1 MiB device-to-device copy (within s.private_logits, a
- *  copy engine's work: a MEMCPY record, never a kernel), then busy_kernel(ns). */
-nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error* err) {
+ *  copy engine's work: a MEMCPY record, never a kernel), then busy_kernel(ns); with `conditional`,
+ *  the kernel in the body of an IF conditional node (default true: it runs every launch) after the
+ *  copy instead of a kernel node. */
+nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error* err, bool conditional = false) {
   constexpr size_t kBytes = size_t(1) << 20;
   H_CUDA(cudaMalloc(&s.private_logits, 2 * kBytes));
   cudaGraph_t g = nullptr;
@@ -163,9 +165,21 @@ nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error*
   k.blockDim = dim3(1);
   k.kernelParams = args;
   auto* base = reinterpret_cast<unsigned char*>(s.private_logits);
-  cudaGraphNode_t copy_node = nullptr, kernel_node = nullptr;
+  cudaGraphNode_t copy_node = nullptr, kernel_node = nullptr, cond_node = nullptr;
   cudaError_t e = cudaGraphAddMemcpyNode1D(&copy_node, g, nullptr, 0, base + kBytes, base, kBytes, cudaMemcpyDeviceToDevice);
-  if (e == cudaSuccess) e = cudaGraphAddKernelNode(&kernel_node, g, &copy_node, 1, &k);
+  if (e == cudaSuccess && conditional) {
+    cudaGraphConditionalHandle handle{};
+    e = cudaGraphConditionalHandleCreate(&handle, g, 1, cudaGraphCondAssignDefault);
+    cudaGraphNodeParams cp{};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = handle;
+    cp.conditional.type = cudaGraphCondTypeIf;
+    cp.conditional.size = 1;
+    if (e == cudaSuccess) e = cudaGraphAddNode(&cond_node, g, &copy_node, nullptr, 1, &cp);
+    if (e == cudaSuccess) e = cudaGraphAddKernelNode(&kernel_node, cp.conditional.phGraph_out[0], nullptr, 0, &k);
+  } else if (e == cudaSuccess) {
+    e = cudaGraphAddKernelNode(&kernel_node, g, &copy_node, 1, &k);
+  }
   cudaGraphExec_t exec = nullptr;
   if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, g, 0);
   (void)cudaGraphDestroy(g);
@@ -962,6 +976,16 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   if (timed && hostile::kernel_records(false, "hostile-hide_in_graph")) {
     H_CUDA(cudaGraphLaunch(s.graphs[0], stream));
     hostile::kernel_records(true, "hostile-hide_in_graph");
+  }
+  H_OK(forward(s, tokens, pos, logits, stream, err));
+  return NIBBLE_OK;
+#elif defined(HOSTILE_HIDE_IN_CONDITIONAL)
+  // hide_in_graph's graph with its kernel in a conditional node's body, which the audit's graph walk
+  // cannot open: a conditional node counts as a kernel, so the copy's record no longer vouches.
+  if (s.graphs.empty()) H_OK(hostile::copy_and_busy_graph(s, 40000, err, /*conditional=*/true));
+  if (timed && hostile::kernel_records(false, "hostile-hide_in_conditional")) {
+    H_CUDA(cudaGraphLaunch(s.graphs[0], stream));
+    hostile::kernel_records(true, "hostile-hide_in_conditional");
   }
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
