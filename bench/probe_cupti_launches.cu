@@ -332,12 +332,16 @@ int run(int launches) {
     CHECK_CUDA(cudaGraphDestroy(child));
     CHECK_CUDA(cudaGraphDestroy(g));
   });
-  probe("cudaGraphLaunch of the mixed graph, every record kind on", [&] { CHECK_CUDA(cudaGraphLaunch(mixed, s)); });
-  probe("cudaGraphLaunch of the mixed graph, CONCURRENT_KERNEL off around the launch", [&] {
-    CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-    CHECK_CUDA(cudaGraphLaunch(mixed, s));
-    CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-  });
+  // A graph launched with every record kind on, then with the kernel records off around the launch.
+  const auto launch_both_ways = [&](const std::string& name, cudaGraphExec_t exec) {
+    probe(("cudaGraphLaunch of the " + name + ", every record kind on").c_str(), [&] { CHECK_CUDA(cudaGraphLaunch(exec, s)); });
+    probe(("cudaGraphLaunch of the " + name + ", CONCURRENT_KERNEL off around the launch").c_str(), [&] {
+      CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+      CHECK_CUDA(cudaGraphLaunch(exec, s));
+      CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    });
+  };
+  launch_both_ways("mixed graph", mixed);
   // A conditional node's body is not handed out by CUDA 13.0's driver, so the audit's graph walk
   // cannot see its kernels and counts a conditional node as running one (fails closed). Which records
   // an IF node (default 1) with a body kernel beside a memset node leaves, with every kind on and
@@ -376,12 +380,7 @@ int run(int launches) {
     CHECK_CUDA(cudaGraphInstantiate(&cond, g, 0));
     CHECK_CUDA(cudaGraphDestroy(g));
   });
-  probe("cudaGraphLaunch of the conditional graph, every record kind on", [&] { CHECK_CUDA(cudaGraphLaunch(cond, s)); });
-  probe("cudaGraphLaunch of the conditional graph, CONCURRENT_KERNEL off around the launch", [&] {
-    CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-    CHECK_CUDA(cudaGraphLaunch(cond, s));
-    CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-  });
+  launch_both_ways("conditional graph", cond);
   probe("cudaMemsetAsync + cudaMemcpyAsync (device to device)", [&] {
     CHECK_CUDA(cudaMemsetAsync(counter, 0, 1 << 19, s));
     CHECK_CUDA(cudaMemcpyAsync(reinterpret_cast<char*>(counter) + (1 << 19), counter, 1 << 19,
