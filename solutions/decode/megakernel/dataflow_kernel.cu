@@ -111,9 +111,9 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       it.pos = p.pos;
       chunk_positions(p.pos, s.chunk, p.chunks, &it.s0, &it.s1);
       if (tr) tr[2] = clock64();
-      attention_item<HD, W>(pool, sg, k, w, it, xs);
+      const long long waited = attention_item<HD, W>(pool, sg, k, w, it, xs, tr != nullptr);
       publish<W>(p.counters + size_t(df::kAttn) * p.counter_stride + h, w, /*synced=*/true);
-      if (tr) tr[3] = clock64();
+      if (tr) tr[3] = clock64(), tr[4] = waited;
       continue;
     }
     float* y = nullptr;
@@ -153,9 +153,9 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
         break;
     }
     if (tr) tr[2] = clock64();
-    segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid, p.ordered_sums);
+    const long long waited = segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid, p.ordered_sums, tr != nullptr);
     if (s.kind != df::kHead) publish<W>(p.counters + size_t(s.kind) * p.counter_stride + cluster, w, /*synced=*/true);
-    if (tr) tr[3] = clock64();
+    if (tr) tr[3] = clock64(), tr[4] = waited;
   }
 }
 
@@ -187,10 +187,7 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
       else if (s.kind != df::kAttn)
         stalled += produce_segment<MODE != kModeConsumer>(pool, stream_of(s, p), k, policy, lanes, tr != nullptr);
     }
-    if (tr) {
-      for (int o = 16; o > 0; o >>= 1) stalled += __shfl_xor_sync(0xFFFFFFFFu, stalled, o);
-      if (threadIdx.x == 0) tr[1] = clock64(), tr[2] = stalled / (long long)lanes;
-    }
+    if (tr && threadIdx.x == 0) tr[1] = clock64(), tr[2] = stalled;  // the warp's, the same in every lane
   } else {
     consume<HD, W, MODE>(p, me, pool, xq, xs, red, cs, cluster.block_rank(), cta / df::kClusterSize, uint32_t(warp - 1));
   }

@@ -120,10 +120,11 @@ struct DataflowParams {
   uint32_t producer_lanes = kProducerLanes;
 };
 
-/** Per segment: its consumers start it, its waits are met, its input is built, it is published. */
-inline constexpr int kTraceMarks = 4;
+/** Per segment: its consumers start it, its waits are met, its input is built, it is published
+ *  (clock64 marks), and the cycles its first consumer warp waited for pages to land in between. */
+inline constexpr int kTraceMarks = 5;
 /** Per CTA, after the segments' marks: the producer's start, its end (every copy issued), and its
- *  cycles waiting for a free page (the mean over its lanes). */
+ *  cycles held by waits for a free page (per batch of pages, its slowest lane's wait). */
 inline constexpr int kTraceCtaMarks = 3;
 /** Values of DataflowParams::trace for n_segs segments over n_ctas CTAs. */
 inline size_t dataflow_trace_values(size_t n_segs, size_t n_ctas) { return n_segs * kTraceMarks + n_ctas * kTraceCtaMarks; }

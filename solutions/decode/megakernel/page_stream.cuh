@@ -65,7 +65,7 @@ NIBBLE_MK_HD inline uint32_t segment_pages(const StreamSegment& sg) {
     const uint32_t per = kv_page_rows(sg.row_bytes);
     return (sg.tile1 - sg.tile0 + per - 1) / per;
   }
-  return (sg.tile1 - sg.tile0) * ((uint32_t(sg.g1) - sg.g0 + kPageUnits - 1) / kPageUnits);
+  return sg.g1 > sg.g0 ? (sg.tile1 - sg.tile0) * ((uint32_t(sg.g1) - sg.g0 + kPageUnits - 1) / kPageUnits) : 0u;
 }
 
 /** A walk over the pages i = first, first + stride, ... of segment sg (i: the page's number within
@@ -178,22 +178,27 @@ __device__ __forceinline__ PagePool page_pool_init(unsigned char* smem, uint32_t
   return pool;
 }
 
-/** The producer warp, all lanes: every page of segment sg into the pool, in order, `lanes` pages
- *  at a time (producer_lanes_fit; the header says why that is safe), each as soon as its slot is
- *  free; k: the stream's page count before sg, advanced past it. policy: the copies' L2 cache hint
- *  (sol::policy_evict_first: each weight byte is read once per step). Returns the clock64 cycles
- *  this lane spent waiting for free slots when `timed` (a trace), else 0. kCopy false (a bench's
- *  consumer-only mode): each page is completed without a copy, holding what it held. */
+/** The producer warp, all lanes: every page of segment sg into the pool, in order, in batches of
+ *  `lanes` consecutive pages (producer_lanes_fit; more are clamped to it: the header says why a
+ *  batch must not outgrow the pool), each page as soon as its slot is free, a batch after the
+ *  previous one's slowest (and with fewer lanes where the segment has fewer pages); k: the stream's
+ *  page count before sg, advanced past it. policy: the copies' L2 cache hint
+ *  (sol::policy_evict_first: each weight byte is read once per step). Returns, when `timed` (a
+ *  trace), the clock64 cycles the warp was held by waits for free slots (per batch its slowest
+ *  lane's wait), else 0; the same in every lane. kCopy false (a bench's consumer-only mode): each
+ *  page is completed without a copy, holding what it held. */
 template <bool kCopy = true>
 __device__ __forceinline__ long long produce_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k,
                                                      uint64_t policy, uint32_t lanes, bool timed = false) {
   const uint32_t lane = threadIdx.x & 31;
+  lanes = lanes < 1 ? 1u : lanes > 32 ? 32u : lanes > pool.n_pages ? pool.n_pages : lanes;
   PageWalk pw(sg, lane, lanes);
   PageSlot slot = page_slot(k + lane, pool.n_pages);
   long long stalled = 0;
   // Every lane runs every batch (a __syncwarp of the whole warp after each): lanes past `lanes`
   // or past the segment's last page only converge.
   for (uint32_t b = 0; b < pw.n; b += lanes) {
+    unsigned waited = 0;  // this lane's wait in this batch (timed)
     if (lane < lanes && pw.valid()) {
       uint32_t t, g, units;
       pw.at(&t, &g, &units);
@@ -201,7 +206,7 @@ __device__ __forceinline__ long long produce_segment(const PagePool& pool, const
       if (k + pw.i >= pool.n_pages) {  // the slot's previous page (k + i - P) consumed
         const long long t0 = timed ? clock64() : 0;
         sol::mbar_wait(pool.empty + 8 * p, slot.parity ^ 1u);
-        if (timed) stalled += clock64() - t0;
+        if (timed) waited = unsigned(clock64() - t0);
         sol::fence_proxy_async_smem();  // the consumers' reads of the slot before the copy engine's writes
       }
       const uint32_t dst = sol::smem_addr(pool.pages + size_t(p) * kPageBytes);
@@ -224,6 +229,7 @@ __device__ __forceinline__ long long produce_segment(const PagePool& pool, const
       page_slot_step(slot, lanes, pool.n_pages);
     }
     __syncwarp();  // this batch's waits before the next batch's (the header: no wait two phases behind)
+    if (timed) stalled += __reduce_max_sync(0xFFFFFFFFu, waited);
   }
   k += pw.n;
   return stalled;
@@ -239,21 +245,26 @@ __device__ __forceinline__ void produce_pages(const PagePool& pool, const Stream
 /** Consumer warp w (of pool.consumers), all lanes, for the next segment sg of the stream (every
  *  consumer warp calls it for every segment, in order; k: the stream's page count before sg, advanced
  *  past it): f(a, b, n, page) (for_pages' a, b, n) for sg's pages k + i that are w's ((k + i) mod W
- *  == w), each once its bytes have landed; the slot is released after f (and a __syncwarp). */
+ *  == w), each once its bytes have landed; the slot is released after f (and a __syncwarp). Returns,
+ *  when `timed` (a trace), the clock64 cycles this lane waited for its pages to land, else 0. */
 template <class F>
-__device__ __forceinline__ void consume_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
-                                                F&& f) {
+__device__ __forceinline__ long long consume_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
+                                                     F&& f, bool timed = false) {
   const uint32_t W = pool.consumers;
   const uint32_t first = (w + W - k % W) % W;  // k + first is w's first page at or after k
   PageSlot slot = page_slot(k + first, pool.n_pages);
+  long long waited = 0;
   for_pages(sg, first, W, [&](uint32_t t, uint32_t g, uint32_t units, uint32_t) {
+    const long long t0 = timed ? clock64() : 0;
     sol::mbar_wait(pool.full + 8 * slot.p, slot.parity);
+    if (timed) waited += clock64() - t0;
     f(t, g, units, pool.pages + size_t(slot.p) * kPageBytes);
     __syncwarp();
     if ((threadIdx.x & 31) == 0) sol::mbar_arrive(pool.empty + 8 * slot.p);
     page_slot_step(slot, W, pool.n_pages);
   });
   k += segment_pages(sg);
+  return waited;
 }
 
 }  // namespace nibble::megakernel::v2

@@ -104,20 +104,21 @@ __device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32
  * (records by absolute group; this CTA's groups [sg.g0, sg.g1) built), rank the CTA's rank in its
  * 2-CTA cluster: y[16 t + i] (t of the tiles this rank finishes, rows below `rows`) = the row's
  * sum over all K, plus resid[16 t + i] when resid is set (the residual stream: y = h + W x; read
- * coherently, it may be another buffer this CTA wrote earlier). Ends with the consumers' barrier.
+ * coherently, it may be another buffer this CTA wrote earlier). Returns consume_segment's page wait
+ * when `timed` (a trace). Ends with the consumers' barrier.
  */
 template <int W>
-__device__ __forceinline__ void segment_gemv(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
+__device__ __forceinline__ long long segment_gemv(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
                                              const unsigned char* xq, const ClusterSum& cs, uint32_t seg_no,
                                              uint32_t rank, float* y, int rows, const float* resid = nullptr,
-                                             bool ordered = true) {
+                                             bool ordered = true, bool timed = false) {
   const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
   const uint32_t n = sg.tile1 - sg.tile0;
   for (uint32_t i = uint32_t(ct); i < 16 * n; i += 32 * W) cs.part[i] = 0.f;
   for (uint32_t i = uint32_t(ct); i < n; i += 32 * W) sol::st_release_cta_shared(cs.order + 4 * i, 0u);
   consumers_sync<W>();
   const float2 wl = limb_weights(lane);
-  consume_segment(pool, sg, k, w, [&](uint32_t t, uint32_t g, uint32_t units, const unsigned char* page) {
+  const long long waited = consume_segment(pool, sg, k, w, [&](uint32_t t, uint32_t g, uint32_t units, const unsigned char* page) {
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     for (uint32_t u = 0; u < units; ++u) {
       const unsigned char* unit = page + u * kUnitStride;
@@ -133,7 +134,7 @@ __device__ __forceinline__ void segment_gemv(const PagePool& pool, const StreamS
         for (int r = 0; r < 4; ++r) atomicAdd(dst + r, v[r]);
       }
     });
-  });
+  }, timed);
   consumers_sync<W>();
   // The cluster sum: send the partner's tiles, wait for this rank's, finish them.
   const uint32_t b = seg_no & 1u, partner = rank ^ 1u;
@@ -152,6 +153,7 @@ __device__ __forceinline__ void segment_gemv(const PagePool& pool, const StreamS
     if (row < rows) y[row] = (resid ? __ldcg(resid + row) : 0.f) + (cs.part[16 * m0 + i] + cs.peer[b][i]);
   }
   consumers_sync<W>();  // part is read before the next segment zeroes it
+  return waited;
 }
 
 }  // namespace nibble::megakernel::v2
