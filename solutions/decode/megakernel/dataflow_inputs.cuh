@@ -107,6 +107,7 @@ inline constexpr int kMergeBatch = 8;
 template <int HD, int W>
 __device__ __forceinline__ void attn_input(const float* part, int n_chunks, int n_q, int g0, int g1, float* xs, float* wgt,
                                            unsigned char* xq, uint32_t w) {
+  static_assert(kGroup % HD == 0, "a group holds whole heads, a float4 never two");
   using CT = ConsumerThreads<W>;
   constexpr int PF = partial_floats(HD);
   const int lane = int(threadIdx.x & 31);
@@ -128,14 +129,20 @@ __device__ __forceinline__ void attn_input(const float* part, int n_chunks, int 
   }
   // 2. Each head's weights, a warp per head: lanes over its chunks (m, l), the max and the sum over
   //    the warp by butterfly (every lane ends with the same M and L).
+  //    A lane's first chunk's (m, l) is loaded once (one L2 round trip for the max and the sum);
+  //    chunks past the warp's 32 lanes are loaded again for the sum.
+  const auto ml_of = [&](int j, int c) {
+    return __ldcg(reinterpret_cast<const float2*>(part + (size_t(j) * n_chunks + c) * PF));
+  };
   for (int j = j0 + int(w); j < j1; j += W) {
-    float M = -INFINITY;
-    for (int c = lane; c < n_chunks; c += 32) M = fmaxf(M, __ldcg(part + (size_t(j) * n_chunks + c) * PF));
+    const float2 ml0 = lane < n_chunks ? ml_of(j, lane) : make_float2(-INFINITY, 0.f);
+    float M = ml0.x;
+    for (int c = lane + 32; c < n_chunks; c += 32) M = fmaxf(M, ml_of(j, c).x);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, o));
     float L = 0.f;
     for (int c = lane; c < n_chunks; c += 32) {
-      const float2 ml = __ldcg(reinterpret_cast<const float2*>(part + (size_t(j) * n_chunks + c) * PF));
+      const float2 ml = c == lane ? ml0 : ml_of(j, c);
       const float f = ml.x == -INFINITY ? 0.f : exp2f(ml.x - M);
       wgt[(j - j0) * n_chunks + c] = f;
       L = fmaf(ml.y, f, L);
