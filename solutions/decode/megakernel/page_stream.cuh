@@ -2,7 +2,7 @@
 // The producer warp's lanes copy their CTA's segments' weight units into a pool of shared-memory
 // pages, in the plan's order, across segment and layer boundaries, waiting only for a free page
 // (weights never depend on activations); consumer warps take the pages in the same order, page n by
-// consumer warp n mod W. Both sides enumerate the pages with for_pages, so they cannot disagree; the
+// consumer warp n mod W. Both sides enumerate the pages with PageWalk, so they cannot disagree; the
 // consumers go segment by segment (consume_segment), so that they can wait for a segment's inputs
 // between. W must divide the pool's P pages: then every use of a slot goes to the same warp, which
 // has consumed its previous use before it waits for the next, so a parity wait cannot mistake a
