@@ -293,23 +293,28 @@ struct WgmmaPlan {
  *  21.7 against 26.6 us at m128-n4096-k4096). */
 inline int wgmma_bn_for(int64_t M) { return M <= 128 ? 64 : (M <= 256 ? 128 : 256); }
 
+/** Blocks of tile width bn an SM holds at once: 1 at 128 x 256 tiles, 2 below (shared memory). */
+inline int wgmma_blocks_per_sm(int bn) { return bn == 256 ? 1 : 2; }
+
 /**
  * The plan for tile width bn on an (M, N) problem of nch chunks over `sms` SMs: split K while the
- * blocks still fit one wave at two per SM (one consumer warpgroup's chain of dependent steps cannot
- * keep an SM's tensor cores busy: v1 took 42 us at m128-n4096-k4096 with 128 blocks of one
- * warpgroup), keeping >= 4 chunks per block; the weights by bulk copy with the activation tile
- * (276.6 us at m4096-n8192-k3072 against 308.4 with per-lane loads, 26.6 against 36.7 us at
- * m128-n4096-k4096); persistent blocks (one wave: 1 per SM at 128 x 256, 2 below) when there are
- * more tiles.
+ * split blocks still fit one wave (wgmma_blocks_per_sm per SM: one consumer warpgroup's chain of
+ * dependent steps cannot keep an SM's tensor cores busy: v1 took 42 us at m128-n4096-k4096 with 128
+ * blocks of one warpgroup), keeping >= 4 chunks per block; the weights by bulk copy with the
+ * activation tile (276.6 us at m4096-n8192-k3072 against 308.4 with per-lane loads, 26.6 against
+ * 36.7 us at m128-n4096-k4096); persistent blocks (one wave) when there are more tiles. Until
+ * 2026-12-05 the split counted two blocks per SM at 128 x 256 too, so m4096-n1024-k3072's 128 tiles
+ * split into 256 blocks, two waves of one block per SM (int4_gemm_sm90's 0.63x cuBLAS shape).
  */
 inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms) {
   WgmmaPlan p;
   p.bn = bn;
   const int64_t blocks = ((N + p.rows() - 1) / p.rows()) * ((M + bn - 1) / bn);
+  const int64_t wave = int64_t(sms) * wgmma_blocks_per_sm(bn);
   const int max_split = bn == 256 ? 2 : 8;
-  while (p.split < max_split && blocks * 2 * p.split <= 2 * int64_t(sms) && nch / (2 * p.split) >= 4) p.split *= 2;
+  while (p.split < max_split && blocks * 2 * p.split <= wave && nch / (2 * p.split) >= 4) p.split *= 2;
   p.wtma = true;
-  p.grid_cap = sms * (bn == 256 ? 1 : 2);
+  p.grid_cap = int(wave);
   return p;
 }
 

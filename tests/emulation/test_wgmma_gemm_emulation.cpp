@@ -155,5 +155,31 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Fp4WgmmaEmulation,
                            return s;
                          });
 
+/** The plan splits K only while the split blocks still fit one wave of the blocks an SM holds, on
+ *  every tile width, over the task shapes and their neighbours (132 SMs, the H100's and H200's),
+ *  and splits where a wave has room: by hand, m4096-n1024-k3072 at 128 x 256 tiles is 8 x 16 = 128
+ *  tiles, one wave of one block per SM, so no split (it split into two waves before); m128-n4096-
+ *  k4096 at 64 x 64 is 64 x 2 = 128 tiles of 64 chunks, 264 blocks a wave: split 2 (4 would need 512). */
+TEST(WgmmaPlan, SplitsOnlyWithinOneWave) {
+  constexpr int kSms = 132;
+  const auto nch = [](int64_t K) { return K / sol::kChunkK; };
+  EXPECT_EQ(sol::plan_wgmma(256, 4096, 1024, nch(3072), kSms).split, 1);
+  EXPECT_EQ(sol::plan_wgmma(64, 128, 4096, nch(4096), kSms).split, 2);
+  EXPECT_EQ(sol::plan_wgmma(256, 4096, 8192, nch(3072), kSms).split, 1);
+  EXPECT_EQ(sol::plan_wgmma(256, 512, 1024, nch(3072), kSms).split, 2);  // 8 x 2 = 16 tiles: 32 blocks
+  for (int bn : {64, 128, 256})
+    for (int64_t M : {17, 127, 128, 200, 256, 1000, 4096, 4097})
+      for (int64_t N : {64, 1000, 1024, 3000, 3072, 8192, 14336})
+        for (int64_t K : {256, 3072, 4096, 14336}) {
+          const sol::WgmmaPlan p = sol::plan_wgmma(bn, M, N, nch(K), kSms);
+          const int64_t tiles = ((N + p.rows() - 1) / p.rows()) * ((M + bn - 1) / bn);
+          if (p.split > 1) {
+            EXPECT_LE(tiles * p.split, int64_t(kSms) * sol::wgmma_blocks_per_sm(bn)) << bn << " " << M << " " << N << " " << K;
+            EXPECT_GE(nch(K) / p.split, 4) << bn << " " << M << " " << N << " " << K;
+          }
+          EXPECT_EQ(p.grid_cap, kSms * sol::wgmma_blocks_per_sm(bn));
+        }
+}
+
 }  // namespace
 }  // namespace nibble
