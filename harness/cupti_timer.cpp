@@ -97,9 +97,11 @@ IsCapturingFn g_is_capturing = nullptr;  // cuStreamIsCapturing, from the driver
 CUresult (*g_graph_get_nodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
 CUresult (*g_node_get_type)(CUgraphNode, CUgraphNodeType*) = nullptr;
 CUresult (*g_child_graph)(CUgraphNode, CUgraph*) = nullptr;
+CUresult (*g_kernel_node_attr)(CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue*) = nullptr;
 // The kernels of each executable graph instantiated since the subscription (a launch that runs one
 // must leave a kernel record); under g_mutex.
 std::unordered_map<CUgraphExec, GraphKernels> g_exec_kernels;
+bool g_graph_view = false;  // every graph call the audit follows subscribed, the walk's driver calls found; under g_mutex
 
 /** graph_kernels over the driver's graph. */
 GraphKernels driver_graph_kernels(CUgraph graph) {
@@ -122,6 +124,13 @@ GraphKernels driver_graph_kernels(CUgraph graph) {
     CUgraph g = nullptr;
     return g_child_graph(static_cast<CUgraphNode>(node), &g) == CUDA_SUCCESS ? g : nullptr;
   };
+  if (g_kernel_node_attr)  // without it every kernel node counts as one the device may enable
+    walk.device_updatable = [](void* node) {
+      CUkernelNodeAttrValue v{};
+      return g_kernel_node_attr(static_cast<CUgraphNode>(node), CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, &v) !=
+                 CUDA_SUCCESS ||
+             v.deviceUpdatableKernelNode.deviceUpdatable != 0;
+    };
   return graph_kernels(graph, walk);
 }
 
@@ -134,6 +143,21 @@ constexpr CUpti_CallbackId kInstantiateCalls[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate, CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2,
     CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags, CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams,
     CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams_ptsz};
+/** The update calls' parameters begin with these two (generated_cuda_meta.h): the executable graph
+ *  takes hGraph's parameters, node for node. */
+struct ExecUpdateParams {
+  CUgraphExec hGraphExec;
+  CUgraph hGraph;
+};
+constexpr CUpti_CallbackId kExecUpdateCalls[] = {CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate,
+                                                 CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2};
+// The graph calls the audit follows; without one of them every graph launch needs a kernel record
+// (an executable graph it has not seen instantiated does).
+constexpr CUpti_CallbackId kGraphViewCalls[] = {CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy,
+                                                CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled};
+// An instantiate call's graph walked at its entry, merged with the walk at its exit (a thread that
+// changes the graph while the driver instantiates it cannot hide a node from both).
+thread_local GraphKernels t_instantiating;
 
 // The driver's launch calls and the stream each names. The driver's alone: every runtime launch
 // calls one of them inside it, with the same correlation id (probe_cupti_launches, H100 2026-12-05:
@@ -189,15 +213,29 @@ const LaunchCall kLaunchCalls[] = {
  *  executable graphs run kernels (instantiate, destroy, node enable). */
 void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, const void* data) {
   const auto* d = static_cast<const CUpti_CallbackData*>(data);
+  const bool succeeded =
+      d->callbackSite == CUPTI_API_EXIT && *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS;
   if (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy) {
-    if (d->callbackSite == CUPTI_API_ENTER) {
+    if (succeeded) {
       std::lock_guard<std::mutex> lock(g_mutex);
       g_exec_kernels.erase(static_cast<const cuGraphExecDestroy_params*>(d->functionParams)->hGraphExec);
     }
     return;
   }
+  if (std::find(std::begin(kExecUpdateCalls), std::end(kExecUpdateCalls), cbid) != std::end(kExecUpdateCalls)) {
+    // The executable graph now runs hGraph's parameters: what it may run is both graphs' kernels,
+    // every node enabled again (fails closed on what the driver keeps of the old enable state).
+    if (succeeded) {
+      const auto* p = static_cast<const ExecUpdateParams*>(d->functionParams);
+      GraphKernels kernels = driver_graph_kernels(p->hGraph);
+      std::lock_guard<std::mutex> lock(g_mutex);
+      GraphKernels& k = g_exec_kernels[p->hGraphExec];
+      k.merge(kernels);
+    }
+    return;
+  }
   if (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled) {
-    if (d->callbackSite == CUPTI_API_EXIT && *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS) {
+    if (succeeded) {
       const auto* p = static_cast<const cuGraphNodeSetEnabled_params*>(d->functionParams);
       std::lock_guard<std::mutex> lock(g_mutex);
       if (auto it = g_exec_kernels.find(p->hGraphExec); it != g_exec_kernels.end())
@@ -206,9 +244,12 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     return;
   }
   if (std::find(std::begin(kInstantiateCalls), std::end(kInstantiateCalls), cbid) != std::end(kInstantiateCalls)) {
-    if (d->callbackSite == CUPTI_API_EXIT && *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS) {
-      const auto* p = static_cast<const InstantiateParams*>(d->functionParams);
+    const auto* p = static_cast<const InstantiateParams*>(d->functionParams);
+    if (d->callbackSite == CUPTI_API_ENTER) {
+      t_instantiating = driver_graph_kernels(p->hGraph);
+    } else if (succeeded) {
       GraphKernels kernels = driver_graph_kernels(p->hGraph);
+      kernels.merge(t_instantiating);
       std::lock_guard<std::mutex> lock(g_mutex);
       g_exec_kernels[*p->phGraphExec] = std::move(kernels);
     }
@@ -233,10 +274,11 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
   if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
   if (keep && g_auditing && copy) g_copies.push_back({{d->correlationId, d->functionName, false}, g_generation});
   if (keep && g_auditing && !copy) {
-    // A graph needs a kernel record when it was seen instantiated with kernel nodes; one instantiated
-    // before the subscription (none of a solution's: the timer exists before the load) needs any.
+    // A graph needs a kernel record when it was seen instantiated with kernel nodes (or conditional
+    // ones), and when it was not seen instantiated at all or the audit cannot follow graphs (fails
+    // closed: the timer exists before a solution loads, so each of its graphs was instantiated since).
     const auto it = graph ? g_exec_kernels.find(graph) : g_exec_kernels.end();
-    const bool needs_kernel = !graph || (it != g_exec_kernels.end() && it->second.launches_kernel());
+    const bool needs_kernel = !graph || !g_graph_view || it == g_exec_kernels.end() || it->second.launches_kernel();
     g_launches.push_back({d->correlationId, d->functionName, needs_kernel});
     g_last_launch = std::max(g_last_launch, d->correlationId);
   }
@@ -345,9 +387,19 @@ bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth) {
 
 void GraphKernels::set_enabled(void* node, bool enabled) {
   if (std::find(kernel_nodes.begin(), kernel_nodes.end(), node) == kernel_nodes.end()) return;
+  if (std::find(updatable.begin(), updatable.end(), node) != updatable.end()) return;
   const auto it = std::find(disabled.begin(), disabled.end(), node);
   if (enabled && it != disabled.end()) disabled.erase(it);
   if (!enabled && it == disabled.end()) disabled.push_back(node);
+}
+
+void GraphKernels::merge(const GraphKernels& other) {
+  for (void* n : other.kernel_nodes)
+    if (std::find(kernel_nodes.begin(), kernel_nodes.end(), n) == kernel_nodes.end()) kernel_nodes.push_back(n);
+  for (void* n : other.updatable)
+    if (std::find(updatable.begin(), updatable.end(), n) == updatable.end()) updatable.push_back(n);
+  disabled.clear();  // a fresh executable graph: every node enabled
+  nested = nested || other.nested;
 }
 
 GraphKernels graph_kernels(void* graph, const GraphWalk& walk) {
@@ -355,7 +407,10 @@ GraphKernels graph_kernels(void* graph, const GraphWalk& walk) {
   if (!graph) return k;
   for (void* node : walk.nodes(graph)) {
     const int type = walk.type(node);
-    if (type == CU_GRAPH_NODE_TYPE_KERNEL) k.kernel_nodes.push_back(node);
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
+      k.kernel_nodes.push_back(node);
+      if (!walk.device_updatable || walk.device_updatable(node)) k.updatable.push_back(node);
+    }
     if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL ||
         (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_kernel(walk.child(node), walk, 1)))
       k.nested = true;
@@ -423,6 +478,7 @@ CuptiTimer::CuptiTimer() {
   g_graph_get_nodes = reinterpret_cast<decltype(g_graph_get_nodes)>(entry("cuGraphGetNodes"));
   g_node_get_type = reinterpret_cast<decltype(g_node_get_type)>(entry("cuGraphNodeGetType"));
   g_child_graph = reinterpret_cast<decltype(g_child_graph)>(entry("cuGraphChildGraphNodeGetGraph"));
+  g_kernel_node_attr = reinterpret_cast<decltype(g_kernel_node_attr)>(entry("cuGraphKernelNodeGetAttribute"));
   // The copy and memset calls, by CUPTI's own names (every cuMemcpy* and cuMemset* the driver has),
   // known before any callback can read the table; recorded beside the launches, not judged.
   g_copy_cbids.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, false);
@@ -441,10 +497,20 @@ CuptiTimer::CuptiTimer() {
   }
   for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; ++cbid)
     if (g_copy_cbids[cbid]) (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
-  // Not required: without them a graph launch needs any record, as a graph of copies does.
-  for (const CUpti_CallbackId cbid : kInstantiateCalls) (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
-  for (const CUpti_CallbackId cbid : {CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy, CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled})
-    (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+  // Not required: without them (or the walk's driver calls) every graph launch needs a kernel record.
+  bool view = g_graph_get_nodes && g_node_get_type && g_child_graph;
+  for (const CUpti_CallbackId cbid : kInstantiateCalls)  // the pre-12.0 cuGraphInstantiate may be refused
+    view = (cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid) == CUPTI_SUCCESS ||
+            cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate) &&
+           view;
+  for (const CUpti_CallbackId cbid : kExecUpdateCalls)
+    view = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid) == CUPTI_SUCCESS && view;
+  for (const CUpti_CallbackId cbid : kGraphViewCalls)
+    view = cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid) == CUPTI_SUCCESS && view;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_graph_view = view;
+  }
   g_active = true;
 }
 

@@ -62,6 +62,9 @@ struct GraphWalk {
   std::function<std::vector<void*>(void* graph)> nodes;  // empty when the driver refuses
   std::function<int(void* node)> type;                   // a CUgraphNodeType, -1 when refused
   std::function<void*(void* node)> child;                // a child graph node's graph, nullptr when refused
+  /** Whether a kernel node may be enabled from the device (CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE;
+   *  true when refused or unset: such a node never counts as disabled). */
+  std::function<bool(void* node)> device_updatable;
 };
 
 /** Whether `graph` holds a kernel node, in it or in its child graphs. Past a depth of 8 child graphs
@@ -73,15 +76,21 @@ bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth = 0);
 
 /** The kernels of one executable graph as the audit tracks them: its top-level kernel nodes, those of
  *  them a cuGraphNodeSetEnabled call disabled, and whether a child graph or a conditional node may run
- *  a kernel (graph_has_kernel; their nodes cannot be disabled in an executable graph). */
+ *  a kernel (graph_has_kernel; their nodes cannot be disabled in an executable graph). A kernel node
+ *  the device may enable again (GraphWalk::device_updatable) never counts as disabled: a kernel of
+ *  the solution's could switch it on after the host disabled it. */
 struct GraphKernels {
   std::vector<void*> kernel_nodes;
-  std::vector<void*> disabled;  // a subset of kernel_nodes, no repeats
+  std::vector<void*> updatable;  // a subset of kernel_nodes: enabled from the device, never disabled here
+  std::vector<void*> disabled;   // a subset of kernel_nodes less updatable, no repeats
   bool nested = false;
   /** Whether a launch runs a kernel: a child graph's, or a top-level one not disabled. */
   bool launches_kernel() const { return nested || kernel_nodes.size() > disabled.size(); }
-  /** cuGraphNodeSetEnabled(node, enabled): tracked for kernel nodes only. */
+  /** cuGraphNodeSetEnabled(node, enabled): tracked for kernel nodes the device cannot enable. */
   void set_enabled(void* node, bool enabled);
+  /** What a launch may run of either view of a graph (the walks at an instantiate call's entry and
+   *  exit): every kernel node of both, nested when either is. */
+  void merge(const GraphKernels& other);
 };
 
 /** `graph`'s kernels (graph_has_kernel for its child graphs). Pure but for `walk`. */

@@ -207,8 +207,10 @@ TEST(LaunchAudit, DisabledKernelNodesRunNoKernel) {
   walk.nodes = [&](void*) { return std::vector<void*>{&ids[2], &ids[0], &ids[1]}; };
   walk.type = [&](void* n) { return types[n]; };
   walk.child = [](void*) { return nullptr; };
+  walk.device_updatable = [](void*) { return false; };
   GraphKernels k = graph_kernels(reinterpret_cast<void*>(0x10), walk);
   ASSERT_EQ(k.kernel_nodes.size(), 2u);
+  EXPECT_TRUE(k.updatable.empty());
   EXPECT_FALSE(k.nested);
   EXPECT_TRUE(k.launches_kernel());
   k.set_enabled(&ids[0], false);
@@ -223,6 +225,42 @@ TEST(LaunchAudit, DisabledKernelNodesRunNoKernel) {
   k.nested = true;
   k.set_enabled(&ids[1], false);
   EXPECT_TRUE(k.launches_kernel());  // a child graph's kernel always runs
+  // A kernel node the device may enable (CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE), or one the
+  // driver will not say of, never counts as disabled: a kernel could switch it on after the host
+  // switched it off.
+  walk.device_updatable = [&](void* n) { return n == &ids[1]; };
+  GraphKernels u = graph_kernels(reinterpret_cast<void*>(0x10), walk);
+  ASSERT_EQ(u.updatable.size(), 1u);
+  u.set_enabled(&ids[0], false);
+  u.set_enabled(&ids[1], false);
+  EXPECT_TRUE(u.launches_kernel());
+  walk.device_updatable = nullptr;  // the driver has no cuGraphKernelNodeGetAttribute: none disabled
+  GraphKernels none = graph_kernels(reinterpret_cast<void*>(0x10), walk);
+  none.set_enabled(&ids[0], false);
+  none.set_enabled(&ids[1], false);
+  EXPECT_TRUE(none.launches_kernel());
+}
+
+TEST(LaunchAudit, AnUpdatedGraphMayRunEitherGraphsKernels) {
+  // cuGraphExecUpdate: the executable graph of a copy and a disabled kernel takes a graph of a copy
+  // and another kernel node: both kernels count, and neither is disabled any more (fails closed on
+  // the enable state the driver keeps); merging never drops a child graph's kernel.
+  int ids[4];
+  GraphKernels before, after;
+  before.kernel_nodes = {&ids[0]};
+  before.set_enabled(&ids[0], false);
+  EXPECT_FALSE(before.launches_kernel());
+  after.kernel_nodes = {&ids[1]};
+  before.merge(after);
+  EXPECT_EQ(before.kernel_nodes.size(), 2u);
+  EXPECT_TRUE(before.disabled.empty());
+  EXPECT_TRUE(before.launches_kernel());
+  GraphKernels copies, nested;
+  nested.nested = true;
+  copies.merge(nested);
+  EXPECT_TRUE(copies.launches_kernel());
+  copies.merge(GraphKernels{});
+  EXPECT_TRUE(copies.launches_kernel());
 }
 
 TEST(Stats, ElementErrorByHand) {
