@@ -296,6 +296,12 @@ inline int wgmma_bn_for(int64_t M) { return M <= 128 ? 64 : (M <= 256 ? 128 : 25
 /** Blocks of tile width bn an SM holds at once: 1 at 128 x 256 tiles, 2 below (shared memory). */
 inline int wgmma_blocks_per_sm(int bn) { return bn == 256 ? 1 : 2; }
 
+/** Tiles of plan p on an (M, N) problem: W's rows padded to kRowAlign, as the launch counts them. */
+inline int64_t wgmma_tiles(const WgmmaPlan& p, int64_t M, int64_t N) {
+  const int64_t n_pad = (N + kRowAlign - 1) / kRowAlign * kRowAlign;
+  return (n_pad / p.rows()) * ((M + p.bn - 1) / p.bn);
+}
+
 /**
  * The plan for tile width bn on an (M, N) problem of nch chunks over `sms` SMs: split K while the
  * split blocks still fit one wave (wgmma_blocks_per_sm per SM: one consumer warpgroup's chain of
@@ -309,7 +315,7 @@ inline int wgmma_blocks_per_sm(int bn) { return bn == 256 ? 1 : 2; }
 inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms) {
   WgmmaPlan p;
   p.bn = bn;
-  const int64_t blocks = ((N + p.rows() - 1) / p.rows()) * ((M + bn - 1) / bn);
+  const int64_t blocks = wgmma_tiles(p, M, N);
   const int64_t wave = int64_t(sms) * wgmma_blocks_per_sm(bn);
   const int max_split = bn == 256 ? 2 : 8;
   while (p.split < max_split && blocks * 2 * p.split <= wave && nch / (2 * p.split) >= 4) p.split *= 2;

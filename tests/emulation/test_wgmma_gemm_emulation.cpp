@@ -172,7 +172,9 @@ TEST(WgmmaPlan, SplitsOnlyWithinOneWave) {
       for (int64_t N : {64, 1000, 1024, 3000, 3072, 8192, 14336})
         for (int64_t K : {256, 3072, 4096, 14336}) {
           const sol::WgmmaPlan p = sol::plan_wgmma(bn, M, N, nch(K), kSms);
-          const int64_t tiles = ((N + p.rows() - 1) / p.rows()) * ((M + bn - 1) / bn);
+          // the launch's count: W's rows padded to 128 (kRowAlign), by hand
+          const int64_t tiles = ((N + 127) / 128 * 128 / p.rows()) * ((M + bn - 1) / bn);
+          EXPECT_EQ(sol::wgmma_tiles(p, M, N), tiles);
           if (p.split > 1) {
             EXPECT_LE(tiles * p.split, int64_t(kSms) * sol::wgmma_blocks_per_sm(bn)) << bn << " " << M << " " << N << " " << K;
             EXPECT_GE(nch(K) / p.split, 4) << bn << " " << M << " " << N << " " << K;

@@ -218,9 +218,9 @@ void choose_kernel(Handle& h, int sms) {
 
 /** Rounds of persistent blocks the wgmma plan of h takes (its tiles and K splits over its grid). */
 int64_t wgmma_rounds(const Handle& h, int sms) {
-  const int64_t tiles = ((h.g.N + h.wg.rows() - 1) / h.wg.rows()) * ((h.g.M + h.wg.bn - 1) / h.wg.bn) * h.wg.split;
+  const int64_t tiles = sol::wgmma_tiles(h.wg, h.g.M, h.g.N) * h.wg.split;
   const int64_t grid = h.wg.split == 1 && h.wg.grid_cap > 0 ? h.wg.grid_cap : std::max<int64_t>(tiles, 1);
-  const int64_t per_round = std::min<int64_t>(grid, int64_t(sms) * (h.wg.bn == 256 ? 1 : 2));  // blocks resident at once
+  const int64_t per_round = std::min<int64_t>(grid, int64_t(sms) * sol::wgmma_blocks_per_sm(h.wg.bn));  // resident at once
   return (tiles + per_round - 1) / per_round;
 }
 
