@@ -10,6 +10,9 @@
 //                                stream with the consumers, TB/s over the quantised weights
 //   BM_DataflowConsumerFromSmem  the same with every page completed without a copy: the consumer
 //                                warps from shared memory alone (the design wants ~2x DRAM's rate)
+//   BM_DataflowConsumerNoMath    of that, each page waited for and released, nothing read (the
+//                                pool's handshake alone)
+//   BM_DataflowConsumerNoFlush   of that, the unit math without a page's row sums and ordered add
 //
 // The benchmark's arguments: consumer warps (NIBBLE_DF_WARPS: 15, the default, or 8) and producer
 // lanes (NIBBLE_DF_PRODUCERS: 8, the default, against 1, v2's first producer, and others for the
@@ -127,6 +130,8 @@ void run_mode(benchmark::State& state, const char* mode, bool step_bytes) {
 void BM_DataflowStep(benchmark::State& state) { run_mode(state, "decode", true); }
 void BM_DataflowGemvAllLayers(benchmark::State& state) { run_mode(state, "gemv", false); }
 void BM_DataflowConsumerFromSmem(benchmark::State& state) { run_mode(state, "consumer", false); }
+void BM_DataflowConsumerNoMath(benchmark::State& state) { run_mode(state, "consumer-nomath", false); }
+void BM_DataflowConsumerNoFlush(benchmark::State& state) { run_mode(state, "consumer-noflush", false); }
 
 }  // namespace
 
@@ -143,6 +148,8 @@ BENCHMARK(BM_DataflowConsumerFromSmem)
     ->Iterations(200)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DataflowConsumerNoMath)->Args({15, 8})->Args({15, 1})->Iterations(200)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DataflowConsumerNoFlush)->Args({15, 8})->Iterations(200)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

@@ -177,7 +177,8 @@ TEST(MegakernelDecodeEmulation, BitwiseUnderTwoSchedules) {
 #ifdef NIBBLE_EMU_DATAFLOW
 /** The dataflow kernel's bench modes (NIBBLE_DF_MODE, bench/bench_dataflow.cu): every matrix
  *  segment streamed and multiplied without waits, input builds or attention items (gemv), and the
- *  same with pages completed without a copy (consumer), on tiny with hd 128 (the modes are built for
+ *  same with pages completed without a copy (consumer; and its parts, consumer-nomath and
+ *  consumer-noflush), on tiny with hd 128 (the modes are built for
  *  it only): both run to the end (the emulation dies on a deadlock) and write no logit (the harness's
  *  NaN stays: a bench's launch computes nothing anyone reads); hd 64 is refused. */
 TEST(MegakernelDecodeEmulation, BenchModesRunToTheEnd) {
@@ -201,7 +202,7 @@ TEST(MegakernelDecodeEmulation, BenchModesRunToTheEnd) {
   nibble_tensor tok{tok_mem, {NIBBLE_DEVICE_CUDA, 0}, 1, {NIBBLE_DTYPE_INT, 64, 1}, tok_shape.data(), tok_strides.data(), 0};
   nibble_tensor logits{log_mem, {NIBBLE_DEVICE_CUDA, 0}, 2, {NIBBLE_DTYPE_FLOAT, 32, 1}, log_shape.data(), log_strides.data(), 0};
   std::memcpy(tok_mem, model.tokens().data(), size_t(d.batch) * 8);
-  for (const char* mode : {"gemv", "consumer"}) {
+  for (const char* mode : {"gemv", "consumer", "consumer-nomath", "consumer-noflush"}) {
     SCOPED_TRACE(mode);
     ASSERT_TRUE(test::set_or_unset_env("NIBBLE_DF_MODE", mode));
     void* handle = nullptr;

@@ -7,7 +7,8 @@
 #      with one producer lane (NIBBLE_DF_PRODUCERS=1: v2's first producer, what the lanes gain), with
 #      its pages summed by atomics in no order (NIBBLE_DF_ORDER=0: what the bitwise order costs), then
 #      v1 (the grader's watchdog cuts a hang), then bench_dataflow (the step, the GEMV over all layers,
-#      the consumers from shared memory, each at 1 and 8 producer lanes), then v2's stress test
+#      the consumers from shared memory, each at 1 and 8 producer lanes; the consumer's handshake
+#      alone and its math without the flush), then v2's stress test
 #      (issue 21 step 4: full, seeds 0 and 1, every position from prefill to the cache's end, run
 #      twice, bitwise equal);
 #   4. seeds 0, 1 of v1 (v20's report the README quotes) if time is left.

@@ -180,13 +180,16 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
       fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_ORDER=") + e + ": 1 (the pages' order, the default) or 0 (none)");
     ordered = std::string(e) == "1";
   }
-  // NIBBLE_DF_MODE=gemv|consumer: a bench's launch, not a decode step (DataflowMode; bench_dataflow).
+  // NIBBLE_DF_MODE=gemv|consumer|...: a bench's launch, not a decode step (DataflowMode; bench_dataflow).
   int mode = kModeDecode;
   if (const char* e = std::getenv("NIBBLE_DF_MODE"); e && *e) {
     const std::string m = e;
-    mode = m == "decode" ? kModeDecode : m == "gemv" ? kModeGemv : m == "consumer" ? kModeConsumer : -1;
+    mode = -1;
+    for (int k = kModeDecode; k <= kModeConsumerNoFlush; ++k)
+      if (m == dataflow_mode_name(k)) mode = k;
     if (mode < 0)
-      fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_DF_MODE=" + m + ": not a mode (decode, or a bench's gemv or consumer)");
+      fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_DF_MODE=" + m +
+                                            ": not a mode (decode, or a bench's gemv, consumer, consumer-nomath or consumer-noflush)");
     if (!dataflow_mode_supported(mode, c.hd))
       fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_DF_MODE=" + m + ": a bench's mode, built for hd 128 only (this config has hd " +
                                             std::to_string(c.hd) + "); unset it to grade");

@@ -83,8 +83,9 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
     const DevSegment* sp = p.segs + me.first + i;
     const DevSegment s = *sp;
     if constexpr (MODE != kModeDecode) {
+      constexpr int kPart = MODE == kModeConsumerNoMath ? kGemvPartNoMath : MODE == kModeConsumerNoFlush ? kGemvPartNoFlush : kGemvPartAll;
       if (s.kind != df::kAttn)
-        segment_gemv<W>(pool, stream_of(s, p), k, w, xq, cs, seg_no++, rank, p.qkv, 0, nullptr, p.ordered_sums);
+        segment_gemv<W, kPart>(pool, stream_of(s, p), k, w, xq, cs, seg_no++, rank, p.qkv, 0, nullptr, p.ordered_sums);
       continue;
     }
     const StreamSegment sg = stream_of(s, p);
@@ -185,7 +186,7 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
       if constexpr (MODE == kModeDecode)
         stalled += produce_segment(pool, stream_of(s, p), k, policy, lanes, tr != nullptr);
       else if (s.kind != df::kAttn)
-        stalled += produce_segment<MODE != kModeConsumer>(pool, stream_of(s, p), k, policy, lanes, tr != nullptr);
+        stalled += produce_segment<MODE == kModeGemv>(pool, stream_of(s, p), k, policy, lanes, tr != nullptr);
     }
     if (tr && threadIdx.x == 0) tr[1] = clock64(), tr[2] = stalled;  // the warp's, the same in every lane
   } else {
@@ -264,6 +265,8 @@ R with_kernel(int hd, int w, int mode, R otherwise, F&& f) {
     if constexpr (HD() == 128) {
       if (mode == kModeGemv) return f(HD, W, integral_constant<int, kModeGemv>{});
       if (mode == kModeConsumer) return f(HD, W, integral_constant<int, kModeConsumer>{});
+      if (mode == kModeConsumerNoMath) return f(HD, W, integral_constant<int, kModeConsumerNoMath>{});
+      if (mode == kModeConsumerNoFlush) return f(HD, W, integral_constant<int, kModeConsumerNoFlush>{});
     }
     return otherwise;
   };

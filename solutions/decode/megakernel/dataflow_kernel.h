@@ -33,10 +33,19 @@ inline bool dataflow_warps_supported(int w) { return w == 8 || w == 15; }
  *  matrix segment's stream and GEMV, without waits, input builds, publications or attention items
  *  (the weight stream with the consumers: the GEMV's TB/s over all layers); kModeConsumer, the same
  *  with the producer completing each page without copying into it (the consumers from shared memory
- *  alone). Modes other than kModeDecode are built for hd 128 only. */
-enum DataflowMode : int { kModeDecode = 0, kModeGemv = 1, kModeConsumer = 2 };
+ *  alone); and two parts of that consumer, as v1's GEMV experiments split its unit loop (NOTES.md
+ *  "v9"): kModeConsumerNoMath, each page waited for and released with nothing read (the pool's
+ *  handshake alone), and kModeConsumerNoFlush, the unit math without a page's row sums and their
+ *  ordered add (what the per-page flush costs). Modes other than kModeDecode are built for hd 128
+ *  only. */
+enum DataflowMode : int { kModeDecode, kModeGemv, kModeConsumer, kModeConsumerNoMath, kModeConsumerNoFlush };
 /** Whether the kernel is built for mode m at head dim hd. */
-inline bool dataflow_mode_supported(int m, int hd) { return m == kModeDecode || ((m == kModeGemv || m == kModeConsumer) && hd == 128); }
+inline bool dataflow_mode_supported(int m, int hd) { return m == kModeDecode || (m >= kModeGemv && m <= kModeConsumerNoFlush && hd == 128); }
+/** NIBBLE_DF_MODE's name of mode m ("decode", "gemv", "consumer", "consumer-nomath", "consumer-noflush"). */
+inline const char* dataflow_mode_name(int m) {
+  static const char* const names[] = {"decode", "gemv", "consumer", "consumer-nomath", "consumer-noflush"};
+  return m >= 0 && m <= kModeConsumerNoFlush ? names[m] : "?";
+}
 
 /** Most waits of one segment (an attention item's q, k and v rows: three ranges at most). */
 inline constexpr int kMaxWaits = 3;

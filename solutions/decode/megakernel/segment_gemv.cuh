@@ -32,6 +32,11 @@
 
 namespace nibble::megakernel::v2 {
 
+/** What segment_gemv runs of a page (the bench's consumer modes, DataflowMode): everything; the wait
+ *  and release alone; the unit math without the row sums and their ordered add (outputs
+ *  meaningless but for kGemvPartAll). */
+enum GemvPart : int { kGemvPartAll = 0, kGemvPartNoMath = 1, kGemvPartNoFlush = 2 };
+
 /** The consumer warps' barrier (named barrier 1; the producer warp never joins it). */
 template <int W>
 __device__ __forceinline__ void consumers_sync() {
@@ -105,9 +110,10 @@ __device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32
  * 2-CTA cluster: y[16 t + i] (t of the tiles this rank finishes, rows below `rows`) = the row's
  * sum over all K, plus resid[16 t + i] when resid is set (the residual stream: y = h + W x; read
  * coherently, it may be another buffer this CTA wrote earlier). Returns consume_segment's page wait
- * when `timed` (a trace). Ends with the consumers' barrier.
+ * when `timed` (a trace). PART: what it runs of a page (GemvPart; the bench's modes). Ends with the
+ * consumers' barrier.
  */
-template <int W>
+template <int W, int PART = kGemvPartAll>
 __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
                                              const unsigned char* xq, const ClusterSum& cs, uint32_t seg_no,
                                              uint32_t rank, float* y, int rows, const float* resid = nullptr,
@@ -119,12 +125,17 @@ __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const St
   consumers_sync<W>();
   const float2 wl = limb_weights(lane);
   const long long waited = consume_segment(pool, sg, k, w, [&](uint32_t t, uint32_t g, uint32_t units, const unsigned char* page) {
+    if constexpr (PART == kGemvPartNoMath) return;
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     for (uint32_t u = 0; u < units; ++u) {
       const unsigned char* unit = page + u * kUnitStride;
       const uint4 wv[2] = {reinterpret_cast<const uint4*>(unit)[lane], reinterpret_cast<const uint4*>(unit)[32 + lane]};
       const uint2 meta = reinterpret_cast<const uint2*>(unit + kUnitCodeBytes)[lane >> 2];
       gemv_unit(wv, meta, xq + size_t(g + u) * kXqGroupBytes, lane, acc);
+    }
+    if constexpr (PART == kGemvPartNoFlush) {  // kept live: one plain store of lane 28's sum
+      if (lane == 28) cs.part[16 * (t - sg.tile0)] = acc[0][0] + acc[0][1] + acc[1][0] + acc[1][1];
+      return;
     }
     gemv_row_sums(lane, acc, wl, [&](const float (&v)[4], int) {
       if (ordered) {
