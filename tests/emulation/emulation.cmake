@@ -55,13 +55,13 @@ nibble_emulation_test(megakernel_dataflow_decode_emulation SOURCES ${nibble_emu}
 # v2 promises bitwise-equal logits run to run (no fp32 atomics): checked under two warp schedules.
 target_compile_definitions(test_megakernel_dataflow_decode_emulation PRIVATE NIBBLE_EMU_EXPECT_BITWISE=1
                            NIBBLE_EMU_DATAFLOW=1)  # and the dataflow kernel's own cases (its bench modes)
-# ... and with 8 consumer warps (NIBBLE_DF_WARPS, the other kernel variant; 15 is the default), one
-# producer lane (NIBBLE_DF_PRODUCERS; 8 is the default) and the trace on (NIBBLE_DF_TRACE: the test
+# ... and with 8 consumer warps (NIBBLE_DF_WARPS, the other kernel variant; 15 is the default), 8
+# producer lanes (NIBBLE_DF_PRODUCERS; 1 is the default) and the trace on (NIBBLE_DF_TRACE: the test
 # checks its rows against the schedule).
 add_test(NAME nibble.test.megakernel_dataflow_decode_emulation_8_warps COMMAND test_megakernel_dataflow_decode_emulation
          --gtest_filter=MegakernelDecodeEmulation.*)
 set_tests_properties(nibble.test.megakernel_dataflow_decode_emulation_8_warps PROPERTIES LABELS cpu
-  ENVIRONMENT "NIBBLE_DF_WARPS=8;NIBBLE_DF_PRODUCERS=1;NIBBLE_DF_TRACE=${CMAKE_CURRENT_BINARY_DIR}/dataflow-trace-8-warps.txt;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
+  ENVIRONMENT "NIBBLE_DF_WARPS=8;NIBBLE_DF_PRODUCERS=8;NIBBLE_DF_TRACE=${CMAKE_CURRENT_BINARY_DIR}/dataflow-trace-8-warps.txt;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
 # ... and every case of it with the warps in a random order each pass (emu::schedule_seed), and 30
 # producer lanes: the protocol's waits must hold under any interleaving, not only the scheduler's
 # round robin.

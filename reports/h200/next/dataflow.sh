@@ -3,8 +3,8 @@
 #   1. build nibble, both megakernel solutions and their tiny tests;
 #   2. the bundled-solution tiny test of v2 (the fp64 oracle, 8 steps; a protocol that hangs is cut at
 #      120 s), then v1's in the same call;
-#   3. when it passed: a grade of full, seed 0, v2 as built (15 consumer warps, 8 producer lanes), again
-#      with one producer lane (NIBBLE_DF_PRODUCERS=1: v2's first producer, what the lanes gain), with
+#   3. when it passed: a grade of full, seed 0, v2 with 8 producer lanes (15 consumer warps), again
+#      with one producer lane (NIBBLE_DF_PRODUCERS=1, the default since 2026-12-05), with
 #      its pages summed by atomics in no order (NIBBLE_DF_ORDER=0: what the bitwise order costs), then
 #      v1 (the grader's watchdog cuts a hang), then bench_dataflow (the step, the GEMV over all layers,
 #      the consumers from shared memory, each at 1 and 8 producer lanes; the consumer's handshake

@@ -23,9 +23,10 @@ namespace nibble::megakernel::v2 {
  *  128 registers, 40 bytes of spills), or 8 (156 registers, none): DataflowParams::consumer_warps,
  *  NIBBLE_DF_WARPS at build_model for an A/B. */
 inline constexpr int kConsumerWarps = 15;
-/** Producer lanes by default (DataflowParams::producer_lanes): one lane issuing every page paid its
- *  wait, proxy fence and copy issue one after another (NOTES.md "v2.1"). */
-inline constexpr uint32_t kProducerLanes = 8;
+/** Producer lanes by default (DataflowParams::producer_lanes): one. More lanes lift the page
+ *  handshake's rate (bench, consumer-nomath: 3.6 -> 10.5 TB/s at 8) but slow the decode step
+ *  (H100, 2026-12-05: 1599.5 us at 1 lane, 1635.8 at 2, 1653.6 at 4, 1661.6 at 8; NOTES.md "v2.1"). */
+inline constexpr uint32_t kProducerLanes = 1;
 /** Whether the kernel is built for w consumer warps. */
 inline bool dataflow_warps_supported(int w) { return w == 8 || w == 15; }
 /** What a launch runs (DataflowParams::mode; NIBBLE_DF_MODE at build_model). kModeDecode: the decode

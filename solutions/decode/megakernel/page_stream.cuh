@@ -14,11 +14,10 @@
 // n mod P for the (n / P)-th time: full's phase n / P, and before the copy the producer waits for
 // empty's phase n / P - 1 (the slot's previous page consumed). sm_90 (cp.async.bulk, mbarrier).
 //
-// The producer issues L pages at once, L lanes of its warp (L <= P; DataflowParams::producer_lanes):
+// The producer issues L pages at once, L lanes of its warp (L <= P; DataflowParams::producer_lanes,
+// 1 by default: more lanes lift the handshake's rate but slowed the decode step, NOTES.md "v2.1"):
 // lane l takes page b + l of each batch [b, b + L) of a segment, and the warp converges after each
-// batch. One lane issuing every page in turn paid the wait, the proxy fence and the copy's issue
-// one after another, ~400 cycles a page (v2's first timing: the consumers from shared memory alone
-// ran at 2.32 TB/s, that one lane's rate; NOTES.md "v2.1"). A batch's lanes wait on L different
+// batch. A batch's lanes wait on L different
 // slots, and the wait of a page's slot for its previous use (page n - P, in an earlier batch since
 // L <= P) comes after that earlier batch's own wait on it (the warp converged between): the slot's
 // empty barrier is never two phases behind the one a lane waits for.
