@@ -304,23 +304,24 @@ int run(int launches) {
   // a graph of a memset, a copy, a kernel and a child graph's kernel leaves, with every kind on and
   // with the kernel records off (hostile row hide_in_graph): whether the memset runs as a kernel,
   // whether the copy's and the child's records carry the launch's id, and the instantiate callback.
+  // The explicit graphs' nodes: a 4 KiB memset of counter, empty_kernel(counter) on one warp.
+  cudaMemsetParams ms{};
+  ms.dst = counter;
+  ms.elementSize = 4;
+  ms.width = 1024;
+  ms.height = 1;
+  ms.pitch = 4096;
+  void* args[] = {&counter};
+  cudaKernelNodeParams k{};
+  k.func = reinterpret_cast<void*>(empty_kernel);
+  k.gridDim = dim3(1);
+  k.blockDim = dim3(32);
+  k.kernelParams = args;
   cudaGraphExec_t mixed;
   probe("explicit graph: memset -> device-to-device copy -> kernel, + a child graph's kernel (instantiate)", [&] {
     cudaGraph_t g, child;
     CHECK_CUDA(cudaGraphCreate(&g, 0));
     CHECK_CUDA(cudaGraphCreate(&child, 0));
-    cudaMemsetParams ms{};
-    ms.dst = counter;
-    ms.elementSize = 4;
-    ms.width = 1024;
-    ms.height = 1;
-    ms.pitch = 4096;
-    void* args[] = {&counter};
-    cudaKernelNodeParams k{};
-    k.func = reinterpret_cast<void*>(empty_kernel);
-    k.gridDim = dim3(1);
-    k.blockDim = dim3(32);
-    k.kernelParams = args;
     cudaGraphNode_t n_set, n_copy, n_kernel, n_child, n_child_kernel;
     CHECK_CUDA(cudaGraphAddMemsetNode(&n_set, g, nullptr, 0, &ms));
     CHECK_CUDA(cudaGraphAddMemcpyNode1D(&n_copy, g, &n_set, 1, reinterpret_cast<char*>(counter) + (1 << 19), counter,
@@ -359,19 +360,7 @@ int run(int launches) {
     cp.conditional.size = 1;
     cudaGraphNode_t n_cond, n_set, n_body_kernel;
     CHECK_CUDA(cudaGraphAddNode(&n_cond, g, nullptr, nullptr, 0, &cp));
-    void* args[] = {&counter};
-    cudaKernelNodeParams k{};
-    k.func = reinterpret_cast<void*>(empty_kernel);
-    k.gridDim = dim3(1);
-    k.blockDim = dim3(32);
-    k.kernelParams = args;
     CHECK_CUDA(cudaGraphAddKernelNode(&n_body_kernel, cp.conditional.phGraph_out[0], nullptr, 0, &k));
-    cudaMemsetParams ms{};
-    ms.dst = counter;
-    ms.elementSize = 4;
-    ms.width = 1024;
-    ms.height = 1;
-    ms.pitch = 4096;
     CHECK_CUDA(cudaGraphAddMemsetNode(&n_set, g, &n_cond, 1, &ms));
     cudaGraphNodeType t{};
     CHECK_CUDA(cudaGraphNodeGetType(n_cond, &t));

@@ -260,7 +260,7 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     g_in_flight.insert(d->correlationId);
     return;
   }
-  bool keep = *static_cast<const CUresult*>(d->functionReturnValue) == CUDA_SUCCESS;
+  bool keep = succeeded;  // the exit: the entry returned above
   const bool copy = cbid < g_copy_cbids.size() && g_copy_cbids[cbid];  // a copy or memset: any record, no capture check
   CUgraphExec graph = nullptr;
   for (const LaunchCall& c : kLaunchCalls)
