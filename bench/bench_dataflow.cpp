@@ -12,7 +12,7 @@
 //                                warps from shared memory alone (the design wants ~2x DRAM's rate)
 //   BM_DataflowConsumerNoMath    of that, each page waited for and released, nothing read (the
 //                                pool's handshake alone)
-//   BM_DataflowConsumerNoFlush   of that, the unit math without a page's row sums and ordered add
+//   BM_DataflowConsumerNoFlush   of that, the unit math without a page's row sums and their store
 //
 // The benchmark's arguments: consumer warps (NIBBLE_DF_WARPS: 15, the default, or 8) and producer
 // lanes (NIBBLE_DF_PRODUCERS: 1, the default, against 8 and others: more lanes lift the page

@@ -33,17 +33,4 @@ __device__ __forceinline__ unsigned atom_release_gpu_inc(unsigned* p) {
   return old;
 }
 
-/** *p (a shared-memory address, sol::smem_addr), acquire at cta scope: what the warp that released
- *  the value wrote before its release is visible after it. */
-__device__ __forceinline__ unsigned ld_acquire_cta_shared(uint32_t p) {
-  unsigned v;
-  asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(v) : "r"(p) : "memory");
-  return v;
-}
-
-/** *p = v (a shared-memory address), release at cta scope. */
-__device__ __forceinline__ void st_release_cta_shared(uint32_t p, unsigned v) {
-  asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"(p), "r"(v) : "memory");
-}
-
 }  // namespace nibble::sol

@@ -70,7 +70,7 @@ struct SegArgs {
   const int* first;
   const Job* jobs;
   int max_k;
-  uint32_t max_tiles;
+  uint32_t max_tiles, max_pages;
   bool ordered = true;  // segment_gemv's page order (false: NIBBLE_DF_ORDER=0's atomics)
   int attn_weights = 0;  // the attention merge's weights (n_q x chunks; SegmentCase::attn_weights)
 };
@@ -85,7 +85,7 @@ __device__ inline void run_segments(SegArgs a) {
   float* red = xs + a.max_k;
   const v2::ClusterSum cs =
       v2::cluster_sum_init(reinterpret_cast<unsigned char*>(xs) + v2::input_scratch_bytes(a.max_k, kW, a.attn_weights),
-                           a.max_tiles);
+                           a.max_tiles, a.max_pages);
   cluster.sync();  // both CTAs' mbarriers initialised before either sends
   const int cta = int(blockIdx.z), warp = int(threadIdx.x) / 32;
   const v2::StreamSegment* mine = a.segs + a.first[cta];
@@ -197,7 +197,7 @@ struct SegmentCase {
   std::vector<v2::StreamSegment> segs;    // w: the weights' addresses the caller gave
   std::vector<int> first;
   int max_k = 0;
-  uint32_t max_tiles = 0;
+  uint32_t max_tiles = 0, max_pages = 0;
   int attn_weights = 0;  // the attention merge's weights: the most n_q x chunks of an input
   size_t smem = 0;
 };
@@ -225,12 +225,13 @@ inline SegmentCase make_segment_case(const std::vector<Matrix>& mats, const std:
       s.g0 = uint16_t(M.groups * (cta % 2) / 2), s.g1 = uint16_t(M.groups * (cta % 2 + 1) / 2), s.groups = uint16_t(M.groups);
       c.segs.push_back(s);
       c.max_tiles = std::max(c.max_tiles, uint32_t(t1 - t0));
+      c.max_pages = std::max(c.max_pages, v2::segment_pages(s));
       c.max_k = std::max(c.max_k, M.k);
     }
   }
   c.first.push_back(int(c.segs.size()));
   c.smem = v2::page_pool_bytes(kPages) + megakernel::xquant_bytes(c.max_k) + v2::input_scratch_bytes(c.max_k, kW, c.attn_weights) +
-           v2::cluster_sum_bytes(c.max_tiles);
+           v2::cluster_sum_bytes(c.max_tiles, c.max_pages);
   return c;
 }
 

@@ -96,7 +96,7 @@ TEST(DataflowGpu, SegmentGemvClusterRowsMatchFp64) {
     DeviceBuffer segs = upload(c.segs), first = upload(c.first), jobs_d = upload(jobs);
     launch_clusters(segments_kernel, 2 * clusters, c.smem,
                     SegArgs{static_cast<const megakernel::v2::StreamSegment*>(segs.get()), static_cast<const int*>(first.get()),
-                            static_cast<const Job*>(jobs_d.get()), c.max_k, c.max_tiles, true, c.attn_weights});
+                            static_cast<const Job*>(jobs_d.get()), c.max_k, c.max_tiles, c.max_pages, true, c.attn_weights});
     NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
     double worst = 0.0;
     int unwritten = 0;

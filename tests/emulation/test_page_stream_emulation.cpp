@@ -51,7 +51,9 @@ __device__ void stream_and_check(const v2::StreamSegment* segs, const int* first
   uint32_t k = 0;
   for (int s = 0; s < n; ++s) {
     const v2::StreamSegment& sg = mine[s];
-    v2::consume_segment(pool, sg, k, uint32_t(warp - 1), [&](uint32_t t, uint32_t g, uint32_t units, const unsigned char* page) {
+    v2::consume_segment(pool, sg, k, uint32_t(warp - 1), [&](uint32_t t, uint32_t g, uint32_t units, uint32_t i, const unsigned char* page) {
+      // i: the page's number within the segment, tile-major (the page sums' slot in segment_gemv)
+      if (lane == 0 && i != (t - sg.tile0) * v2::tile_pages(sg.g0, sg.g1) + (g - sg.g0) / v2::kPageUnits) atomicAdd(bad, 1u);
       const auto* src = reinterpret_cast<const unsigned char*>(sg.w) + (size_t(t) * sg.groups + g) * kUnitStride;
       for (uint32_t u = 0; u < units; ++u) {
         for (uint32_t b = uint32_t(lane) * 4; b < kUnitStride; b += 128)

@@ -51,7 +51,7 @@ TEST(SegmentGemvEmulation, ClusterRowsOfSeveralSegmentsMatchFp64) {
       jobs.push_back(make_job(mats[size_t(order[s])], in, in.src.data(), in.gain.data(), ys[s].data()));
     }
     emu::launch_cooperative(+[](SegArgs a) { run_segments(a); }, dim3(1, 1, unsigned(2 * clusters)), dim3(kThreads), c.smem, 2u,
-                            SegArgs{c.segs.data(), c.first.data(), jobs.data(), c.max_k, c.max_tiles, ordered, c.attn_weights});
+                            SegArgs{c.segs.data(), c.first.data(), jobs.data(), c.max_k, c.max_tiles, c.max_pages, ordered, c.attn_weights});
     double worst = 0.0;
     int unwritten = 0;
     for (size_t s = 0; s < order.size(); ++s)

@@ -158,7 +158,7 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
 #pragma unroll
     for (int e = 0; e < E; ++e) acc.o[r][e] = 0.f;
   }
-  const long long waited = consume_segment(pool, sg, k, w, [&](uint32_t, uint32_t, uint32_t n, const unsigned char* page) {
+  const long long waited = consume_segment(pool, sg, k, w, [&](uint32_t, uint32_t, uint32_t n, uint32_t, const unsigned char* page) {
     const auto* kr = reinterpret_cast<const uint16_t*>(page);
     attend_rows<HD>(kr, kr + size_t(kv_page_rows(sg.row_bytes)) * HD, n, q_s, it.rep, acc);
   }, timed);

@@ -210,11 +210,14 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   if (const std::string why = df::plan_unsupported(shape, clusters); !why.empty())
     fail(NIBBLE_ERR_NOT_SUPPORTED, "megakernel-dataflow on " + std::to_string(clusters) + " clusters: " + why);
   const df::Plan plan = df::make_plan(shape, clusters);
-  uint32_t max_tiles = 1;
+  uint32_t max_tiles = 1, max_pages = 1;
   for (const auto& list : plan.segments)
     for (const df::Segment& g : list)
-      if (g.kind != df::kAttn) max_tiles = std::max(max_tiles, uint32_t(g.tile1 - g.tile0));
-  const size_t fixed = dataflow_fixed_smem(c.hd, warps, max_k, max_tiles, c.n_q * plan.attn_chunks);
+      if (g.kind != df::kAttn) {
+        max_tiles = std::max(max_tiles, uint32_t(g.tile1 - g.tile0));
+        max_pages = std::max(max_pages, uint32_t(g.tile1 - g.tile0) * tile_pages(uint32_t(g.g0), uint32_t(g.g1)));
+      }
+  const size_t fixed = dataflow_fixed_smem(c.hd, warps, max_k, max_tiles, max_pages, c.n_q * plan.attn_chunks);
   const size_t per_page = page_pool_bytes(1);
   const uint32_t pages = fixed < size_t(optin) ? uint32_t((size_t(optin) - fixed) / per_page) / warps * warps : 0;
   if (pages < uint32_t(warps))
@@ -325,6 +328,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   P.n_pages = pages;
   P.producer_lanes = producer_lanes;
   P.max_tiles = max_tiles;
+  P.max_pages = max_pages;
   P.max_k = max_k;
   P.eps = float(c.eps);
   P.embed = srcs.embed;

@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
   float* xs = reinterpret_cast<float*>(xq + xquant_bytes(p.max_k));
   float* red = xs + p.max_k;
   const ClusterSum cs = cluster_sum_init(reinterpret_cast<unsigned char*>(xs) + scratch_bytes<HD, W>(p.max_k, p.n_q * p.chunks),
-                                         p.max_tiles);
+                                         p.max_tiles, p.max_pages);
   cluster.sync();  // both CTAs' mbarriers initialised before either copies or sends
   const int cta = int(blockIdx.z);
   const DevCta me = p.ctas[cta];
@@ -277,10 +277,10 @@ R with_kernel(int hd, int w, int mode, R otherwise, F&& f) {
   return otherwise;
 }
 
-size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles, int attn_weights) {
+size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles, uint32_t max_pages, int attn_weights) {
   const size_t scratch = with_kernel(hd, w, kModeDecode, size_t(0),
                                      [&](auto HD, auto W, auto) { return scratch_bytes<HD(), W()>(max_k, attn_weights); });
-  return xquant_bytes(max_k) + scratch + cluster_sum_bytes(max_tiles);
+  return xquant_bytes(max_k) + scratch + cluster_sum_bytes(max_tiles, max_pages);
 }
 
 cudaError_t dataflow_max_clusters(int hd, int w, size_t smem, int* clusters) {

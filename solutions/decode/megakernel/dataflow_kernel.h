@@ -37,7 +37,7 @@ inline bool dataflow_warps_supported(int w) { return w == 8 || w == 15; }
  *  alone); and two parts of that consumer, as v1's GEMV experiments split its unit loop (NOTES.md
  *  "v9"): kModeConsumerNoMath, each page waited for and released with nothing read (the pool's
  *  handshake alone), and kModeConsumerNoFlush, the unit math without a page's row sums and their
- *  ordered add (what the per-page flush costs). Modes other than kModeDecode are built for hd 128
+ *  store (what the per-page flush costs). Modes other than kModeDecode are built for hd 128
  *  only. */
 enum DataflowMode : int { kModeDecode, kModeGemv, kModeConsumer, kModeConsumerNoMath, kModeConsumerNoFlush };
 /** Whether the kernel is built for mode m at head dim hd. */
@@ -95,12 +95,13 @@ struct DataflowParams {
   int n_layers = 0, d = 0, ffn = 0, n_q = 0, n_kv = 0, hd = 0, vocab = 0, max_seq = 0;
   int clusters = 0;
   int consumer_warps = kConsumerWarps;  ///< 8 or 15 (dataflow_warps_supported): picks the kernel
-  /** A tile's pages added in page order (bitwise the same run to run), or with shared-memory fp32
-   *  atomics in the order the warps get there (NIBBLE_DF_ORDER=0: an A/B switch, what the order costs). */
+  /** A tile's page sums added in page order after the segment (bitwise the same run to run), or with
+   *  shared-memory fp32 atomics in the order the warps get there (NIBBLE_DF_ORDER=0: an A/B switch). */
   bool ordered_sums = true;
   int chunks = 0;              ///< attention chunks per KV head (dataflow::Plan::attn_chunks)
   uint32_t n_pages = 0;        ///< the page pool's pages (a multiple of kConsumerWarps)
-  uint32_t max_tiles = 0;      ///< most tiles of one cluster's matrix segment (the cluster sum's size)
+  uint32_t max_tiles = 0;      ///< most tiles of one cluster's matrix segment (the cluster sum's peer buffers)
+  uint32_t max_pages = 0;      ///< most pages of one CTA's matrix segment (the cluster sum's page sums)
   int max_k = 0;               ///< the longest GEMV input (d, ffn, n_q hd)
   float eps = 0.f;
   SourceTriple embed;          ///< the token's row (layer 0's input); the LM head's weights are repacked
@@ -142,7 +143,7 @@ inline size_t dataflow_trace_values(size_t n_segs, size_t n_ctas) { return n_seg
 /** Shared-memory bytes besides the page pool for head dim hd and w consumer warps: XQuant records,
  *  the input / attention scratch (attn_weights: n_q x chunks, the attention merge's) and the
  *  cluster sum. */
-size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles, int attn_weights);
+size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles, uint32_t max_pages, int attn_weights);
 
 /** Clusters of 2 CTAs of 32 (1 + w) threads and `smem` bytes that can be resident at once on this
  *  device (cudaOccupancyMaxActiveClusters); hd (64 or 128) and w (dataflow_warps_supported) pick

@@ -56,15 +56,21 @@ struct StreamSegment {
 /** Positions per K/V page: its K rows in the first half of the page, its V rows after them. */
 NIBBLE_MK_HD inline uint32_t kv_page_rows(uint32_t row_bytes) { return kPageBytes / (2 * row_bytes); }
 
-/** Pages of segment sg: every tile's run of groups [g0, g1) in pages of at most kPageUnits units
- *  (weights), or positions [tile0, tile1) in pages of kv_page_rows (K/V). */
+/** Pages of each tile of a weights segment over groups [g0, g1): its run in pages of at most
+ *  kPageUnits units (0 when g1 <= g0: a K half with no group). */
+NIBBLE_MK_HD inline uint32_t tile_pages(uint32_t g0, uint32_t g1) {
+  return g1 > g0 ? (g1 - g0 + kPageUnits - 1) / kPageUnits : 0u;
+}
+
+/** Pages of segment sg: every tile's run of groups [g0, g1) in tile_pages pages (weights), or
+ *  positions [tile0, tile1) in pages of kv_page_rows (K/V). */
 NIBBLE_MK_HD inline uint32_t segment_pages(const StreamSegment& sg) {
   if (sg.tile1 <= sg.tile0) return 0;
   if (sg.kind == kStreamKv) {
     const uint32_t per = kv_page_rows(sg.row_bytes);
     return (sg.tile1 - sg.tile0 + per - 1) / per;
   }
-  return sg.g1 > sg.g0 ? (sg.tile1 - sg.tile0) * ((uint32_t(sg.g1) - sg.g0 + kPageUnits - 1) / kPageUnits) : 0u;
+  return (sg.tile1 - sg.tile0) * tile_pages(sg.g0, sg.g1);
 }
 
 /** A walk over the pages i = first, first + stride, ... of segment sg (i: the page's number within
@@ -86,7 +92,7 @@ struct PageWalk {
       a = sg.tile0 + first * per;
       da = step * per;
     } else {
-      ppt = g1 > g0 ? (g1 - g0 + kPageUnits - 1) / kPageUnits : 1u;  // no groups: no pages (n = 0)
+      ppt = g1 > g0 ? tile_pages(g0, g1) : 1u;  // no groups: no pages (n = 0)
       a = sg.tile0 + first / ppt;
       j = first % ppt;
       da = step / ppt;
@@ -243,8 +249,8 @@ __device__ __forceinline__ void produce_pages(const PagePool& pool, const Stream
 
 /** Consumer warp w (of pool.consumers), all lanes, for the next segment sg of the stream (every
  *  consumer warp calls it for every segment, in order; k: the stream's page count before sg, advanced
- *  past it): f(a, b, n, page) (for_pages' a, b, n) for sg's pages k + i that are w's ((k + i) mod W
- *  == w), each once its bytes have landed; the slot is released after f (and a __syncwarp). Returns,
+ *  past it): f(a, b, n, i, page) (for_pages' a, b, n, i) for sg's pages k + i that are w's ((k + i)
+ *  mod W == w), each once its bytes have landed; the slot is released after f (and a __syncwarp). Returns,
  *  when `timed` (a trace), the clock64 cycles this lane waited for its pages to land, else 0. */
 template <class F>
 __device__ __forceinline__ long long consume_segment(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
@@ -253,11 +259,11 @@ __device__ __forceinline__ long long consume_segment(const PagePool& pool, const
   const uint32_t first = (w + W - k % W) % W;  // k + first is w's first page at or after k
   PageSlot slot = page_slot(k + first, pool.n_pages);
   long long waited = 0;
-  for_pages(sg, first, W, [&](uint32_t t, uint32_t g, uint32_t units, uint32_t) {
+  for_pages(sg, first, W, [&](uint32_t t, uint32_t g, uint32_t units, uint32_t i) {
     const long long t0 = timed ? clock64() : 0;
     sol::mbar_wait(pool.full + 8 * slot.p, slot.parity);
     if (timed) waited += clock64() - t0;
-    f(t, g, units, pool.pages + size_t(slot.p) * kPageBytes);
+    f(t, g, units, i, pool.pages + size_t(slot.p) * kPageBytes);
     __syncwarp();
     if ((threadIdx.x & 31) == 0) sol::mbar_arrive(pool.empty + 8 * slot.p);
     page_slot_step(slot, W, pool.n_pages);

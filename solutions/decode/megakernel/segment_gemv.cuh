@@ -5,15 +5,16 @@
 //
 // Per segment, in the consumer warps (never the producer):
 //   1. every page (a tile's run of up to 4 groups) multiplied by the warp it goes to, its 16 row sums
-//      added into `part` (shared memory, 16 floats per tile of the cluster's range) in the pages'
-//      order: the warp of a tile's page j waits until the page j - 1 of that tile is added (a
-//      counter per tile, cta-scope release / acquire), so that every sum is formed in one order and
-//      the logits are bitwise the same run to run, whichever warp gets there first (fp32 atomics
-//      added the three to eight pages of a tile in the order the warps arrived). The wait cannot
-//      deadlock: page j - 1 is an earlier page of the stream, whose warp waits only for earlier ones;
-//   2. rank r finishes the tiles [t0 + n r / 2, t0 + n (r + 1) / 2) of the cluster's n: it sends the
-//      partner's half of `part` with st.async into the partner's `peer` buffer, completing on the
-//      partner's mbarrier, waits for its own, and writes y = part + peer for its rows.
+//      stored into the page's own slot (shared memory, 16 floats per page of the segment, indexed by
+//      the page's number within it): no wait, no atomic;
+//   2. after the consumers' barrier, each tile's rows summed over its pages' slots in page order, so
+//      that every sum is formed in one order and the logits are bitwise the same run to run, whichever
+//      warp got there first. (v2.0-v2.2 added each page into the tile's sums in place, the warp of a
+//      tile's page j waiting until page j - 1 was added: ~150 us of the step on an H100, NOTES.md
+//      "v2.3"; fp32 atomics before that were in the order the warps arrived);
+//   3. rank r finishes the tiles [t0 + n r / 2, t0 + n (r + 1) / 2) of the cluster's n: it sends the
+//      partner's half of the sums with st.async into the partner's `peer` buffer, completing on the
+//      partner's mbarrier, waits for its own, and writes y = sums + peer for its rows.
 // `peer` and its mbarrier are double-buffered by the segment's parity: a rank sends segment s + 2
 // into the buffer of s only after receiving the partner's s + 1, which the partner sends after
 // reading s (program order, the consumers' barrier, st.async's release / the wait's acquire at
@@ -43,32 +44,33 @@ __device__ __forceinline__ void consumers_sync() {
   sol::named_barrier_sync<1, 32 * W>();
 }
 
-/** Shared memory of the cluster sum for segments of at most max_tiles tiles: part (16 floats per
- *  tile), two peer buffers (16 floats per tile and a 16-byte token each), two mbarriers, then the
- *  pages' order counters (one u32 per tile, rounded up to 16 bytes). */
-NIBBLE_MK_HD inline size_t cluster_sum_bytes(uint32_t max_tiles) {
-  return size_t(max_tiles) * 64 * 3 + 2 * 16 + 16 + (size_t(max_tiles) * 4 + 15) / 16 * 16;
+/** Tiles of a rank's half of a segment of at most max_tiles tiles (finished_tiles: n / 2 rounded up). */
+NIBBLE_MK_HD inline uint32_t half_tiles(uint32_t max_tiles) { return (max_tiles + 1) / 2; }
+
+/** Shared memory of the cluster sum for matrix segments of at most max_tiles tiles and max_pages
+ *  pages (segment_pages): the page sums (16 floats per page, at least one page), two peer buffers (16
+ *  floats per tile of a rank's half and a 16-byte token each), two mbarriers. */
+NIBBLE_MK_HD inline size_t cluster_sum_bytes(uint32_t max_tiles, uint32_t max_pages) {
+  return size_t(max_pages > 1 ? max_pages : 1) * 64 + 2 * (size_t(half_tiles(max_tiles)) * 64 + 16) + 16;
 }
 
-/** The cluster sum's shared memory (cluster_sum_bytes(max_tiles) bytes at smem, 16-byte aligned). */
+/** The cluster sum's shared memory (cluster_sum_bytes(max_tiles, max_pages) bytes at smem, 16-byte aligned). */
 struct ClusterSum {
-  float* part = nullptr;
+  float* sums = nullptr;  ///< page i of the segment's row sums at sums + 16 i
   float* peer[2] = {nullptr, nullptr};
-  uint32_t rx = 0;     ///< mbarrier of peer[b] at rx + 8 b
-  uint32_t order = 0;  ///< the tiles' page counters: tile t's (relative to the segment's first) at order + 4 t
-  uint32_t max_tiles = 0;
+  uint32_t rx = 0;        ///< mbarrier of peer[b] at rx + 8 b
+  uint32_t half = 0;      ///< half_tiles(max_tiles): the token's offset in a peer buffer, in tiles
 };
 
 /** Carve the cluster sum from smem and initialise its mbarriers (thread 0; the caller synchronises
  *  the cluster before either CTA sends). */
-__device__ __forceinline__ ClusterSum cluster_sum_init(unsigned char* smem, uint32_t max_tiles) {
+__device__ __forceinline__ ClusterSum cluster_sum_init(unsigned char* smem, uint32_t max_tiles, uint32_t max_pages) {
   ClusterSum cs;
-  cs.part = reinterpret_cast<float*>(smem);
-  cs.peer[0] = cs.part + 16 * max_tiles;
-  cs.peer[1] = cs.peer[0] + 16 * max_tiles + 4;  // + the token
-  cs.rx = sol::smem_addr(cs.peer[1] + 16 * max_tiles + 4);
-  cs.order = cs.rx + 16;
-  cs.max_tiles = max_tiles;
+  cs.half = half_tiles(max_tiles);
+  cs.sums = reinterpret_cast<float*>(smem);
+  cs.peer[0] = cs.sums + 16 * (max_pages > 1 ? max_pages : 1);
+  cs.peer[1] = cs.peer[0] + 16 * cs.half + 4;  // + the token
+  cs.rx = sol::smem_addr(cs.peer[1] + 16 * cs.half + 4);
   if (threadIdx.x == 0) {
     sol::mbar_init(cs.rx, 1);
     sol::mbar_init(cs.rx + 8, 1);
@@ -77,23 +79,13 @@ __device__ __forceinline__ ClusterSum cluster_sum_init(unsigned char* smem, uint
   return cs;
 }
 
-/** Consumer warp, all lanes: part[16 tile + 0..15] += this page's row sums (gemv_row_sums' v: lane
- *  28 + t holds rows 4t..4t+3), after the tile's pages before j (the page's number within the
- *  segment's K half) and before its page j + 1. */
-__device__ __forceinline__ void add_in_page_order(const ClusterSum& cs, uint32_t tile, uint32_t j, int lane,
-                                                  const float (&v)[4]) {
-  const uint32_t counter = cs.order + 4 * tile;
-  if (lane == 28)
-    while (sol::ld_acquire_cta_shared(counter) != j) {
-    }
-  __syncwarp();  // orders lanes 29..31 after lane 28's acquire
-  if (lane >= 28) {
-    float4* dst = reinterpret_cast<float4*>(cs.part + 16 * tile) + (lane - 28);
-    const float4 p = *dst;
-    *dst = make_float4(p.x + v[0], p.y + v[1], p.z + v[2], p.w + v[3]);
-  }
-  __syncwarp();  // lanes 29..31's adds before lane 28's release
-  if (lane == 28) sol::st_release_cta_shared(counter, j + 1);
+/** Row r (0..15) of tile tt (relative to the segment's first) summed over its `pages` page sums
+ *  (slots tt ppt .. tt ppt + pages - 1) in page order; 0 with no page. */
+__device__ __forceinline__ float tile_row_sum(const ClusterSum& cs, uint32_t tt, uint32_t r, uint32_t ppt, uint32_t pages) {
+  const float* s = cs.sums + size_t(tt) * ppt * 16 + r;
+  float a = pages ? s[0] : 0.f;
+  for (uint32_t j = 1; j < pages; ++j) a += s[16 * j];
+  return a;
 }
 
 /** The tiles [*f0, *f1) (relative to the segment's first) that rank `rank` of the cluster finishes. */
@@ -119,12 +111,16 @@ __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const St
                                              uint32_t rank, float* y, int rows, const float* resid = nullptr,
                                              bool ordered = true, bool timed = false) {
   const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
-  const uint32_t n = sg.tile1 - sg.tile0;
-  for (uint32_t i = uint32_t(ct); i < 16 * n; i += 32 * W) cs.part[i] = 0.f;
-  for (uint32_t i = uint32_t(ct); i < n; i += 32 * W) sol::st_release_cta_shared(cs.order + 4 * i, 0u);
-  consumers_sync<W>();
+  const uint32_t n = sg.tile1 - sg.tile0, ppt = tile_pages(sg.g0, sg.g1);
+  if (!ordered) {  // NIBBLE_DF_ORDER=0: every page added into its tile's first slot by atomics
+    for (uint32_t i = uint32_t(ct); i < 16 * n * (ppt ? 1u : 0u); i += 32 * W) cs.sums[(i >> 4) * ppt * 16 + (i & 15u)] = 0.f;
+    consumers_sync<W>();
+  }
+  // (ordered: every slot is written by its page before the barrier below; the previous segment's
+  // reads of them ended at its last barrier)
   const float2 wl = limb_weights(lane);
-  const long long waited = consume_segment(pool, sg, k, w, [&](uint32_t t, uint32_t g, uint32_t units, const unsigned char* page) {
+  const long long waited = consume_segment(pool, sg, k, w, [&](uint32_t t, uint32_t g, uint32_t units, uint32_t i,
+                                                                const unsigned char* page) {
     if constexpr (PART == kGemvPartNoMath) return;
     float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     for (uint32_t u = 0; u < units; ++u) {
@@ -134,36 +130,43 @@ __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const St
       gemv_unit(wv, meta, xq + size_t(g + u) * kXqGroupBytes, lane, acc);
     }
     if constexpr (PART == kGemvPartNoFlush) {  // kept live: one plain store of lane 28's sum
-      if (lane == 28) cs.part[16 * (t - sg.tile0)] = acc[0][0] + acc[0][1] + acc[1][0] + acc[1][1];
+      if (lane == 28) cs.sums[16 * i] = acc[0][0] + acc[0][1] + acc[1][0] + acc[1][1];
       return;
     }
     gemv_row_sums(lane, acc, wl, [&](const float (&v)[4], int) {
+      if (lane < 28) return;
       if (ordered) {
-        add_in_page_order(cs, t - sg.tile0, (g - sg.g0) / kPageUnits, lane, v);
-      } else if (lane >= 28) {  // NIBBLE_DF_ORDER=0: no order, no wait (not bitwise run to run)
-        float* dst = cs.part + 16 * (t - sg.tile0) + 4 * (lane - 28);
+        reinterpret_cast<float4*>(cs.sums + 16 * i)[lane - 28] = make_float4(v[0], v[1], v[2], v[3]);
+      } else {  // no order, not bitwise run to run
+        float* dst = cs.sums + (t - sg.tile0) * ppt * 16 + 4 * (lane - 28);
         for (int r = 0; r < 4; ++r) atomicAdd(dst + r, v[r]);
       }
     });
   }, timed);
   consumers_sync<W>();
   // The cluster sum: send the partner's tiles, wait for this rank's, finish them.
-  const uint32_t b = seg_no & 1u, partner = rank ^ 1u;
+  const uint32_t b = seg_no & 1u, partner = rank ^ 1u, pages = ordered ? ppt : (ppt ? 1u : 0u);
   uint32_t m0, m1, p0, p1;
   finished_tiles(n, rank, &m0, &m1);
   finished_tiles(n, partner, &p0, &p1);
   if (ct == 0) sol::mbar_expect_tx(cs.rx + 8 * b, (m1 - m0) * 64 + 16);  // the tiles and the token
   const uint32_t remote = sol::cluster_smem_addr(sol::smem_addr(cs.peer[b]), partner);
   const uint32_t remote_bar = sol::cluster_smem_addr(cs.rx + 8 * b, partner);
-  for (uint32_t q = uint32_t(ct); q < 4 * (p1 - p0); q += 32 * W)
-    sol::st_async_v4(remote + 16 * q, reinterpret_cast<const uint4*>(cs.part + 16 * p0)[q], remote_bar);
-  if (ct == 0) sol::st_async_v4(remote + 64 * cs.max_tiles, make_uint4(0u, 0u, 0u, 0u), remote_bar);
+  for (uint32_t q = uint32_t(ct); q < 4 * (p1 - p0); q += 32 * W) {  // rows 4 (q % 4).. of tile p0 + q / 4
+    const uint32_t tt = p0 + q / 4, r = 4 * (q % 4);
+    const float4 v = make_float4(tile_row_sum(cs, tt, r, ppt, pages), tile_row_sum(cs, tt, r + 1, ppt, pages),
+                                 tile_row_sum(cs, tt, r + 2, ppt, pages), tile_row_sum(cs, tt, r + 3, ppt, pages));
+    sol::st_async_v4(remote + 16 * q, make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z),
+                                                 __float_as_uint(v.w)), remote_bar);
+  }
+  if (ct == 0) sol::st_async_v4(remote + 64 * cs.half, make_uint4(0u, 0u, 0u, 0u), remote_bar);
   sol::mbar_wait_cluster(cs.rx + 8 * b, (seg_no >> 1) & 1u);
   for (uint32_t i = uint32_t(ct); i < 16 * (m1 - m0); i += 32 * W) {
     const int row = int(16 * (sg.tile0 + m0) + i);
-    if (row < rows) y[row] = (resid ? __ldcg(resid + row) : 0.f) + (cs.part[16 * m0 + i] + cs.peer[b][i]);
+    if (row < rows)
+      y[row] = (resid ? __ldcg(resid + row) : 0.f) + (tile_row_sum(cs, m0 + i / 16, i % 16, ppt, pages) + cs.peer[b][i]);
   }
-  consumers_sync<W>();  // part is read before the next segment zeroes it
+  consumers_sync<W>();  // the sums are read before the next segment's pages store theirs
   return waited;
 }
 

@@ -15,10 +15,5 @@ inline unsigned ld_acquire_gpu(const unsigned* p) {
 inline void st_release_gpu(unsigned* p, unsigned v) { *p = v; }
 inline void red_release_gpu_inc(unsigned* p) { *p += 1; }
 inline unsigned atom_release_gpu_inc(unsigned* p) { return (*p)++; }
-inline unsigned ld_acquire_cta_shared(uint32_t p) {
-  ::emu::yield();
-  return *reinterpret_cast<const unsigned*>(::emu::smem_pointer(p, 4));
-}
-inline void st_release_cta_shared(uint32_t p, unsigned v) { *reinterpret_cast<unsigned*>(::emu::smem_pointer(p, 4)) = v; }
 
 }  // namespace nibble::sol

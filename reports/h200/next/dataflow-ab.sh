@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# dataflow-ab.sh: the megakernel v2 at <commit> against an earlier build of it in one device call
+# (<= 590 s; issue 21), into $OUT (one archive, dataflow-ab.tar):
+#   1. build nibble, both megakernel solutions, v2's tiny and stress tests and bench_dataflow;
+#   2. v2's tiny test (the fp64 oracle through the grader; a protocol that hangs is cut at 120 s);
+#   3. full, seed 0, graded in turn: BASE (the earlier build's libnibble_megakernel_dataflow.so,
+#      carried: build it on the CPU machine from the base commit and pass its path), this build, this
+#      build with NIBBLE_DF_ORDER=0, BASE again, this build again (two rounds: the machine drifts), then
+#      v1 (the bar); the last grade of this build traced (NIBBLE_DF_TRACE);
+#   4. bench_dataflow's consumer rows (the consumers from shared memory: all, no math, no flush);
+#   5. v2's stress test (full, seeds 0 and 1, 2048 steps twice, bitwise equal) with the time left.
+#   bash reports/h200/next/dataflow-ab.sh <commit> <base .so> <base name>
+set -uo pipefail
+export NIBBLE_SOURCE_COMMIT=${1:?commit}
+BASE_SO=${2:?the base build of libnibble_megakernel_dataflow.so}
+BASE_NAME=${3:-base}
+t0=$(date +%s)
+left() { echo $(( 580 - ($(date +%s) - t0) )); }
+source scripts/env.sh
+cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
+cmake --build build-hopper -j16 --target nibble nibble_reference nibble_megakernel nibble_megakernel_dataflow \
+  test_megakernel_dataflow_decode_tiny test_megakernel_dataflow_decode_stress bench_dataflow > "$OUT/build.log" 2>&1 ||
+  { tail -30 "$OUT/build.log"; exit 1; }
+echo "built ($(( $(date +%s) - t0 )) s)"
+B=build-hopper
+export NIBBLE_BINARY_DIR=$PWD/$B NIBBLE_SOURCE_DIR=$PWD
+timeout 120 $B/tests/test_megakernel_dataflow_decode_tiny > "$OUT/tiny-dataflow.log" 2>&1
+tiny=$?; echo "v2 tiny: exit $tiny"; grep -E "OK|FAILED|Failure" "$OUT/tiny-dataflow.log" | head -10
+grade() {  # name, .so, env...: full, seed 0
+  local name=$1 so=$2; shift 2
+  timeout 150 env "$@" $B/bin/nibble grade --config full --seeds 0 -q --solution "$so" --out "$OUT/$name.json" \
+    > "$OUT/$name.log" 2>&1
+  echo "$name: exit $? $(grep -m2 -E 'disposition|time/token' "$OUT/$name.log" | tr '\n' ' ')"
+}
+NEW=$B/lib/libnibble_megakernel_dataflow.so
+if [ $tiny -eq 0 ]; then
+  for round in 1 2; do
+    grade "$BASE_NAME-r$round" "$BASE_SO"
+    grade "new-r$round" "$NEW"
+    [ $round = 1 ] && grade "new-order0-r$round" "$NEW" NIBBLE_DF_ORDER=0
+  done
+  grade new-traced "$NEW" NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-new.txt
+  [ -f /dev/shm/nibble-df-trace-new.txt ] && mv /dev/shm/nibble-df-trace-new.txt "$OUT/trace-new.txt" && cat "$OUT/trace-new.txt"
+  grade v1 $B/lib/libnibble_megakernel.so
+fi
+if [ $tiny -eq 0 ] && [ "$(left)" -gt 200 ]; then
+  timeout 120 $B/bin/bench_dataflow --benchmark_filter='Consumer' --benchmark_out="$OUT/bench-dataflow.json" \
+    --benchmark_out_format=json > "$OUT/bench-dataflow.txt" 2>&1; echo "bench_dataflow: exit $?"; cat "$OUT/bench-dataflow.txt"
+fi
+if [ $tiny -eq 0 ] && [ "$(left)" -gt 90 ]; then
+  timeout $(( $(left) - 20 )) $B/tests/test_megakernel_dataflow_decode_stress > "$OUT/stress-dataflow.log" 2>&1
+  echo "v2 stress: exit $? $(grep -E 'run twice|Failure|differing|OK|FAILED' "$OUT/stress-dataflow.log" | tr '\n' ' ')"
+fi
+# The device returns a limited number of files: everything in one archive.
+tar cf "$OUT/dataflow-ab.tar" -C "$OUT" --exclude dataflow-ab.tar . && find "$OUT" -type f ! -name dataflow-ab.tar -delete
+echo "dataflow-ab.sh done in $(( $(date +%s) - t0 )) s"
