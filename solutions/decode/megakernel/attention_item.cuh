@@ -9,8 +9,9 @@
 // {cos, sin}, the pair (i, i + hd/2); q pre-multiplied by log2(e)/sqrt(hd) so every exponential is
 // exp2; this step's k and v rounded to bf16 (and appended to the cache at pos by the item whose
 // chunk ends at pos); fp32 scores and online softmax on the CUDA cores: in a page, lane (j = lane/4,
-// quarter = lane%4) scores position j over a quarter of hd, the quarters summed by two shuffles;
-// each lane owns hd/32 elements of o per query head.
+// quarter = lane%4) scores position j over a quarter of hd (its words in a rotated order:
+// score_rotation), the quarters summed by two shuffles; each lane owns hd/32 elements of o per
+// query head.
 #pragma once
 
 #include <cmath>
@@ -60,13 +61,39 @@ struct AttnAcc {
   float m[kMaxRep], l[kMaxRep], o[kMaxRep][E];
 };
 
+/** Lane (j, quarter)'s rotation of its quarter's words (bf16 pairs, QW = hd/8 of them) in the
+ *  score loop: K rows lie 2 hd bytes apart in a page, so at hd 128 the 8 positions' word w falls in
+ *  one bank, and quarters 0 and 2 (1 and 3) in the same 16: read in the same order by every lane, a
+ *  score's load was a 16-way bank conflict, which made the item bound by shared memory (~11.8 us a
+ *  layer on an H100, NOTES.md "v2.4"). Lane (j, q) starts at word 2j + q/2 + (QW/2)(q % 2): at hd
+ *  128 distinct banks for the K words of all 32 lanes and for q's float2 within each half-warp. */
+template <int HD>
+__device__ __forceinline__ int score_rotation(int j, int quarter) {
+  constexpr int QW = HD / 8;
+  return (2 * j + (quarter >> 1) + (QW / 2) * (quarter & 1)) & (QW - 1);
+}
+
+/** E consecutive bf16 (E = 2 or 4; 4 E-byte aligned) as floats: one shared-memory load. */
+template <int E>
+__device__ __forceinline__ void load_bf16(const uint16_t* v, float (&f)[E]) {
+  static_assert(E == 2 || E == 4, "hd 64 or 128");
+  if constexpr (E == 4) {
+    const uint2 u = *reinterpret_cast<const uint2*>(v);
+    f[0] = bf16_lo(u.x), f[1] = bf16_hi(u.x), f[2] = bf16_lo(u.y), f[3] = bf16_hi(u.y);
+  } else {
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(v);
+    f[0] = bf16_lo(u), f[1] = bf16_hi(u);
+  }
+}
+
 /** Fold n (<= 8 x ...) positions into the warp's state: K rows at kr, V rows at vr (bf16, hd each,
- *  consecutive), scores against q_s (rep, hd). All lanes. */
+ *  consecutive, 16-byte aligned), scores against q_s (rep, hd). All lanes. */
 template <int HD>
 __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* vr, uint32_t n, const float* q_s, int rep,
                                             AttnAcc<HD>& acc) {
-  constexpr int E = AttnAcc<HD>::E, Q = HD / 4;  // o elements per lane; score elements per lane
+  constexpr int E = AttnAcc<HD>::E, Q = HD / 4, QW = Q / 2;  // o elements per lane; score elements, words per lane
   const int lane = int(threadIdx.x & 31), jl = lane >> 2, quarter = lane & 3;
+  const int rot = score_rotation<HD>(jl, quarter);
   for (uint32_t j0 = 0; j0 < n; j0 += 8) {
     const uint32_t j = j0 + uint32_t(jl);
     const bool valid = j < n;
@@ -78,9 +105,14 @@ __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* 
       float s = 0.f;
       if (valid) {
         const uint32_t* k2 = reinterpret_cast<const uint32_t*>(kr + size_t(j) * HD + quarter * Q);
-        const float* qr = q_s + r * HD + quarter * Q;
+        const float2* qr = reinterpret_cast<const float2*>(q_s + r * HD + quarter * Q);
 #pragma unroll 8
-        for (int e = 0; e < Q / 2; ++e) s = fmaf(qr[2 * e + 1], bf16_hi(k2[e]), fmaf(qr[2 * e], bf16_lo(k2[e]), s));
+        for (int e = 0; e < QW; ++e) {
+          const int wd = (e + rot) & (QW - 1);
+          const uint32_t kw = k2[wd];
+          const float2 qq = qr[wd];
+          s = fmaf(qq.y, bf16_hi(kw), fmaf(qq.x, bf16_lo(kw), s));
+        }
       }
       s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
       s += __shfl_xor_sync(0xFFFFFFFFu, s, 2);
@@ -102,9 +134,10 @@ __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* 
       for (int jj = 0; jj < 8; ++jj) {
         const float pj = __shfl_sync(0xFFFFFFFFu, p, 4 * jj);
         if (j0 + uint32_t(jj) >= n) break;
-        const uint16_t* v = vr + size_t(j0 + uint32_t(jj)) * HD + lane * E;
+        float v[E];
+        load_bf16<E>(vr + size_t(j0 + uint32_t(jj)) * HD + lane * E, v);
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc.o[r][e] = fmaf(pj, __uint_as_float(uint32_t(v[e]) << 16), acc.o[r][e]);
+        for (int e = 0; e < E; ++e) acc.o[r][e] = fmaf(pj, v[e], acc.o[r][e]);
       }
       acc.m[r] = m_new;
     }
