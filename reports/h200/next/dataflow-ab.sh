@@ -5,8 +5,9 @@
 #   2. v2's tiny test (the fp64 oracle through the grader; a protocol that hangs is cut at 120 s);
 #   3. full, seed 0, graded in turn: BASE (the earlier build's libnibble_megakernel_dataflow.so,
 #      carried: build it on the CPU machine from the base commit and pass its path), this build, this
-#      build with NIBBLE_DF_ORDER=0, BASE again, this build again (two rounds: the machine drifts), then
-#      v1 (the bar); the last grade of this build traced (NIBBLE_DF_TRACE);
+#      build with each of VARIANTS (env assignments, space-separated; default: the head at one producer
+#      lane, NIBBLE_DF_HEAD_PRODUCERS=1), BASE again, this build again (two rounds: the machine drifts),
+#      then v1 (the bar); the last grade of this build traced (NIBBLE_DF_TRACE);
 #   4. bench_dataflow's consumer rows (the consumers from shared memory: all, no math, no flush);
 #   5. v2's stress test (full, seeds 0 and 1, 2048 steps twice, bitwise equal) with the time left.
 #   bash reports/h200/next/dataflow-ab.sh <commit> <base .so> <base name>
@@ -37,7 +38,9 @@ if [ $tiny -eq 0 ]; then
   for round in 1 2; do
     grade "$BASE_NAME-r$round" "$BASE_SO"
     grade "new-r$round" "$NEW"
-    [ $round = 1 ] && grade "new-order0-r$round" "$NEW" NIBBLE_DF_ORDER=0
+    if [ $round = 1 ]; then
+      for v in ${VARIANTS:-NIBBLE_DF_HEAD_PRODUCERS=1}; do grade "new-$v-r$round" "$NEW" "$v"; done
+    fi
   done
   grade new-traced "$NEW" NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-new.txt
   [ -f /dev/shm/nibble-df-trace-new.txt ] && mv /dev/shm/nibble-df-trace-new.txt "$OUT/trace-new.txt" && cat "$OUT/trace-new.txt"

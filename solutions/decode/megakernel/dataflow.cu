@@ -92,8 +92,8 @@ void write_trace(const Model& m) {
     prod_mean += double(pr[1] - pr[0]) / double(ctas);
     stall_mean += double(pr[2]) / double(ctas);
   }
-  std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, %u producer lanes, %u pages; the last launch\n",
-               ctas, m.params.consumer_warps, m.params.producer_lanes, m.params.n_pages);
+  std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, %u producer lanes (the head %u), %u pages; the last launch\n",
+               ctas, m.params.consumer_warps, m.params.producer_lanes, m.params.head_lanes, m.params.n_pages);
   // "pages": of the run, the first consumer warp's wait for its pages to land (the stream behind).
   std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %6s\n", "kind", "wait", "build", "run",
                "pages", "n");
@@ -224,17 +224,20 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
     fail(NIBBLE_ERR_NOT_SUPPORTED, "megakernel-dataflow: the input and cluster-sum buffers (" + std::to_string(fixed) +
                                        " bytes) leave no room for a page per consumer warp in " + std::to_string(optin) +
                                        " bytes of shared memory");
-  // NIBBLE_DF_PRODUCERS=1..32: the producer warp's lanes issuing pages at once (DataflowParams; A/B).
-  uint32_t producer_lanes = std::min(kProducerLanes, pages);
-  if (const char* e = std::getenv("NIBBLE_DF_PRODUCERS"); e && *e) {
+  // NIBBLE_DF_PRODUCERS / NIBBLE_DF_HEAD_PRODUCERS=1..32: the producer warp's lanes issuing pages
+  // at once, for the layers' segments and for the LM head (DataflowParams; A/B).
+  auto lanes_from_env = [&](const char* name, uint32_t fallback) {
+    const char* e = std::getenv(name);
+    if (!e || !*e) return std::min(fallback, pages);
     char* rest = nullptr;
     const long v = std::strtol(e, &rest, 10);
     if (*rest != '\0' || !producer_lanes_fit(uint32_t(std::clamp(v, 0L, 33L)), pages))
-      fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_PRODUCERS=") + e + ": 1 to " +
-                                            std::to_string(std::min(32u, pages)) + " producer lanes (this pool has " +
-                                            std::to_string(pages) + " pages)");
-    producer_lanes = uint32_t(v);
-  }
+      fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string(name) + "=" + e + ": 1 to " + std::to_string(std::min(32u, pages)) +
+                                            " producer lanes (this pool has " + std::to_string(pages) + " pages)");
+    return uint32_t(v);
+  };
+  const uint32_t producer_lanes = lanes_from_env("NIBBLE_DF_PRODUCERS", kProducerLanes);
+  const uint32_t head_lanes = lanes_from_env("NIBBLE_DF_HEAD_PRODUCERS", kHeadProducerLanes);
   mdl->smem = page_pool_bytes(pages) + fixed;
   if (mode != kModeDecode) SOL_CUDA(dataflow_set_smem(c.hd, warps, mode, mdl->smem));
 
@@ -327,6 +330,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   P.chunks = plan.attn_chunks;
   P.n_pages = pages;
   P.producer_lanes = producer_lanes;
+  P.head_lanes = head_lanes;
   P.max_tiles = max_tiles;
   P.max_pages = max_pages;
   P.max_k = max_k;

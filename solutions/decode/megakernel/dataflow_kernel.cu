@@ -176,13 +176,13 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
   const int warp = int(threadIdx.x >> 5);
   if (warp == 0) {  // the producer warp, every lane (produce_segment)
     const uint64_t policy = sol::policy_evict_first();
-    const uint32_t lanes = p.producer_lanes;
     uint32_t k = 0;
     long long stalled = 0;
     long long* tr = p.trace ? p.trace + p.trace_cta0 + size_t(cta) * kTraceCtaMarks : nullptr;
     if (tr && threadIdx.x == 0) tr[0] = clock64();
     for (int i = 0; i < me.count; ++i) {
       const DevSegment& s = p.segs[me.first + i];
+      const uint32_t lanes = s.kind == df::kHead ? p.head_lanes : p.producer_lanes;
       if constexpr (MODE == kModeDecode)
         stalled += produce_segment(pool, stream_of(s, p), k, policy, lanes, tr != nullptr);
       else if (s.kind != df::kAttn)

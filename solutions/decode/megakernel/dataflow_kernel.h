@@ -27,6 +27,10 @@ inline constexpr int kConsumerWarps = 15;
  *  handshake's rate (bench, consumer-nomath: 3.6 -> 10.5 TB/s at 8) but slow the decode step
  *  (H100, 2026-12-05: 1599.5 us at 1 lane, 1635.8 at 2, 1653.6 at 4, 1661.6 at 8; NOTES.md "v2.1"). */
 inline constexpr uint32_t kProducerLanes = 1;
+/** Producer lanes of the LM head's segment by default (DataflowParams::head_lanes): the head is the
+ *  step's last segment, no release and no wait follows it, and at one lane its stream ran at the
+ *  lane's issue rate (H100, v2.3's trace: 82 us, 64 of them waiting for pages; NOTES.md "v2.5"). */
+inline constexpr uint32_t kHeadProducerLanes = 8;
 /** Whether the kernel is built for w consumer warps. */
 inline bool dataflow_warps_supported(int w) { return w == 8 || w == 15; }
 /** What a launch runs (DataflowParams::mode; NIBBLE_DF_MODE at build_model). kModeDecode: the decode
@@ -129,6 +133,7 @@ struct DataflowParams {
   /** Lanes of the producer warp issuing pages at once (1..32, at most n_pages; page_stream.cuh;
    *  NIBBLE_DF_PRODUCERS at build_model for an A/B). */
   uint32_t producer_lanes = kProducerLanes;
+  uint32_t head_lanes = kHeadProducerLanes;  ///< the LM head's (NIBBLE_DF_HEAD_PRODUCERS)
 };
 
 /** Per segment: its consumers start it, its waits are met, its input is built, it is published
