@@ -92,7 +92,7 @@ void write_trace(const Model& m) {
     prod_mean += double(pr[1] - pr[0]) / double(ctas);
     stall_mean += double(pr[2]) / double(ctas);
   }
-  std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, %u producer lanes (the head %u), %u pages; the last launch\n",
+  std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, %u producer lanes (%u for the LM head), %u pages; the last launch\n",
                ctas, m.params.consumer_warps, m.params.producer_lanes, m.params.head_lanes, m.params.n_pages);
   // "pages": of the run, the first consumer warp's wait for its pages to land (the stream behind).
   std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %6s\n", "kind", "wait", "build", "run",
