@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# dataflow-ab.sh: the megakernel v2 at <commit> against an earlier build of it in one device call
+# dataflow-ab.sh: the megakernel v2 at <commit> against earlier builds of it in one device call
 # (<= 590 s; issue 21), into $OUT (one archive, dataflow-ab.tar):
 #   1. build nibble, both megakernel solutions, v2's tiny and stress tests and bench_dataflow;
 #   2. v2's tiny test (the fp64 oracle through the grader; a protocol that hangs is cut at 120 s);
-#   3. full, seed 0, graded in turn: BASE (the earlier build's libnibble_megakernel_dataflow.so,
-#      carried: build it on the CPU machine from the base commit and pass its path), this build, this
-#      build with each of VARIANTS (env assignments, space-separated; default: the head at one producer
-#      lane, NIBBLE_DF_HEAD_PRODUCERS=1), BASE again, this build again (two rounds: the machine drifts),
-#      then v1 (the bar); the last grade of this build traced (NIBBLE_DF_TRACE);
-#   4. bench_dataflow's consumer rows (the consumers from shared memory: all, no math, no flush);
+#   3. full, seed 0, graded in turn: each BASE (an earlier build's libnibble_megakernel_dataflow.so,
+#      carried: build it on the CPU machine at its commit and pass name=path), this build, this build
+#      with each of VARIANTS (env assignments, space-separated; default: the head at one producer
+#      lane, NIBBLE_DF_HEAD_PRODUCERS=1), then the bases and this build again (two rounds: the machine
+#      drifts), then v1 (the bar); the last grade of this build traced (NIBBLE_DF_TRACE);
+#   4. bench_dataflow's consumer rows (the consumers from shared memory: all, no math, no flush) when
+#      BENCH=1;
 #   5. v2's stress test (full, seeds 0 and 1, 2048 steps twice, bitwise equal) with the time left.
-#   bash reports/h200/next/dataflow-ab.sh <commit> <base .so> <base name>
+#   bash reports/h200/next/dataflow-ab.sh <commit> <name>=<base .so> [<name>=<base .so> ...]
 set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
-BASE_SO=${2:?the base build of libnibble_megakernel_dataflow.so}
-BASE_NAME=${3:-base}
+shift
+[ $# -ge 1 ] || { echo "usage: dataflow-ab.sh <commit> <name>=<base .so> ..."; exit 2; }
+BASES=("$@")
 t0=$(date +%s)
 left() { echo $(( 580 - ($(date +%s) - t0) )); }
 source scripts/env.sh
@@ -36,7 +38,7 @@ grade() {  # name, .so, env...: full, seed 0
 NEW=$B/lib/libnibble_megakernel_dataflow.so
 if [ $tiny -eq 0 ]; then
   for round in 1 2; do
-    grade "$BASE_NAME-r$round" "$BASE_SO"
+    for b in "${BASES[@]}"; do grade "${b%%=*}-r$round" "${b#*=}"; done
     grade "new-r$round" "$NEW"
     if [ $round = 1 ]; then
       for v in ${VARIANTS:-NIBBLE_DF_HEAD_PRODUCERS=1}; do grade "new-$v-r$round" "$NEW" "$v"; done
@@ -46,7 +48,7 @@ if [ $tiny -eq 0 ]; then
   [ -f /dev/shm/nibble-df-trace-new.txt ] && mv /dev/shm/nibble-df-trace-new.txt "$OUT/trace-new.txt" && cat "$OUT/trace-new.txt"
   grade v1 $B/lib/libnibble_megakernel.so
 fi
-if [ $tiny -eq 0 ] && [ "$(left)" -gt 200 ]; then
+if [ $tiny -eq 0 ] && [ "${BENCH:-0}" = 1 ] && [ "$(left)" -gt 200 ]; then
   timeout 120 $B/bin/bench_dataflow --benchmark_filter='Consumer' --benchmark_out="$OUT/bench-dataflow.json" \
     --benchmark_out_format=json > "$OUT/bench-dataflow.txt" 2>&1; echo "bench_dataflow: exit $?"; cat "$OUT/bench-dataflow.txt"
 fi

@@ -128,15 +128,14 @@ __device__ __forceinline__ float rms_scale(const float* xs, int d, float eps, fl
 
 /** xs[128 g0 .. 128 g1) = silu(gate) * up for the down-proj input groups [g0, g1), from gu in
  *  Interleave8 order (tile t: gate rows 8t..8t+7, then up rows 8t..8t+7), silu(x) = x / (1 + e^-x);
- *  2 float4 loads per 4 outputs, issued together. A block reads only the groups its units need
- *  (down's units come in chunks of 4 groups: a chunk or two, 2-4 KB, instead of all 64 KB of gate|up).
- *  By the threads of Threads. */
-template <class Threads = BlockThreads>
+ *  2 float4 loads per 4 outputs, V outputs per thread issued together. A block reads only the groups
+ *  its units need (down's units come in chunks of 4 groups: a chunk or two, 2-4 KB, instead of all 64
+ *  KB of gate|up). By the threads of Threads. */
+template <class Threads = BlockThreads, int V = kSwigluVec>
 __device__ __forceinline__ void load_swiglu(const float* gu, int g0, int g1, float* xs) {
   const float4* g4 = reinterpret_cast<const float4*>(gu);
   float4* x4 = reinterpret_cast<float4*>(xs);
   const int q0 = g0 * (kGroup / 4), q1 = g1 * (kGroup / 4);  // output float4s; q covers rows 4q..4q+3
-  constexpr int V = kSwigluVec;
   for (int base = q0 + int(Threads::t()); base < q1; base += Threads::n() * V) {
     float4 g[V] = {}, u[V] = {};  // zero: gcc cannot see that q < q1 guards both loops alike
 #pragma unroll

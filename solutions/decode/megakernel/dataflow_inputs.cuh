@@ -71,13 +71,18 @@ __device__ __forceinline__ void embed_norm_input(const SourceTriple& embed, int 
   norm_limbs<W>(xs, d, gain, eps, g0, g1, red, xq, w);
 }
 
+/** Outputs (float4s of silu(gate) * up) per consumer thread that swiglu_input loads at once: 3, so
+ *  that the 15 consumer warps load a K half of the full config's down (1024 float4s) in one L2 round
+ *  trip (v1's 2 took two: ~2.8 us of down's build a layer on an H100, NOTES.md "v2.6"). */
+inline constexpr int kSwigluVecConsumers = 3;
+
 /** xq's groups [g0, g1) = limbs of silu(gate) * up, from gu (2 ffn, Interleave8) published by other
  *  CTAs; xs: ffn floats of shared memory (only [128 g0, 128 g1) written). As norm_input. */
 template <int W>
 __device__ __forceinline__ void swiglu_input(const float* gu, int ffn, int g0, int g1, float* xs, unsigned char* xq,
                                              uint32_t w) {
   using CT = ConsumerThreads<W>;
-  load_swiglu<CT>(gu, g0, g1, xs);
+  load_swiglu<CT, kSwigluVecConsumers>(gu, g0, g1, xs);
   CT::sync();
   build_x_limbs_warps(int(w), W, xs, ffn, xq, nullptr, 1.f, g0, g1);
   CT::sync();
