@@ -6,8 +6,9 @@
 #   3. full, seed 0, graded in turn: each BASE (an earlier build's libnibble_megakernel_dataflow.so,
 #      carried: build it on the CPU machine at its commit and pass name=path), this build, this build
 #      with each of VARIANTS (env assignments, space-separated; default: the head at one producer
-#      lane, NIBBLE_DF_HEAD_PRODUCERS=1), then the bases and this build again (two rounds: the machine
-#      drifts), then v1 (the bar); the last grade of this build traced (NIBBLE_DF_TRACE);
+#      lane, NIBBLE_DF_HEAD_PRODUCERS=1), then the bases and this build again (ROUNDS=2, the default:
+#      the machine drifts), then v1 (the bar; V1=0 leaves it out, and out of the build); the last grade
+#      of this build traced (NIBBLE_DF_TRACE);
 #   4. bench_dataflow's consumer rows (the consumers from shared memory: all, no math, no flush) when
 #      BENCH=1;
 #   5. v2's stress test (full, seeds 0 and 1, 2048 steps twice, bitwise equal) with the time left.
@@ -21,8 +22,10 @@ t0=$(date +%s)
 left() { echo $(( 580 - ($(date +%s) - t0) )); }
 source scripts/env.sh
 cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
-cmake --build build-hopper -j16 --target nibble nibble_reference nibble_megakernel nibble_megakernel_dataflow \
-  test_megakernel_dataflow_decode_tiny test_megakernel_dataflow_decode_stress bench_dataflow > "$OUT/build.log" 2>&1 ||
+targets="nibble nibble_reference nibble_megakernel_dataflow test_megakernel_dataflow_decode_tiny test_megakernel_dataflow_decode_stress"
+[ "${V1:-1}" = 1 ] && targets="$targets nibble_megakernel"
+[ "${BENCH:-0}" = 1 ] && targets="$targets bench_dataflow"
+cmake --build build-hopper -j16 --target $targets > "$OUT/build.log" 2>&1 ||
   { tail -30 "$OUT/build.log"; exit 1; }
 echo "built ($(( $(date +%s) - t0 )) s)"
 B=build-hopper
@@ -37,7 +40,7 @@ grade() {  # name, .so, env...: full, seed 0
 }
 NEW=$B/lib/libnibble_megakernel_dataflow.so
 if [ $tiny -eq 0 ]; then
-  for round in 1 2; do
+  for round in $(seq 1 "${ROUNDS:-2}"); do
     for b in "${BASES[@]}"; do grade "${b%%=*}-r$round" "${b#*=}"; done
     grade "new-r$round" "$NEW"
     if [ $round = 1 ]; then
@@ -46,7 +49,7 @@ if [ $tiny -eq 0 ]; then
   done
   grade new-traced "$NEW" NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-new.txt
   [ -f /dev/shm/nibble-df-trace-new.txt ] && mv /dev/shm/nibble-df-trace-new.txt "$OUT/trace-new.txt" && cat "$OUT/trace-new.txt"
-  grade v1 $B/lib/libnibble_megakernel.so
+  [ "${V1:-1}" = 1 ] && grade v1 $B/lib/libnibble_megakernel.so
 fi
 if [ $tiny -eq 0 ] && [ "${BENCH:-0}" = 1 ] && [ "$(left)" -gt 200 ]; then
   timeout 120 $B/bin/bench_dataflow --benchmark_filter='Consumer' --benchmark_out="$OUT/bench-dataflow.json" \
