@@ -84,6 +84,7 @@ void run_mode(benchmark::State& state, const char* mode, bool step_bytes) {
     setenv("NIBBLE_DF_MODE", mode, 1);
     setenv("NIBBLE_DF_WARPS", std::to_string(state.range(0)).c_str(), 1);
     setenv("NIBBLE_DF_PRODUCERS", std::to_string(state.range(1)).c_str(), 1);
+    setenv("NIBBLE_DF_HEAD_PRODUCERS", std::to_string(state.range(1)).c_str(), 1);  // the head too: rows compare
     const SolutionLibrary lib(solution_path());
     DeviceModel model(cfg, file);
     cudaStream_t stream = nullptr;
@@ -117,7 +118,7 @@ void run_mode(benchmark::State& state, const char* mode, bool step_bytes) {
     state.counters["bytes"] = bytes;
     state.counters["TB/s"] = benchmark::Counter(bytes * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
     state.SetLabel(std::string("NIBBLE_DF_MODE=") + mode + ", " + std::to_string(state.range(0)) + " consumer warps, " +
-                   std::to_string(state.range(1)) + " producer lanes");
+                   std::to_string(state.range(1)) + " producer lanes (the head's too)");
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
     ++g_failures;
@@ -125,6 +126,7 @@ void run_mode(benchmark::State& state, const char* mode, bool step_bytes) {
   unsetenv("NIBBLE_DF_MODE");
   unsetenv("NIBBLE_DF_WARPS");
   unsetenv("NIBBLE_DF_PRODUCERS");
+  unsetenv("NIBBLE_DF_HEAD_PRODUCERS");
 }
 
 void BM_DataflowStep(benchmark::State& state) { run_mode(state, "decode", true); }
@@ -136,7 +138,8 @@ void BM_DataflowConsumerNoFlush(benchmark::State& state) { run_mode(state, "cons
 }  // namespace
 
 // A fixed count: each run uploads the model and builds it (seconds), so no iteration-count search.
-// {consumer warps, producer lanes}: the defaults {15, 8} first, then the A/B rows.
+// {consumer warps, producer lanes (the head's too)}: 8 lanes first (the consumer's own rate), then 1 (the layers' default)
+// and the other A/B rows.
 BENCHMARK(BM_DataflowStep)->Args({15, 8})->Args({15, 1})->Iterations(200)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DataflowGemvAllLayers)->Args({15, 8})->Args({15, 1})->Iterations(200)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DataflowConsumerFromSmem)

@@ -30,11 +30,17 @@ TEST(SegmentGemvEmulation, ClusterRowsOfSeveralSegmentsMatchFp64) {
   // 40 rows x 6 groups on silu(gate) * up; 64 rows x 3 groups on the attention merged from 3 chunks
   // (6 query heads of hd 64); 24 rows x 2 groups on x itself; 32 rows x 8 groups on the attention
   // merged from 40 chunks (8 heads of hd 128: more chunks than a warp's lanes and than one batch of
-  // attn_input's loads, and more float4s of a K half than the consumer threads).
-  const std::vector<Matrix> mats{make_matrix(200, 384, 0, 1), make_matrix(40, 768, 0, 2), make_matrix(64, 384, 0, 3),
-                                 make_matrix(24, 256, 0, 4), make_matrix(32, 1024, 0, 5)};
-  const std::vector<InputSpec> specs{{kInputNorm}, {kInputSwiglu}, {kInputAttn, 6, 64, 3}, {kInputX}, {kInputAttn, 8, 128, 40}};
-  const std::vector<int> order{0, 1, 2, 3, 4, 0};
+  // attn_input's loads, and more float4s of a K half than the consumer threads). Then the pages'
+  // sums: 48 rows x 1 group (rank 0 has no group: no page, sums of zero), x 9 groups (K halves of 4
+  // and 5 groups: 1 and 2 pages a tile) and x 18 groups (9 each: 3 pages a tile, the last of one
+  // unit), where a tile's page sums are added in page order (a sum that drops page 2 or later fails
+  // by ~1900x the bound, a reviewer's check).
+  const std::vector<Matrix> mats{make_matrix(200, 384, 0, 1),  make_matrix(40, 768, 0, 2),  make_matrix(64, 384, 0, 3),
+                                 make_matrix(24, 256, 0, 4),   make_matrix(32, 1024, 0, 5), make_matrix(48, 128, 0, 6),
+                                 make_matrix(48, 1152, 0, 7), make_matrix(48, 2304, 0, 8)};
+  const std::vector<InputSpec> specs{{kInputNorm}, {kInputSwiglu}, {kInputAttn, 6, 64, 3}, {kInputX}, {kInputAttn, 8, 128, 40},
+                                     {kInputX},    {kInputX},      {kInputX}};
+  const std::vector<int> order{0, 1, 2, 3, 4, 0, 5, 6, 7};
   // Both ways of adding a tile's pages: in page order (the default), and with atomics
   // (NIBBLE_DF_ORDER=0, the A/B switch: not bitwise run to run, as correct).
   for (const bool ordered : {true, false})

@@ -65,15 +65,20 @@ struct AttnAcc {
  *  score loop: K rows lie 2 hd bytes apart in a page, so at hd 128 the 8 positions' word w falls in
  *  one bank, and quarters 0 and 2 (1 and 3) in the same 16: read in the same order by every lane, a
  *  score's load was a 16-way bank conflict, which made the item bound by shared memory (~11.8 us a
- *  layer on an H100, NOTES.md "v2.4"). Lane (j, q) starts at word 2j + q/2 + (QW/2)(q % 2): at hd
- *  128 distinct banks for the K words of all 32 lanes and for q's float2 within each half-warp. */
+ *  layer on an H100, NOTES.md "v2.4"). Lane (j, q) starts at word 2j + q/2 + 8 (q % 2) at hd 128
+ *  (QW 16) and j + 4 (q / 2) at hd 64 (QW 8): distinct banks for the K words of all 32 lanes and
+ *  for q's float2 within each half-warp. */
 template <int HD>
 __device__ __forceinline__ int score_rotation(int j, int quarter) {
   constexpr int QW = HD / 8;
-  return (2 * j + (quarter >> 1) + (QW / 2) * (quarter & 1)) & (QW - 1);
+  static_assert(QW == 8 || QW == 16, "hd 64 or 128: the rotation is a power-of-two mask");
+  if constexpr (QW == 16)
+    return (2 * j + (quarter >> 1) + 8 * (quarter & 1)) & (QW - 1);
+  else
+    return (j + 4 * (quarter >> 1)) & (QW - 1);
 }
 
-/** E consecutive bf16 (E = 2 or 4; 4 E-byte aligned) as floats: one shared-memory load. */
+/** E consecutive bf16 (E = 2 or 4; 2E-byte aligned) as floats: one shared-memory load. */
 template <int E>
 __device__ __forceinline__ void load_bf16(const uint16_t* v, float (&f)[E]) {
   static_assert(E == 2 || E == 4, "hd 64 or 128");

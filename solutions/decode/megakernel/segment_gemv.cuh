@@ -34,7 +34,7 @@
 namespace nibble::megakernel::v2 {
 
 /** What segment_gemv runs of a page (the bench's consumer modes, DataflowMode): everything; the wait
- *  and release alone; the unit math without the row sums and their ordered add (outputs
+ *  and release alone; the unit math without the row sums and their store (outputs
  *  meaningless but for kGemvPartAll). */
 enum GemvPart : int { kGemvPartAll = 0, kGemvPartNoMath = 1, kGemvPartNoFlush = 2 };
 
@@ -56,7 +56,7 @@ NIBBLE_MK_HD inline size_t cluster_sum_bytes(uint32_t max_tiles, uint32_t max_pa
 
 /** The cluster sum's shared memory (cluster_sum_bytes(max_tiles, max_pages) bytes at smem, 16-byte aligned). */
 struct ClusterSum {
-  float* sums = nullptr;  ///< page i of the segment's row sums at sums + 16 i
+  float* sums = nullptr;  ///< page i of the segment's row sums at sums + 16 i (NIBBLE_DF_ORDER=0: tile tt's at 16 tt ppt)
   float* peer[2] = {nullptr, nullptr};
   uint32_t rx = 0;        ///< mbarrier of peer[b] at rx + 8 b
   uint32_t half = 0;      ///< half_tiles(max_tiles): the token's offset in a peer buffer, in tiles
