@@ -25,7 +25,8 @@ namespace nibble::megakernel::v2 {
 inline constexpr int kConsumerWarps = 15;
 /** Producer lanes by default (DataflowParams::producer_lanes): one. More lanes lift the page
  *  handshake's rate (bench, consumer-nomath: 3.6 -> 10.5 TB/s at 8) but slow the decode step
- *  (H100, 2026-12-05: 1599.5 us at 1 lane, 1635.8 at 2, 1653.6 at 4, 1661.6 at 8; NOTES.md "v2.1"). */
+ *  (H100, 2026-12-05: 1599.5 us at 1 lane, 1635.8 at 2, 1653.6 at 4, 1661.6 at 8; NOTES.md "v2.1"; again
+ *  at v2.3, 2026-12-06: 1440.0, 1481.5, 1499.4, 1521.5). */
 inline constexpr uint32_t kProducerLanes = 1;
 /** Producer lanes of the LM head's segment by default (DataflowParams::head_lanes): the head is the
  *  step's last segment, no release and no wait follows it, and at one lane its stream ran at the
