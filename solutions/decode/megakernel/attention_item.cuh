@@ -92,7 +92,13 @@ __device__ __forceinline__ void load_bf16(const uint16_t* v, float (&f)[E]) {
 }
 
 /** Fold n (<= 8 x ...) positions into the warp's state: K rows at kr, V rows at vr (bf16, hd each,
- *  consecutive, 16-byte aligned), scores against q_s (rep, hd). All lanes. */
+ *  consecutive, 16-byte aligned), scores against q_s (rep, hd). All lanes.
+ *
+ *  The query heads go through each stage together (v2.7; NOTES.md "v2.7"): a K word is loaded once
+ *  for all of them and a V row once, and their shuffle and exponential chains are independent, so
+ *  they overlap (one head after another paid every chain's latency rep times). The arithmetic per
+ *  head and its order are v2.4's. Loops over kMaxRep are unrolled with a warp-uniform guard: a
+ *  runtime bound would index acc's arrays dynamically, which puts them in local memory. */
 template <int HD>
 __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* vr, uint32_t n, const float* q_s, int rep,
                                             AttnAcc<HD>& acc) {
@@ -102,49 +108,61 @@ __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* 
   for (uint32_t j0 = 0; j0 < n; j0 += 8) {
     const uint32_t j = j0 + uint32_t(jl);
     const bool valid = j < n;
-    // Unrolled over kMaxRep with a guard: a runtime bound would index acc's arrays dynamically, which
-    // puts them in local memory (ptxas: a 152-224 byte stack frame).
+    float s[kMaxRep];
+#pragma unroll
+    for (int r = 0; r < kMaxRep; ++r) s[r] = 0.f;
+    if (valid) {
+      const uint32_t* k2 = reinterpret_cast<const uint32_t*>(kr + size_t(j) * HD + quarter * Q);
+#pragma unroll 4
+      for (int e = 0; e < QW; ++e) {
+        const int wd = (e + rot) & (QW - 1);
+        const uint32_t kw = k2[wd];
+        const float lo = bf16_lo(kw), hi = bf16_hi(kw);
+#pragma unroll
+        for (int r = 0; r < kMaxRep; ++r)
+          if (r < rep) {
+            const float2 qq = reinterpret_cast<const float2*>(q_s + r * HD + quarter * Q)[wd];
+            s[r] = fmaf(qq.y, hi, fmaf(qq.x, lo, s[r]));
+          }
+      }
+    }
+    float p[kMaxRep];
 #pragma unroll
     for (int r = 0; r < kMaxRep; ++r) {
-      if (r >= rep) break;
-      float s = 0.f;
-      if (valid) {
-        const uint32_t* k2 = reinterpret_cast<const uint32_t*>(kr + size_t(j) * HD + quarter * Q);
-        const float2* qr = reinterpret_cast<const float2*>(q_s + r * HD + quarter * Q);
-#pragma unroll 8
-        for (int e = 0; e < QW; ++e) {
-          const int wd = (e + rot) & (QW - 1);
-          const uint32_t kw = k2[wd];
-          const float2 qq = qr[wd];
-          s = fmaf(qq.y, bf16_hi(kw), fmaf(qq.x, bf16_lo(kw), s));
-        }
-      }
-      s += __shfl_xor_sync(0xFFFFFFFFu, s, 1);
-      s += __shfl_xor_sync(0xFFFFFFFFu, s, 2);
-      if (!valid) s = -INFINITY;
-      float mx = s;
+      p[r] = 0.f;
+      if (r >= rep) continue;
+      float sr = s[r];
+      sr += __shfl_xor_sync(0xFFFFFFFFu, sr, 1);
+      sr += __shfl_xor_sync(0xFFFFFFFFu, sr, 2);
+      if (!valid) sr = -INFINITY;
+      float mx = sr;
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 8));
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 16));
       const float m_new = fmaxf(acc.m[r], mx);  // finite: position j0 is valid
       const float corr = acc.m[r] == -INFINITY ? 0.f : exp2f(acc.m[r] - m_new);
-      const float p = valid ? exp2f(s - m_new) : 0.f;
-      float ps = quarter == 0 ? p : 0.f;  // each position once
+      p[r] = valid ? exp2f(sr - m_new) : 0.f;
+      float ps = quarter == 0 ? p[r] : 0.f;  // each position once
       ps += __shfl_xor_sync(0xFFFFFFFFu, ps, 4);
       ps += __shfl_xor_sync(0xFFFFFFFFu, ps, 8);
       ps += __shfl_xor_sync(0xFFFFFFFFu, ps, 16);
       acc.l[r] = fmaf(acc.l[r], corr, ps);
 #pragma unroll
       for (int e = 0; e < E; ++e) acc.o[r][e] *= corr;
-      for (int jj = 0; jj < 8; ++jj) {
-        const float pj = __shfl_sync(0xFFFFFFFFu, p, 4 * jj);
-        if (j0 + uint32_t(jj) >= n) break;
-        float v[E];
-        load_bf16<E>(vr + size_t(j0 + uint32_t(jj)) * HD + lane * E, v);
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc.o[r][e] = fmaf(pj, v[e], acc.o[r][e]);
-      }
       acc.m[r] = m_new;
+    }
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      if (j0 + uint32_t(jj) >= n) break;  // warp-uniform
+      float v[E];
+      load_bf16<E>(vr + size_t(j0 + uint32_t(jj)) * HD + lane * E, v);
+#pragma unroll
+      for (int r = 0; r < kMaxRep; ++r)
+        if (r < rep) {
+          const float pj = __shfl_sync(0xFFFFFFFFu, p[r], 4 * jj);
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc.o[r][e] = fmaf(pj, v[e], acc.o[r][e]);
+        }
     }
   }
 }
