@@ -1,6 +1,5 @@
 // gpu_sync.cuh: the gpu-scope release/acquire operations the persistent kernels synchronise their
-// blocks with, and the cta-scope ones on shared memory their warps order each other with (PTX ISA,
-// "Memory Consistency Model": .release / .acquire at .gpu / .cta scope; sm_70+).
+// blocks with (PTX ISA, "Memory Consistency Model": .release / .acquire at .gpu scope; sm_70+).
 // Named here, not inline in each kernel, so that the CPU emulation (tests/emulation) can stand in.
 #pragma once
 
