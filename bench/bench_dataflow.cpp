@@ -83,8 +83,7 @@ void run_mode(benchmark::State& state, const char* mode, bool step_bytes) {
     const SafetensorsFile& file = full_fixture(cfg);
     setenv("NIBBLE_DF_MODE", mode, 1);
     setenv("NIBBLE_DF_WARPS", std::to_string(state.range(0)).c_str(), 1);
-    setenv("NIBBLE_DF_PRODUCERS", std::to_string(state.range(1)).c_str(), 1);
-    setenv("NIBBLE_DF_HEAD_PRODUCERS", std::to_string(state.range(1)).c_str(), 1);  // the head too: rows compare
+    setenv("NIBBLE_DF_PRODUCERS", std::to_string(state.range(1)).c_str(), 1);  // every kind, the head too: rows compare
     const SolutionLibrary lib(solution_path());
     DeviceModel model(cfg, file);
     cudaStream_t stream = nullptr;
@@ -126,7 +125,6 @@ void run_mode(benchmark::State& state, const char* mode, bool step_bytes) {
   unsetenv("NIBBLE_DF_MODE");
   unsetenv("NIBBLE_DF_WARPS");
   unsetenv("NIBBLE_DF_PRODUCERS");
-  unsetenv("NIBBLE_DF_HEAD_PRODUCERS");
 }
 
 void BM_DataflowStep(benchmark::State& state) { run_mode(state, "decode", true); }

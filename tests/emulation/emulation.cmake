@@ -63,11 +63,11 @@ add_test(NAME nibble.test.megakernel_dataflow_decode_emulation_8_warps COMMAND t
 set_tests_properties(nibble.test.megakernel_dataflow_decode_emulation_8_warps PROPERTIES LABELS cpu
   ENVIRONMENT "NIBBLE_DF_WARPS=8;NIBBLE_DF_PRODUCERS=8;NIBBLE_DF_TRACE=${CMAKE_CURRENT_BINARY_DIR}/dataflow-trace-8-warps.txt;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
 # ... and every case of it with the warps in a random order each pass (emu::schedule_seed), and 30
-# producer lanes: the protocol's waits must hold under any interleaving, not only the scheduler's
-# round robin.
+# producer lanes (4 for gate|up, 1 for the head: the lanes change between segments): the protocol's
+# waits must hold under any interleaving, not only the scheduler's round robin.
 add_test(NAME nibble.test.megakernel_dataflow_decode_emulation_shuffled COMMAND test_megakernel_dataflow_decode_emulation)
 set_tests_properties(nibble.test.megakernel_dataflow_decode_emulation_shuffled PROPERTIES LABELS cpu TIMEOUT 900
-  ENVIRONMENT "NIBBLE_EMU_SCHEDULE_SEED=20261205;NIBBLE_DF_PRODUCERS=30;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
+  ENVIRONMENT "NIBBLE_EMU_SCHEDULE_SEED=20261205;NIBBLE_DF_PRODUCERS=30,gate|up=4,head=1;NIBBLE_SOURCE_DIR=${PROJECT_SOURCE_DIR};NIBBLE_BINARY_DIR=${PROJECT_BINARY_DIR}")
 # v19's paths (the combining block, the K/V rows copied by the attention; v20 made the other two
 # the default, NOTES.md), so that both stay checked in CI.
 add_test(NAME nibble.test.megakernel_decode_emulation_v19 COMMAND test_megakernel_decode_emulation

@@ -233,9 +233,9 @@ TEST(MegakernelDecodeEmulation, BenchModesRunToTheEnd) {
   cudaFree(log_mem);
 }
 
-/** NIBBLE_DF_PRODUCERS or NIBBLE_DF_HEAD_PRODUCERS outside 1..min(32, pages), or not a number:
- *  refused at build_model, naming the variable, the range and the pool (the in-range values run in
- *  the tests above: 1, 8, 30 and the head's default, 8). */
+/** NIBBLE_DF_PRODUCERS with a lane count outside 1..min(32, pages), not a number, or a kind the trace
+ *  does not name: refused at build_model, naming the variable, the range and the pool (the accepted
+ *  forms run in the tests above: "8", "30,gate|up=4,head=1" and the default). */
 TEST(MegakernelDecodeEmulation, ProducerLanesOutOfRangeAreRefused) {
   const DecodeConfig cfg = decode_config("tiny");
   emu::sm_count = 4;
@@ -244,21 +244,19 @@ TEST(MegakernelDecodeEmulation, ProducerLanesOutOfRangeAreRefused) {
   const SafetensorsFile file(dir / kFixtureModelFile);
   emu::unreg_all();
   DeviceModel model(cfg, file);
-  for (const std::string name : {"NIBBLE_DF_PRODUCERS", "NIBBLE_DF_HEAD_PRODUCERS"}) {
-    const char* outer = std::getenv(name.c_str());  // the CTest variant's value, put back after
-    const std::string kept = outer ? outer : "";
-    for (const char* v : {"0", "33", "-1", "8x", "eight"}) {
-      SCOPED_TRACE(name + "=" + v);
-      ASSERT_TRUE(test::set_or_unset_env(name.c_str(), v));
-      void* handle = nullptr;
-      nibble_error err{};
-      EXPECT_EQ(nibble_decode_build_model(model.abi(), nullptr, &handle, &err), NIBBLE_ERR_INVALID_ARGUMENT);
-      const std::string m = err.message;
-      EXPECT_NE(m.find(name + "=" + v + ": 1 to "), std::string::npos) << m;
-      EXPECT_NE(m.find("producer lanes (this pool has "), std::string::npos) << m;
-    }
-    ASSERT_TRUE(test::set_or_unset_env(name.c_str(), kept.c_str()));
+  const char* outer = std::getenv("NIBBLE_DF_PRODUCERS");  // the CTest variant's value, put back after
+  const std::string kept = outer ? outer : "";
+  for (const char* v : {"0", "33", "-1", "8x", "eight", "1,head=0", "1,head=", "1,,2", "1,ffn=2", "head=33", "1,"}) {
+    SCOPED_TRACE(v);
+    ASSERT_TRUE(test::set_or_unset_env("NIBBLE_DF_PRODUCERS", v));
+    void* handle = nullptr;
+    nibble_error err{};
+    EXPECT_EQ(nibble_decode_build_model(model.abi(), nullptr, &handle, &err), NIBBLE_ERR_INVALID_ARGUMENT);
+    const std::string m = err.message;
+    EXPECT_NE(m.find(std::string("NIBBLE_DF_PRODUCERS=") + v + ": "), std::string::npos) << m;
+    EXPECT_NE(m.find("producer lanes (this pool has "), std::string::npos) << m;
   }
+  ASSERT_TRUE(test::set_or_unset_env("NIBBLE_DF_PRODUCERS", kept.c_str()));
 }
 #endif
 

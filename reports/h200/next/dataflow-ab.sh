@@ -6,7 +6,7 @@
 #   3. full, seed 0, graded in turn: each BASE (an earlier build's libnibble_megakernel_dataflow.so,
 #      carried: build it on the CPU machine at its commit and pass name=path), this build, this build
 #      with each of VARIANTS (env assignments, space-separated, "" for none; default: the head at one producer
-#      lane, NIBBLE_DF_HEAD_PRODUCERS=1), then the bases and this build again (ROUNDS=2, the default:
+#      lane, NIBBLE_DF_PRODUCERS=1), then the bases and this build again (ROUNDS=2, the default:
 #      the machine drifts), then v1 (the bar; V1=0 leaves it out, and out of the build); the last grade
 #      of this build traced (NIBBLE_DF_TRACE);
 #   4. bench_dataflow's consumer rows (the consumers from shared memory: all, no math, no flush) when
@@ -44,7 +44,7 @@ if [ $tiny -eq 0 ]; then
     for b in "${BASES[@]}"; do grade "${b%%=*}-r$round" "${b#*=}"; done
     grade "new-r$round" "$NEW"
     if [ $round = 1 ]; then
-      for v in ${VARIANTS-NIBBLE_DF_HEAD_PRODUCERS=1}; do grade "new-$v-r$round" "$NEW" "$v"; done
+      for v in ${VARIANTS-NIBBLE_DF_PRODUCERS=1}; do grade "new-$v-r$round" "$NEW" "$v"; done
     fi
   done
   grade new-traced "$NEW" NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-new.txt

@@ -52,6 +52,38 @@ struct Model {
   std::vector<DevCta> ctas;
 };
 
+/** NIBBLE_DF_PRODUCERS's value into lanes (per dataflow::SegKind): comma-separated items applied in
+ *  order, "n" setting every kind and "kind=n" one (kind as the trace names it: qkv, attention, o,
+ *  gate|up, down, head), each n 1..min(32, pages) (producer_lanes_fit). Returns what is wrong, or ""
+ *  (lanes then written). */
+std::string parse_producer_lanes(const std::string& value, uint32_t pages, uint32_t (&lanes)[df::kSegKinds]) {
+  uint32_t out[df::kSegKinds];
+  std::copy(std::begin(lanes), std::end(lanes), std::begin(out));
+  const std::string range = "1 to " + std::to_string(std::min(32u, pages)) + " producer lanes (this pool has " +
+                            std::to_string(pages) + " pages), as n or kind=n items separated by commas, kind one of "
+                            "qkv, attention, o, gate|up, down, head";
+  size_t at = 0;
+  while (at <= value.size()) {
+    const size_t end = std::min(value.find(',', at), value.size());
+    const std::string item = value.substr(at, end - at);
+    const size_t eq = item.find('=');
+    const std::string kind = eq == std::string::npos ? "" : item.substr(0, eq);
+    const std::string num = eq == std::string::npos ? item : item.substr(eq + 1);
+    char* rest = nullptr;
+    const long v = num.empty() ? 0 : std::strtol(num.c_str(), &rest, 10);
+    if (num.empty() || *rest != '\0' || !producer_lanes_fit(uint32_t(std::clamp(v, 0L, 33L)), pages)) return range;
+    int k = -1;
+    for (int i = 0; i < df::kSegKinds && eq != std::string::npos; ++i)
+      if (kind == df::seg_kind_name(df::SegKind(i))) k = i;
+    if (eq != std::string::npos && k < 0) return "no segment kind '" + kind + "': " + range;
+    for (int i = 0; i < df::kSegKinds; ++i)
+      if (k < 0 || i == k) out[i] = uint32_t(v);
+    at = end + 1;
+  }
+  std::copy(std::begin(out), std::end(out), std::begin(lanes));
+  return "";
+}
+
 /** NIBBLE_DF_TRACE's summary of the last launch: per segment kind, the mean over its segments (every
  *  CTA and layer) of the consumers' wait for the rows it reads, its input build and its GEMV or
  *  attention with the publish; per CTA, those summed over its step (mean and max over CTAs), its
@@ -92,8 +124,10 @@ void write_trace(const Model& m) {
     prod_mean += double(pr[1] - pr[0]) / double(ctas);
     stall_mean += double(pr[2]) / double(ctas);
   }
-  std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, %u producer lanes (%u for the LM head), %u pages; the last launch\n",
-               ctas, m.params.consumer_warps, m.params.producer_lanes, m.params.head_lanes, m.params.n_pages);
+  std::string lanes;  // "1/1/1/1/1/8": no kind's name, which the rows below start with
+  for (int k = 0; k < df::kSegKinds; ++k) lanes += (k ? "/" : "") + std::to_string(m.params.lanes[k]);
+  std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, producer lanes %s by segment kind, %u pages; the last launch\n",
+               ctas, m.params.consumer_warps, lanes.c_str(), m.params.n_pages);
   // "pages": of the run, the first consumer warp's wait for its pages to land (the stream behind).
   std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %6s\n", "kind", "wait", "build", "run",
                "pages", "n");
@@ -224,20 +258,12 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
     fail(NIBBLE_ERR_NOT_SUPPORTED, "megakernel-dataflow: the input and cluster-sum buffers (" + std::to_string(fixed) +
                                        " bytes) leave no room for a page per consumer warp in " + std::to_string(optin) +
                                        " bytes of shared memory");
-  // NIBBLE_DF_PRODUCERS / NIBBLE_DF_HEAD_PRODUCERS=1..32: the producer warp's lanes issuing pages
-  // at once, for the layers' segments and for the LM head (DataflowParams; A/B).
-  auto lanes_from_env = [&](const char* name, uint32_t fallback) {
-    const char* e = std::getenv(name);
-    if (!e || !*e) return std::min(fallback, pages);
-    char* rest = nullptr;
-    const long v = std::strtol(e, &rest, 10);
-    if (*rest != '\0' || !producer_lanes_fit(uint32_t(std::clamp(v, 0L, 33L)), pages))
-      fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string(name) + "=" + e + ": 1 to " + std::to_string(std::min(32u, pages)) +
-                                            " producer lanes (this pool has " + std::to_string(pages) + " pages)");
-    return uint32_t(v);
-  };
-  const uint32_t producer_lanes = lanes_from_env("NIBBLE_DF_PRODUCERS", kProducerLanes);
-  const uint32_t head_lanes = lanes_from_env("NIBBLE_DF_HEAD_PRODUCERS", kHeadProducerLanes);
+  // NIBBLE_DF_PRODUCERS: the producer warp's lanes issuing pages at once, per segment kind (A/B).
+  uint32_t lanes[df::kSegKinds];
+  for (int i = 0; i < df::kSegKinds; ++i) lanes[i] = std::min(DataflowParams{}.lanes[i], pages);
+  if (const char* e = std::getenv("NIBBLE_DF_PRODUCERS"); e && *e)
+    if (const std::string why = parse_producer_lanes(e, pages, lanes); !why.empty())
+      fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_PRODUCERS=") + e + ": " + why);
   mdl->smem = page_pool_bytes(pages) + fixed;
   if (mode != kModeDecode) SOL_CUDA(dataflow_set_smem(c.hd, warps, mode, mdl->smem));
 
@@ -329,8 +355,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   P.mode = mode;
   P.chunks = plan.attn_chunks;
   P.n_pages = pages;
-  P.producer_lanes = producer_lanes;
-  P.head_lanes = head_lanes;
+  std::copy(std::begin(lanes), std::end(lanes), std::begin(P.lanes));
   P.max_tiles = max_tiles;
   P.max_pages = max_pages;
   P.max_k = max_k;

@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
     if (tr && threadIdx.x == 0) tr[0] = clock64();
     for (int i = 0; i < me.count; ++i) {
       const DevSegment& s = p.segs[me.first + i];
-      const uint32_t lanes = s.kind == df::kHead ? p.head_lanes : p.producer_lanes;
+      const uint32_t lanes = p.lanes[s.kind];
       if constexpr (MODE == kModeDecode)
         stalled += produce_segment(pool, stream_of(s, p), k, policy, lanes, tr != nullptr);
       else if (s.kind != df::kAttn)

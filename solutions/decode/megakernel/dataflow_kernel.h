@@ -23,12 +23,12 @@ namespace nibble::megakernel::v2 {
  *  128 registers, 40 bytes of spills), or 8 (156 registers, none): DataflowParams::consumer_warps,
  *  NIBBLE_DF_WARPS at build_model for an A/B. */
 inline constexpr int kConsumerWarps = 15;
-/** Producer lanes by default (DataflowParams::producer_lanes): one. More lanes lift the page
+/** Producer lanes of the layers' segments by default (DataflowParams::lanes): one. More lanes lift the page
  *  handshake's rate (bench, consumer-nomath: 3.6 -> 10.5 TB/s at 8) but slow the decode step
  *  (H100, 2026-12-05: 1599.5 us at 1 lane, 1635.8 at 2, 1653.6 at 4, 1661.6 at 8; NOTES.md "v2.1"; again
  *  at v2.3, 2026-12-06: 1440.0, 1481.5, 1499.4, 1521.5). */
 inline constexpr uint32_t kProducerLanes = 1;
-/** Producer lanes of the LM head's segment by default (DataflowParams::head_lanes): the head is the
+/** Producer lanes of the LM head's segment by default (DataflowParams::lanes[kHead]): the head is the
  *  step's last segment, no release and no wait follows it, and at one lane its stream ran at the
  *  lane's issue rate (H100, v2.3's trace: 82 us, 64 of them waiting for pages; NOTES.md "v2.5"). */
 inline constexpr uint32_t kHeadProducerLanes = 8;
@@ -133,8 +133,10 @@ struct DataflowParams {
                                ///< decode kernel's parameter offsets stay those it was tuned with)
   /** Lanes of the producer warp issuing pages at once (1..32, at most n_pages; page_stream.cuh;
    *  NIBBLE_DF_PRODUCERS at build_model for an A/B). */
-  uint32_t producer_lanes = kProducerLanes;
-  uint32_t head_lanes = kHeadProducerLanes;  ///< the LM head's (NIBBLE_DF_HEAD_PRODUCERS)
+  /** The producer warp's lanes per segment kind (dataflow::SegKind; NIBBLE_DF_PRODUCERS): the
+   *  layers' kProducerLanes, the head's kHeadProducerLanes by default. */
+  uint32_t lanes[dataflow::kSegKinds] = {kProducerLanes, kProducerLanes, kProducerLanes,
+                                         kProducerLanes, kProducerLanes, kHeadProducerLanes};
 };
 
 /** Per segment: its consumers start it, its waits are met, its input is built, it is published

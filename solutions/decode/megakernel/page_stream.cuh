@@ -14,10 +14,10 @@
 // n mod P for the (n / P)-th time: full's phase n / P, and before the copy the producer waits for
 // empty's phase n / P - 1 (the slot's previous page consumed). sm_90 (cp.async.bulk, mbarrier).
 //
-// The producer issues L pages at once, L lanes of its warp (L <= P; DataflowParams::producer_lanes,
-// 1 by default: more lanes lift the handshake's rate but slowed the decode step, NOTES.md "v2.1";
-// the LM head's segment its own L, head_lanes: L may change between segments, since every batch of
-// an earlier segment has converged before the next segment's first):
+// The producer issues L pages at once, L lanes of its warp (L <= P; DataflowParams::lanes, per
+// segment kind, 1 by default: more lanes lift the handshake's rate but slowed the decode step,
+// NOTES.md "v2.1"; the LM head's 8. L may change between segments, since every batch of an earlier
+// segment has converged before the next segment's first):
 // lane l takes page b + l of each batch [b, b + L) of a segment, and the warp converges after each
 // batch. A batch's lanes wait on L different
 // slots, and the wait of a page's slot for its previous use (page n - P, in an earlier batch since
