@@ -44,7 +44,7 @@ if [ $tiny -eq 0 ]; then
     for b in "${BASES[@]}"; do grade "${b%%=*}-r$round" "${b#*=}"; done
     grade "new-r$round" "$NEW"
     if [ $round = 1 ]; then
-      for v in ${VARIANTS-NIBBLE_DF_PRODUCERS=1}; do grade "new-$v-r$round" "$NEW" "$v"; done
+      for v in ${VARIANTS-NIBBLE_DF_PRODUCERS=1}; do grade "new-$(printf %s "$v" | tr -c 'A-Za-z0-9_.=-' '_')-r$round" "$NEW" "$v"; done
     fi
   done
   grade new-traced "$NEW" NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-new.txt
