@@ -59,9 +59,9 @@ struct Model {
 std::string parse_producer_lanes(const std::string& value, uint32_t pages, uint32_t (&lanes)[df::kSegKinds]) {
   uint32_t out[df::kSegKinds];
   std::copy(std::begin(lanes), std::end(lanes), std::begin(out));
-  const std::string range = "1 to " + std::to_string(std::min(32u, pages)) + " producer lanes (this pool has " +
-                            std::to_string(pages) + " pages), as n or kind=n items separated by commas, kind one of "
-                            "qkv, attention, o, gate|up, down, head";
+  std::string range = "1 to " + std::to_string(std::min(32u, pages)) + " producer lanes (this pool has " +
+                      std::to_string(pages) + " pages), as n or kind=n items separated by commas, kind one of ";
+  for (int i = 0; i < df::kSegKinds; ++i) range += (i ? ", " : "") + std::string(df::seg_kind_name(df::SegKind(i)));
   size_t at = 0;
   while (at <= value.size()) {
     const size_t end = std::min(value.find(',', at), value.size());

@@ -47,11 +47,14 @@ __device__ __forceinline__ void consumers_sync() {
 /** Tiles of a rank's half of a segment of at most max_tiles tiles (finished_tiles: n / 2 rounded up). */
 NIBBLE_MK_HD inline uint32_t half_tiles(uint32_t max_tiles) { return (max_tiles + 1) / 2; }
 
+/** Page-sum slots of the cluster sum for segments of at most max_pages pages: one at least. */
+NIBBLE_MK_HD inline uint32_t sum_slots(uint32_t max_pages) { return max_pages > 1 ? max_pages : 1; }
+
 /** Shared memory of the cluster sum for matrix segments of at most max_tiles tiles and max_pages
  *  pages (segment_pages): the page sums (16 floats per page, at least one page), two peer buffers (16
  *  floats per tile of a rank's half and a 16-byte token each), two mbarriers. */
 NIBBLE_MK_HD inline size_t cluster_sum_bytes(uint32_t max_tiles, uint32_t max_pages) {
-  return size_t(max_pages > 1 ? max_pages : 1) * 64 + 2 * (size_t(half_tiles(max_tiles)) * 64 + 16) + 16;
+  return size_t(sum_slots(max_pages)) * 64 + 2 * (size_t(half_tiles(max_tiles)) * 64 + 16) + 16;
 }
 
 /** The cluster sum's shared memory (cluster_sum_bytes(max_tiles, max_pages) bytes at smem, 16-byte aligned). */
@@ -68,7 +71,7 @@ __device__ __forceinline__ ClusterSum cluster_sum_init(unsigned char* smem, uint
   ClusterSum cs;
   cs.half = half_tiles(max_tiles);
   cs.sums = reinterpret_cast<float*>(smem);
-  cs.peer[0] = cs.sums + 16 * (max_pages > 1 ? max_pages : 1);
+  cs.peer[0] = cs.sums + 16 * sum_slots(max_pages);
   cs.peer[1] = cs.peer[0] + 16 * cs.half + 4;  // + the token
   cs.rx = sol::smem_addr(cs.peer[1] + 16 * cs.half + 4);
   if (threadIdx.x == 0) {
