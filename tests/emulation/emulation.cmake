@@ -56,7 +56,7 @@ nibble_emulation_test(megakernel_dataflow_decode_emulation SOURCES ${nibble_emu}
 target_compile_definitions(test_megakernel_dataflow_decode_emulation PRIVATE NIBBLE_EMU_EXPECT_BITWISE=1
                            NIBBLE_EMU_DATAFLOW=1)  # and the dataflow kernel's own cases (its bench modes)
 # ... and with 8 consumer warps (NIBBLE_DF_WARPS, the other kernel variant; 15 is the default), 8
-# producer lanes (NIBBLE_DF_PRODUCERS; 1 is the default) and the trace on (NIBBLE_DF_TRACE: the test
+# producer lanes for every kind (NIBBLE_DF_PRODUCERS; the default 1,gate|up=4,head=8) and the trace on (NIBBLE_DF_TRACE: the test
 # checks its rows against the schedule).
 add_test(NAME nibble.test.megakernel_dataflow_decode_emulation_8_warps COMMAND test_megakernel_dataflow_decode_emulation
          --gtest_filter=MegakernelDecodeEmulation.*)

@@ -32,6 +32,11 @@ inline constexpr uint32_t kProducerLanes = 1;
  *  step's last segment, no release and no wait follows it, and at one lane its stream ran at the
  *  lane's issue rate (H100, v2.3's trace: 82 us, 64 of them waiting for pages; NOTES.md "v2.5"). */
 inline constexpr uint32_t kHeadProducerLanes = 8;
+/** Producer lanes of gate|up's segments by default (DataflowParams::lanes[kGu]): the widest layer
+ *  matrix, whose pages waited 1.99 us of its 8.33 us run at one lane (H200, v2.7's trace), where more
+ *  lanes for every kind slow the step (above): H200, 2026-12-06, same call: 1319.6 us at 1 lane,
+ *  1272.4 at 2, 1266.5 at 4 (reports/h200/session10-f1b6328/). */
+inline constexpr uint32_t kGateUpProducerLanes = 4;
 /** Whether the kernel is built for w consumer warps. */
 inline bool dataflow_warps_supported(int w) { return w == 8 || w == 15; }
 /** What a launch runs (DataflowParams::mode; NIBBLE_DF_MODE at build_model). kModeDecode: the decode
@@ -131,12 +136,11 @@ struct DataflowParams {
   size_t trace_cta0 = 0;       ///< where the CTAs' marks start: segments x kTraceMarks
   int mode = kModeDecode;      ///< DataflowMode (dataflow_mode_supported): picks the kernel too (last: the
                                ///< decode kernel's parameter offsets stay those it was tuned with)
-  /** Lanes of the producer warp issuing pages at once (1..32, at most n_pages; page_stream.cuh;
-   *  NIBBLE_DF_PRODUCERS at build_model for an A/B). */
-  /** The producer warp's lanes per segment kind (dataflow::SegKind; NIBBLE_DF_PRODUCERS): the
-   *  layers' kProducerLanes, the head's kHeadProducerLanes by default. */
-  uint32_t lanes[dataflow::kSegKinds] = {kProducerLanes, kProducerLanes, kProducerLanes,
-                                         kProducerLanes, kProducerLanes, kHeadProducerLanes};
+  /** The producer warp's lanes issuing pages at once per segment kind (dataflow::SegKind; 1..32, at
+   *  most n_pages; page_stream.cuh; NIBBLE_DF_PRODUCERS at build_model for an A/B): kProducerLanes,
+   *  gate|up's kGateUpProducerLanes and the head's kHeadProducerLanes by default. */
+  uint32_t lanes[dataflow::kSegKinds] = {kProducerLanes, kProducerLanes,       kProducerLanes,
+                                         kGateUpProducerLanes, kProducerLanes, kHeadProducerLanes};
 };
 
 /** Per segment: its consumers start it, its waits are met, its input is built, it is published
