@@ -172,12 +172,13 @@ __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* 
  * [it.s0, min(it.s1, it.pos)); k as consume_segment's), scratch the attention_item_floats<HD, W>()
  * shared floats. Writes the item's partial for each query head and, when its chunk ends at pos,
  * the appended K/V rows. The caller has waited for the q|k|v rows it reads; ends with the
- * consumers' barrier (publish(..., synced) may follow). Returns consume_segment's page wait when
- * `timed` (a trace).
+ * consumers' barrier (publish(..., synced) may follow). With `marks` (a trace; nullptr: none) writes
+ * clock64 at marks[0] when every warp has folded its pages in and at marks[1] when the partial is
+ * written, and returns consume_segment's page wait.
  */
 template <int HD, int W>
 __device__ __forceinline__ long long attention_item(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
-                                                    const AttnItem& it, float* scratch, bool timed = false) {
+                                                    const AttnItem& it, float* scratch, long long* marks = nullptr) {
   constexpr int HALF = HD / 2, E = AttnAcc<HD>::E;
   const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
   float* q_s = scratch;
@@ -217,7 +218,7 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
   const long long waited = consume_segment(pool, sg, k, w, [&](uint32_t, uint32_t, uint32_t n, uint32_t, const unsigned char* page) {
     const auto* kr = reinterpret_cast<const uint16_t*>(page);
     attend_rows<HD>(kr, kr + size_t(kv_page_rows(sg.row_bytes)) * HD, n, q_s, it.rep, acc);
-  }, timed);
+  }, marks != nullptr);
   if (has_pos && w == W - 1) attend_rows<HD>(kn, vn, 1, q_s, it.rep, acc);  // position pos, by the last warp
   // The warps' states into shared memory, then merged per (query head, element) into the partial.
   float* mine = acc_s + size_t(w) * kMaxRep * (HD + 2);
@@ -229,6 +230,7 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
     for (int e = 0; e < E; ++e) mine[r * (HD + 2) + 2 + lane * E + e] = acc.o[r][e];
   }
   consumers_sync<W>();
+  if (marks) marks[0] = clock64();
   for (int idx = ct; idx < it.rep * HD; idx += 32 * W) {
     const int r = idx / HD, e = idx % HD;
     float M = -INFINITY;
@@ -245,6 +247,7 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
     if (e == 0) pp[0] = M, pp[1] = L;
   }
   consumers_sync<W>();
+  if (marks) marks[1] = clock64();
   return waited;
 }
 

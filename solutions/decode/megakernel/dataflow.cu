@@ -86,7 +86,8 @@ std::string parse_producer_lanes(const std::string& value, uint32_t pages, uint3
 
 /** NIBBLE_DF_TRACE's summary of the last launch: per segment kind, the mean over its segments (every
  *  CTA and layer) of the consumers' wait for the rows it reads, its input build and its GEMV or
- *  attention with the publish; per CTA, those summed over its step (mean and max over CTAs), its
+ *  attention with the publish, that run split into its pages, its finish (the cluster sum or the
+ *  attention merge) and its publish (TraceMark); per CTA, those summed over its step (mean and max over CTAs), its
  *  consumers' span, and its producer's span and the share of it spent waiting for a free page (a
  *  producer that waits is a stream the consumers hold back). SM cycles; us at 1.98 GHz. */
 void write_trace(const Model& m) {
@@ -96,7 +97,12 @@ void write_trace(const Model& m) {
   FILE* f = host::open_trace(m.trace_path, "NIBBLE_DF_TRACE");
   if (!f) return;
   const double us = 1.0 / 1980.0;
-  double sum[df::kSegKinds][4] = {}, count[df::kSegKinds] = {};
+  // Per kind, mean cycles of: wait, build, run (built -> published), and the run's consume, finish
+  // and publish (its three parts), and the first consumer warp's page wait.
+  constexpr int kCols = 7;
+  const int from[kCols - 1] = {kMarkStart, kMarkWaited, kMarkBuilt, kMarkBuilt, kMarkConsumed, kMarkFinished};
+  const int to[kCols - 1] = {kMarkWaited, kMarkBuilt, kMarkPublished, kMarkConsumed, kMarkFinished, kMarkPublished};
+  double sum[df::kSegKinds][kCols] = {}, count[df::kSegKinds] = {};
   double cta_sum[3] = {}, cta_max[3] = {}, span_mean = 0, span_max = 0, stall_mean = 0, prod_mean = 0;
   for (size_t c = 0; c < ctas; ++c) {
     const DevCta& me = m.ctas[c];
@@ -104,11 +110,9 @@ void write_trace(const Model& m) {
     for (int i = me.first; i < me.first + me.count; ++i) {
       const long long* tr = t.data() + size_t(i) * kTraceMarks;
       const int k = m.segs[size_t(i)].kind;
-      for (int j = 0; j < 3; ++j) {
-        sum[k][j] += double(tr[j + 1] - tr[j]);
-        mine[j] += double(tr[j + 1] - tr[j]);
-      }
-      sum[k][3] += double(tr[4]);
+      for (int j = 0; j < kCols - 1; ++j) sum[k][j] += double(tr[to[j]] - tr[from[j]]);
+      for (int j = 0; j < 3; ++j) mine[j] += double(tr[to[j]] - tr[from[j]]);
+      sum[k][kCols - 1] += double(tr[kMarkPageWait]);
       count[k] += 1;
     }
     for (int j = 0; j < 3; ++j) {
@@ -116,7 +120,8 @@ void write_trace(const Model& m) {
       cta_max[j] = std::max(cta_max[j], mine[j]);
     }
     if (me.count > 0) {
-      const double span = double(t[size_t(me.first + me.count - 1) * kTraceMarks + 3] - t[size_t(me.first) * kTraceMarks]);
+      const double span = double(t[size_t(me.first + me.count - 1) * kTraceMarks + kMarkPublished] -
+                                 t[size_t(me.first) * kTraceMarks + kMarkStart]);
       span_mean += span / double(ctas);
       span_max = std::max(span_max, span);
     }
@@ -128,14 +133,17 @@ void write_trace(const Model& m) {
   for (int k = 0; k < df::kSegKinds; ++k) lanes += (k ? "/" : "") + std::to_string(m.params.lanes[k]);
   std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, producer lanes %s by segment kind, %u pages; the last launch\n",
                ctas, m.params.consumer_warps, lanes.c_str(), m.params.n_pages);
-  // "pages": of the run, the first consumer warp's wait for its pages to land (the stream behind).
-  std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %6s\n", "kind", "wait", "build", "run",
-               "pages", "n");
+  // run = consume (every warp past its pages) + finish (the cluster sum or the attention merge, the
+  // outputs written) + publish (warp 0's release); "pages": of consume, the first consumer warp's
+  // wait for its pages to land (the stream behind).
+  std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %8s %8s %8s %6s\n", "kind", "wait",
+               "build", "run", "consume", "finish", "publish", "pages", "n");
   for (int k = 0; k < df::kSegKinds; ++k)
-    if (count[k] > 0)
-      std::fprintf(f, "%44s %-10s %8.2f %8.2f %8.2f %8.2f %6.0f\n", "", df::seg_kind_name(df::SegKind(k)),
-                   sum[k][0] / count[k] * us, sum[k][1] / count[k] * us, sum[k][2] / count[k] * us,
-                   sum[k][3] / count[k] * us, count[k]);
+    if (count[k] > 0) {
+      std::fprintf(f, "%44s %-10s", "", df::seg_kind_name(df::SegKind(k)));
+      for (int j = 0; j < kCols; ++j) std::fprintf(f, " %8.2f", sum[k][j] / count[k] * us);
+      std::fprintf(f, " %6.0f\n", count[k]);
+    }
   std::fprintf(f, "per CTA over the step, us (mean / max over CTAs): wait %.1f / %.1f, build %.1f / %.1f, run %.1f / %.1f\n",
                cta_sum[0] * us, cta_max[0] * us, cta_sum[1] * us, cta_max[1] * us, cta_sum[2] * us, cta_max[2] * us);
   std::fprintf(f, "consumers' span %.1f us mean, %.1f max; producer's span %.1f us mean, waiting for a free page %.1f us (%.0f%%)\n",

@@ -69,6 +69,9 @@ __device__ __forceinline__ unsigned publishers(int k, const DataflowParams& p) {
   return k == df::kAttn ? unsigned(p.chunks) : unsigned(df::kClusterSize);
 }
 
+// segment_gemv and attention_item write their two marks at tr + kMarkConsumed.
+static_assert(kMarkFinished == kMarkConsumed + 1, "the segment's inner marks are consecutive");
+
 /** Consumer warp w of W, all lanes: the CTA's segments in order (MODE: DataflowMode; outside
  *  kModeDecode no waits, input builds, publications or attention items). */
 template <int HD, int W, int MODE>
@@ -79,7 +82,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
   const int rep = p.n_q / p.n_kv;
   for (int i = 0; i < me.count; ++i) {
     long long* tr = p.trace && w == 0 && (threadIdx.x & 31) == 0 ? p.trace + size_t(me.first + i) * kTraceMarks : nullptr;
-    if (tr) tr[0] = clock64();
+    if (tr) tr[kMarkStart] = clock64();
     const DevSegment* sp = p.segs + me.first + i;
     const DevSegment s = *sp;
     if constexpr (MODE != kModeDecode) {
@@ -94,7 +97,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       wait_published<W>(p.counters + size_t(wt.source) * p.counter_stride, wt.lo, wt.hi,
                         publishers(wt.source, p) * publication(p.launch, unsigned(p.n_layers), wt.layer), w);
     }
-    if (tr) tr[1] = clock64();
+    if (tr) tr[kMarkWaited] = clock64();
     const DataflowLayer& L = p.layers[s.layer];
     if (s.kind == df::kAttn) {
       AttnItem it;
@@ -111,10 +114,10 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       it.rep = rep;
       it.pos = p.pos;
       chunk_positions(p.pos, s.chunk, p.chunks, &it.s0, &it.s1);
-      if (tr) tr[2] = clock64();
-      const long long waited = attention_item<HD, W>(pool, sg, k, w, it, xs, tr != nullptr);
+      if (tr) tr[kMarkBuilt] = clock64();
+      const long long waited = attention_item<HD, W>(pool, sg, k, w, it, xs, tr ? tr + kMarkConsumed : nullptr);
       publish<W>(p.counters + size_t(df::kAttn) * p.counter_stride + h, w, /*synced=*/true);
-      if (tr) tr[3] = clock64(), tr[4] = waited;
+      if (tr) tr[kMarkPublished] = clock64(), tr[kMarkPageWait] = waited;
       continue;
     }
     float* y = nullptr;
@@ -153,10 +156,11 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
         rows = p.vocab;
         break;
     }
-    if (tr) tr[2] = clock64();
-    const long long waited = segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid, p.ordered_sums, tr != nullptr);
+    if (tr) tr[kMarkBuilt] = clock64();
+    const long long waited =
+        segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid, p.ordered_sums, tr ? tr + kMarkConsumed : nullptr);
     if (s.kind != df::kHead) publish<W>(p.counters + size_t(s.kind) * p.counter_stride + cluster, w, /*synced=*/true);
-    if (tr) tr[3] = clock64(), tr[4] = waited;
+    if (tr) tr[kMarkPublished] = clock64(), tr[kMarkPageWait] = waited;
   }
 }
 

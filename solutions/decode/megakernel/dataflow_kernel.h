@@ -143,9 +143,12 @@ struct DataflowParams {
                                          kGateUpProducerLanes, kProducerLanes, kHeadProducerLanes};
 };
 
-/** Per segment: its consumers start it, its waits are met, its input is built, it is published
- *  (clock64 marks), and the cycles its first consumer warp waited for pages to land in between. */
-inline constexpr int kTraceMarks = 5;
+/** A segment's trace values (NIBBLE_DF_TRACE), kTraceMarks per segment: clock64 marks where its
+ *  consumers start it, its waits are met, its input is built, its pages are consumed (every consumer
+ *  warp past the barrier after its last page), its outputs are written (the cluster sum or the
+ *  attention merge, and the barrier after), it is published (the release issued: what the run costs
+ *  warp 0 before its next segment); then the cycles its first consumer warp waited for pages to land. */
+enum TraceMark : int { kMarkStart, kMarkWaited, kMarkBuilt, kMarkConsumed, kMarkFinished, kMarkPublished, kMarkPageWait, kTraceMarks };
 /** Per CTA, after the segments' marks: the producer's start, its end (every copy issued), and its
  *  cycles held by waits for a free page (per batch of pages, its slowest lane's wait). */
 inline constexpr int kTraceCtaMarks = 3;

@@ -104,15 +104,16 @@ __device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32
  * (records by absolute group; this CTA's groups [sg.g0, sg.g1) built), rank the CTA's rank in its
  * 2-CTA cluster: y[16 t + i] (t of the tiles this rank finishes, rows below `rows`) = the row's
  * sum over all K, plus resid[16 t + i] when resid is set (the residual stream: y = h + W x; read
- * coherently, it may be another buffer this CTA wrote earlier). Returns consume_segment's page wait
- * when `timed` (a trace). PART: what it runs of a page (GemvPart; the bench's modes). Ends with the
+ * coherently, it may be another buffer this CTA wrote earlier). With `marks` (a trace; nullptr: none)
+ * writes clock64 at marks[0] when every warp has consumed its pages and at marks[1] when the rows are
+ * written, and returns consume_segment's page wait. PART: what it runs of a page (GemvPart; the bench's modes). Ends with the
  * consumers' barrier.
  */
 template <int W, int PART = kGemvPartAll>
 __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
                                              const unsigned char* xq, const ClusterSum& cs, uint32_t seg_no,
                                              uint32_t rank, float* y, int rows, const float* resid = nullptr,
-                                             bool ordered = true, bool timed = false) {
+                                             bool ordered = true, long long* marks = nullptr) {
   const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
   const uint32_t n = sg.tile1 - sg.tile0, ppt = tile_pages(sg.g0, sg.g1);
   if (!ordered) {  // NIBBLE_DF_ORDER=0: every page added into its tile's first slot by atomics
@@ -145,8 +146,9 @@ __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const St
         for (int r = 0; r < 4; ++r) atomicAdd(dst + r, v[r]);
       }
     });
-  }, timed);
+  }, marks != nullptr);
   consumers_sync<W>();
+  if (marks) marks[0] = clock64();
   // The cluster sum: send the partner's tiles, wait for this rank's, finish them.
   const uint32_t b = seg_no & 1u, partner = rank ^ 1u, pages = ordered ? ppt : (ppt ? 1u : 0u);
   uint32_t m0, m1, p0, p1;
@@ -170,6 +172,7 @@ __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const St
       y[row] = (resid ? __ldcg(resid + row) : 0.f) + (tile_row_sum(cs, m0 + i / 16, i % 16, ppt, pages) + cs.peer[b][i]);
   }
   consumers_sync<W>();  // the sums are read before the next segment's pages store theirs
+  if (marks) marks[1] = clock64();
   return waited;
 }
 
