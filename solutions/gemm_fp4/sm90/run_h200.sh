@@ -17,9 +17,11 @@ FILTER=${4:-*Fp4Sm90*}
 OUT=${OUT:-/tmp/out}
 R=$(mktemp -d)/rep
 mkdir -p "$OUT" "$R"
-pack() { tar -C "$(dirname "$R")" -cf "$OUT/reports.tar" rep; }
-# A caller's timeout (a device call's time running out) still gets the reports graded so far: bash
-# runs the trap once the grade in progress ends (each has its own 60 s limit).
+pack() { tar -C "$(dirname "$R")" -cf "$OUT/.reports.tar.part" rep && mv -f "$OUT/.reports.tar.part" "$OUT/reports.tar"; }  # never half written
+# A caller's timeout (a device call's time running out) still gets the reports graded so far: the
+# archive is rewritten after every grade (a kill of any kind, of this script or of its caller, leaves
+# it whole up to the last grade; 2026-12-06 a caller's outer timeout lost 23 grades), and on TERM
+# bash runs the trap once the grade in progress ends (each has its own 60 s limit).
 trap 'pack; echo "run_h200.sh: stopped by TERM; the reports graded so far are in reports.tar" >&2; exit 143' TERM
 failed=0
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
@@ -40,6 +42,7 @@ for r in $RUNS; do
   rc=$?
   echo "grade $task $cfg $tag exit $rc ($(( ($(date +%s%N) - s) / 1000000 )) ms)"
   [ $rc -le 1 ] || failed=$((failed + 1))  # 0 Passed, 1 graded (another disposition); 2+: not graded
+  pack
 done
 pack
 python3 - "$R" <<'EOF'
