@@ -80,6 +80,8 @@ bool same_output_file(const std::string& a, const std::string& b) {
 
 void check_output_name(const std::string& path) {
   if (path.empty()) throw std::runtime_error("cannot write a file: the output path is empty; give a file name");
+  // Not the shell convention for standard output here: a file named '-' would be created.
+  if (path == "-") throw std::runtime_error("cannot write '-': for standard output give /dev/stdout, for a file named '-' give ./-");
   if (path.back() == '/')
     throw std::runtime_error("cannot write " + path + ": it names a folder (it ends in '/'); give a file name inside it");
   if (std::filesystem::is_directory(path))

@@ -18,8 +18,9 @@ void write_file_atomic(const std::string& path, const std::string& content);
  *  /dev/fd/N and /proc/self/fd/N; -1 for any other path. */
 int standard_stream_fd(const std::string& path);
 
-/** Throws std::runtime_error unless `path` could name a file to write: not empty, not ending in
- *  '/', not a folder (write_file_atomic's first checks, for checks made before the work). */
+/** Throws std::runtime_error unless `path` could name a file to write: not empty, not '-' (which
+ *  users mean as standard output: /dev/stdout is that), not ending in '/', not a folder
+ *  (write_file_atomic's first checks, for checks made before the work). */
 void check_output_name(const std::string& path);
 
 /** The file write_file_atomic(path) replaces or creates, absolute: a link's resolved target, the

@@ -17,6 +17,7 @@
 #include "fixtures/fixture.h"
 #include "fixtures/sha256.h"
 #include "harness/atomic_file.h"
+#include "harness/grade_common.h"  // kMaxTimeoutSeconds
 #include "harness/lineup.h"
 #include "harness/report_view.h"
 #include "harness/task_anchors.h"
@@ -80,7 +81,8 @@ BatchManifest read_batch_manifest(const std::string& path) {
   if (out.empty()) throw std::invalid_argument(path + ": 'out' is empty; name the results folder (default: results)");
   m.out = absolute_from(base, out);
   m.timeout_seconds = get_or<double>(j, "timeout_seconds", 3600, path);
-  if (!(m.timeout_seconds > 0)) throw std::invalid_argument(path + ": timeout_seconds must be positive");
+  if (!(m.timeout_seconds > 0 && m.timeout_seconds <= kMaxTimeoutSeconds))
+    throw std::invalid_argument(path + ": timeout_seconds must be positive, at most " + std::to_string(long(kMaxTimeoutSeconds)));
   for (size_t r = 0; r < j["runs"].size(); ++r) {
     const json& run = j["runs"][r];
     const std::string where = path + ": runs[" + std::to_string(r) + "]";

@@ -125,11 +125,13 @@ int batch_command(std::vector<std::string> args) {
                  "--slurm submits it)\n", m.out.c_str(), manifest_path.c_str());
     return 2;
   }
-  fs::create_directories(m.out, ec);
-  if (!fs::is_directory(m.out)) {
+  // The results folder, made where a run is about to write into it (a refused batch leaves none).
+  const auto make_out = [&] {
+    fs::create_directories(m.out, ec);
+    if (fs::is_directory(m.out)) return 0;
     std::fprintf(stderr, "nibble batch: the results folder %s cannot be made (%s)\n", m.out.c_str(), ec.message().c_str());
     return 2;
-  }
+  };
 
   if (collect) {
     const json c = collect_batch(m);
@@ -150,6 +152,7 @@ int batch_command(std::vector<std::string> args) {
       std::fprintf(stderr, "nibble batch: --element %d: the manifest has %zu jobs (0 to %zu)\n", element, m.jobs.size(), m.jobs.size() - 1);
       return 2;
     }
+    if (const int rc = make_out()) return rc;
     stop_children_on_signals();  // Slurm's scancel or time limit: the grade goes with the element
     BatchManifest one = m;
     one.jobs = {m.jobs[size_t(element)]};
@@ -161,6 +164,7 @@ int batch_command(std::vector<std::string> args) {
   }
 
   if (slurm) {
+    if (const int rc = make_out()) return rc;
     const std::string script = slurm_script_path(m);
     const fs::path dir = fs::path(script).parent_path();
     fs::create_directories(dir, ec);
@@ -218,6 +222,7 @@ int batch_command(std::vector<std::string> args) {
       if (!quiet) std::fprintf(stderr, "nibble batch: no GPU found (%s): one job at a time, none on a GPU\n", why.c_str());
     }
   }
+  if (const int rc = make_out()) return rc;
   // One batch at a time per results folder: two would run every job twice, on shared GPUs, each
   // removing the other's reports before its own run. (Slurm's elements are one job each: no lock.)
   const FolderLock lock(m.out, {}, /*wait=*/false);

@@ -315,6 +315,10 @@ int grade_run(const GradeOptions& opt) {
     device_choice = select_device(opt.device);
   });
   if (!task) return kExitUsage;
+  // Said now, not only after the grade: a user who wants the profile can stop here and install it.
+  if (!opt.profile.empty() && find_profiler(opt.profile).empty())
+    std::fprintf(stderr, "nibble grade: --profile %s: %s is not installed here (not on PATH, nor in the CUDA toolkit's bin): "
+                 "the grade runs, and its report's profile will say \"not run\"\n", opt.profile.c_str(), opt.profile.c_str());
   const std::string& config = opt.config;
   const std::string exe = self_exe();
   const std::string reference = bundled_reference(exe, *task, opt.reference);

@@ -356,6 +356,19 @@ std::string bundled_reference(const std::string& exe, const Task& task, const st
   return given.empty() ? (fs::path(exe).parent_path().parent_path() / "lib" / task.reference_library()).string() : given;
 }
 
+namespace {
+
+/** Whether the file starts with the ELF magic (a shared object's first check, before dlopen). */
+bool has_elf_header(const std::string& path) {
+  char magic[4] = {};
+  FILE* f = std::fopen(path.c_str(), "rb");
+  const bool elf = f && std::fread(magic, 1, 4, f) == 4 && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
+  if (f) std::fclose(f);
+  return elf;
+}
+
+}  // namespace
+
 void check_solution_file(const std::string& path) {
   if (path.empty()) throw std::invalid_argument("--solution is required");
   if (!fs::exists(path))
@@ -366,12 +379,17 @@ void check_solution_file(const std::string& path) {
     if (!python_shims_built()) check_python_grade("");  // says which package the build lacked
     return;
   }
-  char magic[4] = {};
-  FILE* f = std::fopen(path.c_str(), "rb");
-  const bool elf = f && std::fread(magic, 1, 4, f) == 4 && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
-  if (f) std::fclose(f);
-  if (!elf)
+  if (!has_elf_header(path))
     throw std::invalid_argument("solution '" + path + "' is not a shared object (no ELF header); build it with nvcc -shared -fPIC");
+}
+
+void check_reference_file(const std::string& path) {
+  const std::string what = "--reference " + path;
+  if (!fs::exists(path))
+    throw std::invalid_argument(what + " does not exist; pass a built reference library (build/lib/libnibble_reference.so "
+                                       "or the task's), or leave --reference out for the bundled one");
+  if (!fs::is_regular_file(path)) throw std::invalid_argument(what + " is not a file (a folder?); pass a built reference .so");
+  if (!has_elf_header(path)) throw std::invalid_argument(what + " is not a shared object (no ELF header)");
 }
 
 namespace {
@@ -501,6 +519,7 @@ void check_grade_options(const GradeOptions& opt) {
   if (!opt.profile.empty() && opt.out.rfind("/dev/", 0) == 0)
     throw std::invalid_argument("--profile stores the profile next to the report: give --out a file, not " + opt.out);
   check_solution_file(opt.solution);
+  if (!opt.reference.empty()) check_reference_file(opt.reference);
   check_distinct_outputs(opt);
   if (opt.seeds.empty()) throw std::invalid_argument("--seeds needs at least one seed");
   if (!opt.fixture_dir.empty() && opt.seeds.size() != 1)
@@ -520,6 +539,7 @@ void check_grade_options(const GradeOptions& opt) {
   // --history /dev/stdout appends to the stream as it is; any other history is a regular file
   // (through a link; a dangling link's target is created after the grade).
   if (!opt.history.empty() && standard_stream_fd(opt.history) < 0) {
+    if (opt.history == "-") throw std::invalid_argument("--history -: for standard output give /dev/stdout");
     if (fs::is_directory(opt.history)) throw std::invalid_argument("--history " + opt.history + " is a folder; name a file");
     std::string target;
     try {
@@ -551,8 +571,9 @@ void check_grade_options(const GradeOptions& opt) {
     throw std::invalid_argument("--min-rounds must be at least 1 and at most --max-rounds");
   for (const auto& [option, v] : {std::pair{"--timeout", opt.timeout_seconds}, {"--step-timeout", opt.step_timeout_seconds},
                                   {"--build-timeout", opt.build_timeout_seconds}, {"--max-timing-seconds", opt.max_timing_seconds}})
-    if (!(v > 0 && std::isfinite(v)))
-      throw std::invalid_argument(std::string(option) + " must be a positive, finite number of seconds, not " + fmt(v, 6));
+    if (!(v > 0 && v <= kMaxTimeoutSeconds))
+      throw std::invalid_argument(std::string(option) + " must be a positive number of seconds, at most " +
+                                  fmt(kMaxTimeoutSeconds, 6) + ", not " + fmt(v, 6));
   if (!opt.calibration.empty()) check_calibration_file(opt.calibration, opt.task, opt.config);
 }
 
@@ -639,10 +660,17 @@ json sandbox_section(const std::vector<SandboxLayer>& layers, const std::string&
 void check_calibrate_options(const CalibrateOptions& opt) {
   check_sandbox_disable_env();
   check_seeds(opt.seeds);
-  if (!(opt.timeout_seconds > 0 && std::isfinite(opt.timeout_seconds)))
-    throw std::invalid_argument("--timeout must be a positive, finite number of seconds");
+  if (!(opt.timeout_seconds > 0 && opt.timeout_seconds <= kMaxTimeoutSeconds))
+    throw std::invalid_argument("--timeout must be a positive number of seconds, at most " + fmt(kMaxTimeoutSeconds, 6) +
+                                ", not " + fmt(opt.timeout_seconds, 6));
   if (opt.path != "auto" && opt.path != "gpu" && opt.path != "cpu")
     throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + opt.path + "'");
+  if (!opt.reference.empty()) {
+    if (opt.path == "cpu")
+      throw std::invalid_argument("--reference is the GPU path's (--path gpu or auto); --path cpu computes with the CPU oracle: "
+                                  "drop one of the two");
+    check_reference_file(opt.reference);
+  }
   check_outputs_spare_inputs({{"--out", opt.out}}, run_inputs(opt.reference, opt.fixture_dir, opt.task, opt.config, opt.seeds),
                              "calibration");
   check_writable(opt.out);

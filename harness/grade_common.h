@@ -163,6 +163,10 @@ std::string bundled_reference(const std::string& exe, const Task& task, const st
  *  nibble has the Python shims. */
 void check_solution_file(const std::string& path);
 
+/** Throws std::invalid_argument, naming --reference, unless `path` exists, is a file and starts with
+ *  an ELF header: a user's --reference is bad input (exit 2 before any work), not a grader failure. */
+void check_reference_file(const std::string& path);
+
 /** Throws std::runtime_error unless a file can be written atomically at `path`. */
 void check_writable(const std::string& path);
 
@@ -214,10 +218,16 @@ bool run_variant_children(const Job& job, const std::vector<std::string>& varian
                           const std::function<void(size_t, const ChildRun&, const ChildRun&)>& compare,
                           const BinaryPins* pins = nullptr);
 
+/** The longest time limit an option may set, s (~11.6 days): the child's watchdog counts its
+ *  deadline in int64 nanoseconds (overflowing past ~9.2e9 s) and runs the reference's replay under
+ *  64 times the step limit, so a larger value would not mean "no limit" but a deadline in the past. */
+inline constexpr double kMaxTimeoutSeconds = 1e6;
+
 /** Everything about a grade's options that can be wrong, checked before any work (both task
- *  families): the solution file, seeds (present, distinct, one with --fixture), report,
- *  --gbench-json and --history writable, --dump a folder, rounds and timeouts sane. Throws
- *  std::invalid_argument with the message for the user. */
+ *  families): the solution file, --reference (an existing shared object), seeds (present,
+ *  distinct, one with --fixture), report, --gbench-json and --history writable, --dump a folder,
+ *  rounds sane, timeouts in (0, kMaxTimeoutSeconds]. Throws std::invalid_argument with the message
+ *  for the user. */
 struct GradeOptions;
 void check_grade_options(const GradeOptions& opt);
 

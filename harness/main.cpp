@@ -394,13 +394,30 @@ int main(int argc, char** argv) {
 
   add_version_flags(app);
 
-  // A first word that is not an option must be a command: CLI11 alone would say "A subcommand is
-  // required" for `nibble bogus`.
-  if (argc > 1)
-    if (const std::string e = unknown_command(app, argv[1]); !e.empty()) {
-      std::fprintf(stderr, "nibble: %s\n", e.c_str());
-      return 2;
+  // The first word, and a command's first word where it has commands (fixture), must be a command
+  // (or, first, nibble's own --help / --version): CLI11 alone would say "A subcommand is required"
+  // for `nibble bogus`, `nibble --bogus` and `nibble fixture bogus` without naming the word.
+  {
+    CLI::App* at = &app;
+    std::string path = "nibble";
+    for (int i = 1; i < argc && !at->get_subcommands([](const CLI::App*) { return true; }).empty(); ++i) {
+      const std::string word = argv[i];
+      if (!word.empty() && word[0] == '-') {
+        if (at == &app && !app.get_option_no_throw(word.substr(0, word.find('=')))) {
+          std::fprintf(stderr, "nibble: unknown option '%s' before the command: options go after it, `nibble COMMAND "
+                       "[OPTIONS]` (nibble --help lists the commands)\n", word.c_str());
+          return 2;
+        }
+        break;
+      }
+      if (const std::string e = unknown_command(*at, word, path); !e.empty()) {
+        std::fprintf(stderr, "%s: %s\n", path.c_str(), e.c_str());
+        return 2;
+      }
+      at = at->get_subcommand(word);
+      path += " " + word;
     }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -111,7 +111,7 @@ void add_version_flags(CLI::App& app) {
   for (CLI::App* sc : app.get_subcommands([](const CLI::App*) { return true; })) add_version_flags(*sc);
 }
 
-std::string unknown_command(const CLI::App& app, const std::string& first) {
+std::string unknown_command(const CLI::App& app, const std::string& first, const std::string& shown) {
   const auto commands = app.get_subcommands([](const CLI::App*) { return true; });
   if (commands.empty() || first.empty() || first[0] == '-') return "";
   std::string names;
@@ -119,7 +119,7 @@ std::string unknown_command(const CLI::App& app, const std::string& first) {
     if (sc->get_name() == first) return "";
     if (!sc->get_group().empty()) names += (names.empty() ? "" : ", ") + sc->get_name();
   }
-  return "unknown command '" + first + "'; the commands are " + names + " (" + app.get_name() + " --help)";
+  return "unknown command '" + first + "'; the commands are " + names + " (" + (shown.empty() ? app.get_name() : shown) + " --help)";
 }
 
 int parse_own_args(CLI::App& app, std::vector<std::string> args, int bad_input) {
@@ -203,7 +203,7 @@ int report_command(std::vector<std::string> args) {
       ->check(kNonEmptyValue)
       ->needs(html_base_opt);
   html->add_option("--alpha", opt.alpha, "With BASE: significance level")->capture_default_str()->check(kNonEmptyValue)->needs(html_base_opt);
-  app.footer("Exit codes: 0 done; 1 (html) the page could not be written; 4 bad input (missing file, not a nibble report, bad arguments).");
+  app.footer("Exit codes: 0 done; 1 (html) the page could not be written; 4 bad input (missing file, not a nibble report, bad arguments, an -o that names a folder or -).");
   for (CLI::App* sc : {show, html}) sc->footer(app.get_footer());  // `report show --help` shows them too
   if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
 
@@ -215,6 +215,12 @@ int report_command(std::vector<std::string> args) {
       return kCompareBadInput;
     }
     return 0;
+  }
+  try {  // a name that can never take the page ('-', a folder) is bad input, found before the work
+    check_output_name(html_out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nibble report html: -o: %s\n", e.what());
+    return kCompareBadInput;
   }
   std::vector<std::string> inputs{html_path, html_base, html_calibration};
   inputs.insert(inputs.end(), html_beside.begin(), html_beside.end());

@@ -29,10 +29,11 @@ int parse_own_args(CLI::App& app, std::vector<std::string> args, int bad_input);
 extern const CLI::Validator kNonEmptyValue;
 
 /** When `app` takes commands and `first` (the first argument) is neither an option nor one of them:
- *  "unknown command 'x'; the commands are a, b (<app> --help)"; else "". CLI11 alone says "A
+ *  "unknown command 'x'; the commands are a, b (<shown> --help)", shown the command line up to it
+ *  (default: the app's name); else "". CLI11 alone says "A
  *  subcommand is required" (`nibble bogus`, `nibble report bogus x`). Hidden commands (no group)
  *  are accepted and not listed. */
-std::string unknown_command(const CLI::App& app, const std::string& first);
+std::string unknown_command(const CLI::App& app, const std::string& first, const std::string& shown = "");
 
 /** "nibble <version> (built at <commit>)": what `--version` prints after any command, and what a
  *  report's nibble_version and git.build_commit say. */

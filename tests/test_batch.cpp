@@ -128,6 +128,10 @@ TEST(Batch, ManifestErrorsNameTheKey) {
   const std::string run = R"({"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"]})";
   EXPECT_NE(error(R"({"outt": "x", "runs": [)" + run + "]}").find("unknown key 'outt'"), std::string::npos);
   EXPECT_NE(error(R"({"out": "", "runs": [)" + run + "]}").find("'out' is empty"), std::string::npos);
+  for (const char* t : {"0", "-1", "2e6"})
+    EXPECT_NE(error(std::string(R"({"timeout_seconds": )") + t + R"(, "runs": [)" + run + "]}").find("timeout_seconds must be positive, at most 1000000"),
+              std::string::npos)
+        << t;
   EXPECT_NE(error(R"({"name": "", "runs": [)" + run + "]}").find("'name' is empty"), std::string::npos);
   EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "seeds": [0, 0]}]})")
                 .find("seed 0 is listed twice"),

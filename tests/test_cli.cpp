@@ -335,6 +335,7 @@ TEST(Cli, BatchWithoutAGpuRunsNothing) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("1 of the 2 jobs need one"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(t.path() + "/cache")) << "fixtures were built for jobs that cannot run";
+  EXPECT_FALSE(fs::exists(t.path() + "/res")) << "a refused batch made its results folder";
   // Three ways to run a batch: one at a time.
   const Result both = run_nibble({"batch", t.path() + "/m.json", "--slurm", "--collect"}, t);
   EXPECT_EQ(both.code, 2) << both.output;
@@ -425,7 +426,7 @@ TEST(Cli, OutputsAndOptionsAreCheckedBeforeAnyWork) {
       {{"--timeout", "-5"}, "positive"},
       {{"--history", t.path()}, "--history"},
       {{"--threads", "100000"}, "--threads"},
-      {{"--timeout", "inf"}, "finite"},
+      {{"--timeout", "inf"}, "at most 1e+06"},
       {{"--max-timing-seconds", "-1"}, "--max-timing-seconds"},
       {{"--calibration", t.path() + "/none.json"}, "not a readable JSON file"},
       {{"--calibration", t.path() + "/cal-full.json"}, "calibrated for megakernel-int4-weight-decode / full"},
@@ -503,12 +504,69 @@ TEST(Cli, ConcurrentBuildsOfOneFixtureFolderTakeTurns) {
 
 TEST(Cli, CalibrateTimeoutMustBePositiveAndFinite) {
   TempDir t;
-  for (const char* v : {"-1", "0", "inf", "nan"}) {
+  for (const char* v : {"-1", "0", "inf", "nan", "1e7"}) {
     const Result r = run_nibble({"calibrate", "--config", "tiny", "--path", "cpu", "--timeout", v, "--out", t.path() + "/c.json"}, t);
     EXPECT_EQ(r.code, 2) << v << ": " << r.output;
-    EXPECT_NE(r.output.find("--timeout must be a positive, finite number"), std::string::npos) << v << ": " << r.output;
+    EXPECT_NE(r.output.find("--timeout must be a positive number of seconds, at most 1e+06"), std::string::npos)
+        << v << ": " << r.output;
     EXPECT_FALSE(fs::exists(t.path() + "/c.json")) << v;
   }
+}
+
+// A time limit past kMaxTimeoutSeconds would overflow the child's watchdog deadline (int64 ns, and
+// the reference's replay runs under 64x the step limit) into one in the past: the first call would
+// be killed as TimedOut. Refused before any work, as every other bad limit.
+TEST(Cli, GradeTimeLimitsHaveAnUpperBound) {
+  TempDir t;
+  const std::string so = bindir() + "/tests/lib/libbad_nothing.so";
+  for (const char* opt : {"--timeout", "--step-timeout", "--build-timeout", "--max-timing-seconds"})
+    for (const char* v : {"2e8", "1e10", "1e300"}) {
+      const Result r = run_nibble({"grade", "--config", "tiny", "--solution", so, opt, v, "--out", t.path() + "/r.json"}, t);
+      EXPECT_EQ(r.code, 2) << opt << " " << v << ": " << r.output;
+      EXPECT_NE(r.output.find(std::string(opt) + " must be a positive number of seconds, at most 1e+06"), std::string::npos)
+          << opt << " " << v << ": " << r.output;
+      EXPECT_FALSE(fs::exists(t.path() + "/r.json"));
+    }
+}
+
+// --reference is the user's input like --solution: a missing or non-ELF file is a usage error (exit
+// 2, before any work, no report), not a grader failure; calibrate's CPU path has no use for one.
+TEST(Cli, AWrongReferenceIsAUsageError) {
+  TempDir t;
+  const std::string so = bindir() + "/tests/lib/libbad_nothing.so";
+  write_file_atomic(t.path() + "/empty.so", "");
+  fs::create_directories(t.path() + "/dir.so");
+  for (const auto& [ref, says] : {std::pair<std::string, std::string>{t.path() + "/nope.so", "does not exist"},
+                                  {t.path() + "/empty.so", "is not a shared object (no ELF header)"},
+                                  {t.path() + "/dir.so", "is not a file"}}) {
+    const Result r =
+        run_nibble({"grade", "--config", "tiny", "--solution", so, "--reference", ref, "--out", t.path() + "/r.json"}, t);
+    EXPECT_EQ(r.code, 2) << ref << ": " << r.output;
+    EXPECT_NE(r.output.find("--reference " + ref + " " + says), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(t.path() + "/r.json")) << ref;
+  }
+  const Result c = run_nibble(
+      {"calibrate", "--config", "tiny", "--path", "cpu", "--reference", so, "--out", t.path() + "/c.json"}, t);
+  EXPECT_EQ(c.code, 2) << c.output;
+  EXPECT_NE(c.output.find("--reference is the GPU path's"), std::string::npos) << c.output;
+  EXPECT_FALSE(fs::exists(t.path() + "/c.json"));
+}
+
+// "-" is standard output to most tools; nibble's outputs take /dev/stdout for that, and a file
+// literally named "-" beside the user's files is never what was meant: refused, before any work.
+TEST(Cli, DashAsAnOutputIsRefused) {
+  TempDir t;
+  const std::string so = bindir() + "/tests/lib/libbad_nothing.so";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"grade", "--config", "tiny", "--solution", so, "--out", "-"},
+        std::vector<std::string>{"grade", "--config", "tiny", "--solution", so, "--out", t.path() + "/r.json", "--history", "-"},
+        std::vector<std::string>{"calibrate", "--config", "tiny", "--path", "cpu", "--out", "-"},
+        std::vector<std::string>{"report", "html", source_report(), "-o", "-"}}) {
+    const Result r = run_nibble_env({}, args, t);
+    EXPECT_EQ(r.code, args[0] == "report" ? 4 : 2) << args[0] << ": " << r.output;
+    EXPECT_NE(r.output.find("give /dev/stdout"), std::string::npos) << args[0] << ": " << r.output;
+  }
+  EXPECT_FALSE(fs::exists("-"));  // the tests' working folder
 }
 
 TEST(Cli, UnknownCommandEmptyValuesAndNotAFolderAreUsageErrors) {
@@ -516,6 +574,15 @@ TEST(Cli, UnknownCommandEmptyValuesAndNotAFolderAreUsageErrors) {
   Result r = run_nibble({"bogus"}, t);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("unknown command 'bogus'"), std::string::npos) << r.output;
+  // An option before the command, and an unknown command of a command that has commands, are named.
+  r = run_nibble({"--bogus"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("nibble: unknown option '--bogus' before the command"), std::string::npos) << r.output;
+  r = run_nibble({"fixture", "bogus"}, t);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("nibble fixture: unknown command 'bogus'; the commands are build, verify, import (nibble fixture --help)"),
+            std::string::npos)
+      << r.output;
   r = run_nibble({"report", "bogus", "x.json"}, t);  // a command's own commands likewise (report's bad input: 4)
   EXPECT_EQ(r.code, 4) << r.output;
   EXPECT_NE(r.output.find("nibble report: unknown command 'bogus'; the commands are show, html"), std::string::npos) << r.output;
@@ -989,7 +1056,8 @@ TEST(Cli, OutputsAreCheckedWhereTheWriteLands) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("ends in '/'"), std::string::npos) << r.output;
   r = run_nibble({"report", "html", source_report(), "-o", t.path() + "/newdir2/"}, t);
-  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_EQ(r.code, 4) << "a name that can never take the page is bad input, found before the work: " << r.output;
+  EXPECT_NE(r.output.find("ends in '/'"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(t.path() + "/newdir2")) << "a folder was left behind";
   // --history through a dangling link: the link stays, and a grade refused after the option checks
   // (here: --fixture names no fixture, on any machine, GPU or not) leaves no file behind.
