@@ -508,7 +508,10 @@ void check_writable(const std::string& path) {
     ::unlink(probe.c_str());
   }
   remove_folders(made);  // the report's write creates them again, after the work
-  if (fd < 0 && err != EEXIST) throw std::runtime_error("cannot write " + path + ": " + std::strerror(err));
+  // The error is the folder's (e.g. /proc takes no new file, though /proc/version exists): say so.
+  if (fd < 0 && err != EEXIST)
+    throw std::runtime_error("cannot write " + path + ": its folder " + folder.string() + " does not take a new file (" +
+                             std::strerror(err) + "; the write goes through a file there, renamed over it)");
 }
 
 void check_grade_options(const GradeOptions& opt) {
