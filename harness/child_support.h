@@ -118,7 +118,12 @@ class CallWatchdog {
         e.kind = kErrTimeout;
         e.message = call_ + " did not return within " + std::to_string(int(limit_)) + " s (watchdog)";
         e.call = call_;
-        out_->fail(e, 9);
+        // The write can throw (a candidate that sealed or replaced the channel itself): the hang
+        // still ends here, as a killed child, never as an exception out of this thread (abort).
+        try {
+          out_->fail(e, 9);
+        } catch (...) {
+        }
         std::_Exit(9);
       }
     }

@@ -112,6 +112,21 @@ class GemmAbiTask : public Task {
   int checked_calls(const std::string&) const override { return 2; }
   int calls_per_round() const override { return 32; }
   int kept_calls_per_round() const override { return 1; }
+  /** {"calls": [{"n", "call", "seed"}]}: any call number and seed stage a valid A (gemm_call_a), so
+   *  only the form and n below `calls` are checked; which n are the grader's picks, check_kept_calls
+   *  sees in the reference's outputs. */
+  std::string replay_spec_error(const std::string&, const nlohmann::json& spec, int calls) const override {
+    try {
+      for (const auto& c : spec.at("calls")) {
+        const int n = c.at("n").get<int>();
+        (void)c.at("call").get<int64_t>(), (void)c.at("seed").get<uint64_t>();
+        if (n < 0 || n >= calls) return "call " + std::to_string(n) + " is not among the round's " + std::to_string(calls);
+      }
+      return "";
+    } catch (const nlohmann::json::exception& e) {
+      return std::string("it is not a GEMM replay spec: ") + e.what();
+    }
+  }
   bool host_wall_informational() const override { return true; }
   nlohmann::ordered_json timing_protocol() const override {
     return {{"inputs", "A with a fresh sign mask per call (its seed drawn after prepare: TimedRandom), uploaded and C "

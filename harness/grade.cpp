@@ -73,16 +73,39 @@ json calibration_context(const std::string& cal, double worst) {
   }
 }
 
-/** Throws std::runtime_error unless the candidate's kept timed outputs are exactly the calls the
- *  grader's ledger picked (names "timed<round>-<call>.<output>"). */
-void check_kept_calls(const SafetensorsFile& timed, const CallLedger& ledger) {
-  std::set<std::string> picked, got;
+/** Throws std::runtime_error unless the candidate's kept timed outputs, and the reference's replay
+ *  of them, are each exactly the calls the grader's ledger picked (names "timed<round>-<call>.<output>";
+ *  the reference's file also holds the checked calls, "call<n>.<output>"). The replay follows the
+ *  spec the candidate's child wrote (Result::replay), which the candidate can write itself: a spec
+ *  that leaves out a picked call would leave that call's outputs compared with nothing. */
+void check_kept_calls(const SafetensorsFile& timed, const SafetensorsFile& reference, const CallLedger& ledger) {
+  std::set<std::string> picked, got, replayed;
   for (const LedgerCall& c : ledger.calls())
     if (c.kept) picked.insert(timed_call_name(c.round, c.call));
   for (const auto& e : timed.entries()) got.insert(e.name.substr(0, e.name.find('.')));
+  for (const auto& e : reference.entries())
+    if (e.name.rfind("timed", 0) == 0) replayed.insert(e.name.substr(0, e.name.find('.')));
   if (picked != got)
     throw std::runtime_error("the kept timed calls (" + std::to_string(got.size()) + ") are not the " +
                              std::to_string(picked.size()) + " the grader picked");
+  if (picked != replayed)
+    throw std::runtime_error("the replay spec the candidate's child wrote covers " + std::to_string(replayed.size()) +
+                             " timed calls, not the " + std::to_string(picked.size()) + " the grader picked");
+}
+
+/** Why the replay spec a candidate's child wrote (Result::replay: [{"prefix": "timed<round>-", "spec"}],
+ *  one per timed round, in order) may not go to the reference, or "": the candidate can write it
+ *  itself (Task::replay_spec_error). */
+std::string replay_error(const Task& task, const std::string& config, const json& replay) {
+  if (!replay.is_array()) return "the replay spec the candidate's child wrote is not a list of rounds";
+  for (size_t r = 0; r < replay.size(); ++r) {
+    const json& round = replay[r];
+    if (!round.is_object() || !round.contains("spec") || round.value("prefix", json()) != json(timed_round_prefix(int(r))))
+      return "the replay spec the candidate's child wrote has no round " + std::to_string(r) + " of the harness's form";
+    if (const std::string why = task.replay_spec_error(config, round["spec"], task.calls_per_round()); !why.empty())
+      return "the replay spec the candidate's child wrote for round " + std::to_string(r) + " is refused: " + why;
+  }
+  return "";
 }
 
 /** The call ledger's part of the report (the grader's own clock, the kept calls, NVML's clocks)
@@ -512,7 +535,8 @@ int grade_run(const GradeOptions& opt) {
     Job rj = base;
     rj.solution = reference;
     rj.fixture_dir = fixture_dirs[i];
-    if (have_timing) rj.replay = c.result->replay;
+    const std::string replay_refused = have_timing ? replay_error(*task, config, c.result->replay) : "";
+    if (have_timing && replay_refused.empty()) rj.replay = c.result->replay;
     log("seed " + std::to_string(seed) + ": running the reference" + (have_timing ? " (and the kept timed calls)" : ""));
     t0 = std::chrono::steady_clock::now();
     const ChildRun r = run_job_child(rj, opt.timeout_seconds, &log, "reference", &pins);
@@ -542,8 +566,9 @@ int grade_run(const GradeOptions& opt) {
         tally.merge(seed_tally);
         ev.compared = true;
         if (have_timing) {  // an empty or missing channel is unreadable outputs, never "nothing to check"
+          if (!replay_refused.empty()) throw std::runtime_error(replay_refused);
           const SafetensorsFile tf(c.timed_outputs->path());
-          check_kept_calls(tf, *c.ledger);
+          check_kept_calls(tf, rf, *c.ledger);
           for (auto& v : compare_outputs(tf, rf, "timed", timed_tally)) verified.push_back(v);
           if (verified.empty()) throw std::runtime_error("no timed call was re-checked against the reference");
         }

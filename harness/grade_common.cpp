@@ -158,7 +158,7 @@ ChildRun run_job_child(Job job, double timeout, const Log* log, const std::strin
     if (r.ledger) r.ledger->finish();
     r.log_tail = file_tail(log_ch.path(), 3000);
     try {
-      r.result = nlohmann::json::parse(read_channel(result_ch.fd())).get<Result>();
+      r.result = parse_child_result(read_channel(result_ch.fd()));
     } catch (const std::exception&) {
       r.result.reset();  // nothing readable: the child died before its first phase, or wrote garbage
     }

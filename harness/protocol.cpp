@@ -1,6 +1,8 @@
 // protocol.cpp: see protocol.h.
 #include "harness/protocol.h"
 
+#include "fixtures/safetensors.h"  // parse_json_bounded
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,6 +13,10 @@
 #include <stdexcept>
 
 namespace nibble {
+
+Result parse_child_result(const std::string& text) {
+  return parse_json_bounded(text.data(), text.data() + text.size(), "the child's result").get<Result>();
+}
 
 int make_channel(const std::string& name) {
   const int fd = memfd_create(("nibble-" + name).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);

@@ -164,6 +164,12 @@ struct Result {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Result, protocol, phase, solution_name, numerics, variant, facts, error,
                                                 checked_calls_done, timing, replay, seconds, probe, sandbox)
 
+/** The child's Result from its channel's text, which a candidate may have written itself (it shares
+ *  the child's process): parsed with a depth bound (parse_json_bounded), where nlohmann's recursive
+ *  copies and conversions of a 200,000-level document (400 KB, under the channel's size cap)
+ *  overflowed the parent's stack; throws a std::exception when it is not a Result. */
+Result parse_child_result(const std::string& text);
+
 /** A memory file (memfd, close-on-exec, sealable) named for /proc listings; throws std::runtime_error. */
 int make_channel(const std::string& name);
 /** The whole content of `fd` from offset 0; throws std::runtime_error, also when it holds more than

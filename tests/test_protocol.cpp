@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fixtures/bf16.h"
+#include "fixtures/decode/decode_config.h"
 #include "fixtures/safetensors.h"
 #include "harness/outputs.h"
 #include "harness/process.h"
@@ -65,14 +66,66 @@ TEST(Protocol, ResultWithErrorAndTiming) {
   t.unrecorded_copies = 1;
   t.first_unrecorded_copy = "cuMemcpyAsync";
   r.timing = t;
-  const Result back = nlohmann::json::parse(nlohmann::json(r).dump()).get<Result>();
+  r.replay = nlohmann::json::array({{{"prefix", "timed0-"}, {"spec", {{"tokens", {1, 2, 3}}}}}});
+  const Result back = parse_child_result(nlohmann::json(r).dump());  // what the parent reads
   ASSERT_TRUE(back.error && back.timing);
+  EXPECT_EQ(back.replay, r.replay);
   EXPECT_EQ(back.error->status, "NOT_SUPPORTED");
   EXPECT_EQ(back.timing->gpu_span_us, t.gpu_span_us);
   EXPECT_EQ(back.timing->kept, t.kept);
   EXPECT_EQ(back.timing->copies_audited, 12);
   EXPECT_EQ(back.timing->unrecorded_copies, 1);
   EXPECT_EQ(back.timing->first_unrecorded_copy, "cuMemcpyAsync");
+}
+
+// The result channel is the child's, and the candidate shares the child's process: it can write the
+// channel itself before the harness seals it. A document nested 200,000 deep (400 KB, under the
+// channel's cap) overflowed the parent's stack in nlohmann's recursive copy (SIGSEGV, no report);
+// the parent's parse refuses it as not a Result instead.
+TEST(Protocol, ADeeplyNestedResultIsRefusedNotACrash) {
+  for (const char* field : {"facts", "replay", "probe"}) {
+    SCOPED_TRACE(field);
+    const int depth = 200000;
+    const std::string text = std::string(R"({"protocol":6,"phase":"failed",")") + field + "\":" + std::string(depth, '[') +
+                             std::string(depth, ']') + "}";
+    EXPECT_THROW(parse_child_result(text), std::exception);
+  }
+  // 20 levels (deeper than anything the harness writes) still parse.
+  const Result ok = parse_child_result(R"({"phase":"done","facts":)" + std::string(20, '[') + std::string(20, ']') + "}");
+  EXPECT_EQ(ok.phase, "done");
+}
+
+// The replay spec (Result::replay) is the candidate's child's to write, so the candidate can write it:
+// the parent refuses one the reference cannot replay safely. By hand on the tiny decode config and a
+// GEMM task.
+TEST(Protocol, ReplaySpecsOutsideTheRoundAreRefused) {
+  const Task& decode = find_task("megakernel-int4-weight-decode");
+  const DecodeConfig cfg = decode_config("tiny");
+  const int64_t b = cfg.dims.batch, calls = decode.calls_per_round();
+  const auto steps = [&](int64_t n, int64_t token) { return std::vector<int64_t>(size_t(n * b), token); };
+  const auto spec = [](const std::vector<int64_t>& tokens, const std::vector<int64_t>& kept) {
+    return nlohmann::json{{"tokens", tokens}, {"kept", kept}};
+  };
+  EXPECT_EQ(decode.replay_spec_error("tiny", spec(steps(3, 5), {0, 2}), int(calls)), "");
+  EXPECT_EQ(decode.replay_spec_error("tiny", spec(steps(calls, cfg.dims.vocab - 1), {calls - 1}), int(calls)), "");
+  for (const auto& [bad, says] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {spec(steps(calls + 1, 0), {0}), "steps, more than"},
+           {spec(steps(2, cfg.dims.vocab), {0}), "outside the vocabulary"},
+           {spec(steps(2, -1), {1}), "outside the vocabulary"},
+           {spec(steps(2, 0), {2}), "not among its 2 steps"},
+           {spec(steps(2, 0), {1, 1}), "repeated"},
+           {spec(steps(2, 0), {-1}), "not among"},
+           {nlohmann::json{{"tokens", "x"}, {"kept", {0}}}, "not a decode replay spec"},
+           {nlohmann::json::array(), "not a decode replay spec"}}) {
+    const std::string why = decode.replay_spec_error("tiny", bad, int(calls));
+    EXPECT_NE(why.find(says), std::string::npos) << bad.dump().substr(0, 80) << ": " << why;
+  }
+  const Task& gemm = find_task("gemm-w4a16-nvfp4");
+  const nlohmann::json call = {{"n", 3}, {"call", 1000004}, {"seed", 99}};
+  EXPECT_EQ(gemm.replay_spec_error("tiny", {{"calls", {call}}}, 32), "");
+  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 32}, {"call", 1}, {"seed", 1}}}}}, 32).find("not among"),
+            std::string::npos);
+  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 1}}}}}, 32).find("not a GEMM replay spec"), std::string::npos);
 }
 
 TEST(Protocol, ChannelsAreRewrittenWhole) {

@@ -108,6 +108,34 @@ std::string first_written_above(const DeviceModel& m, int32_t pos, cudaStream_t 
   return "";
 }
 
+/** Timed decode steps per round (DecodeTask::calls_per_round). */
+constexpr int kDecodeCallsPerRound = 32;
+
+/** DecodeTask::replay_spec_error for a config's dims: {"tokens": batch x (steps) ids in [0, vocab),
+ *  steps <= calls and prefill + steps <= max_seq, "kept": distinct steps below steps}. */
+std::string decode_replay_spec_error(const DecodeConfig& cfg, const nlohmann::json& spec, int calls) {
+  try {
+    const auto tokens = spec.at("tokens").get<std::vector<int64_t>>();
+    const auto kept = spec.at("kept").get<std::vector<int64_t>>();
+    const int64_t b = cfg.dims.batch, steps = int64_t(tokens.size()) / b;
+    if (int64_t(tokens.size()) % b != 0) return "its tokens are not whole steps of batch " + std::to_string(b);
+    if (steps > calls || cfg.prefill + steps > cfg.dims.max_seq)
+      return std::to_string(steps) + " steps, more than the round's " + std::to_string(calls) + " calls or the KV cache's " +
+             std::to_string(cfg.dims.max_seq - cfg.prefill) + " free slots";
+    for (int64_t t : tokens)
+      if (t < 0 || t >= cfg.dims.vocab) return "token " + std::to_string(t) + " is outside the vocabulary";
+    std::vector<int64_t> seen;
+    for (int64_t k : kept) {
+      if (k < 0 || k >= steps || std::find(seen.begin(), seen.end(), k) != seen.end())
+        return "kept step " + std::to_string(k) + " is repeated or not among its " + std::to_string(steps) + " steps";
+      seen.push_back(k);
+    }
+    return "";
+  } catch (const nlohmann::json::exception& e) {
+    return std::string("it is not a decode replay spec: ") + e.what();
+  }
+}
+
 class DecodeRun final : public Session {
  public:
   DecodeRun(const Job& job, const SolutionLibrary& lib, const SafetensorsFile& fixture, cudaStream_t stream,
@@ -185,6 +213,8 @@ class DecodeRun final : public Session {
   }
 
   void replay(const json& spec, const std::string& prefix, OutputFile& out) override {
+    if (const std::string why = decode_replay_spec_error(cfg_, spec, kDecodeCallsPerRound); !why.empty())
+      throw std::invalid_argument("the replay spec " + prefix + ": " + why);
     const auto tokens = spec.at("tokens").get<std::vector<int64_t>>();
     const auto kept = spec.at("kept").get<std::vector<int>>();
     const int64_t b = cfg_.dims.batch;
@@ -267,7 +297,10 @@ class DecodeTask final : public Task {
   std::string build_call() const override { return "build_model"; }
   std::string timed_call() const override { return "decode_step"; }
   int checked_calls(const std::string& config) const override { return decode_config(config).checked_steps; }
-  int calls_per_round() const override { return 32; }
+  std::string replay_spec_error(const std::string& config, const nlohmann::json& spec, int calls) const override {
+    return decode_replay_spec_error(decode_config(config), spec, calls);
+  }
+  int calls_per_round() const override { return kDecodeCallsPerRound; }
   Roofline roofline(const std::string& config, const json&) const override {
     const DecodeConfig cfg = decode_config(config);
     const auto& d = cfg.dims;
