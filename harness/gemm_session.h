@@ -112,16 +112,20 @@ class GemmAbiTask : public Task {
   int checked_calls(const std::string&) const override { return 2; }
   int calls_per_round() const override { return 32; }
   int kept_calls_per_round() const override { return 1; }
-  /** {"calls": [{"n", "call", "seed"}]}: any call number and seed stage a valid A (gemm_call_a), so
-   *  only the form and n below `calls` are checked; which n are the grader's picks, check_kept_calls
-   *  sees in the reference's outputs. */
-  std::string replay_spec_error(const std::string&, const nlohmann::json& spec, int calls) const override {
+  /** {"calls": [{"n", "call", "seed"}]}, its n exactly the picks in order (each below `calls`): any
+   *  call number and seed stage a valid A (gemm_call_a). */
+  std::string replay_spec_error(const std::string&, const nlohmann::json& spec, int calls,
+                                const std::vector<int>& picks) const override {
     try {
+      std::vector<int> ns;
       for (const auto& c : spec.at("calls")) {
         const int n = c.at("n").get<int>();
         (void)c.at("call").get<int64_t>(), (void)c.at("seed").get<uint64_t>();
         if (n < 0 || n >= calls) return "call " + std::to_string(n) + " is not among the round's " + std::to_string(calls);
+        ns.push_back(n);
       }
+      if (ns != picks)
+        return "it replays " + std::to_string(ns.size()) + " calls, not the " + std::to_string(picks.size()) + " the grader picked";
       return "";
     } catch (const nlohmann::json::exception& e) {
       return std::string("it is not a GEMM replay spec: ") + e.what();

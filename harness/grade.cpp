@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -95,14 +96,24 @@ void check_kept_calls(const SafetensorsFile& timed, const SafetensorsFile& refer
 
 /** Why the replay spec a candidate's child wrote (Result::replay: [{"prefix": "timed<round>-", "spec"}],
  *  one per timed round, in order) may not go to the reference, or "": the candidate can write it
- *  itself (Task::replay_spec_error). */
-std::string replay_error(const Task& task, const std::string& config, const json& replay) {
-  if (!replay.is_array()) return "the replay spec the candidate's child wrote is not a list of rounds";
-  for (size_t r = 0; r < replay.size(); ++r) {
-    const json& round = replay[r];
-    if (!round.is_object() || !round.contains("spec") || round.value("prefix", json()) != json(timed_round_prefix(int(r))))
+ *  itself, so it must be one per round the ledger saw, each replaying exactly the ledger's picks of
+ *  that round, within the task's bounds (Task::replay_spec_error): checked before the reference
+ *  runs (a spec of thousands of calls would hold it until its timeout). */
+std::string replay_error(const Task& task, const std::string& config, const json& replay, const CallLedger& ledger) {
+  std::map<int, std::vector<int>> picks;  // round -> its kept calls, ascending
+  int rounds = 0;
+  for (const LedgerCall& c : ledger.calls()) {
+    rounds = std::max(rounds, c.round + 1);
+    if (c.kept) picks[c.round].push_back(c.call);
+  }
+  for (auto& [r, p] : picks) std::sort(p.begin(), p.end());
+  if (!replay.is_array() || int(replay.size()) != rounds)
+    return "the replay spec the candidate's child wrote is not one per timed round (the ledger saw " + std::to_string(rounds) + ")";
+  for (int r = 0; r < rounds; ++r) {
+    const json& round = replay[size_t(r)];
+    if (!round.is_object() || !round.contains("spec") || round.value("prefix", json()) != json(timed_round_prefix(r)))
       return "the replay spec the candidate's child wrote has no round " + std::to_string(r) + " of the harness's form";
-    if (const std::string why = task.replay_spec_error(config, round["spec"], task.calls_per_round()); !why.empty())
+    if (const std::string why = task.replay_spec_error(config, round["spec"], task.calls_per_round(), picks[r]); !why.empty())
       return "the replay spec the candidate's child wrote for round " + std::to_string(r) + " is refused: " + why;
   }
   return "";
@@ -535,7 +546,7 @@ int grade_run(const GradeOptions& opt) {
     Job rj = base;
     rj.solution = reference;
     rj.fixture_dir = fixture_dirs[i];
-    const std::string replay_refused = have_timing ? replay_error(*task, config, c.result->replay) : "";
+    const std::string replay_refused = have_timing ? replay_error(*task, config, c.result->replay, *c.ledger) : "";
     if (have_timing && replay_refused.empty()) rj.replay = c.result->replay;
     log("seed " + std::to_string(seed) + ": running the reference" + (have_timing ? " (and the kept timed calls)" : ""));
     t0 = std::chrono::steady_clock::now();
@@ -565,8 +576,7 @@ int grade_run(const GradeOptions& opt) {
         seed_j["calls"] = compare_outputs(cf, rf, "call", seed_tally);
         tally.merge(seed_tally);
         ev.compared = true;
-        if (have_timing) {  // an empty or missing channel is unreadable outputs, never "nothing to check"
-          if (!replay_refused.empty()) throw std::runtime_error(replay_refused);
+        if (have_timing && replay_refused.empty()) {  // an empty or missing channel is unreadable outputs, never "nothing to check"
           const SafetensorsFile tf(c.timed_outputs->path());
           check_kept_calls(tf, rf, *c.ledger);
           for (auto& v : compare_outputs(tf, rf, "timed", timed_tally)) verified.push_back(v);
@@ -577,8 +587,12 @@ int grade_run(const GradeOptions& opt) {
       }
       seed_j["worst_rel_err"] = num_or_null(seed_tally.worst);
     }
-    if (have_timing)
+    if (have_timing) {
       timing = timing_section(*task, config, *c.result->timing, *c.ledger, device, c.result->facts, opt.clock, &ev);
+      // A replay spec the ledger's picks refute is a tampered record of the timed calls: InvalidTiming.
+      if (!replay_refused.empty())
+        ev.ledger_violation = replay_refused + (ev.ledger_violation.empty() ? "" : "; " + ev.ledger_violation);
+    }
     per_seed.push_back(seed_j);
     if (!c.completed()) break;
   }

@@ -508,10 +508,13 @@ void check_writable(const std::string& path) {
     ::unlink(probe.c_str());
   }
   remove_folders(made);  // the report's write creates them again, after the work
-  // The error is the folder's (e.g. /proc takes no new file, though /proc/version exists): say so.
-  if (fd < 0 && err != EEXIST)
+  // The error is the folder's (e.g. /proc takes no new file, though /proc/version exists): say which.
+  if (fd < 0 && err != EEXIST) {
+    if (!made.empty() && mk) throw std::runtime_error("cannot write " + path + ": its folder cannot be made (" + mk.message() + ")");
+    if (err == ENOTDIR) throw std::runtime_error("cannot write " + path + ": a part of " + folder.string() + " is not a folder");
     throw std::runtime_error("cannot write " + path + ": its folder " + folder.string() + " does not take a new file (" +
                              std::strerror(err) + "; the write goes through a file there, renamed over it)");
+  }
 }
 
 void check_grade_options(const GradeOptions& opt) {

@@ -182,11 +182,12 @@ class Task {
   /** Checked calls per seed. */
   virtual int checked_calls(const std::string& config) const = 0;
   /** What is wrong with `spec`, one timed round's replay spec (Session::replay_spec's form) as a
-   *  candidate's child wrote it, for this config and a round of `calls` calls; "" when the
-   *  reference can replay it safely. The candidate shares its child's process and can write that
+   *  candidate's child wrote it, for this config, a round of `calls` calls and the calls `picks` the
+   *  grader's ledger kept of it (ascending); "" when it replays exactly those, safely. The candidate shares its child's process and can write that
    *  spec itself: the parent checks it before handing it to the reference (the decode replay checks
    *  it again: a step past the KV cache or a token past the vocabulary would write out of bounds). */
-  virtual std::string replay_spec_error(const std::string& config, const nlohmann::json& spec, int calls) const = 0;
+  virtual std::string replay_spec_error(const std::string& config, const nlohmann::json& spec, int calls,
+                                        const std::vector<int>& picks) const = 0;
   /** Timed calls per round. */
   virtual int calls_per_round() const = 0;
   /** Calls of every round the grader keeps and has the reference re-check, picked by the parent

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fixtures/bf16.h"
@@ -106,26 +107,32 @@ TEST(Protocol, ReplaySpecsOutsideTheRoundAreRefused) {
   const auto spec = [](const std::vector<int64_t>& tokens, const std::vector<int64_t>& kept) {
     return nlohmann::json{{"tokens", tokens}, {"kept", kept}};
   };
-  EXPECT_EQ(decode.replay_spec_error("tiny", spec(steps(3, 5), {0, 2}), int(calls)), "");
-  EXPECT_EQ(decode.replay_spec_error("tiny", spec(steps(calls, cfg.dims.vocab - 1), {calls - 1}), int(calls)), "");
-  for (const auto& [bad, says] : std::vector<std::pair<nlohmann::json, std::string>>{
-           {spec(steps(calls + 1, 0), {0}), "steps, more than"},
-           {spec(steps(2, cfg.dims.vocab), {0}), "outside the vocabulary"},
-           {spec(steps(2, -1), {1}), "outside the vocabulary"},
-           {spec(steps(2, 0), {2}), "not among its 2 steps"},
-           {spec(steps(2, 0), {1, 1}), "repeated"},
-           {spec(steps(2, 0), {-1}), "not among"},
-           {nlohmann::json{{"tokens", "x"}, {"kept", {0}}}, "not a decode replay spec"},
-           {nlohmann::json::array(), "not a decode replay spec"}}) {
-    const std::string why = decode.replay_spec_error("tiny", bad, int(calls));
+  // What the harness's own replay_spec writes: the round's tokens up to the last pick, the picks.
+  EXPECT_EQ(decode.replay_spec_error("tiny", spec(steps(3, 5), {0, 2}), int(calls), {0, 2}), "");
+  EXPECT_EQ(decode.replay_spec_error("tiny", spec(steps(calls, cfg.dims.vocab - 1), {calls - 1}), int(calls), {int(calls) - 1}), "");
+  for (const auto& [bad, picks, says] : std::vector<std::tuple<nlohmann::json, std::vector<int>, std::string>>{
+           {spec(steps(calls + 1, 0), {0}), {0}, "steps, more than"},
+           {spec(steps(2, cfg.dims.vocab), {0}), {0}, "outside the vocabulary"},
+           {spec(steps(2, -1), {1}), {1}, "outside the vocabulary"},
+           {spec(steps(2, 0), {2}), {2}, "not among its 2 steps"},
+           {spec(steps(2, 0), {1, 1}), {1}, "repeated"},
+           {spec(steps(2, 0), {-1}), {1}, "not among"},
+           {spec(steps(2, 0), {1}), {0}, "not the 1 the grader picked"},      // another call than the pick
+           {spec(steps(3, 0), {1}), {1}, "not the 1 the grader picked"},      // steps past the last pick
+           {spec(steps(2, 0), {1}), {0, 1}, "not the 2 the grader picked"},   // a pick left out
+           {nlohmann::json{{"tokens", "x"}, {"kept", {0}}}, {0}, "not a decode replay spec"},
+           {nlohmann::json::array(), {0}, "not a decode replay spec"}}) {
+    const std::string why = decode.replay_spec_error("tiny", bad, int(calls), picks);
     EXPECT_NE(why.find(says), std::string::npos) << bad.dump().substr(0, 80) << ": " << why;
   }
   const Task& gemm = find_task("gemm-w4a16-nvfp4");
   const nlohmann::json call = {{"n", 3}, {"call", 1000004}, {"seed", 99}};
-  EXPECT_EQ(gemm.replay_spec_error("tiny", {{"calls", {call}}}, 32), "");
-  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 32}, {"call", 1}, {"seed", 1}}}}}, 32).find("not among"),
+  EXPECT_EQ(gemm.replay_spec_error("tiny", {{"calls", {call}}}, 32, {3}), "");
+  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {call}}}, 32, {4}).find("not the 1 the grader picked"), std::string::npos);
+  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {call, call}}}, 32, {3}).find("not the 1 the grader picked"), std::string::npos);
+  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 32}, {"call", 1}, {"seed", 1}}}}}, 32, {31}).find("not among"),
             std::string::npos);
-  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 1}}}}}, 32).find("not a GEMM replay spec"), std::string::npos);
+  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 1}}}}}, 32, {1}).find("not a GEMM replay spec"), std::string::npos);
 }
 
 TEST(Protocol, ChannelsAreRewrittenWhole) {

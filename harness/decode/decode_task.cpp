@@ -112,8 +112,10 @@ std::string first_written_above(const DeviceModel& m, int32_t pos, cudaStream_t 
 constexpr int kDecodeCallsPerRound = 32;
 
 /** DecodeTask::replay_spec_error for a config's dims: {"tokens": batch x (steps) ids in [0, vocab),
- *  steps <= calls and prefill + steps <= max_seq, "kept": distinct steps below steps}. */
-std::string decode_replay_spec_error(const DecodeConfig& cfg, const nlohmann::json& spec, int calls) {
+ *  steps <= calls and prefill + steps <= max_seq, "kept": distinct steps below steps}; with `picks`
+ *  (the reference's own check has none), kept == picks and steps == the last pick + 1. */
+std::string decode_replay_spec_error(const DecodeConfig& cfg, const nlohmann::json& spec, int calls,
+                                     const std::vector<int>* picks = nullptr) {
   try {
     const auto tokens = spec.at("tokens").get<std::vector<int64_t>>();
     const auto kept = spec.at("kept").get<std::vector<int64_t>>();
@@ -130,6 +132,9 @@ std::string decode_replay_spec_error(const DecodeConfig& cfg, const nlohmann::js
         return "kept step " + std::to_string(k) + " is repeated or not among its " + std::to_string(steps) + " steps";
       seen.push_back(k);
     }
+    if (picks && (std::vector<int64_t>(picks->begin(), picks->end()) != kept || steps != (picks->empty() ? 0 : picks->back() + 1)))
+      return "it replays " + std::to_string(kept.size()) + " steps of " + std::to_string(steps) + ", not the " +
+             std::to_string(picks->size()) + " the grader picked";
     return "";
   } catch (const nlohmann::json::exception& e) {
     return std::string("it is not a decode replay spec: ") + e.what();
@@ -297,8 +302,9 @@ class DecodeTask final : public Task {
   std::string build_call() const override { return "build_model"; }
   std::string timed_call() const override { return "decode_step"; }
   int checked_calls(const std::string& config) const override { return decode_config(config).checked_steps; }
-  std::string replay_spec_error(const std::string& config, const nlohmann::json& spec, int calls) const override {
-    return decode_replay_spec_error(decode_config(config), spec, calls);
+  std::string replay_spec_error(const std::string& config, const nlohmann::json& spec, int calls,
+                                const std::vector<int>& picks) const override {
+    return decode_replay_spec_error(decode_config(config), spec, calls, &picks);
   }
   int calls_per_round() const override { return kDecodeCallsPerRound; }
   Roofline roofline(const std::string& config, const json&) const override {
