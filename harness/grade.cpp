@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -92,31 +91,6 @@ void check_kept_calls(const SafetensorsFile& timed, const SafetensorsFile& refer
   if (picked != replayed)
     throw std::runtime_error("the replay spec the candidate's child wrote covers " + std::to_string(replayed.size()) +
                              " timed calls, not the " + std::to_string(picked.size()) + " the grader picked");
-}
-
-/** Why the replay spec a candidate's child wrote (Result::replay: [{"prefix": "timed<round>-", "spec"}],
- *  one per timed round, in order) may not go to the reference, or "": the candidate can write it
- *  itself, so it must be one per round the ledger saw, each replaying exactly the ledger's picks of
- *  that round, within the task's bounds (Task::replay_spec_error): checked before the reference
- *  runs (a spec of thousands of calls would hold it until its timeout). */
-std::string replay_error(const Task& task, const std::string& config, const json& replay, const CallLedger& ledger) {
-  std::map<int, std::vector<int>> picks;  // round -> its kept calls, ascending
-  int rounds = 0;
-  for (const LedgerCall& c : ledger.calls()) {
-    rounds = std::max(rounds, c.round + 1);
-    if (c.kept) picks[c.round].push_back(c.call);
-  }
-  for (auto& [r, p] : picks) std::sort(p.begin(), p.end());
-  if (!replay.is_array() || int(replay.size()) != rounds)
-    return "the replay spec the candidate's child wrote is not one per timed round (the ledger saw " + std::to_string(rounds) + ")";
-  for (int r = 0; r < rounds; ++r) {
-    const json& round = replay[size_t(r)];
-    if (!round.is_object() || !round.contains("spec") || round.value("prefix", json()) != json(timed_round_prefix(r)))
-      return "the replay spec the candidate's child wrote has no round " + std::to_string(r) + " of the harness's form";
-    if (const std::string why = task.replay_spec_error(config, round["spec"], task.calls_per_round(), picks[r]); !why.empty())
-      return "the replay spec the candidate's child wrote for round " + std::to_string(r) + " is refused: " + why;
-  }
-  return "";
 }
 
 /** The call ledger's part of the report (the grader's own clock, the kept calls, NVML's clocks)

@@ -223,6 +223,15 @@ class Task {
   virtual std::vector<std::string> baseline_solutions() const { return {}; }
 };
 
+class CallLedger;
+
+/** Why the replay spec a candidate's child wrote (Result::replay: [{"prefix": "timed<round>-", "spec"}],
+ *  one per timed round, in order) may not go to the reference, or "": the candidate can write it
+ *  itself, so it must be one per round the parent's ledger saw, each replaying exactly the ledger's
+ *  picks of that round, within the task's bounds (Task::replay_spec_error): checked before the
+ *  reference runs (a spec of thousands of calls would hold it until its timeout). */
+std::string replay_error(const Task& task, const std::string& config, const nlohmann::json& replay, const CallLedger& ledger);
+
 /** Every task, in `nibble configs` order. */
 const std::vector<const Task*>& all_tasks();
 /** The task named `name`; throws std::invalid_argument listing the known tasks. */

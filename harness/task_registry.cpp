@@ -1,6 +1,10 @@
-// task_registry.cpp: the one list of tasks. A new task adds its line here (docs/adding-a-task.md).
+// task_registry.cpp: the one list of tasks (a new task adds its line here, docs/adding-a-task.md), and
+// replay_error, which every task's replay spec passes through.
+#include <algorithm>
+#include <map>
 #include <stdexcept>
 
+#include "harness/ledger.h"
 #include "harness/task.h"
 
 namespace nibble {
@@ -27,6 +31,26 @@ const Task& find_task(const std::string& name) {
   std::string known;
   for (const Task* t : all_tasks()) known += (known.empty() ? "" : ", ") + t->name();
   throw std::invalid_argument("unknown task '" + name + "'; the tasks are: " + known);
+}
+
+std::string replay_error(const Task& task, const std::string& config, const nlohmann::json& replay, const CallLedger& ledger) {
+  std::map<int, std::vector<int>> picks;  // round -> its kept calls, ascending
+  int rounds = 0;
+  for (const LedgerCall& c : ledger.calls()) {
+    rounds = std::max(rounds, c.round + 1);
+    if (c.kept) picks[c.round].push_back(c.call);
+  }
+  for (auto& [r, p] : picks) std::sort(p.begin(), p.end());
+  if (!replay.is_array() || int(replay.size()) != rounds)
+    return "the replay spec the candidate's child wrote is not one per timed round (the ledger saw " + std::to_string(rounds) + ")";
+  for (int r = 0; r < rounds; ++r) {
+    const nlohmann::json& round = replay[size_t(r)];
+    if (!round.is_object() || !round.contains("spec") || round.value("prefix", nlohmann::json()) != nlohmann::json(timed_round_prefix(r)))
+      return "the replay spec the candidate's child wrote has no round " + std::to_string(r) + " of the harness's form";
+    if (const std::string why = task.replay_spec_error(config, round["spec"], task.calls_per_round(), picks[r]); !why.empty())
+      return "the replay spec the candidate's child wrote for round " + std::to_string(r) + " is refused: " + why;
+  }
+  return "";
 }
 
 }  // namespace nibble

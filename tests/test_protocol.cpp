@@ -12,6 +12,7 @@
 #include "fixtures/bf16.h"
 #include "fixtures/decode/decode_config.h"
 #include "fixtures/safetensors.h"
+#include "harness/ledger.h"
 #include "harness/outputs.h"
 #include "harness/process.h"
 #include "harness/protocol.h"
@@ -133,6 +134,36 @@ TEST(Protocol, ReplaySpecsOutsideTheRoundAreRefused) {
   EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 32}, {"call", 1}, {"seed", 1}}}}}, 32, {31}).find("not among"),
             std::string::npos);
   EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 1}}}}}, 32, {1}).find("not a GEMM replay spec"), std::string::npos);
+}
+
+// The whole check the parent makes before the reference runs, against a real ledger played by its
+// client here: 2 rounds of 4 calls, 1 kept each. The spec the harness itself would write passes; a
+// round missing, one round too many, another call than the pick, a wrong prefix are refused.
+TEST(Protocol, TheReplaySpecMustBeTheLedgersPicks) {
+  const Task& gemm = find_task("gemm-w4a16-nvfp4");
+  CallLedger l(4, 1, std::nullopt, "");
+  LedgerClient c(l.child_read_fd(), l.child_write_fd());
+  std::vector<int> kept;
+  for (int r = 0; r < 2; ++r)
+    for (int n = 0; n < 4; ++n) {
+      c.open(r, n);
+      if (c.done(r, n)) kept.push_back(n);
+    }
+  l.finish();
+  ASSERT_EQ(l.violation(), "");
+  ASSERT_EQ(kept.size(), 2u);
+  const auto round = [](int r, int n) {
+    return nlohmann::json{{"prefix", timed_round_prefix(r)}, {"spec", {{"calls", {{{"n", n}, {"call", 1001 + n}, {"seed", 7}}}}}}};
+  };
+  EXPECT_EQ(replay_error(gemm, "tiny", {round(0, kept[0]), round(1, kept[1])}, l), "");
+  EXPECT_NE(replay_error(gemm, "tiny", {round(0, kept[0])}, l).find("not one per timed round (the ledger saw 2)"), std::string::npos);
+  EXPECT_NE(replay_error(gemm, "tiny", {round(0, kept[0]), round(1, kept[1]), round(2, 0)}, l).find("not one per timed round"),
+            std::string::npos);
+  EXPECT_NE(replay_error(gemm, "tiny", {round(0, kept[0]), round(1, (kept[1] + 1) % 4)}, l).find("round 1 is refused"),
+            std::string::npos);
+  EXPECT_NE(replay_error(gemm, "tiny", {round(1, kept[0]), round(1, kept[1])}, l).find("no round 0 of the harness's form"),
+            std::string::npos);
+  EXPECT_NE(replay_error(gemm, "tiny", nlohmann::json::object(), l).find("not one per timed round"), std::string::npos);
 }
 
 TEST(Protocol, ChannelsAreRewrittenWhole) {
