@@ -254,15 +254,19 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
 
 namespace {
 
+/** Why --profile `tool` cannot run here: what the grade says up front and its report's status. */
+std::string profiler_missing(const std::string& tool) {
+  return tool + " is not installed here (" + (tool == "ncu" ? "Nsight Compute" : "Nsight Systems") +
+         ", part of the CUDA toolkit: put its bin folder on PATH)";
+}
+
 /** The report's "profile" section: the profiler's run of `pj` (kProfileCalls timed calls in NVTX
  *  ranges) stored next to the report, and the top kernels' figures; or why there is none. */
 json profile_section(const GradeOptions& opt, Job pj, const BinaryPins& pins, const Log& log) {
   json p = {{"tool", opt.profile}};
   const std::string exe = find_profiler(opt.profile);
   if (exe.empty()) {
-    p["status"] = "not run: " + opt.profile + " is not installed here (" +
-                  (opt.profile == "ncu" ? "Nsight Compute" : "Nsight Systems") +
-                  ", part of the CUDA toolkit: put its bin folder on PATH); the grade is complete without it";
+    p["status"] = "not run: " + profiler_missing(opt.profile) + "; the grade is complete without it";
     std::fprintf(stderr, "nibble grade: --profile %s: %s\n", opt.profile.c_str(), p["status"].get<std::string>().c_str());
     return p;
   }
@@ -325,8 +329,8 @@ int grade_run(const GradeOptions& opt) {
   if (!task) return kExitUsage;
   // Said now, not only after the grade: a user who wants the profile can stop here and install it.
   if (!opt.profile.empty() && find_profiler(opt.profile).empty())
-    std::fprintf(stderr, "nibble grade: --profile %s: %s is not installed here (not on PATH, nor in the CUDA toolkit's bin): "
-                 "the grade runs, and its report's profile will say \"not run\"\n", opt.profile.c_str(), opt.profile.c_str());
+    std::fprintf(stderr, "nibble grade: --profile %s: %s; the grade runs, and its report's profile will say \"not run\"\n",
+                 opt.profile.c_str(), profiler_missing(opt.profile).c_str());
   const std::string& config = opt.config;
   const std::string exe = self_exe();
   const std::string reference = bundled_reference(exe, *task, opt.reference);

@@ -367,29 +367,40 @@ bool has_elf_header(const std::string& path) {
   return elf;
 }
 
+/** A library the user named (`what`: how the messages name it): it exists and is a file (`fix`:
+ *  what to pass instead), and, unless `python_ok` and it is a Python module, it has an ELF header
+ *  (`build`: how to make one). Throws std::invalid_argument. */
+void check_library_file(const std::string& path, const std::string& what, const std::string& fix, const std::string& build,
+                        bool python_ok) {
+  if (!fs::exists(path)) throw std::invalid_argument(what + " does not exist; " + fix);
+  if (!fs::is_regular_file(path)) throw std::invalid_argument(what + " is not a file (a folder?); " + fix);
+  if (python_ok && is_python_solution(path)) {
+    if (!python_shims_built()) check_python_grade("");  // says which package the build lacked
+    return;
+  }
+  if (!has_elf_header(path)) throw std::invalid_argument(what + " is not a shared object (no ELF header)" + build);
+}
+
+/** An option's time limit, s: positive and at most kMaxTimeoutSeconds. Throws std::invalid_argument. */
+void check_time_limit(const std::string& option, double v) {
+  if (!(v > 0 && v <= kMaxTimeoutSeconds))
+    throw std::invalid_argument(option + " must be a positive number of seconds, at most " + fmt(kMaxTimeoutSeconds, 6) +
+                                ", not " + fmt(v, 6));
+}
+
 }  // namespace
 
 void check_solution_file(const std::string& path) {
   if (path.empty()) throw std::invalid_argument("--solution is required");
-  if (!fs::exists(path))
-    throw std::invalid_argument("solution '" + path + "' does not exist; pass the path of a built .so or of a Python module (.py)");
-  if (!fs::is_regular_file(path))
-    throw std::invalid_argument("solution '" + path + "' is not a file (a folder?); pass the path of a built .so or of a Python module (.py)");
-  if (is_python_solution(path)) {
-    if (!python_shims_built()) check_python_grade("");  // says which package the build lacked
-    return;
-  }
-  if (!has_elf_header(path))
-    throw std::invalid_argument("solution '" + path + "' is not a shared object (no ELF header); build it with nvcc -shared -fPIC");
+  check_library_file(path, "solution '" + path + "'", "pass the path of a built .so or of a Python module (.py)",
+                     "; build it with nvcc -shared -fPIC", /*python_ok=*/true);
 }
 
 void check_reference_file(const std::string& path) {
-  const std::string what = "--reference " + path;
-  if (!fs::exists(path))
-    throw std::invalid_argument(what + " does not exist; pass a built reference library (build/lib/libnibble_reference.so "
-                                       "or the task's), or leave --reference out for the bundled one");
-  if (!fs::is_regular_file(path)) throw std::invalid_argument(what + " is not a file (a folder?); pass a built reference .so");
-  if (!has_elf_header(path)) throw std::invalid_argument(what + " is not a shared object (no ELF header)");
+  check_library_file(path, "--reference " + path,
+                     "pass a built reference library (build/lib/libnibble_reference.so or the task's), or leave --reference "
+                     "out for the bundled one",
+                     "", /*python_ok=*/false);
 }
 
 namespace {
@@ -577,9 +588,7 @@ void check_grade_options(const GradeOptions& opt) {
     throw std::invalid_argument("--min-rounds must be at least 1 and at most --max-rounds");
   for (const auto& [option, v] : {std::pair{"--timeout", opt.timeout_seconds}, {"--step-timeout", opt.step_timeout_seconds},
                                   {"--build-timeout", opt.build_timeout_seconds}, {"--max-timing-seconds", opt.max_timing_seconds}})
-    if (!(v > 0 && v <= kMaxTimeoutSeconds))
-      throw std::invalid_argument(std::string(option) + " must be a positive number of seconds, at most " +
-                                  fmt(kMaxTimeoutSeconds, 6) + ", not " + fmt(v, 6));
+    check_time_limit(option, v);
   if (!opt.calibration.empty()) check_calibration_file(opt.calibration, opt.task, opt.config);
 }
 
@@ -666,9 +675,7 @@ json sandbox_section(const std::vector<SandboxLayer>& layers, const std::string&
 void check_calibrate_options(const CalibrateOptions& opt) {
   check_sandbox_disable_env();
   check_seeds(opt.seeds);
-  if (!(opt.timeout_seconds > 0 && opt.timeout_seconds <= kMaxTimeoutSeconds))
-    throw std::invalid_argument("--timeout must be a positive number of seconds, at most " + fmt(kMaxTimeoutSeconds, 6) +
-                                ", not " + fmt(opt.timeout_seconds, 6));
+  check_time_limit("--timeout", opt.timeout_seconds);
   if (opt.path != "auto" && opt.path != "gpu" && opt.path != "cpu")
     throw std::invalid_argument("--path must be gpu, cpu or auto, not '" + opt.path + "'");
   if (!opt.reference.empty()) {

@@ -183,9 +183,10 @@ class Task {
   virtual int checked_calls(const std::string& config) const = 0;
   /** What is wrong with `spec`, one timed round's replay spec (Session::replay_spec's form) as a
    *  candidate's child wrote it, for this config, a round of `calls` calls and the calls `picks` the
-   *  grader's ledger kept of it (ascending); "" when it replays exactly those, safely. The candidate shares its child's process and can write that
-   *  spec itself: the parent checks it before handing it to the reference (the decode replay checks
-   *  it again: a step past the KV cache or a token past the vocabulary would write out of bounds). */
+   *  grader's ledger kept of it (ascending); "" when it replays exactly those, safely. The candidate
+   *  shares its child's process and can write that spec itself: the parent checks it before handing
+   *  it to the reference (the decode replay checks it again: a step past the KV cache or a token
+   *  past the vocabulary would write out of bounds). */
   virtual std::string replay_spec_error(const std::string& config, const nlohmann::json& spec, int calls,
                                         const std::vector<int>& picks) const = 0;
   /** Timed calls per round. */
