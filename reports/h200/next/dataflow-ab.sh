@@ -20,14 +20,10 @@ shift
 BASES=("$@")
 t0=$(date +%s)
 left() { echo $(( 580 - ($(date +%s) - t0) )); }
-source scripts/env.sh
-cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
 targets="nibble nibble_reference nibble_megakernel_dataflow test_megakernel_dataflow_decode_tiny test_megakernel_dataflow_decode_stress"
 [ "${V1:-1}" = 1 ] && targets="$targets nibble_megakernel"
 [ "${BENCH:-0}" = 1 ] && targets="$targets bench_dataflow"
-cmake --build build-hopper -j16 --target $targets > "$OUT/build.log" 2>&1 ||
-  { tail -30 "$OUT/build.log"; exit 1; }
-echo "built ($(( $(date +%s) - t0 )) s)"
+source reports/h200/next/build.sh $targets
 B=build-hopper
 export NIBBLE_BINARY_DIR=$PWD/$B NIBBLE_SOURCE_DIR=$PWD
 timeout 120 $B/tests/test_megakernel_dataflow_decode_tiny > "$OUT/tiny-dataflow.log" 2>&1

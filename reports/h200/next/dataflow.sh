@@ -17,11 +17,7 @@ set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
 t0=$(date +%s)
 left() { echo $(( 580 - ($(date +%s) - t0) )); }
-source scripts/env.sh
-cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
-cmake --build build-hopper -j16 --target nibble nibble_reference nibble_megakernel nibble_megakernel_dataflow \
-  test_megakernel_dataflow_decode_tiny test_megakernel_decode_tiny test_megakernel_dataflow_decode_stress bench_dataflow > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-echo "built ($(( $(date +%s) - t0 )) s)"
+source reports/h200/next/build.sh nibble nibble_reference nibble_megakernel nibble_megakernel_dataflow test_megakernel_dataflow_decode_tiny test_megakernel_decode_tiny test_megakernel_dataflow_decode_stress bench_dataflow
 B=build-hopper
 export NIBBLE_BINARY_DIR=$PWD/$B NIBBLE_SOURCE_DIR=$PWD
 timeout 120 $B/tests/test_megakernel_dataflow_decode_tiny > "$OUT/tiny-dataflow.log" 2>&1

@@ -13,12 +13,7 @@
 set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
 t0=$(date +%s)
-source scripts/env.sh
-cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
-cmake --build build-hopper -j16 --target nibble nibble_gemm_reference nibble_int4_gemm_reference nibble_gemm_fp4_sm90 \
-  nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90 nibble_int4_gemm_cublas_bf16 test_gemm_solutions_gpu \
-  > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-echo "built ($(( $(date +%s) - t0 )) s)"
+source reports/h200/next/build.sh nibble nibble_gemm_reference nibble_int4_gemm_reference nibble_gemm_fp4_sm90 nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90 nibble_int4_gemm_cublas_bf16 test_gemm_solutions_gpu
 runs=""
 for task in gemm-w4a16-nvfp4 gemm-bf16-mxfp4; do
   for nk in n3000-k3072 n3000-k3080 n3072-k3080; do

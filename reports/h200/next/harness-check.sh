@@ -14,10 +14,7 @@ left() { echo $(( budget - ($(date +%s) - t0) )); }
 # below 350 s in all the main job's grade is left out: the hostile suite gets the rest
 reserve=100; targets="test_hostile_gpu nibble_megakernel"
 [ "$budget" -lt 350 ] && reserve=10 && targets=test_hostile_gpu
-source scripts/env.sh
-cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
-cmake --build build-hopper -j16 --target $targets > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-echo "built ($(( $(date +%s) - t0 )) s)"
+source reports/h200/next/build.sh $targets
 # the test binary itself (as CTest runs it), so a call cut short still brings back every row it ran
 NIBBLE_SOURCE_DIR=$PWD NIBBLE_BINARY_DIR=$PWD/build-hopper timeout $(( $(left) - reserve )) build-hopper/tests/test_hostile_gpu \
   > "$OUT/hostile_gpu.log" 2>&1

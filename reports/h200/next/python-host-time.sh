@@ -15,11 +15,7 @@
 set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
 t0=$(date +%s)
-source scripts/env.sh
-cmake --preset hopper ${NIBBLE_CMAKE_ARGS:-} > "$OUT/configure.log" 2>&1
-cmake --build build-hopper -j16 --target nibble nibble_gemm_reference nibble_python_gemm nibble_gemm_cublas_bf16 \
-  nibble_gemm_fp4_sm90 bench_python_shim > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-echo "built ($(( $(date +%s) - t0 )) s)"
+source reports/h200/next/build.sh nibble nibble_gemm_reference nibble_python_gemm nibble_gemm_cublas_bf16 nibble_gemm_fp4_sm90 bench_python_shim
 timeout 120 build-hopper/bin/bench_python_shim --benchmark_out="$OUT/bench-python-shim.json" \
   --benchmark_out_format=json > "$OUT/bench-python-shim.txt" 2>&1
 echo "bench_python_shim rc=$?"; grep -E "BM_|left out|no GPU" "$OUT/bench-python-shim.txt"
