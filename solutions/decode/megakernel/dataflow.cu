@@ -86,8 +86,9 @@ std::string parse_producer_lanes(const std::string& value, uint32_t pages, uint3
 
 /** NIBBLE_DF_TRACE's summary of the last launch: per segment kind, the mean over its segments (every
  *  CTA and layer) of the consumers' wait for the rows it reads, its input build and its GEMV or
- *  attention with the publish, that run split into its pages, its finish (the cluster sum or the
- *  attention merge) and its publish (TraceMark); per CTA, those summed over its step (mean and max over CTAs), its
+ *  attention with the publish, that run split into its pages, the send of the partner's half of the
+ *  sums, the wait for the partner's half (the cluster sum; an attention item has neither), the
+ *  write (the rows, or the attention merge's partial) and the publish (TraceMark); per CTA, those summed over its step (mean and max over CTAs), its
  *  consumers' span, and its producer's span and the share of it spent waiting for a free page (a
  *  producer that waits is a stream the consumers hold back). SM cycles; us at 1.98 GHz. */
 void write_trace(const Model& m) {
@@ -97,11 +98,11 @@ void write_trace(const Model& m) {
   FILE* f = host::open_trace(m.trace_path, "NIBBLE_DF_TRACE");
   if (!f) return;
   const double us = 1.0 / 1980.0;
-  // Per kind, mean cycles of: wait, build, run (built -> published), and the run's consume, finish
-  // and publish (its three parts), and the first consumer warp's page wait.
-  constexpr int kCols = 7;
-  const int from[kCols - 1] = {kMarkStart, kMarkWaited, kMarkBuilt, kMarkBuilt, kMarkConsumed, kMarkFinished};
-  const int to[kCols - 1] = {kMarkWaited, kMarkBuilt, kMarkPublished, kMarkConsumed, kMarkFinished, kMarkPublished};
+  // Per kind, mean cycles of: wait, build, run (built -> published), and the run's consume, send,
+  // partner, write and publish (its five parts), and the first consumer warp's page wait.
+  constexpr int kCols = 9;
+  const int from[kCols - 1] = {kMarkStart, kMarkWaited, kMarkBuilt, kMarkBuilt, kMarkConsumed, kMarkSent, kMarkExchanged, kMarkFinished};
+  const int to[kCols - 1] = {kMarkWaited, kMarkBuilt, kMarkPublished, kMarkConsumed, kMarkSent, kMarkExchanged, kMarkFinished, kMarkPublished};
   double sum[df::kSegKinds][kCols] = {}, count[df::kSegKinds] = {};
   double cta_sum[3] = {}, cta_max[3] = {}, span_mean = 0, span_max = 0, stall_mean = 0, prod_mean = 0;
   for (size_t c = 0; c < ctas; ++c) {
@@ -133,11 +134,12 @@ void write_trace(const Model& m) {
   for (int k = 0; k < df::kSegKinds; ++k) lanes += (k ? "/" : "") + std::to_string(m.params.lanes[k]);
   std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, producer lanes %s by segment kind, %u pages; the last launch\n",
                ctas, m.params.consumer_warps, lanes.c_str(), m.params.n_pages);
-  // run = consume (every warp past its pages) + finish (the cluster sum or the attention merge, the
-  // outputs written) + publish (warp 0's release); "pages": of consume, the first consumer warp's
-  // wait for its pages to land (the stream behind).
-  std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %8s %8s %8s %6s\n", "kind", "wait",
-               "build", "run", "consume", "finish", "publish", "pages", "n");
+  // run = consume (every warp past its pages) + send (warp 0's share of the partner's sums sent) +
+  // partner (the partner's half landed: its lag behind this CTA, and the exchange) + write (the rows
+  // or the attention merge, and the barrier after) + publish (warp 0's release); "pages": of
+  // consume, the first consumer warp's wait for its pages to land (the stream behind).
+  std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s\n", "kind", "wait",
+               "build", "run", "consume", "send", "partner", "write", "publish", "pages", "n");
   for (int k = 0; k < df::kSegKinds; ++k)
     if (count[k] > 0) {
       std::fprintf(f, "%44s %-10s", "", df::seg_kind_name(df::SegKind(k)));
@@ -273,7 +275,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
     if (const std::string why = parse_producer_lanes(e, pages, lanes); !why.empty())
       fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_PRODUCERS=") + e + ": " + why);
   mdl->smem = page_pool_bytes(pages) + fixed;
-  if (mode != kModeDecode) SOL_CUDA(dataflow_set_smem(c.hd, warps, mode, mdl->smem));
+  if (mode != kModeDecode) SOL_CUDA(dataflow_set_smem(c.hd, warps, mode, false, mdl->smem));
 
   // Repacked weights, tile-major: one allocation, each matrix 256-byte aligned.
   std::vector<LayerMats> mats(size_t(c.layers));
@@ -381,6 +383,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
     mdl->trace.allocate(bytes);
     SOL_CUDA(cudaMemsetAsync(mdl->trace.get(), 0, bytes, stream));
     P.trace = reinterpret_cast<long long*>(mdl->trace.get());
+    SOL_CUDA(dataflow_set_smem(c.hd, warps, mode, true, mdl->smem));  // the traced kernel is its own
     P.trace_cta0 = segs.size() * kTraceMarks;
     mdl->segs = segs;
     mdl->ctas = ctas;

@@ -69,19 +69,29 @@ __device__ __forceinline__ unsigned publishers(int k, const DataflowParams& p) {
   return k == df::kAttn ? unsigned(p.chunks) : unsigned(df::kClusterSize);
 }
 
-// segment_gemv and attention_item write their two marks at tr + kMarkConsumed.
-static_assert(kMarkFinished == kMarkConsumed + 1, "the segment's inner marks are consecutive");
+// segment_gemv and attention_item write their four marks at tr + kMarkConsumed.
+static_assert(kMarkFinished == kMarkConsumed + 3 && kMarkSent == kMarkConsumed + 1 && kMarkExchanged == kMarkConsumed + 2,
+              "the segment's inner marks are consecutive");
+
+/** p.trace in the traced kernel (TRACE: its own instantiation, so that the decode kernel graded
+ *  untraced holds no mark, no clock read and no test of the pointer), nullptr in every other. */
+template <bool TRACE>
+__device__ __forceinline__ long long* trace_of(const DataflowParams& p) {
+  if constexpr (TRACE) return p.trace;
+  return nullptr;
+}
 
 /** Consumer warp w of W, all lanes: the CTA's segments in order (MODE: DataflowMode; outside
- *  kModeDecode no waits, input builds, publications or attention items). */
-template <int HD, int W, int MODE>
+ *  kModeDecode no waits, input builds, publications or attention items; TRACE: trace_of). */
+template <int HD, int W, int MODE, bool TRACE>
 __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& me, const PagePool& pool,
                                         unsigned char* xq, float* xs, float* red, const ClusterSum& cs, uint32_t rank,
                                         int cluster, uint32_t w) {
   uint32_t k = 0, seg_no = 0;
   const int rep = p.n_q / p.n_kv;
+  long long* const trace = trace_of<TRACE>(p);
   for (int i = 0; i < me.count; ++i) {
-    long long* tr = p.trace && w == 0 && (threadIdx.x & 31) == 0 ? p.trace + size_t(me.first + i) * kTraceMarks : nullptr;
+    long long* tr = trace && w == 0 && (threadIdx.x & 31) == 0 ? trace + size_t(me.first + i) * kTraceMarks : nullptr;
     if (tr) tr[kMarkStart] = clock64();
     const DevSegment* sp = p.segs + me.first + i;
     const DevSegment s = *sp;
@@ -164,7 +174,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
   }
 }
 
-template <int HD, int W, int MODE>
+template <int HD, int W, int MODE, bool TRACE>
 __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const DataflowParams p) {
   NIBBLE_DYNAMIC_SMEM(smem, 16);
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
@@ -182,7 +192,8 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
     const uint64_t policy = sol::policy_evict_first();
     uint32_t k = 0;
     long long stalled = 0;
-    long long* tr = p.trace ? p.trace + p.trace_cta0 + size_t(cta) * kTraceCtaMarks : nullptr;
+    long long* const trace = trace_of<TRACE>(p);
+    long long* tr = trace ? trace + p.trace_cta0 + size_t(cta) * kTraceCtaMarks : nullptr;
     if (tr && threadIdx.x == 0) tr[0] = clock64();
     for (int i = 0; i < me.count; ++i) {
       const DevSegment& s = p.segs[me.first + i];
@@ -194,14 +205,14 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
     }
     if (tr && threadIdx.x == 0) tr[1] = clock64(), tr[2] = stalled;  // the warp's, the same in every lane
   } else {
-    consume<HD, W, MODE>(p, me, pool, xq, xs, red, cs, cluster.block_rank(), cta / df::kClusterSize, uint32_t(warp - 1));
+    consume<HD, W, MODE, TRACE>(p, me, pool, xq, xs, red, cs, cluster.block_rank(), cta / df::kClusterSize, uint32_t(warp - 1));
   }
   cluster.sync();  // no CTA leaves while its partner may still store into it
 }
 
-template <int HD, int W, int MODE>
+template <int HD, int W, int MODE, bool TRACE>
 cudaError_t set_smem(size_t smem) {
-  return cudaFuncSetAttribute(dataflow_kernel<HD, W, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  return cudaFuncSetAttribute(dataflow_kernel<HD, W, MODE, TRACE>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
 }
 
 cudaLaunchConfig_t cluster_config(int clusters, int w, size_t smem, cudaStream_t stream, cudaLaunchAttribute* attrs,
@@ -222,12 +233,12 @@ cudaLaunchConfig_t cluster_config(int clusters, int w, size_t smem, cudaStream_t
   return cfg;
 }
 
-template <int HD, int W, int MODE>
+template <int HD, int W, int MODE, bool TRACE>
 cudaError_t launch_hd(const DataflowParams& p, size_t smem, cudaStream_t stream, bool* cooperative) {
   cudaLaunchAttribute attrs[2];
   if (*cooperative) {
     const cudaLaunchConfig_t cfg = cluster_config(p.clusters, W, smem, stream, attrs, true);
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W, MODE>, p);
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W, MODE, TRACE>, p);
     // Refused as a configuration (NotSupported, or InvalidValue from a driver that takes no
     // cooperative clusters; a configuration wrong in another way fails the plain launch too).
     // Never on CooperativeLaunchTooLarge: the grid could not be co-resident, and a plain launch
@@ -237,40 +248,44 @@ cudaError_t launch_hd(const DataflowParams& p, size_t smem, cudaStream_t stream,
     *cooperative = false;
   }
   const cudaLaunchConfig_t cfg = cluster_config(p.clusters, W, smem, stream, attrs, false);
-  return cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W, MODE>, p);
+  return cudaLaunchKernelEx(&cfg, dataflow_kernel<HD, W, MODE, TRACE>, p);
 }
 
-template <int HD, int W, int MODE>
+template <int HD, int W, int MODE, bool TRACE>
 cudaError_t static_smem_hd(size_t* bytes) {
   cudaFuncAttributes a{};
-  const cudaError_t e = cudaFuncGetAttributes(&a, dataflow_kernel<HD, W, MODE>);
+  const cudaError_t e = cudaFuncGetAttributes(&a, dataflow_kernel<HD, W, MODE, TRACE>);
   *bytes = a.sharedSizeBytes;
   return e;
 }
 
-template <int HD, int W, int MODE>
+template <int HD, int W, int MODE, bool TRACE>
 cudaError_t max_clusters_hd(size_t smem, int* clusters) {
-  if (const cudaError_t e = set_smem<HD, W, MODE>(smem); e != cudaSuccess) return e;
+  if (const cudaError_t e = set_smem<HD, W, MODE, TRACE>(smem); e != cudaSuccess) return e;
   cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t cfg = cluster_config(1, W, smem, nullptr, attrs, false);
-  return cudaOccupancyMaxActiveClusters(clusters, dataflow_kernel<HD, W, MODE>, &cfg);
+  return cudaOccupancyMaxActiveClusters(clusters, dataflow_kernel<HD, W, MODE, TRACE>, &cfg);
 }
 
 }  // namespace
 
-/** f(HD, W, MODE) (std::integral_constant) for the kernel built for head dim hd, w consumer warps
- *  and `mode`, or `otherwise` when none is (dataflow_warps_supported, hd 64 or 128,
- *  dataflow_mode_supported): the one place the run-time choice meets the template arguments. */
+/** f(HD, W, MODE, TRACE) (std::integral_constant) for the kernel built for head dim hd, w consumer
+ *  warps, `mode` and, in kModeDecode, `traced` (trace_of; the bench's modes are never traced), or
+ *  `otherwise` when none is (dataflow_warps_supported, hd 64 or 128, dataflow_mode_supported): the
+ *  one place the run-time choice meets the template arguments. */
 template <class R, class F>
-R with_kernel(int hd, int w, int mode, R otherwise, F&& f) {
+R with_kernel(int hd, int w, int mode, bool traced, R otherwise, F&& f) {
   using std::integral_constant;
+  const std::false_type untraced;
   const auto at_mode = [&](auto HD, auto W) -> R {
-    if (mode == kModeDecode) return f(HD, W, integral_constant<int, kModeDecode>{});
+    if (mode == kModeDecode)
+      return traced ? f(HD, W, integral_constant<int, kModeDecode>{}, std::true_type{})
+                    : f(HD, W, integral_constant<int, kModeDecode>{}, untraced);
     if constexpr (HD() == 128) {
-      if (mode == kModeGemv) return f(HD, W, integral_constant<int, kModeGemv>{});
-      if (mode == kModeConsumer) return f(HD, W, integral_constant<int, kModeConsumer>{});
-      if (mode == kModeConsumerNoMath) return f(HD, W, integral_constant<int, kModeConsumerNoMath>{});
-      if (mode == kModeConsumerNoFlush) return f(HD, W, integral_constant<int, kModeConsumerNoFlush>{});
+      if (mode == kModeGemv) return f(HD, W, integral_constant<int, kModeGemv>{}, untraced);
+      if (mode == kModeConsumer) return f(HD, W, integral_constant<int, kModeConsumer>{}, untraced);
+      if (mode == kModeConsumerNoMath) return f(HD, W, integral_constant<int, kModeConsumerNoMath>{}, untraced);
+      if (mode == kModeConsumerNoFlush) return f(HD, W, integral_constant<int, kModeConsumerNoFlush>{}, untraced);
     }
     return otherwise;
   };
@@ -282,30 +297,32 @@ R with_kernel(int hd, int w, int mode, R otherwise, F&& f) {
 }
 
 size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles, uint32_t max_pages, int attn_weights) {
-  const size_t scratch = with_kernel(hd, w, kModeDecode, size_t(0),
-                                     [&](auto HD, auto W, auto) { return scratch_bytes<HD(), W()>(max_k, attn_weights); });
+  const size_t scratch = with_kernel(hd, w, kModeDecode, false, size_t(0),
+                                     [&](auto HD, auto W, auto, auto) { return scratch_bytes<HD(), W()>(max_k, attn_weights); });
   return xquant_bytes(max_k) + scratch + cluster_sum_bytes(max_tiles, max_pages);
 }
 
 cudaError_t dataflow_max_clusters(int hd, int w, size_t smem, int* clusters) {
   *clusters = 0;
-  return with_kernel(hd, w, kModeDecode, cudaErrorInvalidValue,
-                     [&](auto HD, auto W, auto M) { return max_clusters_hd<HD(), W(), M()>(smem, clusters); });
+  return with_kernel(hd, w, kModeDecode, false, cudaErrorInvalidValue,
+                     [&](auto HD, auto W, auto M, auto T) { return max_clusters_hd<HD(), W(), M(), T()>(smem, clusters); });
 }
 
 cudaError_t dataflow_static_smem(int hd, int w, size_t* bytes) {
   *bytes = 0;
-  return with_kernel(hd, w, kModeDecode, cudaErrorInvalidValue,
-                     [&](auto HD, auto W, auto M) { return static_smem_hd<HD(), W(), M()>(bytes); });
+  return with_kernel(hd, w, kModeDecode, false, cudaErrorInvalidValue,
+                     [&](auto HD, auto W, auto M, auto T) { return static_smem_hd<HD(), W(), M(), T()>(bytes); });
 }
 
 cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream, bool* cooperative) {
-  return with_kernel(p.hd, p.consumer_warps, p.mode, cudaErrorInvalidValue,
-                     [&](auto HD, auto W, auto M) { return launch_hd<HD(), W(), M()>(p, smem, stream, cooperative); });
+  return with_kernel(p.hd, p.consumer_warps, p.mode, p.trace != nullptr, cudaErrorInvalidValue, [&](auto HD, auto W, auto M, auto T) {
+    return launch_hd<HD(), W(), M(), T()>(p, smem, stream, cooperative);
+  });
 }
 
-cudaError_t dataflow_set_smem(int hd, int w, int mode, size_t smem) {
-  return with_kernel(hd, w, mode, cudaErrorInvalidValue, [&](auto HD, auto W, auto M) { return set_smem<HD(), W(), M()>(smem); });
+cudaError_t dataflow_set_smem(int hd, int w, int mode, bool traced, size_t smem) {
+  return with_kernel(hd, w, mode, traced, cudaErrorInvalidValue,
+                     [&](auto HD, auto W, auto M, auto T) { return set_smem<HD(), W(), M(), T()>(smem); });
 }
 
 }  // namespace nibble::megakernel::v2

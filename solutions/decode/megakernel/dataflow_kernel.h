@@ -145,10 +145,16 @@ struct DataflowParams {
 
 /** A segment's trace values (NIBBLE_DF_TRACE), kTraceMarks per segment: clock64 marks where its
  *  consumers start it, its waits are met, its input is built, its pages are consumed (every consumer
- *  warp past the barrier after its last page), its outputs are written (the cluster sum or the
- *  attention merge, and the barrier after), it is published (the release issued: what the run costs
- *  warp 0 before its next segment); then the cycles its first consumer warp waited for pages to land. */
-enum TraceMark : int { kMarkStart, kMarkWaited, kMarkBuilt, kMarkConsumed, kMarkFinished, kMarkPublished, kMarkPageWait, kTraceMarks };
+ *  warp past the barrier after its last page), its partner's half of the sums is sent and the
+ *  partner's half has landed (the cluster sum's st.async and mbarrier wait; an attention item has no
+ *  partner: both at "consumed"), its outputs are written (the rows, or the attention merge's
+ *  partial, and the barrier after), it is published (the release issued: what the run costs warp 0
+ *  before its next segment); then the cycles its first consumer warp waited for pages to land. All
+ *  are warp 0's (lane 0's) view. */
+enum TraceMark : int {
+  kMarkStart, kMarkWaited, kMarkBuilt, kMarkConsumed, kMarkSent, kMarkExchanged, kMarkFinished, kMarkPublished,
+  kMarkPageWait, kTraceMarks
+};
 /** Per CTA, after the segments' marks: the producer's start, its end (every copy issued), and its
  *  cycles held by waits for a free page (per batch of pages, its slowest lane's wait). */
 inline constexpr int kTraceCtaMarks = 3;
@@ -177,11 +183,14 @@ cudaError_t dataflow_static_smem(int hd, int w, size_t* bytes);
  *  later launches are plain cluster launches (the grid is at most dataflow_max_clusters: resident on
  *  a GPU nothing else uses). Any other error is returned as it is: cudaErrorCooperativeLaunchTooLarge
  *  says the grid cannot be co-resident, where a plain launch could hang. cudaErrorInvalidValue
- *  without a launch when p.hd is not 64 or 128 or p.consumer_warps is not supported. */
+ *  without a launch when p.hd is not 64 or 128 or p.consumer_warps is not supported. With p.trace
+ *  set, the traced decode kernel (its own instantiation; dataflow_set_smem(..., traced = true)). */
 cudaError_t launch_dataflow(const DataflowParams& p, size_t smem, cudaStream_t stream, bool* cooperative);
 
-/** The kernel's function of (hd, w, mode), for cudaFuncSetAttribute at build (each kernel of a mode
- *  needs its own dynamic shared-memory limit); cudaErrorInvalidValue when it is not built. */
-cudaError_t dataflow_set_smem(int hd, int w, int mode, size_t smem);
+/** The kernel's function of (hd, w, mode, traced), for cudaFuncSetAttribute at build (each kernel
+ *  of a mode, and the traced decode kernel, needs its own dynamic shared-memory limit;
+ *  dataflow_max_clusters sets the untraced decode kernel's); cudaErrorInvalidValue when it is not
+ *  built. */
+cudaError_t dataflow_set_smem(int hd, int w, int mode, bool traced, size_t smem);
 
 }  // namespace nibble::megakernel::v2

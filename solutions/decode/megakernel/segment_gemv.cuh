@@ -105,8 +105,9 @@ __device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32
  * 2-CTA cluster: y[16 t + i] (t of the tiles this rank finishes, rows below `rows`) = the row's
  * sum over all K, plus resid[16 t + i] when resid is set (the residual stream: y = h + W x; read
  * coherently, it may be another buffer this CTA wrote earlier). With `marks` (a trace; nullptr: none)
- * writes clock64 at marks[0] when every warp has consumed its pages and at marks[1] when the rows are
- * written, and returns consume_segment's page wait. PART: what it runs of a page (GemvPart; the bench's modes). Ends with the
+ * writes clock64 at marks[0] when every warp has consumed its pages, marks[1] when this warp has sent
+ * its share of the partner's sums, marks[2] when the partner's half has landed and marks[3] when the
+ * rows are written, and returns consume_segment's page wait. PART: what it runs of a page (GemvPart; the bench's modes). Ends with the
  * consumers' barrier.
  */
 template <int W, int PART = kGemvPartAll>
@@ -165,14 +166,16 @@ __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const St
                                                  __float_as_uint(v.w)), remote_bar);
   }
   if (ct == 0) sol::st_async_v4(remote + 64 * cs.half, make_uint4(0u, 0u, 0u, 0u), remote_bar);
+  if (marks) marks[1] = clock64();
   sol::mbar_wait_cluster(cs.rx + 8 * b, (seg_no >> 1) & 1u);
+  if (marks) marks[2] = clock64();
   for (uint32_t i = uint32_t(ct); i < 16 * (m1 - m0); i += 32 * W) {
     const int row = int(16 * (sg.tile0 + m0) + i);
     if (row < rows)
       y[row] = (resid ? __ldcg(resid + row) : 0.f) + (tile_row_sum(cs, m0 + i / 16, i % 16, ppt, pages) + cs.peer[b][i]);
   }
   consumers_sync<W>();  // the sums are read before the next segment's pages store theirs
-  if (marks) marks[1] = clock64();
+  if (marks) marks[3] = clock64();
   return waited;
 }
 
