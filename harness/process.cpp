@@ -115,6 +115,7 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
   // The live set is locked across the fork: another thread's reap_descendants must not see this
   // child before it is in the set (it would kill and reap it under this call's waitpid).
   std::unique_lock<std::mutex> live_lock(g_live_mu);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     live_lock.unlock();
@@ -123,6 +124,11 @@ ChildExit run_child(const std::vector<std::string>& argv, const std::string& log
   }
   if (pid == 0) {
     setpgid(0, 0);  // own process group: the watchdog kills whatever the solution spawned too
+    // A parent killed outright (SIGKILL, the OOM killer, Slurm past its grace period) runs none of
+    // the cleanup above: the child goes with it (its own children through theirs), so that no
+    // orphaned grade keeps a GPU busy while a resumed batch grades the same job again.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // it died before the line above
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
     for (const int fd : pass_fds) fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) & ~FD_CLOEXEC);

@@ -2,12 +2,17 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "harness/atomic_file.h"
@@ -127,6 +132,47 @@ TEST(RunChild, DaemonsTheChildLeftBehindAreKilled) {
   EXPECT_EQ(e.kind, ChildExit::Exited);
   std::this_thread::sleep_for(std::chrono::milliseconds(1800));
   EXPECT_FALSE(fs::exists(marker)) << "the daemon outlived run_child";
+}
+
+// A parent killed with SIGKILL runs no cleanup: its child must not outlive it (a resumed batch would
+// grade the same job beside the orphan).
+TEST(RunChild, TheChildEndsWithAParentKilledOutright) {
+  TempDir t;
+  const std::string pid_file = t.path() + "/child.pid";
+  const pid_t parent = fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {  // the "batch": runs a child that records its pid and sleeps
+    (void)run_child({"/bin/sh", "-c", "echo $$ > " + pid_file + "; exec sleep 30"}, t.path() + "/log", 60);
+    _exit(0);
+  }
+  pid_t child = 0;
+  for (int i = 0; i < 200 && child <= 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    FILE* f = std::fopen(pid_file.c_str(), "r");
+    if (f) {
+      if (std::fscanf(f, "%d", &child) != 1) child = 0;
+      std::fclose(f);
+    }
+  }
+  ASSERT_GT(child, 0) << "the child never started";
+  ASSERT_EQ(kill(child, 0), 0);
+  kill(parent, SIGKILL);
+  waitpid(parent, nullptr, 0);
+  // Dead: no process, or a zombie (reparented to init or a subreaper, reaped whenever it gets to it).
+  const auto dead = [&] {
+    std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return true;
+    const size_t at = line.rfind(')');
+    return at != std::string::npos && at + 2 < line.size() && (line[at + 2] == 'Z' || line[at + 2] == 'X');
+  };
+  bool gone = false;
+  for (int i = 0; i < 250 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gone = dead();
+  }
+  (void)waitpid(child, nullptr, WNOHANG);  // this test process may be the subreaper
+  EXPECT_TRUE(gone) << "child " << child << " outlived its parent";
 }
 
 // An empty output path or a folder is refused with what to give instead, and nothing is left behind.
