@@ -184,7 +184,8 @@ BatchManifest read_batch_manifest(const std::string& path) {
           b.log = (fs::path(m.out) / (b.id + ".log")).string();
           if (!solution.empty()) {
             try {
-              spec["solution_sha256"] = sha256_file_hex(solution);
+              b.solution_sha256 = sha256_file_hex(solution);
+              spec["solution_sha256"] = b.solution_sha256;
             } catch (const std::exception& e) {
               throw std::invalid_argument(where + ": solution " + solution + " cannot be read (" + e.what() + ")");
             }
@@ -194,6 +195,17 @@ BatchManifest read_batch_manifest(const std::string& path) {
           m.jobs.push_back(std::move(b));
         }
   }
+  // Where the manifest sits among the files a batch writes (its results folder is the manifest's own,
+  // say, and its name the manifest's stem), a run would overwrite it with its own summary.
+  const auto same = [&](const std::string& a) { return fs::weakly_canonical(a) == fs::weakly_canonical(m.path); };
+  std::vector<std::string> outputs = {slurm_script_path(m)};
+  for (const char* kind : {"batch-summary.json", "collect.json", "leaderboard.html", "leaderboard.md"})
+    outputs.push_back(batch_results_file(m, kind));
+  for (const BatchJob& j : m.jobs) outputs.insert(outputs.end(), {j.report, j.sidecar, j.log});
+  for (const std::string& o : outputs)
+    if (same(o))
+      throw std::invalid_argument("the manifest " + m.path + " is also a file the batch writes (" + o +
+                                  "): give the manifest another 'name' or 'out', or move it");
   return m;
 }
 
@@ -210,9 +222,14 @@ bool batch_job_done(const BatchJob& job) {
   try {
     const json side = json::parse(read_file(job.sidecar));
     if (side.value("hash", "") != job.hash) return false;
-    // The report must be this job's (task, config), not another's copied to its path.
+    // The report must be this job's (its command's schema, task, config, seeds and solution's bytes),
+    // not another's copied to its path.
     const json r = json::parse(read_file(job.report));
-    return r.is_object() && r.contains("schema") && r.value("task", "") == job.task && r.value("config", "") == job.config;
+    if (!r.is_object() || r.value("schema", "") != (job.command == "calibrate" ? "nibble.calibration" : "nibble.report") ||
+        r.value("task", "") != job.task || r.value("config", "") != job.config || r.value("seeds", json()) != json(job.seeds))
+      return false;
+    const json sol = r.value("solution", json::object());
+    return job.solution.empty() || (sol.is_object() && sol.value("sha256", "") == job.solution_sha256);
   } catch (const std::exception&) {
     return false;
   }

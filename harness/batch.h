@@ -29,6 +29,7 @@ struct BatchJob {
   std::string task, config;
   std::vector<uint64_t> seeds;
   std::string solution;       // absolute path ("" for calibrate)
+  std::string solution_sha256;  // of the solution's bytes, as its report records them ("" for calibrate)
   std::vector<std::string> args;  // more arguments, from the manifest
   bool needs_gpu = true;      // false: a calibrate with --path cpu
   std::string report, sidecar, log;  // absolute paths under the results folder

@@ -689,6 +689,8 @@ int grade_main(const GradeOptions& opt) {
     try {
       json report = document_header("nibble.report", opt.argv, opt.task, opt.config);
       report["schema_version"] = kReportSchemaVersion;
+      report["seeds"] = opt.seeds;
+      report["solution"] = {{"path", opt.solution}};  // no sha256: what failed may be the reading of it
       report["correctness"] = json::object();
       report["protocol"] = {{"parent_child", kProtocolVersion}};
       report["disposition"] = "GraderFailed";

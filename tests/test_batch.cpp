@@ -53,7 +53,9 @@ struct FakeGrade {
     }
     ++calls;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    const std::string whose = R"("task": ")" + j.task + R"(", "config": ")" + j.config + R"(", )";
+    // What a real report records of its job: task, config, seeds and the solution's bytes.
+    const std::string whose = R"("task": ")" + j.task + R"(", "config": ")" + j.config + R"(", "seeds": )" +
+                              nlohmann::json(j.seeds).dump() + R"(, "solution": {"sha256": ")" + j.solution_sha256 + R"("}, )";
     write_file_atomic(j.report, j.command == "calibrate" ? R"({"schema": "nibble.calibration", )" + whose + R"("healthy": true})"
                                                          : R"({"schema": "nibble.report", )" + whose + R"("disposition": ")" + disposition +
                                                                R"(", "reason": "r"})");
@@ -158,6 +160,18 @@ TEST(Batch, ManifestErrorsNameTheKey) {
   EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["."]}]})").find("is not a file"),
             std::string::npos);
   EXPECT_NE(error("{oops").find("not a readable JSON manifest"), std::string::npos);
+  // A manifest where the batch writes its summary (named as that file, in the results folder) would be
+  // overwritten by the run: refused before it starts.
+  const std::string run_a = R"({"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"]})";
+  for (const char* kind : {"m.batch-summary.json", "m.collect.json", "m.leaderboard.md"}) {
+    const std::string self = write(t, kind, R"({"name": "m", "out": ".", "runs": [)" + run_a + "]}");
+    try {
+      read_batch_manifest(self);
+      ADD_FAILURE() << kind << ": a manifest the batch would overwrite was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("is also a file the batch writes"), std::string::npos) << e.what();
+    }
+  }
   EXPECT_NE([&] {
     try {
       read_batch_manifest(t.path());
@@ -221,6 +235,18 @@ TEST(Batch, OneJobPerGpuAtATimeAndResume) {
   other.replace(other.find(R"("config": "full")"), 16, R"("config": "tiny")");
   write_file_atomic(again.jobs[2].report, other);
   EXPECT_FALSE(batch_job_done(again.jobs[2]));
+  // ... nor one of another solution, or of other seeds, with this job's task and config.
+  const std::string mine = read_file(again.jobs[3].report);
+  std::string foreign = mine;
+  foreign.replace(foreign.find(again.jobs[3].solution_sha256), 64, std::string(64, '0'));
+  write_file_atomic(again.jobs[3].report, foreign);
+  EXPECT_FALSE(batch_job_done(again.jobs[3])) << "another solution's report counted as this job's";
+  std::string reseeded = mine;
+  reseeded.replace(reseeded.find(R"("seeds": [0,1])"), 15, R"("seeds": [0,2])");
+  write_file_atomic(again.jobs[3].report, reseeded);
+  EXPECT_FALSE(batch_job_done(again.jobs[3])) << "a report of other seeds counted as this job's";
+  write_file_atomic(again.jobs[3].report, mine);
+  EXPECT_TRUE(batch_job_done(again.jobs[3]));
 
   // b rebuilt again, and this time its grade writes no report: its old Passed report is not its result.
   write(t, "b.so", "solution b, rebuilt twice");
@@ -313,7 +339,10 @@ TEST(Batch, TheReportsMakeALeaderboard) {
   EXPECT_EQ(write_batch_leaderboard(m), 0) << "no report yet: no leaderboard";
   const std::string graded = read_file(std::string(NIBBLE_TEST_SOURCE_DIR) + "/tests/data/reports/v2/h200-unfused-full.json");
   run_batch(m, {0}, [&](const BatchJob& j, int) {
-    write_file_atomic(j.report, graded);
+    nlohmann::json r = nlohmann::json::parse(graded);  // a real grade's report, made this job's
+    r["seeds"] = j.seeds;
+    r["solution"]["sha256"] = j.solution_sha256;
+    write_file_atomic(j.report, r.dump());
     return 0;
   }, {});
   EXPECT_EQ(write_batch_leaderboard(m), 2);
