@@ -56,6 +56,7 @@ void refuse_foreign_fixture_dir(const std::string& out, const std::string& task,
   };
   const bool has_manifest = std::filesystem::exists(dir / kFixtureManifestFile),
              has_model = std::filesystem::exists(dir / kFixtureModelFile);
+  bool own_manifest = false;  // nibble's manifest of this very (task, config, seed), generated
   if (has_manifest) {
     FixtureManifest old;
     try {
@@ -70,7 +71,7 @@ void refuse_foreign_fixture_dir(const std::string& out, const std::string& task,
       if (!old.source.is_null())
         throw std::invalid_argument("--out " + out + " holds an imported fixture (nibble fixture import), which a build "
                                     "from a seed would destroy; choose another folder");
-      // the manifest is this seed's: the model file beside it must be nibble's too (checked below)
+      own_manifest = true;  // the model file beside it: nibble's too when readable (checked below)
     }
   }
   if (!has_model) return;
@@ -78,6 +79,9 @@ void refuse_foreign_fixture_dir(const std::string& out, const std::string& task,
   try {
     meta = SafetensorsFile((dir / kFixtureModelFile).string()).metadata();
   } catch (const std::exception&) {
+    // Beside this seed's own manifest, an unreadable model file is that fixture's, broken (cut short,
+    // say): rebuilding it is what verify's message asks for.
+    if (own_manifest) return;
     throw theirs(std::string("a ") + kFixtureModelFile + " that is not a safetensors file");
   }
   if (!meta.count("task") || !meta.count("generator_version"))

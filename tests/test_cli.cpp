@@ -193,6 +193,20 @@ TEST(Cli, FixtureBuildNeverOverwritesAnotherFixture) {
   EXPECT_NE(r.output.find("holds the fixture of megakernel-int4-weight-decode / tiny seed 0"), std::string::npos) << r.output;
   r = run_nibble({"fixture", "build", "--config", "tiny", "--seed", "0", "--out", dir, "-q"}, t);
   EXPECT_EQ(r.code, 0) << "the same fixture again is fine\n" << r.output;
+  // Its model file cut short: verify names the rebuild, and that command rebuilds it (it refused:
+  // "not a safetensors file", a newcomer's finding).
+  std::filesystem::resize_file(dir + "/model.safetensors", 3000);
+  r = run_nibble({"fixture", "verify", dir}, t);
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("nibble fixture build --task megakernel-int4-weight-decode --config tiny --seed 0 --out " + dir),
+            std::string::npos)
+      << r.output;
+  r = run_nibble({"fixture", "build", "--task", "megakernel-int4-weight-decode", "--config", "tiny", "--seed", "0", "--out", dir,
+                  "-q"},
+                 t);
+  EXPECT_EQ(r.code, 0) << r.output;
+  r = run_nibble({"fixture", "verify", dir}, t);
+  EXPECT_EQ(r.code, 0) << r.output;
   // A model file without a manifest (someone's checkpoint) is left as it is.
   const std::string theirs = t.path() + "/theirs";
   std::filesystem::create_directories(theirs);
