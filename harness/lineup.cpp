@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "harness/html_report.h"
+#include "harness/stats.h"
 
 namespace nibble {
 
@@ -22,8 +23,26 @@ std::string group_of(const ReportView& r) {
          std::to_string(r.schema_major) + (r.clock == "wall" ? " / the grader's clock" : "");
 }
 
-/** Why `r` is not ranked with `first`: the first difference, in words. */
+std::string num(double v, const char* fmt);
+
+/** "" when `r`'s graded figure is its samples' summary: their median (where the grade left no
+ *  throttled round out of it), else at least within their range, between its quartiles. What ranks is
+ *  the stored median: one edited by hand must not (compare recomputes from the samples). */
+std::string figure_problem(const ReportView& r) {
+  const FigureView& f = graded_time(r);
+  if (!f.present || f.samples.empty()) return "";
+  const auto [lo, hi] = std::minmax_element(f.samples.begin(), f.samples.end());
+  const double tol = 1e-9 * std::fabs(*hi), own = summarize(f.samples).median;
+  const bool in_range = f.median >= *lo - tol && f.median <= *hi + tol && !(f.q1 > f.median + tol) && !(f.median > f.q3 + tol);
+  if (in_range && (r.throttled_rounds_excluded || std::fabs(f.median - own) <= tol)) return "";
+  return "its median (" + num(f.median, "%.5g") + " us) is not its " + std::to_string(f.samples.size()) + " samples' (" +
+         num(own, "%.5g") + " us): an edited report";
+}
+
+/** Why `r` is not ranked with `first`: a figure that is not its samples', or the first difference,
+ *  in words. */
 std::string apart_from(const ReportView& r, const ReportView& first) {
+  if (const std::string p = figure_problem(r); !p.empty()) return p;
   if (r.task != first.task) return "another task (" + r.task + ")";
   if (r.config != first.config) return "another config (" + r.config + ")";
   if (r.device_name != first.device_name) return "another GPU (" + (r.device_name.empty() ? "none recorded" : r.device_name) + ")";
@@ -195,30 +214,33 @@ std::string lineup_html(const std::vector<LineupRow>& rows) {
 
 const char* const kLeaderboardRule =
     "one group per task and config; in a group, the Passed, timed reports of one GPU model and report schema major (the "
-    "one with the most of them; ties: the newer schema, then more reports) are ranked by median GPU span (by the grader's clock for a set graded with --clock wall, never mixed), the group's "
+    "one with the most of them; ties: the newer schema, then more reports, then the newest report, then the GPU's name) are ranked by median GPU span (by the grader's clock for a set graded with --clock wall, never mixed), the group's "
     "reports of another GPU or schema are listed apart with the reason, and a report that did not pass is listed, never "
     "ranked; speedup over a bundled baseline = the baseline's median / the row's, for ranked rows only";
 
 namespace {
 
 /** Which of `rows` (the reports `idx` of one task and config) holds the ranked set's first report:
- *  the lineup group with the most rankable rows; ties: the newer schema, more rows, the first met. */
+ *  the lineup group with the most rankable rows; ties: the newer schema, more rows, the newest
+ *  report (created_utc), the group's name (GPU, ...): never the order the reports were given in. */
 size_t ranked_set_anchor(const std::vector<LineupRow>& rows, const std::vector<ReportView>& reports, const std::vector<size_t>& idx) {
   struct Set {
     std::string group;
     int rankable = 0, schema = 0, total = 0;
     size_t first = 0;
+    std::string newest;  // created_utc, ISO 8601: ordered as text
   };
   std::vector<Set> sets;
   for (size_t k = 0; k < rows.size(); ++k) {
     auto it = std::find_if(sets.begin(), sets.end(), [&](const Set& s) { return s.group == rows[k].group; });
-    if (it == sets.end()) it = sets.insert(sets.end(), Set{rows[k].group, 0, reports[idx[k]].schema_major, 0, k});
+    if (it == sets.end()) it = sets.insert(sets.end(), Set{rows[k].group, 0, reports[idx[k]].schema_major, 0, k, ""});
     it->rankable += rankable(rows[k]);
     ++it->total;
+    it->newest = std::max(it->newest, reports[idx[k]].created_utc);
   }
-  // max_element keeps the first of equals: the set met first wins a full tie.
   return std::max_element(sets.begin(), sets.end(), [](const Set& a, const Set& b) {
-           return std::tie(a.rankable, a.schema, a.total) < std::tie(b.rankable, b.schema, b.total);
+           return std::tie(a.rankable, a.schema, a.total, a.newest, a.group) <
+                  std::tie(b.rankable, b.schema, b.total, b.newest, b.group);
          })->first;
 }
 

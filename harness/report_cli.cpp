@@ -19,6 +19,7 @@
 #include "harness/provenance.h"
 #include "harness/report_view.h"
 #include "harness/task_anchors.h"
+#include "fixtures/sha256.h"
 
 namespace nibble {
 
@@ -53,16 +54,19 @@ struct FoundReports {
  * skipped silently, while a file that says it is a report and does not read as one, or a *.json that
  * is not JSON at all (most likely a report cut short: nibble writes its files atomically, so nothing
  * of its own is ever half-written there), is bad input: a torn report must not drop out of the
- * ranking unseen. A file met twice (named, and inside a folder also named) is one row.
+ * ranking unseen. A file met twice (named, and inside a folder also named), or two files of the same
+ * bytes (a report copied to another folder), is one row.
  */
 FoundReports find_reports(const std::vector<std::string>& results) {
   namespace fs = std::filesystem;
   FoundReports found;
-  std::set<std::string> seen;
+  std::set<std::string> seen, seen_bytes;
   const auto add = [&](const std::string& path, ReportView view) {
     std::error_code ec;
     const fs::path canonical = fs::weakly_canonical(path, ec);
     if (!seen.insert(ec ? path : canonical.string()).second) return;
+    const std::string bytes = read_file(path);
+    if (!seen_bytes.insert(sha256_hex(bytes.data(), bytes.size())).second) return;
     found.views.push_back(std::move(view));
     found.labels.push_back(path);
   };

@@ -246,6 +246,7 @@ void read_timing(const json& r, ReportView& v) {
   v.us_per_call = num(first_of(t, {"us_per_call", "us_per_token"}));
   v.gpu_span_us = figure_of(field(t, "gpu_span_us"));
   if (const json& c = field(t, "clock"); c.is_string()) v.clock = c.get<std::string>();
+  v.throttled_rounds_excluded = field(field(field(t, "ledger"), "clocks"), "throttled_rounds_excluded_from_median") == true;
   v.grader_clock_us = figure_of(field(t, "grader_clock_us"));
   v.host_wall_us = figure_of(field(t, "host_wall_us"));
   v.busy_us = figure_of(field(t, "busy_us"));

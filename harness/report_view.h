@@ -113,6 +113,9 @@ struct ReportView {
   // report) or "wall" (nibble grade --clock wall: the grader's clock less the ledger's overhead, in
   // grader_clock_us).
   std::string clock = "span";
+  /** timing.ledger.clocks.throttled_rounds_excluded_from_median: the graded figure's summary is of
+   *  the rounds without a clock slowdown, its samples all of them. */
+  bool throttled_rounds_excluded = false;
   FigureView gpu_span_us, host_wall_us, busy_us, kernels_per_call, grader_clock_us;
   double bytes_per_call = NAN, flops_per_call = NAN, tflops = NAN, achieved_bandwidth_Bps = NAN;
   std::string bytes_note;

@@ -1059,8 +1059,11 @@ TEST(ReportCli, Leaderboard) {
   json h100 = load_report(data("reports/h200-reference-full.json"));
   h100["device"]["name"] = "NVIDIA H100 80GB HBM3";
   write_file_atomic(t.path() + "/h100.json", h100.dump());
-  // The folder, a report inside it named again (one row), and a report on another GPU.
-  CliRun x = run_nibble({"leaderboard", folder, data("reports/h200-unfused-full.json"), t.path() + "/h100.json", "-o",
+  // The folder, a report inside it named again and a byte-for-byte copy of one (one row each), and a
+  // report on another GPU.
+  std::filesystem::copy_file(data("reports/h200-unfused-full.json"), t.path() + "/copy-of-unfused.json");
+  CliRun x = run_nibble({"leaderboard", folder, data("reports/h200-unfused-full.json"), t.path() + "/copy-of-unfused.json",
+                         t.path() + "/h100.json", "-o",
                          t.path() + "/board.html", "--markdown", t.path() + "/board.md", "--json", t.path() + "/board.json"},
                         t);
   ASSERT_EQ(x.code, 0) << x.out;

@@ -229,6 +229,40 @@ TEST(Leaderboard, TheRankedSetHasTheMostPassedReportsThenTheNewerSchema) {
   EXPECT_EQ(row_named(groups[0], "old").row.apart, "another report schema (1.0.0)");
 }
 
+TEST(Leaderboard, AFullTieIsBrokenByTheNewestReportNotTheInputOrder) {
+  // One Passed report on each GPU, same schema: the set with the newer report is ranked, given in
+  // either order (it was the first met: a newcomer's finding).
+  ReportView h100 = made("h100", "Passed", 10, "NVIDIA H100"), h200 = made("h200", "Passed", 20);
+  h100.created_utc = "2026-12-06T05:40:00Z";
+  h200.created_utc = "2026-12-05T10:00:00Z";
+  for (const bool h100_first : {true, false}) {
+    const auto groups = h100_first ? make_leaderboard({h100, h200}, {"h100", "h200"}, decode_baselines)
+                                   : make_leaderboard({h200, h100}, {"h200", "h100"}, decode_baselines);
+    EXPECT_EQ(groups[0].gpu, "NVIDIA H100") << h100_first;
+    EXPECT_EQ(row_named(groups[0], "h200").row.apart, "another GPU (NVIDIA H200)") << h100_first;
+  }
+}
+
+TEST(Leaderboard, AMedianThatIsNotItsSamplesIsNotRanked) {
+  // Samples 9, 10, 11: their median is 10. A report whose stored median says 1 (edited by hand) is
+  // listed apart with both figures; the honest one is ranked.
+  ReportView honest = made("honest", "Passed", 10), edited = made("edited", "Passed", 10);
+  honest.gpu_span_us.samples = edited.gpu_span_us.samples = {9, 10, 11};
+  edited.gpu_span_us.median = 1;
+  edited.gpu_span_us.q1 = 0.5;
+  const auto groups = make_leaderboard({honest, edited}, {"honest", "edited"}, decode_baselines);
+  EXPECT_EQ(row_named(groups[0], "honest").row.rank, 1);
+  EXPECT_EQ(row_named(groups[0], "edited").row.rank, 0);
+  EXPECT_EQ(row_named(groups[0], "edited").row.apart, "its median (1 us) is not its 3 samples' (10 us): an edited report");
+  // Within the samples' range but not their median: also apart, unless the grade left throttled
+  // rounds out of the median (then its samples are more than its summary's).
+  edited.gpu_span_us.median = 9.5;
+  edited.gpu_span_us.q1 = 9;
+  EXPECT_NE(row_named(make_leaderboard({edited}, {"edited"}, decode_baselines)[0], "edited").row.apart, "");
+  edited.throttled_rounds_excluded = true;
+  EXPECT_EQ(row_named(make_leaderboard({edited}, {"edited"}, decode_baselines)[0], "edited").row.rank, 1);
+}
+
 TEST(Leaderboard, SpeedupOverTheBundledBaselinesByHand) {
   ReportView slow_base = made("unfused", "Passed", 300), faster_base = made("unfused", "Passed", 250);
   ReportView apart_base = made("reference-fp32-cublas", "Passed", 600, "NVIDIA H100");
