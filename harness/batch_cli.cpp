@@ -152,6 +152,10 @@ int batch_command(std::vector<std::string> args) {
       std::fprintf(stderr, "nibble batch: --element %d: the manifest has %zu jobs (0 to %zu)\n", element, m.jobs.size(), m.jobs.size() - 1);
       return 2;
     }
+    if (std::string why; m.jobs[size_t(element)].needs_gpu && NvmlDevice::device_count(&why) == 0) {
+      std::fprintf(stderr, "nibble batch: --element %d needs a GPU and none was found (%s): nothing was run\n", element, why.c_str());
+      return 2;
+    }
     if (const int rc = make_out()) return rc;
     stop_children_on_signals();  // Slurm's scancel or time limit: the grade goes with the element
     BatchManifest one = m;
@@ -159,7 +163,8 @@ int batch_command(std::vector<std::string> args) {
     const Log log{true, false};
     if (const int rc = build_fixtures(one, log)) return rc;
     const auto outcomes = run_batch(one, {-1}, [&](const BatchJob& j, int) { return run_job_process(j, -1, m.timeout_seconds); }, {});
-    std::printf("nibble batch: element %d (%s): %s\n", element, one.jobs[0].id.c_str(), outcomes[0].disposition.c_str());
+    std::printf("nibble batch: element %d (%s): %s%s\n", element, one.jobs[0].id.c_str(), outcomes[0].disposition.c_str(),
+                outcomes[0].reason.empty() ? "" : (": " + outcomes[0].reason).c_str());
     return exit_of(outcomes);  // the footer's codes: 1 when the job did not pass
   }
 

@@ -311,7 +311,7 @@ int leaderboard_command(std::vector<std::string> args) {
       ->check(kNonEmptyValue);
   app.footer("Exit codes: 0 done; 1 a file could not be written; 4 bad input (a "
              "missing file, a file named that is not a nibble report, a report found that does not read, no report at "
-             "all, bad arguments).");
+             "all, an output named '-' or a folder, bad arguments).");
   if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
   FoundReports found;
   try {
@@ -340,6 +340,12 @@ int leaderboard_command(std::vector<std::string> args) {
                      outputs[i].second.c_str(), outputs[i].first.c_str());
         return kCompareBadInput;
       }
+    try {  // a name that is not a file's ('-', a folder) is bad input, as in report html
+      check_output_name(outputs[i].first);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble leaderboard: %s %s\n", outputs[i].second.c_str(), e.what());
+      return kCompareBadInput;
+    }
     try {  // before anything is written or shown: a path that cannot take the file stops them all
       check_writable(outputs[i].first);
     } catch (const std::exception& e) {

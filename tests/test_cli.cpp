@@ -17,6 +17,7 @@
 #include "fixtures/sha256.h"
 #include "gpu_test_util.h"
 #include "harness/atomic_file.h"
+#include "harness/ledger.h"
 #include "harness/process.h"
 #include "harness/python_solution.h"
 
@@ -267,6 +268,15 @@ TEST(Cli, BatchRunsJobsSideBySide) {
   EXPECT_NE(r.output.find("killed at the manifest's timeout_seconds"), std::string::npos) << r.output;
   r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/cache"}, {"batch", t.path() + "/slow.json", "--element", "0"}, t);
   EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("killed at the manifest's timeout_seconds"), std::string::npos) << "the element's reason\n" << r.output;
+  // An element whose job needs a GPU, where NVML finds none: exit 2, said, nothing run.
+  if (NvmlDevice::device_count() == 0) {
+    std::ofstream(t.path() + "/g.json") << R"({"out": "g", "runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"],
+        "seeds": [0], "solutions": [")" + std::filesystem::absolute(nibble_exe()).string() + R"("]}]})";
+    r = run_nibble({"batch", t.path() + "/g.json", "--element", "0"}, t);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("--element 0 needs a GPU and none was found"), std::string::npos) << r.output;
+  }
   {
     const FolderLock other(t.path() + "/res");  // another batch running on the results folder
     ASSERT_TRUE(other.held());
@@ -575,9 +585,10 @@ TEST(Cli, DashAsAnOutputIsRefused) {
        {std::vector<std::string>{"grade", "--config", "tiny", "--solution", so, "--out", "-"},
         std::vector<std::string>{"grade", "--config", "tiny", "--solution", so, "--out", t.path() + "/r.json", "--history", "-"},
         std::vector<std::string>{"calibrate", "--config", "tiny", "--path", "cpu", "--out", "-"},
-        std::vector<std::string>{"report", "html", source_report(), "-o", "-"}}) {
+        std::vector<std::string>{"report", "html", source_report(), "-o", "-"},
+        std::vector<std::string>{"leaderboard", source_report(), "--json", "-"}}) {
     const Result r = run_nibble_env({}, args, t);
-    EXPECT_EQ(r.code, args[0] == "report" ? 4 : 2) << args[0] << ": " << r.output;
+    EXPECT_EQ(r.code, args[0] == "report" || args[0] == "leaderboard" ? 4 : 2) << args[0] << ": " << r.output;
     EXPECT_NE(r.output.find("give /dev/stdout"), std::string::npos) << args[0] << ": " << r.output;
   }
   EXPECT_FALSE(fs::exists("-"));  // the tests' working folder
