@@ -482,7 +482,10 @@ json collect_batch(const BatchManifest& m) {
       }
       if (side_hash == j.hash) {
         state = "failed";
-        why = "its element ran and left no report (" + j.log + ")";
+        std::error_code ec;
+        why = fs::exists(j.report, ec)
+                  ? "its element ran and left a report that is not this job's or does not read (" + j.report + "; " + j.log + ")"
+                  : "its element ran and left no report (" + j.log + ")";
       } else if (!side_hash.empty()) {
         state = "missing";
         why = "stale: its element ran for another version of the job (the solution's bytes or the arguments changed)";

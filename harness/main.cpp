@@ -43,15 +43,17 @@ namespace {
 /** `nibble fixture build --out DIR` writes only over what is provably its own: nothing, or the
  *  fixture of this (task, config, seed) (readable, or broken: a model file carrying nibble's
  *  metadata for it). Another seed's fixture, an imported one (no seed rebuilds it), a manifest or
- *  model file nibble did not write is someone's: refused (std::invalid_argument) with what it is. */
-void refuse_foreign_fixture_dir(const std::string& out, const std::string& task, const std::string& config, uint64_t seed) {
+ *  model file nibble did not write is someone's: refused (std::invalid_argument) with what it is,
+ *  the folder called `named` ("--out DIR", or the cache's folder where no --out was given). */
+void refuse_foreign_fixture_dir(const std::string& out, const std::string& named, const std::string& task,
+                                const std::string& config, uint64_t seed) {
   const std::filesystem::path dir(out);
   const auto another = [&](const std::string& t, const std::string& c, const std::string& s) {
-    return std::invalid_argument("--out " + out + " holds the fixture of " + t + " / " + c + " seed " + s +
+    return std::invalid_argument(named + " holds the fixture of " + t + " / " + c + " seed " + s +
                                  "; choose another folder, or remove that one first");
   };
   const auto theirs = [&](const std::string& what) {
-    return std::invalid_argument("--out " + out + " holds " + what + " (not a fixture nibble built); choose another folder, "
+    return std::invalid_argument(named + " holds " + what + " (not a fixture nibble built); choose another folder, "
                                  "or move it first");
   };
   const bool has_manifest = std::filesystem::exists(dir / kFixtureManifestFile),
@@ -69,7 +71,7 @@ void refuse_foreign_fixture_dir(const std::string& out, const std::string& task,
       if (old.task != task || old.config != config || old.seed != seed)
         throw another(old.task, old.config, std::to_string(old.seed));
       if (!old.source.is_null())
-        throw std::invalid_argument("--out " + out + " holds an imported fixture (nibble fixture import), which a build "
+        throw std::invalid_argument(named + " holds an imported fixture (nibble fixture import), which a build "
                                     "from a seed would destroy; choose another folder");
       own_manifest = true;  // the model file beside it: nibble's too when readable (checked below)
     }
@@ -87,7 +89,7 @@ void refuse_foreign_fixture_dir(const std::string& out, const std::string& task,
   if (!meta.count("task") || !meta.count("generator_version"))
     throw theirs(std::string("a ") + kFixtureModelFile + " without nibble's metadata");
   if (meta.count("source_sha256"))
-    throw std::invalid_argument("--out " + out + " holds an imported fixture's file (nibble fixture import), which a "
+    throw std::invalid_argument(named + " holds an imported fixture's file (nibble fixture import), which a "
                                 "build from a seed would destroy; choose another folder");
   if (meta["task"] != task || meta["config"] != config || meta["seed"] != std::to_string(seed))
     throw another(meta["task"], meta["config"], meta["seed"]);
@@ -98,9 +100,10 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
   return run_command("nibble fixture build", [&] {
     const Task& t = find_task(task);
     t.check_config(config);
+    const std::string named = out.empty() ? "the fixture cache's folder " + default_fixture_dir(task, config, seed) : "--out " + out;
     if (out.empty()) out = default_fixture_dir(task, config, seed);
     if (std::error_code e; std::filesystem::exists(out, e) && !std::filesystem::is_directory(out, e))
-      throw std::invalid_argument("--out " + out + " is a file, not a folder; give a folder for the fixture");
+      throw std::invalid_argument(named + " is a file, not a folder; give a folder for the fixture");
     const bool tty = !quiet && isatty(STDERR_FILENO);
     ProgressFn progress;
     if (tty) {
@@ -117,7 +120,7 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
     });
     // What the folder holds is judged holding its lock: a build that waited for another finds that
     // one's fixture there (another seed's: refused), not the empty folder it saw before.
-    refuse_foreign_fixture_dir(out, task, config, seed);
+    refuse_foreign_fixture_dir(out, named, task, config, seed);
     const FixtureManifest m = t.build_fixture(config, seed, out, threads, progress);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (tty) std::fprintf(stderr, "\n");
@@ -488,7 +491,12 @@ int main(int argc, char** argv) {
   if (child->parsed()) {
     // No exit handlers or static destructors after the result is sealed: a solution's atexit() or
     // library destructor gets no last word (and cannot hang the exit).
-    const int code = child_main(job_fd);
+    int code = 3;
+    try {  // the parent reads the failure from the exit status and the log, never from an abort
+      code = child_main(job_fd);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nibble __child: %s\n", e.what());
+    }
     std::fflush(nullptr);
     std::_Exit(code);
   }
