@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <set>
+#include <stdexcept>
 #include <sstream>
 #include <tuple>
 
@@ -60,7 +61,9 @@ int build_fixtures(const BatchManifest& m, const Log& log) {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nibble batch: fixture %s / %s seed %llu: %s\n", task.c_str(), config.c_str(), (unsigned long long)seed,
                    e.what());
-      return 3;
+      // A fixture found broken or foreign is bad input (as for grade: exit 2); one that could not be
+      // built, the batch could not run.
+      return dynamic_cast<const std::invalid_argument*>(&e) ? 2 : 3;
     }
   }
   return 0;
