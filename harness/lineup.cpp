@@ -393,7 +393,11 @@ std::string format_leaderboard(const std::vector<LeaderboardGroup>& groups) {
   std::ostringstream o;
   o << "leaderboard: " << count_words(groups) << "\n";
   for (const LeaderboardGroup& g : groups) {
-    const BoardTable t = board_table(g);
+    BoardTable t = board_table(g);
+    // One line per row: a control character a report carries (a newline in a solution's name)
+    // would break the table's lines and columns; Markdown and HTML escape it themselves.
+    for (auto& row : t.cells)
+      for (std::string& c : row) std::replace_if(c.begin(), c.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }, ' ');
     std::vector<size_t> width(t.head.size());
     for (size_t c = 0; c < t.head.size(); ++c) {
       width[c] = t.head[c].size();

@@ -356,6 +356,11 @@ TEST(Leaderboard, MarkdownAndHtmlEscapeWhatTheReportsSay) {
   EXPECT_NE(html.find("a|b &lt;script&gt;&amp;"), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos) << "no script, not even one a report names";
   EXPECT_EQ(html.find("http"), std::string::npos) << "no network";
+  // The text table keeps one line per row: a newline in a name becomes a space there.
+  ReportView nl = made("two\nlines", "Passed", 50);
+  const std::string text = format_leaderboard(make_leaderboard({made("unfused", "Passed", 300), nl}, {"u", "n"}, decode_baselines));
+  EXPECT_NE(text.find("two lines"), std::string::npos) << text;
+  EXPECT_EQ(text.find("two\nlines"), std::string::npos) << text;
 }
 
 TEST(Leaderboard, TheTasksNameTheirBundledBaselines) {
