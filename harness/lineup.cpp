@@ -27,10 +27,13 @@ std::string num(double v, const char* fmt);
 
 /** "" when `r`'s graded figure is its samples' summary: their median (where the grade left no
  *  throttled round out of it), else at least within their range, between its quartiles. What ranks is
- *  the stored median: one edited by hand must not (compare recomputes from the samples). */
+ *  the stored median: one edited by hand must not (compare recomputes from the samples). A Passed
+ *  report of schema 2 always keeps its samples: one without them is edited too. */
 std::string figure_problem(const ReportView& r) {
   const FigureView& f = graded_time(r);
-  if (!f.present || f.samples.empty()) return "";
+  if (!f.present) return "";
+  if (f.samples.empty())
+    return r.schema_major >= 2 && r.disposition == "Passed" ? "its median has no samples beside it: an edited report" : "";
   const auto [lo, hi] = std::minmax_element(f.samples.begin(), f.samples.end());
   const double tol = 1e-9 * std::fabs(*hi), own = summarize(f.samples).median;
   const bool in_range = f.median >= *lo - tol && f.median <= *hi + tol && !(f.q1 > f.median + tol) && !(f.median > f.q3 + tol);
@@ -146,7 +149,8 @@ std::vector<LineupRow> make_lineup(const std::vector<ReportView>& reports, const
     rows.back().apart = apart_from(reports[i], reports.front());
   }
   rank_comparable(rows);
-  if (!rows.empty() && rows.front().median_us > 0)
+  // Speedups are over the first row's median: none when that row is itself apart (an edited report).
+  if (!rows.empty() && rows.front().apart.empty() && rows.front().median_us > 0)
     for (LineupRow& x : rows)
       if (x.apart.empty() && x.median_us > 0) x.speedup_vs_first = rows.front().median_us / x.median_us;
   return rows;
@@ -234,7 +238,7 @@ size_t ranked_set_anchor(const std::vector<LineupRow>& rows, const std::vector<R
   for (size_t k = 0; k < rows.size(); ++k) {
     auto it = std::find_if(sets.begin(), sets.end(), [&](const Set& s) { return s.group == rows[k].group; });
     if (it == sets.end()) it = sets.insert(sets.end(), Set{rows[k].group, 0, reports[idx[k]].schema_major, 0, k, ""});
-    it->rankable += rankable(rows[k]);
+    it->rankable += rankable(rows[k]) && figure_problem(reports[idx[k]]).empty();  // an edited report picks nothing
     ++it->total;
     it->newest = std::max(it->newest, reports[idx[k]].created_utc);
   }

@@ -55,25 +55,27 @@ struct FoundReports {
  * is not JSON at all (most likely a report cut short: nibble writes its files atomically, so nothing
  * of its own is ever half-written there), is bad input: a torn report must not drop out of the
  * ranking unseen. A file met twice (named, and inside a folder also named), or two files of the same
- * bytes (a report copied to another folder), is one row.
+ * JSON (a report copied to another folder), is one row.
  */
 FoundReports find_reports(const std::vector<std::string>& results) {
   namespace fs = std::filesystem;
   FoundReports found;
   std::set<std::string> seen, seen_bytes;
-  const auto add = [&](const std::string& path, ReportView view) {
+  // `report`: what was parsed (a file is read once: a pipe given twice would read empty the second time).
+  const auto add = [&](const std::string& path, const nlohmann::ordered_json& report, ReportView view) {
     std::error_code ec;
     const fs::path canonical = fs::weakly_canonical(path, ec);
     if (!seen.insert(ec ? path : canonical.string()).second) return;
-    const std::string bytes = read_file(path);
-    if (!seen_bytes.insert(sha256_hex(bytes.data(), bytes.size())).second) return;
+    const std::string text = report.dump();
+    if (!seen_bytes.insert(sha256_hex(text.data(), text.size())).second) return;
     found.views.push_back(std::move(view));
     found.labels.push_back(path);
   };
   for (const std::string& in : results) {
     std::error_code ec;
     if (!fs::is_directory(in, ec)) {
-      add(in, load_report_view(in));
+      const nlohmann::ordered_json report = load_report(in);
+      add(in, report, graded_report_view(report));
       continue;
     }
     std::vector<std::string> files;
@@ -93,7 +95,7 @@ FoundReports find_reports(const std::vector<std::string>& results) {
       if (j.is_discarded())
         throw BadReport(f + ": not JSON (a report cut short?); grade it again, or move it out of " + in);
       if (!j.is_object() || !j.contains("schema") || j["schema"] != "nibble.report") continue;
-      add(f, read_report_view(j, f));
+      add(f, j, read_report_view(j, f));
     }
   }
   return found;

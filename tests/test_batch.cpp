@@ -247,6 +247,17 @@ TEST(Batch, OneJobPerGpuAtATimeAndResume) {
   EXPECT_FALSE(batch_job_done(again.jobs[3])) << "a report of other seeds counted as this job's";
   write_file_atomic(again.jobs[3].report, mine);
   EXPECT_TRUE(batch_job_done(again.jobs[3]));
+  // A grader failure's report names the solution's path, not its hash: it is this job's result all
+  // the same (a resume does not run it again), and another path's is not.
+  const BatchJob& j3 = again.jobs[3];
+  nlohmann::json failed = {{"schema", "nibble.report"}, {"task", j3.task},      {"config", j3.config},
+                           {"seeds", j3.seeds},         {"solution", {{"path", j3.solution}}}, {"disposition", "GraderFailed"}};
+  write_file_atomic(j3.report, failed.dump());
+  EXPECT_TRUE(batch_job_done(j3));
+  failed["solution"]["path"] = j3.solution + ".other";
+  write_file_atomic(j3.report, failed.dump());
+  EXPECT_FALSE(batch_job_done(j3));
+  write_file_atomic(j3.report, mine);
 
   // b rebuilt again, and this time its grade writes no report: its old Passed report is not its result.
   write(t, "b.so", "solution b, rebuilt twice");

@@ -36,6 +36,7 @@ ReportView made(const std::string& name, const std::string& disposition, double 
   r.gpu_span_us.median = median;
   r.gpu_span_us.q1 = median - 1;
   r.gpu_span_us.q3 = median + 1;
+  r.gpu_span_us.samples = {median - 1, median, median + 1};  // a grade's report keeps them
   r.floor_measured_copy_bw_us = 50;
   r.worst_rel_err = disposition == "Passed" ? 0.01 : 3;
   r.gate = 0.1;
@@ -108,6 +109,7 @@ TEST(Lineup, AReportOnTheGradersClockIsRankedApartByItsOwnFigure) {
   wall.grader_clock_us.median = 200;
   wall.grader_clock_us.q1 = 190;
   wall.grader_clock_us.q3 = 210;
+  wall.grader_clock_us.samples = {190, 200, 210};
   const auto rows = make_lineup({made("a", "Passed", 100), wall}, {"a.json", "py.json"});
   EXPECT_EQ(rows[1].apart, "timed on the grader's clock (--clock wall), not by GPU span");
   EXPECT_EQ(rows[1].rank, 0);
@@ -193,6 +195,7 @@ TEST(Leaderboard, ReportsOnTheGradersClockAreNotRankedWithSpans) {
   wall.clock = "wall";
   wall.grader_clock_us.present = true;
   wall.grader_clock_us.median = 200;
+  wall.grader_clock_us.samples = {200};
   const auto groups = make_leaderboard({made("a", "Passed", 100), made("b", "Passed", 50), wall},
                                        {"a.json", "b.json", "py.json"}, decode_baselines);
   ASSERT_EQ(groups.size(), 1u);
@@ -261,6 +264,18 @@ TEST(Leaderboard, AMedianThatIsNotItsSamplesIsNotRanked) {
   EXPECT_NE(row_named(make_leaderboard({edited}, {"edited"}, decode_baselines)[0], "edited").row.apart, "");
   edited.throttled_rounds_excluded = true;
   EXPECT_EQ(row_named(make_leaderboard({edited}, {"edited"}, decode_baselines)[0], "edited").row.rank, 1);
+  // Without samples at all (a Passed schema-2 report always has them): apart too, and an edited
+  // first row of a side by side gives no speedups over its median.
+  ReportView bare = made("bare", "Passed", 1);
+  bare.gpu_span_us.samples.clear();
+  const auto rows = make_lineup({bare, honest}, {"bare", "honest"});
+  EXPECT_EQ(rows[0].apart, "its median has no samples beside it: an edited report");
+  EXPECT_TRUE(std::isnan(rows[1].speedup_vs_first)) << rows[1].speedup_vs_first;
+  // ... nor do edited reports pick which GPU's set is ranked: two edited H100 reports against one
+  // honest H200 report.
+  ReportView e1 = made("e1", "Passed", 10, "NVIDIA H100"), e2 = made("e2", "Passed", 10, "NVIDIA H100");
+  e1.gpu_span_us.samples = e2.gpu_span_us.samples = {50, 60, 70};
+  EXPECT_EQ(make_leaderboard({e1, e2, honest}, {"e1", "e2", "honest"}, decode_baselines)[0].gpu, "NVIDIA H200");
 }
 
 TEST(Leaderboard, SpeedupOverTheBundledBaselinesByHand) {
