@@ -1,6 +1,7 @@
 // batch.cpp: see batch.h (the manifest, the scheduler, the summary, Slurm's script and collection;
 // the command line is batch_cli.cpp).
 #include "harness/batch.h"
+#include "fixtures/safetensors.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -62,7 +63,7 @@ BatchManifest read_batch_manifest(const std::string& path) {
   if (fs::is_directory(path)) throw std::invalid_argument(path + " is a folder: name the manifest file in it (nibble batch MANIFEST)");
   json j;
   try {
-    j = json::parse(read_file(path));
+    j = parse_ordered_json_bounded(read_file(path), "the manifest");
   } catch (const std::exception& e) {
     throw std::invalid_argument(path + ": not a readable JSON manifest (" + e.what() + ")");
   }
@@ -220,11 +221,11 @@ std::vector<std::string> batch_job_argv(const BatchJob& job, int device) {
 
 bool batch_job_done(const BatchJob& job) {
   try {
-    const json side = json::parse(read_file(job.sidecar));
+    const json side = parse_ordered_json_bounded(read_file(job.sidecar), job.sidecar);
     if (side.value("hash", "") != job.hash) return false;
     // The report must be this job's (its command's schema, task, config, seeds and solution's bytes),
     // not another's copied to its path.
-    const json r = json::parse(read_file(job.report));
+    const json r = parse_ordered_json_bounded(read_file(job.report), job.report);
     if (!r.is_object() || r.value("schema", "") != (job.command == "calibrate" ? "nibble.calibration" : "nibble.report") ||
         r.value("task", "") != job.task || r.value("config", "") != job.config || r.value("seeds", json()) != json(job.seeds))
       return false;
@@ -272,7 +273,7 @@ BatchOutcome outcome_of(const BatchJob& job, int code, double seconds, int devic
   o.seconds = seconds;
   o.device = device;
   try {
-    const json r = json::parse(read_file(job.report));
+    const json r = parse_ordered_json_bounded(read_file(job.report), job.report);
     if (job.command == "calibrate") {
       o.disposition = r.value("healthy", false) ? "Healthy" : "Unhealthy";
       o.reason = r.value("health_rule", "");
@@ -302,7 +303,7 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
       out[i].skipped = true;
       try {
         // what the run that did it recorded: its exit code, time and GPU
-        const json side = json::parse(read_file(m.jobs[i].sidecar));
+        const json side = parse_ordered_json_bounded(read_file(m.jobs[i].sidecar), m.jobs[i].sidecar);
         out[i].exit_code = side.value("exit_code", 0);
         out[i].seconds = side.value("seconds", 0.0);
         out[i].device = side.value("device", -1);
@@ -482,7 +483,7 @@ json collect_batch(const BatchManifest& m) {
     } else {
       std::string side_hash;
       try {
-        side_hash = json::parse(read_file(j.sidecar)).value("hash", "");
+        side_hash = parse_ordered_json_bounded(read_file(j.sidecar), j.sidecar).value("hash", "");
       } catch (const std::exception&) {
       }
       if (side_hash == j.hash) {

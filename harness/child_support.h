@@ -381,7 +381,7 @@ inline nlohmann::json python_facts(const SolutionLibrary& lib) {
   if (!facts) return {{"error", "the shim has no nibble_python_facts"}};
   const char* text = facts();
   try {
-    return nlohmann::json::parse(text ? text : "");
+    return parse_json_bounded(std::string(text ? text : ""), "the shim's facts");  // the candidate's process wrote them
   } catch (const std::exception& ex) {
     return {{"error", std::string("unreadable facts: ") + ex.what()}};
   }

@@ -51,7 +51,7 @@ struct GraderError : std::runtime_error {
 json calibration_context(const std::string& cal, double worst) {
   if (cal.empty()) return nullptr;
   try {
-    const json c = json::parse(read_file(cal));
+    const json c = parse_ordered_json_bounded(read_file(cal), cal);
     double legit = 0, dropped = INFINITY;
     json rows = json::array();
     for (const auto& row : c.at("rows")) {

@@ -613,7 +613,7 @@ void check_calibration_file(const std::string& path, const std::string& task, co
   json c;
   try {
     if (fs::is_directory(path)) throw std::runtime_error("a folder");
-    c = json::parse(read_file(path));
+    c = parse_ordered_json_bounded(read_file(path), "the file");
   } catch (const std::exception& e) {
     throw std::invalid_argument("--calibration " + path + " is not a readable JSON file (" + e.what() + ")");
   }

@@ -1,6 +1,7 @@
 // report_cli.cpp: `nibble compare`, `nibble report` and `nibble leaderboard` argument parsing (see
 // report_cli.h).
 #include "harness/report_cli.h"
+#include "fixtures/safetensors.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -29,7 +30,7 @@ namespace {
 nlohmann::ordered_json load_calibration(const std::string& path, const nlohmann::ordered_json& report) {
   nlohmann::ordered_json c;
   try {
-    c = nlohmann::ordered_json::parse(read_file(path));
+    c = parse_ordered_json_bounded(read_file(path), "the file");
   } catch (const std::exception& e) {
     throw BadReport(path + ": not a readable JSON file (" + e.what() + ")");
   }
@@ -88,12 +89,10 @@ FoundReports find_reports(const std::vector<std::string>& results) {
     for (const std::string& f : files) {
       nlohmann::ordered_json j;
       try {
-        j = nlohmann::ordered_json::parse(read_file(f), nullptr, /*allow_exceptions=*/false);
+        j = parse_ordered_json_bounded(read_file(f), "it", 64);
       } catch (const std::exception& e) {
-        throw BadReport(f + ": cannot be read (" + e.what() + ")");
+        throw BadReport(f + ": not JSON nibble reads (" + e.what() + "; a report cut short?); grade it again, or move it out of " + in);
       }
-      if (j.is_discarded())
-        throw BadReport(f + ": not JSON (a report cut short?); grade it again, or move it out of " + in);
       if (!j.is_object() || !j.contains("schema") || j["schema"] != "nibble.report") continue;
       add(f, j, read_report_view(j, f));
     }

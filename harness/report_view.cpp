@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "fixtures/safetensors.h"
+
 namespace nibble {
 
 using json = nlohmann::ordered_json;
@@ -324,9 +326,9 @@ json load_report(const std::string& path) {
   std::ostringstream ss;
   ss << f.rdbuf();
   json r;
-  try {
-    r = json::parse(ss.str());
-  } catch (const json::exception& e) {  // parse errors, and numbers a double cannot hold (1e999)
+  try {  // depth-bounded: printing a 100,000-deep value in an error message overflowed the stack
+    r = parse_ordered_json_bounded(ss.str(), "it", 64);
+  } catch (const std::exception& e) {  // parse errors, numbers a double cannot hold (1e999), depth
     throw BadReport(path + ": not valid JSON (" + e.what() + ")");
   }
   check_report(r, path);

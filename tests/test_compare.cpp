@@ -972,6 +972,20 @@ TEST(ReportCli, ShowAndHtml) {
   x = run_nibble({"report", "html", u, r, "-o", t.path() + "/r.html"}, t);
   EXPECT_EQ(x.code, 0) << x.out;
   EXPECT_GT(fs::file_size(t.path() + "/r.html"), 10000u);
+  // A value nested 100,000 deep (in a report, or in a calibration table): bad input, said, never a
+  // crash of the stack (printing it in the error message recursed: a newcomer's segfault).
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::string deep_report = read_file(u);
+  deep_report.replace(deep_report.find("\"samples\": ["), 12, "\"samples\": [" + deep + ",");
+  write_file_atomic(t.path() + "/deep.json", deep_report);
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"report", "show", t.path() + "/deep.json"},
+                                               std::vector<std::string>{"compare", u, t.path() + "/deep.json"},
+                                               std::vector<std::string>{"leaderboard", t.path(), "--json", t.path() + "/lb.json"}}) {
+    x = run_nibble(args, t);
+    EXPECT_EQ(x.code, 4) << args[0] << ": " << x.out;
+    EXPECT_NE(x.out.find("nests deeper than 64 levels"), std::string::npos) << args[0] << ": " << x.out;
+  }
+  fs::remove(t.path() + "/deep.json");
   for (const char* opt : {"--max-slowdown", "--alpha"}) {  // they change the comparison with BASE: refused without one
     x = run_nibble({"report", "html", u, "-o", t.path() + "/nobase.html", opt, "0.5"}, t);
     EXPECT_EQ(x.code, 4) << x.out;

@@ -51,8 +51,10 @@ std::vector<TensorView> fixture_views(const ImportedDecodeModel& m, const std::v
 }
 
 /** --out must be a new folder or an empty one, not the checkpoint's and not inside the fixture
- *  cache (which holds only fixtures generated from their seed). */
-void check_import_out(const std::string& out, const std::string& checkpoint) {
+ *  cache (which holds only fixtures generated from their seed). Empty: nothing but a lock file and
+ *  the staging file an import killed before it finished leaves (`locked`: this process holds the
+ *  folder's lock, so that staging file is no other import's, and it is removed). */
+void check_import_out(const std::string& out, const std::string& checkpoint, bool locked = false) {
   std::error_code ec;
   const fs::path o = fs::weakly_canonical(fs::absolute(out), ec);
   if (fs::is_symlink(out, ec) && !fs::exists(out, ec))
@@ -60,11 +62,17 @@ void check_import_out(const std::string& out, const std::string& checkpoint) {
   if (fs::exists(out, ec)) {
     if (!fs::is_directory(out, ec))
       throw std::invalid_argument("--out " + out + " exists and is not a folder; name a new folder");
-    // An import killed before it finished leaves only its staging file: it is ours to remove.
-    const fs::path staging = fs::path(out) / kStagingFile;
-    if (fs::exists(staging, ec) && std::distance(fs::directory_iterator(out, ec), fs::directory_iterator()) == 1)
-      fs::remove(staging, ec);
-    if (!fs::is_empty(out, ec))
+    bool empty = true;
+    for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name == kFolderLockFile) continue;
+      if (name == kStagingFile) {
+        if (locked) fs::remove(e.path(), ec);
+        continue;
+      }
+      empty = false;
+    }
+    if (!empty)
       throw std::invalid_argument("--out " + out + " is not empty" +
                                   (fs::equivalent(out, checkpoint, ec) ? " (it is the checkpoint's folder)" : "") +
                                   ": name a new or empty folder, nothing is overwritten");
@@ -155,6 +163,12 @@ FixtureManifest import_decode_fixture(const ImportOptions& opt, const std::funct
   } catch (const fs::filesystem_error& e) {
     throw std::invalid_argument("--out " + opt.out + " cannot be made a folder: " + e.code().message());
   }
+  // One import at a time into a folder (two at once each reported a fixture and left one): the lock,
+  // then the folder checked again under it.
+  const FolderLock lock(opt.out, {}, /*wait=*/false);
+  if (lock.busy())
+    throw std::invalid_argument("--out " + opt.out + ": another nibble is writing a fixture into it; name another folder");
+  check_import_out(opt.out, opt.checkpoint, /*locked=*/true);
   const std::string staged_path = (fs::path(opt.out) / kStagingFile).string();
   struct RemoveStaging {
     std::string path;

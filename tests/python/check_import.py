@@ -27,6 +27,7 @@ Exit 0 when all hold; 1 with what failed; 2 without numpy/safetensors.
 usage: check_import.py --nibble build/bin/nibble [--gpu --lib build/lib]
 """
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -379,6 +380,16 @@ def main():
         os.makedirs(left)
         open(os.path.join(left, ".import-staging.safetensors"), "wb").write(b"partial")
         run([nb, "fixture", "import", "--format", "awq", awq, "--tokens", tokens, "--out", left, "--path", "cpu", "-q"])
+        # ... but not while another nibble holds the folder's lock (two imports at once each reported a
+        # fixture and left one): the second is refused and the folder's lock file is all it touched.
+        busy = os.path.join(tmp, "busy-import")
+        os.makedirs(busy)
+        with open(os.path.join(busy, ".nibble.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            p = run([nb, "fixture", "import", "--format", "awq", awq, "--tokens", tokens, "--out", busy, "--path", "cpu"],
+                    expect=2)
+            if "another nibble is writing a fixture into it" not in p.stderr or os.listdir(busy) != [".nibble.lock"]:
+                fail(f"an import into a locked folder: {p.stderr.strip()} {os.listdir(busy)}")
         # An imported fixture's source is covered by its file's hash: an edited source is refused.
         imported = os.path.join(tmp, "imported-awq")
         man = os.path.join(imported, "manifest.json")
