@@ -1,8 +1,11 @@
 // cli_errors.h: how a command of the nibble CLI turns what it throws into its exit code.
 #pragma once
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <iostream>
 #include <stdexcept>
 
 namespace nibble {
@@ -24,6 +27,24 @@ int run_command(const char* command, Body&& body, int bad_input = 2, int failed 
     std::fprintf(stderr, "%s: %s\n", command, e.what());
     return failed;
   }
+}
+
+/** The exit code of every command whose standard output could not be written (sysexits.h's
+ *  EX_IOERR: no command gives it another meaning). */
+inline constexpr int kExitStdoutLost = 74;
+
+/**
+ * `code`, or kExitStdoutLost when what the command printed on standard output did not all get there
+ * (a full disk behind a redirection: `nibble compare A B --json > out.json` exited 0 with an empty
+ * file), said on stderr. Call it last, after every print.
+ */
+inline int stdout_checked(int code) {
+  std::cout.flush();
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout) && std::cout.good()) return code;
+  std::fprintf(stderr, "nibble: standard output could not be written (%s): what it printed is incomplete\n",
+               errno ? std::strerror(errno) : "write error");
+  return kExitStdoutLost;
 }
 
 }  // namespace nibble

@@ -234,7 +234,7 @@ const CLI::Validator kGpuIndex(
     },
     "GPU");
 
-int main(int argc, char** argv) {
+static int nibble_main(int argc, char** argv) {  // main: its code, standard output checked
   CLI::App app{"nibble: grade low-bit weight-only GPU kernels against an fp32 reference, timed with CUPTI", "nibble"};
   app.require_subcommand(1);
 
@@ -502,3 +502,5 @@ int main(int argc, char** argv) {
   }
   return 2;
 }
+
+int main(int argc, char** argv) { return stdout_checked(nibble_main(argc, argv)); }

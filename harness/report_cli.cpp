@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "harness/atomic_file.h"
+#include "harness/cli_errors.h"
 #include "harness/grade_common.h"
 #include "harness/compare.h"
 #include "harness/html_report.h"
@@ -101,8 +102,7 @@ FoundReports find_reports(const std::vector<std::string>& results) {
 }
 
 [[noreturn]] void finish(int code) {
-  std::cout.flush();
-  std::fflush(stdout);
+  code = stdout_checked(code);
   std::fflush(stderr);
   std::exit(code);
 }

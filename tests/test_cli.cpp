@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <sys/wait.h>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -593,6 +594,20 @@ TEST(Cli, DashAsAnOutputIsRefused) {
     EXPECT_NE(r.output.find("give /dev/stdout"), std::string::npos) << args[0] << ": " << r.output;
   }
   EXPECT_FALSE(fs::exists("-"));  // the tests' working folder
+}
+
+// Standard output that cannot be written (a full disk behind a redirection) is a failure of its own,
+// exit 74, whatever the command: `compare --json > out.json` exited 0 with an empty file.
+TEST(Cli, StandardOutputLostIsExit74) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const std::string report = source_report();
+  for (const std::string& args : {std::string("configs"), std::string("--version"), "compare " + report + " " + report + " --json",
+                                  "report show " + report}) {
+    const int status = std::system((nibble_exe() + " " + args + " > /dev/full 2>/dev/null").c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << args;
+    EXPECT_EQ(WEXITSTATUS(status), 74) << args;
+    EXPECT_EQ(WEXITSTATUS(std::system((nibble_exe() + " " + args + " > /dev/null 2>&1").c_str())), 0) << args;
+  }
 }
 
 TEST(Cli, UnknownCommandEmptyValuesAndNotAFolderAreUsageErrors) {
