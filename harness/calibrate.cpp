@@ -230,8 +230,12 @@ int calibrate_main(const CalibrateOptions& opt) {
     // at least twice either.
     const bool within_guard = !guard || (!std::isnan(worst_elem) && worst_elem <= *guard);
     const bool passes = !std::isnan(worst) && worst < gate && within_guard;
-    const bool ok = v.must_pass ? (!std::isnan(worst) && worst <= gate / 2 && (!guard || worst_elem <= *guard / 2))
-                                : (std::isnan(worst) || worst >= 2 * gate || (guard && !(worst_elem < 2 * *guard)));
+    // A dropped feature whose outputs are the exact reference's at this config (K one group: no
+    // g_idx to ignore, no second scale to confuse) has nothing to catch here: not applicable, and no
+    // sign of a weak gate (a small custom shape was "NOT OK" for it).
+    const bool no_effect = !v.must_pass && worst == 0 && worst_elem == 0;
+    const bool ok = no_effect || (v.must_pass ? (!std::isnan(worst) && worst <= gate / 2 && (!guard || worst_elem <= *guard / 2))
+                                              : (std::isnan(worst) || worst >= 2 * gate || (guard && !(worst_elem < 2 * *guard))));
     healthy = healthy && ok;
     // Which outputs actually reject it.
     std::string caught;
@@ -247,7 +251,7 @@ int calibrate_main(const CalibrateOptions& opt) {
     std::snprintf(line, sizeof line, "  %-22s %-6s%s  %-9s %-8s %-9s %-*s %s%s\n", v.name.c_str(), v.must_pass ? "PASS" : "FAIL",
                   seeds_cells.c_str(), cell(worst).c_str(), cell(worst / gate).c_str(), cell(worst_elem).c_str(), caught_width,
                   caught.c_str(),
-                  passes ? "PASS" : "FAIL", ok ? "" : "  <-- margin below 2x");
+                  passes ? "PASS" : "FAIL", no_effect ? "  (no effect at this config: not applicable)" : ok ? "" : "  <-- margin below 2x");
     o << line;
     rows.push_back({{"variant", v.name},
                     {"description", v.description},
@@ -260,6 +264,7 @@ int calibrate_main(const CalibrateOptions& opt) {
                     {"verdict", passes ? "PASS" : "FAIL"},
                     {"caught_by", caught},
                     {"expected_caught_by", v.caught_by},
+                    {"applicable", !no_effect},
                     {"healthy", ok}});
   }
   o << "\n  gate health: " << (healthy ? "OK" : "NOT OK")
@@ -270,7 +275,8 @@ int calibrate_main(const CalibrateOptions& opt) {
   report["healthy"] = healthy;
   report["element_guard"] = guard ? json(*guard) : json(nullptr);
   report["health_rule"] = "every must-pass variant <= gate/2 (and its element error <= guard/2) and every must-fail variant "
-                          ">= 2*gate or its element error >= 2*guard (worst over calls, seeds and outputs)";
+                          ">= 2*gate or its element error >= 2*guard (worst over calls, seeds and outputs); a must-fail variant whose "
+                          "outputs equal the exact reference's at this config is not applicable (applicable: false) and not counted";
   report["wall_seconds"] = since(t_start);
   try {
     write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");

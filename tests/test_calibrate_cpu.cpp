@@ -94,3 +94,27 @@ INSTANTIATE_TEST_SUITE_P(Tasks, CalibrateGemmCpu, ::testing::ValuesIn(test::gemm
                              if (c == '-') c = '_';
                            return s;
                          });
+
+// K one group (m1-n8-k128): ignoring g_idx or taking one scale per row changes nothing there, so
+// those must-fail rows measure exactly 0. They are not applicable, not a weak gate: the table stays
+// healthy (it said "NOT OK", exit 1: a newcomer's finding), and every applicable row is judged.
+TEST(CalibrateCpu, AVariantWithNoEffectAtTheConfigIsNotApplicable) {
+  TempDir t;
+  setenv("NIBBLE_CACHE_DIR", (t.path() + "/cache").c_str(), 1);
+  const std::string out = t.path() + "/calibration.json";
+  const ChildExit e = run_child({test::bindir() + "/bin/nibble", "calibrate", "--task", "gemm-w4a16-int4", "--config",
+                                 "m1-n8-k128-sym", "--seeds", "0", "--path", "cpu", "--out", out, "-q"},
+                                t.path() + "/log", 600);
+  ASSERT_EQ(e.kind, ChildExit::Exited) << e.describe();
+  EXPECT_EQ(e.code, 0) << file_tail(t.path() + "/log", 1 << 15);
+  const auto j = nlohmann::json::parse(read_file(out));
+  int not_applicable = 0;
+  for (const auto& row : j["rows"]) {
+    const bool zero = row["worst"] == 0.0 && row["worst_elem"] == 0.0;
+    EXPECT_EQ(row["applicable"].get<bool>(), !(zero && row["expected"] == "FAIL")) << row.dump();
+    if (!row["applicable"].get<bool>()) ++not_applicable;
+    else EXPECT_EQ(row["verdict"], row["expected"]) << row.dump();
+  }
+  EXPECT_EQ(not_applicable, 2) << "g_idx_ignored and scales_per_row";
+  EXPECT_TRUE(j["healthy"].get<bool>());
+}
