@@ -288,6 +288,10 @@ def main():
                 fail(f"{fmt}: the manifest's token file SHA-256 is not the file's")
             if not any("rope_scaling" in n for n in s.get("notes", [])):
                 fail(f"{fmt}: the manifest does not say rope_scaling is not part of the task")
+            # Every file read is in the source, the shards' index too (which tensor is in which shard).
+            want = sorted(f for f in os.listdir(ck) if f.endswith((".safetensors", ".json")))
+            if sorted(f["file"] for f in s.get("files", [])) != want:
+                fail(f"{fmt}: the source's files {[f['file'] for f in s.get('files', [])]} are not the checkpoint's {want}")
             run([nb, "fixture", "verify", out])
             # A build from a seed into the imported folder would destroy what no seed rebuilds.
             p = run([nb, "fixture", "build", "--task", TASK, "--config", m["config"], "--seed", str(m["seed"]), "--out", out,
@@ -375,6 +379,14 @@ def main():
         p = run([nb, "fixture", "import", "--format", "awq", awq, "--tokens", tokens, "--out", awq, "--path", "cpu"], expect=2)
         if "not empty" not in p.stderr or hashlib.sha256(open(os.path.join(awq, "model.safetensors"), "rb").read()).hexdigest() != before:
             fail(f"--out the checkpoint's folder: {p.stderr.strip()}")
+        # A model.safetensors beside an index of other shards: which is the checkpoint is not guessed.
+        both = os.path.join(tmp, "ckpt-gptq")
+        shutil.copy(os.path.join(awq, "model.safetensors"), os.path.join(both, "model.safetensors"))
+        p = run([nb, "fixture", "import", "--format", "gptq", both, "--tokens", tokens, "--out", both + "-both", "--path",
+                 "cpu"], expect=2)
+        if "has both model.safetensors and an index" not in p.stderr:
+            fail(f"model.safetensors beside an index: {p.stderr.strip()}")
+        os.remove(os.path.join(both, "model.safetensors"))
         # An import killed mid-way leaves only its staging file: the next import into that folder proceeds.
         left = os.path.join(tmp, "killed-import")
         os.makedirs(left)
