@@ -584,8 +584,10 @@ void check_grade_options(const GradeOptions& opt) {
     if (!ok) throw std::invalid_argument("--dump " + opt.dump_dir + " is not a folder that can be created or written");
   }
   check_seeds(opt.seeds);
+  if (opt.max_rounds < 1) throw std::invalid_argument("--max-rounds must be at least 1, not " + std::to_string(opt.max_rounds));
   if (opt.min_rounds < 1 || opt.max_rounds < opt.min_rounds)
-    throw std::invalid_argument("--min-rounds must be at least 1 and at most --max-rounds");
+    throw std::invalid_argument("--min-rounds (" + std::to_string(opt.min_rounds) + ") must be at least 1 and at most --max-rounds (" +
+                                std::to_string(opt.max_rounds) + ")");
   for (const auto& [option, v] : {std::pair{"--timeout", opt.timeout_seconds}, {"--step-timeout", opt.step_timeout_seconds},
                                   {"--build-timeout", opt.build_timeout_seconds}, {"--max-timing-seconds", opt.max_timing_seconds}})
     check_time_limit(option, v);

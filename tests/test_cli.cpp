@@ -449,6 +449,7 @@ TEST(Cli, OutputsAndOptionsAreCheckedBeforeAnyWork) {
       {{"--seeds", "0,"}, "has an empty element"},    // not read as 0
       {{"--threads", ""}, "--threads"},              // not read as 0, all cores
       {{"--min-rounds", "5", "--max-rounds", "2"}, "--min-rounds"},
+      {{"--max-rounds", "0"}, "--max-rounds must be at least 1, not 0"},  // it blamed --min-rounds
       {{"--timeout", "-5"}, "positive"},
       {{"--history", t.path()}, "--history"},
       {{"--threads", "100000"}, "--threads"},

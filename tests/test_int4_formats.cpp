@@ -169,6 +169,15 @@ TEST(Int4Formats, GptqScatteredActOrderIsRefused) {
   EXPECT_THROW(from_gptq(q), std::invalid_argument);
   EXPECT_THROW(to_gptq(hand_case(), {0, 0}), std::invalid_argument);
   EXPECT_THROW(to_gptq(hand_case(), {0}), std::invalid_argument);
+  // A group id out of range inside a run is said as that, not as scattered groups.
+  GptqWeights r = to_gptq(hand_case(), {0, 1});
+  r.g_idx[5] = 7;  // two groups
+  try {
+    from_gptq(r);
+    ADD_FAILURE() << "g_idx[5] = 7 of 2 groups was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("g_idx[5] = 7 is not a group id 0..1"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Int4Formats, CompressedTensorsWordsByHand) {
