@@ -418,6 +418,8 @@ def main():
             fail(f"a dropped source: {p.stderr.strip()}")
         # Refusals of bad command lines.
         for what, cmd, text in (
+                ("unknown config", ["--format", "awq", awq, "--tokens", tokens, "--config", "bogus"],
+                 "--config bogus is not a decode config"),
                 ("wrong format", ["--format", "gptq", awq, "--tokens", tokens], "quant_method"),
                 ("too few ids", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "few.txt")], "needs 96"),
                 ("id outside the vocabulary", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "big.txt")],
