@@ -420,6 +420,8 @@ def main():
         for what, cmd, text in (
                 ("unknown config", ["--format", "awq", awq, "--tokens", tokens, "--config", "bogus"],
                  "--config bogus is not a decode config"),
+                ("an id left out", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "gap.txt")],
+                 "an empty entry before the comma after id 1"),
                 ("wrong format", ["--format", "gptq", awq, "--tokens", tokens], "quant_method"),
                 ("too few ids", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "few.txt")], "needs 96"),
                 ("id outside the vocabulary", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "big.txt")],
@@ -428,6 +430,8 @@ def main():
                 ("no config", ["--format", "awq", os.path.join(tmp, "vocab999"), "--tokens", tokens], "no decode config")):
             if what == "too few ids":
                 open(cmd[4], "w").write("1 2 3")
+            if what == "an id left out":
+                open(cmd[4], "w").write("5,,6," + ",".join(["5"] * 98))
             if what == "id outside the vocabulary":
                 open(cmd[4], "w").write(" ".join(["5"] * 90 + ["1000"] * 10))
             if what == "untied head":
