@@ -129,6 +129,7 @@ void prefix_on_gpu(const DecodeConfig& cfg, const SafetensorsFile& staged, const
 
 FixtureManifest import_decode_fixture(const ImportOptions& opt, const std::function<void(const std::string&)>& log) {
   if (opt.out.empty()) throw std::invalid_argument("--out names the fixture folder to write");
+  if (opt.out == "-") throw std::invalid_argument("--out -: a fixture is a folder, not a stream; name a folder (./- for one called '-')");
   if (opt.path != "cpu" && opt.path != "gpu" && opt.path != "auto")
     throw std::invalid_argument("--path is cpu, gpu or auto, not '" + opt.path + "'");
   if (const auto names = decode_config_names();

@@ -422,6 +422,7 @@ def main():
                  "--config bogus is not a decode config"),
                 ("an id left out", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "gap.txt")],
                  "an empty entry before the comma after id 1"),
+                ("a stream as the folder", ["--format", "awq", awq, "--tokens", tokens], "a fixture is a folder, not a stream"),
                 ("wrong format", ["--format", "gptq", awq, "--tokens", tokens], "quant_method"),
                 ("too few ids", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "few.txt")], "needs 96"),
                 ("id outside the vocabulary", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "big.txt")],
@@ -438,8 +439,8 @@ def main():
                 write_checkpoint(fx, cmd[2], "awq", untied=True)
             if what == "no config":
                 write_checkpoint(fx, cmd[2], "awq", vocab=999)
-            p = run([nb, "fixture", "import"] + cmd + ["--out", os.path.join(tmp, "refused-" + what.replace(" ", "_")),
-                                                       "--path", "cpu"], expect=2)
+            out = "-" if what == "a stream as the folder" else os.path.join(tmp, "refused-" + what.replace(" ", "_"))
+            p = run([nb, "fixture", "import"] + cmd + ["--out", out, "--path", "cpu"], expect=2)
             if text not in p.stderr:
                 fail(f"refusal '{what}': the message does not say '{text}': {p.stderr.strip()}")
     if failures:
