@@ -288,6 +288,8 @@ def main():
                 fail(f"{fmt}: the manifest's token file SHA-256 is not the file's")
             if not any("rope_scaling" in n for n in s.get("notes", [])):
                 fail(f"{fmt}: the manifest does not say rope_scaling is not part of the task")
+            if any("were not read" in n for n in s.get("notes", [])):
+                fail(f"{fmt}: an honest checkpoint has tensors the import did not read: {s.get('notes')}")
             # Every file read is in the source, the shards' index too (which tensor is in which shard).
             want = sorted(f for f in os.listdir(ck) if f.endswith((".safetensors", ".json")))
             if sorted(f["file"] for f in s.get("files", [])) != want:
@@ -369,6 +371,16 @@ def main():
                      "-q"], expect=2)
             if text not in p.stderr:
                 fail(f"refusal '{what}': the message does not say '{text}': {p.stderr.strip()}")
+        # A tensor of a layer beyond num_hidden_layers is not read, and the manifest says so.
+        def extra_layer(cfg, t):
+            if cfg is None:
+                t["model.layers.99.extra.weight"] = np.zeros((2,), np.float16)
+        ck = os.path.join(tmp, "extra-layer")
+        write_checkpoint(fx, ck, "awq", edit=extra_layer)
+        run([nb, "fixture", "import", "--format", "awq", ck, "--tokens", tokens, "--out", ck + "-out", "--path", "cpu", "-q"])
+        notes = json.load(open(os.path.join(ck + "-out", "manifest.json")))["source"]["notes"]
+        if not any("1 tensor(s) of the checkpoint were not read (model.layers.99.extra.weight)" in n for n in notes):
+            fail(f"a tensor beyond the config's layers: the manifest's notes {notes}")
         ck = os.path.join(tmp, "ct-int32-shape")  # an int32 weight_shape is read as well as compressed-tensors' int64
         write_checkpoint(fx, ck, "compressed-tensors", edit=ct_shape_int32)
         run([nb, "fixture", "import", "--format", "compressed-tensors", ck, "--tokens", tokens, "--out", ck + "-out",
