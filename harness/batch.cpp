@@ -198,7 +198,8 @@ BatchManifest read_batch_manifest(const std::string& path) {
   }
   // Where the manifest sits among the files a batch writes (its results folder is the manifest's own,
   // say, and its name the manifest's stem), a run would overwrite it with its own summary.
-  const auto same = [&](const std::string& a) { return fs::weakly_canonical(a) == fs::weakly_canonical(m.path); };
+  const fs::path self = fs::weakly_canonical(m.path);
+  const auto same = [&](const std::string& a) { return fs::weakly_canonical(a) == self; };
   std::vector<std::string> outputs = {slurm_script_path(m)};
   for (const char* kind : {"batch-summary.json", "collect.json", "leaderboard.html", "leaderboard.md"})
     outputs.push_back(batch_results_file(m, kind));
@@ -229,8 +230,8 @@ bool batch_job_done(const BatchJob& job) {
     if (!r.is_object() || r.value("schema", "") != (job.command == "calibrate" ? "nibble.calibration" : "nibble.report") ||
         r.value("task", "") != job.task || r.value("config", "") != job.config || r.value("seeds", json()) != json(job.seeds))
       return false;
-    const json sol = r.value("solution", json::object());
     if (job.solution.empty()) return true;
+    const json sol = r.value("solution", json::object());
     if (!sol.is_object()) return false;
     // A grader failure's report names the solution's path only (what failed may be reading it): it is
     // this job's result as any verdict is, and a resume does not run it again.

@@ -90,7 +90,7 @@ FoundReports find_reports(const std::vector<std::string>& results) {
     for (const std::string& f : files) {
       nlohmann::ordered_json j;
       try {
-        j = parse_ordered_json_bounded(read_file(f), "it", 64);
+        j = parse_ordered_json_bounded(read_file(f), "it", kReportJsonDepth);
       } catch (const std::exception& e) {
         throw BadReport(f + ": not JSON nibble reads (" + e.what() + "; a report cut short?); grade it again, or move it out of " + in);
       }

@@ -156,6 +156,10 @@ ReportView read_report_view(const nlohmann::ordered_json& report, const std::str
  *  for the report's content: a field of the wrong type reads as absent. */
 ReportView graded_report_view(const nlohmann::ordered_json& report);
 
+/** How deep a report's JSON may nest (parse_ordered_json_bounded): a grade's report is ~6 deep; a
+ *  100,000-deep value crashed the printing of its error. */
+inline constexpr int kReportJsonDepth = 64;
+
 /** The file at `path` as JSON, checked by read_report_view (BadReport otherwise). */
 nlohmann::ordered_json load_report(const std::string& path);
 

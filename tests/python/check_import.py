@@ -431,7 +431,7 @@ def main():
         # Refusals of bad command lines.
         for what, cmd, text in (
                 ("unknown config", ["--format", "awq", awq, "--tokens", tokens, "--config", "bogus"],
-                 "--config bogus is not a decode config"),
+                 "unknown config 'bogus' for task megakernel-int4-weight-decode"),
                 ("an id left out", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "gap.txt")],
                  "an empty entry before the comma after id 1"),
                 ("a stream as the folder", ["--format", "awq", awq, "--tokens", tokens], "a fixture is a folder, not a stream"),
