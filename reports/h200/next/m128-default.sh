@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# m128-default.sh: the M = 128 default after m128-tiles.sh (64 x 128 tiles up to M = 128, split-K
+# blocks one per SM at that width: sol::wgmma_bn_for, sol::wgmma_split_wave) graded on every M = 128
+# config of nvfp4, mxfp4 and int4, the two untested splits first beside what they replace (nvfp4
+# n3072-k3072: split 2 now, 128-row tiles at split 4 before; n4096: split 2 now, 64-row tiles before)
+# and cuBLAS bf16 there, for the same machine's ratio. One short device call (~4 min), into $OUT.
+# Configure with NIBBLE_CMAKE_ARGS as ../sandbox-ledger/final.sh does.
+#   bash reports/h200/next/m128-default.sh <commit>
+set -uo pipefail
+export NIBBLE_SOURCE_COMMIT=${1:?commit}
+t0=$(date +%s)
+set --
+source reports/h200/next/build.sh nibble nibble_gemm_reference nibble_int4_gemm_reference nibble_gemm_fp4_sm90 nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90
+nv=gemm-w4a16-nvfp4 i4=gemm-w4a16-int4
+runs="$nv:m128-n3072-k3072:fp4_sm90 $nv:m128-n3072-k3072:fp4_sm90:NIBBLE_FP4SM90_SPLIT=4 $nv:m128-n3072-k3072:cublas_bf16"
+runs="$runs $nv:m128-n4096-k4096:fp4_sm90 $nv:m128-n4096-k4096:fp4_sm90:NIBBLE_FP4SM90_KIND=wg64 $nv:m128-n4096-k4096:cublas_bf16"
+runs="$runs $i4:m128-n4096-k14336:int4_gemm_sm90 $i4:m128-n4096-k14336:int4_gemm_sm90:NIBBLE_INT4SM90_BN=64"
+for cfg in $(build-hopper/bin/nibble configs | awk '$2 ~ /^m128-/ && $1 != "megakernel-int4-weight-decode" {print $1 ":" $2}'); do
+  case "$cfg" in $nv:m128-n3072-k3072 | $nv:m128-n4096-k4096 | $i4:m128-n4096-k14336) continue ;; esac
+  [ "${cfg%%:*}" = $i4 ] && runs="$runs $cfg:int4_gemm_sm90" || runs="$runs $cfg:fp4_sm90"
+done
+timeout $(( ${NIBBLE_CALL_S:-230} - ($(date +%s) - t0) )) bash solutions/gemm_fp4/sm90/run_h200.sh build-hopper "$NIBBLE_SOURCE_COMMIT" \
+  "$runs" none > "$OUT/m128-default.log" 2>&1
+echo "run_h200.sh exit $? ($(( $(date +%s) - t0 )) s)"
+grep -vE "^grade " "$OUT/m128-default.log" | tail -40
