@@ -292,19 +292,23 @@ struct WgmmaPlan {
 /** The tile for M: one row of tiles up to M = 128, so that each weight is decoded once (H100,
  *  2026-12-06, reports/h100/session12-24becb6/m128-tiles: 64 x 128 tiles beat 64 x 64 on 23 of the
  *  25 M = 128 configs, e.g. 14.5 against 17.3 us at nvfp4 m128-n3072-k3072; the 2 others, N = 4096,
- *  were split into two blocks per SM, which wgmma_split_wave no longer allows at this width). */
+ *  were split into 256 blocks, which wgmma_split_wave no longer allows at this width: 20.3 against
+ *  21.3 us at nvfp4 m128-n4096-k4096 in one call, 47.7 against 55.4 at int4 m128-n4096-k14336). */
 inline int wgmma_bn_for(int64_t M) { return M <= 64 ? 64 : (M <= 256 ? 128 : 256); }
 
 /** Blocks of tile width bn an SM holds at once: 1 at 128 x 256 tiles, 2 below (shared memory). */
 inline int wgmma_blocks_per_sm(int bn) { return bn == 256 ? 1 : 2; }
 
-/** Blocks a split-K plan may fill: two per SM at 64-row tiles, one at wider ones. A 64 x 128 tile's
- *  warpgroup issues twice the MMA work per decoded chunk of a 64 x 64 one, and a second split block on
- *  its SM only added a reduction (H100, 2026-12-06, M = 128: n8192-k3072 21.3 us at split 1 with 128
- *  blocks against 23.2 at split 2 with 256; n4096-k4096 26.0 at split 4 with 256 blocks, no better
- *  than split 1's 64 blocks at 25.6), while 64 x 64 tiles gain from it (20.5 us there at split 2,
- *  256 blocks). */
-inline int64_t wgmma_split_wave(int bn, int sms) { return int64_t(sms) * (bn == 64 ? 2 : 1); }
+/** Blocks a split-K plan may fill: two per SM at 64 x 64 tiles, one at 128 x 256, and 3/2 per SM at
+ *  64 x 128, where 256 split blocks on 132 SMs (two on nearly every SM) measured slower than half as
+ *  many, while 192 (two on 60 SMs) measured faster than 96 (H100, 2026-12-06, M = 128, nvfp4:
+ *  n4096-k4096 26.4 us at split 4 = 256 blocks, 20.3 at split 2 = 128; n8192-k3072 23.7 at split 2 =
+ *  256, 21.6 at split 1; n3072-k3072 14.5 at split 4 = 192, 17.3 at split 2 = 96;
+ *  reports/h100/session12-24becb6/). Why 256 loses is not measured yet (cluster placement is a
+ *  candidate: cudaOccupancyMaxActiveClusters). */
+inline int64_t wgmma_split_wave(int bn, int sms) {
+  return bn == 64 ? 2 * int64_t(sms) : (bn == 128 ? 3 * int64_t(sms) / 2 : int64_t(sms));
+}
 
 /** Tiles of plan p on an (M, N) problem: W's rows padded to kRowAlign, as the launch counts them. */
 inline int64_t wgmma_tiles(const WgmmaPlan& p, int64_t M, int64_t N) {
@@ -314,7 +318,7 @@ inline int64_t wgmma_tiles(const WgmmaPlan& p, int64_t M, int64_t N) {
 
 /**
  * The plan for tile width bn on an (M, N) problem of nch chunks over `sms` SMs: split K while the
- * split blocks still fit wgmma_split_wave (two per SM at 64-row tiles: one consumer warpgroup's chain of
+ * split blocks still fit wgmma_split_wave (two per SM at 64 x 64 tiles: one consumer warpgroup's chain of
  * dependent steps cannot keep an SM's tensor cores busy: v1 took 42 us at m128-n4096-k4096 with 128
  * blocks of one warpgroup), keeping >= 4 chunks per block; the weights by bulk copy with the
  * activation tile (276.6 us at m4096-n8192-k3072 against 308.4 with per-lane loads, 26.6 against

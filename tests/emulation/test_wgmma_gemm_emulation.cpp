@@ -155,8 +155,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Fp4WgmmaEmulation,
                            return s;
                          });
 
-/** The plan splits K only while the split blocks still fit one wave (two blocks per SM at 64-row
- *  tiles, one at wider ones), on every tile width, over the task shapes and their neighbours (132 SMs, the H100's and H200's),
+/** The plan splits K only while the split blocks still fit wgmma_split_wave (two blocks per SM at
+ *  64 x 64 tiles, 3/2 at 64 x 128, one at 128 x 256), on every tile width, over the task shapes and their neighbours (132 SMs, the H100's and H200's),
  *  and splits where a wave has room: by hand, m4096-n1024-k3072 at 128 x 256 tiles is 8 x 16 = 128
  *  tiles, one wave of one block per SM, so no split (it split into two waves before); m128-n4096-
  *  k4096 at 64 x 64 is 64 x 2 = 128 tiles of 64 chunks, 264 blocks a wave: split 2 (4 would need 512). */
@@ -167,12 +167,14 @@ TEST(WgmmaPlan, SplitsOnlyWithinOneWave) {
   EXPECT_EQ(sol::plan_wgmma(64, 128, 4096, nch(4096), kSms).split, 2);
   EXPECT_EQ(sol::plan_wgmma(256, 4096, 8192, nch(3072), kSms).split, 1);
   EXPECT_EQ(sol::plan_wgmma(256, 512, 1024, nch(3072), kSms).split, 2);  // 8 x 2 = 16 tiles: 32 blocks
-  // 64 x 128 tiles at M = 128, one block per SM: n8192 is 128 tiles, no split (256 blocks would need
-  // two per SM); n4096 64 tiles, split 2 (128 blocks); n1024 16 tiles, split 8 (128 blocks).
+  // 64 x 128 tiles at M = 128, at most 198 split blocks: n8192 is 128 tiles, no split (256 blocks);
+  // n4096 64 tiles, split 2 (128; 4 would be 256); n3072 48 tiles, split 4 (192); n1024 16 tiles,
+  // split 8 (128).
   EXPECT_EQ(sol::wgmma_bn_for(128), 128);
   EXPECT_EQ(sol::wgmma_bn_for(64), 64);
   EXPECT_EQ(sol::plan_wgmma(128, 128, 8192, nch(3072), kSms).split, 1);
   EXPECT_EQ(sol::plan_wgmma(128, 128, 4096, nch(4096), kSms).split, 2);
+  EXPECT_EQ(sol::plan_wgmma(128, 128, 3072, nch(3072), kSms).split, 4);
   EXPECT_EQ(sol::plan_wgmma(128, 128, 1024, nch(3072), kSms).split, 8);
   for (int bn : {64, 128, 256})
     for (int64_t M : {17, 127, 128, 200, 256, 1000, 4096, 4097})
@@ -183,7 +185,7 @@ TEST(WgmmaPlan, SplitsOnlyWithinOneWave) {
           const int64_t tiles = ((N + 127) / 128 * 128 / p.rows()) * ((M + bn - 1) / bn);
           EXPECT_EQ(sol::wgmma_tiles(p, M, N), tiles);
           if (p.split > 1) {
-            EXPECT_LE(tiles * p.split, int64_t(kSms) * (bn == 64 ? 2 : 1)) << bn << " " << M << " " << N << " " << K;
+            EXPECT_LE(tiles * p.split, bn == 64 ? 2 * kSms : (bn == 128 ? 3 * kSms / 2 : kSms)) << bn << " " << M << " " << N << " " << K;
             EXPECT_GE(nch(K) / p.split, 4) << bn << " " << M << " " << N << " " << K;
           }
           EXPECT_EQ(p.grid_cap, kSms * sol::wgmma_blocks_per_sm(bn));

@@ -9,7 +9,6 @@
 set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
 t0=$(date +%s)
-set --
 source reports/h200/next/build.sh nibble nibble_gemm_reference nibble_int4_gemm_reference nibble_gemm_fp4_sm90 nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90
 nv=gemm-w4a16-nvfp4 i4=gemm-w4a16-int4
 runs="$nv:m128-n3072-k3072:fp4_sm90 $nv:m128-n3072-k3072:fp4_sm90:NIBBLE_FP4SM90_SPLIT=4 $nv:m128-n3072-k3072:cublas_bf16"

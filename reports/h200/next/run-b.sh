@@ -12,7 +12,7 @@ set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
 t0=$(date +%s)
 left() { echo $(( 580 - ($(date +%s) - t0) )); }
-source reports/h200/next/build.sh
+source reports/h200/next/build.sh all
 N=build-hopper/bin/nibble
 echo "== 1. grade-default.sh ($(( $(date +%s) - t0 )) s)"
 NIBBLE_PRESET=hopper NIBBLE_REPORTS="$OUT/latest" timeout $(( $(left) - 300 )) bash scripts/grade-default.sh > "$OUT/grade-default.log" 2>&1

@@ -33,8 +33,9 @@
 //            while the next chunk decodes (wait_group 1).
 //            128 x 256 tiles (NCONS = 2, setmaxnreg 40 / 232) on persistent blocks, one per SM, for
 //            M > 256 (276.6 us at m4096-n8192-k3072, cuBLAS bf16 280.1); 64 x 64 tiles for
-//            16 < M <= 128 and 64 x 128 up to 256, K split over a cluster of blocks summed through
-//            distributed shared memory when the tiles alone do not fill the SMs.
+//            16 < M <= 64 and 64 x 128 up to 256 (M = 128 in one row of tiles: sol::wgmma_bn_for),
+//            K split over a cluster of blocks summed through distributed shared memory when the
+//            tiles alone do not fill the SMs (sol::wgmma_split_wave).
 //   the tail: where M % 256 is 1..16 and those rows would cost the 128 x 256 tiles a whole extra
 //            round (tail_rows: M = 4097), they run after the wgmma launch on the M <= 16 kernel,
 //            with the weights repacked a second time for it (NIBBLE_FP4SM90_TAIL=0: off).
