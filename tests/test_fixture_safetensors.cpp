@@ -168,6 +168,32 @@ TEST(Safetensors, RejectsBadJsonHeader) {
   expect_rejected(p, "__metadata__");
   test::write_bytes(p, le64(uint64_t(1) << 40) + "{}");
   expect_rejected(p, "implausible");
+  // A tensor named twice: which entry counts is the reader's choice (nlohmann and Python: the last).
+  test::write_bytes(p, raw_file("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                                "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", "xy"));
+  expect_rejected(p, "key 'a' twice");
+}
+
+/** The bounded parser refuses a key twice in one object, at any depth, and only there: the same key
+ *  in two objects (siblings, or objects in an array) is not a duplicate. */
+TEST(BoundedJson, RefusesAKeyTwiceInOneObject) {
+  const auto refused = [](const std::string& text) {
+    try {
+      (void)parse_ordered_json_bounded(text, "doc");
+      (void)parse_json_bounded(text, "doc");
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused("{\"a\":1,\"a\":2}").find("doc has the key 'a' twice"), std::string::npos);
+  EXPECT_NE(refused("{\"x\":{\"d\":1,\"e\":[{\"k\":1,\"k\":1}]}}").find("key 'k' twice"), std::string::npos);
+  EXPECT_NE(refused("{\"x\":{\"a\":1},\"x\":{\"a\":1}}").find("key 'x' twice"), std::string::npos);
+  EXPECT_EQ(refused("{\"x\":{\"a\":1},\"y\":{\"a\":1},\"a\":[{\"a\":1},{\"a\":2}]}"), "");
+  EXPECT_EQ(refused("[{\"a\":1},{\"a\":1}]"), "");
+  const nlohmann::json j = parse_json_bounded(std::string("{\"b\":{\"a\":1},\"a\":2}"), "doc");
+  EXPECT_EQ(j["a"].get<int>(), 2);
+  EXPECT_EQ(j["b"]["a"].get<int>(), 1);
 }
 
 TEST(Safetensors, RejectsBadOffsets) {
