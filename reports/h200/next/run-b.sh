@@ -25,7 +25,7 @@ for s in triton_gemv_graph tinygemm_graph dense_bf16_graph; do
 done
 [ "$(left)" -gt 200 ] && timeout 120 $N grade --config full --solution solutions/decode/python/triton_gemv_graph.py --out "$OUT/python/decode-full-triton_gemv_graph.json" -q > "$OUT/python/decode-full-triton.log" 2>&1 && echo "decode full triton: $(grep -m1 -E 'disposition|time/token' "$OUT/python/decode-full-triton.log")"
 for task in gemm-w4a16-nvfp4 gemm-bf16-mxfp4; do
-  timeout 60 $N grade --task $task --config m16-n3072-k3072 --seeds 0 --solution solutions/gemm_fp4/python/dequant_matmul.py --out "$OUT/python/$task-m16-dequant_matmul.json" -q > "$OUT/python/$task.log" 2>&1
+  timeout 60 $N grade --task $task --config m16-n3072-k3072 --seeds 0 --clock wall --solution solutions/gemm_fp4/python/dequant_matmul.py --out "$OUT/python/$task-m16-dequant_matmul.json" -q > "$OUT/python/$task.log" 2>&1
   echo "$task m16 dequant_matmul: exit $? $(grep -m1 disposition "$OUT/python/$task.log")"
 done
 echo "== 3. batch ($(( $(date +%s) - t0 )) s)"
@@ -50,4 +50,8 @@ python3 -c "import json,sys; p=json.load(open(sys.argv[1])).get('profile',{}); p
 # The device returns a limited number of files: the batch's folder (3 per job) goes back as one archive.
 cp "$OUT/batch/h200.leaderboard.html" "$OUT/batch/h200.leaderboard.md" "$OUT/" 2>/dev/null
 tar czf "$OUT/batch.tgz" -C "$OUT" batch && rm -rf "$OUT/batch"
+# ... and so does the rest but the logs above (the twelfth session's call lost the Python reports,
+# the lineup page and the profile to that limit).
+rest=$(cd "$OUT" && ls -d latest python profile leaderboard.json leaderboard.txt profile.log 2>/dev/null)
+[ -n "$rest" ] && tar czf "$OUT/run-b.tgz" -C "$OUT" $rest && (cd "$OUT" && rm -rf $rest)
 echo "run-b.sh done in $(( $(date +%s) - t0 )) s"
