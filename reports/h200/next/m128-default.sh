@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# m128-default.sh: the M = 128 default after m128-tiles.sh (64 x 128 tiles up to M = 128, split-K
-# blocks one per SM at that width: sol::wgmma_bn_for, sol::wgmma_split_wave) graded on every M = 128
-# config of nvfp4, mxfp4 and int4, the two untested splits first beside what they replace (nvfp4
-# n3072-k3072: split 2 now, 128-row tiles at split 4 before; n4096: split 2 now, 64-row tiles before)
-# and cuBLAS bf16 there, for the same machine's ratio. One short device call (~4 min), into $OUT.
+# m128-default.sh: the M = 128 default (64 x 128 tiles up to M = 128, split blocks up to 3/2 per SM
+# at that width: sol::wgmma_bn_for, sol::wgmma_split_wave) graded on every M = 128 config of nvfp4,
+# mxfp4 and int4, after probe_wgmma_occupancy's table (blocks and clusters resident at once); first
+# the shapes whose split the rule decides beside the neighbouring split (nvfp4 n3072-k3072 at split
+# 2, n4096-k4096 at split 4 and at the 64 x 64 tiles of before; int4 n4096-k14336 at 64 x 64) and
+# cuBLAS bf16 there, for the same machine's ratio. One short device call (~4 min), into $OUT.
 # Configure with NIBBLE_CMAKE_ARGS as ../sandbox-ledger/final.sh does.
 #   bash reports/h200/next/m128-default.sh <commit>
 set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
 t0=$(date +%s)
-source reports/h200/next/build.sh nibble nibble_gemm_reference nibble_int4_gemm_reference nibble_gemm_fp4_sm90 nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90
+source reports/h200/next/build.sh nibble nibble_gemm_reference nibble_int4_gemm_reference nibble_gemm_fp4_sm90 nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90 probe_wgmma_occupancy
+# Blocks and clusters resident at once per tile and split (does 256 split blocks at 64 x 128 fit?).
+build-hopper/bin/probe_wgmma_occupancy | tee "$OUT/occupancy.txt"
 nv=gemm-w4a16-nvfp4 i4=gemm-w4a16-int4
-runs="$nv:m128-n3072-k3072:fp4_sm90 $nv:m128-n3072-k3072:fp4_sm90:NIBBLE_FP4SM90_SPLIT=4 $nv:m128-n3072-k3072:cublas_bf16"
-runs="$runs $nv:m128-n4096-k4096:fp4_sm90 $nv:m128-n4096-k4096:fp4_sm90:NIBBLE_FP4SM90_KIND=wg64 $nv:m128-n4096-k4096:cublas_bf16"
+runs="$nv:m128-n3072-k3072:fp4_sm90 $nv:m128-n3072-k3072:fp4_sm90:NIBBLE_FP4SM90_SPLIT=2 $nv:m128-n3072-k3072:cublas_bf16"
+runs="$runs $nv:m128-n4096-k4096:fp4_sm90 $nv:m128-n4096-k4096:fp4_sm90:NIBBLE_FP4SM90_SPLIT=4 $nv:m128-n4096-k4096:fp4_sm90:NIBBLE_FP4SM90_KIND=wg64 $nv:m128-n4096-k4096:cublas_bf16"
 runs="$runs $i4:m128-n4096-k14336:int4_gemm_sm90 $i4:m128-n4096-k14336:int4_gemm_sm90:NIBBLE_INT4SM90_BN=64"
 for cfg in $(build-hopper/bin/nibble configs | awk '$2 ~ /^m128-/ && $1 != "megakernel-int4-weight-decode" {print $1 ":" $2}'); do
   case "$cfg" in $nv:m128-n3072-k3072 | $nv:m128-n4096-k4096 | $i4:m128-n4096-k14336) continue ;; esac
