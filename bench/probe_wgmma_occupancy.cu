@@ -48,10 +48,13 @@ bool probe(int sms) {
     cfg.numAttrs = 1;
     if (!ok(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg), "clusters")) return false;
   }
+  nibble::sol::WgmmaPlan plan;
+  plan.bn = BN;
+  plan.rows128 = BN == 128 && NCONS == 2;
   std::printf("%3d x %-3d split %d  smem %6d B  threads %3d  blocks/SM %d  clusters %4d  blocks at once %4d  (wave assumed by "
               "plan_wgmma's split rule: %lld)\n",
               64 * NCONS, BN, SPLIT, Cfg::kSmem, Cfg::kThreads, per_sm, clusters, clusters * SPLIT,
-              static_cast<long long>(nibble::sol::wgmma_split_wave(BN, sms)));
+              static_cast<long long>(nibble::sol::wgmma_split_wave(plan, sms)));
   return true;
 }
 
@@ -66,6 +69,6 @@ int main() {
               prop.sharedMemPerMultiprocessor, prop.sharedMemPerBlockOptin);
   const bool all = probe<64, 1, 1>(sms) && probe<64, 1, 2>(sms) && probe<64, 1, 4>(sms) && probe<64, 1, 8>(sms) &&
                    probe<128, 1, 1>(sms) && probe<128, 1, 2>(sms) && probe<128, 1, 4>(sms) && probe<128, 1, 8>(sms) &&
-                   probe<256, 2, 1>(sms) && probe<256, 2, 2>(sms);
+                   probe<128, 2, 1>(sms) && probe<128, 2, 2>(sms) && probe<256, 2, 1>(sms) && probe<256, 2, 2>(sms);
   return all ? 0 : 1;
 }

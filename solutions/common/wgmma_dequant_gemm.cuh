@@ -8,9 +8,9 @@
 // consumer warpgroups, each 64 W rows x BN activation rows: per chunk, decode 16 registers per
 // thread from the stage, then 4 x wgmma m64nBNk16 with A from registers and B from the stage; the
 // chunk's group runs while the next chunk decodes (wait_group 1). 128 x 256 tiles (NCONS = 2,
-// setmaxnreg 40 / 232) on persistent blocks for M > 256; 64 x 64 tiles up to M = 128 and 64 x 128 up
-// to 256, K split over a cluster of blocks summed through distributed shared memory when the tiles
-// alone do not fill the SMs. Measurements of every choice: solutions/gemm_fp4/sm90/NOTES.md.
+// setmaxnreg 40 / 232) on persistent blocks for M > 256; 64 x 64 tiles up to M = 64 and 64 x 128 up
+// to 256 (128 x 128, NCONS = 2, on request: WgmmaPlan::rows128), K split over a cluster of blocks
+// summed through distributed shared memory when the tiles alone do not fill the SMs. Measurements of every choice: solutions/gemm_fp4/sm90/NOTES.md.
 //
 // The weight format is the template parameter F, a struct of static members:
 //   kRecordBytes        bytes of the scale record of one unit (a multiple of 8: lane group g reads
@@ -281,10 +281,11 @@ void launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, int smem, int s
 /** The tile, split-K and weight path of one problem (prepare's choice; see plan_wgmma). */
 struct WgmmaPlan {
   int bn = 64;        // activation rows per tile: 64, 128 or 256 (two consumer warpgroups)
-  int split = 1;      // blocks (a cluster) splitting K: 1, 2, 4, 8 (1, 2 at bn 256)
+  int split = 1;      // blocks (a cluster) splitting K: 1, 2, 4, 8 (at most 4 at 128 x 128, 2 at 128 x 256)
   bool wtma = true;   // codes and records by bulk copy with the activation tile (else 16-byte loads per lane)
   int grid_cap = 0;   // split 1: at most this many (persistent) blocks; 0: one per tile
-  int ncons() const { return bn == 256 ? 2 : 1; }
+  bool rows128 = false;  // bn 128: 128 W rows per tile, two consumer warpgroups (bn 256 always has them)
+  int ncons() const { return bn == 256 || rows128 ? 2 : 1; }
   int rows() const { return 64 * ncons(); }  // W rows per tile
   int group() const { return 4 * ncons(); }  // slabs per tile: the repacked layout's G
 };
@@ -296,18 +297,21 @@ struct WgmmaPlan {
  *  21.3 us at nvfp4 m128-n4096-k4096 in one call, 47.7 against 55.4 at int4 m128-n4096-k14336). */
 inline int wgmma_bn_for(int64_t M) { return M <= 64 ? 64 : (M <= 256 ? 128 : 256); }
 
-/** Blocks of tile width bn an SM holds at once: 1 at 128 x 256 tiles, 2 below (shared memory). */
-inline int wgmma_blocks_per_sm(int bn) { return bn == 256 ? 1 : 2; }
+/** Blocks of plan p an SM holds at once: 1 with two consumer warpgroups (registers: 384 threads at up
+ *  to 232 registers for the consumers), 2 with one (shared memory). */
+inline int wgmma_blocks_per_sm(const WgmmaPlan& p) { return p.ncons() == 2 ? 1 : 2; }
 
-/** Blocks a split-K plan may fill: two per SM at 64 x 64 tiles, one at 128 x 256, and 3/2 per SM at
+/** Blocks a split-K plan may fill: two per SM at 64 x 64 tiles, one with two consumer warpgroups
+ *  (128 x 256, 128 x 128), and 3/2 per SM at
  *  64 x 128, where 256 split blocks on 132 SMs (two on nearly every SM) measured slower than half as
  *  many, while 192 (two on 60 SMs) measured faster than 96 (H100, 2026-12-06, M = 128, nvfp4:
  *  n4096-k4096 26.4 us at split 4 = 256 blocks, 20.3 at split 2 = 128; n8192-k3072 23.7 at split 2 =
  *  256, 21.6 at split 1; n3072-k3072 14.5 at split 4 = 192, 17.3 at split 2 = 96;
  *  reports/h100/session12-24becb6/). Why 256 loses is not measured yet (cluster placement is a
  *  candidate: cudaOccupancyMaxActiveClusters). */
-inline int64_t wgmma_split_wave(int bn, int sms) {
-  return bn == 64 ? 2 * int64_t(sms) : (bn == 128 ? 3 * int64_t(sms) / 2 : int64_t(sms));
+inline int64_t wgmma_split_wave(const WgmmaPlan& p, int sms) {
+  if (p.ncons() == 2) return sms;  // one block per SM (wgmma_blocks_per_sm)
+  return p.bn == 64 ? 2 * int64_t(sms) : 3 * int64_t(sms) / 2;
 }
 
 /** Tiles of plan p on an (M, N) problem: W's rows padded to kRowAlign, as the launch counts them. */
@@ -326,13 +330,14 @@ inline int64_t wgmma_tiles(const WgmmaPlan& p, int64_t M, int64_t N) {
  * 2026-12-05 the split counted two blocks per SM at 128 x 256 too, so m4096-n1024-k3072's 128 tiles
  * split into 256 blocks, two waves of one block per SM (int4_gemm_sm90's 0.63x cuBLAS shape).
  */
-inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms) {
+inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms, bool rows128 = false) {
   WgmmaPlan p;
   p.bn = bn;
+  p.rows128 = rows128 && bn == 128;
   const int64_t blocks = wgmma_tiles(p, M, N);
-  const int64_t wave = int64_t(sms) * wgmma_blocks_per_sm(bn);
-  const int max_split = bn == 256 ? 2 : 8;
-  while (p.split < max_split && blocks * 2 * p.split <= wgmma_split_wave(bn, sms) && nch / (2 * p.split) >= 4)
+  const int64_t wave = int64_t(sms) * wgmma_blocks_per_sm(p);
+  const int max_split = p.ncons() == 1 ? 8 : (bn == 128 ? 4 : 2);
+  while (p.split < max_split && blocks * 2 * p.split <= wgmma_split_wave(p, sms) && nch / (2 * p.split) >= 4)
     p.split *= 2;
   p.wtma = true;
   p.grid_cap = int(wave);
@@ -348,8 +353,8 @@ inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms) 
 inline void override_wgmma_plan(WgmmaPlan& p, const std::string& prefix) {
   if (const char* e = std::getenv((prefix + "SPLIT").c_str())) {
     const int v = std::atoi(e);
-    if (v != 1 && v != 2 && !(p.bn <= 128 && (v == 4 || v == 8)))
-      throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, prefix + "SPLIT: 1, 2 (4, 8 below BN 256)");
+    if (v != 1 && v != 2 && !(p.bn <= 128 && v == 4) && !(p.ncons() == 1 && v == 8))
+      throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, prefix + "SPLIT: 1, 2, 4 (not at BN 256), 8 (one consumer warpgroup)");
     p.split = v;
   }
   if (const char* e = std::getenv((prefix + "WTMA").c_str())) p.wtma = std::atoi(e) != 0;
@@ -461,7 +466,7 @@ void launch_wgmma_bn(const WgmmaPlan& p, const WgmmaWeights& w, ATensorMap& amap
       }
       [[fallthrough]];
     case 8:
-      if constexpr (BN <= 128) {
+      if constexpr (NCONS == 1) {
         launch_wgmma_w<BN, NCONS, 8, F, kPerLaneLoads>(p, w, map, C, stream);
         break;
       }
@@ -481,7 +486,12 @@ void launch_wgmma(const WgmmaPlan& p, const WgmmaWeights& w, ATensorMap& amap, c
                   cudaStream_t stream) {
   switch (p.bn) {
     case 64: launch_wgmma_bn<64, 1, F, kPerLaneLoads>(p, w, amap, A, C, stream); break;
-    case 128: launch_wgmma_bn<128, 1, F, kPerLaneLoads>(p, w, amap, A, C, stream); break;
+    case 128:
+      if (p.rows128)
+        launch_wgmma_bn<128, 2, F, kPerLaneLoads>(p, w, amap, A, C, stream);
+      else
+        launch_wgmma_bn<128, 1, F, kPerLaneLoads>(p, w, amap, A, C, stream);
+      break;
     case 256: launch_wgmma_bn<256, 2, F, kPerLaneLoads>(p, w, amap, A, C, stream); break;
     default: throw AbiFailure(NIBBLE_ERR_INTERNAL, "bad tile width " + std::to_string(p.bn));
   }

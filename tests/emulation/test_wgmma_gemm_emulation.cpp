@@ -33,6 +33,8 @@ namespace {
 
 struct Plan {
   int bn, grid_cap, split;
+  bool rows128 = false;  // 128 x 128 tiles of two consumer warpgroups (bn 128)
+  int group() const { return bn == 256 || rows128 ? 8 : 4; }
 };
 
 /** Copy `v` into registered emulated device memory. */
@@ -59,7 +61,7 @@ double run_gemm(const Plan& pl, int64_t M, int64_t N, int64_t K, int64_t n_pad, 
   w.colmul = colmul.empty() ? nullptr : device_copy(colmul, &owned);
   const uint16_t* A = device_copy(a, &owned);
   sol::WgmmaPlan p;
-  p.bn = pl.bn, p.split = pl.split, p.wtma = true, p.grid_cap = pl.grid_cap;
+  p.bn = pl.bn, p.split = pl.split, p.wtma = true, p.grid_cap = pl.grid_cap, p.rows128 = pl.rows128;
   sol::ATensorMap amap;
   test::GuardedOutput out(size_t(M * N));
   sol::launch_wgmma<F, kPerLane>(p, w, amap, A, out.data(), nullptr);
@@ -69,11 +71,15 @@ double run_gemm(const Plan& pl, int64_t M, int64_t N, int64_t K, int64_t n_pad, 
   return c.rel_err;
 }
 
-/** One block per tile, 2 persistent blocks, and split-K clusters of 2 (and 4 below 128 x 256). */
+/** One block per tile, 2 persistent blocks, and split-K clusters of 2 (and 4 below 128 x 256); at
+ *  64 x 128 also the 128 x 128 tiles of two warpgroups, the same four ways. */
 std::vector<Plan> plans_for(int64_t M) {
   const int bn = sol::wgmma_bn_for(M);
   std::vector<Plan> p{Plan{bn, 0, 1}, Plan{bn, 2, 1}, Plan{bn, 0, 2}};
   if (bn <= 128) p.push_back(Plan{bn, 0, 4});
+  if (bn == 128)
+    for (const Plan& q : {Plan{128, 0, 1, true}, Plan{128, 2, 1, true}, Plan{128, 0, 2, true}, Plan{128, 0, 4, true}})
+      p.push_back(q);
   return p;
 }
 
@@ -99,13 +105,12 @@ TEST_P(Int4WgmmaEmulation, MatchesTheFormatsDefinition) {
       ref[size_t(m * N + n)] = acc;
     }
   for (const Plan& pl : plans_for(M)) {
-    const int group = pl.bn == 256 ? 8 : 4;
-    const int4_sm90::Repacked r = int4_sm90::repack(d.W.packed.data(), d.W.scale.data(), d.W.zero.data(), N, K, group);
+    const int4_sm90::Repacked r = int4_sm90::repack(d.W.packed.data(), d.W.scale.data(), d.W.zero.data(), N, K, pl.group());
     int unwritten = 0;
     const double e = run_gemm<int4_sm90::Int4WgFormat, false>(pl, M, N, K, r.n_pad, d.A, r.words, r.records, {}, ref,
                                                              &unwritten);
-    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << " grid " << pl.grid_cap << " split " << pl.split;
-    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << " grid " << pl.grid_cap << " split " << pl.split;
+    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << (pl.rows128 ? " x2" : "") << " grid " << pl.grid_cap << " split " << pl.split;
+    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << (pl.rows128 ? " x2" : "") << " grid " << pl.grid_cap << " split " << pl.split;
   }
 }
 
@@ -132,7 +137,7 @@ TEST_P(Fp4WgmmaEmulation, MatchesTheOracle) {
   for (const Plan& pl : plans_for(cfg.M)) {
     gemm_fp4_sm90::Repacked r;
     ASSERT_EQ(gemm_fp4_sm90::repack(nv, cfg.N, cfg.K, d.packed.data(), d.scale.data(), d.global_scale, sol::KOrder::kStd,
-                                    pl.bn == 256 ? 8 : 4, &r),
+                                    pl.group(), &r),
               "");
     std::vector<uint8_t> records(r.s.begin(), r.s.end());
     int unwritten = 0;
@@ -140,8 +145,8 @@ TEST_P(Fp4WgmmaEmulation, MatchesTheOracle) {
                                                                         records, r.colmul, ref, &unwritten)
                         : run_gemm<gemm_fp4_sm90::Fp4Format<false>, true>(pl, cfg.M, cfg.N, cfg.K, r.n_pad, d.A, r.w,
                                                                          records, r.colmul, ref, &unwritten);
-    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << " grid " << pl.grid_cap << " split " << pl.split;
-    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << " grid " << pl.grid_cap << " split " << pl.split;
+    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << (pl.rows128 ? " x2" : "") << " grid " << pl.grid_cap << " split " << pl.split;
+    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << (pl.rows128 ? " x2" : "") << " grid " << pl.grid_cap << " split " << pl.split;
   }
 }
 
@@ -177,18 +182,22 @@ TEST(WgmmaPlan, SplitsOnlyWithinOneWave) {
   EXPECT_EQ(sol::plan_wgmma(128, 128, 3072, nch(3072), kSms).split, 4);
   EXPECT_EQ(sol::plan_wgmma(128, 128, 1024, nch(3072), kSms).split, 8);
   for (int bn : {64, 128, 256})
+    for (const bool rows128 : {false, true})
     for (int64_t M : {17, 127, 128, 200, 256, 1000, 4096, 4097})
       for (int64_t N : {64, 1000, 1024, 3000, 3072, 8192, 14336})
         for (int64_t K : {256, 3072, 4096, 14336}) {
-          const sol::WgmmaPlan p = sol::plan_wgmma(bn, M, N, nch(K), kSms);
+          const sol::WgmmaPlan p = sol::plan_wgmma(bn, M, N, nch(K), kSms, rows128);
+          const bool two = bn == 256 || (rows128 && bn == 128);  // two consumer warpgroups, 128 W rows
+          EXPECT_EQ(p.ncons(), two ? 2 : 1) << bn << " " << rows128;
           // the launch's count: W's rows padded to 128 (kRowAlign), by hand
-          const int64_t tiles = ((N + 127) / 128 * 128 / p.rows()) * ((M + bn - 1) / bn);
+          const int64_t tiles = ((N + 127) / 128 * 128 / (two ? 128 : 64)) * ((M + bn - 1) / bn);
           EXPECT_EQ(sol::wgmma_tiles(p, M, N), tiles);
           if (p.split > 1) {
-            EXPECT_LE(tiles * p.split, bn == 64 ? 2 * kSms : (bn == 128 ? 3 * kSms / 2 : kSms)) << bn << " " << M << " " << N << " " << K;
+            EXPECT_LE(tiles * p.split, two ? kSms : (bn == 64 ? 2 * kSms : 3 * kSms / 2)) << bn << " " << M << " " << N << " " << K;
+            EXPECT_LE(p.split, two ? (bn == 128 ? 4 : 2) : 8);
             EXPECT_GE(nch(K) / p.split, 4) << bn << " " << M << " " << N << " " << K;
           }
-          EXPECT_EQ(p.grid_cap, kSms * sol::wgmma_blocks_per_sm(bn));
+          EXPECT_EQ(p.grid_cap, kSms * (two ? 1 : 2));
         }
 }
 

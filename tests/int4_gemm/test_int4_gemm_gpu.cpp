@@ -83,20 +83,22 @@ INSTANTIATE_TEST_SUITE_P(Configs, Int4GemmGpu, ::testing::Values("tiny-sym", "m1
 // graded child, which inherits the environment), each graded against the reference on a residue
 // shape (N = 3000: the last 128-row tile partial; K = 3200: 50 chunks, 25 groups, not a multiple of
 // 256) or a small one: M = 1 and 16 (the mma.sync kernel, one and two n8 tiles), M = 17 (64 x 64
-// tiles, the smallest M of the wgmma path), 128 (64 x 64, K split by the plan), 200 (64 x 128, a
+// tiles, the smallest M of the wgmma path), 128 (64 x 128, K split by the plan), 200 (64 x 128, a
 // partial tile), 300 (128 x 256, a partial tile in M, split 2), then 64 x 64 split 8, 64 x 128 on 5
-// persistent blocks (several tiles each: the ring's phases carry across tiles), 128 x 256 on 2
+// persistent blocks (several tiles each: the ring's phases carry across tiles), 128 x 128 of two
+// consumer warpgroups (NIBBLE_INT4SM90_ROWS=128) split 2 and on 3 persistent blocks, 128 x 256 on 2
 // persistent blocks (24 tiles each), and K = 256 (4 chunks: too few to split).
 struct Sm90Case {
   const char* config;
   const char* bn;     // "": prepare's choice
   const char* split;  // "": prepare's choice
   const char* grid;   // "": prepare's choice
+  const char* rows = "";  // NIBBLE_INT4SM90_ROWS ("": prepare's choice, 64 W rows below BN 256)
 };
 
 void PrintTo(const Sm90Case& c, std::ostream* os) {
   *os << c.config << " bn " << (*c.bn ? c.bn : "auto") << " split " << (*c.split ? c.split : "auto") << " grid "
-      << (*c.grid ? c.grid : "auto");
+      << (*c.grid ? c.grid : "auto") << (*c.rows ? std::string(" rows ") + c.rows : std::string());
 }
 
 class Int4GemmSm90 : public ::testing::TestWithParam<Sm90Case> {};
@@ -116,11 +118,12 @@ TEST_P(Int4GemmSm90, PassesOnEveryPath) {
   set_or_unset("BN", c.bn);
   set_or_unset("SPLIT", c.split);
   set_or_unset("GRID", c.grid);
+  set_or_unset("ROWS", c.rows);
   const std::vector<std::string> args = {bindir() + "/bin/nibble", "grade", "--task", "gemm-w4a16-int4", "--config",
                                          c.config, "--seeds", "0", "--no-timing", "--out", t.path() + "/r.json", "-q",
                                          "--solution", sol.path};
   const ChildExit e = run_child(args, t.path() + "/log", 600);
-  for (const char* v : {"BN", "SPLIT", "GRID"}) set_or_unset(v, "");
+  for (const char* v : {"BN", "SPLIT", "GRID", "ROWS"}) set_or_unset(v, "");
   const std::string log = file_tail(t.path() + "/log", 1 << 14);
   std::cout << log;
   ASSERT_EQ(e.kind, ChildExit::Exited) << e.describe();
@@ -138,11 +141,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Sm90Case{"m17-n3000-k3200", "", "", ""}, Sm90Case{"m128-n3000-k3200", "", "", ""},
                       Sm90Case{"m200-n3000-k3200", "", "", ""}, Sm90Case{"m300-n3000-k3200", "", "", ""},
                       Sm90Case{"m128-n3000-k3200", "64", "8", ""}, Sm90Case{"m128-n3000-k3200", "128", "1", "5"},
+                      Sm90Case{"m128-n3000-k3200", "128", "2", "", "128"}, Sm90Case{"m200-n3000-k3200", "128", "1", "3", "128"},
                       Sm90Case{"m300-n3000-k3200", "256", "1", "2"},
                       Sm90Case{"m40-n256-k256", "", "", ""}),
     [](const ::testing::TestParamInfo<Sm90Case>& i) {
       std::string s = std::string(i.param.config) + "_bn" + (*i.param.bn ? i.param.bn : "auto") + "_split" +
-                      (*i.param.split ? i.param.split : "auto") + "_grid" + (*i.param.grid ? i.param.grid : "auto");
+                      (*i.param.split ? i.param.split : "auto") + "_grid" + (*i.param.grid ? i.param.grid : "auto") +
+                      (*i.param.rows ? std::string("_rows") + i.param.rows : std::string());
       for (char& ch : s)
         if (ch == '-') ch = '_';
       return s;

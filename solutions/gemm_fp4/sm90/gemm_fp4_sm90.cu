@@ -163,9 +163,10 @@ void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
 }
 
 /** Kernel, split-K and weight path for (M, N, K): see the file header. For measuring alternatives:
- *  NIBBLE_FP4SM90_KIND (mmatma, mma, wg64, wg128, wg256), NIBBLE_FP4SM90_SPLIT (1, 2, 4, 8; 4 and 8
- *  not with wg256), NIBBLE_FP4SM90_WTMA (0: wgmma's weights by 16-byte loads per lane, 1: by bulk
- *  copy) and NIBBLE_FP4SM90_GRID (wgmma without split: at most this many persistent blocks; 0: one
+ *  NIBBLE_FP4SM90_KIND (mmatma, mma, wg64, wg128, wg128x2: 128 x 128 tiles of two consumer
+ *  warpgroups, wg256), NIBBLE_FP4SM90_SPLIT (1, 2, 4, 8; 8 not with wg128x2, neither 4 nor 8 with
+ *  wg256), NIBBLE_FP4SM90_WTMA (0: wgmma's weights by 16-byte loads per lane, 1: by bulk copy) and
+ *  NIBBLE_FP4SM90_GRID (wgmma without split: at most this many persistent blocks; 0: one
  *  block per tile). The stream kernel is libnibble_gemm_fp4_stream.so (experiments/gemm_fp4_stream). */
 void choose_kernel(Handle& h, int sms) {
   const sol::GemmProblem& g = h.g;
@@ -174,6 +175,7 @@ void choose_kernel(Handle& h, int sms) {
   // bulk-copy one (7.5 against 9.6 us at m16-n3072-k3072); the tile width by M: sol::wgmma_bn_for.
   h.kind = !k8 || g.M <= 16 ? Kind::kMma : Kind::kWgmma;
   int bn = sol::wgmma_bn_for(g.M);
+  bool rows128 = false;
   if (const char* e = std::getenv("NIBBLE_FP4SM90_KIND")) {
     const std::string k = e;
     if (k == "stream")
@@ -183,7 +185,8 @@ void choose_kernel(Handle& h, int sms) {
     if (k == "mmatma") h.kind = Kind::kMmaTma;
     else if (k == "mma") h.kind = Kind::kMma;
     else if (k == "wg64" || k == "wg128" || k == "wg256") h.kind = Kind::kWgmma, bn = std::atoi(k.c_str() + 2);
-    else throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_KIND: mmatma, mma, wg64, wg128 or wg256");
+    else if (k == "wg128x2") h.kind = Kind::kWgmma, bn = 128, rows128 = true;
+    else throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_KIND: mmatma, mma, wg64, wg128, wg128x2 or wg256");
     if (h.kind != Kind::kMma && !k8) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "K % 8 != 0 needs kind mma");
     if (h.kind == Kind::kMmaTma && g.M > 16) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "mmatma needs M <= 16");
   }
@@ -212,7 +215,7 @@ void choose_kernel(Handle& h, int sms) {
     return;
   }
   // wgmma: the shared plan (sol::plan_wgmma has its measurements), then the overrides.
-  h.wg = sol::plan_wgmma(bn, g.M, g.N, nch, sms);
+  h.wg = sol::plan_wgmma(bn, g.M, g.N, nch, sms, rows128);
   h.group = h.wg.group();
   sol::override_wgmma_plan(h.wg, "NIBBLE_FP4SM90_");
 }
@@ -221,7 +224,7 @@ void choose_kernel(Handle& h, int sms) {
 int64_t wgmma_rounds(const Handle& h, int sms) {
   const int64_t tiles = sol::wgmma_tiles(h.wg, h.g.M, h.g.N) * h.wg.split;
   const int64_t grid = h.wg.split == 1 && h.wg.grid_cap > 0 ? h.wg.grid_cap : std::max<int64_t>(tiles, 1);
-  const int64_t per_round = std::min<int64_t>(grid, int64_t(sms) * sol::wgmma_blocks_per_sm(h.wg.bn));  // resident at once
+  const int64_t per_round = std::min<int64_t>(grid, int64_t(sms) * sol::wgmma_blocks_per_sm(h.wg));  // resident at once
   return (tiles + per_round - 1) / per_round;
 }
 

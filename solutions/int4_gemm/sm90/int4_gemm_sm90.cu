@@ -15,7 +15,8 @@
 //            LOP3, an HSUB2 (q - z exactly) and an HMUL2 by the row's bf16 scale, so
 //            W = bf16((q - z) x bf16(scale)) (its error bound is in int4_wg_layout.h).
 // For measuring alternatives (the GPU test forces each): NIBBLE_INT4SM90_BN (64, 128, 256: the tile
-// width), NIBBLE_INT4SM90_SPLIT and NIBBLE_INT4SM90_GRID (sol::override_wgmma_plan); the weights always
+// width), NIBBLE_INT4SM90_ROWS (128 at BN 128: 128 x 128 tiles of two consumer warpgroups),
+// NIBBLE_INT4SM90_SPLIT and NIBBLE_INT4SM90_GRID (sol::override_wgmma_plan); the weights always
 // travel by bulk copy (the per-lane path is not built here: it lost on the FP4 tasks, NOTES.md there).
 // Not supported: a device other than sm_90; A not 16-byte aligned at M > 16 (cudaMalloc'd A always is).
 #include <cuda_runtime.h>
@@ -56,8 +57,16 @@ void prepare_wgmma(Handle& h, int sms, cudaStream_t stream) {
     if (bn != 64 && bn != 128 && bn != 256)
       throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_INT4SM90_BN: 64, 128 or 256");
   }
+  bool rows128 = false;  // NIBBLE_INT4SM90_ROWS=128 at BN 128: 128 x 128 tiles, two consumer warpgroups
+  if (const char* e = std::getenv("NIBBLE_INT4SM90_ROWS")) {
+    rows128 = std::atoi(e) == 128;
+    if (!rows128 && std::atoi(e) != 64)
+      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_INT4SM90_ROWS: 64 or 128 (128 only at BN 128)");
+    if (rows128 && bn != 128)
+      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_INT4SM90_ROWS=128 needs BN 128");
+  }
   const int64_t nch = g.K / kChunkK;
-  h.plan = sol::plan_wgmma(bn, g.M, g.N, nch, sms);
+  h.plan = sol::plan_wgmma(bn, g.M, g.N, nch, sms, rows128);
   sol::override_wgmma_plan(h.plan, "NIBBLE_INT4SM90_");
   if (!h.plan.wtma)
     throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_INT4SM90_WTMA=0: the per-lane weight path is not built here");
