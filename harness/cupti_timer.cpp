@@ -44,6 +44,11 @@ std::vector<AuditedCopy> g_copies;
 int g_copies_matched = 0, g_copies_unrecorded = 0;
 std::string g_first_unrecorded_copy;
 std::vector<bool> g_copy_cbids;  // by driver cbid: a cuMemcpy* or cuMemset* call (set before the subscription)
+// By driver cbid: 1 a cuStreamBeginCapture* call, 2 a cuStreamEndCapture* call. A copy issued while a
+// capture is open may be a graph's node, which runs (and leaves its record) only when the graph is
+// launched: the copy audit leaves those copies out (the launch audit checks a launch's own stream).
+std::vector<uint8_t> g_capture_cbids;
+int g_open_captures = 0;  // captures begun and not ended, every stream of the process
 uint32_t g_generation = 0;                             // collects since the audit started
 struct RecordSeen {
   uint32_t generation;  // the collect it came in
@@ -209,8 +214,9 @@ const LaunchCall kLaunchCalls[] = {
 
 /** The callback of the launch calls (kept when the call returned success on a stream that was not
  *  capturing: a captured launch runs nothing, its graph launch does), of the copy and memset calls
- *  (kept when they returned success; recorded, not judged) and of the graph calls that say which
- *  executable graphs run kernels (instantiate, destroy, node enable). */
+ *  (kept when they returned success while no capture was open; recorded, not judged), of the
+ *  calls that begin and end a capture, and of the graph calls that say which executable graphs run
+ *  kernels (instantiate, destroy, node enable). */
 void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, const void* data) {
   const auto* d = static_cast<const CUpti_CallbackData*>(data);
   const bool succeeded =
@@ -255,6 +261,18 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     }
     return;
   }
+  if (cbid < g_capture_cbids.size() && g_capture_cbids[cbid]) {
+    if (d->callbackSite == CUPTI_API_EXIT) {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      if (g_capture_cbids[cbid] == 1 && succeeded) ++g_open_captures;
+      const CUresult r = *static_cast<const CUresult*>(d->functionReturnValue);
+      // An invalidated or unjoined capture ends with its error; a call from the wrong thread does not.
+      if (g_capture_cbids[cbid] == 2 && g_open_captures > 0 &&
+          (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED || r == CUDA_ERROR_STREAM_CAPTURE_UNJOINED))
+        --g_open_captures;
+    }
+    return;
+  }
   if (d->callbackSite == CUPTI_API_ENTER) {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_in_flight.insert(d->correlationId);
@@ -272,7 +290,8 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     }
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
-  if (keep && g_auditing && copy) g_copies.push_back({{d->correlationId, d->functionName, false}, g_generation});
+  if (keep && g_auditing && copy && g_open_captures == 0)
+    g_copies.push_back({{d->correlationId, d->functionName, false}, g_generation});
   if (keep && g_auditing && !copy) {
     // A graph needs a kernel record when it was seen instantiated with kernel nodes (or conditional
     // ones), and when it was not seen instantiated at all or the audit cannot follow graphs (fails
@@ -482,11 +501,13 @@ CuptiTimer::CuptiTimer() {
   // The copy and memset calls, by CUPTI's own names (every cuMemcpy* and cuMemset* the driver has),
   // known before any callback can read the table; recorded beside the launches, not judged.
   g_copy_cbids.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, false);
+  g_capture_cbids.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, 0);
   for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; ++cbid) {
     const char* name = nullptr;
     if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, cbid, &name) != CUPTI_SUCCESS || !name) continue;
     const std::string n = name;
     g_copy_cbids[cbid] = n.rfind("cuMemcpy", 0) == 0 || n.rfind("cuMemset", 0) == 0;
+    g_capture_cbids[cbid] = n.rfind("cuStreamBeginCapture", 0) == 0 ? 1 : (n.rfind("cuStreamEndCapture", 0) == 0 ? 2 : 0);
   }
   check(cuptiSubscribe(&g_subscriber, on_launch, nullptr),
         "cuptiSubscribe for the launch audit (the process's one callback subscriber: is a profiler such as Nsight "
@@ -496,7 +517,7 @@ CuptiTimer::CuptiTimer() {
     if (!c.legacy) check(r, "cuptiEnableCallback (a launch call)");
   }
   for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; ++cbid)
-    if (g_copy_cbids[cbid]) (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+    if (g_copy_cbids[cbid] || g_capture_cbids[cbid]) (void)cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
   // Not required: without them (or the walk's driver calls) every graph launch needs a kernel record.
   bool view = g_graph_get_nodes && g_node_get_type && g_child_graph;
   for (const CUpti_CallbackId cbid : kInstantiateCalls)  // the pre-12.0 cuGraphInstantiate may be refused
