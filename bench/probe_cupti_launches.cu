@@ -10,7 +10,8 @@
 //   1. which driver- and runtime-domain callbacks fire (a runtime launch: one driver callback too?),
 //      and whether the kernel records carry the callback's correlation id;
 //   2. launches inside a stream capture (callbacks, no records: a check must skip them), a graph
-//      launch (one callback, several records), cuBLAS, memset and memcpy;
+//      launch (one callback, several records), cuBLAS, memset and memcpy, copies captured into a
+//      graph and zero-byte copies (the copy audit's ground);
 //   3. the trick: CONCURRENT_KERNEL disabled around launches (callbacks without records?);
 //   4. the host cost of the subscription: empty launches timed without it, with the launch callbacks
 //      only, and with the whole driver domain.
@@ -300,6 +301,28 @@ int run(int launches) {
     CHECK_CUDA(cudaGraphDestroy(g));
   });
   probe("cudaGraphLaunch of the 3-kernel graph", [&] { CHECK_CUDA(cudaGraphLaunch(exec, s)); });
+  // The copy audit's ground (harness/cupti_timer.cpp leaves out copies issued while a capture is
+  // open): a memset and a copy captured (callbacks, no records?) and the graph launched (records with
+  // the launch's id?); then zero-byte copies and memsets outside any capture (a record or not: an
+  // honest solution may issue one, and a copy rule must not fail it).
+  cudaGraphExec_t copies;
+  probe("stream capture of a memset and a device-to-device copy (no execution)", [&] {
+    cudaGraph_t g;
+    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CHECK_CUDA(cudaMemsetAsync(counter, 0, 4096, s));
+    CHECK_CUDA(cudaMemcpyAsync(reinterpret_cast<char*>(counter) + 4096, counter, 4096, cudaMemcpyDeviceToDevice, s));
+    CHECK_CUDA(cudaStreamEndCapture(s, &g));
+    CHECK_CUDA(cudaGraphInstantiate(&copies, g, 0));
+    CHECK_CUDA(cudaGraphDestroy(g));
+  });
+  probe("cudaGraphLaunch of the captured memset and copy", [&] { CHECK_CUDA(cudaGraphLaunch(copies, s)); });
+  CHECK_CUDA(cudaGraphExecDestroy(copies));
+  probe("zero-byte cudaMemsetAsync and cudaMemcpyAsync (device to device, device to host)", [&] {
+    static char host[16];
+    CHECK_CUDA(cudaMemsetAsync(counter, 0, 0, s));
+    CHECK_CUDA(cudaMemcpyAsync(reinterpret_cast<char*>(counter) + 4096, counter, 0, cudaMemcpyDeviceToDevice, s));
+    CHECK_CUDA(cudaMemcpyAsync(host, counter, 0, cudaMemcpyDeviceToHost, s));
+  });
   // The launch audit's graph rule: a graph with kernel nodes must leave a kernel record. Which records
   // a graph of a memset, a copy, a kernel and a child graph's kernel leaves, with every kind on and
   // with the kernel records off (hostile row hide_in_graph): whether the memset runs as a kernel,
