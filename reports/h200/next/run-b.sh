@@ -29,8 +29,9 @@ for task in gemm-w4a16-nvfp4 gemm-bf16-mxfp4; do
   echo "$task m16 dequant_matmul: exit $? $(grep -m1 disposition "$OUT/python/$task.log")"
 done
 echo "== 3. batch ($(( $(date +%s) - t0 )) s)"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200|[a-z][0-9]+' | head -1 | tr A-Z a-z)
 cat > "$OUT/batch.json" <<JSON
-{"name": "h200", "out": "$OUT/batch", "timeout_seconds": 200,
+{"name": "${gpu:-gpu}", "out": "$OUT/batch", "timeout_seconds": 200,
  "runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny", "full"], "seeds": [0, 1],
            "solutions": ["$PWD/build-hopper/lib/libnibble_megakernel.so", "$PWD/build-hopper/lib/libnibble_unfused.so", "$PWD/build-hopper/lib/libnibble_reference.so"]},
           {"task": "gemm-w4a16-nvfp4", "configs": ["m1-n3072-k3072", "m4096-n3072-k3072"], "seeds": [0],
@@ -48,7 +49,7 @@ echo "== 4. profile ($(( $(date +%s) - t0 )) s)"
 echo "exit $?"; tail -5 "$OUT/profile.log"
 python3 -c "import json,sys; p=json.load(open(sys.argv[1])).get('profile',{}); print(p.get('status')); [print(k) for k in p.get('top_kernels',[])]" "$OUT/profile/megakernel-full.json" 2>&1 | head -8
 # The device returns a limited number of files: the batch's folder (3 per job) goes back as one archive.
-cp "$OUT/batch/h200.leaderboard.html" "$OUT/batch/h200.leaderboard.md" "$OUT/" 2>/dev/null
+cp "$OUT/batch/${gpu:-gpu}.leaderboard.html" "$OUT/batch/${gpu:-gpu}.leaderboard.md" "$OUT/" 2>/dev/null
 tar czf "$OUT/batch.tgz" -C "$OUT" batch && rm -rf "$OUT/batch"
 # ... and so does the rest but the logs above (the twelfth session's call lost the Python reports,
 # the lineup page and the profile to that limit).
