@@ -90,9 +90,9 @@ FoundReports find_reports(const std::vector<std::string>& results) {
     for (const std::string& f : files) {
       nlohmann::ordered_json j;
       try {
-        j = parse_ordered_json_bounded(read_file(f), "it", kReportJsonDepth);
-      } catch (const std::exception& e) {
-        throw BadReport(f + ": not JSON nibble reads (" + e.what() + "; a report cut short?); grade it again, or move it out of " + in);
+        j = parse_ordered_json_bounded(read_file(f), f, kReportJsonDepth);
+      } catch (const std::exception& e) {  // it may be a report: a torn or edited one must not drop out unseen
+        throw BadReport(std::string(e.what()) + "; if it is a report (cut short, or edited), grade it again; if not, move it out of " + in);
       }
       if (!j.is_object() || !j.contains("schema") || j["schema"] != "nibble.report") continue;
       add(f, j, read_report_view(j, f));

@@ -327,9 +327,9 @@ json load_report(const std::string& path) {
   ss << f.rdbuf();
   json r;
   try {  // depth-bounded: printing a 100,000-deep value in an error message overflowed the stack
-    r = parse_ordered_json_bounded(ss.str(), "it", kReportJsonDepth);
-  } catch (const std::exception& e) {  // parse errors, numbers a double cannot hold (1e999), depth
-    throw BadReport(path + ": not valid JSON (" + e.what() + ")");
+    r = parse_ordered_json_bounded(ss.str(), path, kReportJsonDepth);
+  } catch (const std::exception& e) {  // parse errors, numbers a double cannot hold (1e999), depth, a key twice
+    throw BadReport(e.what());
   }
   check_report(r, path);
   return r;

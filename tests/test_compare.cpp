@@ -1158,7 +1158,20 @@ TEST(ReportCli, Leaderboard) {
   write_file_atomic(t.path() + "/torn/cut.json", read_file(data("reports/v2/h200-unfused-full.json")).substr(0, 5000));
   x = run_nibble({"leaderboard", t.path() + "/torn", "--json", t.path() + "/no.json"}, t);
   EXPECT_EQ(x.code, 4) << x.out;
-  EXPECT_NE(x.out.find(t.path() + "/torn/cut.json: not JSON"), std::string::npos) << x.out;
+  EXPECT_NE(x.out.find(t.path() + "/torn/cut.json is not valid JSON"), std::string::npos) << x.out;
+  EXPECT_NE(x.out.find("if it is a report (cut short, or edited), grade it again; if not, move it out of"), std::string::npos)
+      << x.out;
+  EXPECT_FALSE(fs::exists(t.path() + "/no.json"));
+  // So is one with a key twice (an edited report would read one way here, another elsewhere): named
+  // with the key's path.
+  fs::remove(t.path() + "/torn/cut.json");
+  std::string dup = read_file(data("reports/v2/h200-unfused-full.json"));
+  const size_t brace = dup.find('{');
+  dup.insert(brace + 1, "\"disposition\": \"Passed\", ");
+  write_file_atomic(t.path() + "/torn/dup.json", dup);
+  x = run_nibble({"leaderboard", t.path() + "/torn", "--json", t.path() + "/no.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find(t.path() + "/torn/dup.json has the key 'disposition' twice in one object"), std::string::npos) << x.out;
   EXPECT_FALSE(fs::exists(t.path() + "/no.json"));
   fs::create_directories(t.path() + "/empty");
   x = run_nibble({"leaderboard", t.path() + "/empty", "--json", t.path() + "/no.json"}, t);

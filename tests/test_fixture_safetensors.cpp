@@ -187,10 +187,24 @@ TEST(BoundedJson, RefusesAKeyTwiceInOneObject) {
     return std::string();
   };
   EXPECT_NE(refused("{\"a\":1,\"a\":2}").find("doc has the key 'a' twice"), std::string::npos);
-  EXPECT_NE(refused("{\"x\":{\"d\":1,\"e\":[{\"k\":1,\"k\":1}]}}").find("key 'k' twice"), std::string::npos);
+  EXPECT_NE(refused("{\"x\":{\"d\":1,\"e\":[{\"k\":1,\"k\":1}]}}").find("key 'x.e.k' twice"), std::string::npos);
+  // The path names where (a report has "median" in several places); an escaped key is the same key.
+  EXPECT_NE(refused("{\"timing\":{\"gpu_span_us\":{\"median\":1,\"\\u006dedian\":2}}}").find("key 'timing.gpu_span_us.median' twice"),
+            std::string::npos);
   EXPECT_NE(refused("{\"x\":{\"a\":1},\"x\":{\"a\":1}}").find("key 'x' twice"), std::string::npos);
   EXPECT_EQ(refused("{\"x\":{\"a\":1},\"y\":{\"a\":1},\"a\":[{\"a\":1},{\"a\":2}]}"), "");
   EXPECT_EQ(refused("[{\"a\":1},{\"a\":1}]"), "");
+  // An ordered document holds at most kMaxOrderedJsonKeys keys in one object (its lookups are linear).
+  std::string many = "{";
+  for (size_t i = 0; i <= kMaxOrderedJsonKeys; ++i) many += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+  many += "}";
+  EXPECT_NO_THROW((void)parse_json_bounded(many, "doc"));
+  try {
+    (void)parse_ordered_json_bounded(many, "doc");
+    ADD_FAILURE() << "10,001 keys in one object read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("doc has more than 10000 keys in one object (at 'k10000')"), std::string::npos) << e.what();
+  }
   const nlohmann::json j = parse_json_bounded(std::string("{\"b\":{\"a\":1},\"a\":2}"), "doc");
   EXPECT_EQ(j["a"].get<int>(), 2);
   EXPECT_EQ(j["b"]["a"].get<int>(), 1);

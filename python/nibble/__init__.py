@@ -52,12 +52,23 @@ def _run(args, timeout=None):
     return proc.returncode, stdout, stderr
 
 
+def _object(pairs):
+    """json's object_pairs_hook: an object with a key twice is refused, as the nibble command does
+    (JSON leaves it undefined; Python keeps the last, other readers the first)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"the key {k!r} twice in one object (JSON readers disagree on which one counts)")
+        out[k] = v
+    return out
+
+
 def load_report(path):
     """A `nibble grade` report (docs/report-schema.md) as a dict. Raises NibbleError when the file is
     missing, not JSON, or not a nibble report."""
     try:
         with open(path) as f:
-            report = json.load(f)
+            report = json.load(f, object_pairs_hook=_object)
     except (OSError, ValueError) as e:
         raise NibbleError(f"{path}: not a readable JSON file ({e})") from e
     if not isinstance(report, dict) or report.get("schema") != "nibble.report":
@@ -114,7 +125,7 @@ def load_fixture(path, framework="numpy"):
     """
     try:
         with open(os.path.join(path, "manifest.json")) as f:
-            manifest = json.load(f)
+            manifest = json.load(f, object_pairs_hook=_object)
     except (OSError, ValueError) as e:
         raise NibbleError(f"{path}: not a fixture folder (its manifest.json: {e}); nibble.fixture() builds one") from e
     file = os.path.join(path, manifest.get("file", "model.safetensors"))
@@ -142,7 +153,7 @@ def load_fixture(path, framework="numpy"):
         # safetensors' numpy backend has no bf16: read those by the header's offsets.
         with open(file, "rb") as raw:
             n = int.from_bytes(raw.read(8), "little")
-            header = json.loads(raw.read(n))
+            header = json.loads(raw.read(n), object_pairs_hook=_object)
             base = 8 + n
             for k in bf16:
                 begin, end = header[k]["data_offsets"]

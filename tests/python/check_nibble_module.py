@@ -46,6 +46,9 @@ def main():
         with open(other, "w") as f:
             f.write('{"schema": "nibble.calibration"}')
         refused(lambda: nibble.load_report(other), "not a nibble report", "a calibration table is not a report")
+        with open(other, "w") as f:
+            f.write('{"schema": "nibble.report", "disposition": "Failed", "disposition": "Passed"}')
+        refused(lambda: nibble.load_report(other), "the key 'disposition' twice", "a report with a key twice is refused")
 
         for task, config in (("megakernel-int4-weight-decode", "tiny"), ("gemm-w4a16-nvfp4", "tiny")):
             path = nibble.fixture(task, config, 0, out=os.path.join(tmp, task))
