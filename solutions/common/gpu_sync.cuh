@@ -32,12 +32,4 @@ __device__ __forceinline__ unsigned atom_release_gpu_inc(unsigned* p) {
   return old;
 }
 
-/** *p += 1, an acquire-release atomic at CTA scope (p generic: shared memory here); returns the old
- *  value. The last of several warps to count sees what each wrote before its own increment. */
-__device__ __forceinline__ unsigned atom_acq_rel_cta_inc(unsigned* p) {
-  unsigned old;
-  asm volatile("atom.acq_rel.cta.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
-  return old;
-}
-
 }  // namespace nibble::sol

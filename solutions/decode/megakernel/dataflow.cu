@@ -86,8 +86,8 @@ std::string parse_producer_lanes(const std::string& value, uint32_t pages, uint3
 
 /** NIBBLE_DF_TRACE's summary of the last launch: per segment kind, the mean over its segments (every
  *  CTA and layer) of the consumers' wait for the rows it reads, its input build and its GEMV or
- *  attention with the publish, that run split into its pages, the send of the token (and of the
- *  partner's half of the sums, where it did not go as each tile completed), the wait for the partner's half (the cluster sum; an attention item has neither), the
+ *  attention with the publish, that run split into its pages, the send of the partner's half of the
+ *  sums, the wait for the partner's half (the cluster sum; an attention item has neither), the
  *  write (the rows, or the attention merge's partial) and the publish (TraceMark); per CTA, those summed over its step (mean and max over CTAs), its
  *  consumers' span, and its producer's span and the share of it spent waiting for a free page (a
  *  producer that waits is a stream the consumers hold back). SM cycles; us at 1.98 GHz. */
@@ -134,8 +134,7 @@ void write_trace(const Model& m) {
   for (int k = 0; k < df::kSegKinds; ++k) lanes += (k ? "/" : "") + std::to_string(m.params.lanes[k]);
   std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, producer lanes %s by segment kind, %u pages; the last launch\n",
                ctas, m.params.consumer_warps, lanes.c_str(), m.params.n_pages);
-  // run = consume (every warp past its pages) + send (warp 0's token, and its share of the partner's
-  // sums where they were not sent as each tile completed) +
+  // run = consume (every warp past its pages) + send (warp 0's share of the partner's sums sent) +
   // partner (the partner's half landed: its lag behind this CTA, and the exchange) + write (the rows
   // or the attention merge, and the barrier after) + publish (warp 0's release); "pages": of
   // consume, the first consumer warp's wait for its pages to land (the stream behind).

@@ -12,15 +12,9 @@
 //      warp got there first. (v2.0-v2.2 added each page into the tile's sums in place, the warp of a
 //      tile's page j waiting until page j - 1 was added: ~150 us of the step on an H100, NOTES.md
 //      "v2.3"; fp32 atomics before that were in the order the warps arrived);
-//   3. rank r finishes the tiles [t0 + n r / 2, t0 + n (r + 1) / 2) of the cluster's n: the partner's
-//      half of the sums goes with st.async into the partner's `peer` buffer, completing on the
-//      partner's mbarrier, each tile as soon as its last page is multiplied (a per-tile count in
-//      shared memory, an acq_rel atomic at CTA scope: the warp that completes it sums the tile's pages
-//      in page order and sends them), so that the sends overlap the pages still to come instead of
-//      following the segment's last one (its `send` was 55-82% of the finish, NOTES.md "The finish
-//      split measured"); after the consumers' barrier a token, the wait for its own half, and
-//      y = sums + peer for its rows. With the atomics order (NIBBLE_DF_ORDER=0), the bench's partial
-//      modes or a CTA with no group (no page: sums of zero) the tiles are sent after the barrier.
+//   3. rank r finishes the tiles [t0 + n r / 2, t0 + n (r + 1) / 2) of the cluster's n: it sends the
+//      partner's half of the sums with st.async into the partner's `peer` buffer, completing on the
+//      partner's mbarrier, waits for its own, and writes y = sums + peer for its rows.
 // `peer` and its mbarrier are double-buffered by the segment's parity: a rank sends segment s + 2
 // into the buffer of s only after receiving the partner's s + 1, which the partner sends after
 // reading s (program order, the consumers' barrier, st.async's release / the wait's acquire at
@@ -58,11 +52,9 @@ NIBBLE_MK_HD inline uint32_t sum_slots(uint32_t max_pages) { return max_pages > 
 
 /** Shared memory of the cluster sum for matrix segments of at most max_tiles tiles and max_pages
  *  pages (segment_pages): the page sums (16 floats per page, at least one page), two peer buffers (16
- *  floats per tile of a rank's half and a 16-byte token each), two mbarriers, and a page count per
- *  tile (4 bytes each, rounded up to 16). */
+ *  floats per tile of a rank's half and a 16-byte token each), two mbarriers. */
 NIBBLE_MK_HD inline size_t cluster_sum_bytes(uint32_t max_tiles, uint32_t max_pages) {
-  return size_t(sum_slots(max_pages)) * 64 + 2 * (size_t(half_tiles(max_tiles)) * 64 + 16) + 16 +
-         (size_t(max_tiles) * 4 + 15) / 16 * 16;
+  return size_t(sum_slots(max_pages)) * 64 + 2 * (size_t(half_tiles(max_tiles)) * 64 + 16) + 16;
 }
 
 /** The cluster sum's shared memory (cluster_sum_bytes(max_tiles, max_pages) bytes at smem, 16-byte aligned). */
@@ -71,11 +63,10 @@ struct ClusterSum {
   float* peer[2] = {nullptr, nullptr};
   uint32_t rx = 0;        ///< mbarrier of peer[b] at rx + 8 b
   uint32_t half = 0;      ///< half_tiles(max_tiles): the token's offset in a peer buffer, in tiles
-  unsigned* count = nullptr;  ///< pages multiplied of tile tt (relative to the segment's first) at count[tt]; 0 between segments
 };
 
-/** Carve the cluster sum from smem, zero the tiles' page counts (every thread) and initialise its
- *  mbarriers (thread 0); the caller synchronises the cluster before either CTA sends. */
+/** Carve the cluster sum from smem and initialise its mbarriers (thread 0; the caller synchronises
+ *  the cluster before either CTA sends). */
 __device__ __forceinline__ ClusterSum cluster_sum_init(unsigned char* smem, uint32_t max_tiles, uint32_t max_pages) {
   ClusterSum cs;
   cs.half = half_tiles(max_tiles);
@@ -83,8 +74,6 @@ __device__ __forceinline__ ClusterSum cluster_sum_init(unsigned char* smem, uint
   cs.peer[0] = cs.sums + 16 * sum_slots(max_pages);
   cs.peer[1] = cs.peer[0] + 16 * cs.half + 4;  // + the token
   cs.rx = sol::smem_addr(cs.peer[1] + 16 * cs.half + 4);
-  cs.count = reinterpret_cast<unsigned*>(cs.peer[1] + 16 * cs.half + 4 + 4);  // past the two mbarriers
-  for (uint32_t i = threadIdx.x; i < max_tiles; i += blockDim.x) cs.count[i] = 0;
   if (threadIdx.x == 0) {
     sol::mbar_init(cs.rx, 1);
     sol::mbar_init(cs.rx + 8, 1);
@@ -108,15 +97,6 @@ __device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32
   *f1 = n * (rank + 1) / 2;
 }
 
-/** Rows 4 j .. 4 j + 3 (v) of tile tt (relative; one of the partner's, p0 its first) stored with
- *  st.async as float4 j of the tile in the partner's peer buffer at `remote`, completing on remote_bar. */
-__device__ __forceinline__ void send_rows(uint32_t tt, uint32_t j, uint32_t p0, const float (&v)[4], uint32_t remote,
-                                          uint32_t remote_bar) {
-  sol::st_async_v4(remote + 16 * (4 * (tt - p0) + j),
-                   make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3])),
-                   remote_bar);
-}
-
 /**
  * Consumer warp w of W (W = pool.consumers), all lanes: segment sg (the stream's next; k as
  * consume_segment's), the seg_no-th matrix segment this CTA runs (the peer buffers' parity: it
@@ -126,7 +106,7 @@ __device__ __forceinline__ void send_rows(uint32_t tt, uint32_t j, uint32_t p0, 
  * sum over all K, plus resid[16 t + i] when resid is set (the residual stream: y = h + W x; read
  * coherently, it may be another buffer this CTA wrote earlier). With `marks` (a trace; nullptr: none)
  * writes clock64 at marks[0] when every warp has consumed its pages, marks[1] when this warp has sent
- * the token (and its share of the partner's sums where they were not sent early), marks[2] when the partner's half has landed and marks[3] when the
+ * its share of the partner's sums, marks[2] when the partner's half has landed and marks[3] when the
  * rows are written, and returns consume_segment's page wait. PART: what it runs of a page (GemvPart; the bench's modes). Ends with the
  * consumers' barrier.
  */
@@ -144,17 +124,6 @@ __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const St
   // (ordered: every slot is written by its page before the barrier below; the previous segment's
   // reads of them ended at its last barrier)
   const float2 wl = limb_weights(lane);
-  // The cluster sum's addresses and the partner's tiles [p0, p1), sent as each completes (early) or
-  // after the barrier below. A send into peer[b] of segment s + 2 still follows the partner's reads
-  // of s's there: it comes after this rank's wait for the partner's s + 1 token, which the partner
-  // sends after its last barrier of s (the header's argument; the token stays after the barrier).
-  const uint32_t b = seg_no & 1u, partner = rank ^ 1u, pages = ordered ? ppt : (ppt ? 1u : 0u);
-  uint32_t m0, m1, p0, p1;
-  finished_tiles(n, rank, &m0, &m1);
-  finished_tiles(n, partner, &p0, &p1);
-  const uint32_t remote = sol::cluster_smem_addr(sol::smem_addr(cs.peer[b]), partner);
-  const uint32_t remote_bar = sol::cluster_smem_addr(cs.rx + 8 * b, partner);
-  const bool early = PART == kGemvPartAll && ordered && ppt > 0;
   const long long waited = consume_segment(pool, sg, k, w, [&](uint32_t t, uint32_t g, uint32_t units, uint32_t i,
                                                                 const unsigned char* page) {
     if constexpr (PART == kGemvPartNoMath) return;
@@ -178,35 +147,24 @@ __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const St
         for (int r = 0; r < 4; ++r) atomicAdd(dst + r, v[r]);
       }
     });
-    const uint32_t tt = t - sg.tile0;
-    if (early && tt >= p0 && tt < p1) {  // warp-uniform: a page of one of the partner's tiles
-      __syncwarp();                      // lanes 28-31's page sums before lane 0's release
-      unsigned last = 0;
-      if (lane == 0) last = sol::atom_acq_rel_cta_inc(cs.count + tt) == ppt - 1;
-      if (__shfl_sync(0xffffffffu, last, 0)) {
-        __syncwarp();  // lane 0's acquire (every page's sums) before the other lanes read them
-        // Lane r < 16 sums row r (lanes 16-31 again), lanes 0-3 gather four rows each: one row's
-        // chain of page loads per lane, not four (the page's slot is released after this).
-        const float rs = tile_row_sum(cs, tt, uint32_t(lane) & 15u, ppt, pages);
-        float v[4];
-        for (int r = 0; r < 4; ++r) v[r] = __shfl_sync(0xffffffffu, rs, (4 * lane + r) & 15);
-        if (lane < 4) send_rows(tt, uint32_t(lane), p0, v, remote, remote_bar);
-        if (lane == 0) cs.count[tt] = 0;  // the next segment counts after its consumers' barrier
-      }
-    }
   }, marks != nullptr);
   consumers_sync<W>();
   if (marks) marks[0] = clock64();
-  // The cluster sum: the partner's tiles (unless sent as they completed) and the token, then this
-  // rank's wait and its tiles.
+  // The cluster sum: send the partner's tiles, wait for this rank's, finish them.
+  const uint32_t b = seg_no & 1u, partner = rank ^ 1u, pages = ordered ? ppt : (ppt ? 1u : 0u);
+  uint32_t m0, m1, p0, p1;
+  finished_tiles(n, rank, &m0, &m1);
+  finished_tiles(n, partner, &p0, &p1);
   if (ct == 0) sol::mbar_expect_tx(cs.rx + 8 * b, (m1 - m0) * 64 + 16);  // the tiles and the token
-  if (!early)
-    for (uint32_t q = uint32_t(ct); q < 4 * (p1 - p0); q += 32 * W) {  // rows 4 (q % 4).. of tile p0 + q / 4
-      const uint32_t tt = p0 + q / 4, r = 4 * (q % 4);
-      const float v[4] = {tile_row_sum(cs, tt, r, ppt, pages), tile_row_sum(cs, tt, r + 1, ppt, pages),
-                          tile_row_sum(cs, tt, r + 2, ppt, pages), tile_row_sum(cs, tt, r + 3, ppt, pages)};
-      send_rows(tt, q % 4, p0, v, remote, remote_bar);
-    }
+  const uint32_t remote = sol::cluster_smem_addr(sol::smem_addr(cs.peer[b]), partner);
+  const uint32_t remote_bar = sol::cluster_smem_addr(cs.rx + 8 * b, partner);
+  for (uint32_t q = uint32_t(ct); q < 4 * (p1 - p0); q += 32 * W) {  // rows 4 (q % 4).. of tile p0 + q / 4
+    const uint32_t tt = p0 + q / 4, r = 4 * (q % 4);
+    const float4 v = make_float4(tile_row_sum(cs, tt, r, ppt, pages), tile_row_sum(cs, tt, r + 1, ppt, pages),
+                                 tile_row_sum(cs, tt, r + 2, ppt, pages), tile_row_sum(cs, tt, r + 3, ppt, pages));
+    sol::st_async_v4(remote + 16 * q, make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z),
+                                                 __float_as_uint(v.w)), remote_bar);
+  }
   if (ct == 0) sol::st_async_v4(remote + 64 * cs.half, make_uint4(0u, 0u, 0u, 0u), remote_bar);
   if (marks) marks[1] = clock64();
   sol::mbar_wait_cluster(cs.rx + 8 * b, (seg_no >> 1) & 1u);
