@@ -173,8 +173,8 @@ __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* 
  * shared floats. Writes the item's partial for each query head and, when its chunk ends at pos,
  * the appended K/V rows. The caller has waited for the q|k|v rows it reads; ends with the
  * consumers' barrier (publish(..., synced) may follow). With `marks` (a trace; nullptr: none) writes
- * clock64 at marks[0..2] when every warp has folded its pages in (segment_gemv's send and exchange
- * marks: an item has no partner) and at marks[3] when the partial is written, and returns
+ * clock64 at marks[0..3] when every warp has folded its pages in (segment_gemv's sum, send and
+ * exchange marks: an item has no partner) and at marks[4] when the partial is written, and returns
  * consume_segment's page wait.
  */
 template <int HD, int W>
@@ -231,7 +231,7 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
     for (int e = 0; e < E; ++e) mine[r * (HD + 2) + 2 + lane * E + e] = acc.o[r][e];
   }
   consumers_sync<W>();
-  if (marks) marks[0] = marks[1] = marks[2] = clock64();
+  if (marks) marks[0] = marks[1] = marks[2] = marks[3] = clock64();
   for (int idx = ct; idx < it.rep * HD; idx += 32 * W) {
     const int r = idx / HD, e = idx % HD;
     float M = -INFINITY;
@@ -248,7 +248,7 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
     if (e == 0) pp[0] = M, pp[1] = L;
   }
   consumers_sync<W>();
-  if (marks) marks[3] = clock64();
+  if (marks) marks[4] = clock64();
   return waited;
 }
 

@@ -98,11 +98,13 @@ void write_trace(const Model& m) {
   FILE* f = host::open_trace(m.trace_path, "NIBBLE_DF_TRACE");
   if (!f) return;
   const double us = 1.0 / 1980.0;
-  // Per kind, mean cycles of: wait, build, run (built -> published), and the run's consume, send,
-  // partner, write and publish (its five parts), and the first consumer warp's page wait.
-  constexpr int kCols = 9;
-  const int from[kCols - 1] = {kMarkStart, kMarkWaited, kMarkBuilt, kMarkBuilt, kMarkConsumed, kMarkSent, kMarkExchanged, kMarkFinished};
-  const int to[kCols - 1] = {kMarkWaited, kMarkBuilt, kMarkPublished, kMarkConsumed, kMarkSent, kMarkExchanged, kMarkFinished, kMarkPublished};
+  // Per kind, mean cycles of: wait, build, run (built -> published), and the run's consume, sum,
+  // send, partner, write and publish (its six parts), and the first consumer warp's page wait.
+  constexpr int kCols = 10;
+  const int from[kCols - 1] = {kMarkStart,    kMarkWaited, kMarkBuilt,     kMarkBuilt,    kMarkConsumed,
+                               kMarkSummed,   kMarkSent,   kMarkExchanged, kMarkFinished};
+  const int to[kCols - 1] = {kMarkWaited,   kMarkBuilt,     kMarkPublished, kMarkConsumed, kMarkSummed,
+                             kMarkSent,     kMarkExchanged, kMarkFinished,  kMarkPublished};
   double sum[df::kSegKinds][kCols] = {}, count[df::kSegKinds] = {};
   double cta_sum[3] = {}, cta_max[3] = {}, span_mean = 0, span_max = 0, stall_mean = 0, prod_mean = 0;
   for (size_t c = 0; c < ctas; ++c) {
@@ -134,12 +136,13 @@ void write_trace(const Model& m) {
   for (int k = 0; k < df::kSegKinds; ++k) lanes += (k ? "/" : "") + std::to_string(m.params.lanes[k]);
   std::fprintf(f, "megakernel-dataflow trace: %zu CTAs, %d consumer warps, producer lanes %s by segment kind, %u pages; the last launch\n",
                ctas, m.params.consumer_warps, lanes.c_str(), m.params.n_pages);
-  // run = consume (every warp past its pages) + send (warp 0's share of the partner's sums sent) +
+  // run = consume (every warp past its pages) + sum (warp 0's first rows of the partner's sums) +
+  // send (the rest of warp 0's share summed, and all of it issued with st.async) +
   // partner (the partner's half landed: its lag behind this CTA, and the exchange) + write (the rows
   // or the attention merge, and the barrier after) + publish (warp 0's release); "pages": of
   // consume, the first consumer warp's wait for its pages to land (the stream behind).
-  std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s\n", "kind", "wait",
-               "build", "run", "consume", "send", "partner", "write", "publish", "pages", "n");
+  std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s\n", "kind",
+               "wait", "build", "run", "consume", "sum", "send", "partner", "write", "publish", "pages", "n");
   for (int k = 0; k < df::kSegKinds; ++k)
     if (count[k] > 0) {
       std::fprintf(f, "%44s %-10s", "", df::seg_kind_name(df::SegKind(k)));

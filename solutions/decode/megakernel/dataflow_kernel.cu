@@ -69,8 +69,9 @@ __device__ __forceinline__ unsigned publishers(int k, const DataflowParams& p) {
   return k == df::kAttn ? unsigned(p.chunks) : unsigned(df::kClusterSize);
 }
 
-// segment_gemv and attention_item write their four marks at tr + kMarkConsumed.
-static_assert(kMarkFinished == kMarkConsumed + 3 && kMarkSent == kMarkConsumed + 1 && kMarkExchanged == kMarkConsumed + 2,
+// segment_gemv and attention_item write their five marks at tr + kMarkConsumed.
+static_assert(kMarkSummed == kMarkConsumed + 1 && kMarkSent == kMarkConsumed + 2 && kMarkExchanged == kMarkConsumed + 3 &&
+                  kMarkFinished == kMarkConsumed + 4,
               "the segment's inner marks are consecutive");
 
 /** p.trace in the traced kernel (TRACE: its own instantiation, so that the decode kernel graded

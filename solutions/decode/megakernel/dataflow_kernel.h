@@ -145,14 +145,14 @@ struct DataflowParams {
 
 /** A segment's trace values (NIBBLE_DF_TRACE), kTraceMarks per segment: clock64 marks where its
  *  consumers start it, its waits are met, its input is built, its pages are consumed (every consumer
- *  warp past the barrier after its last page), its partner's half of the sums is sent and the
- *  partner's half has landed (the cluster sum's st.async and mbarrier wait; an attention item has no
- *  partner: both at "consumed"), its outputs are written (the rows, or the attention merge's
+ *  warp past the barrier after its last page), the first rows of its partner's half of the sums are
+ *  summed (before their st.async), that half is sent and the partner's half has landed (the cluster
+ *  sum's st.async and mbarrier wait; an attention item has no partner: all three at "consumed"), its outputs are written (the rows, or the attention merge's
  *  partial, and the barrier after), it is published (the release issued: what the run costs warp 0
  *  before its next segment); then the cycles its first consumer warp waited for pages to land. All
  *  are warp 0's (lane 0's) view. */
 enum TraceMark : int {
-  kMarkStart, kMarkWaited, kMarkBuilt, kMarkConsumed, kMarkSent, kMarkExchanged, kMarkFinished, kMarkPublished,
+  kMarkStart, kMarkWaited, kMarkBuilt, kMarkConsumed, kMarkSummed, kMarkSent, kMarkExchanged, kMarkFinished, kMarkPublished,
   kMarkPageWait, kTraceMarks
 };
 /** Per CTA, after the segments' marks: the producer's start, its end (every copy issued), and its

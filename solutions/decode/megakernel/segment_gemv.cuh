@@ -14,7 +14,10 @@
 //      "v2.3"; fp32 atomics before that were in the order the warps arrived);
 //   3. rank r finishes the tiles [t0 + n r / 2, t0 + n (r + 1) / 2) of the cluster's n: it sends the
 //      partner's half of the sums with st.async into the partner's `peer` buffer, completing on the
-//      partner's mbarrier, waits for its own, and writes y = sums + peer for its rows.
+//      partner's mbarrier, waits for its own, and writes y = sums + peer for its rows. Both halves
+//      sum one row per thread (v2.10; the send summed four rows per thread before, a chain of 4 ppt
+//      page loads on 4 threads a tile, and was 55-82% of the finish on an H100: NOTES.md "The
+//      finish split measured"); the send's four-row float4s gathered by shuffles.
 // `peer` and its mbarrier are double-buffered by the segment's parity: a rank sends segment s + 2
 // into the buffer of s only after receiving the partner's s + 1, which the partner sends after
 // reading s (program order, the consumers' barrier, st.async's release / the wait's acquire at
@@ -105,9 +108,9 @@ __device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32
  * 2-CTA cluster: y[16 t + i] (t of the tiles this rank finishes, rows below `rows`) = the row's
  * sum over all K, plus resid[16 t + i] when resid is set (the residual stream: y = h + W x; read
  * coherently, it may be another buffer this CTA wrote earlier). With `marks` (a trace; nullptr: none)
- * writes clock64 at marks[0] when every warp has consumed its pages, marks[1] when this warp has sent
- * its share of the partner's sums, marks[2] when the partner's half has landed and marks[3] when the
- * rows are written, and returns consume_segment's page wait. PART: what it runs of a page (GemvPart; the bench's modes). Ends with the
+ * writes clock64 at marks[0] when every warp has consumed its pages, marks[1] when this warp has
+ * summed the first rows it sends (before their st.async), marks[2] when it has sent its share of the
+ * partner's sums, marks[3] when the partner's half has landed and marks[4] when the rows are written, and returns consume_segment's page wait. PART: what it runs of a page (GemvPart; the bench's modes). Ends with the
  * consumers' barrier.
  */
 template <int W, int PART = kGemvPartAll>
@@ -158,24 +161,32 @@ __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const St
   if (ct == 0) sol::mbar_expect_tx(cs.rx + 8 * b, (m1 - m0) * 64 + 16);  // the tiles and the token
   const uint32_t remote = sol::cluster_smem_addr(sol::smem_addr(cs.peer[b]), partner);
   const uint32_t remote_bar = sol::cluster_smem_addr(cs.rx + 8 * b, partner);
-  for (uint32_t q = uint32_t(ct); q < 4 * (p1 - p0); q += 32 * W) {  // rows 4 (q % 4).. of tile p0 + q / 4
-    const uint32_t tt = p0 + q / 4, r = 4 * (q % 4);
-    const float4 v = make_float4(tile_row_sum(cs, tt, r, ppt, pages), tile_row_sum(cs, tt, r + 1, ppt, pages),
-                                 tile_row_sum(cs, tt, r + 2, ppt, pages), tile_row_sum(cs, tt, r + 3, ppt, pages));
-    sol::st_async_v4(remote + 16 * q, make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z),
-                                                 __float_as_uint(v.w)), remote_bar);
+  // Row i of the partner's tiles per lane (warp-uniform trips: the shuffles), lanes 4 j sending
+  // rows 4 j .. 4 j + 3 as one float4 (16-byte aligned: the peer buffer's row i is at 4 i bytes).
+  const uint32_t send_rows = 16 * (p1 - p0);
+  if (marks && send_rows <= 32 * w) marks[1] = clock64();  // this warp sends nothing
+  for (uint32_t base = 32 * w; base < send_rows; base += 32 * W) {
+    const uint32_t i = base + uint32_t(lane);
+    const float rs = i < send_rows ? tile_row_sum(cs, p0 + i / 16, i % 16, ppt, pages) : 0.f;
+    float v[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) v[r] = __shfl_sync(0xffffffffu, rs, (lane & ~3) + r);
+    if (marks && base == 32 * w) marks[1] = clock64();
+    if ((lane & 3) == 0 && i < send_rows)
+      sol::st_async_v4(remote + 4 * i, make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                                                  __float_as_uint(v[3])), remote_bar);
   }
   if (ct == 0) sol::st_async_v4(remote + 64 * cs.half, make_uint4(0u, 0u, 0u, 0u), remote_bar);
-  if (marks) marks[1] = clock64();
-  sol::mbar_wait_cluster(cs.rx + 8 * b, (seg_no >> 1) & 1u);
   if (marks) marks[2] = clock64();
+  sol::mbar_wait_cluster(cs.rx + 8 * b, (seg_no >> 1) & 1u);
+  if (marks) marks[3] = clock64();
   for (uint32_t i = uint32_t(ct); i < 16 * (m1 - m0); i += 32 * W) {
     const int row = int(16 * (sg.tile0 + m0) + i);
     if (row < rows)
       y[row] = (resid ? __ldcg(resid + row) : 0.f) + (tile_row_sum(cs, m0 + i / 16, i % 16, ppt, pages) + cs.peer[b][i]);
   }
   consumers_sync<W>();  // the sums are read before the next segment's pages store theirs
-  if (marks) marks[3] = clock64();
+  if (marks) marks[4] = clock64();
   return waited;
 }
 
