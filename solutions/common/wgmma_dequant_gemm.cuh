@@ -240,15 +240,34 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
       const int slab = (t0 % nblk) * kG + warp;
       const int n_lo = slab * kSlabRows + g, n_hi = n_lo + 8;
       const float f_lo = F::kColmul ? (n_lo < N ? colmul[n_lo] : 0.0f) : 1.0f, f_hi = F::kColmul ? (n_hi < N ? colmul[n_hi] : 0.0f) : 1.0f;
-      constexpr int kPer = (BN / 2 + SPLIT - 1) / SPLIT;
-      for (int i = rank * kPer; i < min(BN / 2, (rank + 1) * kPer); ++i) {
-        float sum = 0.0f;
+      // The partials of kB elements (32 floats) are loaded before their stores: a store to C (a
+      // generic pointer the compiler cannot tell from the partials') would otherwise order the next
+      // element's DSMEM loads after it, kPer round trips in a row (~2.5 us at M = 128, issue 25).
+      // The two-warpgroup kernels (168 registers, none to spare: 16 elements at once spilled ~100 B)
+      // keep one element at a time. The sums keep the rank order: bitwise as before.
+      constexpr int kPer = (BN / 2 + SPLIT - 1) / SPLIT, kB = NCONS > 1 ? 1 : (32 / SPLIT < kPer ? 32 / SPLIT : kPer);
+      const int i0 = rank * kPer;
+#pragma unroll 1
+      for (int b0 = 0; b0 < kPer; b0 += kB) {
+        float part[kB][SPLIT];
 #pragma unroll
-        for (int r = 0; r < SPLIT; ++r) sum += parts[r][i * (128 * NCONS) + threadIdx.x];
-        const int q = i / 4, e = i % 4;
-        const int m = m0 + 8 * q + 2 * t + (e & 1);
-        const int n = (e >> 1) ? n_hi : n_lo;
-        if (m < M && n < N) C[size_t(m) * N + n] = sum * ((e >> 1) ? f_hi : f_lo);
+        for (int ii = 0; ii < kB; ++ii)
+#pragma unroll
+          for (int r = 0; r < SPLIT; ++r) {
+            const int i = i0 + b0 + ii;
+            part[ii][r] = b0 + ii < kPer && i < BN / 2 ? parts[r][i * (128 * NCONS) + threadIdx.x] : 0.0f;
+          }
+#pragma unroll
+        for (int ii = 0; ii < kB; ++ii) {
+          const int i = i0 + b0 + ii;
+          float sum = 0.0f;
+#pragma unroll
+          for (int r = 0; r < SPLIT; ++r) sum += part[ii][r];
+          const int q = i / 4, e = i % 4;
+          const int m = m0 + 8 * q + 2 * t + (e & 1);
+          const int n = (e >> 1) ? n_hi : n_lo;
+          if (b0 + ii < kPer && i < BN / 2 && m < M && n < N) C[size_t(m) * N + n] = sum * ((e >> 1) ? f_hi : f_lo);
+        }
       }
     }
     cluster.sync();  // no block leaves while another still reads its shared memory
