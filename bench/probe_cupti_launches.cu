@@ -11,7 +11,7 @@
 //      and whether the kernel records carry the callback's correlation id;
 //   2. launches inside a stream capture (callbacks, no records: a check must skip them), a graph
 //      launch (one callback, several records), cuBLAS, memset and memcpy, copies captured into a
-//      graph and zero-byte copies (the copy audit's ground);
+//      graph, zero-byte, host-to-host and pageable copies (the copy audit's ground);
 //   3. the trick: CONCURRENT_KERNEL disabled around launches (callbacks without records?);
 //   4. the host cost of the subscription: empty launches timed without it, with the launch callbacks
 //      only, and with the whole driver domain.
@@ -322,6 +322,35 @@ int run(int launches) {
     CHECK_CUDA(cudaMemsetAsync(counter, 0, 0, s));
     CHECK_CUDA(cudaMemcpyAsync(reinterpret_cast<char*>(counter) + 4096, counter, 0, cudaMemcpyDeviceToDevice, s));
     CHECK_CUDA(cudaMemcpyAsync(host, counter, 0, cudaMemcpyDeviceToHost, s));
+  });
+  // What a judged copy rule must not fail (an honest solution may copy between host buffers, or
+  // through pageable memory, inside a timed call): does a host-to-host copy reach the driver, and
+  // leave a record? Pageable and pinned, synchronous and not, by cudaMemcpy's kind and by
+  // cudaMemcpyDefault (unified addressing), and the driver's own cuMemcpy on host pointers.
+  probe("host-to-host copies: cudaMemcpy / cudaMemcpyAsync, pageable and pinned, by kind and by cudaMemcpyDefault, cuMemcpy", [&] {
+    static char a[4096], b[4096];
+    void *pa = nullptr, *pb = nullptr;
+    CHECK_CUDA(cudaMallocHost(&pa, 4096));
+    CHECK_CUDA(cudaMallocHost(&pb, 4096));
+    CHECK_CUDA(cudaMemcpy(b, a, 4096, cudaMemcpyHostToHost));
+    CHECK_CUDA(cudaMemcpyAsync(b, a, 4096, cudaMemcpyHostToHost, s));
+    CHECK_CUDA(cudaMemcpyAsync(b, a, 4096, cudaMemcpyDefault, s));
+    CHECK_CUDA(cudaMemcpyAsync(pb, pa, 4096, cudaMemcpyHostToHost, s));
+    CHECK_CUDA(cudaMemcpyAsync(pb, pa, 4096, cudaMemcpyDefault, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    void* fn = nullptr;  // the driver's cuMemcpy (this program links the runtime only)
+    cudaDriverEntryPointQueryResult q{};
+    CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuMemcpy", &fn, 12000, cudaEnableDefault, &q));
+    using MemcpyFn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t);
+    const CUresult r = reinterpret_cast<MemcpyFn>(fn)(CUdeviceptr(pb), CUdeviceptr(pa), 4096);
+    if (r != CUDA_SUCCESS) std::printf("  cuMemcpy returned %d\n", int(r));
+    CHECK_CUDA(cudaFreeHost(pa));
+    CHECK_CUDA(cudaFreeHost(pb));
+  });
+  probe("pageable host memory: 4 KiB cudaMemcpyAsync host to device and device to host", [&] {
+    static char h[4096];
+    CHECK_CUDA(cudaMemcpyAsync(counter, h, 4096, cudaMemcpyHostToDevice, s));
+    CHECK_CUDA(cudaMemcpyAsync(h, counter, 4096, cudaMemcpyDeviceToHost, s));
   });
   // The launch audit's graph rule: a graph with kernel nodes must leave a kernel record. Which records
   // a graph of a memset, a copy, a kernel and a child graph's kernel leaves, with every kind on and
