@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-__all__ = ["NibbleError", "find_nibble", "grade", "load_report", "fixture", "load_fixture"]
+__all__ = ["NibbleError", "find_nibble", "grade", "load_json", "load_report", "fixture", "load_fixture"]
 
 
 class NibbleError(RuntimeError):
@@ -63,12 +63,18 @@ def _object(pairs):
     return out
 
 
+def load_json(path):
+    """The JSON document at `path`, read as the nibble command reads every JSON file: an object with a
+    key twice is refused. Raises OSError (unreadable) or ValueError (not JSON, a key twice)."""
+    with open(path) as f:
+        return json.load(f, object_pairs_hook=_object)
+
+
 def load_report(path):
     """A `nibble grade` report (docs/report-schema.md) as a dict. Raises NibbleError when the file is
     missing, not JSON, or not a nibble report."""
     try:
-        with open(path) as f:
-            report = json.load(f, object_pairs_hook=_object)
+        report = load_json(path)
     except (OSError, ValueError) as e:
         raise NibbleError(f"{path}: not a readable JSON file ({e})") from e
     if not isinstance(report, dict) or report.get("schema") != "nibble.report":

@@ -7,7 +7,7 @@ that did not pass (exit 1), the read-floor columns (m16: 5.0 us over a 4.0 us fl
 floor: the 1.25x target missed), the rows in M order; malformed reports (no correctness, a numeric
 config, a string TFLOP/s, a boolean time) exit 2 without a traceback; a healthy calibration table
 (margins 0.01 / 0.002 = 5.0x and 0.04 / 0.01 = 4.0x) and an unhealthy one (exit 1); bad input for
-both (exit 2, never a traceback)."""
+both (exit 2, never a traceback); a table or report with a key twice refused as nibble refuses it (exit 2)."""
 import json
 import os
 import subprocess
@@ -143,6 +143,21 @@ def main():
             f.write("{\"schema\": ")
         r = run("calibration_table.py", d)
         expect(r.returncode == 2 and "Traceback" not in r.stderr, "a truncated table must exit 2: " + r.stderr)
+        # A key twice (Python's json keeps the last, the nibble command refuses the file): both scripts
+        # refuse it as the command does, naming the key.
+        with open(os.path.join(d, "c.json"), "w") as f:
+            f.write(json.dumps(calibration("gemm-bf16-mxfp4", "m1", 0.002, 0.04, True))[:-1] + ', "gate": 0.5}')
+        r = run("calibration_table.py", d)
+        expect(r.returncode == 2 and "'gate' twice" in r.stderr and "Traceback" not in r.stderr,
+               f"a table with a key twice must exit 2: {r.returncode} {r.stderr}")
+    with tempfile.TemporaryDirectory() as d:
+        t = "gemm-w4a16-nvfp4"
+        json.dump(report(t, "m1-n3072-k3072", 10.0), open(os.path.join(d, f"{t}-m1-n3072-k3072-cublas_bf16.json"), "w"))
+        with open(os.path.join(d, f"{t}-m1-n3072-k3072-fp4_sm90.json"), "w") as f:
+            f.write(json.dumps(report(t, "m1-n3072-k3072", 5.0))[:-1] + ', "disposition": "Incorrect"}')
+        r = run("gemm_ratios.py", d)
+        expect(r.returncode == 2 and "'disposition' twice" in r.stderr and "Traceback" not in r.stderr,
+               f"a report with a key twice must exit 2: {r.returncode} {r.stderr}")
         for args in (["/nonexistent"], [tempfile.mkdtemp()], [os.path.join(ROOT, "README.md")], []):
             r = run("calibration_table.py", *args)
             expect(r.returncode == 2 and "Traceback" not in r.stderr, f"calibration_table.py {args}: exit {r.returncode}")
