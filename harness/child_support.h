@@ -203,7 +203,7 @@ SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
  * the call with its device sync, and close(c0): one collect after the call, split at c0 (a collect
  * just before the launch put CUPTI's next buffer request inside the window, e970ed3). Kernels CUPTI
  * delivers only after the collect that should have seen them (still running past a window's device
- * sync) count in late_kernels(), recorded, not judged. From begin() on every kernel and graph launch
+ * sync) count in late_kernels(), judged InvalidTiming (verdict.cpp). From begin() on every kernel and graph launch
  * must leave a record (launch_audit(): a launch without one ran with CUPTI's records switched off).
  * Throws std::runtime_error on CUDA/CUPTI errors.
  */

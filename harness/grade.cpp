@@ -158,6 +158,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   ev->unrecorded_launches = tr.unrecorded_launches;
   ev->first_unrecorded_launch = tr.first_unrecorded_launch;
   ev->launch_callbacks_lost = tr.launch_callbacks_lost;
+  ev->late_kernels = tr.late_kernels;
   ev->dropped_records = tr.dropped_records;
   ev->nonfinite_timed_calls = tr.nonfinite_calls;
   const Roofline roof = task.roofline(config, facts);
@@ -619,7 +620,7 @@ int grade_run(const GradeOptions& opt) {
                       : "GPU span: first CUPTI activity record's start to the last one's end (CONCURRENT_KERNEL, MEMCPY, "
                         "MEMSET; all streams), per timed call"},
       {"before_each_call", "inputs staged, persisting L2 reset, L2 flushed (2x its size written), device synchronised; outside the window"},
-      {"after_each_call", "device synchronised inside the window"},
+      {"after_each_call", "device synchronised inside the window; a kernel still running after it (CUPTI delivers it only at a later collect) makes the grade InvalidTiming"},
       {"between_calls", "any GPU record (kernel, memcpy, memset) between two timed calls on a stream other than the harness's own, beyond what the harness leaves there (counted before the build), makes the grade InvalidTiming"},
       {"rounds", std::string("calls_per_round calls per round; stop when the median ") +
                      (by_wall ? "wall time" : "GPU span") +

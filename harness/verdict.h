@@ -90,6 +90,7 @@ struct Evidence {
   int unrecorded_launches = 0;    // of those, launches no CUPTI record carries the correlation id of
   std::string first_unrecorded_launch;
   bool launch_callbacks_lost = false;  // the harness's own launch after the timed calls went unseen
+  int late_kernels = 0;  // kernels still running past the device sync that closed their call's window
   int64_t dropped_records = 0;         // activity records CUPTI dropped (it had no buffer for them)
   std::string unit = "call";      // for messages: "step", "call"
 };

@@ -222,6 +222,14 @@ TEST_P(Judge, TimingValidity) {
   expect(e, Disposition::InvalidTiming, Rule::Timing,
          "1 of the 960 kernel and graph launches of the timed phase left no GPU record (the first: "
          "cudaLaunchKernel_v7000; a kernel, or a graph with kernel nodes, needs a kernel record)");
+  // A kernel still running past the window's device sync (another context's work): untimed work that
+  // may have written the outputs after the window, however short.
+  e = base();
+  e.late_kernels = 1;
+  expect(e, Disposition::InvalidTiming, Rule::Timing,
+         "1 kernel of the timed phase ran past the device synchronisation that closed its ");
+  e.late_kernels = 0;
+  expect(e, Disposition::Passed, Rule::Passed);
   e = base();
   e.dropped_records = 3;  // CUPTI had no buffer: what the records say is incomplete
   expect(e, Disposition::InvalidTiming, Rule::Timing, "CUPTI dropped 3 activity records");

@@ -36,6 +36,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "../solutions/gap_work.cuh"
@@ -489,6 +490,52 @@ void steal_reference(State& s) {
   }
   std::fprintf(stderr, "hostile-steal_reference: %zu calls of the reference's answers found among the grader's descriptors\n",
                s.stolen_logits.size());
+}
+
+/** busy_kernel(ns) launched in a CUDA context of its own (created on the first call, on the current
+ *  device), not waited for: the harness's device synchronisation covers its own context only, so the
+ *  kernel outlives the timed call's window (late_context). Driver entry points from the runtime (no
+ *  libcuda link); false, said on stderr, on any failure. */
+bool busy_in_own_context(unsigned long long ns) {
+  using PFN_DeviceGet = CUresult (*)(CUdevice*, int);
+  using PFN_CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);  // cuCtxCreate_v4
+  using PFN_CtxPush = CUresult (*)(CUcontext);
+  using PFN_CtxPop = CUresult (*)(CUcontext*);
+  static CUcontext own = nullptr;
+  static PFN_CtxPush push = nullptr;
+  static PFN_CtxPop pop = nullptr;
+  auto entry = [](const char* name, int version, auto* fn) {
+    cudaDriverEntryPointQueryResult q{};
+    void* p = nullptr;
+    if (cudaGetDriverEntryPointByVersion(name, &p, unsigned(version), cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !p)
+      return false;
+    *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(p);
+    return true;
+  };
+  if (!own) {
+    PFN_DeviceGet device_get = nullptr;
+    PFN_CtxCreate create = nullptr;
+    int ordinal = 0;
+    CUdevice dev = 0;
+    CUctxCreateParams params{};
+    if (!entry("cuDeviceGet", 2000, &device_get) || !entry("cuCtxCreate", 12050, &create) ||
+        !entry("cuCtxPushCurrent", 4000, &push) || !entry("cuCtxPopCurrent", 4000, &pop) ||
+        cudaGetDevice(&ordinal) != cudaSuccess || device_get(&dev, ordinal) != CUDA_SUCCESS ||
+        create(&own, &params, 0, dev) != CUDA_SUCCESS) {  // current (pushed) on success
+      std::fprintf(stderr, "hostile-late_context: no context of its own\n");
+      own = nullptr;
+      return false;
+    }
+  } else if (push(own) != CUDA_SUCCESS) {
+    return false;
+  }
+  busy_kernel<<<1, 1>>>(ns);  // the runtime launches into the current context: its own
+  const bool launched = cudaGetLastError() == cudaSuccess;
+  CUcontext popped = nullptr;
+  const bool back = pop(&popped) == CUDA_SUCCESS;
+  if (!launched || !back) std::fprintf(stderr, "hostile-late_context: launch %d, pop %d\n", int(launched), int(back));
+  return launched && back;
 }
 
 }  // namespace hostile
@@ -1065,6 +1112,13 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   // The same with copies (a copy engine's work, no kernel): a cheat could stage the next step's
   // weights with them.
   if (call == 0) s.gap_thread = std::thread(nibble_hostile::launch_forever, &s.stop, true);
+#elif defined(HOSTILE_LATE_CONTEXT)
+  // 300 us of GPU work in a context of its own, not waited for: it runs past the window's device
+  // synchronisation (where a cheat would write the call's outputs after its window).
+  if (!busy_in_own_context(300000)) {
+    std::snprintf(err->message, sizeof err->message, "late_context: could not launch in a context of its own");
+    return NIBBLE_ERR_CUDA;
+  }
 #endif
   return NIBBLE_OK;
 #endif
