@@ -514,6 +514,9 @@ int compare_files(const std::string& base_path, const std::string& new_path, con
   } catch (const BadReport& e) {
     return bad(e.what());
   }
+  // compare tests the samples: a report whose samples are not its own figure's was edited by hand.
+  for (const auto& [path, r] : {std::pair<const std::string&, const ReportView&>{base_path, base}, {new_path, neu}})
+    if (const std::string p = figure_problem(r); !p.empty()) return bad(path + ": " + p + " (regrade it)");
   const Comparison c = compare_reports(base, neu, opt, base_path, new_path);
   if (as_json)
     std::cout << comparison_json(c).dump(2) << "\n";

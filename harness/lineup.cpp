@@ -25,23 +25,6 @@ std::string group_of(const ReportView& r) {
 
 std::string num(double v, const char* fmt);
 
-/** "" when `r`'s graded figure is its samples' summary: their median (where the grade left no
- *  throttled round out of it), else at least within their range, between its quartiles. What ranks is
- *  the stored median: one edited by hand must not (compare recomputes from the samples). A Passed
- *  report of schema 2 always keeps its samples: one without them is edited too. */
-std::string figure_problem(const ReportView& r) {
-  const FigureView& f = graded_time(r);
-  if (!f.present) return "";
-  if (f.samples.empty())
-    return r.schema_major >= 2 && r.disposition == "Passed" ? "its median has no samples beside it: an edited report" : "";
-  const auto [lo, hi] = std::minmax_element(f.samples.begin(), f.samples.end());
-  const double tol = 1e-9 * std::fabs(*hi), own = summarize(f.samples).median;
-  const bool in_range = f.median >= *lo - tol && f.median <= *hi + tol && !(f.q1 > f.median + tol) && !(f.median > f.q3 + tol);
-  if (in_range && (r.throttled_rounds_excluded || std::fabs(f.median - own) <= tol)) return "";
-  return "its median (" + num(f.median, "%.5g") + " us) is not its " + std::to_string(f.samples.size()) + " samples' (" +
-         num(own, "%.5g") + " us): an edited report";
-}
-
 /** Why `r` is not ranked with `first`: a figure that is not its samples', or the first difference,
  *  in words. */
 std::string apart_from(const ReportView& r, const ReportView& first) {

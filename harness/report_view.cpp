@@ -2,6 +2,7 @@
 // and print its summary (see report_view.h).
 #include "harness/report_view.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "fixtures/safetensors.h"
+#include "harness/stats.h"
 
 namespace nibble {
 
@@ -35,6 +37,24 @@ const FigureView& graded_time(const ReportView& report) {
 
 std::string graded_time_label(const ReportView& report) {
   return report.clock == "wall" ? "median on the grader's clock" : "median GPU span";
+}
+
+std::string figure_problem(const ReportView& r) {
+  const FigureView& f = graded_time(r);
+  if (!f.present) return "";
+  if (f.samples.empty())
+    return r.schema_major >= 2 && r.disposition == "Passed" ? "its median has no samples beside it: an edited report" : "";
+  // n counts the samples the median was taken over: all of them, or fewer where throttled rounds
+  // were left out of it (the samples keep every round).
+  if (f.n >= 0 && (r.throttled_rounds_excluded ? size_t(f.n) > f.samples.size() : size_t(f.n) != f.samples.size()))
+    return "its n (" + std::to_string(f.n) + ") does not fit the count of its samples (" + std::to_string(f.samples.size()) +
+           "): an edited report";
+  const auto [lo, hi] = std::minmax_element(f.samples.begin(), f.samples.end());
+  const double tol = 1e-9 * std::fabs(*hi), own = summarize(f.samples).median;
+  const bool in_range = f.median >= *lo - tol && f.median <= *hi + tol && !(f.q1 > f.median + tol) && !(f.median > f.q3 + tol);
+  if (in_range && (r.throttled_rounds_excluded || std::fabs(f.median - own) <= tol)) return "";
+  return "its median (" + fmt_g(f.median, 5) + " us) is not its " + std::to_string(f.samples.size()) + " samples' (" +
+         fmt_g(own, 5) + " us): an edited report";
 }
 
 std::string sample_noun(const std::string& unit) {

@@ -536,6 +536,25 @@ TEST(LoadReport, BadInputIsBadReport) {
             kCompareBadInput);
 }
 
+TEST(CompareFiles, AReportWhoseSamplesAreNotItsFigureIsBadInput) {
+  // compare tests the samples; the leaderboard ranks the stored median: halving every sample of a
+  // report and leaving its median made it FASTER (-50%) here while the leaderboard set it apart
+  // (a newcomer's finding). Both now read it as an edited report.
+  TempDir t;
+  const std::string base = data("reports/h200-unfused-full.json");
+  EXPECT_EQ(compare_files(base, base, CompareOptions{}, false), kCompareOk);
+  json r = unfused();
+  for (json& v : r["timing"]["gpu_span_us"]["samples"]) v = v.get<double>() / 2;
+  write_file_atomic(t.path() + "/halved.json", r.dump());
+  EXPECT_NE(figure_problem(load_report_view(t.path() + "/halved.json")).find("an edited report"), std::string::npos);
+  EXPECT_EQ(compare_files(base, t.path() + "/halved.json", CompareOptions{}, false), kCompareBadInput);
+  r = unfused();
+  r["timing"]["gpu_span_us"]["n"] = 95;  // one sample fewer than it holds
+  write_file_atomic(t.path() + "/n.json", r.dump());
+  EXPECT_NE(figure_problem(load_report_view(t.path() + "/n.json")).find("does not fit"), std::string::npos);
+  EXPECT_EQ(compare_files(t.path() + "/n.json", base, CompareOptions{}, false), kCompareBadInput);
+}
+
 // ---------------------------------------------------------------------------------------------
 // `nibble report show`: the grade's summary from the report
 
