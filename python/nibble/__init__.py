@@ -63,11 +63,26 @@ def _object(pairs):
     return out
 
 
+def _constant(name):
+    """json's parse_constant: NaN and Infinity are not JSON, and the nibble command refuses them."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _loads(text):
+    """json.loads as the nibble command reads JSON (a key twice, NaN or Infinity refused); a document
+    nested too deep for Python's parser is a ValueError too, not a RecursionError."""
+    try:
+        return json.loads(text, object_pairs_hook=_object, parse_constant=_constant)
+    except RecursionError:
+        raise ValueError("nested too deep for this reader") from None
+
+
 def load_json(path):
     """The JSON document at `path`, read as the nibble command reads every JSON file: an object with a
-    key twice is refused. Raises OSError (unreadable) or ValueError (not JSON, a key twice)."""
-    with open(path) as f:
-        return json.load(f, object_pairs_hook=_object)
+    key twice, NaN and Infinity are refused. Raises OSError (unreadable) or ValueError (not JSON, a
+    key twice, NaN or Infinity, nested too deep)."""
+    with open(path, "rb") as f:
+        return _loads(f.read())
 
 
 def load_report(path):
@@ -130,22 +145,31 @@ def load_fixture(path, framework="numpy"):
     `nibble fixture verify` does that.
     """
     try:
-        with open(os.path.join(path, "manifest.json")) as f:
-            manifest = json.load(f, object_pairs_hook=_object)
+        manifest = load_json(os.path.join(path, "manifest.json"))
     except (OSError, ValueError) as e:
         raise NibbleError(f"{path}: not a fixture folder (its manifest.json: {e}); nibble.fixture() builds one") from e
     file = os.path.join(path, manifest.get("file", "model.safetensors"))
     if not os.path.isfile(file):
         raise NibbleError(f"{path}: the manifest names {file}, which is missing; rebuild the fixture")
+    if framework not in ("numpy", "torch"):
+        raise NibbleError(f'framework must be "numpy" or "torch", not {framework!r}')
+    try:
+        return _load_tensors(file, framework), manifest
+    except NibbleError:
+        raise
+    except Exception as e:  # safetensors' own errors, a header that lies, a short file
+        raise NibbleError(f"{file}: not a readable safetensors file ({type(e).__name__}: {e}); nibble fixture verify "
+                          "says what is wrong, nibble.fixture() rebuilds it") from e
+
+
+def _load_tensors(file, framework):
     if framework == "torch":
         try:
             from safetensors.torch import load_file
         except ImportError as e:
             raise NibbleError(f'framework="torch" needs torch: pip install torch (or the "torch" extra) ({e})') from e
 
-        return load_file(file), manifest
-    if framework != "numpy":
-        raise NibbleError(f'framework must be "numpy" or "torch", not {framework!r}')
+        return load_file(file)
     import numpy as np
     from safetensors import safe_open
 
@@ -159,11 +183,11 @@ def load_fixture(path, framework="numpy"):
         # safetensors' numpy backend has no bf16: read those by the header's offsets.
         with open(file, "rb") as raw:
             n = int.from_bytes(raw.read(8), "little")
-            header = json.loads(raw.read(n), object_pairs_hook=_object)
+            header = _loads(raw.read(n))
             base = 8 + n
             for k in bf16:
                 begin, end = header[k]["data_offsets"]
                 raw.seek(base + begin)
                 bits = np.frombuffer(raw.read(end - begin), dtype="<u2").astype(np.uint32) << 16
                 tensors[k] = bits.view(np.float32).reshape(header[k]["shape"])
-    return tensors, manifest
+    return tensors

@@ -49,6 +49,14 @@ def main():
         with open(other, "w") as f:
             f.write('{"schema": "nibble.report", "disposition": "Failed", "disposition": "Passed"}')
         refused(lambda: nibble.load_report(other), "the key 'disposition' twice", "a report with a key twice is refused")
+        # As the command reads them (a newcomer's findings): NaN is not JSON; a document nested past
+        # Python's recursion limit is refused, not a RecursionError.
+        with open(other, "w") as f:
+            f.write('{"schema": "nibble.report", "timing": {"us_per_call": NaN}}')
+        refused(lambda: nibble.load_report(other), "NaN is not a JSON number", "a report with NaN is refused")
+        with open(other, "w") as f:
+            f.write("[" * 100000 + "]" * 100000)
+        refused(lambda: nibble.load_report(other), "nested too deep", "a report nested 100,000 deep is refused")
 
         for task, config in (("megakernel-int4-weight-decode", "tiny"), ("gemm-w4a16-nvfp4", "tiny")):
             path = nibble.fixture(task, config, 0, out=os.path.join(tmp, task))
@@ -72,6 +80,12 @@ def main():
             check("GPU" in str(e) and "exited 2" in str(e), f"grade() without a usable GPU says so: {str(e)[:120]}")
 
     refused(lambda: nibble.load_fixture("/nonexistent"), "not a fixture folder", "load_fixture of a missing folder raises NibbleError")
+    with tempfile.TemporaryDirectory() as tmp:  # a header length of 2^63: safetensors' own error becomes a NibbleError
+        with open(os.path.join(tmp, "manifest.json"), "w") as f:
+            f.write('{"file": "model.safetensors"}')
+        with open(os.path.join(tmp, "model.safetensors"), "wb") as f:
+            f.write((1 << 63).to_bytes(8, "little") + b"{}")
+        refused(lambda: nibble.load_fixture(tmp), "not a readable safetensors file", "a corrupt safetensors file raises NibbleError")
     os.environ["NIBBLE_EXE"] = "/tmp"
     refused(nibble.find_nibble, "not an executable file", "a folder as NIBBLE_EXE is refused")
     os.environ["NIBBLE_EXE"] = "/nonexistent/nibble"
