@@ -83,9 +83,17 @@ const json& first_of(const json& o, std::initializer_list<const char*> keys) {
 }
 
 double num(const json& v) { return v.is_number() ? v.get<double>() : NAN; }
-std::string str(const json& v, const std::string& dflt = "") { return v.is_string() ? v.get<std::string>() : dflt; }
+/** `s` with every control character (a newline, ESC, NUL) a space: a report is anyone's file, and
+ *  what `report show`, `compare` and the leaderboard print from it must not move the terminal's cursor
+ *  or colour it (a newcomer's finding: an ESC in a solution's name reached the terminal). */
+std::string one_line(std::string s) {
+  std::replace_if(s.begin(), s.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }, ' ');
+  return s;
+}
+
+std::string str(const json& v, const std::string& dflt = "") { return v.is_string() ? one_line(v.get<std::string>()) : dflt; }
 /** A value for display: a string as it is, anything else as JSON, "?" when absent. */
-std::string text(const json& v) { return v.is_null() ? "?" : v.is_string() ? v.get<std::string>() : shown(v); }
+std::string text(const json& v) { return v.is_null() ? "?" : v.is_string() ? one_line(v.get<std::string>()) : shown(v); }
 
 int schema_major_of(const json& r) {
   const json& v = field(r, "schema_version");
@@ -188,14 +196,14 @@ void read_provenance(const json& r, ReportView& v) {
   for (const json& f : field(r, "fixtures"))
     if (f.is_object()) v.fixtures.push_back({text(field(f, "seed")), str(field(f, "file_sha256"))});
   const json& g = field(r, "git");
-  if (field(g, "commit").is_string()) v.git_commit = g["commit"].get<std::string>();
+  if (field(g, "commit").is_string()) v.git_commit = one_line(g["commit"].get<std::string>());
   v.git_dirty = field(g, "dirty").is_boolean() && g["dirty"].get<bool>();
   v.git_commit_from = str(field(g, "commit_from"));
   const json& h = field(r, "host");
   if (h.is_object()) v.host_json = shown(h);
   v.host_name = str(field(h, "hostname"));
   if (field(h, "cpus").is_number_integer()) v.host_cpus = h["cpus"].get<int>();
-  for (const json& a : field(r, "argv")) v.argv.push_back(a.is_string() ? a.get<std::string>() : shown(a));
+  for (const json& a : field(r, "argv")) v.argv.push_back(a.is_string() ? one_line(a.get<std::string>()) : shown(a));
   v.wall_seconds_total = num(field(field(r, "wall_seconds"), "total"));
   const json& sb = field(r, "sandbox");
   v.sandbox_required = field(sb, "required").is_boolean() && sb["required"].get<bool>();
@@ -216,7 +224,7 @@ void read_calibration(const json& r, CalibrationView& cv) {
   const json& dropped = field(c, "dropped_feature_variants_best");
   if (dropped.is_number()) cv.dropped_feature_variants_best = dropped.get<double>();
   const json& d = field(c, "device");
-  cv.device = d.is_string() ? d.get<std::string>() : str(field(d, "name"));
+  cv.device = d.is_string() ? one_line(d.get<std::string>()) : str(field(d, "name"));
   cv.source = str(field(c, "source"));
   cv.created_utc = str(field(c, "created_utc"));
 }
@@ -253,7 +261,7 @@ void read_correctness(const json& r, ReportView& v) {
 
 /** timing's protocol in one line: what is timed, what happens before each call and between calls. */
 std::string protocol_line(const json& p) {
-  if (p.is_string()) return p.get<std::string>();
+  if (p.is_string()) return one_line(p.get<std::string>());
   std::string s = str(field(p, "metric")) + "; " + str(field(p, "before_each_call"));
   if (p.is_object() && p.contains("between_calls")) s += "; " + str(p["between_calls"]);
   return p.is_object() ? s : "";

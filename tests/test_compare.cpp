@@ -1,6 +1,7 @@
 // test_compare.cpp: `nibble compare`: its statistics against numbers computed independently
 // (scipy; tests/data/compare/make_expected.py reproduces every constant below), its verdicts on two
 // real H200 reports (tests/data/reports/), and every exit code, in process and through the binary.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -570,6 +571,19 @@ TEST(ReportShow, ReproducesTheGradeSummary) {
       "  roofline     1.921 GB/step; floor 458.9 us at the measured copy bandwidth 4.19 TB/s -> 17.4% of it\n"
       "  report       r.json  (8.35 s)\n";
   EXPECT_EQ(format_summary(view(unfused()), "r.json"), expected);
+}
+
+TEST(ReportShow, ControlCharactersOfAReportNeverReachTheTerminal) {
+  // A report is anyone's file: an ESC, a newline or a NUL in its strings is printed as a space by
+  // report show, compare and the leaderboard (a newcomer's finding: ESC[31m coloured the terminal).
+  json r = unfused();
+  r["solution"]["name"] = std::string("a|b\nc\x1b[31mRED\0x", 15);
+  r["reason"] = "ok\rX";
+  const std::string out = format_summary(view(r), "r.json");
+  for (const unsigned char ch : out) EXPECT_TRUE(ch >= 0x20 || ch == '\n') << int(ch);
+  EXPECT_NE(out.find("a|b c [31mRED x"), std::string::npos) << out;
+  const std::string clean = format_summary(view(unfused()), "r.json");
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), std::count(clean.begin(), clean.end(), '\n'));
 }
 
 TEST(ReportShow, CalibrationContextLine) {
