@@ -384,7 +384,7 @@ std::string format_leaderboard(const std::vector<LeaderboardGroup>& groups) {
     // One line per row: a control character a report carries (a newline in a solution's name)
     // would break the table's lines and columns; Markdown and HTML escape it themselves.
     for (auto& row : t.cells)
-      for (std::string& c : row) std::replace_if(c.begin(), c.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }, ' ');
+      for (std::string& c : row) c = one_line(std::move(c));
     std::vector<size_t> width(t.head.size());
     for (size_t c = 0; c < t.head.size(); ++c) {
       width[c] = t.head[c].size();

@@ -57,6 +57,11 @@ std::string figure_problem(const ReportView& r) {
          fmt_g(own, 5) + " us): an edited report";
 }
 
+std::string one_line(std::string s) {
+  std::replace_if(s.begin(), s.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }, ' ');
+  return s;
+}
+
 std::string sample_noun(const std::string& unit) {
   if (unit == "token") return "step";
   return unit.empty() ? "sample" : unit;
@@ -83,14 +88,6 @@ const json& first_of(const json& o, std::initializer_list<const char*> keys) {
 }
 
 double num(const json& v) { return v.is_number() ? v.get<double>() : NAN; }
-/** `s` with every control character (a newline, ESC, NUL) a space: a report is anyone's file, and
- *  what `report show`, `compare` and the leaderboard print from it must not move the terminal's cursor
- *  or colour it (a newcomer's finding: an ESC in a solution's name reached the terminal). */
-std::string one_line(std::string s) {
-  std::replace_if(s.begin(), s.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }, ' ');
-  return s;
-}
-
 std::string str(const json& v, const std::string& dflt = "") { return v.is_string() ? one_line(v.get<std::string>()) : dflt; }
 /** A value for display: a string as it is, anything else as JSON, "?" when absent. */
 std::string text(const json& v) { return v.is_null() ? "?" : v.is_string() ? one_line(v.get<std::string>()) : shown(v); }

@@ -189,6 +189,12 @@ std::string graded_time_label(const ReportView& report);
  *  by hand and is neither ranked nor compared. A Passed report of schema 2 always keeps its samples. */
 std::string figure_problem(const ReportView& report);
 
+/** `s` with every control character (a newline, ESC, NUL) a space: a report is anyone's file, and
+ *  what `report show`, `compare` and the leaderboard print from it must not move the terminal's cursor
+ *  or colour it (a newcomer's finding: an ESC in a solution's name reached the terminal). Every
+ *  string the report view reads passes through it. */
+std::string one_line(std::string s);
+
 /** What one sample is called in prose: "step" for the unit "token" (one decode step of the batch),
  *  the unit itself otherwise ("call"), "sample" when unknown. */
 std::string sample_noun(const std::string& unit);

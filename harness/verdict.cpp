@@ -154,13 +154,16 @@ Verdict judge(const Evidence& e) {
     // harness's syncs cover every stream of its context: another context's work does not wait) ran
     // untimed, and may have written the call's outputs after the window; honest runs show none (0
     // over the 332 timed reports of 2026-12-06's two H100 runs).
-    if (e.late_kernels > 0)
+    if (e.late_kernels > 0) {
+      const bool many = e.late_kernels > 1;
       return fail(D::InvalidTiming, Rule::Timing,
-                  std::to_string(e.late_kernels) + " kernel" + (e.late_kernels > 1 ? "s" : "") +
-                       " of the timed phase ran past the device synchronisation that closed " + (e.late_kernels > 1 ? "their " : "its ") + e.unit +
-                      "'s window (CUPTI delivered " + (e.late_kernels > 1 ? "them" : "it") + " only at a later collect): work that outlives a timed " + e.unit +
+                  std::to_string(e.late_kernels) + (many ? " kernels" : " kernel") +
+                      " of the timed phase ran past the device synchronisation that closed " + (many ? "their " : "its ") +
+                      e.unit + "'s window (CUPTI delivered " + (many ? "them" : "it") +
+                      " only at a later collect): work that outlives a timed " + e.unit +
                       " (another CUDA context of the process does not wait for the harness's synchronisation) was not "
                       "timed, and may have written its outputs after the window");
+    }
     // Foreign work before the clock comparison: its records inside a window lengthen the span past
     // the window, and the work is the cause worth naming (H200, 2026-12-05: a solution's own copies
     // between calls read "the clocks disagree").
