@@ -36,7 +36,6 @@
 #include <iterator>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "../solutions/gap_work.cuh"
@@ -78,6 +77,28 @@ nibble_status cuda_fail(nibble_error* err, const char* call, cudaError_t e) {
     const nibble_status h_s_ = (call);            \
     if (h_s_ != NIBBLE_OK) return h_s_;           \
   } while (0)
+
+/** The driver's `name` at ABI `version` (12040, the default: the first with cuModuleEnumerateFunctions;
+ *  a later one where the signature changed, e.g. 12050 for cuCtxCreate_v4), from the runtime: no
+ *  variant links libcuda. */
+template <class F>
+nibble_status entry_point(const char* name, F* fn, nibble_error* err, unsigned version = 12040) {
+  cudaDriverEntryPointQueryResult q{};
+  void* p = nullptr;
+  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, version, cudaEnableDefault, &q);
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
+    std::snprintf(err->message, sizeof err->message, "driver entry point %s not found (%s, query %d)", name,
+                  cudaGetErrorName(e), int(q));
+    return NIBBLE_ERR_CUDA;
+  }
+  *fn = reinterpret_cast<F>(p);
+  return NIBBLE_OK;
+}
+
+inline nibble_status driver_fail(nibble_error* err, const char* what, CUresult r) {
+  std::snprintf(err->message, sizeof err->message, "%s failed: CUresult %d", what, int(r));
+  return NIBBLE_ERR_CUDA;
+}
 
 struct State {
   void* inner = nullptr;  // the unfused solution's handle
@@ -494,9 +515,8 @@ void steal_reference(State& s) {
 
 /** busy_kernel(ns) launched in a CUDA context of its own (created on the first call, on the current
  *  device), not waited for: the harness's device synchronisation covers its own context only, so the
- *  kernel outlives the timed call's window (late_context). Driver entry points from the runtime (no
- *  libcuda link); false, said on stderr, on any failure. */
-bool busy_in_own_context(unsigned long long ns) {
+ *  kernel outlives the timed call's window (late_context). */
+nibble_status busy_in_own_context(unsigned long long ns, nibble_error* err) {
   using PFN_DeviceGet = CUresult (*)(CUdevice*, int);
   using PFN_CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);  // cuCtxCreate_v4
   using PFN_CtxPush = CUresult (*)(CUcontext);
@@ -504,38 +524,30 @@ bool busy_in_own_context(unsigned long long ns) {
   static CUcontext own = nullptr;
   static PFN_CtxPush push = nullptr;
   static PFN_CtxPop pop = nullptr;
-  auto entry = [](const char* name, int version, auto* fn) {
-    cudaDriverEntryPointQueryResult q{};
-    void* p = nullptr;
-    if (cudaGetDriverEntryPointByVersion(name, &p, unsigned(version), cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !p)
-      return false;
-    *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(p);
-    return true;
-  };
   if (!own) {
     PFN_DeviceGet device_get = nullptr;
     PFN_CtxCreate create = nullptr;
+    H_OK(entry_point("cuDeviceGet", &device_get, err));
+    H_OK(entry_point("cuCtxCreate", &create, err, 12050));
+    H_OK(entry_point("cuCtxPushCurrent", &push, err));
+    H_OK(entry_point("cuCtxPopCurrent", &pop, err));
     int ordinal = 0;
+    H_CUDA(cudaGetDevice(&ordinal));
     CUdevice dev = 0;
     CUctxCreateParams params{};
-    if (!entry("cuDeviceGet", 2000, &device_get) || !entry("cuCtxCreate", 12050, &create) ||
-        !entry("cuCtxPushCurrent", 4000, &push) || !entry("cuCtxPopCurrent", 4000, &pop) ||
-        cudaGetDevice(&ordinal) != cudaSuccess || device_get(&dev, ordinal) != CUDA_SUCCESS ||
-        create(&own, &params, 0, dev) != CUDA_SUCCESS) {  // current (pushed) on success
-      std::fprintf(stderr, "hostile-late_context: no context of its own\n");
+    if (const CUresult r = device_get(&dev, ordinal); r != CUDA_SUCCESS) return driver_fail(err, "cuDeviceGet", r);
+    if (const CUresult r = create(&own, &params, 0, dev); r != CUDA_SUCCESS) {  // current (pushed) on success
       own = nullptr;
-      return false;
+      return driver_fail(err, "cuCtxCreate", r);
     }
-  } else if (push(own) != CUDA_SUCCESS) {
-    return false;
+  } else if (const CUresult r = push(own); r != CUDA_SUCCESS) {
+    return driver_fail(err, "cuCtxPushCurrent", r);
   }
   busy_kernel<<<1, 1>>>(ns);  // the runtime launches into the current context: its own
-  const bool launched = cudaGetLastError() == cudaSuccess;
+  const cudaError_t launched = cudaGetLastError();
   CUcontext popped = nullptr;
-  const bool back = pop(&popped) == CUDA_SUCCESS;
-  if (!launched || !back) std::fprintf(stderr, "hostile-late_context: launch %d, pop %d\n", int(launched), int(back));
-  return launched && back;
+  if (const CUresult r = pop(&popped); r != CUDA_SUCCESS) return driver_fail(err, "cuCtxPopCurrent", r);
+  return launched == cudaSuccess ? NIBBLE_OK : cuda_fail(err, "busy_kernel<<<1, 1>>> in a context of its own", launched);
 }
 
 }  // namespace hostile
@@ -566,26 +578,6 @@ struct Driver {
   int threads = 0;
   long launches = 0;
 } g_driver;
-
-template <class F>
-nibble_status entry_point(const char* name, F* fn, nibble_error* err) {
-  cudaDriverEntryPointQueryResult q{};
-  void* p = nullptr;
-  // 12040: the first driver ABI with cuModuleEnumerateFunctions.
-  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12040, cudaEnableDefault, &q);
-  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {
-    std::snprintf(err->message, sizeof err->message, "driver entry point %s not found (%s, query %d)", name,
-                  cudaGetErrorName(e), int(q));
-    return NIBBLE_ERR_CUDA;
-  }
-  *fn = reinterpret_cast<F>(p);
-  return NIBBLE_OK;
-}
-
-nibble_status driver_fail(nibble_error* err, const char* what, CUresult r) {
-  std::snprintf(err->message, sizeof err->message, "%s failed: CUresult %d", what, int(r));
-  return NIBBLE_ERR_CUDA;
-}
 
 nibble_status load_driver_module(nibble_error* err) {
   Driver& d = g_driver;
@@ -1115,10 +1107,7 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
 #elif defined(HOSTILE_LATE_CONTEXT)
   // 300 us of GPU work in a context of its own, not waited for: it runs past the window's device
   // synchronisation (where a cheat would write the call's outputs after its window).
-  if (!busy_in_own_context(300000)) {
-    std::snprintf(err->message, sizeof err->message, "late_context: could not launch in a context of its own");
-    return NIBBLE_ERR_CUDA;
-  }
+  H_OK(busy_in_own_context(300000, err));
 #endif
   return NIBBLE_OK;
 #endif
