@@ -3,6 +3,7 @@
 nibble_add_gtest(fixture_quantise SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fixture_quantise.cpp LIBS nibble_fixtures
                  LABELS cpu)
 nibble_add_gtest(fixture_pinned SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fixture_pinned.cpp LIBS nibble_fixtures LABELS cpu)
+nibble_add_gtest(token_ids SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_token_ids.cpp LIBS nibble_fixtures LABELS cpu)
 
 add_executable(fixture_tool ${CMAKE_CURRENT_LIST_DIR}/fixture_tool.cpp)
 target_link_libraries(fixture_tool PRIVATE nibble_fixtures)
