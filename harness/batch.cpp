@@ -63,9 +63,9 @@ BatchManifest read_batch_manifest(const std::string& path) {
   if (fs::is_directory(path)) throw std::invalid_argument(path + " is a folder: name the manifest file in it (nibble batch MANIFEST)");
   json j;
   try {
-    j = parse_ordered_json_bounded(read_file(path), "the manifest");
+    j = parse_ordered_json_bounded(read_file(path), "manifest " + path);
   } catch (const std::exception& e) {
-    throw std::invalid_argument(path + ": not a readable JSON manifest (" + e.what() + ")");
+    throw std::invalid_argument(e.what());  // says which: unreadable, not JSON, a key twice
   }
   if (!j.is_object() || !j.contains("runs") || !j["runs"].is_array() || j["runs"].empty())
     throw std::invalid_argument(path + ": a manifest is an object with a non-empty \"runs\" list (nibble batch --help)");

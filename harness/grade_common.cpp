@@ -614,10 +614,10 @@ std::string committed_calibration(const std::string& task, const std::string& co
 void check_calibration_file(const std::string& path, const std::string& task, const std::string& config) {
   json c;
   try {
-    if (fs::is_directory(path)) throw std::runtime_error("a folder");
-    c = parse_ordered_json_bounded(read_file(path), "the file");
+    if (fs::is_directory(path)) throw std::runtime_error(path + " is a folder: name the table's file in it");
+    c = parse_ordered_json_bounded(read_file(path), path);
   } catch (const std::exception& e) {
-    throw std::invalid_argument("--calibration " + path + " is not a readable JSON file (" + e.what() + ")");
+    throw std::invalid_argument(std::string("--calibration: ") + e.what());  // says which: unreadable, not JSON, a key twice
   }
   if (!c.is_object() || c.value("schema", "") != "nibble.calibration" || !c.contains("rows") || !c["rows"].is_array())
     throw std::invalid_argument("--calibration " + path +

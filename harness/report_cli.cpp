@@ -31,9 +31,9 @@ namespace {
 nlohmann::ordered_json load_calibration(const std::string& path, const nlohmann::ordered_json& report) {
   nlohmann::ordered_json c;
   try {
-    c = parse_ordered_json_bounded(read_file(path), "the file");
+    c = parse_ordered_json_bounded(read_file(path), path);
   } catch (const std::exception& e) {
-    throw BadReport(path + ": not a readable JSON file (" + e.what() + ")");
+    throw BadReport(std::string("--calibration: ") + e.what());  // says which: unreadable, not JSON, a key twice
   }
   if (!c.is_object() || c.value("schema", "") != "nibble.calibration" || !c.contains("rows") || !c["rows"].is_array())
     throw BadReport(path + ": not a nibble calibration table (schema \"nibble.calibration\" with \"rows\")");

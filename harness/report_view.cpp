@@ -106,7 +106,10 @@ void check_report(const json& r, const std::string& what) {
   // Reports of another major schema version may mean other things by the same keys.
   if (r.contains("schema_version")) {
     const json& v = r["schema_version"];
-    const std::string s = str(v);
+    if (!v.is_string())
+      throw BadReport(what + ": malformed nibble report: schema_version " + shown(v) + " is a JSON " + v.type_name() +
+                      "; nibble writes it as a string, e.g. \"2.0\"");
+    const std::string s = v.get<std::string>();
     if (s.rfind("1.", 0) != 0 && s.rfind("2.", 0) != 0)
       throw BadReport(what + ": schema_version " + shown(v) +
                       " is not one this nibble reads (1.x or 2.x); use the nibble that wrote it");

@@ -159,7 +159,10 @@ TEST(Batch, ManifestErrorsNameTheKey) {
             "(accepted)");
   EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["."]}]})").find("is not a file"),
             std::string::npos);
-  EXPECT_NE(error("{oops").find("not a readable JSON manifest"), std::string::npos);
+  EXPECT_NE(error("{oops").find(".json is not valid JSON: "), std::string::npos) << error("{oops");
+  // Valid JSON with a key twice: said as that, not as "not JSON".
+  EXPECT_NE(error(R"({"runs": [], "runs": []})").find("has the key 'runs' twice"), std::string::npos)
+      << error(R"({"runs": [], "runs": []})");
   // A manifest where the batch writes its summary (named as that file, in the results folder) would be
   // overwritten by the run: refused before it starts.
   const std::string run_a = R"({"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"]})";

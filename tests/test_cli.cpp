@@ -455,7 +455,8 @@ TEST(Cli, OutputsAndOptionsAreCheckedBeforeAnyWork) {
       {{"--threads", "100000"}, "--threads"},
       {{"--timeout", "inf"}, "at most 1e+06"},
       {{"--max-timing-seconds", "-1"}, "--max-timing-seconds"},
-      {{"--calibration", t.path() + "/none.json"}, "not a readable JSON file"},
+      {{"--calibration", t.path() + "/none.json"}, "--calibration: cannot read "},
+      {{"--calibration", t.path() + "/twice.json"}, "has the key 'schema' twice"},
       {{"--calibration", t.path() + "/cal-full.json"}, "calibrated for megakernel-int4-weight-decode / full"},
       // Outputs that collide: each later write would destroy the earlier file, or the input.
       {{"--gbench-json", t.path() + "/r.json"}, "--out and --gbench-json name the same file"},
@@ -469,6 +470,7 @@ TEST(Cli, OutputsAndOptionsAreCheckedBeforeAnyWork) {
   // A real table of another config: refused before any work (it would chart the wrong variants).
   write_file_atomic(t.path() + "/cal-full.json",
                     R"({"schema": "nibble.calibration", "task": "megakernel-int4-weight-decode", "config": "full", "rows": []})");
+  write_file_atomic(t.path() + "/twice.json", R"({"schema": "nibble.calibration", "schema": "x", "rows": []})");
   for (const auto& c : cases) {
     std::vector<std::string> args = {"grade", "--config", "tiny", "--solution", so};
     if (std::string(c.args[0]) != "--out") args.insert(args.end(), {"--out", t.path() + "/r.json"});

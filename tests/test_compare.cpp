@@ -735,6 +735,15 @@ TEST(ReportView, AnUnknownMajorVersionOrUnitIsBadReport) {
               std::string::npos)
         << e.what();
   }
+  r["schema_version"] = 2.0;  // a number: say it must be a string, not that 2.0 is an unknown version
+  try {
+    read_report_view(r, "new.json");
+    FAIL() << "a numeric schema_version must not read";
+  } catch (const BadReport& e) {
+    EXPECT_NE(std::string(e.what()).find("schema_version 2.0 is a JSON number; nibble writes it as a string"),
+              std::string::npos)
+        << e.what();
+  }
   r["schema_version"] = "2.1.0";  // a minor version adds, never changes: it reads
   EXPECT_NO_THROW(read_report_view(r, "new.json"));
   for (const json& unit : {json("frame"), json(nullptr), json(3)}) {

@@ -91,7 +91,7 @@ def load_report(path):
     try:
         report = load_json(path)
     except (OSError, ValueError) as e:
-        raise NibbleError(f"{path}: not a readable JSON file ({e})") from e
+        raise NibbleError(f"{path}: cannot be read as a report: {e}") from e
     if not isinstance(report, dict) or report.get("schema") != "nibble.report":
         raise NibbleError(f'{path}: not a nibble report (schema "nibble.report")')
     return report

@@ -53,7 +53,7 @@ TEST(TokenIds, NamesTheBadEntry) {
   EXPECT_NE(e.find("entry 1"), std::string::npos) << e;
   EXPECT_NE(e.find("written with a '.' or an exponent"), std::string::npos) << e;
   EXPECT_NE(refusal("[5, \"6\"]").find("a JSON string"), std::string::npos);
-  EXPECT_NE(refusal("[1, 2").find("starts with '[' but is not JSON"), std::string::npos);
+  EXPECT_NE(refusal("[1, 2").find("(it starts with '[', so it is read as JSON) is not valid JSON"), std::string::npos);
   EXPECT_NE(refusal("[[1]]").find("a JSON array"), std::string::npos);
 }
 
