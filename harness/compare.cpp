@@ -494,6 +494,23 @@ json comparison_json(const Comparison& c) {
   return j;
 }
 
+std::string comparison_input_problem(const ReportView& base, const ReportView& neu, const CompareOptions& opt,
+                                     const std::string& base_path, const std::string& new_path) {
+  // compare tests the samples: a report whose samples are not its own figure's was edited by hand.
+  for (const auto& [path, r] : {std::pair<const std::string&, const ReportView&>{base_path, base}, {new_path, neu}})
+    if (const std::string p = figure_problem(r); !p.empty()) return path + ": " + p + " (regrade it)";
+  for (const std::string& f : timed_figures()) {
+    const size_t nb = timed_figure(base, f).samples.size(), nn = timed_figure(neu, f).samples.size();
+    if (double(nb + nn) * opt.resamples > kMaxBootstrapDraws)
+      return "timing." + f + ": BASE holds " + std::to_string(nb) + " samples and NEW " + std::to_string(nn) + "; " +
+             std::to_string(opt.resamples) + " bootstrap resamples of them would draw " + fmt_g(double(nb + nn) * opt.resamples, 3) +
+             " values, over the bound of " + fmt_g(kMaxBootstrapDraws, 3) + " (a grade writes ~32 a round): compare reports of " +
+             "fewer rounds, or pass --resamples " + std::to_string(std::max(0, int(kMaxBootstrapDraws / double(nb + nn)))) +
+             " or fewer (at least 100)";
+  }
+  return "";
+}
+
 int compare_files(const std::string& base_path, const std::string& new_path, const CompareOptions& opt, bool as_json) {
   auto bad = [&](const std::string& msg) {
     std::fprintf(stderr, "nibble compare: %s\n", msg.c_str());
@@ -514,9 +531,7 @@ int compare_files(const std::string& base_path, const std::string& new_path, con
   } catch (const BadReport& e) {
     return bad(e.what());
   }
-  // compare tests the samples: a report whose samples are not its own figure's was edited by hand.
-  for (const auto& [path, r] : {std::pair<const std::string&, const ReportView&>{base_path, base}, {new_path, neu}})
-    if (const std::string p = figure_problem(r); !p.empty()) return bad(path + ": " + p + " (regrade it)");
+  if (const std::string p = comparison_input_problem(base, neu, opt, base_path, new_path); !p.empty()) return bad(p);
   const Comparison c = compare_reports(base, neu, opt, base_path, new_path);
   if (as_json)
     std::cout << comparison_json(c).dump(2) << "\n";

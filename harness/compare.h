@@ -191,6 +191,20 @@ std::string classify(const RatioCI& ci, const MannWhitney& mwu, const CompareOpt
  */
 std::optional<double> sample_factor(const RatioCI& ci, double threshold, double alpha, double power);
 
+/** Values the bootstrap may draw for one figure (resamples x both reports' samples): a grade writes
+ *  ~32 samples a round, so 2000 resamples over 100,000 samples is far beyond any honest pair, and a
+ *  million-sample report (a newcomer's, 2026-12-06) took 129 s to compare. */
+inline constexpr double kMaxBootstrapDraws = 2e8;
+
+/**
+ * Why `base` and `neu` cannot be compared as given, "" when they can: a figure whose median is not
+ * its samples' (figure_problem: an edited report), or more samples than the bootstrap's bound
+ * (kMaxBootstrapDraws at `opt.resamples`). The paths only name the reports in the message. Shared
+ * by `nibble compare` and `nibble report html REPORT BASE`, which draw the same verdicts.
+ */
+std::string comparison_input_problem(const ReportView& base, const ReportView& neu, const CompareOptions& opt,
+                                     const std::string& base_path, const std::string& new_path);
+
 /** Compares two reports (read_report_view). Never throws for report content. */
 Comparison compare_reports(const ReportView& base, const ReportView& neu, const CompareOptions& opt,
                            const std::string& base_label = "BASE", const std::string& new_label = "NEW");

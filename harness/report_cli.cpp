@@ -257,6 +257,11 @@ int report_command(std::vector<std::string> args) {
                  base.task.c_str(), html_path.c_str(), report.task.c_str());
     return kCompareBadInput;
   }
+  if (const std::string p = html_base.empty() ? "" : comparison_input_problem(base, report, opt, html_base, html_path);
+      !p.empty()) {
+    std::fprintf(stderr, "nibble report html: %s\n", p.c_str());
+    return kCompareBadInput;
+  }
   HtmlAnchors anchors{task_error_anchors(report.task, report.config), {}, {}};
   for (const std::string& b : html_beside) {
     try {

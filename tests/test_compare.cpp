@@ -556,6 +556,32 @@ TEST(CompareFiles, AReportWhoseSamplesAreNotItsFigureIsBadInput) {
   EXPECT_EQ(compare_files(t.path() + "/n.json", base, CompareOptions{}, false), kCompareBadInput);
 }
 
+TEST(CompareFiles, TooManySamplesForTheBootstrapIsBadInputNamingTheResamplesThatFit) {
+  // 96 samples repeated 625 times: 60,000, the same median and quartiles (n follows). Twice that
+  // at 2000 resamples is 2.4e8 draws, over the bound; at 1000 it is 1.2e8 and compares.
+  TempDir t;
+  const std::string base = data("reports/h200-unfused-full.json");
+  json r = unfused();
+  json& fig = r["timing"]["gpu_span_us"];
+  const json one = fig["samples"];
+  json many = json::array();
+  for (int k = 0; k < 625; ++k)  // ReportHtmlCli below builds the same
+    for (const json& v : one) many.push_back(v);
+  fig["samples"] = many;
+  fig["n"] = many.size();
+  write_file_atomic(t.path() + "/many.json", r.dump());
+  const ReportView v = load_report_view(t.path() + "/many.json");
+  ASSERT_EQ(figure_problem(v), "");  // the figure is its samples': only their count is refused
+  const std::string p = comparison_input_problem(v, v, CompareOptions{}, "a", "b");
+  EXPECT_NE(p.find("timing.gpu_span_us: BASE holds 60000 samples and NEW 60000; 2000 bootstrap resamples"), std::string::npos) << p;
+  EXPECT_NE(p.find("--resamples 1666 or fewer"), std::string::npos) << p;
+  EXPECT_EQ(compare_files(t.path() + "/many.json", t.path() + "/many.json", CompareOptions{}, false), kCompareBadInput);
+  CompareOptions fewer;
+  fewer.resamples = 1000;
+  EXPECT_EQ(comparison_input_problem(v, v, fewer, "a", "b"), "");
+  EXPECT_EQ(compare_files(base, t.path() + "/many.json", CompareOptions{}, false), kCompareOk);  // 60,096 x 2000
+}
+
 // ---------------------------------------------------------------------------------------------
 // `nibble report show`: the grade's summary from the report
 
@@ -910,6 +936,32 @@ CliRun run_nibble(std::vector<std::string> args, const TempDir& t) {
   return {e.code, file_tail(log, 1 << 20)};
 }
 }  // namespace
+
+TEST(ReportHtmlCli, WithBaseRefusesWhatCompareRefuses) {
+  // report html REPORT BASE draws compare's verdicts from the same inputs (comparison_input_problem):
+  // an edited report, or more samples than the bootstrap's bound, is bad input there too, no page.
+  if (!fs::exists(nibble_exe())) GTEST_SKIP() << "nibble binary not built at " << nibble_exe();
+  TempDir t;
+  const std::string base = data("reports/h200-unfused-full.json");
+  json r = unfused();
+  for (json& v : r["timing"]["gpu_span_us"]["samples"]) v = v.get<double>() / 2;
+  write_file_atomic(t.path() + "/halved.json", r.dump());
+  r = unfused();
+  json many = json::array();
+  for (int k = 0; k < 625; ++k)
+    for (const json& v : r["timing"]["gpu_span_us"]["samples"]) many.push_back(v);
+  r["timing"]["gpu_span_us"]["samples"] = many;
+  r["timing"]["gpu_span_us"]["n"] = many.size();
+  write_file_atomic(t.path() + "/many.json", r.dump());
+  for (const auto& [report, says] : {std::pair<std::string, std::string>{"halved.json", "an edited report"},
+                                     {"many.json", "bootstrap resamples of them would draw"}}) {
+    const CliRun x = run_nibble({"report", "html", t.path() + "/" + report, t.path() + "/many.json", "-o", t.path() + "/p.html"}, t);
+    EXPECT_EQ(x.code, kCompareBadInput) << x.out;
+    EXPECT_NE(x.out.find(says), std::string::npos) << x.out;
+    EXPECT_FALSE(fs::exists(t.path() + "/p.html"));
+  }
+  EXPECT_EQ(run_nibble({"report", "html", base, base, "-o", t.path() + "/p.html"}, t).code, 0);
+}
 
 TEST(CompareCli, EveryExitCode) {
   if (!fs::exists(nibble_exe())) GTEST_SKIP() << "nibble binary not built at " << nibble_exe();
