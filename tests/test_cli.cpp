@@ -834,6 +834,25 @@ TEST(Cli, GradeChecksTheFixturesTensorsNotOnlyItsHashes) {
   expect_fixture_refused(t, dir, 3, "has no tensor 'tokens'");
 }
 
+// A tensor of the right name and bytes but another dtype or shape: the message says which.
+TEST(Cli, GradeNamesAFixtureTensorsWrongDtypeAndShape) {
+  TempDir t;
+  const std::string dir = tiny_fixture(t, 3);
+  std::string want;
+  rewrite_and_rehash(dir, [&](std::vector<TensorView>& v) {
+    for (TensorView& x : v)
+      if (x.name == "tokens") {
+        want = "tensor 'tokens' is U8 [" + std::to_string(x.nbytes) + "], but megakernel-int4-weight-decode / tiny expects " +
+               dtype_shape_str(x.dtype, x.shape);
+        x.dtype = DType::U8;  // the same bytes read as bytes
+        x.shape = {int64_t(x.nbytes)};
+      }
+  });
+  ASSERT_FALSE(want.empty());
+  EXPECT_NE(want.find("expects I64 ["), std::string::npos) << want;
+  expect_fixture_refused(t, dir, 3, want);
+}
+
 // A GEMM grade checks a fixture folder it was given before any other work, as the decode grade
 // does, and never rebuilds into it.
 TEST(Cli, GemmGradeChecksANamedFixtureFirstAndNeverRebuildsIt) {
