@@ -110,8 +110,9 @@ __device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32
  * coherently, it may be another buffer this CTA wrote earlier). With `marks` (a trace; nullptr: none)
  * writes clock64 at marks[0] when every warp has consumed its pages, marks[1] when this warp has
  * summed the first rows it sends (before their st.async), marks[2] when it has sent its share of the
- * partner's sums, marks[3] when the partner's half has landed and marks[4] when the rows are written, and returns consume_segment's page wait. PART: what it runs of a page (GemvPart; the bench's modes). Ends with the
- * consumers' barrier.
+ * partner's sums, marks[3] when the partner's half has landed and marks[4] when the rows are
+ * written, and returns consume_segment's page wait. PART: what it runs of a page (GemvPart; the
+ * bench's modes). Ends with the consumers' barrier.
  */
 template <int W, int PART = kGemvPartAll>
 __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
