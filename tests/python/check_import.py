@@ -433,7 +433,7 @@ def main():
                 ("unknown config", ["--format", "awq", awq, "--tokens", tokens, "--config", "bogus"],
                  "unknown config 'bogus' for task megakernel-int4-weight-decode"),
                 ("an id left out", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "gap.txt")],
-                 "an empty entry before the comma after id 1"),
+                 "two commas in a row after entry 0 (id 5): an id is missing"),
                 ("a stream as the folder", ["--format", "awq", awq, "--tokens", tokens], "a fixture is a folder, not a stream"),
                 ("wrong format", ["--format", "gptq", awq, "--tokens", tokens], "quant_method"),
                 ("too few ids", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "few.txt")], "needs 96"),
