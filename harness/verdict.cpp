@@ -150,20 +150,6 @@ Verdict judge(const Evidence& e) {
                       e.first_unrecorded_launch +
                       "; a kernel, or a graph with kernel nodes, needs a kernel record): CUPTI's records were "
                       "switched off or taken while they ran, so the GPU span does not hold all of the work");
-    // A kernel of the process that outlived the device synchronisation closing its call's window (the
-    // harness's syncs cover every stream of its context: another context's work does not wait) ran
-    // untimed, and may have written the call's outputs after the window; honest runs show none (0
-    // over the 332 timed reports of 2026-12-06's two H100 runs).
-    if (e.late_kernels > 0) {
-      const bool many = e.late_kernels > 1;
-      return fail(D::InvalidTiming, Rule::Timing,
-                  std::to_string(e.late_kernels) + (many ? " kernels" : " kernel") +
-                      " of the timed phase ran past the device synchronisation that closed " + (many ? "their " : "its ") +
-                      e.unit + "'s window (CUPTI delivered " + (many ? "them" : "it") +
-                      " only at a later collect): work that outlives a timed " + e.unit +
-                      " (another CUDA context of the process does not wait for the harness's synchronisation) was not "
-                      "timed, and may have written its outputs after the window");
-    }
     // Foreign work before the clock comparison: its records inside a window lengthen the span past
     // the window, and the work is the cause worth naming (H200, 2026-12-05: a solution's own copies
     // between calls read "the clocks disagree").
@@ -178,6 +164,23 @@ Verdict judge(const Evidence& e) {
                                  "which an allowance measured there would have let hide as much in every gap"
                            : std::string()) +
                       "), outside every timing window: work a timed call may depend on was not timed");
+    // A kernel of the process that outlived the device synchronisation closing its call's window (the
+    // harness's syncs cover every stream of its context: another context's work does not wait) ran
+    // untimed, and may have written the call's outputs after the window; honest runs show none (0
+    // over the 332 timed reports of 2026-12-06's two H100 runs). After the gap rule: a thread that
+    // launches between calls also leaves late kernels (one started as a window closed is delivered
+    // at the next collect; H100, 2026-12-06, the GEMM gap_work rows), and the gap names it better.
+    if (e.late_kernels > 0) {
+      const bool many = e.late_kernels > 1;
+      return fail(D::InvalidTiming, Rule::Timing,
+                  std::to_string(e.late_kernels) + (many ? " kernels" : " kernel") +
+                      " of the timed phase ran past the device synchronisation that closed " + (many ? "their " : "its ") +
+                      e.unit + "'s window (CUPTI delivered " + (many ? "them" : "it") +
+                      " only at a later collect): work that outlives a timed " + e.unit +
+                      " (another CUDA context of the process does not wait for the harness's synchronisation), or "
+                      "started by another thread as the window closed, was not timed, and may have written the "
+                      "outputs after the window");
+    }
     if (e.span_median_us > e.window_median_us + kSpanOverWindowSlackUs)
       return fail(D::InvalidTiming, Rule::Timing,
                   "the CUPTI GPU span (" + g3(e.span_median_us) + " us median) is longer than the " + e.unit +

@@ -228,6 +228,11 @@ TEST_P(Judge, TimingValidity) {
   e.late_kernels = 1;
   expect(e, Disposition::InvalidTiming, Rule::Timing,
          "1 kernel of the timed phase ran past the device synchronisation that closed its ");
+  // With foreign work in the gaps too (a thread launching between calls leaves both: one kernel
+  // started as a window closed reaches the next collect), the gap is named.
+  e.gaps_with_foreign_work = 2;
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "between timed");
+  e.gaps_with_foreign_work = 0;
   e.late_kernels = 0;
   expect(e, Disposition::Passed, Rule::Passed);
   e = base();

@@ -19,7 +19,7 @@ shift
 [ $# -ge 1 ] || { echo "usage: dataflow-ab.sh <commit> <name>=<base .so> ..."; exit 2; }
 BASES=("$@")
 t0=$(date +%s)
-left() { echo $(( 580 - ($(date +%s) - t0) )); }
+left() { echo $(( ${BUDGET:-580} - ($(date +%s) - t0) )); }  # BUDGET: seconds this script may take
 targets="nibble nibble_reference nibble_megakernel_dataflow test_megakernel_dataflow_decode_tiny test_megakernel_dataflow_decode_stress"
 [ "${V1:-1}" = 1 ] && targets="$targets nibble_megakernel"
 [ "${BENCH:-0}" = 1 ] && targets="$targets bench_dataflow"
