@@ -33,9 +33,9 @@ constexpr uint32_t kIdGenerations = 4;
 bool g_auditing = false;
 std::vector<AuditedLaunch> g_launches;                 // not matched yet
 int g_matched = 0;                                     // launches matched and dropped
-// Copy and memset calls (recorded, not judged): those not matched yet, with the collect they came in;
-// one still unmatched kIdGenerations collects later is counted unrecorded and dropped (an honest
-// copy may leave no record: they must not pile up over a long timed phase).
+// Copy and memset calls: those not matched yet, with the collect they came in; one still unmatched
+// kIdGenerations collects later is counted unrecorded and dropped (they must not pile up over a
+// long timed phase).
 struct AuditedCopy {
   AuditedLaunch call;
   uint32_t generation;
@@ -212,9 +212,67 @@ const LaunchCall kLaunchCalls[] = {
      graph_launch_ptsz_exec},
 };
 
+// The asynchronous copy and memset calls (the 47 of CUDA 13.0's generated_cuda_meta.h) and their
+// stream: one issued on a capturing stream is a graph node that runs (and leaves its record) only
+// when its graph is launched. The synchronous ones are never captured (a capture refuses them), so
+// they always need a record; an asynchronous one missing here falls back to "any capture open".
+struct AsyncCopyCall {
+  CUpti_CallbackId cbid;
+  CUstream (*stream)(const void* params);
+};
+const AsyncCopyCall kAsyncCopyCalls[] = {
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync, h_stream<cuMemcpy2DAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2, h_stream<cuMemcpy2DAsync_v2_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2_ptsz, per_thread<h_stream<cuMemcpy2DAsync_v2_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync, h_stream<cuMemcpy3DAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2, h_stream<cuMemcpy3DAsync_v2_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2_ptsz, per_thread<h_stream<cuMemcpy3DAsync_v2_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync, h_stream<cuMemcpy3DBatchAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_ptsz, per_thread<h_stream<cuMemcpy3DBatchAsync_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2, h_stream<cuMemcpy3DBatchAsync_v2_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2_ptsz, per_thread<h_stream<cuMemcpy3DBatchAsync_v2_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeerAsync, h_stream<cuMemcpy3DPeerAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeerAsync_ptsz, per_thread<h_stream<cuMemcpy3DPeerAsync_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync, h_stream<cuMemcpyAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz, per_thread<h_stream<cuMemcpyAsync_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoHAsync, h_stream<cuMemcpyAtoHAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoHAsync_v2, h_stream<cuMemcpyAtoHAsync_v2_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoHAsync_v2_ptsz, per_thread<h_stream<cuMemcpyAtoHAsync_v2_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync, h_stream<cuMemcpyBatchAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_ptsz, per_thread<h_stream<cuMemcpyBatchAsync_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2, h_stream<cuMemcpyBatchAsync_v2_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2_ptsz, per_thread<h_stream<cuMemcpyBatchAsync_v2_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync, h_stream<cuMemcpyDtoDAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2, h_stream<cuMemcpyDtoDAsync_v2_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz, per_thread<h_stream<cuMemcpyDtoDAsync_v2_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync, h_stream<cuMemcpyDtoHAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2, h_stream<cuMemcpyDtoHAsync_v2_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz, per_thread<h_stream<cuMemcpyDtoHAsync_v2_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoAAsync, h_stream<cuMemcpyHtoAAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoAAsync_v2, h_stream<cuMemcpyHtoAAsync_v2_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoAAsync_v2_ptsz, per_thread<h_stream<cuMemcpyHtoAAsync_v2_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync, h_stream<cuMemcpyHtoDAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, h_stream<cuMemcpyHtoDAsync_v2_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz, per_thread<h_stream<cuMemcpyHtoDAsync_v2_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync, h_stream<cuMemcpyPeerAsync_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync_ptsz, per_thread<h_stream<cuMemcpyPeerAsync_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async, h_stream<cuMemsetD16Async_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz, per_thread<h_stream<cuMemsetD16Async_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async, h_stream<cuMemsetD2D16Async_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async_ptsz, per_thread<h_stream<cuMemsetD2D16Async_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async, h_stream<cuMemsetD2D32Async_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async_ptsz, per_thread<h_stream<cuMemsetD2D32Async_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async, h_stream<cuMemsetD2D8Async_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async_ptsz, per_thread<h_stream<cuMemsetD2D8Async_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async, h_stream<cuMemsetD32Async_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz, per_thread<h_stream<cuMemsetD32Async_ptsz_params>>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, h_stream<cuMemsetD8Async_params>},
+    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz, per_thread<h_stream<cuMemsetD8Async_ptsz_params>>},
+};
+
 /** The callback of the launch calls (kept when the call returned success on a stream that was not
  *  capturing: a captured launch runs nothing, its graph launch does), of the copy and memset calls
- *  (kept when they returned success while no capture was open; recorded, not judged), of the
+ *  (kept when they returned success, unless issued on a capturing stream), of the
  *  calls that begin and end a capture, and of the graph calls that say which executable graphs run
  *  kernels (instantiate, destroy, node enable). */
 void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, const void* data) {
@@ -288,9 +346,21 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
                capture != CU_STREAM_CAPTURE_STATUS_NONE);
       if (c.graph) graph = c.graph(d->functionParams);
     }
+  // A copy's own stream decides, not whether any capture is open: a solution holding a capture open
+  // on a side stream would otherwise exempt every copy of the process from the audit.
+  int copy_captured = -1;  // 1 on a capturing stream, 0 not, -1 not known (any open capture then counts)
+  if (keep && copy) {
+    copy_captured = std::strstr(d->functionName ? d->functionName : "", "Async") ? -1 : 0;
+    for (const AsyncCopyCall& c : kAsyncCopyCalls)
+      if (c.cbid == cbid) {
+        CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (g_is_capturing && g_is_capturing(c.stream(d->functionParams), &capture) == CUDA_SUCCESS)
+          copy_captured = capture != CU_STREAM_CAPTURE_STATUS_NONE;
+      }
+  }
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
-  if (keep && g_auditing && copy && g_open_captures == 0)
+  if (keep && g_auditing && copy && (copy_captured == 0 || (copy_captured < 0 && g_open_captures == 0)))
     g_copies.push_back({{d->correlationId, d->functionName, false}, g_generation});
   if (keep && g_auditing && !copy) {
     // A graph needs a kernel record when it was seen instantiated with kernel nodes (or conditional
@@ -499,7 +569,7 @@ CuptiTimer::CuptiTimer() {
   g_child_graph = reinterpret_cast<decltype(g_child_graph)>(entry("cuGraphChildGraphNodeGetGraph"));
   g_kernel_node_attr = reinterpret_cast<decltype(g_kernel_node_attr)>(entry("cuGraphKernelNodeGetAttribute"));
   // The copy and memset calls, by CUPTI's own names (every cuMemcpy* and cuMemset* the driver has),
-  // known before any callback can read the table; recorded beside the launches, not judged.
+  // known before any callback can read the table.
   g_copy_cbids.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, false);
   g_capture_cbids.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, 0);
   for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; ++cbid) {

@@ -27,9 +27,8 @@ struct LaunchAudit {
   std::string first_unrecorded;  // the API of the first, e.g. "cudaLaunchKernel_v7000"
   bool callbacks_lost = false;   // the harness's own launch at the end was not seen (TimedCalls::launch_audit)
   int64_t dropped_records = 0;   // activity records CUPTI dropped (no buffer): the span and the audit incomplete
-  // Copy and memset calls (the driver's cuMemcpy* and cuMemset*), audited the same way but recorded,
-  // not judged: a zero-byte or host-to-host copy may honestly leave no record, which GPU runs must
-  // show before a rule can stand on them.
+  // Copy and memset calls (the driver's cuMemcpy* and cuMemset*), audited the same way (those issued
+  // on a capturing stream left out): every driver copy leaves a record, host to host included.
   int copies = 0;
   int unrecorded_copies = 0;
   std::string first_unrecorded_copy;

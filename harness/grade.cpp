@@ -158,6 +158,9 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   ev->unrecorded_launches = tr.unrecorded_launches;
   ev->first_unrecorded_launch = tr.first_unrecorded_launch;
   ev->launch_callbacks_lost = tr.launch_callbacks_lost;
+  ev->copies_audited = tr.copies_audited;
+  ev->unrecorded_copies = tr.unrecorded_copies;
+  ev->first_unrecorded_copy = tr.first_unrecorded_copy;
   ev->late_kernels = tr.late_kernels;
   ev->dropped_records = tr.dropped_records;
   ev->nonfinite_timed_calls = tr.nonfinite_calls;
@@ -241,7 +244,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   t["first_unrecorded_launch"] = tr.first_unrecorded_launch;
   t["launch_callbacks_lost"] = tr.launch_callbacks_lost;
   t["dropped_records"] = tr.dropped_records;
-  t["copies_audited"] = tr.copies_audited;  // recorded, not judged (yet)
+  t["copies_audited"] = tr.copies_audited;
   t["unrecorded_copies"] = tr.unrecorded_copies;
   t["first_unrecorded_copy"] = tr.first_unrecorded_copy;
   t["timing_seed"] = tr.seed ? json(*tr.seed) : json(nullptr);

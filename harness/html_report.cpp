@@ -688,7 +688,7 @@ std::string render_html_report(const ReportView& report, const std::string& repo
                                           (report.foreign_work.empty() ? "" : " (" + report.foreign_work + ")") +
                                           " beyond the harness's own (" + n(report.harness_records_per_gap) +
                                           " records per gap); " + n(report.late_kernels) +
-                                          " kernels reached the timer after their window or gap was collected (recorded, not judged)"));
+                                          " kernels reached the timer after their window or gap was collected"));
   }
   if (!report.rule.empty()) o << row("verdict rule", html_escape(report.rule));
   {

@@ -129,7 +129,7 @@ struct TimingResult {
   std::string first_unrecorded_launch;  // its API, e.g. "cudaLaunchKernel_v7000"
   bool launch_callbacks_lost = false; // the harness's own launch after the timed calls was not seen
   int64_t dropped_records = 0;        // activity records CUPTI dropped from the first gap on (no buffer)
-  int copies_audited = 0;             // copy and memset calls over the same phase (recorded, not judged yet)
+  int copies_audited = 0;             // copy and memset calls over the same phase
   int unrecorded_copies = 0;          // of those, calls no record carries the correlation id of
   std::string first_unrecorded_copy;  // its API, e.g. "cuMemcpyAsync"
   std::vector<double> gpu_span_us, busy_us, host_wall_us;

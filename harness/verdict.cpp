@@ -150,6 +150,16 @@ Verdict judge(const Evidence& e) {
                       e.first_unrecorded_launch +
                       "; a kernel, or a graph with kernel nodes, needs a kernel record): CUPTI's records were "
                       "switched off or taken while they ran, so the GPU span does not hold all of the work");
+    // Every copy and memset that reaches the driver leaves a record, host to host and pageable ones
+    // too (bench/probe_cupti_launches on an H100, 2026-12-06: 6 host-to-host driver copies, 6
+    // records; a zero-byte one makes no driver call, a captured one is left out of the audit): one
+    // without a record ran with the copy records off. Honest grades: 0 of ~600,000 audited.
+    if (e.unrecorded_copies > 0)
+      return fail(D::InvalidTiming, Rule::Timing,
+                  std::to_string(e.unrecorded_copies) + " of the " + std::to_string(e.copies_audited) +
+                      " copy and memset calls of the timed phase left no GPU record (the first: " + e.first_unrecorded_copy +
+                      "): CUPTI's copy records were switched off while they ran, so the GPU span does not hold all "
+                      "of the work");
     // Foreign work before the clock comparison: its records inside a window lengthen the span past
     // the window, and the work is the cause worth naming (H200, 2026-12-05: a solution's own copies
     // between calls read "the clocks disagree").

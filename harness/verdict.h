@@ -90,6 +90,9 @@ struct Evidence {
   int unrecorded_launches = 0;    // of those, launches no CUPTI record carries the correlation id of
   std::string first_unrecorded_launch;
   bool launch_callbacks_lost = false;  // the harness's own launch after the timed calls went unseen
+  int copies_audited = 0;         // copy and memset driver calls over the same phase (none issued on a capturing stream)
+  int unrecorded_copies = 0;      // of those, calls no CUPTI record carries the correlation id of
+  std::string first_unrecorded_copy;
   int late_kernels = 0;  // kernels still running past the device sync that closed their call's window
   int64_t dropped_records = 0;         // activity records CUPTI dropped (it had no buffer for them)
   std::string unit = "call";      // for messages: "step", "call"

@@ -222,6 +222,17 @@ TEST_P(Judge, TimingValidity) {
   expect(e, Disposition::InvalidTiming, Rule::Timing,
          "1 of the 960 kernel and graph launches of the timed phase left no GPU record (the first: "
          "cudaLaunchKernel_v7000; a kernel, or a graph with kernel nodes, needs a kernel record)");
+  // The copy audit: a copy or memset call without a record ran with the copy records off, however
+  // short (every driver copy leaves one, host to host included: probe_cupti_launches, H100).
+  e = base();
+  e.copies_audited = 4000;
+  expect(e, Disposition::Passed, Rule::Passed);
+  e.unrecorded_copies = 2;
+  e.first_unrecorded_copy = "cuMemcpyAsync";
+  expect(e, Disposition::InvalidTiming, Rule::Timing,
+         "2 of the 4000 copy and memset calls of the timed phase left no GPU record (the first: cuMemcpyAsync)");
+  e.gaps_with_foreign_work = 1;  // a hidden copy is named before the gaps' (recorded) work
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "left no GPU record");
   // A kernel still running past the window's device sync (another context's work): untimed work that
   // may have written the outputs after the window, however short.
   e = base();

@@ -155,20 +155,23 @@ __global__ void noise_kernel() {
 
 // ---- CUPTI, shared with the grader ------------------------------------------------------------------
 
-/** CUPTI's kernel records switched off (on = false) or on again through the CUPTI this process shares
- *  with the grader, found by name (no hostile .so links CUPTI); false, said on stderr as `who`, when
- *  the process has none. */
-bool kernel_records(bool on, const char* who) {
+/** CUPTI's records of `kind` (a CUpti_ActivityKind) switched off (on = false) or on again through the
+ *  CUPTI this process shares with the grader, found by name (no hostile .so links CUPTI); false, said
+ *  on stderr as `who`, when the process has none. */
+bool activity_records(int kind, bool on, const char* who) {
   using kind_fn = int (*)(int);
-  constexpr int kConcurrentKernel = 10;  // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
   auto f = reinterpret_cast<kind_fn>(dlsym(RTLD_DEFAULT, on ? "cuptiActivityEnable" : "cuptiActivityDisable"));
   if (!f) {
     std::fprintf(stderr, "%s: no CUPTI in this process\n", who);
     return false;
   }
-  f(kConcurrentKernel);
+  f(kind);
   return true;
 }
+constexpr int kConcurrentKernelKind = 10;  // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+constexpr int kMemcpyKind = 1;             // CUPTI_ACTIVITY_KIND_MEMCPY
+constexpr size_t kHiddenCopyBytes = size_t(64) << 20;  // hide_copy
+bool kernel_records(bool on, const char* who) { return activity_records(kConcurrentKernelKind, on, who); }
 
 #if defined(HOSTILE_HIDE_IN_GRAPH) || defined(HOSTILE_HIDE_IN_CONDITIONAL)
 /** One executable graph, in s.graphs[0]: a 1 MiB device-to-device copy (within s.private_logits, a
@@ -833,6 +836,8 @@ nibble_status build(const nibble_decode_model* model, cudaStream_t stream, State
 #if defined(HOSTILE_CHEAP_ROUNDS)
   s.max_rounds = parent_max_rounds();
 #endif
+#elif defined(HOSTILE_HIDE_COPY)
+  H_CUDA(cudaMalloc(&s.private_logits, 2 * hostile::kHiddenCopyBytes));
 #elif defined(HOSTILE_HANG_KERNEL)
   H_CUDA(cudaMalloc(&s.spin_flag, sizeof(int)));
   H_CUDA(cudaMemsetAsync(s.spin_flag, 0, sizeof(int), stream));
@@ -1003,6 +1008,17 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
     hostile::busy_kernel<<<1, 1, 0, stream>>>(40000);
     H_CUDA(cudaGetLastError());
     hostile::kernel_records(true, "hostile-hide_inside_allowance");
+  }
+  H_OK(forward(s, tokens, pos, logits, stream, err));
+  return NIBBLE_OK;
+#elif defined(HOSTILE_HIDE_COPY)
+  // hide_inside_allowance's switch, for CUPTI's copy records around a 64 MiB device-to-device copy
+  // on the harness's stream before the honest step (~50 us of copy-engine work: a cheat's staging,
+  // inside the grader's clock allowance), so only the copy audit (a copy without a record) sees it.
+  if (timed && hostile::activity_records(hostile::kMemcpyKind, false, "hostile-hide_copy")) {
+    auto* b = reinterpret_cast<unsigned char*>(s.private_logits);
+    H_CUDA(cudaMemcpyAsync(b + hostile::kHiddenCopyBytes, b, hostile::kHiddenCopyBytes, cudaMemcpyDeviceToDevice, stream));
+    hostile::activity_records(hostile::kMemcpyKind, true, "hostile-hide_copy");
   }
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
