@@ -103,20 +103,13 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       continue;
     }
     const StreamSegment sg = stream_of(s, p);
-    const DataflowLayer& L = p.layers[s.layer];
-    // The norm's gain for this CTA's groups, into L2 before the waits: the grader flushes L2 before
-    // every step, so each layer's RMSNorm build otherwise waited a DRAM round trip for its gain after
-    // the reduction (v2.11). 256 bytes a group, 16-byte aligned (model_host's require_aligned).
-    if (w == 0 && (threadIdx.x & 31) == 0 && s.g1 > s.g0) {
-      const uint16_t* gain = s.kind == df::kQkv ? L.in_norm : s.kind == df::kGu ? L.post_norm : s.kind == df::kHead ? p.final_norm : nullptr;
-      if (gain) sol::bulk_prefetch_l2(gain + 128 * size_t(s.g0), 256u * uint32_t(s.g1 - s.g0));
-    }
     for (int j = 0; j < s.n_waits; ++j) {
       const DevWait wt = sp->waits[j];  // from global memory: a runtime index into the copy would put it on the stack
       wait_published<W>(p.counters + size_t(wt.source) * p.counter_stride, wt.lo, wt.hi,
                         publishers(wt.source, p) * publication(p.launch, unsigned(p.n_layers), wt.layer), w);
     }
     if (tr) tr[kMarkWaited] = clock64();
+    const DataflowLayer& L = p.layers[s.layer];
     if (s.kind == df::kAttn) {
       AttnItem it;
       const int h = s.kv_head;
