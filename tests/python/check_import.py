@@ -440,7 +440,13 @@ def main():
                 ("id outside the vocabulary", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "big.txt")],
                  "outside the vocabulary"),
                 ("untied head", ["--format", "awq", os.path.join(tmp, "untied"), "--tokens", tokens], "lm_head"),
-                ("no config", ["--format", "awq", os.path.join(tmp, "vocab999"), "--tokens", tokens], "no decode config")):
+                ("no config", ["--format", "awq", os.path.join(tmp, "vocab999"), "--tokens", tokens], "no decode config"),
+                # Another model in Llama's tensor names (Mistral: sliding-window attention), said as such.
+                ("a Mistral config", ["--format", "awq", os.path.join(tmp, "mistral"), "--tokens", tokens],
+                 'model_type "mistral"'),
+                # Shards without their index are not read as a checkpoint by guessing.
+                ("shards without an index", ["--format", "awq", os.path.join(tmp, "no-index"), "--tokens", tokens],
+                 "but no model.safetensors.index.json")):
             if what == "too few ids":
                 open(cmd[4], "w").write("1 2 3")
             if what == "an id left out":
@@ -451,6 +457,11 @@ def main():
                 write_checkpoint(fx, cmd[2], "awq", untied=True)
             if what == "no config":
                 write_checkpoint(fx, cmd[2], "awq", vocab=999)
+            if what == "a Mistral config":
+                write_checkpoint(fx, cmd[2], "awq", edit=lambda c, t: c is not None and c.update(model_type="mistral"))
+            if what == "shards without an index":
+                write_checkpoint(fx, cmd[2], "awq", shards=2)
+                os.remove(os.path.join(cmd[2], "model.safetensors.index.json"))
             out = "-" if what == "a stream as the folder" else os.path.join(tmp, "refused-" + what.replace(" ", "_"))
             p = run([nb, "fixture", "import"] + cmd + ["--out", out, "--path", "cpu"], expect=2)
             if text not in p.stderr:
