@@ -77,6 +77,9 @@ inline bool batch_disposition_passed(const std::string& d) { return d == "Passed
 /** What a BatchRunner returns for a job it did not start (the batch is stopping): no sidecar is
  *  written, so the job runs again on the next try. */
 inline constexpr int kBatchNotRun = -2;
+/** The flag of `nibble grade` and `calibrate` that parses the command line and does nothing else
+ *  (exit 0, or 2 with CLI11's message): what batch_check_args runs. */
+inline constexpr const char* kCheckArgsFlag = "--check-args";
 /** A runner's exit code for a job it could not start (it threw: run_batch records the reason). */
 inline constexpr int kBatchCouldNotStart = 127;
 /** A runner's exit code for a job killed at the manifest's timeout_seconds (SIGKILL's 128 + 9, and

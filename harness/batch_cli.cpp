@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -20,6 +21,7 @@
 #include "harness/ledger.h"
 #include "harness/process.h"
 #include "harness/report_cli.h"
+#include "harness/report_view.h"
 #include "harness/task.h"
 
 namespace nibble {
@@ -44,6 +46,35 @@ int run_job_process(const BatchJob& job, int device, double timeout) {
   if (children_stopping()) return kBatchNotRun;  // killed by the stop, not by itself
   if (e.kind == ChildExit::TimedOut) return kBatchTimedOut;
   return e.kind == ChildExit::Exited ? e.code : 128 + (e.kind == ChildExit::Signaled ? e.code : 9);
+}
+
+/** Each distinct command line of the manifest (command and args) through that command's own parser
+ *  (`nibble COMMAND ... --check-args`, which parses and does nothing else), before any job: "" or
+ *  the refusal with the job's id and the command's own message. */
+std::string check_job_args(const BatchManifest& m) {
+  std::set<std::pair<std::string, std::vector<std::string>>> seen;
+  for (const BatchJob& j : m.jobs) {
+    if (!seen.insert({j.command, j.args}).second) continue;
+    std::vector<std::string> argv = {self_exe()};
+    for (const std::string& a : batch_job_argv(j, -1)) argv.push_back(a);
+    argv.insert(argv.begin() + 2, kCheckArgsFlag);  // after the command word: a last option left without its value takes no flag
+    std::string tmpl = (fs::temp_directory_path() / "nibble-batch-args-XXXXXX").string();
+    const int fd = mkstemp(tmpl.data());
+    if (fd < 0) return "";  // no scratch file: the jobs say it themselves
+    close(fd);
+    const ChildExit e = run_child(argv, tmpl, 60);
+    std::string said = file_tail(tmpl, 2000);
+    std::error_code ec;
+    fs::remove(tmpl, ec);
+    if (e.kind == ChildExit::Exited && e.code == 0) continue;
+    said = one_line(said);
+    while (!said.empty() && said.back() == ' ') said.pop_back();
+    std::string args;
+    for (const std::string& a : j.args) args += " " + a;
+    return "job " + j.id + ": its args (" + (args.empty() ? " none" : args) + " ) are refused by nibble " + j.command + ": " +
+           (said.empty() ? e.describe() : said) + "; fix the run's \"args\" in the manifest";
+  }
+  return "";
 }
 
 /** Every fixture a grade job reads, into the cache, once, before any job starts: grades running
@@ -122,6 +153,11 @@ int batch_command(std::vector<std::string> args) {
         return 0;
       }))
     return rc;
+  if (!collect)
+    if (const std::string bad = check_job_args(m); !bad.empty()) {
+      std::fprintf(stderr, "nibble batch: %s\n", bad.c_str());
+      return 2;
+    }
   std::error_code ec;
   if (collect && !fs::is_directory(m.out)) {
     std::fprintf(stderr, "nibble batch --collect: the results folder %s does not exist: the batch has not run (nibble batch %s "

@@ -282,6 +282,7 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
   grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmptyValue);
   bool no_timing = false, no_verify = false;
   grade->add_flag("--no-timing", no_timing, "Check correctness only");
+
   grade->add_flag("--no-verify-fixture", no_verify, "Skip re-hashing the fixtures (before the candidate runs and again before the reference reads them)");
   grade->add_flag("--require-sandbox", g.require_sandbox,
                   "Refuse to grade (exit 2, or 3 with a report when only a child finds it) unless every layer of the "
@@ -399,6 +400,11 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
   child->group("");
   child->add_option("job_fd", job_fd)->required();
 
+  // `nibble batch` parses each run's args with the command's own parser before any job starts: a
+  // manifest's "--path" with no value is refused then, not once per job hours later.
+  bool check_args = false;
+  for (CLI::App* sub : {grade, calibrate})
+    sub->add_flag(kCheckArgsFlag, check_args, "(internal) parse the command line, do nothing else")->group("");
   add_version_flags(app);
 
   // The first word, and a command's first word where it has commands (fixture), must be a command
@@ -477,6 +483,7 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
       return 2;
     }
   }
+  if (check_args) return 0;
   if (grade->parsed()) {
     g.timing = !no_timing;
     g.verify_fixture = !no_verify;

@@ -289,6 +289,23 @@ TEST(Cli, BatchRunsJobsSideBySide) {
   r = run_nibble({"batch", t.path() + "/m.json", "--partition", "gpu"}, t);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("go with --slurm"), std::string::npos) << r.output;
+  // A run's args are parsed by its command's own parser before any job (here --path with no value,
+  // then an option calibrate does not have): refused at once, no results folder, nothing run.
+  for (const auto& [args, says] : {std::pair<std::string, std::string>{R"(["--path"])", "--path: 1 required"},
+                                   {R"(["--path", "cpu", "--bogus"])", "--bogus"}}) {
+    std::ofstream(t.path() + "/bad.json") << R"({"out": "bad", "runs": [{"command": "calibrate", "task": "megakernel-int4-weight-decode",
+        "configs": ["tiny"], "seeds": [0], "args": )" + args + "}]}";
+    for (const char* how : {"", "--element", "--slurm"}) {
+      std::vector<std::string> cmd = {"batch", t.path() + "/bad.json"};
+      if (*how) cmd.push_back(how);
+      if (std::string(how) == "--element") cmd.push_back("0");
+      r = run_nibble(cmd, t);
+      EXPECT_EQ(r.code, 2) << how << "\n" << r.output;
+      EXPECT_NE(r.output.find("are refused by nibble calibrate"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+      EXPECT_FALSE(std::filesystem::exists(t.path() + "/bad")) << how;
+    }
+  }
 }
 
 TEST(Cli, ProfileTakesNcuOrNsys) {
