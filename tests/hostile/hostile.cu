@@ -112,7 +112,7 @@ struct State {
   int* spin_flag = nullptr;                                // hang_kernel
   cudaStream_t private_stream = nullptr;                   // private_stream
   cudaEvent_t ready = nullptr;
-  cudaStream_t capture_stream = nullptr;                   // graph
+  cudaStream_t capture_stream = nullptr;                   // graph, hide_copy_beside_capture
   std::vector<cudaGraphExec_t> graphs;                     // graph: one per pos
   const void* graph_tokens = nullptr;
   const void* graph_logits = nullptr;
@@ -836,8 +836,11 @@ nibble_status build(const nibble_decode_model* model, cudaStream_t stream, State
 #if defined(HOSTILE_CHEAP_ROUNDS)
   s.max_rounds = parent_max_rounds();
 #endif
-#elif defined(HOSTILE_HIDE_COPY)
+#elif defined(HOSTILE_HIDE_COPY) || defined(HOSTILE_HIDE_COPY_BESIDE_CAPTURE)
   H_CUDA(cudaMalloc(&s.private_logits, 2 * hostile::kHiddenCopyBytes));
+#if defined(HOSTILE_HIDE_COPY_BESIDE_CAPTURE)
+  H_CUDA(cudaStreamCreateWithFlags(&s.capture_stream, cudaStreamNonBlocking));
+#endif
 #elif defined(HOSTILE_HANG_KERNEL)
   H_CUDA(cudaMalloc(&s.spin_flag, sizeof(int)));
   H_CUDA(cudaMemsetAsync(s.spin_flag, 0, sizeof(int), stream));
@@ -1011,13 +1014,23 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   }
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
-#elif defined(HOSTILE_HIDE_COPY)
+#elif defined(HOSTILE_HIDE_COPY) || defined(HOSTILE_HIDE_COPY_BESIDE_CAPTURE)
   // hide_inside_allowance's switch, for CUPTI's copy records around a 64 MiB device-to-device copy
   // on the harness's stream before the honest step (~50 us of copy-engine work: a cheat's staging,
   // inside the grader's clock allowance), so only the copy audit (a copy without a record) sees it.
+  // The _beside_capture variant holds a capture open on a stream of its own around the copy: the audit
+  // left out every copy issued while any capture was open until it asked the copy's own stream.
   if (timed && hostile::activity_records(hostile::kMemcpyKind, false, "hostile-hide_copy")) {
+#if defined(HOSTILE_HIDE_COPY_BESIDE_CAPTURE)
+    H_CUDA(cudaStreamBeginCapture(s.capture_stream, cudaStreamCaptureModeRelaxed));
+#endif
     auto* b = reinterpret_cast<unsigned char*>(s.private_logits);
     H_CUDA(cudaMemcpyAsync(b + hostile::kHiddenCopyBytes, b, hostile::kHiddenCopyBytes, cudaMemcpyDeviceToDevice, stream));
+#if defined(HOSTILE_HIDE_COPY_BESIDE_CAPTURE)
+    cudaGraph_t empty = nullptr;
+    H_CUDA(cudaStreamEndCapture(s.capture_stream, &empty));
+    if (empty) H_CUDA(cudaGraphDestroy(empty));
+#endif
     hostile::activity_records(hostile::kMemcpyKind, true, "hostile-hide_copy");
   }
   H_OK(forward(s, tokens, pos, logits, stream, err));
