@@ -169,8 +169,10 @@ bool activity_records(int kind, bool on, const char* who) {
   return true;
 }
 constexpr int kConcurrentKernelKind = 10;  // CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
-constexpr int kMemcpyKind = 1;             // CUPTI_ACTIVITY_KIND_MEMCPY
-constexpr size_t kHiddenCopyBytes = size_t(64) << 20;  // hide_copy
+#if defined(HOSTILE_HIDE_COPY) || defined(HOSTILE_HIDE_COPY_BESIDE_CAPTURE)
+constexpr int kMemcpyKind = 1;                         // CUPTI_ACTIVITY_KIND_MEMCPY
+constexpr size_t kHiddenCopyBytes = size_t(64) << 20;  // the hidden copy
+#endif
 bool kernel_records(bool on, const char* who) { return activity_records(kConcurrentKernelKind, on, who); }
 
 #if defined(HOSTILE_HIDE_IN_GRAPH) || defined(HOSTILE_HIDE_IN_CONDITIONAL)
