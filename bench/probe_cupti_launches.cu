@@ -323,6 +323,21 @@ int run(int launches) {
     CHECK_CUDA(cudaMemcpyAsync(reinterpret_cast<char*>(counter) + 4096, counter, 0, cudaMemcpyDeviceToDevice, s));
     CHECK_CUDA(cudaMemcpyAsync(host, counter, 0, cudaMemcpyDeviceToHost, s));
   });
+  // The same through the driver's own entry points (Numba, a driver-API .so): does a zero-byte
+  // cuMemcpyDtoDAsync or cuMemsetD8Async reach the driver's callback, and leave a record? The copy
+  // audit is judged: one that reaches the callback and leaves none would fail an honest solution.
+  probe("zero-byte cuMemcpyDtoDAsync_v2 and cuMemsetD8Async (driver entry points)", [&] {
+    void *cp = nullptr, *ms = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuMemcpyDtoDAsync", &cp, 12000, cudaEnableDefault, &q));
+    CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuMemsetD8Async", &ms, 12000, cudaEnableDefault, &q));
+    using CopyFn = CUresult (*)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    using SetFn = CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream);
+    const CUdeviceptr d = CUdeviceptr(counter);
+    const CUresult r1 = reinterpret_cast<CopyFn>(cp)(d + 4096, d, 0, s);
+    const CUresult r2 = reinterpret_cast<SetFn>(ms)(d, 0, 0, s);
+    if (r1 != CUDA_SUCCESS || r2 != CUDA_SUCCESS) std::printf("  returned %d, %d\n", int(r1), int(r2));
+  });
   // What a judged copy rule must not fail (an honest solution may copy between host buffers, or
   // through pageable memory, inside a timed call): does a host-to-host copy reach the driver, and
   // leave a record? Pageable and pinned, synchronous and not, by cudaMemcpy's kind and by
@@ -395,6 +410,14 @@ int run(int launches) {
     });
   };
   launch_both_ways("mixed graph", mixed);
+  // The reverse: the copy records off around the launch (hostile row hide_copy_in_graph). The audit
+  // asks a graph with copy nodes for a memcpy record: this row shows the kernel's and memset's
+  // records are all such a launch leaves.
+  probe("cudaGraphLaunch of the mixed graph, MEMCPY off around the launch", [&] {
+    CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY));
+    CHECK_CUDA(cudaGraphLaunch(mixed, s));
+    CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
+  });
   // A conditional node's body is not handed out by CUDA 13.0's driver, so the audit's graph walk
   // cannot see its kernels and counts a conditional node as running one (fails closed). Which records
   // an IF node (default 1) with a body kernel beside a memset node leaves, with every kind on and

@@ -53,6 +53,7 @@ uint32_t g_generation = 0;                             // collects since the aud
 struct RecordSeen {
   uint32_t generation;  // the collect it came in
   bool kernel;          // a kernel record among them
+  bool memcpy;          // a memcpy record among them
 };
 std::unordered_map<uint32_t, RecordSeen> g_record_ids;  // correlation id -> what its records were
 std::multiset<uint32_t> g_in_flight;                   // correlation ids of the launch calls under way
@@ -77,13 +78,13 @@ void reset_audit(bool auditing) {
 void prune_launches() {
   const auto recorded = [](uint32_t id) {
     const auto it = g_record_ids.find(id);
-    return it == g_record_ids.end() ? Recorded::None : it->second.kernel ? Recorded::Kernel : Recorded::NoKernel;
+    return it == g_record_ids.end() ? Recorded{} : Recorded{true, it->second.kernel, it->second.memcpy};
   };
   g_matched += drop_recorded_launches(g_launches, recorded);
   const uint32_t oldest_in_flight = g_in_flight.empty() ? UINT32_MAX : *g_in_flight.begin();
   g_copies.erase(std::remove_if(g_copies.begin(), g_copies.end(),
                                 [&](const AuditedCopy& c) {
-                                  if (recorded(c.call.id) != Recorded::None) return ++g_copies_matched, true;
+                                  if (recorded(c.call.id).any) return ++g_copies_matched, true;
                                   if (g_generation - c.generation < kIdGenerations || c.call.id >= oldest_in_flight)
                                     return false;
                                   if (g_copies_unrecorded++ == 0) g_first_unrecorded_copy = c.call.api ? c.call.api : "?";
@@ -353,9 +354,14 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     copy_captured = std::strstr(d->functionName ? d->functionName : "", "Async") ? -1 : 0;
     for (const AsyncCopyCall& c : kAsyncCopyCalls)
       if (c.cbid == cbid) {
+        // A stream that just took the copy answers; one that does not (destroyed meanwhile by another
+        // thread) is audited: a failed query must not fall back to "any capture open", which a
+        // capture held open on a side stream would satisfy (a reviewer's reading).
         CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-        if (g_is_capturing && g_is_capturing(c.stream(d->functionParams), &capture) == CUDA_SUCCESS)
-          copy_captured = capture != CU_STREAM_CAPTURE_STATUS_NONE;
+        copy_captured = g_is_capturing ? g_is_capturing(c.stream(d->functionParams), &capture) == CUDA_SUCCESS &&
+                                             capture != CU_STREAM_CAPTURE_STATUS_NONE
+                                       : -1;
+        break;
       }
   }
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -368,7 +374,10 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     // closed: the timer exists before a solution loads, so each of its graphs was instantiated since).
     const auto it = graph ? g_exec_kernels.find(graph) : g_exec_kernels.end();
     const bool needs_kernel = !graph || !g_graph_view || it == g_exec_kernels.end() || it->second.launches_kernel();
-    g_launches.push_back({d->correlationId, d->functionName, needs_kernel});
+    // Copy nodes ask for a memcpy record where the graph was seen (a graph of a kernel and a 64 MiB
+    // copy, launched with the copy records off, left the kernel's record alone: a reviewer's reading).
+    const bool needs_memcpy = graph && g_graph_view && it != g_exec_kernels.end() && it->second.launches_memcpy();
+    g_launches.push_back({d->correlationId, d->functionName, needs_kernel, needs_memcpy});
     g_last_launch = std::max(g_last_launch, d->correlationId);
   }
 }
@@ -434,9 +443,10 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffe
   if (g_auditing) {
     g_dropped_records += dropped;
     for (const ActivityRecord& r : got) {
-      RecordSeen& seen = g_record_ids.try_emplace(r.correlation_id, RecordSeen{g_generation, false}).first->second;
+      RecordSeen& seen = g_record_ids.try_emplace(r.correlation_id, RecordSeen{g_generation, false, false}).first->second;
       seen.generation = g_generation;
       seen.kernel = seen.kernel || r.kind == ActivityRecord::Kernel;
+      seen.memcpy = seen.memcpy || r.kind == ActivityRecord::Memcpy;
     }
   }
   g_records.insert(g_records.end(), got.begin(), got.end());
@@ -463,32 +473,59 @@ int drop_recorded_launches(std::vector<AuditedLaunch>& launches, const std::func
   return dropped;
 }
 
-bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth) {
+namespace {
+
+/** Whether `graph` or its child graphs hold a node of `type` (or, for kernels, a conditional node);
+ *  past a depth of 8, yes. */
+bool graph_has_node(void* graph, const GraphWalk& walk, int type, int depth) {
   if (!graph) return false;
   if (depth > 8) return true;
   for (void* node : walk.nodes(graph)) {
-    const int type = walk.type(node);
-    if (type == CU_GRAPH_NODE_TYPE_KERNEL || type == CU_GRAPH_NODE_TYPE_CONDITIONAL) return true;
-    if (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_kernel(walk.child(node), walk, depth + 1)) return true;
+    const int t = walk.type(node);
+    if (t == type || (type == CU_GRAPH_NODE_TYPE_KERNEL && t == CU_GRAPH_NODE_TYPE_CONDITIONAL)) return true;
+    if (t == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_node(walk.child(node), walk, type, depth + 1)) return true;
   }
   return false;
 }
 
-void GraphKernels::set_enabled(void* node, bool enabled) {
-  if (std::find(kernel_nodes.begin(), kernel_nodes.end(), node) == kernel_nodes.end()) return;
-  if (std::find(updatable.begin(), updatable.end(), node) != updatable.end()) return;
+/** `disabled` (a subset of `nodes` less `never`) after cuGraphNodeSetEnabled(node, enabled). */
+void track_enabled(const std::vector<void*>& nodes, const std::vector<void*>& never, std::vector<void*>& disabled,
+                   void* node, bool enabled) {
+  if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) return;
+  if (std::find(never.begin(), never.end(), node) != never.end()) return;
   const auto it = std::find(disabled.begin(), disabled.end(), node);
   if (enabled && it != disabled.end()) disabled.erase(it);
   if (!enabled && it == disabled.end()) disabled.push_back(node);
 }
 
+void add_missing(std::vector<void*>& to, const std::vector<void*>& from) {
+  for (void* n : from)
+    if (std::find(to.begin(), to.end(), n) == to.end()) to.push_back(n);
+}
+
+}  // namespace
+
+bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth) {
+  return graph_has_node(graph, walk, CU_GRAPH_NODE_TYPE_KERNEL, depth);
+}
+
+bool graph_has_memcpy(void* graph, const GraphWalk& walk, int depth) {
+  return graph_has_node(graph, walk, CU_GRAPH_NODE_TYPE_MEMCPY, depth);
+}
+
+void GraphKernels::set_enabled(void* node, bool enabled) {
+  track_enabled(kernel_nodes, updatable, disabled, node, enabled);
+  track_enabled(memcpy_nodes, {}, memcpy_disabled, node, enabled);
+}
+
 void GraphKernels::merge(const GraphKernels& other) {
-  for (void* n : other.kernel_nodes)
-    if (std::find(kernel_nodes.begin(), kernel_nodes.end(), n) == kernel_nodes.end()) kernel_nodes.push_back(n);
-  for (void* n : other.updatable)
-    if (std::find(updatable.begin(), updatable.end(), n) == updatable.end()) updatable.push_back(n);
+  add_missing(kernel_nodes, other.kernel_nodes);
+  add_missing(updatable, other.updatable);
+  add_missing(memcpy_nodes, other.memcpy_nodes);
   disabled.clear();  // a fresh executable graph: every node enabled
+  memcpy_disabled.clear();
   nested = nested || other.nested;
+  nested_memcpy = nested_memcpy || other.nested_memcpy;
 }
 
 GraphKernels graph_kernels(void* graph, const GraphWalk& walk) {
@@ -500,9 +537,11 @@ GraphKernels graph_kernels(void* graph, const GraphWalk& walk) {
       k.kernel_nodes.push_back(node);
       if (!walk.device_updatable || walk.device_updatable(node)) k.updatable.push_back(node);
     }
+    if (type == CU_GRAPH_NODE_TYPE_MEMCPY) k.memcpy_nodes.push_back(node);
     if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL ||
         (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_kernel(walk.child(node), walk, 1)))
       k.nested = true;
+    if (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_memcpy(walk.child(node), walk, 1)) k.nested_memcpy = true;
   }
   return k;
 }

@@ -39,16 +39,23 @@ struct LaunchAudit {
 struct AuditedLaunch {
   uint32_t id;
   const char* api;           // CUPTI's name of the driver call (a static string)
-  bool needs_kernel = true;  // a kernel launch, or a graph with kernel nodes: a kernel record must carry the id
+  bool needs_kernel = true;   // a kernel launch, or a graph with kernel nodes: a kernel record must carry the id
+  bool needs_memcpy = false;  // a graph with memcpy nodes: a memcpy record must carry it too
 };
 
 /** The records a correlation id got so far. */
-enum class Recorded { None, NoKernel, Kernel };
+struct Recorded {
+  bool any = false;     // a record of any kind
+  bool kernel = false;  // a kernel record among them
+  bool memcpy = false;  // a memcpy record among them
+};
 
 /** Whether `l`'s work is on the record: a kernel record when it launched kernels (a graph whose
- *  memset node left a record while its kernels' records were off is not), else any record. */
+ *  memset node left a record while its kernels' records were off is not), a memcpy record when it
+ *  ran copy nodes (a graph whose kernel left a record while the copy records were off is not), and
+ *  some record always. */
 inline bool launch_recorded(const AuditedLaunch& l, Recorded r) {
-  return r == Recorded::Kernel || (r == Recorded::NoKernel && !l.needs_kernel);
+  return r.any && (r.kernel || !l.needs_kernel) && (r.memcpy || !l.needs_memcpy);
 }
 
 /** Drops from `launches` every launch on the record (launch_recorded, with `recorded` saying what
@@ -73,6 +80,12 @@ struct GraphWalk {
  *  no kernel (the audit then asks for any record, as for a graph of copies). Pure but for `walk`. */
 bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth = 0);
 
+/** Whether `graph` holds a memcpy node, in it or in its child graphs (past a depth of 8: yes). A
+ *  conditional node's body, which the driver does not hand out, counts as none: an honest graph with
+ *  a copy in a body would otherwise need a record whose correlation id is 0 (a limit, said in
+ *  docs/architecture.md). Pure but for `walk`. */
+bool graph_has_memcpy(void* graph, const GraphWalk& walk, int depth = 0);
+
 /** The kernels of one executable graph as the audit tracks them: its top-level kernel nodes, those of
  *  them a cuGraphNodeSetEnabled call disabled, and whether a child graph or a conditional node may run
  *  a kernel (graph_has_kernel; their nodes cannot be disabled in an executable graph). A kernel node
@@ -83,12 +96,19 @@ struct GraphKernels {
   std::vector<void*> updatable;  // a subset of kernel_nodes: enabled from the device, never disabled here
   std::vector<void*> disabled;   // a subset of kernel_nodes less updatable, no repeats
   bool nested = false;
+  // The memcpy nodes the same way (no device-updatable copy node exists): top level, those disabled,
+  // and whether a child graph holds one (graph_has_memcpy).
+  std::vector<void*> memcpy_nodes, memcpy_disabled;
+  bool nested_memcpy = false;
   /** Whether a launch runs a kernel: a child graph's, or a top-level one not disabled. */
   bool launches_kernel() const { return nested || kernel_nodes.size() > disabled.size(); }
-  /** cuGraphNodeSetEnabled(node, enabled): tracked for kernel nodes the device cannot enable. */
+  /** Whether a launch runs a copy node: a child graph's, or a top-level one not disabled. */
+  bool launches_memcpy() const { return nested_memcpy || memcpy_nodes.size() > memcpy_disabled.size(); }
+  /** cuGraphNodeSetEnabled(node, enabled): tracked for kernel nodes the device cannot enable and for
+   *  memcpy nodes. */
   void set_enabled(void* node, bool enabled);
   /** What a launch may run of either view of a graph (the walks at an instantiate call's entry and
-   *  exit): every kernel node of both, nested when either is. */
+   *  exit): every kernel and memcpy node of both, nested when either is, none disabled. */
   void merge(const GraphKernels& other);
 };
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <vector>
@@ -103,20 +104,23 @@ TEST(GpuSpan, NoRecordOrZeroDurationIsInvalid) {
   EXPECT_EQ(z.memcpys, 1);
 }
 
+// What a correlation id's records were: a kernel's, a memset's (or any but a kernel and a copy), a copy's.
+constexpr Recorded kKernelRecord{true, true, false}, kOtherRecord{true, false, false}, kCopyRecord{true, false, true};
+
 TEST(LaunchAudit, ALaunchIsRecordedWhenARecordCarriesItsId) {
   // Three launches: a kernel (its record carries 7), a graph (two records of 9), and a kernel with
   // none (records off); 10 and 11 are the harness's copies, no launch of the audit's.
   const std::vector<AuditedLaunch> all = {{7, "cuLaunchKernel"}, {9, "cuGraphLaunch"}, {12, "cuLaunchKernelEx"}};
   const std::vector<uint32_t> records = {7, 9, 9, 10, 11};
   const auto has = [&](uint32_t id) {
-    return std::find(records.begin(), records.end(), id) != records.end() ? Recorded::Kernel : Recorded::None;
+    return std::find(records.begin(), records.end(), id) != records.end() ? kKernelRecord : Recorded{};
   };
   std::vector<AuditedLaunch> launches = all;
   EXPECT_EQ(drop_recorded_launches(launches, has), 2);
   ASSERT_EQ(launches.size(), 1u);
   EXPECT_STREQ(launches[0].api, "cuLaunchKernelEx");
   launches = all;
-  EXPECT_EQ(drop_recorded_launches(launches, [](uint32_t) { return Recorded::None; }), 0);
+  EXPECT_EQ(drop_recorded_launches(launches, [](uint32_t) { return Recorded{}; }), 0);
   ASSERT_EQ(launches.size(), 3u);  // in their order: the first unrecorded is the first made
   EXPECT_STREQ(launches[0].api, "cuLaunchKernel");
 }
@@ -126,14 +130,14 @@ TEST(LaunchAudit, ALaunchOfKernelsNeedsAKernelRecord) {
   // id has a memset record only, which vouches for a graph of copies, never for one with kernels.
   const AuditedLaunch kernels{9, "cuGraphLaunch", true}, copies{10, "cuGraphLaunch", false}, kernel{11, "cuLaunchKernel"};
   EXPECT_TRUE(kernel.needs_kernel);  // the default: a kernel launch
-  EXPECT_FALSE(launch_recorded(kernels, Recorded::NoKernel));
-  EXPECT_TRUE(launch_recorded(kernels, Recorded::Kernel));
-  EXPECT_TRUE(launch_recorded(copies, Recorded::NoKernel));
-  EXPECT_TRUE(launch_recorded(copies, Recorded::Kernel));
-  EXPECT_FALSE(launch_recorded(copies, Recorded::None));
-  EXPECT_FALSE(launch_recorded(kernel, Recorded::NoKernel));
+  EXPECT_FALSE(launch_recorded(kernels, kOtherRecord));
+  EXPECT_TRUE(launch_recorded(kernels, kKernelRecord));
+  EXPECT_TRUE(launch_recorded(copies, kOtherRecord));
+  EXPECT_TRUE(launch_recorded(copies, kKernelRecord));
+  EXPECT_FALSE(launch_recorded(copies, Recorded{}));
+  EXPECT_FALSE(launch_recorded(kernel, kOtherRecord));
   std::vector<AuditedLaunch> launches = {kernels, copies, kernel};
-  EXPECT_EQ(drop_recorded_launches(launches, [](uint32_t) { return Recorded::NoKernel; }), 1);
+  EXPECT_EQ(drop_recorded_launches(launches, [](uint32_t) { return kOtherRecord; }), 1);
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_EQ(launches[0].id, 9u);
   EXPECT_EQ(launches[1].id, 11u);
@@ -239,6 +243,62 @@ TEST(LaunchAudit, DisabledKernelNodesRunNoKernel) {
   none.set_enabled(&ids[0], false);
   none.set_enabled(&ids[1], false);
   EXPECT_TRUE(none.launches_kernel());
+}
+
+TEST(LaunchAudit, AGraphOfCopyNodesNeedsACopyRecord) {
+  // A graph of a kernel and a 64 MiB copy, launched with the copy records off: the kernel's record
+  // alone carries the launch's id, which vouched for the copy until copy nodes asked for a memcpy
+  // record of their own (a reviewer's reading, 2026-12-06).
+  const AuditedLaunch both{9, "cuGraphLaunch", true, true}, copy_only{10, "cuGraphLaunch", false, true};
+  EXPECT_FALSE(launch_recorded(both, kKernelRecord));
+  EXPECT_FALSE(launch_recorded(both, kCopyRecord));
+  EXPECT_TRUE(launch_recorded(both, Recorded{true, true, true}));
+  EXPECT_FALSE(launch_recorded(copy_only, kOtherRecord));  // a memset's record does not vouch for the copy
+  EXPECT_TRUE(launch_recorded(copy_only, kCopyRecord));
+  EXPECT_FALSE(launch_recorded(copy_only, Recorded{}));
+  // The walk: a memcpy node at the top (type 1), one in a child graph (type 4), one only in a
+  // conditional node's body (type 13: the driver does not hand the body out, so it counts as none).
+  std::map<void*, std::vector<void*>> nodes;
+  std::map<void*, int> types;
+  std::map<void*, void*> child;
+  int n[8];
+  const auto graph = [](uintptr_t g) { return reinterpret_cast<void*>(g); };
+  nodes[graph(0x10)] = {&n[0], &n[1]};  // a kernel and a copy
+  types[&n[0]] = 0;
+  types[&n[1]] = 1;
+  nodes[graph(0x20)] = {&n[2], &n[3]};  // a kernel and a child graph holding a copy
+  types[&n[2]] = 0;
+  types[&n[3]] = 4;
+  child[&n[3]] = graph(0x30);
+  nodes[graph(0x30)] = {&n[4]};
+  types[&n[4]] = 1;
+  nodes[graph(0x40)] = {&n[5], &n[6]};  // a kernel and a conditional node
+  types[&n[5]] = 0;
+  types[&n[6]] = 13;
+  GraphWalk walk;
+  walk.nodes = [&](void* g) { return nodes[g]; };
+  walk.type = [&](void* x) { return types[x]; };
+  walk.child = [&](void* x) { return child[x]; };
+  walk.device_updatable = [](void*) { return false; };
+  GraphKernels top = graph_kernels(graph(0x10), walk);
+  ASSERT_EQ(top.memcpy_nodes.size(), 1u);
+  EXPECT_TRUE(top.launches_memcpy());
+  top.set_enabled(&n[1], false);  // the copy node disabled: a launch runs the kernel alone
+  EXPECT_FALSE(top.launches_memcpy());
+  EXPECT_TRUE(top.launches_kernel());
+  top.set_enabled(&n[1], true);
+  EXPECT_TRUE(top.launches_memcpy());
+  top.set_enabled(&n[1], false);
+  top.merge(GraphKernels{});  // an update enables every node again
+  EXPECT_TRUE(top.launches_memcpy());
+  GraphKernels nested = graph_kernels(graph(0x20), walk);
+  EXPECT_TRUE(nested.memcpy_nodes.empty());
+  EXPECT_TRUE(nested.nested_memcpy);
+  EXPECT_TRUE(nested.launches_memcpy());
+  EXPECT_TRUE(graph_has_memcpy(graph(0x20), walk));
+  EXPECT_FALSE(graph_has_memcpy(graph(0x40), walk));
+  EXPECT_FALSE(graph_kernels(graph(0x40), walk).launches_memcpy());
+  EXPECT_TRUE(graph_kernels(graph(0x40), walk).launches_kernel());
 }
 
 TEST(LaunchAudit, AnUpdatedGraphMayRunEitherGraphsKernels) {
