@@ -11,7 +11,9 @@
 #include <iterator>
 #include <set>
 #include <stdexcept>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 namespace nibble {
 
@@ -213,63 +215,181 @@ const LaunchCall kLaunchCalls[] = {
      graph_launch_ptsz_exec},
 };
 
-// The asynchronous copy and memset calls (the 47 of CUDA 13.0's generated_cuda_meta.h) and their
-// stream: one issued on a capturing stream is a graph node that runs (and leaves its record) only
-// when its graph is launched. The synchronous ones are never captured (a capture refuses them), so
-// they always need a record; an asynchronous one missing here falls back to "any capture open".
-struct AsyncCopyCall {
+// Every copy and memset call of CUDA 13.0's generated_cuda_meta.h that has a CUPTI callback id (104),
+// with what the copy audit asks of one: its stream (the asynchronous ones: one issued on a capturing
+// stream is a graph node that runs, and leaves its record, only when its graph is launched; the
+// synchronous ones are never captured, a capture refuses them) and its size (a zero-size call moves
+// nothing, and whether one that reaches the driver leaves a record is not measured: it is left out).
+// The members are found by name, as the generated structs spell them.
+template <class P, class = void> struct HasHStream : std::false_type {};
+template <class P> struct HasHStream<P, std::void_t<decltype(std::declval<P>().hStream)>> : std::true_type {};
+template <class P, class = void> struct HasByteCount : std::false_type {};
+template <class P> struct HasByteCount<P, std::void_t<decltype(std::declval<P>().ByteCount)>> : std::true_type {};
+template <class P, class = void> struct HasN : std::false_type {};
+template <class P> struct HasN<P, std::void_t<decltype(std::declval<P>().N)>> : std::true_type {};
+template <class P, class = void> struct HasWidthHeight : std::false_type {};
+template <class P>
+struct HasWidthHeight<P, std::void_t<decltype(std::declval<P>().Width), decltype(std::declval<P>().Height)>> : std::true_type {};
+template <class P, class = void> struct HasPCopy : std::false_type {};
+template <class P> struct HasPCopy<P, std::void_t<decltype(std::declval<P>().pCopy->WidthInBytes)>> : std::true_type {};
+template <class C, class = void> struct HasDepth : std::false_type {};
+template <class C> struct HasDepth<C, std::void_t<decltype(std::declval<C>().Depth)>> : std::true_type {};
+template <class P, class = void> struct HasCount : std::false_type {};
+template <class P> struct HasCount<P, std::void_t<decltype(std::declval<P>().count)>> : std::true_type {};
+template <class P, class = void> struct HasNumOps : std::false_type {};
+template <class P> struct HasNumOps<P, std::void_t<decltype(std::declval<P>().numOps)>> : std::true_type {};
+
+/** Bytes (or, for a batch, copies) a call of parameters P moves; 1 where its size cannot be read. */
+template <class P>
+uint64_t copy_size(const void* v) {
+  const P& p = *static_cast<const P*>(v);
+  if constexpr (HasByteCount<P>::value) {
+    return p.ByteCount;
+  } else if constexpr (HasN<P>::value) {
+    return p.N;
+  } else if constexpr (HasWidthHeight<P>::value) {
+    return uint64_t(p.Width) * p.Height;
+  } else if constexpr (HasPCopy<P>::value) {
+    if (!p.pCopy) return 1;
+    uint64_t b = uint64_t(p.pCopy->WidthInBytes) * p.pCopy->Height;
+    if constexpr (HasDepth<std::remove_pointer_t<decltype(p.pCopy)>>::value) b *= p.pCopy->Depth;
+    return b;
+  } else if constexpr (HasCount<P>::value) {
+    return p.count;
+  } else if constexpr (HasNumOps<P>::value) {
+    return p.numOps;
+  } else {
+    return 1;
+  }
+}
+template <class P, bool PTSZ>
+CUstream copy_stream(const void* v) {
+  const CUstream s = static_cast<const P*>(v)->hStream;
+  return PTSZ && !s ? CU_STREAM_PER_THREAD : s;  // a _ptsz call's stream 0 is the thread's own
+}
+struct CopyCall {
   CUpti_CallbackId cbid;
-  CUstream (*stream)(const void* params);
+  CUstream (*stream)(const void* params);  // nullptr: a synchronous call
+  uint64_t (*size)(const void* params);
 };
-const AsyncCopyCall kAsyncCopyCalls[] = {
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync, h_stream<cuMemcpy2DAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2, h_stream<cuMemcpy2DAsync_v2_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2_ptsz, per_thread<h_stream<cuMemcpy2DAsync_v2_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync, h_stream<cuMemcpy3DAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2, h_stream<cuMemcpy3DAsync_v2_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2_ptsz, per_thread<h_stream<cuMemcpy3DAsync_v2_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync, h_stream<cuMemcpy3DBatchAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_ptsz, per_thread<h_stream<cuMemcpy3DBatchAsync_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2, h_stream<cuMemcpy3DBatchAsync_v2_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2_ptsz, per_thread<h_stream<cuMemcpy3DBatchAsync_v2_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeerAsync, h_stream<cuMemcpy3DPeerAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DPeerAsync_ptsz, per_thread<h_stream<cuMemcpy3DPeerAsync_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync, h_stream<cuMemcpyAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz, per_thread<h_stream<cuMemcpyAsync_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoHAsync, h_stream<cuMemcpyAtoHAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoHAsync_v2, h_stream<cuMemcpyAtoHAsync_v2_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoHAsync_v2_ptsz, per_thread<h_stream<cuMemcpyAtoHAsync_v2_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync, h_stream<cuMemcpyBatchAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_ptsz, per_thread<h_stream<cuMemcpyBatchAsync_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2, h_stream<cuMemcpyBatchAsync_v2_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2_ptsz, per_thread<h_stream<cuMemcpyBatchAsync_v2_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync, h_stream<cuMemcpyDtoDAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2, h_stream<cuMemcpyDtoDAsync_v2_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz, per_thread<h_stream<cuMemcpyDtoDAsync_v2_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync, h_stream<cuMemcpyDtoHAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2, h_stream<cuMemcpyDtoHAsync_v2_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz, per_thread<h_stream<cuMemcpyDtoHAsync_v2_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoAAsync, h_stream<cuMemcpyHtoAAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoAAsync_v2, h_stream<cuMemcpyHtoAAsync_v2_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoAAsync_v2_ptsz, per_thread<h_stream<cuMemcpyHtoAAsync_v2_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync, h_stream<cuMemcpyHtoDAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, h_stream<cuMemcpyHtoDAsync_v2_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz, per_thread<h_stream<cuMemcpyHtoDAsync_v2_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync, h_stream<cuMemcpyPeerAsync_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync_ptsz, per_thread<h_stream<cuMemcpyPeerAsync_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async, h_stream<cuMemsetD16Async_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz, per_thread<h_stream<cuMemsetD16Async_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async, h_stream<cuMemsetD2D16Async_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async_ptsz, per_thread<h_stream<cuMemsetD2D16Async_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async, h_stream<cuMemsetD2D32Async_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async_ptsz, per_thread<h_stream<cuMemsetD2D32Async_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async, h_stream<cuMemsetD2D8Async_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async_ptsz, per_thread<h_stream<cuMemsetD2D8Async_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async, h_stream<cuMemsetD32Async_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz, per_thread<h_stream<cuMemsetD32Async_ptsz_params>>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, h_stream<cuMemsetD8Async_params>},
-    {CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz, per_thread<h_stream<cuMemsetD8Async_ptsz_params>>},
+template <class P, bool PTSZ>
+constexpr CopyCall copy_call(CUpti_CallbackId cbid) {
+  if constexpr (HasHStream<P>::value)
+    return {cbid, copy_stream<P, PTSZ>, copy_size<P>};
+  else
+    return {cbid, nullptr, copy_size<P>};
+}
+#define NIBBLE_COPY_CALL(name) copy_call<name##_params, false>(CUPTI_DRIVER_TRACE_CBID_##name)
+#define NIBBLE_COPY_CALL_PTSZ(name) copy_call<name##_params, true>(CUPTI_DRIVER_TRACE_CBID_##name)
+const CopyCall kCopyCalls[] = {
+    NIBBLE_COPY_CALL(cuMemcpy),
+    NIBBLE_COPY_CALL(cuMemcpy2D),
+    NIBBLE_COPY_CALL(cuMemcpy2DAsync),
+    NIBBLE_COPY_CALL(cuMemcpy2DAsync_v2),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpy2DAsync_v2_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpy2DUnaligned),
+    NIBBLE_COPY_CALL(cuMemcpy2DUnaligned_v2),
+    NIBBLE_COPY_CALL(cuMemcpy2DUnaligned_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemcpy2D_v2),
+    NIBBLE_COPY_CALL(cuMemcpy2D_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemcpy3D),
+    NIBBLE_COPY_CALL(cuMemcpy3DAsync),
+    NIBBLE_COPY_CALL(cuMemcpy3DAsync_v2),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpy3DAsync_v2_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpy3DBatchAsync),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpy3DBatchAsync_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpy3DBatchAsync_v2),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpy3DBatchAsync_v2_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpy3DPeer),
+    NIBBLE_COPY_CALL(cuMemcpy3DPeerAsync),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpy3DPeerAsync_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpy3DPeer_ptds),
+    NIBBLE_COPY_CALL(cuMemcpy3D_v2),
+    NIBBLE_COPY_CALL(cuMemcpy3D_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemcpyAsync),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpyAsync_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpyAtoA),
+    NIBBLE_COPY_CALL(cuMemcpyAtoA_v2),
+    NIBBLE_COPY_CALL(cuMemcpyAtoA_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemcpyAtoD),
+    NIBBLE_COPY_CALL(cuMemcpyAtoD_v2),
+    NIBBLE_COPY_CALL(cuMemcpyAtoD_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemcpyAtoH),
+    NIBBLE_COPY_CALL(cuMemcpyAtoHAsync),
+    NIBBLE_COPY_CALL(cuMemcpyAtoHAsync_v2),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpyAtoHAsync_v2_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpyAtoH_v2),
+    NIBBLE_COPY_CALL(cuMemcpyAtoH_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemcpyBatchAsync),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpyBatchAsync_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpyBatchAsync_v2),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpyBatchAsync_v2_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpyDtoA),
+    NIBBLE_COPY_CALL(cuMemcpyDtoA_v2),
+    NIBBLE_COPY_CALL(cuMemcpyDtoA_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemcpyDtoD),
+    NIBBLE_COPY_CALL(cuMemcpyDtoDAsync),
+    NIBBLE_COPY_CALL(cuMemcpyDtoDAsync_v2),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpyDtoDAsync_v2_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpyDtoD_v2),
+    NIBBLE_COPY_CALL(cuMemcpyDtoD_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemcpyDtoH),
+    NIBBLE_COPY_CALL(cuMemcpyDtoHAsync),
+    NIBBLE_COPY_CALL(cuMemcpyDtoHAsync_v2),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpyDtoHAsync_v2_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpyDtoH_v2),
+    NIBBLE_COPY_CALL(cuMemcpyDtoH_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemcpyHtoA),
+    NIBBLE_COPY_CALL(cuMemcpyHtoAAsync),
+    NIBBLE_COPY_CALL(cuMemcpyHtoAAsync_v2),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpyHtoAAsync_v2_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpyHtoA_v2),
+    NIBBLE_COPY_CALL(cuMemcpyHtoA_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemcpyHtoD),
+    NIBBLE_COPY_CALL(cuMemcpyHtoDAsync),
+    NIBBLE_COPY_CALL(cuMemcpyHtoDAsync_v2),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpyHtoDAsync_v2_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpyHtoD_v2),
+    NIBBLE_COPY_CALL(cuMemcpyHtoD_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemcpyPeer),
+    NIBBLE_COPY_CALL(cuMemcpyPeerAsync),
+    NIBBLE_COPY_CALL_PTSZ(cuMemcpyPeerAsync_ptsz),
+    NIBBLE_COPY_CALL(cuMemcpyPeer_ptds),
+    NIBBLE_COPY_CALL(cuMemcpy_ptds),
+    NIBBLE_COPY_CALL(cuMemsetD16),
+    NIBBLE_COPY_CALL(cuMemsetD16Async),
+    NIBBLE_COPY_CALL_PTSZ(cuMemsetD16Async_ptsz),
+    NIBBLE_COPY_CALL(cuMemsetD16_v2),
+    NIBBLE_COPY_CALL(cuMemsetD16_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemsetD2D16),
+    NIBBLE_COPY_CALL(cuMemsetD2D16Async),
+    NIBBLE_COPY_CALL_PTSZ(cuMemsetD2D16Async_ptsz),
+    NIBBLE_COPY_CALL(cuMemsetD2D16_v2),
+    NIBBLE_COPY_CALL(cuMemsetD2D16_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemsetD2D32),
+    NIBBLE_COPY_CALL(cuMemsetD2D32Async),
+    NIBBLE_COPY_CALL_PTSZ(cuMemsetD2D32Async_ptsz),
+    NIBBLE_COPY_CALL(cuMemsetD2D32_v2),
+    NIBBLE_COPY_CALL(cuMemsetD2D32_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemsetD2D8),
+    NIBBLE_COPY_CALL(cuMemsetD2D8Async),
+    NIBBLE_COPY_CALL_PTSZ(cuMemsetD2D8Async_ptsz),
+    NIBBLE_COPY_CALL(cuMemsetD2D8_v2),
+    NIBBLE_COPY_CALL(cuMemsetD2D8_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemsetD32),
+    NIBBLE_COPY_CALL(cuMemsetD32Async),
+    NIBBLE_COPY_CALL_PTSZ(cuMemsetD32Async_ptsz),
+    NIBBLE_COPY_CALL(cuMemsetD32_v2),
+    NIBBLE_COPY_CALL(cuMemsetD32_v2_ptds),
+    NIBBLE_COPY_CALL(cuMemsetD8),
+    NIBBLE_COPY_CALL(cuMemsetD8Async),
+    NIBBLE_COPY_CALL_PTSZ(cuMemsetD8Async_ptsz),
+    NIBBLE_COPY_CALL(cuMemsetD8_v2),
+    NIBBLE_COPY_CALL(cuMemsetD8_v2_ptds),
 };
+#undef NIBBLE_COPY_CALL
+#undef NIBBLE_COPY_CALL_PTSZ
+
 
 /** The callback of the launch calls (kept when the call returned success on a stream that was not
  *  capturing: a captured launch runs nothing, its graph launch does), of the copy and memset calls
@@ -349,24 +469,29 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     }
   // A copy's own stream decides, not whether any capture is open: a solution holding a capture open
   // on a side stream would otherwise exempt every copy of the process from the audit.
-  int copy_captured = -1;  // 1 on a capturing stream, 0 not, -1 not known (any open capture then counts)
+  int copy_left_out = -1;  // 1 on a capturing stream or of zero size, 0 audited, -1 not known (any open capture then counts)
   if (keep && copy) {
-    copy_captured = std::strstr(d->functionName ? d->functionName : "", "Async") ? -1 : 0;
-    for (const AsyncCopyCall& c : kAsyncCopyCalls)
+    copy_left_out = std::strstr(d->functionName ? d->functionName : "", "Async") ? -1 : 0;
+    for (const CopyCall& c : kCopyCalls)
       if (c.cbid == cbid) {
         // A stream that just took the copy answers; one that does not (destroyed meanwhile by another
         // thread) is audited: a failed query must not fall back to "any capture open", which a
         // capture held open on a side stream would satisfy (a reviewer's reading).
         CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-        copy_captured = g_is_capturing ? g_is_capturing(c.stream(d->functionParams), &capture) == CUDA_SUCCESS &&
-                                             capture != CU_STREAM_CAPTURE_STATUS_NONE
-                                       : -1;
+        if (c.size(d->functionParams) == 0)
+          copy_left_out = 1;
+        else if (!c.stream)
+          copy_left_out = 0;
+        else
+          copy_left_out = g_is_capturing ? g_is_capturing(c.stream(d->functionParams), &capture) == CUDA_SUCCESS &&
+                                               capture != CU_STREAM_CAPTURE_STATUS_NONE
+                                         : -1;
         break;
       }
   }
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
-  if (keep && g_auditing && copy && (copy_captured == 0 || (copy_captured < 0 && g_open_captures == 0)))
+  if (keep && g_auditing && copy && (copy_left_out == 0 || (copy_left_out < 0 && g_open_captures == 0)))
     g_copies.push_back({{d->correlationId, d->functionName, false}, g_generation});
   if (keep && g_auditing && !copy) {
     // A graph needs a kernel record when it was seen instantiated with kernel nodes (or conditional
@@ -464,6 +589,12 @@ void check(CUptiResult r, const char* call) {
 }
 
 }  // namespace
+
+CopyCallView copy_call_view(uint32_t cbid, const void* params) {
+  for (const CopyCall& c : kCopyCalls)
+    if (c.cbid == cbid) return {true, c.stream != nullptr, c.size(params)};
+  return {};
+}
 
 int drop_recorded_launches(std::vector<AuditedLaunch>& launches, const std::function<Recorded(uint32_t)>& recorded) {
   const auto kept = std::remove_if(launches.begin(), launches.end(),

@@ -62,6 +62,16 @@ inline bool launch_recorded(const AuditedLaunch& l, Recorded r) {
  *  its id got) and returns how many it dropped; what stays is in its order. Pure. */
 int drop_recorded_launches(std::vector<AuditedLaunch>& launches, const std::function<Recorded(uint32_t)>& recorded);
 
+/** What the copy audit reads of one driver copy or memset call: `known` when `cbid` (a CUPTI driver
+ *  callback id) is one of CUDA 13.0's 104 cuMemcpy* / cuMemset* calls; `async` when it takes a stream;
+ *  `size` the bytes it moves (a batch: its copies; 1 where the size cannot be read). `params` is the
+ *  callback's functionParams. Pure. */
+struct CopyCallView {
+  bool known = false, async = false;
+  uint64_t size = 1;
+};
+CopyCallView copy_call_view(uint32_t cbid, const void* params);
+
 /** How to walk a CUDA graph (the driver's cuGraphGetNodes, cuGraphNodeGetType and
  *  cuGraphChildGraphNodeGetGraph in the timer; fakes in the tests). */
 struct GraphWalk {

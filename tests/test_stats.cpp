@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "fixtures/bf16.h"
+#include <cuda.h>
+#include <cupti.h>
+
 #include "harness/cupti_timer.h"
 #include "harness/stats.h"
 
@@ -299,6 +302,38 @@ TEST(LaunchAudit, AGraphOfCopyNodesNeedsACopyRecord) {
   EXPECT_FALSE(graph_has_memcpy(graph(0x40), walk));
   EXPECT_FALSE(graph_kernels(graph(0x40), walk).launches_memcpy());
   EXPECT_TRUE(graph_kernels(graph(0x40), walk).launches_kernel());
+}
+
+TEST(CopyAudit, EachCopyCallsSizeAndStreamAreRead) {
+  // Hand-made parameters of a few of the 104 calls: the size each moves (a zero-size call is left
+  // out of the audit) and whether it takes a stream (only those may be captured).
+  const cuMemcpyAsync_params a{0x1000, 0x2000, 4096, nullptr};
+  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync, &a).size, 4096u);
+  EXPECT_TRUE(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync, &a).async);
+  const cuMemcpyDtoDAsync_v2_params z{0x1000, 0x2000, 0, nullptr};
+  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2, &z).size, 0u);
+  const cuMemcpy_params sync{0x1000, 0x2000, 64};
+  EXPECT_FALSE(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpy, &sync).async);
+  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpy, &sync).size, 64u);
+  const cuMemsetD32Async_params m{0x1000, 7, 100, nullptr};
+  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async, &m).size, 100u);  // elements: zero or not is what counts
+  const cuMemsetD2D8_v2_params m2{0x1000, 256, 0, 128, 3};
+  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8_v2, &m2).size, 384u);
+  CUDA_MEMCPY2D c2{};
+  c2.WidthInBytes = 10;
+  c2.Height = 0;
+  const cuMemcpy2DAsync_v2_params p2{&c2, nullptr};
+  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2, &p2).size, 0u);
+  CUDA_MEMCPY3D c3{};
+  c3.WidthInBytes = 10;
+  c3.Height = 2;
+  c3.Depth = 3;
+  const cuMemcpy3D_v2_params p3{&c3};
+  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2, &p3).size, 60u);
+  const cuMemcpyBatchAsync_v2_params b{nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr};
+  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2, &b).size, 0u);
+  EXPECT_TRUE(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2, &b).async);
+  EXPECT_FALSE(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, &a).known);  // not a copy
 }
 
 TEST(LaunchAudit, AnUpdatedGraphMayRunEitherGraphsKernels) {
