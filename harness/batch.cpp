@@ -136,6 +136,10 @@ BatchManifest read_batch_manifest(const std::string& path) {
     const auto args = get_or<std::vector<std::string>>(run, "args", {}, where);
     for (const std::string& a : args) {
       const std::string opt = a.substr(0, a.find('='));  // --profile=ncu is --profile
+      // Each would end every job with its text and no report (exit 0: "NoReport" for every job).
+      for (const char* no_job : {"--help", "-h", "--help-all", "--version", kCheckArgsFlag})
+        if (opt == no_job)
+          throw std::invalid_argument(where + ": 'args' must not hold " + opt + ": every job would print it and write no report");
       // A profiled run goes without Landlock (profile.h) and could rewrite other jobs' results here.
       if (opt == "--profile")
         throw std::invalid_argument(where + ": --profile is not for a batch (the profiled run is less sandboxed): grade that solution alone");

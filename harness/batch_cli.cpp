@@ -58,7 +58,10 @@ std::string check_job_args(const BatchManifest& m) {
     std::vector<std::string> argv = {self_exe()};
     for (const std::string& a : batch_job_argv(j, -1)) argv.push_back(a);
     argv.insert(argv.begin() + 2, kCheckArgsFlag);  // after the command word: a last option left without its value takes no flag
-    std::string tmpl = (fs::temp_directory_path() / "nibble-batch-args-XXXXXX").string();
+    std::error_code tmp_ec;  // TMPDIR missing or a file: /tmp, as mkstemp's callers do
+    fs::path tmp = fs::temp_directory_path(tmp_ec);
+    if (tmp_ec || !fs::is_directory(tmp)) tmp = "/tmp";
+    std::string tmpl = (tmp / "nibble-batch-args-XXXXXX").string();
     const int fd = mkstemp(tmpl.data());
     if (fd < 0) return "";  // no scratch file: the jobs say it themselves
     close(fd);

@@ -501,12 +501,14 @@ std::string comparison_input_problem(const ReportView& base, const ReportView& n
     if (const std::string p = figure_problem(r); !p.empty()) return path + ": " + p + " (regrade it)";
   for (const std::string& f : timed_figures()) {
     const size_t nb = timed_figure(base, f).samples.size(), nn = timed_figure(neu, f).samples.size();
-    if (double(nb + nn) * opt.resamples > kMaxBootstrapDraws)
+    if (double(nb + nn) * opt.resamples > kMaxBootstrapDraws) {
+      const int fits = int(kMaxBootstrapDraws / double(nb + nn));
       return "timing." + f + ": BASE holds " + std::to_string(nb) + " samples and NEW " + std::to_string(nn) + "; " +
-             std::to_string(opt.resamples) + " bootstrap resamples of them would draw " + fmt_g(double(nb + nn) * opt.resamples, 3) +
-             " values, over the bound of " + fmt_g(kMaxBootstrapDraws, 3) + " (a grade writes ~32 a round): compare reports of " +
-             "fewer rounds, or pass --resamples " + std::to_string(std::max(0, int(kMaxBootstrapDraws / double(nb + nn)))) +
-             " or fewer (at least 100)";
+             std::to_string(opt.resamples) + " bootstrap resamples of them would draw " + fmt_g(double(nb + nn) * opt.resamples, 4) +
+             " values, over the bound of " + fmt_g(kMaxBootstrapDraws, 4) + " (a grade writes ~32 a round): " +
+             (fits >= 100 ? "compare reports of fewer rounds, or pass --resamples " + std::to_string(fits) + " or fewer"
+                          : std::string("no --resamples fits (the least is 100): compare reports of fewer rounds"));
+    }
   }
   return "";
 }

@@ -483,7 +483,20 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
       return 2;
     }
   }
-  if (check_args) return 0;
+  // What grade and calibrate check of their options before any work (the values too, not only their
+  // syntax), and nothing else: `nibble batch`'s check of each run's args.
+  if (check_args)
+    return run_command(grade->parsed() ? "nibble grade" : "nibble calibrate", [&] {
+      if (grade->parsed()) {
+        GradeOptions one = g;
+        one.timing = !no_timing;
+        if (!solutions.empty()) one.solution = solutions.front();
+        check_grade_options(one);
+      } else {
+        check_calibrate_options(c);
+      }
+      return 0;
+    });
   if (grade->parsed()) {
     g.timing = !no_timing;
     g.verify_fixture = !no_verify;

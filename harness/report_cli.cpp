@@ -208,6 +208,11 @@ int report_command(std::vector<std::string> args) {
       ->check(kNonEmptyValue)
       ->needs(html_base_opt);
   html->add_option("--alpha", opt.alpha, "With BASE: significance level")->capture_default_str()->check(kNonEmptyValue)->needs(html_base_opt);
+  html->add_option("--resamples", opt.resamples, "With BASE: bootstrap resamples")
+      ->capture_default_str()
+      ->check(kNonEmptyValue)
+      ->check(CLI::Range(100, kMaxResamples))
+      ->needs(html_base_opt);
   app.footer("Exit codes: 0 done; 1 (html) the page could not be written; 4 bad input (missing file, not a nibble report, bad arguments, an -o that names a folder or -).");
   for (CLI::App* sc : {show, html}) sc->footer(app.get_footer());  // `report show --help` shows them too
   if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;

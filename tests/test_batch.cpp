@@ -148,6 +148,14 @@ TEST(Batch, ManifestErrorsNameTheKey) {
                   .find(std::string(arg).find("profile") != std::string::npos ? "--profile is not for a batch" : "'args' must not set"),
               std::string::npos)
         << arg;
+  // Help, a version or the internal argument check: every job would print it and write no report (a
+  // newcomer's batch exited 0 per job, NoReport each).
+  for (const char* arg : {"--help", "-h", "--version", "--check-args", "--check-args=true"})
+    EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "args": [")" +
+                    std::string(arg) + "\"]}]}")
+                  .find("'args' must not hold " + std::string(arg).substr(0, std::string(arg).find('=')) + ": every job would print it"),
+              std::string::npos)
+        << arg;
   // Seeds as `nibble grade --seeds` takes them: below 10^19 (2^64 - 1 would be a job that cannot run).
   for (const char* seed : {"-1", "1.7", "18446744073709551616", "1e30", "18446744073709551615", "10000000000000000000"})
     EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "seeds": [)" +

@@ -291,8 +291,11 @@ TEST(Cli, BatchRunsJobsSideBySide) {
   EXPECT_NE(r.output.find("go with --slurm"), std::string::npos) << r.output;
   // A run's args are parsed by its command's own parser before any job (here --path with no value,
   // then an option calibrate does not have): refused at once, no results folder, nothing run.
+  // Values are checked as the command checks them before its work, not only their syntax.
   for (const auto& [args, says] : {std::pair<std::string, std::string>{R"(["--path"])", "--path: 1 required"},
-                                   {R"(["--path", "cpu", "--bogus"])", "--bogus"}}) {
+                                   {R"(["--path", "cpu", "--bogus"])", "--bogus"},
+                                   {R"(["--path", "CPU"])", "--path must be gpu, cpu or auto, not 'CPU'"},
+                                   {R"(["--path", "cpu", "--timeout", "-5"])", "--timeout"}}) {
     std::ofstream(t.path() + "/bad.json") << R"({"out": "bad", "runs": [{"command": "calibrate", "task": "megakernel-int4-weight-decode",
         "configs": ["tiny"], "seeds": [0], "args": )" + args + "}]}";
     for (const char* how : {"", "--element", "--slurm"}) {
@@ -306,6 +309,9 @@ TEST(Cli, BatchRunsJobsSideBySide) {
       EXPECT_FALSE(std::filesystem::exists(t.path() + "/bad")) << how;
     }
   }
+  // A TMPDIR that is not a folder: the check's scratch file goes to /tmp, the batch runs.
+  r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/cache", "TMPDIR=" + t.path() + "/none"}, {"batch", t.path() + "/n.json", "-q"}, t);
+  EXPECT_EQ(r.code, 0) << r.output;
 }
 
 TEST(Cli, ProfileTakesNcuOrNsys) {

@@ -579,6 +579,12 @@ TEST(CompareFiles, TooManySamplesForTheBootstrapIsBadInputNamingTheResamplesThat
   CompareOptions fewer;
   fewer.resamples = 1000;
   EXPECT_EQ(comparison_input_problem(v, v, fewer, "a", "b"), "");
+  // Past 2e6 samples in all, not even the least --resamples (100) fits: said so, not "49 or fewer".
+  ReportView huge = v;
+  huge.gpu_span_us.samples.assign(1000001, huge.gpu_span_us.median);  // its median still its samples'
+  huge.gpu_span_us.n = 1000001;
+  const std::string none = comparison_input_problem(huge, huge, fewer, "a", "b");
+  EXPECT_NE(none.find("no --resamples fits (the least is 100)"), std::string::npos) << none;
   EXPECT_EQ(compare_files(base, t.path() + "/many.json", CompareOptions{}, false), kCompareOk);  // 60,096 x 2000
 }
 
@@ -961,6 +967,10 @@ TEST(ReportHtmlCli, WithBaseRefusesWhatCompareRefuses) {
     EXPECT_FALSE(fs::exists(t.path() + "/p.html"));
   }
   EXPECT_EQ(run_nibble({"report", "html", base, base, "-o", t.path() + "/p.html"}, t).code, 0);
+  // The --resamples the refusal names is an option of report html too, and it fits.
+  const CliRun fit = run_nibble({"report", "html", t.path() + "/many.json", t.path() + "/many.json", "-o", t.path() + "/q.html",
+                                 "--resamples", "1666"}, t);
+  EXPECT_EQ(fit.code, 0) << fit.out;
 }
 
 TEST(CompareCli, EveryExitCode) {

@@ -404,6 +404,15 @@ def main():
         os.makedirs(left)
         open(os.path.join(left, ".import-staging.safetensors"), "wb").write(b"partial")
         run([nb, "fixture", "import", "--format", "awq", awq, "--tokens", tokens, "--out", left, "--path", "cpu", "-q"])
+        # A changed byte in an imported fixture: the advice is the import command, not a seed's rebuild.
+        with open(os.path.join(left, "model.safetensors"), "r+b") as f:
+            f.seek(-1, 2)
+            last = f.read(1)
+            f.seek(-1, 2)
+            f.write(bytes([last[0] ^ 1]))
+        p = run([nb, "fixture", "verify", left], expect=1)
+        if "import it again, `nibble fixture import --format awq " + awq not in p.stderr or "fixture build" in p.stderr:
+            fail(f"a changed imported fixture: {p.stderr.strip()}")
         # ... but not while another nibble holds the folder's lock (two imports at once each reported a
         # fixture and left one): the second is refused and the folder's lock file is all it touched.
         busy = os.path.join(tmp, "busy-import")
@@ -444,6 +453,8 @@ def main():
                 # Another model in Llama's tensor names (Mistral: sliding-window attention), said as such.
                 ("a Mistral config", ["--format", "awq", os.path.join(tmp, "mistral"), "--tokens", tokens],
                  'model_type "mistral"'),
+                ("two architectures", ["--format", "awq", os.path.join(tmp, "two-arch"), "--tokens", tokens],
+                 'is not a Llama model'),
                 # Shards without their index are not read as a checkpoint by guessing.
                 ("shards without an index", ["--format", "awq", os.path.join(tmp, "no-index"), "--tokens", tokens],
                  "but no model.safetensors.index.json")):
@@ -459,6 +470,9 @@ def main():
                 write_checkpoint(fx, cmd[2], "awq", vocab=999)
             if what == "a Mistral config":
                 write_checkpoint(fx, cmd[2], "awq", edit=lambda c, t: c is not None and c.update(model_type="mistral"))
+            if what == "two architectures":
+                write_checkpoint(fx, cmd[2], "awq", edit=lambda c, t: c is not None and c.update(
+                    architectures=["LlamaForCausalLM", "MistralForCausalLM"]))
             if what == "shards without an index":
                 write_checkpoint(fx, cmd[2], "awq", shards=2)
                 os.remove(os.path.join(cmd[2], "model.safetensors.index.json"))
