@@ -182,7 +182,8 @@ const FigureView& graded_time(const ReportView& report);
 /** "median GPU span" or "median on the grader's clock": what graded_time's median is, for labels. */
 std::string graded_time_label(const ReportView& report);
 
-/** "" when `report`'s graded figure is its samples' summary: their count its n, their median its
+/** "" when `report`'s graded figure, and every other timed figure that keeps samples, is its samples'
+ *  summary: their count its n, their median its
  *  median (where the grade left no throttled round out of it, else at least within their range and
  *  between its quartiles); otherwise why not, ending "an edited report". What ranks (leaderboard) is
  *  the stored median and what compare tests is the samples: a report whose two disagree was edited

@@ -554,6 +554,13 @@ TEST(CompareFiles, AReportWhoseSamplesAreNotItsFigureIsBadInput) {
   write_file_atomic(t.path() + "/n.json", r.dump());
   EXPECT_NE(figure_problem(load_report_view(t.path() + "/n.json")).find("does not fit"), std::string::npos);
   EXPECT_EQ(compare_files(t.path() + "/n.json", base, CompareOptions{}, false), kCompareBadInput);
+  // Not only the graded figure: report show prints the host wall time's median too.
+  r = unfused();
+  r["timing"]["host_wall_us"]["median"] = 1.0;
+  write_file_atomic(t.path() + "/wall.json", r.dump());
+  EXPECT_NE(figure_problem(load_report_view(t.path() + "/wall.json")).find("timing.host_wall_us: its median (1 us)"),
+            std::string::npos)
+      << figure_problem(load_report_view(t.path() + "/wall.json"));
 }
 
 TEST(CompareFiles, TooManySamplesForTheBootstrapIsBadInputNamingTheResamplesThatFit) {

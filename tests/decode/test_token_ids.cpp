@@ -36,6 +36,8 @@ TEST(TokenIds, ReadsTextAndJson) {
   EXPECT_EQ(read_text_ids("  [1, 2 ,3]\n"), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(read_text_ids("-1 0"), (std::vector<int64_t>{-1, 0}));  // the vocabulary check is the importer's
   EXPECT_TRUE(read_text_ids(" \n").empty());
+  EXPECT_EQ(read_text_ids("\xEF\xBB\xBF" "7 8"), (std::vector<int64_t>{7, 8}));  // a byte order mark first
+  EXPECT_EQ(read_text_ids("\xEF\xBB\xBF" "[7]"), (std::vector<int64_t>{7}));
 }
 
 TEST(TokenIds, NamesTheBadEntry) {
