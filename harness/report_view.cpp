@@ -3,6 +3,7 @@
 #include "harness/report_view.h"
 
 #include <algorithm>
+#include <regex>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -125,9 +126,11 @@ void check_report(const json& r, const std::string& what) {
     const json& v = r["schema_version"];
     if (!v.is_string())
       throw BadReport(what + ": malformed nibble report: schema_version " + shown(v) + " is a JSON " + v.type_name() +
-                      "; nibble writes it as a string, e.g. \"2.0\"");
+                      "; nibble writes it as a string, e.g. \"2.4.0\"");
+    // MAJOR.MINOR.PATCH as nibble writes it ("2.4.0"), of a major it reads.
     const std::string s = v.get<std::string>();
-    if (s.rfind("1.", 0) != 0 && s.rfind("2.", 0) != 0)
+    static const std::regex version(R"([12]\.[0-9]+\.[0-9]+)");
+    if (!std::regex_match(s, version))
       throw BadReport(what + ": schema_version " + shown(v) +
                       " is not one this nibble reads (1.x or 2.x); use the nibble that wrote it");
   }

@@ -783,6 +783,10 @@ TEST(ReportView, AnUnknownMajorVersionOrUnitIsBadReport) {
               std::string::npos)
         << e.what();
   }
+  for (const char* odd : {"2", "2.abc", "2.0.0-rc1", "2.x"}) {  // MAJOR.MINOR.PATCH as nibble writes it
+    r["schema_version"] = odd;
+    EXPECT_THROW(read_report_view(r, "new.json"), BadReport) << odd;
+  }
   r["schema_version"] = "2.1.0";  // a minor version adds, never changes: it reads
   EXPECT_NO_THROW(read_report_view(r, "new.json"));
   for (const json& unit : {json("frame"), json(nullptr), json(3)}) {
