@@ -56,6 +56,7 @@ struct RecordSeen {
   uint32_t generation;  // the collect it came in
   bool kernel;          // a kernel record among them
   bool memcpy;          // a memcpy record among them
+  bool memset;          // a memset record among them
 };
 std::unordered_map<uint32_t, RecordSeen> g_record_ids;  // correlation id -> what its records were
 std::multiset<uint32_t> g_in_flight;                   // correlation ids of the launch calls under way
@@ -80,7 +81,7 @@ void reset_audit(bool auditing) {
 void prune_launches() {
   const auto recorded = [](uint32_t id) {
     const auto it = g_record_ids.find(id);
-    return it == g_record_ids.end() ? Recorded{} : Recorded{true, it->second.kernel, it->second.memcpy};
+    return it == g_record_ids.end() ? Recorded{} : Recorded{true, it->second.kernel, it->second.memcpy, it->second.memset};
   };
   g_matched += drop_recorded_launches(g_launches, recorded);
   const uint32_t oldest_in_flight = g_in_flight.empty() ? UINT32_MAX : *g_in_flight.begin();
@@ -230,16 +231,13 @@ template <class P> struct HasN<P, std::void_t<decltype(std::declval<P>().N)>> : 
 template <class P, class = void> struct HasWidthHeight : std::false_type {};
 template <class P>
 struct HasWidthHeight<P, std::void_t<decltype(std::declval<P>().Width), decltype(std::declval<P>().Height)>> : std::true_type {};
-template <class P, class = void> struct HasPCopy : std::false_type {};
-template <class P> struct HasPCopy<P, std::void_t<decltype(std::declval<P>().pCopy->WidthInBytes)>> : std::true_type {};
-template <class C, class = void> struct HasDepth : std::false_type {};
-template <class C> struct HasDepth<C, std::void_t<decltype(std::declval<C>().Depth)>> : std::true_type {};
 template <class P, class = void> struct HasCount : std::false_type {};
 template <class P> struct HasCount<P, std::void_t<decltype(std::declval<P>().count)>> : std::true_type {};
 template <class P, class = void> struct HasNumOps : std::false_type {};
 template <class P> struct HasNumOps<P, std::void_t<decltype(std::declval<P>().numOps)>> : std::true_type {};
 
-/** Bytes (or, for a batch, copies) a call of parameters P moves; 1 where its size cannot be read. */
+/** Bytes (or, for a batch, copies) a call of parameters P moves, from the values it was passed; 1
+ *  where its size cannot be read that way. */
 template <class P>
 uint64_t copy_size(const void* v) {
   const P& p = *static_cast<const P*>(v);
@@ -249,16 +247,14 @@ uint64_t copy_size(const void* v) {
     return p.N;
   } else if constexpr (HasWidthHeight<P>::value) {
     return uint64_t(p.Width) * p.Height;
-  } else if constexpr (HasPCopy<P>::value) {
-    if (!p.pCopy) return 1;
-    uint64_t b = uint64_t(p.pCopy->WidthInBytes) * p.pCopy->Height;
-    if constexpr (HasDepth<std::remove_pointer_t<decltype(p.pCopy)>>::value) b *= p.pCopy->Depth;
-    return b;
   } else if constexpr (HasCount<P>::value) {
     return p.count;
   } else if constexpr (HasNumOps<P>::value) {
     return p.numOps;
   } else {
+    // The 2D and 3D copies: their size sits in the caller's struct (pCopy), which another thread may
+    // zero while a synchronous copy runs (read at the callback's exit: a reviewer's reading), and a 0
+    // there may mean 1 to the driver; never read as zero.
     return 1;
   }
 }
@@ -501,8 +497,9 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     const bool needs_kernel = !graph || !g_graph_view || it == g_exec_kernels.end() || it->second.launches_kernel();
     // Copy nodes ask for a memcpy record where the graph was seen (a graph of a kernel and a 64 MiB
     // copy, launched with the copy records off, left the kernel's record alone: a reviewer's reading).
-    const bool needs_memcpy = graph && g_graph_view && it != g_exec_kernels.end() && it->second.launches_memcpy();
-    g_launches.push_back({d->correlationId, d->functionName, needs_kernel, needs_memcpy});
+    const bool seen = graph && g_graph_view && it != g_exec_kernels.end();
+    g_launches.push_back({d->correlationId, d->functionName, needs_kernel, seen && it->second.memcpy.run(),
+                          seen && it->second.memset.run()});
     g_last_launch = std::max(g_last_launch, d->correlationId);
   }
 }
@@ -568,10 +565,11 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffe
   if (g_auditing) {
     g_dropped_records += dropped;
     for (const ActivityRecord& r : got) {
-      RecordSeen& seen = g_record_ids.try_emplace(r.correlation_id, RecordSeen{g_generation, false, false}).first->second;
+      RecordSeen& seen = g_record_ids.try_emplace(r.correlation_id, RecordSeen{g_generation, false, false, false}).first->second;
       seen.generation = g_generation;
       seen.kernel = seen.kernel || r.kind == ActivityRecord::Kernel;
       seen.memcpy = seen.memcpy || r.kind == ActivityRecord::Memcpy;
+      seen.memset = seen.memset || r.kind == ActivityRecord::Memset;
     }
   }
   g_records.insert(g_records.end(), got.begin(), got.end());
@@ -640,23 +638,25 @@ bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth) {
   return graph_has_node(graph, walk, CU_GRAPH_NODE_TYPE_KERNEL, depth);
 }
 
-bool graph_has_memcpy(void* graph, const GraphWalk& walk, int depth) {
-  return graph_has_node(graph, walk, CU_GRAPH_NODE_TYPE_MEMCPY, depth);
+bool graph_has_copy_node(void* graph, const GraphWalk& walk, int type, int depth) {
+  return graph_has_node(graph, walk, type, depth);
 }
 
 void GraphKernels::set_enabled(void* node, bool enabled) {
   track_enabled(kernel_nodes, updatable, disabled, node, enabled);
-  track_enabled(memcpy_nodes, {}, memcpy_disabled, node, enabled);
+  for (CopyNodes* c : {&memcpy, &memset}) track_enabled(c->nodes, {}, c->disabled, node, enabled);
 }
 
 void GraphKernels::merge(const GraphKernels& other) {
   add_missing(kernel_nodes, other.kernel_nodes);
   add_missing(updatable, other.updatable);
-  add_missing(memcpy_nodes, other.memcpy_nodes);
   disabled.clear();  // a fresh executable graph: every node enabled
-  memcpy_disabled.clear();
   nested = nested || other.nested;
-  nested_memcpy = nested_memcpy || other.nested_memcpy;
+  for (auto [to, from] : {std::pair{&memcpy, &other.memcpy}, {&memset, &other.memset}}) {
+    add_missing(to->nodes, from->nodes);
+    to->disabled.clear();
+    to->nested = to->nested || from->nested;
+  }
 }
 
 GraphKernels graph_kernels(void* graph, const GraphWalk& walk) {
@@ -668,11 +668,15 @@ GraphKernels graph_kernels(void* graph, const GraphWalk& walk) {
       k.kernel_nodes.push_back(node);
       if (!walk.device_updatable || walk.device_updatable(node)) k.updatable.push_back(node);
     }
-    if (type == CU_GRAPH_NODE_TYPE_MEMCPY) k.memcpy_nodes.push_back(node);
+    if (type == CU_GRAPH_NODE_TYPE_MEMCPY) k.memcpy.nodes.push_back(node);
+    if (type == CU_GRAPH_NODE_TYPE_MEMSET) k.memset.nodes.push_back(node);
     if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL ||
         (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_kernel(walk.child(node), walk, 1)))
       k.nested = true;
-    if (type == CU_GRAPH_NODE_TYPE_GRAPH && graph_has_memcpy(walk.child(node), walk, 1)) k.nested_memcpy = true;
+    if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
+      k.memcpy.nested |= graph_has_copy_node(walk.child(node), walk, CU_GRAPH_NODE_TYPE_MEMCPY, 1);
+      k.memset.nested |= graph_has_copy_node(walk.child(node), walk, CU_GRAPH_NODE_TYPE_MEMSET, 1);
+    }
   }
   return k;
 }

@@ -41,6 +41,7 @@ struct AuditedLaunch {
   const char* api;           // CUPTI's name of the driver call (a static string)
   bool needs_kernel = true;   // a kernel launch, or a graph with kernel nodes: a kernel record must carry the id
   bool needs_memcpy = false;  // a graph with memcpy nodes: a memcpy record must carry it too
+  bool needs_memset = false;  // a graph with memset nodes: a memset record must carry it too
 };
 
 /** The records a correlation id got so far. */
@@ -48,6 +49,7 @@ struct Recorded {
   bool any = false;     // a record of any kind
   bool kernel = false;  // a kernel record among them
   bool memcpy = false;  // a memcpy record among them
+  bool memset = false;  // a memset record among them
 };
 
 /** Whether `l`'s work is on the record: a kernel record when it launched kernels (a graph whose
@@ -55,7 +57,7 @@ struct Recorded {
  *  ran copy nodes (a graph whose kernel left a record while the copy records were off is not), and
  *  some record always. */
 inline bool launch_recorded(const AuditedLaunch& l, Recorded r) {
-  return r.any && (r.kernel || !l.needs_kernel) && (r.memcpy || !l.needs_memcpy);
+  return r.any && (r.kernel || !l.needs_kernel) && (r.memcpy || !l.needs_memcpy) && (r.memset || !l.needs_memset);
 }
 
 /** Drops from `launches` every launch on the record (launch_recorded, with `recorded` saying what
@@ -90,11 +92,20 @@ struct GraphWalk {
  *  no kernel (the audit then asks for any record, as for a graph of copies). Pure but for `walk`. */
 bool graph_has_kernel(void* graph, const GraphWalk& walk, int depth = 0);
 
-/** Whether `graph` holds a memcpy node, in it or in its child graphs (past a depth of 8: yes). A
- *  conditional node's body, which the driver does not hand out, counts as none: an honest graph with
- *  a copy in a body would otherwise need a record whose correlation id is 0 (a limit, said in
- *  docs/architecture.md). Pure but for `walk`. */
-bool graph_has_memcpy(void* graph, const GraphWalk& walk, int depth = 0);
+/** Whether `graph` holds a node of `type` (CU_GRAPH_NODE_TYPE_MEMCPY or _MEMSET), in it or in its
+ *  child graphs (past a depth of 8: yes). A conditional node's body, which the driver does not hand
+ *  out, counts as none: an honest graph with a copy in a body would otherwise need a record whose
+ *  correlation id is 0 (a limit, said in docs/architecture.md). Pure but for `walk`. */
+bool graph_has_copy_node(void* graph, const GraphWalk& walk, int type, int depth = 0);
+
+/** One kind of copy node (memcpy or memset) of an executable graph as the audit tracks them: the
+ *  top-level nodes, those a cuGraphNodeSetEnabled call disabled, and whether a child graph holds one. */
+struct CopyNodes {
+  std::vector<void*> nodes, disabled;
+  bool nested = false;
+  /** Whether a launch runs one: a child graph's, or a top-level one not disabled. */
+  bool run() const { return nested || nodes.size() > disabled.size(); }
+};
 
 /** The kernels of one executable graph as the audit tracks them: its top-level kernel nodes, those of
  *  them a cuGraphNodeSetEnabled call disabled, and whether a child graph or a conditional node may run
@@ -106,19 +117,16 @@ struct GraphKernels {
   std::vector<void*> updatable;  // a subset of kernel_nodes: enabled from the device, never disabled here
   std::vector<void*> disabled;   // a subset of kernel_nodes less updatable, no repeats
   bool nested = false;
-  // The memcpy nodes the same way (no device-updatable copy node exists): top level, those disabled,
-  // and whether a child graph holds one (graph_has_memcpy).
-  std::vector<void*> memcpy_nodes, memcpy_disabled;
-  bool nested_memcpy = false;
+  // The memcpy and memset nodes the same way (no device-updatable copy node exists): a launch that
+  // runs one needs a record of its kind (its records alone may be switched off).
+  CopyNodes memcpy, memset;
   /** Whether a launch runs a kernel: a child graph's, or a top-level one not disabled. */
   bool launches_kernel() const { return nested || kernel_nodes.size() > disabled.size(); }
-  /** Whether a launch runs a copy node: a child graph's, or a top-level one not disabled. */
-  bool launches_memcpy() const { return nested_memcpy || memcpy_nodes.size() > memcpy_disabled.size(); }
   /** cuGraphNodeSetEnabled(node, enabled): tracked for kernel nodes the device cannot enable and for
-   *  memcpy nodes. */
+   *  memcpy and memset nodes. */
   void set_enabled(void* node, bool enabled);
   /** What a launch may run of either view of a graph (the walks at an instantiate call's entry and
-   *  exit): every kernel and memcpy node of both, nested when either is, none disabled. */
+   *  exit): every kernel, memcpy and memset node of both, nested when either is, none disabled. */
   void merge(const GraphKernels& other);
 };
 

@@ -108,7 +108,8 @@ TEST(GpuSpan, NoRecordOrZeroDurationIsInvalid) {
 }
 
 // What a correlation id's records were: a kernel's, a memset's (or any but a kernel and a copy), a copy's.
-constexpr Recorded kKernelRecord{true, true, false}, kOtherRecord{true, false, false}, kCopyRecord{true, false, true};
+constexpr Recorded kKernelRecord{true, true, false, false}, kOtherRecord{true, false, false, false},
+    kCopyRecord{true, false, true, false};
 
 TEST(LaunchAudit, ALaunchIsRecordedWhenARecordCarriesItsId) {
   // Three launches: a kernel (its record carries 7), a graph (two records of 9), and a kernel with
@@ -259,6 +260,11 @@ TEST(LaunchAudit, AGraphOfCopyNodesNeedsACopyRecord) {
   EXPECT_FALSE(launch_recorded(copy_only, kOtherRecord));  // a memset's record does not vouch for the copy
   EXPECT_TRUE(launch_recorded(copy_only, kCopyRecord));
   EXPECT_FALSE(launch_recorded(copy_only, Recorded{}));
+  // Memset nodes the same way: a kernel's record does not vouch for a memset node run with its
+  // records off.
+  const AuditedLaunch with_memset{11, "cuGraphLaunch", true, false, true};
+  EXPECT_FALSE(launch_recorded(with_memset, kKernelRecord));
+  EXPECT_TRUE(launch_recorded(with_memset, Recorded{true, true, false, true}));
   // The walk: a memcpy node at the top (type 1), one in a child graph (type 4), one only in a
   // conditional node's body (type 13: the driver does not hand the body out, so it counts as none).
   std::map<void*, std::vector<void*>> nodes;
@@ -284,23 +290,29 @@ TEST(LaunchAudit, AGraphOfCopyNodesNeedsACopyRecord) {
   walk.child = [&](void* x) { return child[x]; };
   walk.device_updatable = [](void*) { return false; };
   GraphKernels top = graph_kernels(graph(0x10), walk);
-  ASSERT_EQ(top.memcpy_nodes.size(), 1u);
-  EXPECT_TRUE(top.launches_memcpy());
+  ASSERT_EQ(top.memcpy.nodes.size(), 1u);
+  EXPECT_TRUE(top.memcpy.run());
   top.set_enabled(&n[1], false);  // the copy node disabled: a launch runs the kernel alone
-  EXPECT_FALSE(top.launches_memcpy());
+  EXPECT_FALSE(top.memcpy.run());
   EXPECT_TRUE(top.launches_kernel());
   top.set_enabled(&n[1], true);
-  EXPECT_TRUE(top.launches_memcpy());
+  EXPECT_TRUE(top.memcpy.run());
   top.set_enabled(&n[1], false);
   top.merge(GraphKernels{});  // an update enables every node again
-  EXPECT_TRUE(top.launches_memcpy());
+  EXPECT_TRUE(top.memcpy.run());
   GraphKernels nested = graph_kernels(graph(0x20), walk);
-  EXPECT_TRUE(nested.memcpy_nodes.empty());
-  EXPECT_TRUE(nested.nested_memcpy);
-  EXPECT_TRUE(nested.launches_memcpy());
-  EXPECT_TRUE(graph_has_memcpy(graph(0x20), walk));
-  EXPECT_FALSE(graph_has_memcpy(graph(0x40), walk));
-  EXPECT_FALSE(graph_kernels(graph(0x40), walk).launches_memcpy());
+  EXPECT_TRUE(nested.memcpy.nodes.empty());
+  EXPECT_TRUE(nested.memcpy.nested);
+  EXPECT_TRUE(nested.memcpy.run());
+  EXPECT_TRUE(graph_has_copy_node(graph(0x20), walk, 1));
+  EXPECT_FALSE(graph_has_copy_node(graph(0x40), walk, 1));
+  EXPECT_FALSE(graph_kernels(graph(0x40), walk).memcpy.run());
+  types[&n[1]] = 2;  // the copy node a memset node instead: tracked as one, disabled the same way
+  GraphKernels ms = graph_kernels(graph(0x10), walk);
+  EXPECT_FALSE(ms.memcpy.run());
+  EXPECT_TRUE(ms.memset.run());
+  ms.set_enabled(&n[1], false);
+  EXPECT_FALSE(ms.memset.run());
   EXPECT_TRUE(graph_kernels(graph(0x40), walk).launches_kernel());
 }
 
@@ -323,13 +335,13 @@ TEST(CopyAudit, EachCopyCallsSizeAndStreamAreRead) {
   c2.WidthInBytes = 10;
   c2.Height = 0;
   const cuMemcpy2DAsync_v2_params p2{&c2, nullptr};
-  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2, &p2).size, 0u);
+  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2, &p2).size, 1u);  // through a pointer: never zero
   CUDA_MEMCPY3D c3{};
   c3.WidthInBytes = 10;
   c3.Height = 2;
   c3.Depth = 3;
   const cuMemcpy3D_v2_params p3{&c3};
-  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2, &p3).size, 60u);
+  EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpy3D_v2, &p3).size, 1u);
   const cuMemcpyBatchAsync_v2_params b{nullptr, nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr};
   EXPECT_EQ(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2, &b).size, 0u);
   EXPECT_TRUE(copy_call_view(CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2, &b).async);

@@ -109,6 +109,7 @@ struct State {
   uint8_t* poke_byte = nullptr;                            // weight_byte, kv_prefix
   uint16_t* kv0k = nullptr;                                // kv_above
   float* private_logits = nullptr;                         // cached_logits, unwritten_tail
+  void* pinned = nullptr;                                  // hide_copy_in_graph: the copy node's pinned source
   int* spin_flag = nullptr;                                // hang_kernel
   cudaStream_t private_stream = nullptr;                   // private_stream
   cudaEvent_t ready = nullptr;
@@ -179,9 +180,11 @@ bool kernel_records(bool on, const char* who) { return activity_records(kConcurr
 /** One executable graph, in s.graphs[0]: a device-to-device copy of kBytes (within s.private_logits,
  *  a copy engine's work: a MEMCPY record, never a kernel), then busy_kernel(ns); with `conditional`,
  *  the kernel in the body of an IF conditional node (default true: it runs every launch) after the
- *  copy instead of a kernel node. */
+ *  copy instead of a kernel node; with `from_host`, the copy reads pinned host memory (s.pinned): a
+ *  graph's device-to-device copy node may run as a kernel, whose record went with the kernel records
+ *  in probe_cupti_launches (H100, 2026-12-06), a host-to-device one is a copy engine's. */
 nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error* err, bool conditional = false,
-                                  size_t kBytes = size_t(1) << 20) {
+                                  size_t kBytes = size_t(1) << 20, bool from_host = false) {
   H_CUDA(cudaMalloc(&s.private_logits, 2 * kBytes));
   cudaGraph_t g = nullptr;
   H_CUDA(cudaGraphCreate(&g, 0));
@@ -193,7 +196,11 @@ nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error*
   k.kernelParams = args;
   auto* base = reinterpret_cast<unsigned char*>(s.private_logits);
   cudaGraphNode_t copy_node = nullptr, kernel_node = nullptr, cond_node = nullptr;
-  cudaError_t e = cudaGraphAddMemcpyNode1D(&copy_node, g, nullptr, 0, base + kBytes, base, kBytes, cudaMemcpyDeviceToDevice);
+  cudaError_t e = cudaSuccess;
+  if (from_host) e = cudaMallocHost(&s.pinned, kBytes);
+  if (e == cudaSuccess)
+    e = from_host ? cudaGraphAddMemcpyNode1D(&copy_node, g, nullptr, 0, base + kBytes, s.pinned, kBytes, cudaMemcpyHostToDevice)
+                  : cudaGraphAddMemcpyNode1D(&copy_node, g, nullptr, 0, base + kBytes, base, kBytes, cudaMemcpyDeviceToDevice);
   if (e == cudaSuccess && conditional) {
     cudaGraphConditionalHandle handle{};
     e = cudaGraphConditionalHandleCreate(&handle, g, 1, cudaGraphCondAssignDefault);
@@ -1050,10 +1057,11 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
 #elif defined(HOSTILE_HIDE_COPY_IN_GRAPH)
-  // hide_in_graph reversed: a graph of a 64 MiB copy node and a 1 us kernel launched with the copy
+  // hide_in_graph reversed: a graph of a 64 MiB host-to-device copy node and a 1 us kernel launched with the copy
   // records off and the kernel's on: the kernel's record carries the launch's id, which vouched for
   // the copy until a graph with copy nodes needed a memcpy record too.
-  if (s.graphs.empty()) H_OK(hostile::copy_and_busy_graph(s, 1000, err, /*conditional=*/false, hostile::kHiddenCopyBytes));
+  if (s.graphs.empty())
+    H_OK(hostile::copy_and_busy_graph(s, 1000, err, /*conditional=*/false, hostile::kHiddenCopyBytes, /*from_host=*/true));
   if (timed && hostile::activity_records(hostile::kMemcpyKind, false, "hostile-hide_copy_in_graph")) {
     H_CUDA(cudaGraphLaunch(s.graphs[0], stream));
     hostile::activity_records(hostile::kMemcpyKind, true, "hostile-hide_copy_in_graph");
@@ -1181,6 +1189,7 @@ nibble_status teardown(State& s, cudaStream_t stream, nibble_error* err) {
   H_CUDA(cudaStreamSynchronize(stream));
   for (uint16_t* p : s.private_kv) H_CUDA(cudaFree(p));
   if (s.private_logits) H_CUDA(cudaFree(s.private_logits));
+  if (s.pinned) H_CUDA(cudaFreeHost(s.pinned));
   if (s.spin_flag) H_CUDA(cudaFree(s.spin_flag));
 #if defined(HOSTILE_PERSIST_L2)
   if (s.window_ok) {
