@@ -158,6 +158,10 @@ void check_report(const json& r, const std::string& what) {
     for (const json& v : s["samples"])
       if (!(num(v) > 0) || !std::isfinite(num(v)))
         throw BadReport(what + ": malformed nibble report: timing." + f + ".samples holds " + shown(v) + ", not a positive time");
+    // n, where given, is a count (a string or a fraction would be skipped by the check of n against
+    // the samples: a newcomer's "96" passed).
+    if (s.contains("n") && !(s["n"].is_number_integer() && s["n"].get<long long>() >= 0))
+      throw BadReport(what + ": malformed nibble report: timing." + f + ".n is " + shown(s["n"]) + ", not a count of samples");
   }
 }
 

@@ -554,6 +554,11 @@ TEST(CompareFiles, AReportWhoseSamplesAreNotItsFigureIsBadInput) {
   write_file_atomic(t.path() + "/n.json", r.dump());
   EXPECT_NE(figure_problem(load_report_view(t.path() + "/n.json")).find("does not fit"), std::string::npos);
   EXPECT_EQ(compare_files(t.path() + "/n.json", base, CompareOptions{}, false), kCompareBadInput);
+  for (const json& n : {json("96"), json(96.0), json(-1)}) {  // n is a count, or the check of it is skipped
+    r = unfused();
+    r["timing"]["gpu_span_us"]["n"] = n;
+    EXPECT_THROW(read_report_view(r, "n.json"), BadReport) << n.dump();
+  }
   // Not only the graded figure: report show prints the host wall time's median too.
   r = unfused();
   r["timing"]["host_wall_us"]["median"] = 1.0;
