@@ -282,7 +282,6 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
   grade->add_option("--threads", g.threads, "Threads for building fixtures (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmptyValue);
   bool no_timing = false, no_verify = false;
   grade->add_flag("--no-timing", no_timing, "Check correctness only");
-
   grade->add_flag("--no-verify-fixture", no_verify, "Skip re-hashing the fixtures (before the candidate runs and again before the reference reads them)");
   grade->add_flag("--require-sandbox", g.require_sandbox,
                   "Refuse to grade (exit 2, or 3 with a report when only a child finds it) unless every layer of the "
@@ -485,11 +484,12 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
   }
   // What grade and calibrate check of their options before any work (the values too, not only their
   // syntax), and nothing else: `nibble batch`'s check of each run's args.
+  g.timing = !no_timing;
+  g.verify_fixture = !no_verify;
   if (check_args)
     return run_command(grade->parsed() ? "nibble grade" : "nibble calibrate", [&] {
       if (grade->parsed()) {
         GradeOptions one = g;
-        one.timing = !no_timing;
         if (!solutions.empty()) one.solution = solutions.front();
         check_grade_options(one);
       } else {
@@ -498,8 +498,6 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
       return 0;
     });
   if (grade->parsed()) {
-    g.timing = !no_timing;
-    g.verify_fixture = !no_verify;
     if (solutions.size() > 1 && grade->get_option("--out")->count() == 0) g.out = "nibble-reports";
     return grade_lineup_main(g, solutions);
   }

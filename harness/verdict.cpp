@@ -148,8 +148,8 @@ Verdict judge(const Evidence& e) {
                   std::to_string(e.unrecorded_launches) + " of the " + std::to_string(e.launches_audited) +
                       " kernel and graph launches of the timed phase left no GPU record (the first: " +
                       e.first_unrecorded_launch +
-                      "; a kernel, or a graph with kernel nodes, needs a kernel record, a graph with copy nodes "
-                      "a memcpy record too): CUPTI's records were "
+                      "; a kernel, or a graph with kernel nodes, needs a kernel record, a graph with memcpy or "
+                      "memset nodes a record of each kind too): CUPTI's records were "
                       "switched off or taken while they ran, so the GPU span does not hold all of the work");
     // Every copy and memset that reaches the driver leaves a record, host to host and pageable ones
     // too (bench/probe_cupti_launches on an H100, 2026-12-06: 6 host-to-host driver copies, 6
