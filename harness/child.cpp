@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "fixtures/fixture.h"
@@ -87,14 +88,24 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
     if (job.timing) {
       timed = std::make_unique<TimedCalls>(harness_stream);
       ledger = std::make_unique<LedgerClient>(job.ledger_read_fd, job.ledger_write_fd);
-      DeviceBuffer probe(size_t(1) << 20);
+      // Each window does the harness's part of a timed window (harness/child.cpp below): the
+      // flush, the seed's round trip, staging's bytes, the call's device sync, the digest's pass.
+      const WindowWork ww = task->window_work(job.config);
+      DeviceBuffer probe(size_t(1) << 20), staged(std::max<size_t>(ww.staged_bytes, 8)), digested(std::max<size_t>(ww.digested_bytes, 8));
+      std::vector<uint8_t> upload(ww.uploaded_bytes);
       for (int i = 0; i < kLedgerCalibrationWindows; ++i) {
-        const uint64_t c0 = timed->open();
-        ledger->open(-1, i);
+        timed->flush();
+        const uint64_t seed = ledger->open(-1, i);
+        NIBBLE_CUDA_CALL(cudaMemsetAsync(staged.get(), int(seed & 0xff), ww.staged_bytes, harness_stream));
+        if (!upload.empty())
+          NIBBLE_CUDA_CALL(cudaMemcpyAsync(staged.get(), upload.data(), upload.size(), cudaMemcpyHostToDevice, harness_stream));
+        NIBBLE_CUDA_CALL(cudaStreamSynchronize(harness_stream));
+        const uint64_t c0 = timed->now();
         launch_read_stream(probe.get(), probe.bytes(), harness_stream, 1);
         NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-        (void)ledger->done(-1, i);
-        calibration_span_us.push_back(double(timed->close(c0).span_ns) / 1e3);
+        const uint64_t c1 = timed->now();
+        (void)ledger->done(-1, i, device_checksum_bytes(digested.get(), ww.digested_bytes, harness_stream));
+        calibration_span_us.push_back(double(timed->close(c0, c1).span_ns) / 1e3);
       }
     }
   } catch (const std::exception& e) {
@@ -192,9 +203,9 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
 
     if (job.profile_calls > 0) {
       // A profiler's run (grade --profile, after the graded one): the calls it measures, by name.
-      TimedRandom rng(job.check_seed);
+      std::mt19937_64 rng(job.check_seed);
       for (int n = 0; n < job.profile_calls; ++n) {
-        session->stage_timed(n, rng);
+        session->stage_timed(n, rng());
         if (!call(task->timed_call(), job.call_timeout_seconds, [&] {
               nvtxRangePushA(kProfileRange);
               session->call();
@@ -208,11 +219,11 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
     if (job.timing) {
       const TimingJob& tj = *job.timing;
       t = std::chrono::steady_clock::now();
-      TimedRandom rng(tj.seed);
       TimingResult tr;
       tr.seed = tj.seed;
       tr.seed_from = tj.seed ? "nibble grade --timing-seed: reproducible, and so predictable to a solution that reads it: not tamper-proof"
-                            : "none: every draw from the OS after the build, when needed";
+                            : "none: every draw from the OS-seeded generator of the grader's parent, revealed to the child as each "
+                              "timed call's window opens";
       tr.calls_per_round = tj.calls_per_round;
       tr.stop_reason = "max rounds";
       tr.calibration_span_us = calibration_span_us;
@@ -227,9 +238,13 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
         std::vector<int> keep;
         const std::string prefix = timed_round_prefix(r);
         for (int n = 0; n < tj.calls_per_round; ++n) {
-          session->stage_timed(n, rng);
-          const uint64_t c0 = timed->open();
-          ledger->open(r, n);
+          // The window opens before the call's inputs exist: the parent reveals their seed with its
+          // answer, staging runs inside the window (GPU work), and "done" commits the outputs'
+          // digest before the parent says whether they are kept.
+          timed->flush();
+          const uint64_t seed = ledger->open(r, n);
+          session->stage_timed(n, seed);
+          const uint64_t c0 = timed->now();
           const auto w0 = std::chrono::steady_clock::now();
           // All work the call caused, on any stream, is inside the window: sync the device.
           if (!call(task->timed_call(), job.call_timeout_seconds, [&] {
@@ -238,8 +253,9 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
               }))
             return 5;
           const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
-          const bool keep_n = ledger->done(r, n);
-          const SpanStats st = timed->close(c0);
+          const uint64_t c1 = timed->now();
+          const bool keep_n = ledger->done(r, n, session->timed_digest());
+          const SpanStats st = timed->close(c0, c1);
           if (!st.valid) {
             ++tr.invalid_samples;
             tr.invalid_reason = st.invalid_reason;

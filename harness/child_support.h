@@ -198,10 +198,11 @@ SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
  * constructors, a Python module's import) has run, and a thread it started could otherwise have
  * raised an allowance measured here to hide its later gap work. The dry gap is judged as a gap: its
  * foreign records count from begin() on. begin() drops what was recorded since (the build, the
- * checked calls); then per timed call open() (record kinds re-enabled, flush,
- * device sync, the window's opening timestamp: one timestamp ends the gap and opens the window),
- * the call with its device sync, and close(c0): one collect after the call, split at c0 (a collect
- * just before the launch put CUPTI's next buffer request inside the window, e970ed3). Kernels CUPTI
+ * checked calls); then per timed call flush() (record kinds re-enabled, flush, device sync), the
+ * harness's staging, now() (one timestamp ends the gap and opens the window), the call with its
+ * device sync, now() again, the harness's digest, and close(c0, c1): one collect after the call,
+ * split at c0 (a collect just before the launch put CUPTI's next buffer request inside the window,
+ * e970ed3). Kernels CUPTI
  * delivers only after the collect that should have seen them (still running past a window's device
  * sync) count in late_kernels(), judged InvalidTiming (verdict.cpp). From begin() on every kernel and graph launch
  * must leave a record (launch_audit(): a launch without one ran with CUPTI's records switched off).
@@ -233,17 +234,23 @@ class TimedCalls {
     gaps_with_foreign_work_ = foreign_kernels_ = foreign_memcpys_ = foreign_memsets_ = 0;
     count_foreign(dry_gap_foreign_);
   }
-  /** L2 flushed, device synchronised; returns the window's opening timestamp. */
-  uint64_t open() {
+  /** Record kinds re-enabled, L2 flushed, device synchronised: before a call's window opens. */
+  void flush() {
     timer_.reenable();
     flusher_.flush(stream_);
     NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
-    return timer_.now();
   }
-  /** After the call and its device synchronisation: the window's records [c0, now] summarised,
-   *  and the gap before c0 judged. */
-  SpanStats close(uint64_t c0) {
-    const uint64_t c1 = timer_.now();
+  /** CUPTI's clock: a window's opening and closing timestamps. */
+  uint64_t now() const { return timer_.now(); }
+  /** flush(), then the window's opening timestamp. */
+  uint64_t open() {
+    flush();
+    return now();
+  }
+  /** After the call and its device synchronisation: the window's records [c0, c1] summarised, and
+   *  the gap before c0 judged; records that start after c1 (the harness's digest of the outputs)
+   *  belong to the next gap. */
+  SpanStats close(uint64_t c0, uint64_t c1) {
     std::vector<ActivityRecord> gap, window, late;
     for (const ActivityRecord& r : timer_.collect(gap_start_, c1, &late)) (r.start_ns < c0 ? gap : window).push_back(r);
     count_foreign(span_of(off_stream(gap)));
@@ -251,6 +258,7 @@ class TimedCalls {
     gap_start_ = c1;
     return span_of(window);
   }
+  SpanStats close(uint64_t c0) { return close(c0, now()); }
   /** The harness's own records in one gap (all streams), counted on the dry gap. */
   int harness_records_per_gap() const { return harness_records_per_gap_; }
   int gaps_with_foreign_work() const { return gaps_with_foreign_work_; }

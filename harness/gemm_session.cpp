@@ -10,6 +10,7 @@
 #include "fixtures/bf16.h"
 #include "harness/cuda_check.h"
 #include "harness/gpu_checks.h"
+#include "harness/hash.h"
 #include "harness/stats.h"
 
 namespace nibble {
@@ -20,18 +21,15 @@ void gemm_call_a(const uint16_t* a0, int64_t n, uint64_t seed, int64_t call, uin
     return;
   }
   for (int64_t w = 0; w * 64 < n; ++w) {
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + uint64_t(call) * 0xbf58476d1ce4e5b9ull + uint64_t(w) * 0x94d049bb133111ebull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    x ^= x >> 31;
+    const uint64_t x = sign_mask_word(seed, call, w);
     const int64_t e1 = std::min(n, w * 64 + 64);
     for (int64_t e = w * 64; e < e1; ++e) a[e] = uint16_t(a0[e] ^ (((x >> (e & 63)) & 1u) << 15));
   }
 }
 
 namespace {
-/** Timed calls are numbered from here: masks unlike the checked calls'. */
-constexpr int64_t kFirstTimedCall = 1000;
+/** The call number of every timed call's mask (a fresh seed each): unlike the checked calls'. */
+constexpr int64_t kTimedCall = 1000;
 }  // namespace
 
 GemmSession::GemmSession(const SolutionLibrary& lib, int64_t M, int64_t N, int64_t K, const uint16_t* a0,
@@ -42,12 +40,13 @@ GemmSession::GemmSession(const SolutionLibrary& lib, int64_t M, int64_t N, int64
       M_(M),
       N_(N),
       K_(K),
-      a0_(a0),
       check_seed_(check_seed),
       A_(DType::BF16, {M, K}),
       c_bf16_(lib.gemm_output_dtype == NIBBLE_GEMM_OUTPUT_BF16),
       C_(c_bf16_ ? DType::BF16 : DType::F32, {M, N}),
-      a_call_(size_t(M * K)) {}
+      a0_dev_(size_t(M * K) * 2) {
+  NIBBLE_CUDA_CALL(cudaMemcpy(a0_dev_.get(), a0, size_t(M * K) * 2, cudaMemcpyHostToDevice));
+}
 
 void GemmSession::set_problem(const nibble_gemm_problem& p) {
   // A cudaMemcpy from pageable memory may return before its DMA lands, and the harness's and the
@@ -64,7 +63,7 @@ void GemmSession::build() {
 }
 
 std::string GemmSession::checked_call(int i, OutputFile& out) {
-  const uint64_t a_sum = stage(i, check_seed_);
+  const uint64_t a_sum = stage(i, check_seed_, true);
   call();
   NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
   if (device_checksum_bytes(A_.buf.get(), size_t(M_ * K_ * 2), harness_stream_) != a_sum)
@@ -73,11 +72,10 @@ std::string GemmSession::checked_call(int i, OutputFile& out) {
   return "";
 }
 
-void GemmSession::stage_timed(int n, TimedRandom& rng) {
+void GemmSession::stage_timed(int n, uint64_t seed) {
   if (n == 0) round_.clear();
-  const uint64_t seed = rng();
-  round_.push_back({++timed_calls_ + kFirstTimedCall, seed});
-  stage(round_.back().first, seed);
+  round_.push_back(seed);
+  (void)stage(kTimedCall, seed, false);
 }
 
 void GemmSession::call() {
@@ -93,13 +91,13 @@ bool GemmSession::timed_outputs(const std::string& call_name, bool keep, OutputF
 
 nlohmann::json GemmSession::replay_spec(const std::vector<int>& kept) const {
   nlohmann::json calls = nlohmann::json::array();
-  for (int n : kept) calls.push_back({{"n", n}, {"call", round_.at(size_t(n)).first}, {"seed", round_.at(size_t(n)).second}});
+  for (int n : kept) calls.push_back({{"n", n}, {"seed", round_.at(size_t(n))}});
   return {{"calls", calls}};
 }
 
 void GemmSession::replay(const nlohmann::json& spec, const std::string& prefix, OutputFile& out) {
   for (const auto& c : spec.at("calls")) {
-    stage(c.at("call").get<int64_t>(), c.at("seed").get<uint64_t>());
+    (void)stage(kTimedCall, c.at("seed").get<uint64_t>(), false);
     call();
     NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
     add_c(prefix + std::to_string(c.at("n").get<int>()), out);
@@ -108,7 +106,12 @@ void GemmSession::replay(const nlohmann::json& spec, const std::string& prefix, 
 
 std::string GemmSession::inputs_changed() { return weights_sum() == weights_sum_ ? "" : weights_changed_message(); }
 
-void GemmSession::dry_gap() { stage(kFirstTimedCall, check_seed_); }
+void GemmSession::dry_gap() {
+  (void)stage(kTimedCall, check_seed_, false);
+  (void)timed_digest();
+}
+
+uint64_t GemmSession::timed_digest() { return device_checksum_bytes(C_.buf.get(), c_bytes(), harness_stream_); }
 
 void GemmSession::teardown() {
   nibble_error err{};
@@ -118,14 +121,14 @@ void GemmSession::teardown() {
 
 nlohmann::json GemmSession::facts() const { return {{"c_dtype", c_bf16_ ? "bf16" : "fp32"}}; }
 
-uint64_t GemmSession::stage(int64_t call, uint64_t seed) {
-  gemm_call_a(a0_, M_ * K_, seed, call, a_call_.data());
+uint64_t GemmSession::stage(int64_t call, uint64_t seed, bool checksum) {
+  // On the GPU: a timed call's A is staged inside its window (its seed comes as the window opens).
   // The harness's own work goes on its stream: the timer tells it from the solution's by that.
-  NIBBLE_CUDA_CALL(cudaMemcpyAsync(A_.buf.get(), a_call_.data(), a_call_.size() * 2, cudaMemcpyHostToDevice,
-                                   harness_stream_));
-  NIBBLE_CUDA_CALL(cudaMemsetAsync(C_.buf.get(), 0xFF, C_.buf.bytes(), harness_stream_));  // NaN in fp32 and in bf16
+  launch_sign_mask(static_cast<const uint16_t*>(a0_dev_.get()), static_cast<uint16_t*>(A_.buf.get()), M_ * K_, seed, call,
+                   harness_stream_);
+  NIBBLE_CUDA_CALL(cudaMemsetAsync(C_.buf.get(), 0xFF, c_bytes(), harness_stream_));  // NaN in fp32 and in bf16
   NIBBLE_CUDA_CALL(cudaStreamSynchronize(harness_stream_));
-  return device_checksum_bytes(A_.buf.get(), size_t(M_ * K_ * 2), harness_stream_);
+  return checksum ? device_checksum_bytes(A_.buf.get(), size_t(M_ * K_ * 2), harness_stream_) : 0;
 }
 
 bool GemmSession::add_c(const std::string& name, OutputFile& out) {
@@ -141,6 +144,48 @@ bool GemmSession::add_c(const std::string& name, OutputFile& out) {
   }
   out.add(name + ".C", DType::F32, {M_, N_}, c.data(), c.size() * 4);
   return all_finite(c.data(), c.size());
+}
+
+std::string GemmAbiTask::replay_spec_error(const std::string&, const nlohmann::json& spec, int calls,
+                                           const std::vector<int>& picks, const std::vector<uint64_t>& seeds) const {
+  try {
+    std::vector<int> ns;
+    for (const auto& c : spec.at("calls")) {
+      const int n = c.at("n").get<int>();
+      const uint64_t seed = c.at("seed").get<uint64_t>();
+      if (n < 0 || n >= calls) return "call " + std::to_string(n) + " is not among the round's " + std::to_string(calls);
+      if (size_t(n) >= seeds.size() || seed != seeds[size_t(n)])
+        return "call " + std::to_string(n) + "'s seed is not the one the grader revealed for it";
+      ns.push_back(n);
+    }
+    if (ns != picks)
+      return "it replays " + std::to_string(ns.size()) + " calls, not the " + std::to_string(picks.size()) + " the grader picked";
+    return "";
+  } catch (const nlohmann::json::exception& e) {
+    return std::string("it is not a GEMM replay spec: ") + e.what();
+  }
+}
+
+uint64_t GemmAbiTask::kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const {
+  const std::string name = call_name + ".C";
+  if (!timed.has(name) || timed.entry(name).dtype != DType::F32)
+    throw std::runtime_error("the kept call " + call_name + " has no fp32 C");
+  const size_t n = timed.entry(name).nbytes() / 4;
+  const uint8_t* c = timed.data(name);
+  if (!(facts.is_object() && facts.value("c_dtype", std::string()) == "bf16")) return host_checksum_bytes(c, n * 4);
+  std::vector<uint16_t> bf16(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, c + i * 4, 4);
+    bf16[i] = uint16_t(bits >> 16);  // bf16_to_f32 is bits << 16: this undoes it exactly
+  }
+  return host_checksum_bytes(bf16.data(), n * 2);
+}
+
+WindowWork GemmAbiTask::window_work(const std::string& config) const {
+  const nlohmann::ordered_json d = config_dims(config);
+  const uint64_t M = d.at("M").get<uint64_t>(), N = d.at("N").get<uint64_t>(), K = d.at("K").get<uint64_t>();
+  return {4 * M * K + 4 * M * N, 0, 4 * M * N};
 }
 
 OracleErrors GemmAbiTask::gemm_oracle_errors(const std::string& config, const uint16_t* a0, int64_t M, int64_t K,

@@ -43,13 +43,14 @@ void gemm_call_a(const uint16_t* a0, int64_t n, uint64_t seed, int64_t call, uin
  */
 class GemmSession : public Session {
  public:
-  /** `a0`: the fixture's A (M, K) bf16 bits, borrowed (the fixture outlives the session). */
+  /** `a0`: the fixture's A (M, K) bf16 bits, uploaded once. */
   GemmSession(const SolutionLibrary& lib, int64_t M, int64_t N, int64_t K, const uint16_t* a0, uint64_t check_seed,
               cudaStream_t stream, cudaStream_t harness_stream);
 
   void build() override;
   std::string checked_call(int i, OutputFile& out) override;
-  void stage_timed(int n, TimedRandom& rng) override;
+  void stage_timed(int n, uint64_t seed) override;
+  uint64_t timed_digest() override;
   void call() override;
   bool timed_outputs(const std::string& call_name, bool keep, OutputFile& out) override;
   nlohmann::json replay_spec(const std::vector<int>& kept) const override;
@@ -75,23 +76,23 @@ class GemmSession : public Session {
   cudaStream_t stream_, harness_stream_;
 
  private:
-  /** Call `call`'s A uploaded and C NaN-filled (untimed); returns A's checksum. */
-  uint64_t stage(int64_t call, uint64_t seed);
+  /** Call `call`'s A staged from the fixture's on the GPU (launch_sign_mask) and C NaN-filled,
+   *  synchronised; returns A's checksum when asked, else 0. */
+  uint64_t stage(int64_t call, uint64_t seed, bool checksum);
+  size_t c_bytes() const { return size_t(M_ * N_) * (c_bf16_ ? 2 : 4); }
   /** C as fp32, added as `<name>.C`; returns whether it is finite. */
   bool add_c(const std::string& name, OutputFile& out);
 
   int64_t M_, N_, K_;
-  const uint16_t* a0_;
   uint64_t check_seed_;
   DeviceTensor A_;
   bool c_bf16_;
   DeviceTensor C_;
-  std::vector<uint16_t> a_call_;
+  DeviceBuffer a0_dev_;  // the fixture's A on the device, what every call's A is staged from
   nibble_gemm_problem problem_{};
   void* handle_ = nullptr;
   uint64_t weights_sum_ = 0;
-  int64_t timed_calls_ = 0;
-  std::vector<std::pair<int64_t, uint64_t>> round_;  // (call number, mask seed) of each call of the round
+  std::vector<uint64_t> round_;  // the mask seed of each call of the round
 };
 
 /**
@@ -112,29 +113,20 @@ class GemmAbiTask : public Task {
   int checked_calls(const std::string&) const override { return 2; }
   int calls_per_round() const override { return 32; }
   int kept_calls_per_round() const override { return 1; }
-  /** {"calls": [{"n", "call", "seed"}]}, its n exactly the picks in order (each below `calls`): any
-   *  call number and seed stage a valid A (gemm_call_a). */
-  std::string replay_spec_error(const std::string&, const nlohmann::json& spec, int calls,
-                                const std::vector<int>& picks) const override {
-    try {
-      std::vector<int> ns;
-      for (const auto& c : spec.at("calls")) {
-        const int n = c.at("n").get<int>();
-        (void)c.at("call").get<int64_t>(), (void)c.at("seed").get<uint64_t>();
-        if (n < 0 || n >= calls) return "call " + std::to_string(n) + " is not among the round's " + std::to_string(calls);
-        ns.push_back(n);
-      }
-      if (ns != picks)
-        return "it replays " + std::to_string(ns.size()) + " calls, not the " + std::to_string(picks.size()) + " the grader picked";
-      return "";
-    } catch (const nlohmann::json::exception& e) {
-      return std::string("it is not a GEMM replay spec: ") + e.what();
-    }
-  }
+  /** {"calls": [{"n", "seed"}]}, its n exactly the picks in order (each below `calls`), each seed
+   *  the one the ledger revealed for call n (`seeds`): any seed stages a valid A (gemm_call_a). */
+  std::string replay_spec_error(const std::string&, const nlohmann::json& spec, int calls, const std::vector<int>& picks,
+                                const std::vector<uint64_t>& seeds) const override;
+  /** host_checksum_bytes of kept C as the device held it (re-encoded to bf16 when facts' c_dtype
+   *  says so: the fp32 read back is exact). */
+  uint64_t kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const override;
+  /** Staging reads the fixture's A and writes the call's (2 x M x K x 2 bytes) and NaN-fills C; the
+   *  digest reads C (M x N x 4 bytes: fp32, the larger of the two dtypes a solution may choose). */
+  WindowWork window_work(const std::string& config) const override;
   bool host_wall_informational() const override { return true; }
   nlohmann::ordered_json timing_protocol() const override {
-    return {{"inputs", "A with a fresh sign mask per call (its seed drawn after prepare: TimedRandom), uploaded and C "
-                       "NaN-filled before the window"},
+    return {{"inputs", "A with a fresh sign mask per call, its seed drawn by the grader's parent and revealed as the "
+                       "call's window opens, A staged on the GPU and C NaN-filled inside the window"},
             {"outputs", "one call of every round, picked by the grader's parent after it returned, kept and re-checked against the reference"}};
   }
   SolutionLibrary::Abi abi() const override { return SolutionLibrary::Abi::Gemm; }

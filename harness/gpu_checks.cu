@@ -6,17 +6,11 @@
 #include <stdexcept>
 
 #include "harness/cuda_check.h"
+#include "harness/hash.h"
 
 namespace nibble {
 
 namespace {
-
-__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 template <bool kCountNonzero>
 __global__ void strided_reduce_kernel(const uint8_t* base, size_t blocks, size_t stride, size_t words_per_block,
@@ -29,7 +23,7 @@ __global__ void strided_reduce_kernel(const uint8_t* base, size_t blocks, size_t
     if (kCountNonzero)
       acc += v != 0;
     else
-      acc += splitmix64(v ^ (w * 0x9e3779b97f4a7c15ull));
+      acc += checksum_term(v, w);
   }
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
   if ((threadIdx.x & 31) == 0) atomicAdd(out, static_cast<unsigned long long>(acc));
@@ -83,7 +77,39 @@ __global__ void __launch_bounds__(kReadThreads) read_stream_kernel(const uint4* 
   if (acc == never) g_read_sink = acc;
 }
 
+constexpr int kMaskThreads = 256;
+
+/** One thread per 8 elements (16 bytes): a 64-element mask word serves 8 threads. */
+__global__ void sign_mask_kernel(const uint16_t* __restrict__ a0, uint16_t* __restrict__ a, int64_t n, uint64_t seed,
+                                 int64_t call, bool vector) {
+  const int64_t e0 = (int64_t(blockIdx.x) * kMaskThreads + threadIdx.x) * 8;
+  if (e0 >= n) return;
+  const uint64_t m = sign_mask_word(seed, call, e0 / 64) >> (e0 & 63);
+  if (vector && e0 + 8 <= n) {
+    uint4 v = *reinterpret_cast<const uint4*>(a0 + e0);
+    uint32_t* w = &v.x;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      w[j] ^= uint32_t((m >> (2 * j)) & 1u) << 15 | uint32_t((m >> (2 * j + 1)) & 1u) << 31;
+    *reinterpret_cast<uint4*>(a + e0) = v;
+    return;
+  }
+  for (int64_t e = e0; e < n && e < e0 + 8; ++e) a[e] = uint16_t(a0[e] ^ (((m >> (e - e0)) & 1u) << 15));
+}
+
 }  // namespace
+
+void launch_sign_mask(const uint16_t* a0, uint16_t* a, int64_t n, uint64_t seed, int64_t call, cudaStream_t s) {
+  if (n <= 0) return;
+  if (call == 0) {
+    NIBBLE_CUDA_CALL(cudaMemcpyAsync(a, a0, size_t(n) * 2, cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  const bool vector = reinterpret_cast<uintptr_t>(a0) % 16 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0;
+  const int64_t threads = (n + 7) / 8;
+  sign_mask_kernel<<<unsigned((threads + kMaskThreads - 1) / kMaskThreads), kMaskThreads, 0, s>>>(a0, a, n, seed, call, vector);
+  NIBBLE_CHECK_LAUNCH();
+}
 
 void launch_read_stream(const void* p, size_t bytes, cudaStream_t s, int blocks_per_sm) {
   if (reinterpret_cast<uintptr_t>(p) % 16 != 0) throw std::invalid_argument("read stream: the buffer must be 16-byte aligned");
@@ -112,7 +138,7 @@ uint64_t device_checksum_bytes(const void* p, size_t bytes, cudaStream_t s) {
     // On `s` like the rest: the timer tells the harness's work by its stream (TimedCalls).
     NIBBLE_CUDA_CALL(cudaMemcpyAsync(tail, static_cast<const uint8_t*>(p) + whole, bytes - whole, cudaMemcpyDeviceToHost, s));
     NIBBLE_CUDA_CALL(cudaStreamSynchronize(s));
-    for (size_t i = 0; i < bytes - whole; ++i) h = h * 1099511628211ull + tail[i] + 1;  // FNV-style fold
+    h = checksum_fold_tail(h, tail, bytes - whole);
   }
   return h;
 }

@@ -1,6 +1,7 @@
 // gpu_checks.h: checksums and scans computed on the GPU, so the grader can prove that a candidate
-// left its inputs alone (weights, the KV prefix, the token ids) and wrote nothing where it must not;
-// and the read-only stream that measures the GEMM tasks' weight-read floor.
+// left its inputs alone (weights, the KV prefix, the token ids) and wrote nothing where it must not,
+// and commit a timed call's outputs to the call ledger; the GEMM replay guard's A, staged on the GPU
+// inside the call's window; and the read-only stream that measures the GEMM tasks' weight-read floor.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,7 +15,8 @@ namespace nibble {
  * Order-independent 64-bit checksum of `blocks` byte ranges: range b starts at
  * base + b * block_stride_bytes and is `bytes_per_block` long (a multiple of 8, 8-byte aligned).
  * Each 8-byte word contributes splitmix64(word ^ (its global word index * golden ratio)), summed
- * mod 2^64, so any changed, moved or swapped word changes the sum with probability ~1 - 2^-64.
+ * mod 2^64 (checksum_term, harness/hash.h), so any changed, moved or swapped word changes the sum
+ * with probability ~1 - 2^-64.
  * Synchronises `stream`. Throws CudaError.
  */
 uint64_t device_checksum(const void* base, size_t blocks, size_t block_stride_bytes, size_t bytes_per_block,
@@ -27,12 +29,18 @@ inline uint64_t device_checksum(const void* p, size_t bytes, cudaStream_t stream
 
 /** The checksum of all `bytes` bytes at p (8-byte aligned), any length: the whole 8-byte words on
  *  the GPU, then the last bytes % 8 folded in on the host, so a change in a tensor's tail counts
- *  too. Synchronises `stream`. Throws CudaError. */
+ *  too; host_checksum_bytes (harness/hash.h) is the same function on the host. Synchronises
+ *  `stream`. Throws CudaError. */
 uint64_t device_checksum_bytes(const void* p, size_t bytes, cudaStream_t stream);
 
 /** Number of non-zero 8-byte words in the same strided ranges. Synchronises `stream`. */
 uint64_t device_count_nonzero(const void* base, size_t blocks, size_t block_stride_bytes, size_t bytes_per_block,
                               cudaStream_t stream);
+
+/** gemm_call_a on the GPU, bit for bit: writes n bf16 bit patterns to `a` (device), `a0` (device)
+ *  with each element's sign flipped where its bit of sign_mask_word(seed, call, e / 64) is set; call
+ *  0 copies a0. Launch-checked on `stream`; does not synchronise. Throws CudaError. */
+void launch_sign_mask(const uint16_t* a0, uint16_t* a, int64_t n, uint64_t seed, int64_t call, cudaStream_t stream);
 
 /**
  * Reads the first bytes / 16 * 16 bytes at p (16-byte aligned) once with 16-byte loads (L1 not

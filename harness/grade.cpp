@@ -95,8 +95,10 @@ void check_kept_calls(const SafetensorsFile& timed, const SafetensorsFile& refer
 
 /** The call ledger's part of the report (the grader's own clock, the kept calls, NVML's clocks)
  *  and of the evidence; returns, per timed call, whether its round ran throttled. */
-std::vector<bool> ledger_section(const CallLedger& ledger, const TimingResult& tr, Evidence* ev, json* out) {
+std::vector<bool> ledger_section(const CallLedger& ledger, const TimingResult& tr, const WindowWork& ww, Evidence* ev,
+                                 json* out) {
   const auto& calls = ledger.calls();
+  ev->window_work_us = window_work_credit_us(ww.staged_bytes, ww.digested_bytes);
   ev->ledger_calls = int(calls.size());
   ev->ledger_violation = ledger.violation();
   std::vector<double> window, sm, mem, cal_gap;
@@ -129,6 +131,8 @@ std::vector<bool> ledger_section(const CallLedger& ledger, const TimingResult& t
   *out = {{"window_us", summary_json(w, &window)},
           {"overhead_us", ev->window_overhead_us},
           {"overhead_credited_us", credited_overhead_us(*ev)},
+          {"overhead_credit_cap_us", overhead_credit_cap_us(*ev)},
+          {"harness_bytes_per_window", {{"staged", ww.staged_bytes}, {"digested", ww.digested_bytes}}},
           {"calibration_windows", cal.size()},
           {"hidden_us", hidden_time_us(*ev)},
           {"hidden_allowance_us", hidden_time_allowance_us(ev->span_median_us)},
@@ -171,7 +175,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   const Summary all_spans = summarize(tr.gpu_span_us);
   ev->span_median_us = all_spans.median;
   json ledger_j;
-  const std::vector<bool> throttled = ledger_section(ledger, tr, ev, &ledger_j);
+  const std::vector<bool> throttled = ledger_section(ledger, tr, task.window_work(config), ev, &ledger_j);
   // The figure: each call's GPU span, or (--clock wall) its window on the grader's clock
   // (grader_clock_samples; the ledger's calls are the timed calls, in order).
   std::vector<double> all_figure = tr.gpu_span_us;
@@ -551,6 +555,7 @@ int grade_run(const GradeOptions& opt) {
           write_file_atomic(opt.dump_dir + "/seed" + std::to_string(seed) + "-" + who + ".safetensors", read_channel(ch->fd()));
     }
     json seed_j = {{"seed", seed}};
+    std::string digest_refused;  // kept outputs unlike what their "done" committed: computed after the window
     {
       ErrorTally seed_tally;
       try {
@@ -561,6 +566,7 @@ int grade_run(const GradeOptions& opt) {
         if (have_timing && replay_refused.empty()) {  // an empty or missing channel is unreadable outputs, never "nothing to check"
           const SafetensorsFile tf(c.timed_outputs->path());
           check_kept_calls(tf, rf, *c.ledger);
+          digest_refused = kept_digest_error(*task, tf, *c.ledger, c.result->facts);
           for (auto& v : compare_outputs(tf, rf, "timed", timed_tally)) verified.push_back(v);
           if (verified.empty()) throw std::runtime_error("no timed call was re-checked against the reference");
         }
@@ -571,9 +577,10 @@ int grade_run(const GradeOptions& opt) {
     }
     if (have_timing) {
       timing = timing_section(*task, config, *c.result->timing, *c.ledger, device, c.result->facts, opt.clock, &ev);
-      // A replay spec the ledger's picks refute is a tampered record of the timed calls: InvalidTiming.
-      if (!replay_refused.empty())
-        ev.ledger_violation = replay_refused + (ev.ledger_violation.empty() ? "" : "; " + ev.ledger_violation);
+      // A replay spec the ledger's picks or seeds refute, or kept outputs unlike their commitment,
+      // is a tampered record of the timed calls: InvalidTiming.
+      for (const std::string& why : {digest_refused, replay_refused})
+        if (!why.empty()) ev.ledger_violation = why + (ev.ledger_violation.empty() ? "" : "; " + ev.ledger_violation);
     }
     per_seed.push_back(seed_j);
     if (!c.completed()) break;

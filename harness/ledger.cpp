@@ -25,8 +25,8 @@ int64_t realtime_ns() {
   return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
-uint32_t check_of(uint32_t kind, int32_t round, int32_t call) {
-  return kind ^ uint32_t(round) ^ (uint32_t(call) * 2654435761u) ^ kLedgerSalt;
+uint32_t check_of(uint32_t kind, int32_t round, int32_t call, uint64_t digest) {
+  return kind ^ uint32_t(round) ^ (uint32_t(call) * 2654435761u) ^ uint32_t(digest) ^ (uint32_t(digest >> 32) * 40503u) ^ kLedgerSalt;
 }
 
 void make_pipe(int fds[2]) {
@@ -219,7 +219,7 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   auto violate = [&](const std::string& why) {
     violation_ = why + " (round " + std::to_string(m.round) + ", call " + std::to_string(m.call) + ")";
   };
-  if (m.check != check_of(m.kind, m.round, m.call) || (m.kind != LedgerMessage::Open && m.kind != LedgerMessage::Done))
+  if (m.check != check_of(m.kind, m.round, m.call, m.digest) || (m.kind != LedgerMessage::Open && m.kind != LedgerMessage::Done))
     return violate("a message that is not the harness's");
   if (m.kind == LedgerMessage::Open) {
     if (is_open_) return violate("a call opened while another was open");
@@ -235,6 +235,12 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
       std::shuffle(all.begin(), all.end(), rng_);
       picks_.assign(all.begin(), all.begin() + picks_per_round_);
     }
+    // The call's inputs exist from now on: the seed is drawn after its window opened.
+    char reveal[1 + sizeof(uint64_t)] = {'R'};
+    open_seed_ = rng_();
+    std::memcpy(reveal + 1, &open_seed_, sizeof open_seed_);
+    if (write(to_child_[1], reveal, sizeof reveal) != ssize_t(sizeof reveal))  // atomic: under PIPE_BUF
+      return violate(std::string("the seed could not be sent: ") + std::strerror(errno));
     is_open_ = true;
     open_round_ = m.round;
     open_call_ = m.call;
@@ -247,6 +253,8 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   c.call = m.call;
   c.window_us = double(t - open_ns_) / 1e3;
   c.kept = m.round >= 0 && std::find(picks_.begin(), picks_.end(), m.call) != picks_.end();
+  c.seed = open_seed_;
+  c.digest = m.digest;
   // Before the answer: the child waits for it, so the sample never delays the next "open" stamp.
   if (m.round >= 0) nvml_->sample(c);
   const char answer = c.kept ? 'K' : 'S';
@@ -257,8 +265,8 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   last_call_ = m.call;
 }
 
-void LedgerClient::send(LedgerMessage::Kind k, int round, int call) {
-  const LedgerMessage m{k, round, call, check_of(k, round, call)};
+void LedgerClient::send(LedgerMessage::Kind k, int round, int call, uint64_t digest) {
+  const LedgerMessage m{k, round, call, check_of(k, round, call, digest), digest};
   for (;;) {
     const ssize_t n = write(wfd_, &m, sizeof m);  // one packet of the SOCK_SEQPACKET socket
     if (n == ssize_t(sizeof m)) return;
@@ -268,19 +276,37 @@ void LedgerClient::send(LedgerMessage::Kind k, int round, int call) {
   }
 }
 
-void LedgerClient::open(int round, int call) { send(LedgerMessage::Open, round, call); }
-
-bool LedgerClient::done(int round, int call) {
-  send(LedgerMessage::Done, round, call);
-  pollfd p{rfd_, POLLIN, 0};
-  int r = 0;
-  do r = poll(&p, 1, int(timeout_ * 1000));
-  while (r < 0 && errno == EINTR);
-  char answer = 0;
-  if (r <= 0 || read(rfd_, &answer, 1) != 1 || (answer != 'K' && answer != 'S'))
+char LedgerClient::answer(const char* tags, void* rest, size_t n, int round, int call) {
+  std::vector<char> buf(1 + n);
+  size_t got = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+  while (got < buf.size()) {
+    const double left_ms = std::chrono::duration<double, std::milli>(deadline - std::chrono::steady_clock::now()).count();
+    pollfd p{rfd_, POLLIN, 0};
+    const int r = left_ms > 0 ? poll(&p, 1, int(std::ceil(left_ms))) : 0;
+    if (r < 0 && errno == EINTR) continue;
+    const ssize_t k = r > 0 ? read(rfd_, buf.data() + got, buf.size() - got) : -1;
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += size_t(k);
+  }
+  if (got < buf.size() || !std::strchr(tags, buf[0]) || buf[0] == 0)
     throw std::runtime_error("the grader's call ledger did not answer for round " + std::to_string(round) + ", call " +
                              std::to_string(call) + " (its pipe was read or closed by someone else, or a call was out of sequence)");
-  return answer == 'K';
+  if (n) std::memcpy(rest, buf.data() + 1, n);
+  return buf[0];
+}
+
+uint64_t LedgerClient::open(int round, int call) {
+  send(LedgerMessage::Open, round, call, 0);
+  uint64_t seed = 0;
+  (void)answer("R", &seed, sizeof seed, round, call);
+  return seed;
+}
+
+bool LedgerClient::done(int round, int call, uint64_t digest) {
+  send(LedgerMessage::Done, round, call, digest);
+  return answer("KS", nullptr, 0, round, call) == 'K';
 }
 
 }  // namespace nibble

@@ -5,11 +5,15 @@
 // clock, the child's memory) tells the parent over a socket when each timed call opens and when it
 // is done (device synchronised). The kernel stamps both messages as they are sent (SO_TIMESTAMPNS,
 // CLOCK_REALTIME: a clock the child cannot set), so every call has a duration no solution can
-// shorten and no late wake-up of the parent's thread distorts, and the parent answers each "done" with whether that call's outputs are
-// kept for the reference to re-check: picked at random by the parent, from every round, after the
-// call has returned, so no call can know whether it will be checked. Before the solution is built,
-// the child runs a few calibration windows around a harness kernel: their (window - GPU span) is
-// the ledger's own overhead. A message out of sequence is tampering (docs/architecture.md "Timing").
+// shorten and no late wake-up of the parent's thread distorts. The parent answers "open" with the
+// seed of the call's inputs (drawn by the parent, so no input exists before its window opens) and
+// "done" with whether that call's outputs are kept for the reference to re-check: picked at random
+// by the parent, from every round, after the call has returned, so no call can know whether it will
+// be checked. "done" carries a digest of the call's outputs as they were when it was sent: a kept
+// call's outputs read back later must have that digest, so no output can be computed after its
+// window closed. Before the solution is loaded, the child runs a few calibration windows that do
+// the harness's part of a timed window around a harness kernel: their (window - GPU span) is the
+// ledger's own overhead. A message out of sequence is tampering (docs/architecture.md "Timing").
 #pragma once
 
 #include <atomic>
@@ -23,13 +27,14 @@
 
 namespace nibble {
 
-/** One message, child -> parent (16 bytes: one packet of a SOCK_SEQPACKET socket). */
+/** One message, child -> parent (24 bytes: one packet of a SOCK_SEQPACKET socket). */
 struct LedgerMessage {
   enum Kind : uint32_t { Open = 0x4f50454e, Done = 0x444f4e45 };  // "OPEN", "DONE"
   uint32_t kind;
   int32_t round;  // -1: a calibration window before the build
   int32_t call;
-  uint32_t check;  // kind ^ round ^ call ^ kLedgerSalt: a torn or foreign write does not parse
+  uint32_t check;   // of kind, round, call, digest and kLedgerSalt: a torn or foreign write does not parse
+  uint64_t digest;  // "done": Session::timed_digest() of the call's outputs; "open": 0
 };
 inline constexpr uint32_t kLedgerSalt = 0x6e69626cu;  // "nibl"
 
@@ -38,6 +43,8 @@ struct LedgerCall {
   int round = 0, call = 0;
   double window_us = 0;  // kernel clock: "done" sent - "open" sent (stamped by the kernel, read by the parent)
   bool kept = false;
+  uint64_t seed = 0;    // the inputs' seed the parent revealed when the call opened
+  uint64_t digest = 0;  // the outputs' digest the child committed with "done"
   // NVML, read as "done" arrived (NaN / 0 when NVML is not available).
   double sm_mhz = 0, mem_mhz = 0;
   uint64_t clock_events = 0;  // nvmlDeviceGetCurrentClocksEventReasons
@@ -90,8 +97,10 @@ inline constexpr uint64_t kThrottleReasons = 0x4ull | 0x8ull | 0x20ull | 0x40ull
 
 /**
  * The parent's side: a packet socket (child -> parent) and a pipe (answers), a thread that answers the child, the record. Construct before the
- * child is started, pass child_fds() to it, call finish() after it ended. `picks_per_round` calls
- * of every round (at least 1) are kept, drawn from `seed` when given (--timing-seed) or from the OS.
+ * child is started, pass child_fds() to it, call finish() after it ended. Answers: to "open", 'R'
+ * and the call's 8-byte input seed; to "done", 'K' (kept) or 'S'. `picks_per_round` calls of every
+ * round (at least 1) are kept; picks and input seeds are drawn from `seed` when given
+ * (--timing-seed: reproducible, and so predictable) or from a generator seeded by the OS.
  */
 class CallLedger {
  public:
@@ -133,6 +142,7 @@ class CallLedger {
   int open_round_ = 0, open_call_ = -1;
   bool is_open_ = false;
   int64_t open_ns_ = 0;
+  uint64_t open_seed_ = 0;
   int last_round_ = -2, last_call_ = -1;
 };
 
@@ -141,12 +151,17 @@ class CallLedger {
 class LedgerClient {
  public:
   LedgerClient(int read_fd, int write_fd, double timeout_seconds = 30) : rfd_(read_fd), wfd_(write_fd), timeout_(timeout_seconds) {}
-  void open(int round, int call);
-  /** The call is done (device synchronised): whether the parent keeps its outputs. */
-  bool done(int round, int call);
+  /** The call's window opens: the seed of its inputs, which the parent draws only now. */
+  uint64_t open(int round, int call);
+  /** The call is done (device synchronised; `digest`: Session::timed_digest() of its outputs):
+   *  whether the parent keeps its outputs. */
+  bool done(int round, int call, uint64_t digest);
 
  private:
-  void send(LedgerMessage::Kind k, int round, int call);
+  void send(LedgerMessage::Kind k, int round, int call, uint64_t digest);
+  /** The parent's answer to (round, call): one byte among `tags` (returned), then `n` more into
+   *  `rest`; throws std::runtime_error when it does not come whole within the timeout. */
+  char answer(const char* tags, void* rest, size_t n, int round, int call);
   int rfd_, wfd_;
   double timeout_;
 };

@@ -14,7 +14,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -40,27 +39,6 @@ struct OutputFile {
   }
 };
 
-/** The randomness of the timed calls: mt19937_64(seed) with --timing-seed (reproducible, and so
- *  predictable to a candidate that reads it); without one every 64-bit word from the OS
- *  (std::random_device) when it is needed, so nothing a candidate saw tells it the next one. */
-class TimedRandom {
- public:
-  using result_type = uint64_t;
-  explicit TimedRandom(std::optional<uint64_t> seed) {
-    if (seed) mt_.emplace(*seed);
-  }
-  static constexpr result_type min() { return 0; }
-  static constexpr result_type max() { return ~result_type(0); }
-  result_type operator()() {
-    if (mt_) return (*mt_)();
-    return (uint64_t(dev_()) << 32) ^ uint64_t(dev_());  // random_device yields 32-bit words
-  }
-
- private:
-  std::optional<std::mt19937_64> mt_;
-  std::random_device dev_;
-};
-
 /**
  * One solution driven through its task's ABI inside a child process. Every method that calls into
  * the solution throws SolutionError (decode_session.h) for a non-OK status; CUDA failures throw
@@ -75,11 +53,17 @@ class Session {
   /** Checked call i (0 ..): staged, called, synchronised; its outputs added as "call<i>.<output>".
    *  Returns "" or what the call changed that it may not (then the child stops: input_modified). */
   virtual std::string checked_call(int i, OutputFile& out) = 0;
-  /** Stage timed call `n` of a round (untimed: inputs uploaded, outputs poisoned), drawing its
-   *  randomness from `rng`. */
-  virtual void stage_timed(int n, TimedRandom& rng) = 0;
+  /** Stage timed call `n` of a round from `seed` (inputs written, outputs poisoned, the harness's
+   *  stream synchronised). The seed is the call ledger's reveal, drawn by the grader's parent when
+   *  the call's window opened, so staging runs inside the window: GPU work on the harness's stream
+   *  only, no host loop over the inputs. */
+  virtual void stage_timed(int n, uint64_t seed) = 0;
   /** The solution's call alone (the child syncs the device after it, inside the timing window). */
   virtual void call() = 0;
+  /** After a timed call (device synchronised), inside its window: device_checksum_bytes of the
+   *  outputs timed_outputs() would keep, as they are on the device, the commitment the child sends
+   *  with "done" (Task::kept_digest recomputes it from what is read back). */
+  virtual uint64_t timed_digest() = 0;
   /** After a timed call: whether its outputs are finite (checked on every kept call at least),
    *  and when `keep`, its outputs added as "<call_name>.<output>". */
   virtual bool timed_outputs(const std::string& call_name, bool keep, OutputFile& out) = 0;
@@ -98,8 +82,8 @@ class Session {
   virtual void replay(const nlohmann::json& spec, const std::string& prefix, OutputFile& out) = 0;
   /** "" when every read-only input (weights, caches' prefix, ...) is unchanged, else its name. */
   virtual std::string inputs_changed() = 0;
-  /** The harness's own work between two timed calls but the flush (staging), run once before the
-   *  solution is built so the timer can count it (TimedCalls). */
+  /** The harness's own work between two timed calls but the flush (staging, the digest), run once
+   *  before the solution is built so the timer can count it (TimedCalls). */
   virtual void dry_gap() = 0;
   /** teardown; throws SolutionError. */
   virtual void teardown() = 0;
@@ -120,6 +104,13 @@ struct TaskVariant {
 struct Roofline {
   double bytes = 0, flops = 0;
   std::string bytes_note;
+};
+
+/** The harness's own GPU work inside one timed window (Task::window_work), in bytes. */
+struct WindowWork {
+  uint64_t staged_bytes = 0;    // written (and read) on the device to stage the inputs and poison the outputs
+  uint64_t uploaded_bytes = 0;  // of those, copied from host memory (the decode step's token ids)
+  uint64_t digested_bytes = 0;  // the outputs checksummed for the ledger's commitment
 };
 
 /** Per-variant, per-call errors of the fp64 oracle path of calibrate. */
@@ -182,13 +173,23 @@ class Task {
   /** Checked calls per seed. */
   virtual int checked_calls(const std::string& config) const = 0;
   /** What is wrong with `spec`, one timed round's replay spec (Session::replay_spec's form) as a
-   *  candidate's child wrote it, for this config, a round of `calls` calls and the calls `picks` the
-   *  grader's ledger kept of it (ascending); "" when it replays exactly those, safely. The candidate
-   *  shares its child's process and can write that spec itself: the parent checks it before handing
-   *  it to the reference (the decode replay checks it again: a step past the KV cache or a token
-   *  past the vocabulary would write out of bounds). */
+   *  candidate's child wrote it, for this config, a round of `calls` calls, the calls `picks` the
+   *  grader's ledger kept of it (ascending) and the seeds it revealed for the round's calls (in
+   *  order); "" when it replays exactly those calls on exactly those seeds' inputs, safely. The
+   *  candidate shares its child's process and can write that spec itself: the parent checks it
+   *  before handing it to the reference (the decode replay checks it again: a step past the KV cache
+   *  or a token past the vocabulary would write out of bounds). */
   virtual std::string replay_spec_error(const std::string& config, const nlohmann::json& spec, int calls,
-                                        const std::vector<int>& picks) const = 0;
+                                        const std::vector<int>& picks, const std::vector<uint64_t>& seeds) const = 0;
+  /** The digest Session::timed_digest() committed for kept call `call_name`, recomputed on the host
+   *  from its outputs as read back into `timed` (the child's timed-outputs file); `facts` are the
+   *  solution's (GEMM: its C dtype, which the device bytes had). Throws std::runtime_error when the
+   *  call's outputs are not there in the task's form. */
+  virtual uint64_t kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const = 0;
+  /** Bytes the harness itself writes (staging: inputs and poisoned outputs) and checksums (the
+   *  digest) inside each timed window, for the ledger's calibration windows, which move as many
+   *  before any solution code runs (an upper bound where the solution's choice sets it). */
+  virtual WindowWork window_work(const std::string& config) const = 0;
   /** Timed calls per round. */
   virtual int calls_per_round() const = 0;
   /** Calls of every round the grader keeps and has the reference re-check, picked by the parent
@@ -229,9 +230,16 @@ class CallLedger;
 /** Why the replay spec a candidate's child wrote (Result::replay: [{"prefix": "timed<round>-", "spec"}],
  *  one per timed round, in order) may not go to the reference, or "": the candidate can write it
  *  itself, so it must be one per round the parent's ledger saw, each replaying exactly the ledger's
- *  picks of that round, within the task's bounds (Task::replay_spec_error): checked before the
- *  reference runs (a spec of thousands of calls would hold it until its timeout). */
+ *  picks of that round on the inputs of the seeds it revealed, within the task's bounds
+ *  (Task::replay_spec_error): checked before the reference runs (a spec of thousands of calls would
+ *  hold it until its timeout). */
 std::string replay_error(const Task& task, const std::string& config, const nlohmann::json& replay, const CallLedger& ledger);
+
+/** "" when every kept call's outputs as read back (`timed`, the child's timed-outputs file) have the
+ *  digest its "done" committed to the ledger (Task::kept_digest, `facts` the solution's), else the
+ *  first call whose outputs changed after its window closed, or that cannot be read: outputs
+ *  computed after the window closed. */
+std::string kept_digest_error(const Task& task, const SafetensorsFile& timed, const CallLedger& ledger, const nlohmann::json& facts);
 
 /** Every task, in `nibble configs` order. */
 const std::vector<const Task*>& all_tasks();

@@ -34,11 +34,13 @@ const Task& find_task(const std::string& name) {
 }
 
 std::string replay_error(const Task& task, const std::string& config, const nlohmann::json& replay, const CallLedger& ledger) {
-  std::map<int, std::vector<int>> picks;  // round -> its kept calls, ascending
+  std::map<int, std::vector<int>> picks;         // round -> its kept calls, ascending
+  std::map<int, std::vector<uint64_t>> seeds;    // round -> the input seeds revealed, in call order
   int rounds = 0;
   for (const LedgerCall& c : ledger.calls()) {
     rounds = std::max(rounds, c.round + 1);
     if (c.kept) picks[c.round].push_back(c.call);
+    seeds[c.round].push_back(c.seed);  // the ledger took the calls in sequence (else a violation)
   }
   for (auto& [r, p] : picks) std::sort(p.begin(), p.end());
   if (!replay.is_array() || int(replay.size()) != rounds)
@@ -47,8 +49,24 @@ std::string replay_error(const Task& task, const std::string& config, const nloh
     const nlohmann::json& round = replay[size_t(r)];
     if (!round.is_object() || !round.contains("spec") || round.value("prefix", nlohmann::json()) != nlohmann::json(timed_round_prefix(r)))
       return "the replay spec the candidate's child wrote has no round " + std::to_string(r) + " of the harness's form";
-    if (const std::string why = task.replay_spec_error(config, round["spec"], task.calls_per_round(), picks[r]); !why.empty())
+    if (const std::string why = task.replay_spec_error(config, round["spec"], task.calls_per_round(), picks[r], seeds[r]);
+        !why.empty())
       return "the replay spec the candidate's child wrote for round " + std::to_string(r) + " is refused: " + why;
+  }
+  return "";
+}
+
+std::string kept_digest_error(const Task& task, const SafetensorsFile& timed, const CallLedger& ledger, const nlohmann::json& facts) {
+  for (const LedgerCall& c : ledger.calls()) {
+    if (!c.kept) continue;
+    const std::string name = timed_call_name(c.round, c.call);
+    try {
+      if (task.kept_digest(timed, name, facts) != c.digest)
+        return "the outputs read back for kept call " + name + " are not the ones its \"done\" committed to the ledger "
+               "(they changed after its window closed)";
+    } catch (const std::exception& e) {
+      return "the outputs of kept call " + name + " cannot be checked against its commitment: " + e.what();
+    }
   }
   return "";
 }

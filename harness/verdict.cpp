@@ -122,7 +122,7 @@ Verdict judge(const Evidence& e) {
                   "each " + e.unit + " took " + g3(e.window_median_us) + " us (median) of wall time on the grader's own clock, " +
                       g3(hidden) + " us beyond its CUPTI GPU span (" + g3(e.span_median_us) + " us) and the ledger's overhead (" +
                       g3(credited_overhead_us(e)) + " us" +
-                      (e.window_overhead_us > kLedgerOverheadCreditUs
+                      (e.window_overhead_us > overhead_credit_cap_us(e)
                            ? " credited of " + g3(e.window_overhead_us) +
                                  " measured: the calibration windows were slow, the machine busy or the solution's "
                                  "load-time code running"

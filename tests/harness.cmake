@@ -51,6 +51,8 @@ nibble_add_gtest(protocol SOURCES test_protocol.cpp LIBS nibble_tasks LABELS cpu
 add_dependencies(test_protocol nibble)
 # The call ledger (the parent's clock and picks) over its real pipes, client and parent in one process.
 nibble_add_gtest(ledger SOURCES test_ledger.cpp LIBS nibble_runtime LABELS cpu)
+# The harness kernels the host recomputes (the digest's checksum, the GEMM guard's staged A).
+nibble_add_gtest(gpu_checks_gpu SOURCES test_gpu_checks_gpu.cpp LIBS nibble_tasks nibble_runtime LABELS gpu)
 
 # GEMM cheats (tests/solutions/gemm_hostile.cu, one .so per behaviour) on the baseline, its exports
 # renamed. GradeGemmGpu.ReplayingTheFirstCallFails and .WorkBetweenTimedCallsIsInvalidTiming grade them.

@@ -14,18 +14,20 @@ using namespace nibble;
 
 namespace {
 
-/** Calibration windows, then `rounds` full rounds; returns the kept answers in order. */
-std::vector<bool> run_rounds(LedgerClient& c, int rounds, int calls, int slow_call = -1) {
+/** Calibration windows, then `rounds` full rounds, each "done" committing digest r * 1000 + n;
+ *  returns the kept answers in order, and the revealed seeds into `seeds` when given. */
+std::vector<bool> run_rounds(LedgerClient& c, int rounds, int calls, int slow_call = -1, std::vector<uint64_t>* seeds = nullptr) {
   for (int i = 0; i < 3; ++i) {
-    c.open(-1, i);
-    EXPECT_FALSE(c.done(-1, i)) << "a calibration window is never kept";
+    (void)c.open(-1, i);
+    EXPECT_FALSE(c.done(-1, i, 0)) << "a calibration window is never kept";
   }
   std::vector<bool> kept;
   for (int r = 0; r < rounds; ++r)
     for (int n = 0; n < calls; ++n) {
-      c.open(r, n);
+      const uint64_t seed = c.open(r, n);
+      if (seeds) seeds->push_back(seed);
       if (r == 0 && n == slow_call) std::this_thread::sleep_for(std::chrono::milliseconds(3));
-      kept.push_back(c.done(r, n));
+      kept.push_back(c.done(r, n, uint64_t(r) * 1000 + uint64_t(n)));
     }
   return kept;
 }
@@ -35,7 +37,8 @@ std::vector<bool> run_rounds(LedgerClient& c, int rounds, int calls, int slow_ca
 TEST(Ledger, EveryRoundHasItsPicksAndEveryCallItsWindow) {
   CallLedger l(8, 2, std::nullopt, "");
   LedgerClient c(l.child_read_fd(), l.child_write_fd());
-  const std::vector<bool> answers = run_rounds(c, 3, 8, 5);
+  std::vector<uint64_t> seeds;
+  const std::vector<bool> answers = run_rounds(c, 3, 8, 5, &seeds);
   l.finish();
   EXPECT_EQ(l.violation(), "");
   ASSERT_EQ(l.calls().size(), 24u);
@@ -47,12 +50,16 @@ TEST(Ledger, EveryRoundHasItsPicksAndEveryCallItsWindow) {
       EXPECT_EQ(k.round, r);
       EXPECT_EQ(k.call, n);
       EXPECT_EQ(k.kept, answers[size_t(r * 8 + n)]) << "the ledger records what it answered";
+      EXPECT_EQ(k.seed, seeds[size_t(r * 8 + n)]) << "and the seed it revealed";
+      EXPECT_EQ(k.digest, uint64_t(r) * 1000 + uint64_t(n)) << "and the digest the call committed";
       kept += k.kept;
     }
     EXPECT_EQ(kept, 2) << "round " << r;
   }
   // The parent's clock saw the 3 ms the child spent inside call 5 of round 0.
   EXPECT_GE(l.calls()[5].window_us, 3000.0);
+  // 24 seeds of 64 bits from the OS-seeded generator: all distinct (a repeat has p ~ 2^-55).
+  EXPECT_EQ(std::set<uint64_t>(seeds.begin(), seeds.end()).size(), seeds.size());
   EXPECT_LT(l.calls()[4].window_us, 3000.0);
   // No driver here, or one: either way the reason is said when NVML is not used.
   if (!l.nvml_available()) {
@@ -60,26 +67,28 @@ TEST(Ledger, EveryRoundHasItsPicksAndEveryCallItsWindow) {
   }
 }
 
-TEST(Ledger, PicksComeFromTheSeedWhenGivenElseFromTheOs) {
-  auto picks = [](std::optional<uint64_t> seed) {
+TEST(Ledger, PicksAndInputSeedsComeFromTheSeedWhenGivenElseFromTheOs) {
+  auto draws = [](std::optional<uint64_t> seed) {
     CallLedger l(16, 2, seed, "");
     LedgerClient c(l.child_read_fd(), l.child_write_fd());
-    const std::vector<bool> a = run_rounds(c, 4, 16);
+    std::vector<uint64_t> seeds;
+    const std::vector<bool> a = run_rounds(c, 4, 16, -1, &seeds);
     l.finish();
-    return a;
+    return std::make_pair(a, seeds);
   };
-  EXPECT_EQ(picks(42), picks(42)) << "--timing-seed: reproducible";
+  EXPECT_EQ(draws(42), draws(42)) << "--timing-seed: reproducible";
   // Four rounds of 2 picks out of 16: two OS-seeded runs agree by chance with p = (1/120)^4.
-  EXPECT_NE(picks(std::nullopt), picks(std::nullopt));
+  const auto a = draws(std::nullopt), b = draws(std::nullopt);
+  EXPECT_NE(a.first, b.first);
+  EXPECT_NE(a.second, b.second);
 }
 
 TEST(Ledger, ACallOutOfSequenceIsTamperingAndGetsNoAnswer) {
   CallLedger l(8, 1, 1, "");
   LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
-  c.open(0, 0);
-  (void)c.done(0, 0);
-  c.open(0, 2);  // call 1 skipped
-  EXPECT_THROW((void)c.done(0, 2), std::runtime_error);
+  (void)c.open(0, 0);
+  (void)c.done(0, 0, 0);
+  EXPECT_THROW((void)c.open(0, 2), std::runtime_error) << "call 1 skipped: no seed is revealed";
   l.finish();
   EXPECT_NE(l.violation().find("out of sequence (round 0, call 2)"), std::string::npos) << l.violation();
   EXPECT_EQ(l.calls().size(), 1u);
@@ -97,12 +106,28 @@ TEST(Ledger, AForeignWriteAndADoneWithoutOpenAreTampering) {
   {
     CallLedger l(8, 1, 1, "");
     LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
-    EXPECT_THROW((void)c.done(0, 0), std::runtime_error);
+    EXPECT_THROW((void)c.done(0, 0, 0), std::runtime_error);
     l.finish();
     EXPECT_NE(l.violation().find("done that was not open"), std::string::npos) << l.violation();
   }
+  // A "done" whose digest is not the one its check was made for (a torn or edited commitment).
+  {
+    CallLedger l(8, 1, 1, "");
+    LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
+    (void)c.open(0, 0);
+    LedgerMessage m{LedgerMessage::Done, 0, 0, 0, 0};
+    // Any check: none is right for a message whose digest varies alone (the check folds it in).
+    for (uint32_t check : {0u, 1u}) {
+      m.check = check;
+      m.digest = 12345;
+      ASSERT_EQ(write(l.child_write_fd(), &m, sizeof m), ssize_t(sizeof m));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    l.finish();
+    EXPECT_NE(l.violation().find("not the harness's"), std::string::npos) << l.violation();
+  }
   // Packets of the wrong size, an empty one included (recvmsg's 0 is not an end here): tampering.
-  for (const size_t bytes : {size_t(0), size_t(3), size_t(40)}) {
+  for (const size_t bytes : {size_t(0), size_t(3), size_t(16), size_t(40)}) {  // 16: the ledger's size before the digest
     CallLedger l(8, 1, 1, "");
     const std::vector<char> packet(bytes, 'x');
     ASSERT_EQ(write(l.child_write_fd(), packet.data(), bytes), ssize_t(bytes));
@@ -117,11 +142,10 @@ TEST(Ledger, ARoundMustBeCompleteBeforeTheNext) {
   CallLedger l(4, 1, 1, "");
   LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
   for (int n = 0; n < 3; ++n) {
-    c.open(0, n);
-    (void)c.done(0, n);
+    (void)c.open(0, n);
+    (void)c.done(0, n, 0);
   }
-  c.open(1, 0);  // round 0 had 4 calls; the fourth never ran
-  EXPECT_THROW((void)c.done(1, 0), std::runtime_error);
+  EXPECT_THROW((void)c.open(1, 0), std::runtime_error) << "round 0 had 4 calls; the fourth never ran";
   l.finish();
   EXPECT_NE(l.violation().find("out of sequence"), std::string::npos) << l.violation();
 }

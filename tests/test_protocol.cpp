@@ -11,7 +11,9 @@
 
 #include "fixtures/bf16.h"
 #include "fixtures/decode/decode_config.h"
+#include "fixtures/rng.h"
 #include "fixtures/safetensors.h"
+#include "harness/hash.h"
 #include "harness/ledger.h"
 #include "harness/outputs.h"
 #include "harness/process.h"
@@ -98,19 +100,30 @@ TEST(Protocol, ADeeplyNestedResultIsRefusedNotACrash) {
 }
 
 // The replay spec (Result::replay) is the candidate's child's to write, so the candidate can write it:
-// the parent refuses one the reference cannot replay safely. By hand on the tiny decode config and a
-// GEMM task.
+// the parent refuses one the reference cannot replay safely, or that replays other inputs than the
+// ledger revealed. By hand on the tiny decode config and a GEMM task.
 TEST(Protocol, ReplaySpecsOutsideTheRoundAreRefused) {
   const Task& decode = find_task("megakernel-int4-weight-decode");
   const DecodeConfig cfg = decode_config("tiny");
   const int64_t b = cfg.dims.batch, calls = decode.calls_per_round();
+  std::vector<uint64_t> seeds;
+  for (int64_t n = 0; n < calls; ++n) seeds.push_back(0x5eed0000ull + uint64_t(n) * 7919);
+  // A step's ids from its revealed seed, as the task's docs state it: id b = draw(seed, b) mod vocab.
+  const auto revealed = [&](int64_t n_steps) {
+    std::vector<int64_t> t;
+    for (int64_t st = 0; st < n_steps; ++st)
+      for (int64_t i = 0; i < b; ++i) t.push_back(int64_t(rng::draw(seeds[size_t(st)], uint64_t(i)) % uint64_t(cfg.dims.vocab)));
+    return t;
+  };
   const auto steps = [&](int64_t n, int64_t token) { return std::vector<int64_t>(size_t(n * b), token); };
   const auto spec = [](const std::vector<int64_t>& tokens, const std::vector<int64_t>& kept) {
     return nlohmann::json{{"tokens", tokens}, {"kept", kept}};
   };
   // What the harness's own replay_spec writes: the round's tokens up to the last pick, the picks.
-  EXPECT_EQ(decode.replay_spec_error("tiny", spec(steps(3, 5), {0, 2}), int(calls), {0, 2}), "");
-  EXPECT_EQ(decode.replay_spec_error("tiny", spec(steps(calls, cfg.dims.vocab - 1), {calls - 1}), int(calls), {int(calls) - 1}), "");
+  EXPECT_EQ(decode.replay_spec_error("tiny", spec(revealed(3), {0, 2}), int(calls), {0, 2}, seeds), "");
+  EXPECT_EQ(decode.replay_spec_error("tiny", spec(revealed(calls), {calls - 1}), int(calls), {int(calls) - 1}, seeds), "");
+  std::vector<int64_t> edited = revealed(3);
+  edited[size_t(2 * b)] = (edited[size_t(2 * b)] + 1) % cfg.dims.vocab;  // step 2's first id, one off
   for (const auto& [bad, picks, says] : std::vector<std::tuple<nlohmann::json, std::vector<int>, std::string>>{
            {spec(steps(calls + 1, 0), {0}), {0}, "steps, more than"},
            {spec(steps(2, cfg.dims.vocab), {0}), {0}, "outside the vocabulary"},
@@ -121,39 +134,48 @@ TEST(Protocol, ReplaySpecsOutsideTheRoundAreRefused) {
            {spec(steps(2, 0), {1}), {0}, "not the 1 the grader picked"},      // another call than the pick
            {spec(steps(3, 0), {1}), {1}, "not the 1 the grader picked"},      // steps past the last pick
            {spec(steps(2, 0), {1}), {0, 1}, "not the 2 the grader picked"},   // a pick left out
+           {spec(edited, {2}), {2}, "step 2's token ids are not the ones the grader revealed"},
+           {spec(steps(1, 0), {0}), {0}, "step 0's token ids are not the ones the grader revealed"},
            {nlohmann::json{{"tokens", "x"}, {"kept", {0}}}, {0}, "not a decode replay spec"},
            {nlohmann::json::array(), {0}, "not a decode replay spec"}}) {
-    const std::string why = decode.replay_spec_error("tiny", bad, int(calls), picks);
+    const std::string why = decode.replay_spec_error("tiny", bad, int(calls), picks, seeds);
     EXPECT_NE(why.find(says), std::string::npos) << bad.dump().substr(0, 80) << ": " << why;
   }
   const Task& gemm = find_task("gemm-w4a16-nvfp4");
-  const nlohmann::json call = {{"n", 3}, {"call", 1000004}, {"seed", 99}};
-  EXPECT_EQ(gemm.replay_spec_error("tiny", {{"calls", {call}}}, 32, {3}), "");
-  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {call}}}, 32, {4}).find("not the 1 the grader picked"), std::string::npos);
-  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {call, call}}}, 32, {3}).find("not the 1 the grader picked"), std::string::npos);
-  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 32}, {"call", 1}, {"seed", 1}}}}}, 32, {31}).find("not among"),
+  const nlohmann::json call = {{"n", 3}, {"seed", seeds[3]}};
+  EXPECT_EQ(gemm.replay_spec_error("tiny", {{"calls", {call}}}, 32, {3}, seeds), "");
+  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {call}}}, 32, {4}, seeds).find("not the 1 the grader picked"), std::string::npos);
+  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {call, call}}}, 32, {3}, seeds).find("not the 1 the grader picked"),
             std::string::npos);
-  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 1}}}}}, 32, {1}).find("not a GEMM replay spec"), std::string::npos);
+  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 3}, {"seed", seeds[3] + 1}}}}}, 32, {3}, seeds)
+                .find("call 3's seed is not the one the grader revealed"),
+            std::string::npos);
+  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 32}, {"seed", 1}}}}}, 32, {31}, seeds).find("not among"),
+            std::string::npos);
+  EXPECT_NE(gemm.replay_spec_error("tiny", {{"calls", {{{"n", 1}}}}}, 32, {1}, seeds).find("not a GEMM replay spec"), std::string::npos);
 }
 
 // The whole check the parent makes before the reference runs, against a real ledger played by its
 // client here: 2 rounds of 4 calls, 1 kept each. The spec the harness itself would write passes; a
-// round missing, one round too many, another call than the pick, a wrong prefix are refused.
+// round missing, one round too many, another call than the pick, another seed than the one
+// revealed, a wrong prefix are refused.
 TEST(Protocol, TheReplaySpecMustBeTheLedgersPicks) {
   const Task& gemm = find_task("gemm-w4a16-nvfp4");
   CallLedger l(4, 1, std::nullopt, "");
   LedgerClient c(l.child_read_fd(), l.child_write_fd());
   std::vector<int> kept;
+  std::vector<std::vector<uint64_t>> seeds(2);
   for (int r = 0; r < 2; ++r)
     for (int n = 0; n < 4; ++n) {
-      c.open(r, n);
-      if (c.done(r, n)) kept.push_back(n);
+      seeds[size_t(r)].push_back(c.open(r, n));
+      if (c.done(r, n, 0)) kept.push_back(n);
     }
   l.finish();
   ASSERT_EQ(l.violation(), "");
   ASSERT_EQ(kept.size(), 2u);
-  const auto round = [](int r, int n) {
-    return nlohmann::json{{"prefix", timed_round_prefix(r)}, {"spec", {{"calls", {{{"n", n}, {"call", 1001 + n}, {"seed", 7}}}}}}};
+  const auto round = [&](int r, int n, uint64_t add = 0) {
+    return nlohmann::json{{"prefix", timed_round_prefix(r)},
+                          {"spec", {{"calls", {{{"n", n}, {"seed", seeds[size_t(r % 2)][size_t(n)] + add}}}}}}};
   };
   EXPECT_EQ(replay_error(gemm, "tiny", {round(0, kept[0]), round(1, kept[1])}, l), "");
   EXPECT_NE(replay_error(gemm, "tiny", {round(0, kept[0])}, l).find("not one per timed round (the ledger saw 2)"), std::string::npos);
@@ -161,9 +183,26 @@ TEST(Protocol, TheReplaySpecMustBeTheLedgersPicks) {
             std::string::npos);
   EXPECT_NE(replay_error(gemm, "tiny", {round(0, kept[0]), round(1, (kept[1] + 1) % 4)}, l).find("round 1 is refused"),
             std::string::npos);
+  EXPECT_NE(replay_error(gemm, "tiny", {round(0, kept[0]), round(1, kept[1], 1)}, l).find("not the one the grader revealed"),
+            std::string::npos);
   EXPECT_NE(replay_error(gemm, "tiny", {round(1, kept[0]), round(1, kept[1])}, l).find("no round 0 of the harness's form"),
             std::string::npos);
   EXPECT_NE(replay_error(gemm, "tiny", nlohmann::json::object(), l).find("not one per timed round"), std::string::npos);
+}
+
+// The checksum the digest is, by hand: one zero word is splitmix64's first output from state 0
+// (0xe220a8397b1dcdaf); a ninth byte is folded FNV-style; words are little-endian at any alignment.
+TEST(Protocol, HostChecksumByHand) {
+  const uint8_t zeros[9] = {0, 0, 0, 0, 0, 0, 0, 0, 5};
+  EXPECT_EQ(host_checksum_bytes(zeros, 8), 0xe220a8397b1dcdafull);
+  EXPECT_EQ(host_checksum_bytes(zeros, 9), 0xe220a8397b1dcdafull * 1099511628211ull + 6);
+  EXPECT_EQ(host_checksum_bytes(zeros, 0), 0u);
+  uint8_t buf[17] = {};
+  const uint64_t v = 0x0123456789abcdefull;
+  std::memcpy(buf + 1, &v, 8);
+  std::memcpy(buf + 9, &v, 8);
+  EXPECT_EQ(host_checksum_bytes(buf + 1, 16), checksum_term(v, 0) + checksum_term(v, 1));
+  EXPECT_NE(checksum_term(v, 0), checksum_term(v, 1)) << "a word's place counts";
 }
 
 TEST(Protocol, ChannelsAreRewrittenWhole) {
@@ -264,5 +303,40 @@ TEST(Registry, EveryTaskIsFoundByItsNameAndUnknownNamesListThem) {
     FAIL();
   } catch (const std::invalid_argument& e) {
     for (const Task* t : all_tasks()) EXPECT_NE(std::string(e.what()).find(t->name()), std::string::npos);
+  }
+}
+
+// "done" commits a digest of the call's outputs; what the child reads back for a kept call later must
+// have it (a candidate computing its outputs after the window closed cannot know it in time). A
+// real ledger played by its client: 1 round of 4 calls, 1 kept; the kept C read back as fp32.
+TEST(Protocol, KeptOutputsMustHaveTheDigestTheirDoneCommitted) {
+  const Task& gemm = find_task("gemm-w4a16-nvfp4");
+  const std::vector<float> c = {1.5f, -2.0f, 0.25f, 3.0f, 7.0f};  // bf16-exact values; 20 bytes: a tail too
+  std::vector<uint16_t> c_bf16;
+  for (float x : c) c_bf16.push_back(f32_to_bf16(x));
+  for (const bool bf16 : {false, true}) {
+    const uint64_t digest = bf16 ? host_checksum_bytes(c_bf16.data(), c_bf16.size() * 2) : host_checksum_bytes(c.data(), c.size() * 4);
+    CallLedger l(4, 1, 5, "");
+    LedgerClient cl(l.child_read_fd(), l.child_write_fd());
+    int kept = -1;
+    for (int n = 0; n < 4; ++n) {
+      (void)cl.open(0, n);
+      if (cl.done(0, n, digest)) kept = n;
+    }
+    l.finish();
+    ASSERT_GE(kept, 0);
+    const nlohmann::json facts = {{"c_dtype", bf16 ? "bf16" : "fp32"}};
+    TempDir d("nibble-test-digest");
+    SafetensorsFile same(write_f32(d, "same.safetensors", {{timed_call_name(0, kept) + ".C", c}}));
+    EXPECT_EQ(kept_digest_error(gemm, same, l, facts), "") << bf16;
+    std::vector<float> later = c;
+    later[4] = 7.5f;  // the last element changed after "done"
+    SafetensorsFile changed(write_f32(d, "changed.safetensors", {{timed_call_name(0, kept) + ".C", later}}));
+    EXPECT_NE(kept_digest_error(gemm, changed, l, facts).find("not the ones its \"done\" committed"), std::string::npos) << bf16;
+    SafetensorsFile other(write_f32(d, "other.safetensors", {{timed_call_name(0, (kept + 1) % 4) + ".C", c}}));
+    EXPECT_NE(kept_digest_error(gemm, other, l, facts).find("cannot be checked"), std::string::npos) << bf16;
+    // Read as the other dtype: the bytes the device held are not these.
+    const nlohmann::json wrong = {{"c_dtype", bf16 ? "fp32" : "bf16"}};
+    EXPECT_NE(kept_digest_error(gemm, same, l, wrong), "") << bf16;
   }
 }

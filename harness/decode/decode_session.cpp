@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "harness/cuda_check.h"
+#include "harness/gpu_checks.h"
 
 namespace nibble {
 
@@ -78,6 +79,10 @@ std::vector<float> DecodeSession::read_logits() const {
                                    harness_stream_));
   NIBBLE_CUDA_CALL(cudaStreamSynchronize(harness_stream_));
   return out;
+}
+
+uint64_t DecodeSession::logits_digest() const {
+  return device_checksum_bytes(logits_.buf.get(), logits_.buf.bytes(), harness_stream_);
 }
 
 StepOutputs DecodeSession::run_step(const std::vector<int64_t>& tokens, int32_t pos) {

@@ -12,11 +12,13 @@
 
 #include "fixtures/decode/decode_fixture.h"
 #include "fixtures/fixture.h"
+#include "fixtures/rng.h"
 #include "fixtures/decode/decode_config.h"
 #include "harness/cuda_check.h"
 #include "harness/decode/decode_session.h"
 #include "harness/decode/device_model.h"
 #include "harness/gpu_checks.h"
+#include "harness/hash.h"
 #include "harness/stats.h"
 #include "harness/task.h"
 #include "reference/decode/oracle_fp64.h"
@@ -111,11 +113,20 @@ std::string first_written_above(const DeviceModel& m, int32_t pos, cudaStream_t 
 /** Timed decode steps per round (DecodeTask::calls_per_round). */
 constexpr int kDecodeCallsPerRound = 32;
 
+/** A timed step's token ids (one per sequence of the batch) from the seed the call ledger revealed
+ *  for it: id b is draw(seed, b) mod vocab (fixtures/rng.h; the bias, vocab / 2^64, is nil). */
+std::vector<int64_t> timed_tokens(uint64_t seed, int64_t batch, int64_t vocab) {
+  std::vector<int64_t> t(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) t[size_t(b)] = int64_t(rng::draw(seed, uint64_t(b)) % uint64_t(vocab));
+  return t;
+}
+
 /** DecodeTask::replay_spec_error for a config's dims: {"tokens": batch x (steps) ids in [0, vocab),
  *  steps <= calls and prefill + steps <= max_seq, "kept": distinct steps below steps}; with `picks`
- *  (the reference's own check has none), kept == picks and steps == the last pick + 1. */
+ *  and `seeds` (the reference's own check has neither), kept == picks, steps == the last pick + 1
+ *  and step s's ids are timed_tokens(seeds[s]). */
 std::string decode_replay_spec_error(const DecodeConfig& cfg, const nlohmann::json& spec, int calls,
-                                     const std::vector<int>* picks = nullptr) {
+                                     const std::vector<int>* picks = nullptr, const std::vector<uint64_t>* seeds = nullptr) {
   try {
     const auto tokens = spec.at("tokens").get<std::vector<int64_t>>();
     const auto kept = spec.at("kept").get<std::vector<int64_t>>();
@@ -135,6 +146,10 @@ std::string decode_replay_spec_error(const DecodeConfig& cfg, const nlohmann::js
     if (picks && (std::vector<int64_t>(picks->begin(), picks->end()) != kept || steps != (picks->empty() ? 0 : picks->back() + 1)))
       return "it replays " + std::to_string(kept.size()) + " steps of " + std::to_string(steps) + ", not the " +
              std::to_string(picks->size()) + " the grader picked";
+    for (int64_t st = 0; seeds && st < steps; ++st)
+      if (size_t(st) >= seeds->size() ||
+          !std::equal(tokens.begin() + st * b, tokens.begin() + (st + 1) * b, timed_tokens((*seeds)[size_t(st)], b, cfg.dims.vocab).begin()))
+        return "step " + std::to_string(st) + "'s token ids are not the ones the grader revealed for it";
     return "";
   } catch (const nlohmann::json::exception& e) {
     return std::string("it is not a decode replay spec: ") + e.what();
@@ -181,11 +196,9 @@ class DecodeRun final : public Session {
     return "";
   }
 
-  void stage_timed(int n, TimedRandom& rng) override {
+  void stage_timed(int n, uint64_t seed) override {
     if (n == 0) round_tokens_.clear();
-    std::uniform_int_distribution<int64_t> token(0, cfg_.dims.vocab - 1);
-    std::vector<int64_t> tok(size_t(cfg_.dims.batch));
-    for (auto& x : tok) x = token(rng);
+    const std::vector<int64_t> tok = timed_tokens(seed, cfg_.dims.batch, cfg_.dims.vocab);
     round_tokens_.insert(round_tokens_.end(), tok.begin(), tok.end());
     session_->prepare_step(tok);
     pos_ = cfg_.prefill + n;
@@ -193,6 +206,8 @@ class DecodeRun final : public Session {
   }
 
   void call() override { session_->call_step(pos_); }
+
+  uint64_t timed_digest() override { return session_->logits_digest(); }
 
   bool timed_outputs(const std::string& call_name, bool keep, OutputFile& out) override {
     const auto logits = session_->read_logits();
@@ -233,7 +248,8 @@ class DecodeRun final : public Session {
   }
 
   std::string inputs_changed() override { return guard_.first_changed(); }
-  // prepare_step and the logits read are a memset and copies: the gap holds no harness kernel but the flush.
+  // prepare_step and the logits read are a memset and copies; the digest's kernel needs the
+  // session's logits, which exist from the build on: the dry gap holds the flush alone.
   void dry_gap() override {}
   void teardown() override { session_->close(); }
   json timing_figures() const override { return {{"positions", positions_}}; }
@@ -303,8 +319,21 @@ class DecodeTask final : public Task {
   std::string timed_call() const override { return "decode_step"; }
   int checked_calls(const std::string& config) const override { return decode_config(config).checked_steps; }
   std::string replay_spec_error(const std::string& config, const nlohmann::json& spec, int calls,
-                                const std::vector<int>& picks) const override {
-    return decode_replay_spec_error(decode_config(config), spec, calls, &picks);
+                                const std::vector<int>& picks, const std::vector<uint64_t>& seeds) const override {
+    return decode_replay_spec_error(decode_config(config), spec, calls, &picks, &seeds);
+  }
+  /** host_checksum_bytes of the kept step's fp32 logits, the bytes the device held. */
+  uint64_t kept_digest(const SafetensorsFile& timed, const std::string& call_name, const json&) const override {
+    const std::string name = call_name + ".logits";
+    if (!timed.has(name) || timed.entry(name).dtype != DType::F32)
+      throw std::runtime_error("the kept step " + call_name + " has no fp32 logits");
+    return host_checksum_bytes(timed.data(name), timed.entry(name).nbytes());
+  }
+  /** Staging NaN-fills the logits and uploads the ids; the digest reads the logits. */
+  WindowWork window_work(const std::string& config) const override {
+    const auto& d = decode_config(config).dims;
+    const uint64_t logits = uint64_t(d.batch) * uint64_t(d.vocab) * 4;
+    return {logits + uint64_t(d.batch) * 8, uint64_t(d.batch) * 8, logits};
   }
   int calls_per_round() const override { return kDecodeCallsPerRound; }
   Roofline roofline(const std::string& config, const json&) const override {
@@ -319,7 +348,8 @@ class DecodeTask final : public Task {
             "packed codes + scales + zeros of every weight, norm gains, K and V at prefill + 32 slots, fp32 logits"};
   }
   nlohmann::ordered_json timing_protocol() const override {
-    return {{"inputs", "fresh token ids per step, uploaded before the window (TimedRandom: --timing-seed, or the OS)"},
+    return {{"inputs", "fresh token ids per step from a seed the grader's parent draws (--timing-seed, or the OS) and "
+                       "reveals as the step's window opens, uploaded inside the window"},
             {"positions", "pos = prefill .. prefill + 31, repeated per round"},
             {"outputs", "logits read back and checked finite after every step, outside the window"}};
   }

@@ -1,14 +1,13 @@
 // test_gemm_guard.cpp: the GEMM grader's replay guard (gemm_call_a): every call after the first
 // flips the signs of a fresh half of A's elements, so no kept C, re-signed per row or not, matches
-// a later call. The whole-grade check of a cheat is GradeGemmGpu.ReplayingTheFirstCallFails (gpu).
-// And TimedRandom, the timed calls' randomness (a seed only when the user fixes one).
+// a later call. The whole-grade check of a cheat is GradeGemmGpu.ReplayingTheFirstCallFails (gpu);
+// the GPU's staging of the same A, launch_sign_mask, is checked against gemm_call_a in
+// GpuChecks.SignMaskIsGemmCallA (gpu).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <string>
-#include <set>
 #include <vector>
 
 #include "harness/task.h"
@@ -63,32 +62,5 @@ TEST(GemmGuard, LaterCallsFlipOnlySignsAboutHalfOfThemAFreshMaskEachCall) {
     for (int64_t k = 0; k < K; ++k) same += a1[size_t(m * K + k)] == a0[size_t(m * K + k)];
     EXPECT_GT(same, size_t(K / 4)) << "row " << m;
     EXPECT_LT(same, size_t(3 * K / 4)) << "row " << m;
-  }
-}
-
-// The timed calls' randomness: with a seed exactly mt19937_64(seed) (a reproducible run); without,
-// 64-bit words from the OS, distinct draw to draw (no seed to recover), usable as any URBG.
-TEST(TimedRandom, SeededIsMt19937_64UnseededIsTheOs) {
-  nibble::TimedRandom seeded(uint64_t(7));
-  std::mt19937_64 mt(7);
-  for (int i = 0; i < 1000; ++i) ASSERT_EQ(seeded(), mt()) << i;
-  nibble::TimedRandom os(std::nullopt), os2(std::nullopt);
-  std::set<uint64_t> seen;
-  uint64_t high = 0, low = 0;
-  for (int i = 0; i < 1000; ++i) {
-    const uint64_t v = os();
-    seen.insert(v);
-    high |= v >> 32;
-    low |= v & 0xFFFFFFFFu;
-  }
-  EXPECT_EQ(seen.size(), 1000u) << "64-bit draws repeat with probability ~3e-14";
-  EXPECT_EQ(high, 0xFFFFFFFFu) << "both halves of the word are random";
-  EXPECT_EQ(low, 0xFFFFFFFFu);
-  EXPECT_NE(os(), os2()) << "two generators, two streams";
-  std::uniform_int_distribution<int64_t> vocab(0, 128255);
-  for (int i = 0; i < 1000; ++i) {
-    const int64_t t = vocab(os);
-    ASSERT_GE(t, 0);
-    ASSERT_LE(t, 128255);
   }
 }
