@@ -151,10 +151,16 @@ FixtureManifest import_decode_fixture(const ImportOptions& opt, const std::funct
     throw std::invalid_argument("token file '" + opt.tokens + "' has " + std::to_string(ids.size()) + " ids; config " +
                                 cfg.name + " needs " + std::to_string(need) + " (" + std::to_string(cfg.prefill) +
                                 " for the KV prefix, then " + std::to_string(cfg.decode_steps) + " decode steps)");
-  for (size_t i = 0; i < need; ++i)
+  // Every id, the unused ones after the decode steps' too: one outside the vocabulary says the file
+  // was tokenised for another model.
+  for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= x.vocab)
       throw std::invalid_argument("token file '" + opt.tokens + "': id " + std::to_string(ids[i]) + " (entry " +
-                                  std::to_string(i) + ") is outside the vocabulary [0, " + std::to_string(x.vocab) + ")");
+                                  std::to_string(i) + (i >= need ? ", after the " + std::to_string(need) + " the import uses" : "") +
+                                  ") is outside the vocabulary [0, " + std::to_string(x.vocab) +
+                                  "): was the file tokenised for this model?");
+  if (ids.size() > need)
+    log("token file: " + std::to_string(ids.size() - need) + " ids after the first " + std::to_string(need) + " are not used");
   const std::vector<int64_t> tokens(ids.begin() + cfg.prefill, ids.begin() + int64_t(need));
 
   // Stage the fixture with empty caches, then fill the prefix by running the model.

@@ -448,6 +448,9 @@ def main():
                 ("too few ids", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "few.txt")], "needs 96"),
                 ("id outside the vocabulary", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "big.txt")],
                  "outside the vocabulary"),
+                # Past the ids the import uses: still another tokenizer's.
+                ("an unused id outside the vocabulary", ["--format", "awq", awq, "--tokens", os.path.join(tmp, "tail.txt")],
+                 "id 1000 (entry 96, after the 96 the import uses) is outside the vocabulary"),
                 ("untied head", ["--format", "awq", os.path.join(tmp, "untied"), "--tokens", tokens], "lm_head"),
                 ("no config", ["--format", "awq", os.path.join(tmp, "vocab999"), "--tokens", tokens], "no decode config"),
                 # Another model in Llama's tensor names (Mistral: sliding-window attention), said as such.
@@ -464,6 +467,8 @@ def main():
                 open(cmd[4], "w").write("5,,6," + ",".join(["5"] * 98))
             if what == "id outside the vocabulary":
                 open(cmd[4], "w").write(" ".join(["5"] * 90 + ["1000"] * 10))
+            if what == "an unused id outside the vocabulary":
+                open(cmd[4], "w").write(" ".join(["5"] * 96 + ["1000"]))
             if what == "untied head":
                 write_checkpoint(fx, cmd[2], "awq", untied=True)
             if what == "no config":
