@@ -184,6 +184,7 @@ BatchManifest read_batch_manifest(const std::string& path) {
           b.id = readable + "-" + sha256_hex(spec_text.data(), spec_text.size()).substr(0, 8);
           for (const BatchJob& o : m.jobs)
             if (o.id == b.id) b.id += "-" + std::to_string(b.index);  // a solution listed twice is graded twice
+          b.run = int(r);
           b.report = (fs::path(m.out) / (b.id + ".json")).string();
           b.sidecar = (fs::path(m.out) / (b.id + ".job.json")).string();
           b.log = (fs::path(m.out) / (b.id + ".log")).string();

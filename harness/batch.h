@@ -24,6 +24,7 @@ namespace nibble {
 /** One job of a manifest. */
 struct BatchJob {
   int index = 0;              // position in the manifest's product (the Slurm array index)
+  int run = 0;                // which of the manifest's "runs" it comes from
   std::string id;             // file-name-safe: command-task-config-solution-s<seeds>-<8 hex of the spec>
   std::string command;        // "grade" or "calibrate"
   std::string task, config;

@@ -50,7 +50,7 @@ int run_job_process(const BatchJob& job, int device, double timeout) {
 
 /** Each distinct command line of the manifest (command and args) through that command's own parser
  *  (`nibble COMMAND ... --check-args`, which parses and does nothing else), before any job: "" or
- *  the refusal with the job's id and the command's own message. */
+ *  the refusal naming the manifest's run and the job, with the command's own message. */
 std::string check_job_args(const BatchManifest& m) {
   std::set<std::pair<std::string, std::vector<std::string>>> seen;
   for (const BatchJob& j : m.jobs) {
@@ -74,8 +74,9 @@ std::string check_job_args(const BatchManifest& m) {
     while (!said.empty() && said.back() == ' ') said.pop_back();
     std::string args;
     for (const std::string& a : j.args) args += " " + a;
-    return "job " + j.id + ": its args (" + (args.empty() ? " none" : args) + " ) are refused by nibble " + j.command + ": " +
-           (said.empty() ? e.describe() : said) + "; fix the run's \"args\" in the manifest";
+    return m.path + ": runs[" + std::to_string(j.run) + "] (job " + j.id + "): its args (" + (args.empty() ? " none" : args) +
+           " ) are refused by nibble " + j.command + ": " + (said.empty() ? e.describe() : said) +
+           "; fix that run's \"args\" in the manifest";
   }
   return "";
 }

@@ -296,8 +296,10 @@ TEST(Cli, BatchRunsJobsSideBySide) {
                                    {R"(["--path", "cpu", "--bogus"])", "--bogus"},
                                    {R"(["--path", "CPU"])", "--path must be gpu, cpu or auto, not 'CPU'"},
                                    {R"(["--path", "cpu", "--timeout", "-5"])", "--timeout"}}) {
+    // The second run is the bad one: the message names it as the manifest does.
     std::ofstream(t.path() + "/bad.json") << R"({"out": "bad", "runs": [{"command": "calibrate", "task": "megakernel-int4-weight-decode",
-        "configs": ["tiny"], "seeds": [0], "args": )" + args + "}]}";
+        "configs": ["tiny"], "seeds": [0], "args": ["--path", "cpu"]}, {"command": "calibrate", "task": "megakernel-int4-weight-decode",
+        "configs": ["tiny"], "seeds": [1], "args": )" + args + "}]}";
     for (const char* how : {"", "--element", "--slurm"}) {
       std::vector<std::string> cmd = {"batch", t.path() + "/bad.json"};
       if (*how) cmd.push_back(how);
@@ -305,6 +307,7 @@ TEST(Cli, BatchRunsJobsSideBySide) {
       r = run_nibble(cmd, t);
       EXPECT_EQ(r.code, 2) << how << "\n" << r.output;
       EXPECT_NE(r.output.find("are refused by nibble calibrate"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("bad.json: runs[1] (job calibrate-"), std::string::npos) << r.output;
       EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
       EXPECT_FALSE(std::filesystem::exists(t.path() + "/bad")) << how;
     }
