@@ -104,7 +104,7 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
         launch_read_stream(probe.get(), probe.bytes(), harness_stream, 1);
         NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
         const uint64_t c1 = timed->now();
-        (void)ledger->done(-1, i, device_checksum_bytes(digested.get(), ww.digested_bytes, harness_stream));
+        (void)ledger->done(-1, i, device_blake3(digested.get(), ww.digested_bytes, harness_stream));
         calibration_span_us.push_back(double(timed->close(c0, c1).span_ns) / 1e3);
       }
     }
@@ -234,7 +234,7 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
       timed->begin();
       for (int r = 0; r < tj.max_rounds; ++r) {
         // Which calls are re-checked against the reference is the parent's pick (the call ledger),
-        // answered after each call has returned: no call can know whether it will be.
+        // drawn as each call's "done" arrives: no call can know whether it will be.
         std::vector<int> keep;
         const std::string prefix = timed_round_prefix(r);
         for (int n = 0; n < tj.calls_per_round; ++n) {

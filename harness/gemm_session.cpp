@@ -111,7 +111,7 @@ void GemmSession::dry_gap() {
   (void)timed_digest();
 }
 
-uint64_t GemmSession::timed_digest() { return device_checksum_bytes(C_.buf.get(), c_bytes(), harness_stream_); }
+Digest GemmSession::timed_digest() { return device_blake3(C_.buf.get(), c_bytes(), harness_stream_); }
 
 void GemmSession::teardown() {
   nibble_error err{};
@@ -166,20 +166,23 @@ std::string GemmAbiTask::replay_spec_error(const std::string&, const nlohmann::j
   }
 }
 
-uint64_t GemmAbiTask::kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const {
+Digest GemmAbiTask::kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const {
   const std::string name = call_name + ".C";
   if (!timed.has(name) || timed.entry(name).dtype != DType::F32)
     throw std::runtime_error("the kept call " + call_name + " has no fp32 C");
   const size_t n = timed.entry(name).nbytes() / 4;
   const uint8_t* c = timed.data(name);
-  if (!(facts.is_object() && facts.value("c_dtype", std::string()) == "bf16")) return host_checksum_bytes(c, n * 4);
+  if (!(facts.is_object() && facts.value("c_dtype", std::string()) == "bf16")) return host_blake3(c, n * 4);
   std::vector<uint16_t> bf16(n);
   for (size_t i = 0; i < n; ++i) {
     uint32_t bits = 0;
     std::memcpy(&bits, c + i * 4, 4);
+    if (bits & 0xFFFFu)
+      throw std::runtime_error("the kept call " + call_name + "'s C element " + std::to_string(i) +
+                               " is no bf16 value (low bits set), though the solution's C is bf16");
     bf16[i] = uint16_t(bits >> 16);  // bf16_to_f32 is bits << 16: this undoes it exactly
   }
-  return host_checksum_bytes(bf16.data(), n * 2);
+  return host_blake3(bf16.data(), n * 2);
 }
 
 WindowWork GemmAbiTask::window_work(const std::string& config) const {

@@ -10,8 +10,8 @@
 // timed call on the same A. Per-element signs, not per-row ones: a row's sign is read off one
 // element of A, so a solution that kept the first call's C could re-sign its rows and pass; no
 // cached C says anything about a new mixture of the signs within a row (that is a new GEMM). Each
-// timed call's mask seed is drawn when it is staged, after prepare, so neither prepare nor an
-// earlier call can compute a timed call's C ahead.
+// timed call's mask seed is the call ledger's, revealed as the call's window opens (A staged on the
+// GPU inside it), so neither prepare nor an earlier call can compute a timed call's C ahead.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,7 +50,7 @@ class GemmSession : public Session {
   void build() override;
   std::string checked_call(int i, OutputFile& out) override;
   void stage_timed(int n, uint64_t seed) override;
-  uint64_t timed_digest() override;
+  Digest timed_digest() override;
   void call() override;
   bool timed_outputs(const std::string& call_name, bool keep, OutputFile& out) override;
   nlohmann::json replay_spec(const std::vector<int>& kept) const override;
@@ -117,9 +117,9 @@ class GemmAbiTask : public Task {
    *  the one the ledger revealed for call n (`seeds`): any seed stages a valid A (gemm_call_a). */
   std::string replay_spec_error(const std::string&, const nlohmann::json& spec, int calls, const std::vector<int>& picks,
                                 const std::vector<uint64_t>& seeds) const override;
-  /** host_checksum_bytes of kept C as the device held it (re-encoded to bf16 when facts' c_dtype
-   *  says so: the fp32 read back is exact). */
-  uint64_t kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const override;
+  /** host_blake3 of kept C as the device held it (re-encoded to bf16 when facts' c_dtype says so:
+   *  the fp32 read back is exact, and a value with low bits set is no bf16's). */
+  Digest kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const override;
   /** Staging reads the fixture's A and writes the call's (2 x M x K x 2 bytes) and NaN-fills C; the
    *  digest reads C (M x N x 4 bytes: fp32, the larger of the two dtypes a solution may choose). */
   WindowWork window_work(const std::string& config) const override;

@@ -3,6 +3,7 @@
 #include "harness/gpu_checks.h"
 
 #include <algorithm>
+#include <vector>
 #include <stdexcept>
 
 #include "harness/cuda_check.h"
@@ -77,6 +78,72 @@ __global__ void __launch_bounds__(kReadThreads) read_stream_kernel(const uint4* 
   if (acc == never) g_read_sink = acc;
 }
 
+constexpr int kBlake3Group = 64;  // chunks (or CVs) one block merges: a complete subtree of 64 leaves
+
+/** A full 1024-byte chunk's CV from 16-byte loads (p 16-byte aligned): blake3_chunk_cv's words. */
+__device__ void blake3_full_chunk_cv(const uint4* p, uint64_t index, uint32_t* cv) {
+  for (int i = 0; i < 8; ++i) cv[i] = blake3_iv(i);
+  for (int b = 0; b < 16; ++b) {
+    uint32_t m[16];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 w = p[b * 4 + q];
+      m[4 * q] = w.x, m[4 * q + 1] = w.y, m[4 * q + 2] = w.z, m[4 * q + 3] = w.w;
+    }
+    blake3_compress(cv, m, index, 64, (b == 0 ? kBlake3ChunkStart : 0) | (b == 15 ? kBlake3ChunkEnd : 0));
+  }
+}
+
+/** Merges the block's `n` CVs in `cv` pairwise, level by level, an odd last one carried up (the
+ *  BLAKE3 tree of an aligned group: a complete subtree, or the input's last one), into out[0..8). */
+__device__ void blake3_group_merge(uint32_t (*cv)[8], int n, uint32_t* out) {
+  while (n > 1) {
+    const int pairs = n / 2, t = int(threadIdx.x);
+    uint32_t merged[8];
+    if (t < pairs) blake3_parent_cv(cv[2 * t], cv[2 * t + 1], false, merged);
+    __syncthreads();
+    if (t < pairs)
+      for (int i = 0; i < 8; ++i) cv[t][i] = merged[i];
+    if (t == 0 && n % 2)
+      for (int i = 0; i < 8; ++i) cv[pairs][i] = cv[n - 1][i];
+    __syncthreads();
+    n = pairs + n % 2;
+  }
+  if (threadIdx.x < 8) out[threadIdx.x] = cv[0][threadIdx.x];
+}
+
+/** Level 0: thread i of block g the CV of chunk 64 g + i; with `merge`, the block's 64 merged into
+ *  out[g], else each chunk's CV into out[chunk]. */
+__global__ void __launch_bounds__(kBlake3Group) blake3_chunks_kernel(const uint8_t* p, size_t bytes, size_t chunks, bool merge,
+                                                                     bool vector, uint32_t* out) {
+  __shared__ uint32_t cv[kBlake3Group][8];
+  const size_t first = size_t(blockIdx.x) * kBlake3Group, c = first + threadIdx.x;
+  const int n = int(chunks - first < size_t(kBlake3Group) ? chunks - first : size_t(kBlake3Group));
+  if (int(threadIdx.x) < n) {
+    const size_t off = c * kBlake3ChunkBytes, len = bytes - off < kBlake3ChunkBytes ? bytes - off : kBlake3ChunkBytes;
+    if (vector && len == kBlake3ChunkBytes)
+      blake3_full_chunk_cv(reinterpret_cast<const uint4*>(p + off), c, cv[threadIdx.x]);
+    else
+      blake3_chunk_cv(p + off, len, c, false, cv[threadIdx.x]);
+    if (!merge)
+      for (int i = 0; i < 8; ++i) out[8 * c + i] = cv[threadIdx.x][i];
+  }
+  if (!merge) return;
+  __syncthreads();
+  blake3_group_merge(cv, n, out + 8 * size_t(blockIdx.x));
+}
+
+/** A level above: block g merges CVs 64 g .. 64 g + 63 of `in` into out[g]. */
+__global__ void __launch_bounds__(kBlake3Group) blake3_merge_kernel(const uint32_t* in, size_t count, uint32_t* out) {
+  __shared__ uint32_t cv[kBlake3Group][8];
+  const size_t first = size_t(blockIdx.x) * kBlake3Group;
+  const int n = int(count - first < size_t(kBlake3Group) ? count - first : size_t(kBlake3Group));
+  if (int(threadIdx.x) < n)
+    for (int i = 0; i < 8; ++i) cv[threadIdx.x][i] = in[8 * (first + threadIdx.x) + i];
+  __syncthreads();
+  blake3_group_merge(cv, n, out + 8 * size_t(blockIdx.x));
+}
+
 constexpr int kMaskThreads = 256;
 
 /** One thread per 8 elements (16 bytes): a 64-element mask word serves 8 threads. */
@@ -109,6 +176,40 @@ void launch_sign_mask(const uint16_t* a0, uint16_t* a, int64_t n, uint64_t seed,
   const int64_t threads = (n + 7) / 8;
   sign_mask_kernel<<<unsigned((threads + kMaskThreads - 1) / kMaskThreads), kMaskThreads, 0, s>>>(a0, a, n, seed, call, vector);
   NIBBLE_CHECK_LAUNCH();
+}
+
+Digest device_blake3(const void* p, size_t bytes, cudaStream_t s) {
+  const size_t chunks = bytes <= kBlake3ChunkBytes ? 1 : (bytes + kBlake3ChunkBytes - 1) / kBlake3ChunkBytes;
+  if (chunks == 1) {  // one chunk is its own root: on the host
+    std::vector<uint8_t> h(bytes);
+    if (bytes) NIBBLE_CUDA_CALL(cudaMemcpyAsync(h.data(), p, bytes, cudaMemcpyDeviceToHost, s));
+    NIBBLE_CUDA_CALL(cudaStreamSynchronize(s));
+    return host_blake3(h.data(), bytes);
+  }
+  // The GPU merges whole groups while at least two CVs come out (the root's merge is the host's,
+  // with its flag); the host finishes from at most 64.
+  const bool merge = chunks > size_t(kBlake3Group);
+  size_t count = merge ? (chunks + kBlake3Group - 1) / kBlake3Group : chunks;
+  uint32_t *a = nullptr, *b = nullptr;
+  NIBBLE_CUDA_CALL(cudaMallocAsync(&a, count * 32, s));
+  NIBBLE_CUDA_CALL(cudaMallocAsync(&b, count * 32, s));
+  const bool vector = reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  blake3_chunks_kernel<<<unsigned((chunks + kBlake3Group - 1) / kBlake3Group), kBlake3Group, 0, s>>>(
+      static_cast<const uint8_t*>(p), bytes, chunks, merge, vector, a);
+  NIBBLE_CHECK_LAUNCH();
+  while (count > size_t(kBlake3Group)) {
+    const size_t next = (count + kBlake3Group - 1) / kBlake3Group;
+    blake3_merge_kernel<<<unsigned(next), kBlake3Group, 0, s>>>(a, count, b);
+    NIBBLE_CHECK_LAUNCH();
+    std::swap(a, b);
+    count = next;
+  }
+  std::vector<uint32_t> cvs(count * 8);
+  NIBBLE_CUDA_CALL(cudaMemcpyAsync(cvs.data(), a, count * 32, cudaMemcpyDeviceToHost, s));
+  NIBBLE_CUDA_CALL(cudaFreeAsync(a, s));
+  NIBBLE_CUDA_CALL(cudaFreeAsync(b, s));
+  NIBBLE_CUDA_CALL(cudaStreamSynchronize(s));
+  return blake3_finish(std::move(cvs));
 }
 
 void launch_read_stream(const void* p, size_t bytes, cudaStream_t s, int blocks_per_sm) {

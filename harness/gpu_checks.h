@@ -1,13 +1,16 @@
 // gpu_checks.h: checksums and scans computed on the GPU, so the grader can prove that a candidate
-// left its inputs alone (weights, the KV prefix, the token ids) and wrote nothing where it must not,
-// and commit a timed call's outputs to the call ledger; the GEMM replay guard's A, staged on the GPU
-// inside the call's window; and the read-only stream that measures the GEMM tasks' weight-read floor.
+// left its inputs alone (weights, the KV prefix, the token ids) and wrote nothing where it must not;
+// BLAKE3, with which a timed call commits its outputs to the call ledger; the GEMM replay guard's A,
+// staged on the GPU inside the call's window; and the read-only stream that measures the GEMM
+// tasks' weight-read floor.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+
+#include "harness/hash.h"
 
 namespace nibble {
 
@@ -36,6 +39,13 @@ uint64_t device_checksum_bytes(const void* p, size_t bytes, cudaStream_t stream)
 /** Number of non-zero 8-byte words in the same strided ranges. Synchronises `stream`. */
 uint64_t device_count_nonzero(const void* base, size_t blocks, size_t block_stride_bytes, size_t bytes_per_block,
                               cudaStream_t stream);
+
+/** BLAKE3 of the `bytes` bytes at p (device memory, any alignment; 16-byte aligned reads faster):
+ *  chunk CVs and whole 64-leaf subtrees on the GPU, the last levels and the root on the host, bit for
+ *  bit host_blake3 (harness/hash.h). A timed call's commitment of its outputs: binding where a sum of
+ *  per-word terms is not (a generalised birthday search finds other outputs with the same sum).
+ *  Synchronises `stream`. Throws CudaError. */
+Digest device_blake3(const void* p, size_t bytes, cudaStream_t stream);
 
 /** gemm_call_a on the GPU, bit for bit: writes n bf16 bit patterns to `a` (device), `a0` (device)
  *  with each element's sign flipped where its bit of sign_mask_word(seed, call, e / 64) is set; call

@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <stdexcept>
 
 namespace nibble {
@@ -25,8 +24,10 @@ int64_t realtime_ns() {
   return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
-uint32_t check_of(uint32_t kind, int32_t round, int32_t call, uint64_t digest) {
-  return kind ^ uint32_t(round) ^ (uint32_t(call) * 2654435761u) ^ uint32_t(digest) ^ (uint32_t(digest >> 32) * 40503u) ^ kLedgerSalt;
+uint32_t check_of(uint32_t kind, int32_t round, int32_t call, const uint8_t* digest) {
+  uint32_t h = kind ^ uint32_t(round) ^ (uint32_t(call) * 2654435761u) ^ kLedgerSalt;
+  for (int i = 0; i < 32; ++i) h = (h ^ digest[i]) * 16777619u;  // FNV-1a over the digest
+  return h;
 }
 
 void make_pipe(int fds[2]) {
@@ -146,10 +147,16 @@ int NvmlDevice::device_count(std::string* why) {
   return int(n);
 }
 
+uint64_t LedgerDraws::next() {
+  if (mt_) return (*mt_)();
+  return (uint64_t(dev_()) << 32) ^ uint64_t(dev_());  // random_device yields 32-bit words
+}
+
 CallLedger::CallLedger(int calls_per_round, int picks_per_round, std::optional<uint64_t> seed, const std::string& gpu_uuid)
     : calls_per_round_(std::max(1, calls_per_round)),
       picks_per_round_(std::clamp(picks_per_round, 1, std::max(1, calls_per_round))),
-      rng_(seed ? *seed ^ 0x6c6564676572ull : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()),
+      inputs_(seed, 0x696e70757473ull),  // "inputs"
+      picks_rng_(seed, 0x6c6564676572ull),  // "ledger"
       gpu_uuid_(gpu_uuid) {
   // Child -> parent: a packet socket, so that the kernel stamps each message as the child sends it
   // (SO_TIMESTAMPNS): a window is the child's send times, whenever this thread gets to read them
@@ -229,22 +236,18 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
     const bool next_round = m.round == last_round_ + 1 && m.call == 0 &&
                             (last_round_ < 0 || last_call_ == calls_per_round_ - 1);
     if (!first && !next_call && !next_round) return violate("a call out of sequence");
-    if (m.round >= 0 && m.call == 0) {
-      std::vector<int> all(static_cast<size_t>(calls_per_round_));
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng_);
-      picks_.assign(all.begin(), all.begin() + picks_per_round_);
-    }
-    // The call's inputs exist from now on: the seed is drawn after its window opened.
+    if (m.round >= 0 && m.call == 0) picks_left_ = picks_per_round_;
+    // The call's inputs exist from now on, and its window opens as their seed is sent: nothing can
+    // be computed before, and the wait for this thread to wake is no part of the call.
     char reveal[1 + sizeof(uint64_t)] = {'R'};
-    open_seed_ = rng_();
+    open_seed_ = inputs_.next();
     std::memcpy(reveal + 1, &open_seed_, sizeof open_seed_);
+    open_ns_ = realtime_ns();
     if (write(to_child_[1], reveal, sizeof reveal) != ssize_t(sizeof reveal))  // atomic: under PIPE_BUF
       return violate(std::string("the seed could not be sent: ") + std::strerror(errno));
     is_open_ = true;
     open_round_ = m.round;
     open_call_ = m.call;
-    open_ns_ = t;
     return;
   }
   if (!is_open_ || m.round != open_round_ || m.call != open_call_) return violate("a call done that was not open");
@@ -252,9 +255,16 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   c.round = m.round;
   c.call = m.call;
   c.window_us = double(t - open_ns_) / 1e3;
-  c.kept = m.round >= 0 && std::find(picks_.begin(), picks_.end(), m.call) != picks_.end();
+  // Kept or not, decided now that the call is done: picks_left_ of the calls_left calls still to
+  // come, each as likely (sequential sampling: exactly picks_per_round_ of every round, every subset
+  // of that size as likely).
+  if (m.round >= 0) {
+    const uint64_t calls_left = uint64_t(calls_per_round_ - m.call);
+    c.kept = picks_rng_.next() % calls_left < uint64_t(picks_left_);
+    picks_left_ -= c.kept;
+  }
   c.seed = open_seed_;
-  c.digest = m.digest;
+  std::memcpy(c.digest.data(), m.digest, sizeof m.digest);
   // Before the answer: the child waits for it, so the sample never delays the next "open" stamp.
   if (m.round >= 0) nvml_->sample(c);
   const char answer = c.kept ? 'K' : 'S';
@@ -265,8 +275,9 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   last_call_ = m.call;
 }
 
-void LedgerClient::send(LedgerMessage::Kind k, int round, int call, uint64_t digest) {
-  const LedgerMessage m{k, round, call, check_of(k, round, call, digest), digest};
+void LedgerClient::send(LedgerMessage::Kind k, int round, int call, const Digest& digest) {
+  LedgerMessage m{k, round, call, check_of(k, round, call, digest.data()), {}};
+  std::memcpy(m.digest, digest.data(), sizeof m.digest);
   for (;;) {
     const ssize_t n = write(wfd_, &m, sizeof m);  // one packet of the SOCK_SEQPACKET socket
     if (n == ssize_t(sizeof m)) return;
@@ -282,10 +293,15 @@ char LedgerClient::answer(const char* tags, void* rest, size_t n, int round, int
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
   while (got < buf.size()) {
     const double left_ms = std::chrono::duration<double, std::milli>(deadline - std::chrono::steady_clock::now()).count();
+    if (left_ms <= 0) break;
     pollfd p{rfd_, POLLIN, 0};
-    const int r = left_ms > 0 ? poll(&p, 1, int(std::ceil(left_ms))) : 0;
-    if (r < 0 && errno == EINTR) continue;
-    const ssize_t k = r > 0 ? read(rfd_, buf.data() + got, buf.size() - got) : -1;
+    const int r = poll(&p, 1, int(std::ceil(left_ms)));
+    if (r == 0) break;  // the deadline passed
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    const ssize_t k = read(rfd_, buf.data() + got, buf.size() - got);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) break;
     got += size_t(k);
@@ -298,13 +314,13 @@ char LedgerClient::answer(const char* tags, void* rest, size_t n, int round, int
 }
 
 uint64_t LedgerClient::open(int round, int call) {
-  send(LedgerMessage::Open, round, call, 0);
+  send(LedgerMessage::Open, round, call, Digest{});
   uint64_t seed = 0;
   (void)answer("R", &seed, sizeof seed, round, call);
   return seed;
 }
 
-bool LedgerClient::done(int round, int call, uint64_t digest) {
+bool LedgerClient::done(int round, int call, const Digest& digest) {
   send(LedgerMessage::Done, round, call, digest);
   return answer("KS", nullptr, 0, round, call) == 'K';
 }

@@ -3,15 +3,15 @@
 //
 // The child (which hosts the solution, and with it everything the solution can reach: CUPTI, its
 // clock, the child's memory) tells the parent over a socket when each timed call opens and when it
-// is done (device synchronised). The kernel stamps both messages as they are sent (SO_TIMESTAMPNS,
-// CLOCK_REALTIME: a clock the child cannot set), so every call has a duration no solution can
-// shorten and no late wake-up of the parent's thread distorts. The parent answers "open" with the
-// seed of the call's inputs (drawn by the parent, so no input exists before its window opens) and
-// "done" with whether that call's outputs are kept for the reference to re-check: picked at random
-// by the parent, from every round, after the call has returned, so no call can know whether it will
-// be checked. "done" carries a digest of the call's outputs as they were when it was sent: a kept
-// call's outputs read back later must have that digest, so no output can be computed after its
-// window closed. Before the solution is loaded, the child runs a few calibration windows that do
+// is done (device synchronised). The parent answers "open" with the seed of the call's inputs
+// (drawn by the parent as the call opens, so no input exists before), and the call's window runs
+// from that answer's sending (the parent's CLOCK_REALTIME) to the kernel's stamp of "done"
+// (SO_TIMESTAMPNS: a clock the child cannot set), so every call has a duration no solution can
+// shorten and no late wake-up of the parent's thread distorts. It answers "done" with whether that
+// call's outputs are kept for the reference to re-check: drawn by the parent as "done" arrives,
+// from every round, so no call can know whether it will be checked. "done" carries a BLAKE3 digest
+// of the call's outputs as they were when it was sent: a kept call's outputs read back later must
+// have that digest, so no output can be computed after its window closed. Before the solution is loaded, the child runs a few calibration windows that do
 // the harness's part of a timed window around a harness kernel: their (window - GPU span) is the
 // ledger's own overhead. A message out of sequence is tampering (docs/architecture.md "Timing").
 #pragma once
@@ -25,16 +25,18 @@
 #include <thread>
 #include <vector>
 
+#include "harness/hash.h"
+
 namespace nibble {
 
-/** One message, child -> parent (24 bytes: one packet of a SOCK_SEQPACKET socket). */
+/** One message, child -> parent (48 bytes: one packet of a SOCK_SEQPACKET socket). */
 struct LedgerMessage {
   enum Kind : uint32_t { Open = 0x4f50454e, Done = 0x444f4e45 };  // "OPEN", "DONE"
   uint32_t kind;
   int32_t round;  // -1: a calibration window before the build
   int32_t call;
-  uint32_t check;   // of kind, round, call, digest and kLedgerSalt: a torn or foreign write does not parse
-  uint64_t digest;  // "done": Session::timed_digest() of the call's outputs; "open": 0
+  uint32_t check;      // of kind, round, call, digest and kLedgerSalt: a torn or foreign write does not parse
+  uint8_t digest[32];  // "done": Session::timed_digest() of the call's outputs (BLAKE3); "open": zeros
 };
 inline constexpr uint32_t kLedgerSalt = 0x6e69626cu;  // "nibl"
 
@@ -44,7 +46,7 @@ struct LedgerCall {
   double window_us = 0;  // kernel clock: "done" sent - "open" sent (stamped by the kernel, read by the parent)
   bool kept = false;
   uint64_t seed = 0;    // the inputs' seed the parent revealed when the call opened
-  uint64_t digest = 0;  // the outputs' digest the child committed with "done"
+  Digest digest{};      // the outputs' digest the child committed with "done"
   // NVML, read as "done" arrived (NaN / 0 when NVML is not available).
   double sm_mhz = 0, mem_mhz = 0;
   uint64_t clock_events = 0;  // nvmlDeviceGetCurrentClocksEventReasons
@@ -95,12 +97,28 @@ class NvmlDevice {
  *  SyncBoost 0x10 and DisplayClockSetting 0x100 are not throttling. */
 inline constexpr uint64_t kThrottleReasons = 0x4ull | 0x8ull | 0x20ull | 0x40ull | 0x80ull;
 
+/** One stream of the ledger's draws: with a seed, mt19937_64(seed ^ salt) (--timing-seed:
+ *  reproducible, and so predictable); without, every 64-bit word from the OS (std::random_device,
+ *  the kernel's generator), so no number of earlier draws tells the next. */
+class LedgerDraws {
+ public:
+  LedgerDraws(std::optional<uint64_t> seed, uint64_t salt) {
+    if (seed) mt_.emplace(*seed ^ salt);
+  }
+  uint64_t next();
+
+ private:
+  std::optional<std::mt19937_64> mt_;
+  std::random_device dev_;
+};
+
 /**
  * The parent's side: a packet socket (child -> parent) and a pipe (answers), a thread that answers the child, the record. Construct before the
  * child is started, pass child_fds() to it, call finish() after it ended. Answers: to "open", 'R'
- * and the call's 8-byte input seed; to "done", 'K' (kept) or 'S'. `picks_per_round` calls of every
- * round (at least 1) are kept; picks and input seeds are drawn from `seed` when given
- * (--timing-seed: reproducible, and so predictable) or from a generator seeded by the OS.
+ * and the call's 8-byte input seed (the window opens as it is sent); to "done", 'K' (kept) or 'S',
+ * decided then. `picks_per_round` calls of every round (at least 1) are kept. Input seeds and picks
+ * are two streams (LedgerDraws): from `seed` when given (--timing-seed), else from the OS word by
+ * word, so the seeds revealed tell nothing of the picks or of the next seed.
  */
 class CallLedger {
  public:
@@ -129,16 +147,16 @@ class CallLedger {
   void handle(const LedgerMessage& m, int64_t sent_ns);
   int to_parent_[2] = {-1, -1}, to_child_[2] = {-1, -1};
   int calls_per_round_, picks_per_round_;
-  std::mt19937_64 rng_;
+  LedgerDraws inputs_, picks_rng_;
   std::string gpu_uuid_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::vector<LedgerCall> calls_, calibration_;
-  std::vector<int> picks_;  // of the current round
+  int picks_left_ = 0;  // of the current round
   std::string violation_, nvml_why_;
   bool nvml_available_ = false;
   const NvmlDevice* nvml_ = nullptr;  // serve()'s, while it runs
-  // The open call: its (round, call) and when "open" arrived.
+  // The open call: its (round, call), its input seed and when that was sent (the window's start).
   int open_round_ = 0, open_call_ = -1;
   bool is_open_ = false;
   int64_t open_ns_ = 0;
@@ -155,10 +173,10 @@ class LedgerClient {
   uint64_t open(int round, int call);
   /** The call is done (device synchronised; `digest`: Session::timed_digest() of its outputs):
    *  whether the parent keeps its outputs. */
-  bool done(int round, int call, uint64_t digest);
+  bool done(int round, int call, const Digest& digest);
 
  private:
-  void send(LedgerMessage::Kind k, int round, int call, uint64_t digest);
+  void send(LedgerMessage::Kind k, int round, int call, const Digest& digest);
   /** The parent's answer to (round, call): one byte among `tags` (returned), then `n` more into
    *  `rest`; throws std::runtime_error when it does not come whole within the timeout. */
   char answer(const char* tags, void* rest, size_t n, int round, int call);

@@ -274,7 +274,7 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
       ->capture_default_str()->check(kNonEmptyValue);
   grade->add_option("--build-timeout", g.build_timeout_seconds, "Watchdog of build_model and teardown, seconds")
       ->capture_default_str()->check(kNonEmptyValue);
-  grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed steps' token ids (GEMM: of A's sign masks in the timed calls and of which call each round keeps), for a reproducible run; default: no seed, every id and mask seed drawn from the OS by the child when needed, after build_model / prepare, so a candidate can neither learn nor predict them")
+  grade->add_option("--timing-seed", g.timing_seed, "Seed of the timed calls' input seeds (decode: token ids; GEMM: A's sign masks) and of which calls each round keeps, for a reproducible run; default: no seed, every draw from the OS by the grader's parent, each call's input seed revealed only as its window opens, so a candidate can neither learn nor predict them")
       ->check(kSeed);  // as a fixture seed: "", -1 or 2^64 would otherwise become another seed silently
   grade->add_option("--min-rounds", g.min_rounds, "Rounds of timed calls (a decode step is one call) at least")->capture_default_str()->check(kNonEmptyValue);
   grade->add_option("--max-rounds", g.max_rounds, "Rounds of timed calls at most")->capture_default_str()->check(kNonEmptyValue);

@@ -21,6 +21,7 @@
 #include "fixtures/safetensors.h"
 #include "fixtures/tensor.h"
 #include "harness/anchors.h"
+#include "harness/hash.h"
 #include "harness/protocol.h"
 #include "harness/solution_library.h"
 
@@ -60,10 +61,10 @@ class Session {
   virtual void stage_timed(int n, uint64_t seed) = 0;
   /** The solution's call alone (the child syncs the device after it, inside the timing window). */
   virtual void call() = 0;
-  /** After a timed call (device synchronised), inside its window: device_checksum_bytes of the
-   *  outputs timed_outputs() would keep, as they are on the device, the commitment the child sends
-   *  with "done" (Task::kept_digest recomputes it from what is read back). */
-  virtual uint64_t timed_digest() = 0;
+  /** After a timed call (device synchronised), inside its window: device_blake3 of the outputs
+   *  timed_outputs() would keep, as they are on the device, the commitment the child sends with
+   *  "done" (Task::kept_digest recomputes it from what is read back). */
+  virtual Digest timed_digest() = 0;
   /** After a timed call: whether its outputs are finite (checked on every kept call at least),
    *  and when `keep`, its outputs added as "<call_name>.<output>". */
   virtual bool timed_outputs(const std::string& call_name, bool keep, OutputFile& out) = 0;
@@ -185,7 +186,7 @@ class Task {
    *  from its outputs as read back into `timed` (the child's timed-outputs file); `facts` are the
    *  solution's (GEMM: its C dtype, which the device bytes had). Throws std::runtime_error when the
    *  call's outputs are not there in the task's form. */
-  virtual uint64_t kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const = 0;
+  virtual Digest kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const = 0;
   /** Bytes the harness itself writes (staging: inputs and poisoned outputs) and checksums (the
    *  digest) inside each timed window, for the ledger's calibration windows, which move as many
    *  before any solution code runs (an upper bound where the solution's choice sets it). */

@@ -1,7 +1,8 @@
 // test_gpu_checks_gpu.cpp: the harness kernels whose results the host recomputes, against their host
-// twins (harness/hash.h): the checksum a timed call's "done" commits (the parent checks kept outputs
-// with host_checksum_bytes), and the GEMM replay guard's A staged on the GPU (the fp64 oracle and a
-// reader of the docs build it with gemm_call_a).
+// twins (harness/hash.h): the BLAKE3 digest a timed call's "done" commits (the parent checks kept
+// outputs with host_blake3, itself checked against the reference implementation in test_protocol),
+// the input checksum, and the GEMM replay guard's A staged on the GPU (the fp64 oracle and a reader
+// of the docs build it with gemm_call_a).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -26,6 +27,24 @@ TEST(GpuChecks, DeviceChecksumIsTheHostChecksum) {
     NIBBLE_CUDA_CALL(cudaMemcpy(d.get(), h.data(), bytes, cudaMemcpyHostToDevice));
     EXPECT_EQ(device_checksum_bytes(d.get(), bytes, nullptr), host_checksum_bytes(h.data(), bytes)) << bytes;
   }
+}
+
+TEST(GpuChecks, DeviceBlake3IsTheHostBlake3) {
+  NIBBLE_REQUIRE_GPU();
+  // One chunk (the host's), up to 64 (no merge on the GPU), 65 (one merge level and a partial group),
+  // 64^2 + 1 (two merge levels), the decode logits of the full config, a 4096 x 3072 fp32 C; 16-byte
+  // aligned and not.
+  for (const size_t bytes : {size_t(0), size_t(1000), size_t(64 * 1024), size_t(65 * 1024 + 4), size_t(4097 * 1024 + 12),
+                             size_t(128256 * 4), size_t(4096) * 3072 * 4})
+    for (const size_t offset : {size_t(0), size_t(4)}) {
+      std::vector<uint8_t> h(bytes);
+      for (size_t i = 0; i < bytes; ++i) h[i] = uint8_t(i % 251);
+      DeviceBuffer d(bytes + 16);
+      uint8_t* p = static_cast<uint8_t*>(d.get()) + offset;
+      if (bytes) NIBBLE_CUDA_CALL(cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice));
+      EXPECT_EQ(digest_hex(device_blake3(p, bytes, nullptr)), digest_hex(host_blake3(h.data(), bytes)))
+          << bytes << " bytes at offset " << offset;
+    }
 }
 
 TEST(GpuChecks, SignMaskIsGemmCallA) {

@@ -168,7 +168,7 @@ TEST(Protocol, TheReplaySpecMustBeTheLedgersPicks) {
   for (int r = 0; r < 2; ++r)
     for (int n = 0; n < 4; ++n) {
       seeds[size_t(r)].push_back(c.open(r, n));
-      if (c.done(r, n, 0)) kept.push_back(n);
+      if (c.done(r, n, Digest{})) kept.push_back(n);
     }
   l.finish();
   ASSERT_EQ(l.violation(), "");
@@ -190,7 +190,29 @@ TEST(Protocol, TheReplaySpecMustBeTheLedgersPicks) {
   EXPECT_NE(replay_error(gemm, "tiny", nlohmann::json::object(), l).find("not one per timed round"), std::string::npos);
 }
 
-// The checksum the digest is, by hand: one zero word is splitmix64's first output from state 0
+// BLAKE3 on the host against the reference implementation (the Python package blake3 1.0.11, the
+// official test vectors' input: byte i is i % 251), across the chunk and tree boundaries.
+TEST(Protocol, Blake3KnownAnswers) {
+  for (const auto& [n, hex] : std::vector<std::pair<size_t, std::string>>{
+           {0, "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"},
+           {1, "2d3adedff11b61f14c886e35afa036736dcd87a74d27b5c1510225d0f592e213"},
+           {64, "4eed7141ea4a5cd4b788606bd23f46e212af9cacebacdc7d1f4c6dc7f2511b98"},
+           {1023, "10108970eeda3eb932baac1428c7a2163b0e924c9a9e25b35bba72b28f70bd11"},
+           {1024, "42214739f095a406f3fc83deb889744ac00df831c10daa55189b5d121c855af7"},
+           {1025, "d00278ae47eb27b34faecf67b4fe263f82d5412916c1ffd97c8cb7fb814b8444"},
+           {2048, "e776b6028c7cd22a4d0ba182a8bf62205d2ef576467e838ed6f2529b85fba24a"},
+           {3072, "b98cb0ff3623be03326b373de6b9095218513e64f1ee2edd2525c7ad1e5cffd2"},
+           {3073, "7124b49501012f81cc7f11ca069ec9226cecb8a2c850cfe644e327d22d3e1cd3"},
+           {5127, "80155bfcdc40aa0d13634d590494a0b992bd79865e55ad6ef25b005746808607"},
+           {31744, "62b6960e1a44bcc1eb1a611a8d6235b6b4b78f32e7abc4fb4c6cdcce94895c47"},
+           {102400, "bc3e3d41a1146b069abffad3c0d44860cf664390afce4d9661f7902e7943e085"}}) {
+    std::vector<uint8_t> in(n);
+    for (size_t i = 0; i < n; ++i) in[i] = uint8_t(i % 251);
+    EXPECT_EQ(digest_hex(host_blake3(in.data(), n)), hex) << n << " bytes";
+  }
+}
+
+// The input checksum (device_checksum), by hand: one zero word is splitmix64's first output from state 0
 // (0xe220a8397b1dcdaf); a ninth byte is folded FNV-style; words are little-endian at any alignment.
 TEST(Protocol, HostChecksumByHand) {
   const uint8_t zeros[9] = {0, 0, 0, 0, 0, 0, 0, 0, 5};
@@ -315,7 +337,7 @@ TEST(Protocol, KeptOutputsMustHaveTheDigestTheirDoneCommitted) {
   std::vector<uint16_t> c_bf16;
   for (float x : c) c_bf16.push_back(f32_to_bf16(x));
   for (const bool bf16 : {false, true}) {
-    const uint64_t digest = bf16 ? host_checksum_bytes(c_bf16.data(), c_bf16.size() * 2) : host_checksum_bytes(c.data(), c.size() * 4);
+    const Digest digest = bf16 ? host_blake3(c_bf16.data(), c_bf16.size() * 2) : host_blake3(c.data(), c.size() * 4);
     CallLedger l(4, 1, 5, "");
     LedgerClient cl(l.child_read_fd(), l.child_write_fd());
     int kept = -1;
@@ -338,5 +360,11 @@ TEST(Protocol, KeptOutputsMustHaveTheDigestTheirDoneCommitted) {
     // Read as the other dtype: the bytes the device held are not these.
     const nlohmann::json wrong = {{"c_dtype", bf16 ? "fp32" : "bf16"}};
     EXPECT_NE(kept_digest_error(gemm, same, l, wrong), "") << bf16;
+    if (bf16) {  // fp32 values with low bits set, read as a bf16 C: not what the device held
+      std::vector<float> fine = c;
+      fine[0] = 1.5f + 1.0f / 4096;
+      SafetensorsFile f(write_f32(d, "fine.safetensors", {{timed_call_name(0, kept) + ".C", fine}}));
+      EXPECT_NE(kept_digest_error(gemm, f, l, facts).find("is no bf16 value"), std::string::npos);
+    }
   }
 }

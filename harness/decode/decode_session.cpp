@@ -81,8 +81,8 @@ std::vector<float> DecodeSession::read_logits() const {
   return out;
 }
 
-uint64_t DecodeSession::logits_digest() const {
-  return device_checksum_bytes(logits_.buf.get(), logits_.buf.bytes(), harness_stream_);
+Digest DecodeSession::logits_digest() const {
+  return device_blake3(logits_.buf.get(), logits_.buf.bytes(), harness_stream_);
 }
 
 StepOutputs DecodeSession::run_step(const std::vector<int64_t>& tokens, int32_t pos) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harness/decode/device_model.h"
+#include "harness/hash.h"
 #include "harness/solution_library.h"
 
 namespace nibble {
@@ -47,9 +48,9 @@ class DecodeSession {
   StepOutputs run_step(const std::vector<int64_t>& tokens, int32_t pos);
   /** Read back the current logits (after a sync). */
   std::vector<float> read_logits() const;
-  /** device_checksum_bytes of the logits on the device (harness stream, synchronised): the
-   *  commitment a timed step sends with "done". */
-  uint64_t logits_digest() const;
+  /** device_blake3 of the logits on the device (harness stream, synchronised): the commitment a
+   *  timed step sends with "done". */
+  Digest logits_digest() const;
   /** True when the token_ids buffer still holds what prepare_step uploaded (it is read-only). */
   bool tokens_intact() const;
   /** Close the session now (teardown); throws SolutionError on failure. Idempotent. */
