@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include <optional>
+#include <cstdint>
 #include <string>
 #include <vector>
 
