@@ -291,11 +291,17 @@ char LedgerClient::answer(const char* tags, void* rest, size_t n, int round, int
   std::vector<char> buf(1 + n);
   size_t got = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+  // The first 2 ms spin (poll without waiting): the seed's answer falls inside the call's window,
+  // and a thread asleep in poll wakes only when the scheduler gets to it (hundreds of us on a
+  // loaded host); a "done" answer is outside the window, but spinning briefly costs nothing there.
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
   while (got < buf.size()) {
-    const double left_ms = std::chrono::duration<double, std::milli>(deadline - std::chrono::steady_clock::now()).count();
+    const auto now = std::chrono::steady_clock::now();
+    const double left_ms = std::chrono::duration<double, std::milli>(deadline - now).count();
     if (left_ms <= 0) break;
     pollfd p{rfd_, POLLIN, 0};
-    const int r = poll(&p, 1, int(std::ceil(left_ms)));
+    const int r = poll(&p, 1, now < spin_until ? 0 : int(std::ceil(left_ms)));
+    if (r == 0 && now < spin_until) continue;
     if (r == 0) break;  // the deadline passed
     if (r < 0) {
       if (errno == EINTR) continue;
