@@ -201,7 +201,7 @@ SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
  * checked calls); then per timed call flush() (record kinds re-enabled, flush, device sync), the
  * harness's staging, now() (one timestamp ends the gap and opens the window), the call with its
  * device sync, now() again, the harness's digest, and close(c0, c1): one collect after the call,
- * split at c0 (a collect just before the launch put CUPTI's next buffer request inside the window,
+ * split near c0 (a collect just before the launch put CUPTI's next buffer request inside the window,
  * e970ed3). Kernels CUPTI
  * delivers only after the collect that should have seen them (still running past a window's device
  * sync) count in late_kernels(), judged InvalidTiming (verdict.cpp). From begin() on every kernel and graph launch
@@ -210,6 +210,8 @@ SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
  */
 class TimedCalls {
  public:
+  /** How far an activity record's timestamps may read off the host's CUPTI clock (close()). */
+  static constexpr uint64_t kActivitySkewNs = 20000;
   explicit TimedCalls(cudaStream_t stream) : stream_(stream), stream_id_(timer_.stream_id(stream)) {}
   /** The dry gap (above): once, after the session is open, before the build. */
   template <class F>
@@ -247,15 +249,27 @@ class TimedCalls {
     flush();
     return now();
   }
-  /** After the call and its device synchronisation: the window's records [c0, c1] summarised, and
-   *  the gap before c0 judged; records that start after c1 (the harness's digest of the outputs)
-   *  belong to the next gap. */
+  /** After the call and its device synchronisation: the window's records summarised, and the gap
+   *  before it judged. The window is [c0, c1] for the harness's own records (the calibration's
+   *  kernel; staging ends before c0, the digest starts after c1) and [c0 - kActivitySkewNs, c1 +
+   *  kActivitySkewNs] for every other stream's: an activity record's GPU timestamps, converted to
+   *  CUPTI's clock, can read a few microseconds off the host's reading of it, so a solution's copy
+   *  issued right after c0 read as gap work (a Python solution, 9 of 96 steps, on an H100 on
+   *  2026-12-06); a record of the solution's near the edges counts in its span instead, which can
+   *  only lengthen it. Records that start later belong to the next gap. */
   SpanStats close(uint64_t c0, uint64_t c1) {
+    // The edge's records are all in CUPTI's buffers by now (now() is later than c1 + the skew)
+    // unless close() came sooner: then the edge is now, and nothing after it is collected early.
+    const uint64_t t1 = std::max(c1, std::min(c1 + kActivitySkewNs, now()));
     std::vector<ActivityRecord> gap, window, late;
-    for (const ActivityRecord& r : timer_.collect(gap_start_, c1, &late)) (r.start_ns < c0 ? gap : window).push_back(r);
+    for (const ActivityRecord& r : timer_.collect(gap_start_, t1, &late)) {
+      const bool harness = r.stream_id == stream_id_;
+      const bool inside = harness ? r.start_ns >= c0 && r.start_ns <= c1 : r.start_ns + kActivitySkewNs >= c0;
+      (inside ? window : gap).push_back(r);
+    }
     count_foreign(span_of(off_stream(gap)));
     late_kernels_ += span_of(late).kernels;
-    gap_start_ = c1;
+    gap_start_ = t1;
     return span_of(window);
   }
   SpanStats close(uint64_t c0) { return close(c0, now()); }
