@@ -210,8 +210,6 @@ SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
  */
 class TimedCalls {
  public:
-  /** How far an activity record's timestamps may read off the host's CUPTI clock (close()). */
-  static constexpr uint64_t kActivitySkewNs = 20000;
   explicit TimedCalls(cudaStream_t stream) : stream_(stream), stream_id_(timer_.stream_id(stream)) {}
   /** The dry gap (above): once, after the session is open, before the build. */
   template <class F>
@@ -249,24 +247,16 @@ class TimedCalls {
     flush();
     return now();
   }
-  /** After the call and its device synchronisation: the window's records summarised, and the gap
-   *  before it judged. The window is [c0, c1] for the harness's own records (the calibration's
-   *  kernel; staging ends before c0, the digest starts after c1) and [c0 - kActivitySkewNs, c1 +
-   *  kActivitySkewNs] for every other stream's: an activity record's GPU timestamps, converted to
-   *  CUPTI's clock, can read a few microseconds off the host's reading of it, so a solution's copy
-   *  issued right after c0 read as gap work (a Python solution, 9 of 96 steps, on an H100 on
-   *  2026-12-06); a record of the solution's near the edges counts in its span instead, which can
-   *  only lengthen it. Records that start later belong to the next gap. */
+  /** After the call and its device synchronisation: the window's records (in_window: [c0, c1],
+   *  widened by kActivitySkewNs for the solution's) summarised, and the gap before it judged;
+   *  records that start later belong to the next gap. */
   SpanStats close(uint64_t c0, uint64_t c1) {
     // The edge's records are all in CUPTI's buffers by now (now() is later than c1 + the skew)
     // unless close() came sooner: then the edge is now, and nothing after it is collected early.
     const uint64_t t1 = std::max(c1, std::min(c1 + kActivitySkewNs, now()));
     std::vector<ActivityRecord> gap, window, late;
-    for (const ActivityRecord& r : timer_.collect(gap_start_, t1, &late)) {
-      const bool harness = r.stream_id == stream_id_;
-      const bool inside = harness ? r.start_ns >= c0 && r.start_ns <= c1 : r.start_ns + kActivitySkewNs >= c0;
-      (inside ? window : gap).push_back(r);
-    }
+    for (const ActivityRecord& r : timer_.collect(gap_start_, t1, &late))
+      (in_window(r, c0, c1, stream_id_) ? window : gap).push_back(r);
     count_foreign(span_of(off_stream(gap)));
     late_kernels_ += span_of(late).kernels;
     gap_start_ = t1;

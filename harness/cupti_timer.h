@@ -145,6 +145,22 @@ struct SpanStats {
 /** Summarise the records of one window. */
 SpanStats span_of(const std::vector<ActivityRecord>& records);
 
+/** How far an activity record's timestamps may read off the host's reading of CUPTI's clock: a GPU
+ *  timestamp converted to it against cuptiGetTimestamp (a Python solution's first copy, issued
+ *  right after a window opened, read as starting before it in 9 of 96 steps on an H100 on
+ *  2026-12-06). */
+inline constexpr uint64_t kActivitySkewNs = 20000;
+
+/** Whether record `r` (collected up to at most c1 + kActivitySkewNs) belongs to the timed window
+ *  opened at c0 and closed at c1 (CuptiTimer::now), else to the gap before it. The harness's own
+ *  records (on `harness_stream`: staging before c0, the digest after c1, the calibration's kernel
+ *  inside) by [c0, c1]; any other stream's from c0 - kActivitySkewNs on, so a solution's record near
+ *  the edges counts in its span, which can only lengthen it, never as gap work. Pure. */
+inline bool in_window(const ActivityRecord& r, uint64_t c0, uint64_t c1, uint32_t harness_stream) {
+  if (r.stream_id == harness_stream) return r.start_ns >= c0 && r.start_ns <= c1;
+  return r.start_ns + kActivitySkewNs >= c0;
+}
+
 /**
  * Owns the process's CUPTI activity subscription (CUPTI's callbacks are process-global, so at most
  * one instance may exist). Constructing enables CONCURRENT_KERNEL, MEMCPY, MEMCPY2 (peer) and MEMSET records,
