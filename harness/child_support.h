@@ -247,18 +247,24 @@ class TimedCalls {
     flush();
     return now();
   }
-  /** After the call and its device synchronisation: the window's records (in_window: [c0, c1],
-   *  widened by kActivitySkewNs for the solution's) summarised, and the gap before it judged;
-   *  records that start later belong to the next gap. */
-  SpanStats close(uint64_t c0, uint64_t c1) {
+  /** After the call and its device synchronisation: the window's records (in_window: the
+   *  solution's from c0 - kActivitySkewNs to c1 + kActivitySkewNs) summarised, and the gap before
+   *  it judged; records that start later belong to the next gap. A `calibration` window's is its
+   *  harness kernel, collected up to c1 only. */
+  SpanStats close(uint64_t c0, uint64_t c1, bool calibration = false) {
     // The edge's records are all in CUPTI's buffers by now (now() is later than c1 + the skew)
     // unless close() came sooner: then the edge is now, and nothing after it is collected early.
-    const uint64_t t1 = std::max(c1, std::min(c1 + kActivitySkewNs, now()));
+    const uint64_t t1 = calibration ? c1 : std::max(c1, std::min(c1 + kActivitySkewNs, now()));
     std::vector<ActivityRecord> gap, window, late;
     for (const ActivityRecord& r : timer_.collect(gap_start_, t1, &late))
-      (in_window(r, c0, c1, stream_id_) ? window : gap).push_back(r);
+      (in_window(r, c0, stream_id_, calibration) ? window : gap).push_back(r);
     count_foreign(span_of(off_stream(gap)));
-    late_kernels_ += span_of(late).kernels;
+    // Delivered after the collect that should have seen them: kernels still running past a
+    // window's device sync (late_kernels), and the solution's copies and memsets, which started
+    // in a window's edge or a gap, counted as gap work (nothing else would see them).
+    const SpanStats l = span_of(late), l_off = span_of(off_stream(late));
+    late_kernels_ += l.kernels;
+    count_foreign({0, 0, 0, l_off.memcpys, l_off.memsets, false, ""});
     gap_start_ = t1;
     return span_of(window);
   }

@@ -152,12 +152,14 @@ SpanStats span_of(const std::vector<ActivityRecord>& records);
 inline constexpr uint64_t kActivitySkewNs = 20000;
 
 /** Whether record `r` (collected up to at most c1 + kActivitySkewNs) belongs to the timed window
- *  opened at c0 and closed at c1 (CuptiTimer::now), else to the gap before it. The harness's own
- *  records (on `harness_stream`: staging before c0, the digest after c1, the calibration's kernel
- *  inside) by [c0, c1]; any other stream's from c0 - kActivitySkewNs on, so a solution's record near
- *  the edges counts in its span, which can only lengthen it, never as gap work. Pure. */
-inline bool in_window(const ActivityRecord& r, uint64_t c0, uint64_t c1, uint32_t harness_stream) {
-  if (r.stream_id == harness_stream) return r.start_ns >= c0 && r.start_ns <= c1;
+ *  opened at c0 and closed at c1 (CuptiTimer::now), else to the gap before it. Any other stream's
+ *  than `harness_stream` from c0 - kActivitySkewNs on, so a solution's record near the edges counts
+ *  in its span, which can only lengthen it, never as gap work. The harness's own by what they are,
+ *  not by their timestamps (which read off by as much): a timed window holds none of them (staging
+ *  ends before c0, the digest starts after c1), a calibration window (`calibration`) its one kernel
+ *  (its staging is copies and memsets, its digest starts after c1, past what is collected). Pure. */
+inline bool in_window(const ActivityRecord& r, uint64_t c0, uint32_t harness_stream, bool calibration) {
+  if (r.stream_id == harness_stream) return calibration && r.kind == ActivityRecord::Kernel;
   return r.start_ns + kActivitySkewNs >= c0;
 }
 

@@ -229,7 +229,8 @@ Digest device_blake3(const void* p, size_t bytes, cudaStream_t s) {
     std::swap(a, b);
     count = next;
   }
-  auto* h = static_cast<uint32_t*>(pinned_scratch(kCvSlotA, count * 32));
+  // At most 64 CVs come back, however many bytes: the pinned buffer is sized once for all.
+  auto* h = static_cast<uint32_t*>(pinned_scratch(kCvSlotA, size_t(kBlake3Group) * 32));
   NIBBLE_CUDA_CALL(cudaMemcpyAsync(h, a, count * 32, cudaMemcpyDeviceToHost, s));
   NIBBLE_CUDA_CALL(cudaStreamSynchronize(s));
   return blake3_finish(std::vector<uint32_t>(h, h + count * 8));

@@ -291,10 +291,10 @@ char LedgerClient::answer(const char* tags, void* rest, size_t n, int round, int
   std::vector<char> buf(1 + n);
   size_t got = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
-  // The first 2 ms spin (poll without waiting): the seed's answer falls inside the call's window,
-  // and a thread asleep in poll wakes only when the scheduler gets to it (hundreds of us on a
-  // loaded host); a "done" answer is outside the window, but spinning briefly costs nothing there.
-  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+  // The seed's answer falls inside the call's window, and a thread asleep in poll wakes only when
+  // the scheduler gets to it (hundreds of us on a loaded host): its first 2 ms spin (poll without
+  // waiting). A "done" answer is outside the window: it sleeps.
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(tags[0] == 'R' ? 2 : 0);
   while (got < buf.size()) {
     const auto now = std::chrono::steady_clock::now();
     const double left_ms = std::chrono::duration<double, std::milli>(deadline - now).count();

@@ -92,20 +92,21 @@ TEST(GpuSpan, UnionAndSpanByHand) {
   EXPECT_EQ(s.memsets, 0);
 }
 
-// A window opened at 1'000'000 and closed at 2'000'000 (ns), the harness on stream 7: its records
-// by [c0, c1] (staging before, the digest after, the calibration's kernel inside), the solution's
-// (stream 8) from c0 - 20 us on, so a copy whose timestamp reads 5 us early is the window's, not gap
-// work; 30 us early is the gap's.
+// A window opened at c0 = 1'000'000 ns, the harness on stream 7: its records by what they are (a
+// timed window holds none, a calibration window its kernel, never its staging's copies), whatever
+// their timestamps read; the solution's (stream 8) from c0 - 20 us on, so a copy whose timestamp
+// reads 5 us early is the window's, not gap work; 30 us early is the gap's.
 TEST(GpuSpan, TheWindowsEdges) {
-  const uint64_t c0 = 1'000'000, c1 = 2'000'000;
-  const auto rec = [](uint64_t start, uint32_t stream) { return ActivityRecord{ActivityRecord::Memcpy, start, start + 1000, stream}; };
-  EXPECT_FALSE(in_window(rec(c0 - 5'000, 7), c0, c1, 7)) << "the harness's staging";
-  EXPECT_TRUE(in_window(rec(c0 + 10, 7), c0, c1, 7)) << "the calibration's kernel";
-  EXPECT_FALSE(in_window(rec(c1 + 3'000, 7), c0, c1, 7)) << "the harness's digest";
-  EXPECT_TRUE(in_window(rec(c0 - 5'000, 8), c0, c1, 7)) << "the solution's first copy, read 5 us early";
-  EXPECT_TRUE(in_window(rec(c0 - kActivitySkewNs, 8), c0, c1, 7));
-  EXPECT_FALSE(in_window(rec(c0 - kActivitySkewNs - 1, 8), c0, c1, 7)) << "gap work";
-  EXPECT_TRUE(in_window(rec(c1 + 5'000, 8), c0, c1, 7)) << "the solution's last copy, read 5 us late";
+  const uint64_t c0 = 1'000'000;
+  const auto rec = [](ActivityRecord::Kind k, uint64_t start, uint32_t stream) { return ActivityRecord{k, start, start + 1000, stream}; };
+  const auto copy = ActivityRecord::Memcpy, kernel = ActivityRecord::Kernel;
+  EXPECT_FALSE(in_window(rec(copy, c0 + 2'000, 7), c0, 7, false)) << "the harness's staging, read late";
+  EXPECT_FALSE(in_window(rec(kernel, c0 + 10, 7), c0, 7, false)) << "a timed window holds no harness work";
+  EXPECT_TRUE(in_window(rec(kernel, c0 - 3'000, 7), c0, 7, true)) << "the calibration's kernel, read early";
+  EXPECT_FALSE(in_window(rec(copy, c0 + 2'000, 7), c0, 7, true)) << "the calibration's staging";
+  EXPECT_TRUE(in_window(rec(copy, c0 - 5'000, 8), c0, 7, false)) << "the solution's first copy, read 5 us early";
+  EXPECT_TRUE(in_window(rec(copy, c0 - kActivitySkewNs, 8), c0, 7, false));
+  EXPECT_FALSE(in_window(rec(copy, c0 - kActivitySkewNs - 1, 8), c0, 7, false)) << "gap work";
 }
 
 TEST(GpuSpan, NoRecordOrZeroDurationIsInvalid) {
