@@ -77,8 +77,10 @@ class GemmSession : public Session {
 
  private:
   /** Call `call`'s A staged from the fixture's on the GPU (launch_sign_mask) and C NaN-filled,
-   *  synchronised; returns A's checksum when asked, else 0. */
-  uint64_t stage(int64_t call, uint64_t seed, bool checksum);
+   *  synchronised. */
+  void stage(int64_t call, uint64_t seed);
+  /** A's checksum on the device (a checked call must leave it as staged). */
+  uint64_t a_checksum();
   size_t c_bytes() const { return size_t(M_ * N_) * (c_bf16_ ? 2 : 4); }
   /** C as fp32, added as `<name>.C`; returns whether it is finite. */
   bool add_c(const std::string& name, OutputFile& out);

@@ -159,8 +159,9 @@ CallLedger::CallLedger(int calls_per_round, int picks_per_round, std::optional<u
       picks_rng_(seed, 0x6c6564676572ull),  // "ledger"
       gpu_uuid_(gpu_uuid) {
   // Child -> parent: a packet socket, so that the kernel stamps each message as the child sends it
-  // (SO_TIMESTAMPNS): a window is the child's send times, whenever this thread gets to read them
-  // (a loaded host wakes a thread late: stamps taken on receipt made windows ~10x too short).
+  // (SO_TIMESTAMPNS): a window ends at the child's send of "done", whenever this thread gets to
+  // read it (a loaded host wakes a thread late: stamps taken on receipt made windows ~10x too
+  // short); it starts as this thread sends the seed.
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, to_parent_) != 0)
     throw std::runtime_error(std::string("the call ledger's socket: ") + std::strerror(errno));
   const int on = 1;
