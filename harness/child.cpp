@@ -39,8 +39,9 @@ using namespace nibble::child;
 
 namespace {
 
-/** Windows the ledger times around a harness kernel before the build: its own overhead. */
-constexpr int kLedgerCalibrationWindows = 16;
+/** Windows the ledger times around a harness kernel before the build: its own overhead (12 per
+ *  window-work form of a GEMM, Task::window_work_forms). */
+constexpr int kLedgerCalibrationWindows = 24;
 
 ChildError error_of(const char* kind, const std::string& message) {
   ChildError e;
@@ -90,15 +91,25 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
       ledger = std::make_unique<LedgerClient>(job.ledger_read_fd, job.ledger_write_fd);
       // Each window does the harness's part of a timed window (harness/child.cpp below): the
       // flush, the seed's round trip, staging's bytes, the call's device sync, the digest's pass.
-      const WindowWork ww = task->window_work(job.config);
-      DeviceBuffer probe(size_t(1) << 20), staged(std::max<size_t>(ww.staged_bytes, 8)), digested(std::max<size_t>(ww.digested_bytes, 8));
-      std::vector<uint8_t> upload(ww.uploaded_bytes);
+      // A window per form the solution's window may take, in turn (calibration_overheads_us).
+      std::vector<WindowWork> forms;
+      WindowWork most;
+      for (const nlohmann::json& f : task->window_work_forms(job.config)) {
+        forms.push_back(task->window_work(job.config, f));
+        most.staged_bytes = std::max(most.staged_bytes, forms.back().staged_bytes);
+        most.uploaded_bytes = std::max(most.uploaded_bytes, forms.back().uploaded_bytes);
+        most.digested_bytes = std::max(most.digested_bytes, forms.back().digested_bytes);
+      }
+      DeviceBuffer probe(size_t(1) << 20), staged(std::max<size_t>(most.staged_bytes, 8)),
+          digested(std::max<size_t>(most.digested_bytes, 8));
+      std::vector<uint8_t> upload(most.uploaded_bytes);
       for (int i = 0; i < kLedgerCalibrationWindows; ++i) {
+        const WindowWork& ww = forms[size_t(i) % forms.size()];
         timed->flush();
         const uint64_t seed = ledger->open(-1, i);
         NIBBLE_CUDA_CALL(cudaMemsetAsync(staged.get(), int(seed & 0xff), ww.staged_bytes, harness_stream));
-        if (!upload.empty())
-          NIBBLE_CUDA_CALL(cudaMemcpyAsync(staged.get(), upload.data(), upload.size(), cudaMemcpyHostToDevice, harness_stream));
+        if (ww.uploaded_bytes)
+          NIBBLE_CUDA_CALL(cudaMemcpyAsync(staged.get(), upload.data(), ww.uploaded_bytes, cudaMemcpyHostToDevice, harness_stream));
         NIBBLE_CUDA_CALL(cudaStreamSynchronize(harness_stream));
         const uint64_t c0 = timed->now();
         launch_read_stream(probe.get(), probe.bytes(), harness_stream, 1);

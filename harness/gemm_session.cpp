@@ -174,7 +174,7 @@ Digest GemmAbiTask::kept_digest(const SafetensorsFile& timed, const std::string&
     throw std::runtime_error("the kept call " + call_name + " has no fp32 C");
   const size_t n = timed.entry(name).nbytes() / 4;
   const uint8_t* c = timed.data(name);
-  if (!(facts.is_object() && facts.value("c_dtype", std::string()) == "bf16")) return host_blake3(c, n * 4);
+  if (gemm_c_bytes(facts) == 4) return host_blake3(c, n * 4);
   std::vector<uint16_t> bf16(n);
   for (size_t i = 0; i < n; ++i) {
     uint32_t bits = 0;
@@ -187,10 +187,11 @@ Digest GemmAbiTask::kept_digest(const SafetensorsFile& timed, const std::string&
   return host_blake3(bf16.data(), n * 2);
 }
 
-WindowWork GemmAbiTask::window_work(const std::string& config) const {
+WindowWork GemmAbiTask::window_work(const std::string& config, const nlohmann::json& facts) const {
   const nlohmann::ordered_json d = config_dims(config);
   const uint64_t M = d.at("M").get<uint64_t>(), N = d.at("N").get<uint64_t>(), K = d.at("K").get<uint64_t>();
-  return {4 * M * K + 4 * M * N, 0, 4 * M * N};
+  const uint64_t c = M * N * uint64_t(gemm_c_bytes(facts));
+  return {4 * M * K + c, 0, c};
 }
 
 OracleErrors GemmAbiTask::gemm_oracle_errors(const std::string& config, const uint16_t* a0, int64_t M, int64_t K,

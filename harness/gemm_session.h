@@ -36,6 +36,12 @@ namespace nibble {
  *  Writes n values to `a`. */
 void gemm_call_a(const uint16_t* a0, int64_t n, uint64_t seed, int64_t call, uint16_t* a);
 
+/** Bytes per element of the C a solution with these facts (GemmSession::facts()) writes: 2 where
+ *  c_dtype is "bf16", else 4 (fp32, also for facts without it). */
+inline int gemm_c_bytes(const nlohmann::json& facts) {
+  return facts.is_object() && facts.value("c_dtype", std::string("fp32")) == "bf16" ? 2 : 4;
+}
+
 /**
  * The Session of a GEMM-ABI task. The derived class uploads its weights, then calls
  * set_problem() with the nibble_gemm_problem it filled (tensors pointing into its own storage)
@@ -123,8 +129,12 @@ class GemmAbiTask : public Task {
    *  the fp32 read back is exact, and a value with low bits set is no bf16's). */
   Digest kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const override;
   /** Staging reads the fixture's A and writes the call's (2 x M x K x 2 bytes) and NaN-fills C; the
-   *  digest reads C (M x N x 4 bytes: fp32, the larger of the two dtypes a solution may choose). */
-  WindowWork window_work(const std::string& config) const override;
+   *  digest reads C (M x N x gemm_c_bytes(facts) bytes). */
+  WindowWork window_work(const std::string& config, const nlohmann::json& facts) const override;
+  /** C in fp32 and in bf16. */
+  std::vector<nlohmann::json> window_work_forms(const std::string&) const override {
+    return {{{"c_dtype", "fp32"}}, {{"c_dtype", "bf16"}}};
+  }
   bool host_wall_informational() const override { return true; }
   nlohmann::ordered_json timing_protocol() const override {
     return {{"inputs", "A with a fresh sign mask per call, its seed drawn by the grader's parent and revealed as the "

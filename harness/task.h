@@ -112,6 +112,9 @@ struct WindowWork {
   uint64_t staged_bytes = 0;    // written (and read) on the device to stage the inputs and poison the outputs
   uint64_t uploaded_bytes = 0;  // of those, copied from host memory (the decode step's token ids)
   uint64_t digested_bytes = 0;  // the outputs checksummed for the ledger's commitment
+  bool operator==(const WindowWork& o) const {
+    return staged_bytes == o.staged_bytes && uploaded_bytes == o.uploaded_bytes && digested_bytes == o.digested_bytes;
+  }
 };
 
 /** Per-variant, per-call errors of the fp64 oracle path of calibrate. */
@@ -188,9 +191,14 @@ class Task {
    *  call's outputs are not there in the task's form. */
   virtual Digest kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const = 0;
   /** Bytes the harness itself writes (staging: inputs and poisoned outputs) and checksums (the
-   *  digest) inside each timed window, for the ledger's calibration windows, which move as many
-   *  before any solution code runs (an upper bound where the solution's choice sets it). */
-  virtual WindowWork window_work(const std::string& config) const = 0;
+   *  digest) inside each timed window of a solution with these `facts` (Session::facts(); a GEMM's C
+   *  dtype sets the bytes), for the ledger's calibration windows, which move as many before any
+   *  solution code runs. */
+  virtual WindowWork window_work(const std::string& config, const nlohmann::json& facts) const = 0;
+  /** The facts whose window_work differ, one per form a solution may take: the calibration windows
+   *  run before the solution is loaded, so they mirror each form in turn (window i the form
+   *  i % size) and the grader credits those of the solution's own (calibration_overheads_us). */
+  virtual std::vector<nlohmann::json> window_work_forms(const std::string&) const { return {nlohmann::json::object()}; }
   /** Timed calls per round. */
   virtual int calls_per_round() const = 0;
   /** Calls of every round the grader keeps and has the reference re-check, picked by the parent
@@ -241,6 +249,14 @@ std::string replay_error(const Task& task, const std::string& config, const nloh
  *  first call whose outputs changed after its window closed, or that cannot be read: outputs
  *  computed after the window closed. */
 std::string kept_digest_error(const Task& task, const SafetensorsFile& timed, const CallLedger& ledger, const nlohmann::json& facts);
+
+/** The ledger's overhead in each calibration window that mirrored the window work of a solution
+ *  with these `facts` (window i mirrors Task::window_work_forms(config)[i % forms]): its window on
+ *  the grader's clock (`window_us`, the ledger's) less its harness kernel's GPU span (`span_us`,
+ *  CUPTI's), in us, for the windows both list. A solution whose window work no form equals is
+ *  credited the form of least work (never more than it does). */
+std::vector<double> calibration_overheads_us(const Task& task, const std::string& config, const nlohmann::json& facts,
+                                             const std::vector<double>& window_us, const std::vector<double>& span_us);
 
 /** Every task, in `nibble configs` order. */
 const std::vector<const Task*>& all_tasks();

@@ -71,4 +71,21 @@ std::string kept_digest_error(const Task& task, const SafetensorsFile& timed, co
   return "";
 }
 
+std::vector<double> calibration_overheads_us(const Task& task, const std::string& config, const nlohmann::json& facts,
+                                             const std::vector<double>& window_us, const std::vector<double>& span_us) {
+  const std::vector<nlohmann::json> forms = task.window_work_forms(config);
+  const WindowWork own = task.window_work(config, facts);
+  auto bytes = [](const WindowWork& w) { return w.staged_bytes + w.uploaded_bytes + w.digested_bytes; };
+  size_t pick = 0;
+  bool matched = false;
+  for (size_t f = 0; f < forms.size() && !matched; ++f) {
+    const WindowWork w = task.window_work(config, forms[f]);
+    if (w == own) pick = f, matched = true;
+    else if (bytes(w) < bytes(task.window_work(config, forms[pick]))) pick = f;
+  }
+  std::vector<double> out;
+  for (size_t i = pick; i < window_us.size() && i < span_us.size(); i += forms.size()) out.push_back(window_us[i] - span_us[i]);
+  return out;
+}
+
 }  // namespace nibble

@@ -368,3 +368,24 @@ TEST(Protocol, KeptOutputsMustHaveTheDigestTheirDoneCommitted) {
     }
   }
 }
+
+TEST(Protocol, TheLedgerCreditsTheCalibrationWindowsOfTheSolutionsOwnWindowWork) {
+  const Task& gemm = find_task("gemm-w4a16-nvfp4");
+  const std::string config = "m128-n4096-k4096";
+  // By hand: staging reads A0 and writes A (2 x 128 x 4096 x 2 bytes) and NaN-fills C; the digest reads C.
+  const nlohmann::json fp32 = {{"c_dtype", "fp32"}}, bf16 = {{"c_dtype", "bf16"}};
+  const WindowWork w32 = gemm.window_work(config, fp32), w16 = gemm.window_work(config, bf16);
+  EXPECT_EQ(w32.digested_bytes, 128u * 4096u * 4u);
+  EXPECT_EQ(w32.staged_bytes, 4u * 128u * 4096u + 128u * 4096u * 4u);
+  EXPECT_EQ(w16.digested_bytes, 128u * 4096u * 2u);
+  EXPECT_EQ(w16.staged_bytes, 4u * 128u * 4096u + 128u * 4096u * 2u);
+  EXPECT_EQ(gemm.window_work(config, nlohmann::json()), w32);  // no facts: fp32, as GemmSession's default C
+  ASSERT_EQ(gemm.window_work_forms(config).size(), 2u);  // windows alternate fp32, bf16
+  const std::vector<double> window = {110, 60, 112, 62, 114, 64, 116}, span = {10, 10, 10, 10, 10, 10};
+  EXPECT_EQ(calibration_overheads_us(gemm, config, fp32, window, span), (std::vector<double>{100, 102, 104}));
+  EXPECT_EQ(calibration_overheads_us(gemm, config, bf16, window, span), (std::vector<double>{50, 52, 54}));
+  // A form no window mirrored (an unknown C dtype reads as fp32 above; here a task of one form).
+  const Task& decode = find_task("megakernel-int4-weight-decode");
+  EXPECT_EQ(calibration_overheads_us(decode, "tiny", nlohmann::json::object(), {30, 31, 32}, {1, 1, 1}),
+            (std::vector<double>{29, 30, 31}));
+}

@@ -331,7 +331,7 @@ class DecodeTask final : public Task {
     return host_blake3(timed.data(name), timed.entry(name).nbytes());
   }
   /** Staging NaN-fills the logits and uploads the ids; the digest reads the logits. */
-  WindowWork window_work(const std::string& config) const override {
+  WindowWork window_work(const std::string& config, const json&) const override {
     const auto& d = decode_config(config).dims;
     const uint64_t logits = uint64_t(d.batch) * uint64_t(d.vocab) * 4;
     return {logits + uint64_t(d.batch) * 8, uint64_t(d.batch) * 8, logits};

@@ -98,8 +98,7 @@ class GemmTask final : public GemmAbiTask {
   std::optional<double> element_guard(const std::string&) const override { return kGemmElementGuard; }
   Roofline roofline(const std::string& config, const json& facts) const override {
     const GemmConfig c = gemm_config(name_, config);
-    const int c_bytes = facts.is_object() && facts.value("c_dtype", std::string("fp32")) == "bf16" ? 2 : 4;
-    return {double(c.bytes_per_call(c_bytes)), double(c.flops()), "A, W's codes and scales read once, C written once"};
+    return {double(c.bytes_per_call(gemm_c_bytes(facts))), double(c.flops()), "A, W's codes and scales read once, C written once"};
   }
   uint64_t read_floor_bytes(const std::string& config) const override { return uint64_t(gemm_config(name_, config).weight_bytes()); }
   std::string reference_library() const override { return "libnibble_gemm_reference.so"; }

@@ -128,9 +128,8 @@ class Int4GemmTask final : public GemmAbiTask {
   /** A and the weights as the solution's layout holds them read once, C written once. */
   Roofline roofline(const std::string& config, const json& facts) const override {
     const Int4GemmConfig c = int4_gemm_config(config);
-    const bool obj = facts.is_object();
-    const int c_bytes = obj && facts.value("c_dtype", std::string("fp32")) == "bf16" ? 2 : 4;
-    const Int4Layout layout = int4_layout_from_name(obj ? facts.value("int4_layout", std::string("plain")) : "plain");
+    const int c_bytes = gemm_c_bytes(facts);
+    const Int4Layout layout = int4_layout_from_name(facts.is_object() ? facts.value("int4_layout", std::string("plain")) : "plain");
     double w = 0;
     for (const auto& s : int4_layout_specs(c.N, c.K, layout, c.symmetric)) w += double(s.nbytes());
     return {2.0 * double(c.M * c.K) + w + double(c.M * c.N * c_bytes), double(c.flops()),
