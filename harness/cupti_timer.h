@@ -155,12 +155,16 @@ inline constexpr uint64_t kActivitySkewNs = 20000;
  *  opened at c0 and closed at c1 (CuptiTimer::now), else to the gap before it. Any other stream's
  *  than `harness_stream` from c0 - kActivitySkewNs on, so a solution's record near the edges counts
  *  in its span, which can only lengthen it, never as gap work. The harness's own by what they are,
- *  not by their timestamps (which read off by as much): a timed window holds none of them (staging
- *  ends before c0, the digest starts after c1), a calibration window (`calibration`) its one kernel
- *  (its staging is copies and memsets, its digest starts after c1, past what is collected). Pure. */
+ *  not by their timestamps alone (which read off by as much): a timed window holds none of them
+ *  (staging ends before c0, the digest starts after c1), a calibration window (`calibration`) its
+ *  one kernel: a kernel from c0 - kActivitySkewNs on (its staging is copies and memsets; the
+ *  previous window's digest kernels ran before the flush, the seed's round trip and the staging,
+ *  each longer than the skew: counted in, they made every calibration span the whole gap, 2026-12-06
+ *  on an H100). Pure. */
 inline bool in_window(const ActivityRecord& r, uint64_t c0, uint32_t harness_stream, bool calibration) {
-  if (r.stream_id == harness_stream) return calibration && r.kind == ActivityRecord::Kernel;
-  return r.start_ns + kActivitySkewNs >= c0;
+  const bool from_c0 = r.start_ns + kActivitySkewNs >= c0;
+  if (r.stream_id == harness_stream) return calibration && r.kind == ActivityRecord::Kernel && from_c0;
+  return from_c0;
 }
 
 /**

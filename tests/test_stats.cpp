@@ -93,9 +93,9 @@ TEST(GpuSpan, UnionAndSpanByHand) {
 }
 
 // A window opened at c0 = 1'000'000 ns, the harness on stream 7: its records by what they are (a
-// timed window holds none, a calibration window its kernel, never its staging's copies), whatever
-// their timestamps read; the solution's (stream 8) from c0 - 20 us on, so a copy whose timestamp
-// reads 5 us early is the window's, not gap work; 30 us early is the gap's.
+// timed window holds none, a calibration window its kernel from c0 - 20 us on, never its staging's
+// copies); the solution's (stream 8) from c0 - 20 us on, so a copy whose timestamp reads 5 us early
+// is the window's, not gap work; 30 us early is the gap's.
 TEST(GpuSpan, TheWindowsEdges) {
   const uint64_t c0 = 1'000'000;
   const auto rec = [](ActivityRecord::Kind k, uint64_t start, uint32_t stream) { return ActivityRecord{k, start, start + 1000, stream}; };
@@ -104,6 +104,8 @@ TEST(GpuSpan, TheWindowsEdges) {
   EXPECT_FALSE(in_window(rec(kernel, c0 + 10, 7), c0, 7, false)) << "a timed window holds no harness work";
   EXPECT_TRUE(in_window(rec(kernel, c0 - 3'000, 7), c0, 7, true)) << "the calibration's kernel, read early";
   EXPECT_FALSE(in_window(rec(copy, c0 + 2'000, 7), c0, 7, true)) << "the calibration's staging";
+  EXPECT_FALSE(in_window(rec(kernel, c0 - 300'000, 7), c0, 7, true)) << "the previous calibration window's digest";
+  EXPECT_FALSE(in_window(rec(kernel, c0 - kActivitySkewNs - 1, 7), c0, 7, true));
   EXPECT_TRUE(in_window(rec(copy, c0 - 5'000, 8), c0, 7, false)) << "the solution's first copy, read 5 us early";
   EXPECT_TRUE(in_window(rec(copy, c0 - kActivitySkewNs, 8), c0, 7, false));
   EXPECT_FALSE(in_window(rec(copy, c0 - kActivitySkewNs - 1, 8), c0, 7, false)) << "gap work";
