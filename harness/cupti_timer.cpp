@@ -4,6 +4,7 @@
 #include <cupti.h>
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -100,9 +101,29 @@ void prune_launches() {
                                                                                      : std::next(it);
 }
 
-using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
-IsCapturingFn g_is_capturing = nullptr;  // cuStreamIsCapturing, from the driver entry point
-// The graph walk's driver calls (from the driver entry point, as cuStreamIsCapturing).
+// cuStreamGetCaptureInfo as of CUDA 11.3 (the entry point's version 12000 gives this signature).
+PFN_cuStreamGetCaptureInfo_v11030 g_capture_info = nullptr;
+/** The id of the capture sequence stream `s` is in, 0 when it is in none (or does not answer: a
+ *  stream destroyed meanwhile). Capture ids start at 1 (CUDA's counter). */
+uint64_t capture_id(CUstream s) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  if (!g_capture_info || g_capture_info(s, &status, &id, nullptr, nullptr, nullptr) != CUDA_SUCCESS ||
+      status == CU_STREAM_CAPTURE_STATUS_NONE)
+    return 0;
+  return id == 0 ? ~uint64_t(0) : id;
+}
+// The capture a launch or copy call's stream was in at the call's entry, read again at its exit:
+// a call is left out as captured only when its stream was in one capture sequence throughout. A
+// check at the exit alone left out a call whose work ran, when another thread began a capture on
+// its stream between the enqueue and the exit (a reviewer's reading: a race, but one a solution
+// can try as often as it likes).
+struct CallEntry {
+  uint32_t correlation = 0;
+  uint64_t capture = 0;
+};
+thread_local CallEntry t_entry;
+// The graph walk's driver calls (from the driver entry point, as cuStreamGetCaptureInfo).
 CUresult (*g_graph_get_nodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
 CUresult (*g_node_get_type)(CUgraphNode, CUgraphNodeType*) = nullptr;
 CUresult (*g_child_graph)(CUgraphNode, CUgraph*) = nullptr;
@@ -448,19 +469,29 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     }
     return;
   }
+  const bool copy = cbid < g_copy_cbids.size() && g_copy_cbids[cbid];  // a copy or memset
+  // The call's stream (launches, asynchronous copies), whose capture decides whether it runs now.
+  bool streamed = false;
+  CUstream stream = nullptr;
+  for (const LaunchCall& c : kLaunchCalls)
+    if (c.cbid == cbid) streamed = true, stream = c.stream(d->functionParams);
+  if (copy)
+    for (const CopyCall& c : kCopyCalls)
+      if (c.cbid == cbid && c.stream) streamed = true, stream = c.stream(d->functionParams);
   if (d->callbackSite == CUPTI_API_ENTER) {
+    t_entry = {d->correlationId, streamed ? capture_id(stream) : 0};
     std::lock_guard<std::mutex> lock(g_mutex);
     g_in_flight.insert(d->correlationId);
     return;
   }
-  bool keep = succeeded;  // the exit: the entry returned above
-  const bool copy = cbid < g_copy_cbids.size() && g_copy_cbids[cbid];  // a copy or memset: any record, no capture check
+  // The exit (the entry returned above): captured when in the capture it was in at the entry.
+  const uint64_t entry_capture = t_entry.correlation == d->correlationId ? t_entry.capture : 0;
+  const bool captured = streamed && entry_capture != 0 && capture_id(stream) == entry_capture;
+  bool keep = succeeded;
   CUgraphExec graph = nullptr;
   for (const LaunchCall& c : kLaunchCalls)
     if (keep && c.cbid == cbid) {
-      CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-      keep = !(g_is_capturing && g_is_capturing(c.stream(d->functionParams), &capture) == CUDA_SUCCESS &&
-               capture != CU_STREAM_CAPTURE_STATUS_NONE);
+      keep = !captured;
       if (c.graph) graph = c.graph(d->functionParams);
     }
   // A copy's own stream decides, not whether any capture is open: a solution holding a capture open
@@ -470,18 +501,10 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     copy_left_out = std::strstr(d->functionName ? d->functionName : "", "Async") ? -1 : 0;
     for (const CopyCall& c : kCopyCalls)
       if (c.cbid == cbid) {
-        // A stream that just took the copy answers; one that does not (destroyed meanwhile by another
-        // thread) is audited: a failed query must not fall back to "any capture open", which a
-        // capture held open on a side stream would satisfy (a reviewer's reading).
-        CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-        if (c.size(d->functionParams) == 0)
-          copy_left_out = 1;
-        else if (!c.stream)
-          copy_left_out = 0;
-        else
-          copy_left_out = g_is_capturing ? g_is_capturing(c.stream(d->functionParams), &capture) == CUDA_SUCCESS &&
-                                               capture != CU_STREAM_CAPTURE_STATUS_NONE
-                                         : -1;
+        // A stream that does not answer (destroyed meanwhile by another thread) is audited: a failed
+        // query must not fall back to "any capture open", which a capture held open on a side
+        // stream would satisfy (a reviewer's reading).
+        copy_left_out = c.size(d->functionParams) == 0 || captured ? 1 : 0;
         break;
       }
   }
@@ -735,8 +758,8 @@ CuptiTimer::CuptiTimer() {
     (void)cudaGetLastError();  // not left for the next launch check to find
     return nullptr;
   };
-  g_is_capturing = reinterpret_cast<IsCapturingFn>(entry("cuStreamIsCapturing"));
-  if (!g_is_capturing) throw std::runtime_error("the CUDA driver has no cuStreamIsCapturing");
+  g_capture_info = reinterpret_cast<PFN_cuStreamGetCaptureInfo_v11030>(entry("cuStreamGetCaptureInfo"));
+  if (!g_capture_info) throw std::runtime_error("the CUDA driver has no cuStreamGetCaptureInfo");
   // The graph walk's calls: without one, a graph launch needs any record (the audit as before).
   g_graph_get_nodes = reinterpret_cast<decltype(g_graph_get_nodes)>(entry("cuGraphGetNodes"));
   g_node_get_type = reinterpret_cast<decltype(g_node_get_type)>(entry("cuGraphNodeGetType"));
