@@ -75,19 +75,10 @@ class InputGuard {
     uint64_t sum = 0;
   };
   uint64_t sum(const Region& r) const {
-    // Whole 8-byte words on the GPU; a tensor whose size is not a multiple of 8 adds its tail bytes.
-    const size_t whole = r.bytes / 8 * 8;
-    uint64_t h = device_checksum(r.ptr, r.blocks, r.stride, whole, stream_);
-    if (whole != r.bytes) {
-      for (size_t b = 0; b < r.blocks; ++b) {
-        uint8_t tail[8] = {};
-        NIBBLE_CUDA_CALL(cudaMemcpyAsync(tail, static_cast<const uint8_t*>(r.ptr) + b * r.stride + whole, r.bytes - whole,
-                                         cudaMemcpyDeviceToHost, stream_));
-        NIBBLE_CUDA_CALL(cudaStreamSynchronize(stream_));
-        for (size_t i = 0; i < r.bytes - whole; ++i) h = h * 1099511628211ull + tail[i] + 1 + b;
-      }
-    }
-    return h;
+    // A whole tensor of any size; the KV prefix's blocks are whole slots (hd bf16 values: 8-byte
+    // multiples, which device_checksum refuses otherwise).
+    return r.blocks == 1 ? device_checksum_bytes(r.ptr, r.bytes, stream_)
+                         : device_checksum(r.ptr, r.blocks, r.stride, r.bytes, stream_);
   }
   cudaStream_t stream_;
   std::vector<Region> regions_;
