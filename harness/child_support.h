@@ -250,7 +250,9 @@ class TimedCalls {
   /** After the call and its device synchronisation: the window's records (in_window: the
    *  solution's from c0 - kActivitySkewNs to c1 + kActivitySkewNs) summarised, and the gap before
    *  it judged; records that start later belong to the next gap. A `calibration` window's is its
-   *  harness kernel, collected up to c1 only. */
+   *  harness kernel, collected up to c1 only: the earliest harness kernel from c0 - kActivitySkewNs
+   *  on (the digest's kernels start after it, on the same GPU clock, though one may read as
+   *  starting before c1). */
   SpanStats close(uint64_t c0, uint64_t c1, bool calibration = false) {
     // The edge's records are all in CUPTI's buffers by now (now() is later than c1 + the skew)
     // unless close() came sooner: then the edge is now, and nothing after it is collected early.
@@ -258,6 +260,9 @@ class TimedCalls {
     std::vector<ActivityRecord> gap, window, late;
     for (const ActivityRecord& r : timer_.collect(gap_start_, t1, &late))
       (in_window(r, c0, stream_id_, calibration) ? window : gap).push_back(r);
+    if (calibration && window.size() > 1)
+      window = {*std::min_element(window.begin(), window.end(),
+                                  [](const ActivityRecord& a, const ActivityRecord& b) { return a.start_ns < b.start_ns; })};
     count_foreign(span_of(off_stream(gap)));
     // Delivered after the collect that should have seen them: kernels still running past a
     // window's device sync (late_kernels), and the solution's copies and memsets, which started

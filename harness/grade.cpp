@@ -136,6 +136,8 @@ std::vector<bool> ledger_section(const CallLedger& ledger, const TimingResult& t
           {"harness_bytes_per_window", {{"staged", ww.staged_bytes}, {"digested", ww.digested_bytes}}},
           {"calibration_windows", cal.size()},
           {"calibration_windows_credited", cal_gap.size()},
+          {"calibration", {{"window_us", cal_window}, {"span_us", tr.calibration_span_us},
+                           {"forms", task.window_work_forms(config)}}},
           {"hidden_us", hidden_time_us(*ev)},
           {"hidden_allowance_us", hidden_time_allowance_us(ev->span_median_us)},
           {"kept", kept},

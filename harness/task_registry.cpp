@@ -84,7 +84,11 @@ std::vector<double> calibration_overheads_us(const Task& task, const std::string
     else if (bytes(w) < bytes(task.window_work(config, forms[pick]))) pick = f;
   }
   std::vector<double> out;
-  for (size_t i = pick; i < window_us.size() && i < span_us.size(); i += forms.size()) out.push_back(window_us[i] - span_us[i]);
+  // The child reports the spans from the solution's process: a list that does not pair with the
+  // ledger's windows one to one credits nothing, and a span outside (0, window] is dropped.
+  if (window_us.size() != span_us.size()) return out;
+  for (size_t i = pick + forms.size(); i < window_us.size(); i += forms.size())  // the first of each form warms up
+    if (span_us[i] > 0 && span_us[i] <= window_us[i]) out.push_back(window_us[i] - span_us[i]);
   return out;
 }
 

@@ -123,8 +123,10 @@ inline double window_work_credit_us(uint64_t staged_bytes, uint64_t digested_byt
 }
 /** The most of the measured overhead the hidden-time rule credits. */
 inline double overhead_credit_cap_us(const Evidence& e) { return kLedgerOverheadCreditUs + e.window_work_us; }
-/** The ledger overhead the hidden-time rule subtracts: the measured one, at most overhead_credit_cap_us. */
-inline double credited_overhead_us(const Evidence& e) { return std::min(e.window_overhead_us, overhead_credit_cap_us(e)); }
+/** The ledger overhead the hidden-time rule subtracts: the measured one, at least 0, at most overhead_credit_cap_us. */
+inline double credited_overhead_us(const Evidence& e) {
+  return std::max(0.0, std::min(e.window_overhead_us, overhead_credit_cap_us(e)));
+}
 /** Time a call spent beyond its GPU span and the ledger's credited overhead, on the grader's clock
  *  (medians): what hidden_time_allowance_us bounds. */
 inline double hidden_time_us(const Evidence& e) { return e.window_median_us - credited_overhead_us(e) - e.span_median_us; }

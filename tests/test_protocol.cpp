@@ -381,11 +381,14 @@ TEST(Protocol, TheLedgerCreditsTheCalibrationWindowsOfTheSolutionsOwnWindowWork)
   EXPECT_EQ(w16.staged_bytes, 4u * 128u * 4096u + 128u * 4096u * 2u);
   EXPECT_EQ(gemm.window_work(config, nlohmann::json()), w32);  // no facts: fp32, as GemmSession's default C
   ASSERT_EQ(gemm.window_work_forms(config).size(), 2u);  // windows alternate fp32, bf16
-  const std::vector<double> window = {110, 60, 112, 62, 114, 64, 116}, span = {10, 10, 10, 10, 10, 10};
-  EXPECT_EQ(calibration_overheads_us(gemm, config, fp32, window, span), (std::vector<double>{100, 102, 104}));
-  EXPECT_EQ(calibration_overheads_us(gemm, config, bf16, window, span), (std::vector<double>{50, 52, 54}));
-  // A form no window mirrored (an unknown C dtype reads as fp32 above; here a task of one form).
-  const Task& decode = find_task("megakernel-int4-weight-decode");
-  EXPECT_EQ(calibration_overheads_us(decode, "tiny", nlohmann::json::object(), {30, 31, 32}, {1, 1, 1}),
+  // Windows 0 and 1 warm up (each form's first); window 5's span is none (0), window 6's longer than its window.
+  const std::vector<double> window = {900, 800, 110, 60, 112, 62, 114, 64, 116, 66},
+                            span = {10, 10, 10, 10, 10, 0, 120, 10, 10, 10};
+  EXPECT_EQ(calibration_overheads_us(gemm, config, fp32, window, span), (std::vector<double>{100, 102, 106}));
+  EXPECT_EQ(calibration_overheads_us(gemm, config, bf16, window, span), (std::vector<double>{50, 54, 56}));
+  // The child's list must pair with the ledger's windows one to one.
+  EXPECT_TRUE(calibration_overheads_us(gemm, config, fp32, window, std::vector<double>(span.begin(), span.end() - 1)).empty());
+  const Task& decode = find_task("megakernel-int4-weight-decode");  // a task of one form
+  EXPECT_EQ(calibration_overheads_us(decode, "tiny", nlohmann::json::object(), {90, 30, 31, 32}, {1, 1, 1, 1}),
             (std::vector<double>{29, 30, 31}));
 }

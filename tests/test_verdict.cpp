@@ -209,6 +209,10 @@ TEST_P(Judge, TimingValidity) {
   expect(e, Disposition::Passed, Rule::Passed);
   e.window_median_us = 1601;
   expect(e, Disposition::InvalidTiming, Rule::Timing, "and the ledger's overhead (400 us), more than");
+  e.window_overhead_us = -600;  // a negative measure credits nothing (the calibration's fault, never the call's gain)
+  EXPECT_EQ(credited_overhead_us(e), 0.0);
+  e.window_median_us = 1200;
+  expect(e, Disposition::Passed, Rule::Passed);  // 200 us hidden: at the allowance, as with 0 measured
   e = base();
   e.span_median_us = 400;  // a third of a 1 ms call's work visible to CUPTI, the rest hidden
   e.span_min_us = 400;
