@@ -656,6 +656,7 @@ int grade_run(const GradeOptions& opt) {
   report["disposition"] = to_string(v.disposition);
   report["rule"] = to_string(v.rule);
   report["reason"] = v.reason;
+  report["findings"] = v.findings;
   wall["total"] = since(t_start);
   report["wall_seconds"] = wall;
 

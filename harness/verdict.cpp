@@ -18,7 +18,7 @@ std::string g3(double v) {
 constexpr const char* kDispositionNames[] = {"Passed",        "Incorrect",     "Crashed",      "TimedOut",   "InvalidTiming",
                                              "AbiMismatch",   "MissingSymbol", "NotSupported", "NotLoadable"};
 
-Verdict fail(Disposition d, Rule r, std::string why) { return {d, r, std::move(why)}; }
+Verdict fail(Disposition d, Rule r, std::string why) { return {d, r, why, {why}}; }
 
 }  // namespace
 
@@ -105,76 +105,72 @@ Verdict judge(const Evidence& e) {
       return fail(D::InvalidTiming, Rule::Timing,
                   "a timed " + e.unit + " took " + g3(e.span_min_us) + " us, below the physical floor " + g3(e.floor_us) +
                       " us (bytes per " + e.unit + " / theoretical bandwidth): not a record");
+    // Every timing rule that fails is a finding (Verdict::findings), in this order; the first is the
+    // reason. A hidden copy that is also long shows on the clock and in the copy audit: both are said.
+    std::vector<std::string> findings;
     // The grader's own clock (the parent's call ledger) bounds what CUPTI, which the solution
     // shares a process with, says.
     if (!e.ledger_violation.empty())
-      return fail(D::InvalidTiming, Rule::Timing, "the grader's call ledger was tampered with: " + e.ledger_violation);
+      findings.push_back("the grader's call ledger was tampered with: " + e.ledger_violation);
     if (e.ledger_calls != e.samples)
-      return fail(D::InvalidTiming, Rule::Timing,
-                  "the child reported " + std::to_string(e.samples) + " timed " + e.unit + "s, the grader's own ledger saw " +
-                      std::to_string(e.ledger_calls));
+      findings.push_back("the child reported " + std::to_string(e.samples) + " timed " + e.unit + "s, the grader's own ledger saw " +
+                         std::to_string(e.ledger_calls));
     // Time the GPU timer never saw (host work, a sleep, GPU work hidden from CUPTI) is work the
     // span would hide.
     // Graded by that clock (--clock wall), the time counts in the figure instead.
     const double hidden = hidden_time_us(e);
     if (!e.wall_clock && hidden > hidden_time_allowance_us(e.span_median_us))
-      return fail(D::InvalidTiming, Rule::Timing,
-                  "each " + e.unit + " took " + g3(e.window_median_us) + " us (median) of wall time on the grader's own clock, " +
-                      g3(hidden) + " us beyond its CUPTI GPU span (" + g3(e.span_median_us) + " us) and the ledger's overhead (" +
-                      g3(credited_overhead_us(e)) + " us" +
-                      (e.window_overhead_us > overhead_credit_cap_us(e)
-                           ? " credited of " + g3(e.window_overhead_us) +
-                                 " measured: the calibration windows were slow, the machine busy or the solution's "
-                                 "load-time code running"
-                           : std::string()) +
-                      "), more than the " + g3(hidden_time_allowance_us(e.span_median_us)) +
-                      " us allowed: the call spends time the GPU timer cannot see (host work, GPU work hidden from "
-                      "CUPTI, or another process using this GPU); a solution host-bound by design (Python at a small "
-                      "shape) is graded by that clock with nibble grade --clock wall");
+      findings.push_back("each " + e.unit + " took " + g3(e.window_median_us) + " us (median) of wall time on the grader's own clock, " +
+                         g3(hidden) + " us beyond its CUPTI GPU span (" + g3(e.span_median_us) + " us) and the ledger's overhead (" +
+                         g3(credited_overhead_us(e)) + " us" +
+                         (e.window_overhead_us > overhead_credit_cap_us(e)
+                              ? " credited of " + g3(e.window_overhead_us) +
+                                    " measured: the calibration windows were slow, the machine busy or the solution's "
+                                    "load-time code running"
+                              : std::string()) +
+                         "), more than the " + g3(hidden_time_allowance_us(e.span_median_us)) +
+                         " us allowed: the call spends time the GPU timer cannot see (host work, GPU work hidden from "
+                         "CUPTI, or another process using this GPU); a solution host-bound by design (Python at a small "
+                         "shape) is graded by that clock with nibble grade --clock wall");
     // Every launch the driver accepted leaves a record with its correlation id, unless the records
-    // were switched off (CUPTI's switches are the solution's too): hidden work, however short (after
-    // the clock rule, which names how much when it is more than the allowance).
+    // were switched off (CUPTI's switches are the solution's too): hidden work, however short (a
+    // finding after the clock rule's, which names how much when it is more than the allowance).
     if (e.dropped_records > 0)
-      return fail(D::InvalidTiming, Rule::Timing,
-                  "CUPTI dropped " + std::to_string(e.dropped_records) +
-                      " activity records (it had no buffer for them): the GPU spans and the launch audit are incomplete");
+      findings.push_back("CUPTI dropped " + std::to_string(e.dropped_records) +
+                         " activity records (it had no buffer for them): the GPU spans and the launch audit are incomplete");
     if (e.launch_callbacks_lost)
-      return fail(D::InvalidTiming, Rule::Timing,
-                  "the harness's own kernel launch after the timed " + e.unit +
-                      "s went unseen: CUPTI's launch callbacks were ended in the solution's process (cuptiFinalize or an "
-                      "unsubscription), so no launch could be matched with its GPU record");
+      findings.push_back("the harness's own kernel launch after the timed " + e.unit +
+                         "s went unseen: CUPTI's launch callbacks were ended in the solution's process (cuptiFinalize or an "
+                         "unsubscription), so no launch could be matched with its GPU record");
     if (e.unrecorded_launches > 0)
-      return fail(D::InvalidTiming, Rule::Timing,
-                  std::to_string(e.unrecorded_launches) + " of the " + std::to_string(e.launches_audited) +
-                      " kernel and graph launches of the timed phase left no GPU record (the first: " +
-                      e.first_unrecorded_launch +
-                      "; a kernel, or a graph with kernel nodes, needs a kernel record, a graph with memcpy or "
-                      "memset nodes a record of each kind too): CUPTI's records were "
-                      "switched off or taken while they ran, so the GPU span does not hold all of the work");
+      findings.push_back(std::to_string(e.unrecorded_launches) + " of the " + std::to_string(e.launches_audited) +
+                         " kernel and graph launches of the timed phase left no GPU record (the first: " +
+                         e.first_unrecorded_launch +
+                         "; a kernel, or a graph with kernel nodes, needs a kernel record, a graph with memcpy or "
+                         "memset nodes a record of each kind too): CUPTI's records were "
+                         "switched off or taken while they ran, so the GPU span does not hold all of the work");
     // Every copy and memset that reaches the driver leaves a record, host to host and pageable ones
     // too (bench/probe_cupti_launches on an H100, 2026-12-06: 6 host-to-host driver copies, 6
     // records; a zero-byte one makes no driver call, a captured one is left out of the audit): one
     // without a record ran with the copy records off. Honest grades: 0 of ~600,000 audited.
     if (e.unrecorded_copies > 0)
-      return fail(D::InvalidTiming, Rule::Timing,
-                  std::to_string(e.unrecorded_copies) + " of the " + std::to_string(e.copies_audited) +
-                      " copy and memset calls of the timed phase left no GPU record (the first: " + e.first_unrecorded_copy +
-                      "): CUPTI's copy records were switched off while they ran, so the GPU span does not hold all "
-                      "of the work");
+      findings.push_back(std::to_string(e.unrecorded_copies) + " of the " + std::to_string(e.copies_audited) +
+                         " copy and memset calls of the timed phase left no GPU record (the first: " + e.first_unrecorded_copy +
+                         "): CUPTI's copy records were switched off while they ran, so the GPU span does not hold all "
+                         "of the work");
     // Foreign work before the clock comparison: its records inside a window lengthen the span past
     // the window, and the work is the cause worth naming (H200, 2026-12-05: a solution's own copies
     // between calls read "the clocks disagree").
     if (e.gaps_with_foreign_work > 0)
-      return fail(D::InvalidTiming, Rule::Timing,
-                  "the GPU ran work that was not the harness's between timed " + e.unit + "s (" +
-                      (e.foreign_work.empty() ? std::string() : e.foreign_work + " ") + "in " +
-                      std::to_string(e.gaps_with_foreign_work) + " gaps" +
-                      (e.foreign_records_before_build > 0
-                           ? ", " + std::to_string(e.foreign_records_before_build) +
-                                 " of the records in the dry gap before the build: the solution's load-time code, "
-                                 "which an allowance measured there would have let hide as much in every gap"
-                           : std::string()) +
-                      "), outside every timing window: work a timed call may depend on was not timed");
+      findings.push_back("the GPU ran work that was not the harness's between timed " + e.unit + "s (" +
+                         (e.foreign_work.empty() ? std::string() : e.foreign_work + " ") + "in " +
+                         std::to_string(e.gaps_with_foreign_work) + " gaps" +
+                         (e.foreign_records_before_build > 0
+                              ? ", " + std::to_string(e.foreign_records_before_build) +
+                                    " of the records in the dry gap before the build: the solution's load-time code, "
+                                    "which an allowance measured there would have let hide as much in every gap"
+                              : std::string()) +
+                         "), outside every timing window: work a timed call may depend on was not timed");
     // A kernel of the process that outlived the device synchronisation closing its call's window (the
     // harness's syncs cover every stream of its context: another context's work does not wait) ran
     // untimed, and may have written the call's outputs after the window; honest runs show none (0
@@ -183,23 +179,22 @@ Verdict judge(const Evidence& e) {
     // at the next collect; H100, 2026-12-06, the GEMM gap_work rows), and the gap names it better.
     if (e.late_kernels > 0) {
       const bool many = e.late_kernels > 1;
-      return fail(D::InvalidTiming, Rule::Timing,
-                  std::to_string(e.late_kernels) + (many ? " kernels" : " kernel") +
-                      " of the timed phase ran past the device synchronisation that closed " + (many ? "their " : "its ") +
-                      e.unit + "'s window (CUPTI delivered " + (many ? "them" : "it") +
-                      " only at a later collect): work that outlives a timed " + e.unit +
-                      " (another CUDA context of the process does not wait for the harness's synchronisation), or "
-                      "started by another thread as the window closed, was not timed, and may have written the "
-                      "outputs after the window");
+      findings.push_back(std::to_string(e.late_kernels) + (many ? " kernels" : " kernel") +
+                         " of the timed phase ran past the device synchronisation that closed " + (many ? "their " : "its ") +
+                         e.unit + "'s window (CUPTI delivered " + (many ? "them" : "it") +
+                         " only at a later collect): work that outlives a timed " + e.unit +
+                         " (another CUDA context of the process does not wait for the harness's synchronisation), or "
+                         "started by another thread as the window closed, was not timed, and may have written the "
+                         "outputs after the window");
     }
     if (e.span_median_us > e.window_median_us + kSpanOverWindowSlackUs)
-      return fail(D::InvalidTiming, Rule::Timing,
-                  "the CUPTI GPU span (" + g3(e.span_median_us) + " us median) is longer than the " + e.unit +
-                      " lasted on the grader's own clock (" + g3(e.window_median_us) + " us): the clocks disagree");
+      findings.push_back("the CUPTI GPU span (" + g3(e.span_median_us) + " us median) is longer than the " + e.unit +
+                         " lasted on the grader's own clock (" + g3(e.window_median_us) + " us): the clocks disagree");
+    if (!findings.empty()) return {D::InvalidTiming, Rule::Timing, findings.front(), findings};
   }
   char margin[64];
   std::snprintf(margin, sizeof margin, " (%.2gx the gate)", e.worst_rel_err / e.gate);
-  return {D::Passed, Rule::Passed, "worst relative error " + g3(e.worst_rel_err) + " < gate " + g3(e.gate) + margin};
+  return {D::Passed, Rule::Passed, "worst relative error " + g3(e.worst_rel_err) + " < gate " + g3(e.gate) + margin, {}};
 }
 
 std::vector<double> grader_clock_samples(const std::vector<double>& windows_us, double credited_overhead_us,

@@ -227,11 +227,17 @@ TEST_P(Hostile, GetsItsDisposition) {
 
   EXPECT_EQ(got, want) << "reason: " << g.report.value("reason", std::string()) << "\n" << g.output;
   const std::string reason = g.report.value("reason", std::string());
-  // "a|b": the reason contains a or b (one behaviour, two ways a correct grader can word it).
+  // "a|b": the reason or another of the verdict's findings contains a or b (one behaviour, two ways a
+  // correct grader can word it; a long hidden copy is on the grader's clock first, in the copy audit too).
+  std::vector<std::string> said = {reason};
+  for (const json& f : g.report.value("findings", json::array()))
+    if (f.is_string()) said.push_back(f.get<std::string>());
   bool reason_ok = false;
   std::stringstream alternatives(want_reason);
-  for (std::string a; std::getline(alternatives, a, '|');) reason_ok = reason_ok || reason.find(a) != std::string::npos;
-  EXPECT_TRUE(reason_ok) << "the reason '" << reason << "' does not contain '" << want_reason << "'";
+  for (std::string a; std::getline(alternatives, a, '|');)
+    for (const std::string& s : said) reason_ok = reason_ok || s.find(a) != std::string::npos;
+  EXPECT_TRUE(reason_ok) << "neither the reason '" << reason << "' nor another finding ("
+                         << g.report.value("findings", json::array()).dump() << ") contains '" << want_reason << "'";
   if (r.max_ledger_overhead_us > 0) {
     // Against the control's, graded in the same run: the machine's load lengthens every child's
     // calibration windows alike (87 us beside the control's ~30 under the whole test command's

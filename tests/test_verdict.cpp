@@ -300,6 +300,27 @@ TEST_P(Judge, TimingValidity) {
   expect(e, Disposition::Passed, Rule::Passed);
 }
 
+TEST_P(Judge, EveryFailingTimingCheckIsAFinding) {
+  Evidence e = base();
+  EXPECT_TRUE(judge(e).findings.empty());
+  // A 1.2 ms copy hidden with the copy records off: on the grader's clock, and in the copy audit.
+  e.window_median_us = 1030 + 1200;
+  e.unrecorded_copies = 96;
+  e.copies_audited = 4000;
+  e.first_unrecorded_copy = "cuGraphLaunch";
+  e.late_kernels = 3;
+  const Verdict v = judge(e);
+  ASSERT_EQ(v.findings.size(), 3u) << v.reason;
+  EXPECT_EQ(v.findings[0], v.reason);
+  EXPECT_NE(v.findings[0].find("beyond its CUPTI GPU span"), std::string::npos) << v.findings[0];
+  EXPECT_NE(v.findings[1].find("96 of the 4000 copy and memset calls"), std::string::npos) << v.findings[1];
+  EXPECT_NE(v.findings[2].find("3 kernels of the timed phase ran past"), std::string::npos) << v.findings[2];
+  // Any other rule: its first failing check alone.
+  e.worst_rel_err = e.gate * 2;
+  const Verdict gate = judge(e);
+  EXPECT_EQ(gate.findings, std::vector<std::string>{gate.reason});
+}
+
 TEST_P(Judge, TheFirstFailingRuleWins) {
   // Each step adds the next rule's failure to every earlier one: the verdict stays with the first.
   Evidence all = base();
