@@ -123,6 +123,7 @@ struct CallEntry {
   uint64_t capture = 0;
 };
 thread_local CallEntry t_entry;
+thread_local uint32_t t_last_launch = 0;  // the calling thread's last launch that ran (audited or not)
 // The graph walk's driver calls (from the driver entry point, as cuStreamGetCaptureInfo).
 CUresult (*g_graph_get_nodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
 CUresult (*g_node_get_type)(CUgraphNode, CUgraphNodeType*) = nullptr;
@@ -508,6 +509,7 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
         break;
       }
   }
+  if (keep && !copy) t_last_launch = d->correlationId;
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto it = g_in_flight.find(d->correlationId); it != g_in_flight.end()) g_in_flight.erase(it);
   if (keep && g_auditing && copy && (copy_left_out == 0 || (copy_left_out < 0 && g_open_captures == 0)))
@@ -857,6 +859,8 @@ void CuptiTimer::start_launch_audit() {
   std::lock_guard<std::mutex> lock(g_mutex);
   reset_audit(true);
 }
+
+uint32_t CuptiTimer::this_thread_last_launch() { return t_last_launch; }
 
 uint32_t CuptiTimer::last_launch() const {
   std::lock_guard<std::mutex> lock(g_mutex);

@@ -204,6 +204,9 @@ class CuptiTimer {
    *  launch, or a direct one, on any thread; launches into a stream capture run nothing and are
    *  skipped) is kept for launch_audit(); earlier ones are forgotten. */
   void start_launch_audit();
+  /** The correlation id of the calling thread's last kernel or graph launch that ran (not into a
+   *  capture), audited or not (0: none): a harness kernel's, to find its record. */
+  static uint32_t this_thread_last_launch();
   /** The correlation id of the last launch kept since start_launch_audit() (0: none). */
   uint32_t last_launch() const;
   /** The launches since start_launch_audit() up to the one of id `last` (read before the device

@@ -191,7 +191,7 @@ WindowWork GemmAbiTask::window_work(const std::string& config, const nlohmann::j
   const nlohmann::ordered_json d = config_dims(config);
   const uint64_t M = d.at("M").get<uint64_t>(), N = d.at("N").get<uint64_t>(), K = d.at("K").get<uint64_t>();
   const uint64_t c = M * N * uint64_t(gemm_c_bytes(facts));
-  return {4 * M * K + c, 0, c};
+  return {4 * M * K + c, 0, c, 2 * M * K};
 }
 
 OracleErrors GemmAbiTask::gemm_oracle_errors(const std::string& config, const uint16_t* a0, int64_t M, int64_t K,

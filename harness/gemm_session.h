@@ -128,8 +128,8 @@ class GemmAbiTask : public Task {
   /** host_blake3 of kept C as the device held it (re-encoded to bf16 when facts' c_dtype says so:
    *  the fp32 read back is exact, and a value with low bits set is no bf16's). */
   Digest kept_digest(const SafetensorsFile& timed, const std::string& call_name, const nlohmann::json& facts) const override;
-  /** Staging reads the fixture's A and writes the call's (2 x M x K x 2 bytes) and NaN-fills C; the
-   *  digest reads C (M x N x gemm_c_bytes(facts) bytes). */
+  /** Staging reads the fixture's A and writes the call's (2 x M x K x 2 bytes, launch_sign_mask) and
+   *  NaN-fills C; the digest reads C (M x N x gemm_c_bytes(facts) bytes). */
   WindowWork window_work(const std::string& config, const nlohmann::json& facts) const override;
   /** C in fp32 and in bf16. */
   std::vector<nlohmann::json> window_work_forms(const std::string&) const override {

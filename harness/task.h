@@ -112,8 +112,10 @@ struct WindowWork {
   uint64_t staged_bytes = 0;    // written (and read) on the device to stage the inputs and poison the outputs
   uint64_t uploaded_bytes = 0;  // of those, copied from host memory (the decode step's token ids)
   uint64_t digested_bytes = 0;  // the outputs checksummed for the ledger's commitment
+  uint64_t masked_bytes = 0;    // of the staged, a bf16 tensor launch_sign_mask writes from the fixture's (read as much)
   bool operator==(const WindowWork& o) const {
-    return staged_bytes == o.staged_bytes && uploaded_bytes == o.uploaded_bytes && digested_bytes == o.digested_bytes;
+    return staged_bytes == o.staged_bytes && uploaded_bytes == o.uploaded_bytes && digested_bytes == o.digested_bytes &&
+           masked_bytes == o.masked_bytes;
   }
 };
 

@@ -379,6 +379,8 @@ TEST(Protocol, TheLedgerCreditsTheCalibrationWindowsOfTheSolutionsOwnWindowWork)
   EXPECT_EQ(w32.staged_bytes, 4u * 128u * 4096u + 128u * 4096u * 4u);
   EXPECT_EQ(w16.digested_bytes, 128u * 4096u * 2u);
   EXPECT_EQ(w16.staged_bytes, 4u * 128u * 4096u + 128u * 4096u * 2u);
+  EXPECT_EQ(w32.masked_bytes, 2u * 128u * 4096u);  // A, written by launch_sign_mask from A0 (read as much)
+  EXPECT_EQ(w16.masked_bytes, w32.masked_bytes);
   EXPECT_EQ(gemm.window_work(config, nlohmann::json()), w32);  // no facts: fp32, as GemmSession's default C
   ASSERT_EQ(gemm.window_work_forms(config).size(), 2u);  // windows alternate fp32, bf16
   // Windows 0 and 1 warm up (each form's first); window 5's span is none (0), window 6's longer than its window.
