@@ -77,12 +77,20 @@ void check_import_out(const std::string& out, const std::string& checkpoint, boo
                                   (fs::equivalent(out, checkpoint, ec) ? " (it is the checkpoint's folder)" : "") +
                                   ": name a new or empty folder, nothing is overwritten");
   }
+  const auto inside = [&o](const fs::path& root) {
+    const auto rel = o.lexically_relative(root);
+    return !rel.empty() && *rel.begin() != "..";
+  };
+  // Its shards and index are the import's source: a fixture among them would be the next import's.
+  const fs::path ck = fs::weakly_canonical(fs::absolute(checkpoint), ec);
+  if (!ck.empty() && !fs::equivalent(out, checkpoint, ec) && inside(ck))
+    throw std::invalid_argument("--out " + out + " is inside the checkpoint's folder (" + ck.string() +
+                                "): name a folder outside it");
   try {
     // The cache root: <root>/fixtures/<task>/<config>/<seed folder>.
     const fs::path cache = fs::weakly_canonical(
         fs::absolute(fs::path(default_fixture_dir(kDecodeTask, "tiny", 0)).parent_path().parent_path().parent_path().parent_path()));
-    const auto rel = o.lexically_relative(cache);
-    if (!rel.empty() && *rel.begin() != "..")
+    if (inside(cache))
       throw std::invalid_argument("--out " + out + " is inside the fixture cache (" + cache.string() +
                                   "), which holds only fixtures generated from their seed: name a folder outside it");
   } catch (const std::runtime_error&) {

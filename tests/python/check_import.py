@@ -16,7 +16,7 @@ their sources), one of them split into two shards with model.safetensors.index.j
   4. refusals, each exit 2 with a message: the format not the checkpoint's, too few ids, an id
      outside the vocabulary, an untied LM head, dimensions no config has, a NaN scale, a config
      field of the wrong type, GPTQ's sym or desc_act contradicted by its tensors, compressed-
-     tensors symmetric with zero points, --out the checkpoint's own folder; an int32 weight_shape
+     tensors symmetric with zero points, --out the checkpoint's own folder or one inside it; an int32 weight_shape
      is read as well as the int64 compressed-tensors writes; and an imported fixture whose
      manifest's source was edited or dropped fails `fixture verify`.
 With --gpu (a GPU test; exit 77 where no GPU answers) instead: the AWQ checkpoint imported with
@@ -391,6 +391,10 @@ def main():
         p = run([nb, "fixture", "import", "--format", "awq", awq, "--tokens", tokens, "--out", awq, "--path", "cpu"], expect=2)
         if "not empty" not in p.stderr or hashlib.sha256(open(os.path.join(awq, "model.safetensors"), "rb").read()).hexdigest() != before:
             fail(f"--out the checkpoint's folder: {p.stderr.strip()}")
+        sub = os.path.join(awq, "fixture")
+        p = run([nb, "fixture", "import", "--format", "awq", awq, "--tokens", tokens, "--out", sub, "--path", "cpu"], expect=2)
+        if "inside the checkpoint's folder" not in p.stderr or os.path.exists(sub):
+            fail(f"--out a folder inside the checkpoint's: {p.stderr.strip()}")
         # A model.safetensors beside an index of other shards: which is the checkpoint is not guessed.
         both = os.path.join(tmp, "ckpt-gptq")
         shutil.copy(os.path.join(awq, "model.safetensors"), os.path.join(both, "model.safetensors"))
