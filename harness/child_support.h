@@ -251,9 +251,8 @@ class TimedCalls {
    *  solution's from c0 - kActivitySkewNs to c1 + kActivitySkewNs) summarised, and the gap before
    *  it judged; records that start later belong to the next gap. A `calibration` window's is its
    *  harness kernel, collected up to c1 only: the record of launch `probe` (its correlation id,
-   *  CuptiTimer::this_thread_last_launch), else the earliest harness kernel from c0 -
-   *  kActivitySkewNs on (the digest's kernels start after it, on the same GPU clock, though one may
-   *  read as starting before c1; a staging kernel ends before c0, though it may read as later). */
+   *  CuptiTimer::this_thread_last_launch), none when it has none or `probe` is 0 (a staging kernel
+   *  before c0 and the digest's after c1 may read as inside by the skew). */
   SpanStats close(uint64_t c0, uint64_t c1, bool calibration = false, uint32_t probe = 0) {
     // The edge's records are all in CUPTI's buffers by now (now() is later than c1 + the skew)
     // unless close() came sooner: then the edge is now, and nothing after it is collected early.
@@ -261,13 +260,10 @@ class TimedCalls {
     std::vector<ActivityRecord> gap, window, late;
     for (const ActivityRecord& r : timer_.collect(gap_start_, t1, &late))
       (in_window(r, c0, stream_id_, calibration) ? window : gap).push_back(r);
-    if (calibration && window.size() > 1) {
-      const auto own = std::find_if(window.begin(), window.end(), [&](const ActivityRecord& r) { return probe && r.correlation_id == probe; });
-      window = {own != window.end() ? *own
-                                    : *std::min_element(window.begin(), window.end(), [](const ActivityRecord& a, const ActivityRecord& b) {
-                                        return a.start_ns < b.start_ns;
-                                      })};
-    }
+    if (calibration)  // the probe's record alone, or none (the grader drops the window)
+      window.erase(std::remove_if(window.begin(), window.end(),
+                                  [&](const ActivityRecord& r) { return probe == 0 || r.correlation_id != probe; }),
+                   window.end());
     count_foreign(span_of(off_stream(gap)));
     // Delivered after the collect that should have seen them: kernels still running past a
     // window's device sync (late_kernels), and the solution's copies and memsets, which started

@@ -103,15 +103,17 @@ void prune_launches() {
 
 // cuStreamGetCaptureInfo as of CUDA 11.3 (the entry point's version 12000 gives this signature).
 PFN_cuStreamGetCaptureInfo_v11030 g_capture_info = nullptr;
-/** The id of the capture sequence stream `s` is in, 0 when it is in none (or does not answer: a
- *  stream destroyed meanwhile). Capture ids start at 1 (CUDA's counter). */
+/** The id of the active capture sequence stream `s` is in, 0 when it is in none (or does not
+ *  answer: a stream destroyed meanwhile). Only an ACTIVE capture's id is valid (cuda.h); an
+ *  invalidated one takes no work either (a launch into it fails), so it counts as none: two
+ *  invalidated captures must not read as one. */
 uint64_t capture_id(CUstream s) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
   if (!g_capture_info || g_capture_info(s, &status, &id, nullptr, nullptr, nullptr) != CUDA_SUCCESS ||
-      status == CU_STREAM_CAPTURE_STATUS_NONE)
+      status != CU_STREAM_CAPTURE_STATUS_ACTIVE || id == 0)
     return 0;
-  return id == 0 ? ~uint64_t(0) : id;
+  return id;
 }
 // The capture a launch or copy call's stream was in at the call's entry, read again at its exit:
 // a call is left out as captured only when its stream was in one capture sequence throughout. A

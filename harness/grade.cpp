@@ -95,18 +95,21 @@ void check_kept_calls(const SafetensorsFile& timed, const SafetensorsFile& refer
 
 /** The call ledger's part of the report (the grader's own clock, the kept calls, NVML's clocks)
  *  and of the evidence; returns, per timed call, whether its round ran throttled. */
-std::vector<bool> ledger_section(const CallLedger& ledger, const TimingResult& tr, const Task& task, const std::string& config,
+std::vector<bool> ledger_section(const CallLedger& ledger, const Task& task, const std::string& config,
                                  const json& facts, Evidence* ev, json* out) {
   const auto& calls = ledger.calls();
   const WindowWork ww = task.window_work(config, facts);
   ev->window_work_us = window_work_credit_us(ww.staged_bytes, ww.digested_bytes);
   ev->ledger_calls = int(calls.size());
   ev->ledger_violation = ledger.violation();
-  std::vector<double> window, sm, mem, cal_window;
+  std::vector<double> window, sm, mem, cal_window, cal_span;
   for (const LedgerCall& c : calls) window.push_back(c.window_us);
   const auto& cal = ledger.calibration();
-  for (const LedgerCall& c : cal) cal_window.push_back(c.window_us);
-  const std::vector<double> cal_gap = calibration_overheads_us(task, config, facts, cal_window, tr.calibration_span_us);
+  for (const LedgerCall& c : cal) {
+    cal_window.push_back(c.window_us);
+    cal_span.push_back(c.span_us);
+  }
+  const std::vector<double> cal_gap = calibration_overheads_us(task, config, facts, cal_window, cal_span);
   const Summary w = summarize(window), o = summarize(cal_gap);
   ev->window_median_us = w.median;
   ev->window_overhead_us = cal_gap.empty() ? 0.0 : o.median;
@@ -136,7 +139,7 @@ std::vector<bool> ledger_section(const CallLedger& ledger, const TimingResult& t
           {"harness_bytes_per_window", {{"staged", ww.staged_bytes}, {"digested", ww.digested_bytes}}},
           {"calibration_windows", cal.size()},
           {"calibration_windows_credited", cal_gap.size()},
-          {"calibration", {{"window_us", cal_window}, {"span_us", tr.calibration_span_us},
+          {"calibration", {{"window_us", cal_window}, {"span_us", cal_span},
                            {"forms", task.window_work_forms(config)}}},
           {"hidden_us", hidden_time_us(*ev)},
           {"hidden_allowance_us", hidden_time_allowance_us(ev->span_median_us)},
@@ -179,7 +182,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   const Summary all_spans = summarize(tr.gpu_span_us);
   ev->span_median_us = all_spans.median;
   json ledger_j;
-  const std::vector<bool> throttled = ledger_section(ledger, tr, task, config, facts, ev, &ledger_j);
+  const std::vector<bool> throttled = ledger_section(ledger, task, config, facts, ev, &ledger_j);
   // The figure: each call's GPU span, or (--clock wall) its window on the grader's clock
   // (grader_clock_samples; the ledger's calls are the timed calls, in order).
   std::vector<double> all_figure = tr.gpu_span_us;

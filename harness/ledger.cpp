@@ -227,8 +227,21 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   auto violate = [&](const std::string& why) {
     violation_ = why + " (round " + std::to_string(m.round) + ", call " + std::to_string(m.call) + ")";
   };
-  if (m.check != check_of(m.kind, m.round, m.call, m.digest) || (m.kind != LedgerMessage::Open && m.kind != LedgerMessage::Done))
+  if (m.check != check_of(m.kind, m.round, m.call, m.digest) ||
+      (m.kind != LedgerMessage::Open && m.kind != LedgerMessage::Done && m.kind != LedgerMessage::Span))
     return violate("a message that is not the harness's");
+  if (m.kind == LedgerMessage::Span) {
+    // Once per calibration window, after its "done" and before anything else.
+    if (is_open_ || m.round != -1 || last_round_ != -1 || m.call != last_call_ || calibration_.empty() || span_sent_)
+      return violate("a calibration span out of sequence");
+    double us = 0;
+    std::memcpy(&us, m.digest, sizeof us);
+    if (!std::isfinite(us) || us < 0) return violate("a calibration span that is no duration");
+    calibration_.back().span_us = us;
+    span_sent_ = true;
+    return;
+  }
+  span_sent_ = false;
   if (m.kind == LedgerMessage::Open) {
     if (is_open_) return violate("a call opened while another was open");
     // Calibration windows (round -1) first, then rounds 0, 1, ... of calls_per_round calls each.
@@ -325,6 +338,12 @@ uint64_t LedgerClient::open(int round, int call) {
   uint64_t seed = 0;
   (void)answer("R", &seed, sizeof seed, round, call);
   return seed;
+}
+
+void LedgerClient::span(int call, double span_us) {
+  Digest d{};
+  std::memcpy(d.data(), &span_us, sizeof span_us);
+  send(LedgerMessage::Span, -1, call, d);
 }
 
 bool LedgerClient::done(int round, int call, const Digest& digest) {

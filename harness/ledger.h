@@ -31,12 +31,13 @@ namespace nibble {
 
 /** One message, child -> parent (48 bytes: one packet of a SOCK_SEQPACKET socket). */
 struct LedgerMessage {
-  enum Kind : uint32_t { Open = 0x4f50454e, Done = 0x444f4e45 };  // "OPEN", "DONE"
+  enum Kind : uint32_t { Open = 0x4f50454e, Done = 0x444f4e45, Span = 0x5350414e };  // "OPEN", "DONE", "SPAN"
   uint32_t kind;
   int32_t round;  // -1: a calibration window before the build
   int32_t call;
   uint32_t check;      // of kind, round, call, digest and kLedgerSalt: a torn or foreign write does not parse
-  uint8_t digest[32];  // "done": Session::timed_digest() of the call's outputs (BLAKE3); "open": zeros
+  uint8_t digest[32];  // "done": Session::timed_digest() of the call's outputs (BLAKE3); "open": zeros;
+                       // "span": a calibration window's GPU span in us (a double), then zeros
 };
 inline constexpr uint32_t kLedgerSalt = 0x6e69626cu;  // "nibl"
 
@@ -44,6 +45,8 @@ inline constexpr uint32_t kLedgerSalt = 0x6e69626cu;  // "nibl"
 struct LedgerCall {
   int round = 0, call = 0;
   double window_us = 0;  // kernel clock: "done" sent - "open" sent (stamped by the kernel, read by the parent)
+  double span_us = 0;    // a calibration window's: its harness kernel's GPU span as the child sent it before the
+                         // solution was loaded (0: none sent, or none recorded)
   bool kept = false;
   uint64_t seed = 0;    // the inputs' seed the parent revealed when the call opened
   Digest digest{};      // the outputs' digest the child committed with "done"
@@ -116,7 +119,7 @@ class LedgerDraws {
  * The parent's side: a packet socket (child -> parent) and a pipe (answers), a thread that answers the child, the record. Construct before the
  * child is started, pass child_fds() to it, call finish() after it ended. Answers: to "open", 'R'
  * and the call's 8-byte input seed (the window opens as it is sent); to "done", 'K' (kept) or 'S',
- * decided then. `picks_per_round` calls of every round (at least 1) are kept. Input seeds and picks
+ * decided then; "span" (a calibration window's GPU span, once, after its "done") none. `picks_per_round` calls of every round (at least 1) are kept. Input seeds and picks
  * are two streams (LedgerDraws): from `seed` when given (--timing-seed), else from the OS word by
  * word, so the seeds revealed tell nothing of the picks or of the next seed.
  */
@@ -162,6 +165,7 @@ class CallLedger {
   int64_t open_ns_ = 0;
   uint64_t open_seed_ = 0;
   int last_round_ = -2, last_call_ = -1;
+  bool span_sent_ = false;  // for the last "done" (a calibration window's)
 };
 
 /** The child's side. Both calls throw std::runtime_error when the parent does not answer (a
@@ -174,6 +178,10 @@ class LedgerClient {
   /** The call is done (device synchronised; `digest`: Session::timed_digest() of its outputs):
    *  whether the parent keeps its outputs. */
   bool done(int round, int call, const Digest& digest);
+  /** Calibration window `call` (round -1, done) had this GPU span (us; 0: none recorded): sent
+   *  before the solution is loaded, so that nothing the solution does can change what the parent
+   *  credits (Result fields can be rewritten from inside the child). No answer. */
+  void span(int call, double span_us);
 
  private:
   void send(LedgerMessage::Kind k, int round, int call, const Digest& digest);

@@ -33,7 +33,7 @@ struct adl_serializer<std::optional<T>> {
 namespace nibble {
 
 /** Bumped on any change of Job or Result; a child refuses a job of another version. */
-inline constexpr int kProtocolVersion = 6;
+inline constexpr int kProtocolVersion = 7;
 
 /** The timed rounds a candidate runs (after its checked calls). */
 struct TimingJob {
@@ -134,7 +134,6 @@ struct TimingResult {
   std::string first_unrecorded_copy;  // its API, e.g. "cuMemcpyAsync"
   std::vector<double> gpu_span_us, busy_us, host_wall_us;
   std::vector<int> kernels, memcpys, memsets;
-  std::vector<double> calibration_span_us;  // the ledger's calibration windows (a harness kernel)
   std::vector<std::string> kept;      // the calls whose outputs were kept, "timed<round>-<call>"
   nlohmann::json task_figures;  // e.g. decode: the position of every call
 };
@@ -143,7 +142,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingResult, seed, seed_from, c
                                                 foreign_work, foreign_records_before_build, harness_records_per_gap,
                                                 late_kernels, launches_audited, unrecorded_launches,
                                                 first_unrecorded_launch, launch_callbacks_lost, dropped_records, copies_audited,
-                                                unrecorded_copies, first_unrecorded_copy, gpu_span_us, busy_us, host_wall_us, kernels, memcpys, memsets, calibration_span_us, kept,
+                                                unrecorded_copies, first_unrecorded_copy, gpu_span_us, busy_us, host_wall_us, kernels, memcpys, memsets, kept,
                                                 task_figures)
 
 /** What a child says, rewritten after every phase: opened, built, checked, timed, done (or failed). */

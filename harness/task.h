@@ -254,11 +254,11 @@ std::string kept_digest_error(const Task& task, const SafetensorsFile& timed, co
 
 /** The ledger's overhead in each calibration window that mirrored the window work of a solution
  *  with these `facts` (window i mirrors Task::window_work_forms(config)[i % forms]): its window on
- *  the grader's clock (`window_us`, the ledger's) less its harness kernel's GPU span (`span_us`,
- *  CUPTI's, reported by the child), in us. Left out: each form's first window (it warms up: module
- *  loading, first allocations), and a span outside (0, window]; none when the two lists differ in
- *  length (the child's list is not the ledger's windows). A solution whose window work no form
- *  equals is credited the form of least work (never more than it does). */
+ *  the grader's clock (`window_us`) less its harness kernel's GPU span (`span_us`, CUPTI's, sent
+ *  by the child over the ledger before the solution was loaded; LedgerCall::span_us), in us. Left
+ *  out: each form's first window (it warms up: module loading, first allocations), and a span
+ *  outside (0, window] (0: none recorded); none when the two lists differ in length or no form's
+ *  window work is the solution's (nothing measured it). */
 std::vector<double> calibration_overheads_us(const Task& task, const std::string& config, const nlohmann::json& facts,
                                              const std::vector<double>& window_us, const std::vector<double>& span_us);
 

@@ -75,17 +75,12 @@ std::vector<double> calibration_overheads_us(const Task& task, const std::string
                                              const std::vector<double>& window_us, const std::vector<double>& span_us) {
   const std::vector<nlohmann::json> forms = task.window_work_forms(config);
   const WindowWork own = task.window_work(config, facts);
-  auto bytes = [](const WindowWork& w) { return w.staged_bytes + w.uploaded_bytes + w.digested_bytes; };
   size_t pick = 0;
-  bool matched = false;
-  for (size_t f = 0; f < forms.size() && !matched; ++f) {
-    const WindowWork w = task.window_work(config, forms[f]);
-    if (w == own) pick = f, matched = true;
-    else if (bytes(w) < bytes(task.window_work(config, forms[pick]))) pick = f;
-  }
+  while (pick < forms.size() && !(task.window_work(config, forms[pick]) == own)) ++pick;
   std::vector<double> out;
-  // The child reports the spans from the solution's process: a list that does not pair with the
-  // ledger's windows one to one credits nothing, and a span outside (0, window] is dropped.
+  if (pick == forms.size()) return out;  // no window mirrored this solution's work: nothing measured it
+  // A span list that does not pair with the windows one to one credits nothing; a span outside
+  // (0, window] (none recorded, or not the probe's) is dropped.
   if (window_us.size() != span_us.size()) return out;
   for (size_t i = pick + forms.size(); i < window_us.size(); i += forms.size())  // the first of each form warms up
     if (span_us[i] > 0 && span_us[i] <= window_us[i]) out.push_back(window_us[i] - span_us[i]);

@@ -143,9 +143,10 @@ struct Verdict {
   Disposition disposition = Disposition::Passed;
   Rule rule = Rule::Passed;
   std::string reason;
-  /** Every failing check of the verdict's rule, the reason first: the timing rule's checks are all
-   *  evaluated (a long hidden copy shows on the grader's clock and in the copy audit), every other
-   *  rule stops at its first. Empty when Passed. */
+  /** Every failing check of the verdict's rule, the reason first: the timing rule's checks from the
+   *  call ledger's on are all evaluated (a long hidden copy shows on the grader's clock and in the
+   *  copy audit); its first three (no samples, invalid samples, a span below the floor) and every
+   *  other rule stop at their first. Empty when Passed. */
   std::vector<std::string> findings;
 };
 

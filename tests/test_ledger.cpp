@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -180,4 +181,61 @@ TEST(Ledger, ARoundMustBeCompleteBeforeTheNext) {
   EXPECT_THROW((void)c.open(1, 0), std::runtime_error) << "round 0 had 4 calls; the fourth never ran";
   l.finish();
   EXPECT_NE(l.violation().find("out of sequence"), std::string::npos) << l.violation();
+}
+
+TEST(Ledger, ACalibrationWindowsSpanComesOnceAfterItsDone) {
+  {
+    CallLedger l(4, 1, 1, "");
+    LedgerClient c(l.child_read_fd(), l.child_write_fd());
+    for (int i = 0; i < 3; ++i) {
+      (void)c.open(-1, i);
+      (void)c.done(-1, i, Digest{});
+      if (i != 1) c.span(i, 2.25 + i);  // window 1 sends none: 0, which the grader drops
+    }
+    (void)c.open(0, 0);
+    (void)c.done(0, 0, Digest{});
+    l.finish();
+    EXPECT_EQ(l.violation(), "");
+    ASSERT_EQ(l.calibration().size(), 3u);
+    EXPECT_EQ(l.calibration()[0].span_us, 2.25);
+    EXPECT_EQ(l.calibration()[1].span_us, 0.0);
+    EXPECT_EQ(l.calibration()[2].span_us, 4.25);
+  }
+  // Out of sequence: a second span, one while a window is open, one for a timed call, one that is
+  // no duration. Each is tampering.
+  const auto tampered = [](const std::function<void(LedgerClient&)>& f) {
+    CallLedger l(4, 1, 1, "");
+    LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
+    try {
+      f(c);
+    } catch (const std::runtime_error&) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    l.finish();
+    return l.violation();
+  };
+  EXPECT_NE(tampered([](LedgerClient& c) {
+              (void)c.open(-1, 0);
+              (void)c.done(-1, 0, Digest{});
+              c.span(0, 2);
+              c.span(0, 1);
+            }).find("calibration span out of sequence"),
+            std::string::npos);
+  EXPECT_NE(tampered([](LedgerClient& c) {
+              (void)c.open(-1, 0);
+              c.span(0, 2);
+            }).find("calibration span out of sequence"),
+            std::string::npos);
+  EXPECT_NE(tampered([](LedgerClient& c) {
+              (void)c.open(0, 0);
+              (void)c.done(0, 0, Digest{});
+              c.span(0, 2);
+            }).find("calibration span out of sequence"),
+            std::string::npos);
+  EXPECT_NE(tampered([](LedgerClient& c) {
+              (void)c.open(-1, 0);
+              (void)c.done(-1, 0, Digest{});
+              c.span(0, -5);
+            }).find("no duration"),
+            std::string::npos);
 }
