@@ -123,6 +123,7 @@ uint64_t capture_id(CUstream s) {
 struct CallEntry {
   uint32_t correlation = 0;
   uint64_t capture = 0;
+  CUstream stream = nullptr;  // as the call's parameters named it at the entry (cuLaunchKernelEx's are the caller's memory)
 };
 thread_local CallEntry t_entry;
 thread_local uint32_t t_last_launch = 0;  // the calling thread's last launch that ran (audited or not)
@@ -482,13 +483,16 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     for (const CopyCall& c : kCopyCalls)
       if (c.cbid == cbid && c.stream) streamed = true, stream = c.stream(d->functionParams);
   if (d->callbackSite == CUPTI_API_ENTER) {
-    t_entry = {d->correlationId, streamed ? capture_id(stream) : 0};
+    t_entry = {d->correlationId, streamed ? capture_id(stream) : 0, stream};
     std::lock_guard<std::mutex> lock(g_mutex);
     g_in_flight.insert(d->correlationId);
     return;
   }
-  // The exit (the entry returned above): captured when in the capture it was in at the entry.
-  const uint64_t entry_capture = t_entry.correlation == d->correlationId ? t_entry.capture : 0;
+  // The exit (the entry returned above): captured when in the capture it was in at the entry, its
+  // parameters naming the same stream (another thread may rewrite a launch's config meanwhile; what
+  // the driver read in between cannot be known: a race the solution must win at every call).
+  const bool same_call = t_entry.correlation == d->correlationId && t_entry.stream == stream;
+  const uint64_t entry_capture = same_call ? t_entry.capture : 0;
   const bool captured = streamed && entry_capture != 0 && capture_id(stream) == entry_capture;
   bool keep = succeeded;
   CUgraphExec graph = nullptr;
