@@ -88,8 +88,8 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
     if (job.timing) {
       timed = std::make_unique<TimedCalls>(harness_stream);
       ledger = std::make_unique<LedgerClient>(job.ledger_read_fd, job.ledger_write_fd);
-      // Each window does the harness's part of a timed window (harness/child.cpp below): the
-      // flush, the seed's round trip, staging's bytes, the call's device sync, the digest's pass.
+      // Each window does the harness's part of a timed window (the timed loop below): the flush,
+      // the seed's round trip, staging's bytes, the call's device sync, the digest's pass.
       // A window per form the solution's window may take, in turn (calibration_overheads_us).
       // Scratch laid out as a timed window's: the masked tensor's source and copy (a GEMM's A0 and
       // A), then the outputs, NaN-filled (memset) and the ids uploaded over their start, and the
@@ -124,7 +124,7 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
         const uint32_t before = CuptiTimer::this_thread_last_launch();
         launch_read_stream(probe.get(), probe.bytes(), harness_stream, 1);
         // The probe's id, as its launch callback saw it (0 when it saw none: the window is dropped).
-        const uint32_t probe_launch = CuptiTimer::this_thread_last_launch() != before ? CuptiTimer::this_thread_last_launch() : 0;
+        const uint32_t after = CuptiTimer::this_thread_last_launch(), probe_launch = after != before ? after : 0;
         NIBBLE_CUDA_CALL(cudaDeviceSynchronize());
         const uint64_t c1 = timed->now();
         (void)ledger->done(-1, i, device_blake3(outputs, ww.digested_bytes, harness_stream));
