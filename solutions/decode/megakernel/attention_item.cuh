@@ -172,10 +172,12 @@ __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* 
  * [it.s0, min(it.s1, it.pos)); k as consume_segment's), scratch the attention_item_floats<HD, W>()
  * shared floats. Writes the item's partial for each query head and, when its chunk ends at pos,
  * the appended K/V rows. The caller has waited for the q|k|v rows it reads; ends with the
- * consumers' barrier (publish(..., synced) may follow). With `marks` (a trace; nullptr: none) writes
- * clock64 at marks[0..3] when every warp has folded its pages in (segment_gemv's sum, send and
- * exchange marks: an item has no partner) and at marks[4] when the partial is written, and returns
- * consume_segment's page wait.
+ * consumers' barrier (publish(..., synced) may follow). With `marks` (a trace at kMarkBuilt; nullptr:
+ * none) writes clock64 at marks[0] when the item's input is built (q rotated, this step's k and v
+ * rounded and appended: its loads from L2 are the item's build, as the GEMV's input build is
+ * segment_gemv's), at marks[1..4] when every warp has folded its pages in (segment_gemv's sum, send
+ * and exchange marks: an item has no partner) and at marks[5] when the partial is written, and
+ * returns consume_segment's page wait.
  */
 template <int HD, int W>
 __device__ __forceinline__ long long attention_item(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
@@ -209,6 +211,7 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
       it.v_slot[i] = vn[i], it.v_slot[i + HALF] = vn[i + HALF];
     }
   consumers_sync<W>();
+  if (marks) marks[0] = clock64();
   AttnAcc<HD> acc;
 #pragma unroll
   for (int r = 0; r < kMaxRep; ++r) {
@@ -231,7 +234,7 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
     for (int e = 0; e < E; ++e) mine[r * (HD + 2) + 2 + lane * E + e] = acc.o[r][e];
   }
   consumers_sync<W>();
-  if (marks) marks[0] = marks[1] = marks[2] = marks[3] = clock64();
+  if (marks) marks[1] = marks[2] = marks[3] = marks[4] = clock64();
   for (int idx = ct; idx < it.rep * HD; idx += 32 * W) {
     const int r = idx / HD, e = idx % HD;
     float M = -INFINITY;
@@ -248,7 +251,7 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
     if (e == 0) pp[0] = M, pp[1] = L;
   }
   consumers_sync<W>();
-  if (marks) marks[4] = clock64();
+  if (marks) marks[5] = clock64();
   return waited;
 }
 

@@ -69,8 +69,8 @@ __device__ __forceinline__ unsigned publishers(int k, const DataflowParams& p) {
   return k == df::kAttn ? unsigned(p.chunks) : unsigned(df::kClusterSize);
 }
 
-// segment_gemv and attention_item write their five marks at tr + kMarkConsumed.
-static_assert(kMarkSummed == kMarkConsumed + 1 && kMarkSent == kMarkConsumed + 2 && kMarkExchanged == kMarkConsumed + 3 &&
+// segment_gemv writes its five marks at tr + kMarkConsumed, attention_item its six at tr + kMarkBuilt.
+static_assert(kMarkConsumed == kMarkBuilt + 1 && kMarkSummed == kMarkConsumed + 1 && kMarkSent == kMarkConsumed + 2 && kMarkExchanged == kMarkConsumed + 3 &&
                   kMarkFinished == kMarkConsumed + 4,
               "the segment's inner marks are consecutive");
 
@@ -125,8 +125,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       it.rep = rep;
       it.pos = p.pos;
       chunk_positions(p.pos, s.chunk, p.chunks, &it.s0, &it.s1);
-      if (tr) tr[kMarkBuilt] = clock64();
-      const long long waited = attention_item<HD, W>(pool, sg, k, w, it, xs, tr ? tr + kMarkConsumed : nullptr);
+      const long long waited = attention_item<HD, W>(pool, sg, k, w, it, xs, tr ? tr + kMarkBuilt : nullptr);
       publish<W>(p.counters + size_t(df::kAttn) * p.counter_stride + h, w, /*synced=*/true);
       if (tr) tr[kMarkPublished] = clock64(), tr[kMarkPageWait] = waited;
       continue;

@@ -144,7 +144,8 @@ struct DataflowParams {
 };
 
 /** A segment's trace values (NIBBLE_DF_TRACE), kTraceMarks per segment: clock64 marks where its
- *  consumers start it, its waits are met, its input is built, its pages are consumed (every consumer
+ *  consumers start it, its waits are met, its input is built (an attention item's: q rotated and this
+ *  step's k and v appended), its pages are consumed (every consumer
  *  warp past the barrier after its last page), the first rows of its partner's half of the sums are
  *  summed (before their st.async), that half is sent and the partner's half has landed (the cluster
  *  sum's st.async and mbarrier wait; an attention item has no partner: all three at "consumed"), its outputs are written (the rows, or the attention merge's
