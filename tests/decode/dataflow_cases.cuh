@@ -294,8 +294,9 @@ __device__ inline void attention_items(ItemArgs a) {
 }
 
 /** Case t's items, `chunks` per KV head (chunk c: positions (pos + 1) c / chunks to (pos + 1) (c + 1) /
- *  chunks), over the caches kc / vc (n_kv, max_seq, hd), the q|k|v vector, the RoPE table and the
- *  partials part (n_q, chunks, partial_floats(hd)) where the kernel finds them (host or device memory). */
+ *  chunks), over the caches kc / vc (n_kv, max_seq, hd), the q|k|v vector, the RoPE table (an item reads
+ *  its row of pos) and the partials part (n_q, chunks, partial_floats(hd)) where the kernel finds them
+ *  (host or device memory). */
 inline void make_item_case(const AttnCase& t, int chunks, uint16_t* kc, uint16_t* vc, const float* qkv, const float2* rope,
                            float* part, std::vector<v2::StreamSegment>* segs, std::vector<v2::AttnItem>* items) {
   const int hd = t.hd, rep = t.n_q / t.n_kv, n = t.pos + 1;
@@ -313,7 +314,7 @@ inline void make_item_case(const AttnCase& t, int chunks, uint16_t* kc, uint16_t
       it.q = qkv + size_t(h) * rep * hd;
       it.k_new = qkv + size_t(t.n_q) * hd + size_t(h) * hd;
       it.v_new = qkv + size_t(t.n_q + t.n_kv) * hd + size_t(h) * hd;
-      it.rope = rope;
+      it.rope = rope + size_t(t.pos) * (hd / 2);  // the row of pos (the kernel keeps it in shared memory)
       it.k_slot = kc + (size_t(h) * t.max_seq + t.pos) * hd;
       it.v_slot = vc + (size_t(h) * t.max_seq + t.pos) * hd;
       it.part = part + (size_t(h) * rep * chunks + c) * v2::partial_floats(hd);

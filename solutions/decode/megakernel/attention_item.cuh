@@ -29,7 +29,7 @@ struct AttnItem {
   const float* q = nullptr;      ///< (rep, hd) this KV head's query heads, pre-RoPE (the q|k|v vector)
   const float* k_new = nullptr;  ///< (hd) this step's k of the head, pre-RoPE
   const float* v_new = nullptr;  ///< (hd)
-  const float2* rope = nullptr;  ///< (max_seq, hd/2) {cos, sin}
+  const float2* rope = nullptr;  ///< (hd/2) {cos, sin} of pos (the RoPE table's row; shared memory)
   uint16_t* k_slot = nullptr;    ///< cache row pos of the head (bf16), written when s1 == pos + 1
   uint16_t* v_slot = nullptr;
   float* part = nullptr;         ///< the first query head's partial of this chunk (partial_floats)
@@ -190,7 +190,7 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
   uint16_t* vn = kn + HD;
   float* acc_s = kn_s + 2 * HD;
   const float qscale = float(1.4426950408889634 / sqrt(double(HD)));
-  const float2* cs = it.rope + size_t(it.pos) * HALF;
+  const float2* cs = it.rope;
   for (int idx = ct; idx < it.rep * HALF; idx += 32 * W) {
     const int r = idx / HALF, i = idx % HALF;
     const float x1 = __ldcg(it.q + r * HD + i), x2 = __ldcg(it.q + r * HD + i + HALF);

@@ -4,7 +4,7 @@
 // Shared memory, in order: the page pool (n_pages pages and their mbarriers), the XQuant records of
 // the longest input, the scratch (the input builds' fp32 vector and sums, or an attention item's q,
 // k, v and per-warp states: never both at once, the consumers run one segment at a time), the
-// cluster sum.
+// cluster sum, the RoPE table's row of this step's pos (rope_row_bytes).
 #include <cooperative_groups.h>
 
 #include <type_traits>
@@ -30,6 +30,11 @@ NIBBLE_MK_HD size_t scratch_bytes(int max_k, int attn_weights) {
   const size_t in = input_scratch_bytes(max_k, W, attn_weights);
   return ((in > attn ? in : attn) + 15) / 16 * 16;
 }
+
+/** Shared bytes of the RoPE row of one position ({cos, sin} for hd/2 pairs). Every layer's attention
+ *  items rotate by the same row; read from global memory in each item it was a DRAM miss per layer
+ *  (the weight stream evicts it from L2 between layers) on the item's critical path. */
+NIBBLE_MK_HD inline size_t rope_row_bytes(int hd) { return size_t(hd / 2) * sizeof(float2); }
 
 /** Chunk c of `chunks` of the positions [0, pos]: [*s0, *s1), the counts differing by one at most. */
 __device__ __forceinline__ void chunk_positions(int pos, int c, int chunks, int* s0, int* s1) {
@@ -86,10 +91,15 @@ __device__ __forceinline__ long long* trace_of(const DataflowParams& p) {
  *  kModeDecode no waits, input builds, publications or attention items; TRACE: trace_of). */
 template <int HD, int W, int MODE, bool TRACE>
 __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& me, const PagePool& pool,
-                                        unsigned char* xq, float* xs, float* red, const ClusterSum& cs, uint32_t rank,
-                                        int cluster, uint32_t w) {
+                                        unsigned char* xq, float* xs, float* red, const ClusterSum& cs, float2* rope_s,
+                                        uint32_t rank, int cluster, uint32_t w) {
   uint32_t k = 0, seg_no = 0;
   const int rep = p.n_q / p.n_kv;
+  if constexpr (MODE == kModeDecode) {
+    const float2* row = p.rope + size_t(p.pos) * (HD / 2);
+    for (int i = int(w * 32 + (threadIdx.x & 31)); i < HD / 2; i += 32 * W) rope_s[i] = row[i];
+    consumers_sync<W>();  // rope_s whole before any item reads it
+  }
   long long* const trace = trace_of<TRACE>(p);
   for (int i = 0; i < me.count; ++i) {
     long long* tr = trace && w == 0 && (threadIdx.x & 31) == 0 ? trace + size_t(me.first + i) * kTraceMarks : nullptr;
@@ -116,7 +126,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       it.q = p.qkv + size_t(h) * rep * HD;
       it.k_new = p.qkv + size_t(p.n_q) * HD + size_t(h) * HD;
       it.v_new = p.qkv + size_t(p.n_q + p.n_kv) * HD + size_t(h) * HD;
-      it.rope = p.rope;
+      it.rope = rope_s;
       const size_t row = p.kv_seq_off + (size_t(h) * p.max_seq + size_t(p.pos)) * HD;
       it.k_slot = L.k_cache + row;
       it.v_slot = L.v_cache + row;
@@ -182,8 +192,9 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
   unsigned char* xq = smem + page_pool_bytes(p.n_pages);
   float* xs = reinterpret_cast<float*>(xq + xquant_bytes(p.max_k));
   float* red = xs + p.max_k;
-  const ClusterSum cs = cluster_sum_init(reinterpret_cast<unsigned char*>(xs) + scratch_bytes<HD, W>(p.max_k, p.n_q * p.chunks),
-                                         p.max_tiles, p.max_pages);
+  unsigned char* const cs_smem = reinterpret_cast<unsigned char*>(xs) + scratch_bytes<HD, W>(p.max_k, p.n_q * p.chunks);
+  const ClusterSum cs = cluster_sum_init(cs_smem, p.max_tiles, p.max_pages);
+  float2* const rope_s = reinterpret_cast<float2*>(cs_smem + cluster_sum_bytes(p.max_tiles, p.max_pages));
   cluster.sync();  // both CTAs' mbarriers initialised before either copies or sends
   const int cta = int(blockIdx.z);
   const DevCta me = p.ctas[cta];
@@ -205,7 +216,8 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
     }
     if (tr && threadIdx.x == 0) tr[1] = clock64(), tr[2] = stalled;  // the warp's, the same in every lane
   } else {
-    consume<HD, W, MODE, TRACE>(p, me, pool, xq, xs, red, cs, cluster.block_rank(), cta / df::kClusterSize, uint32_t(warp - 1));
+    consume<HD, W, MODE, TRACE>(p, me, pool, xq, xs, red, cs, rope_s, cluster.block_rank(), cta / df::kClusterSize,
+                                uint32_t(warp - 1));
   }
   cluster.sync();  // no CTA leaves while its partner may still store into it
 }
@@ -299,7 +311,7 @@ R with_kernel(int hd, int w, int mode, bool traced, R otherwise, F&& f) {
 size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles, uint32_t max_pages, int attn_weights) {
   const size_t scratch = with_kernel(hd, w, kModeDecode, false, size_t(0),
                                      [&](auto HD, auto W, auto, auto) { return scratch_bytes<HD(), W()>(max_k, attn_weights); });
-  return xquant_bytes(max_k) + scratch + cluster_sum_bytes(max_tiles, max_pages);
+  return xquant_bytes(max_k) + scratch + cluster_sum_bytes(max_tiles, max_pages) + rope_row_bytes(hd);
 }
 
 cudaError_t dataflow_max_clusters(int hd, int w, size_t smem, int* clusters) {
