@@ -85,7 +85,8 @@ std::string parse_producer_lanes(const std::string& value, uint32_t pages, uint3
 }
 
 /** NIBBLE_DF_TRACE's summary of the last launch: per segment kind, the mean over its segments (every
- *  CTA and layer) of the consumers' wait for the rows it reads, its input build and its GEMV or
+ *  CTA and layer) of the consumers' wait for the rows it reads, its input build (an attention item's:
+ *  q rotated, this step's k and v appended) and its GEMV or
  *  attention with the publish, that run split into its pages, the send of the partner's half of the
  *  sums, the wait for the partner's half (the cluster sum; an attention item has neither), the
  *  write (the rows, or the attention merge's partial) and the publish (TraceMark); per CTA, those summed over its step (mean and max over CTAs), its
