@@ -11,8 +11,11 @@
 #                    issue 25's targets (committed reports where not graded again)
 #   before-after.md  gemm_fp4_sm90 at M = 128 against the committed reports (another machine and
 #                    day: a few % either way is the machine)
+# MS: the M values of the official shapes graded again, an extended regex (default 128; MS='1|16|128'
+# adds issue 25's M = 1 and 16 rows with their weight-read floor from the same call, ~60 grades more:
+# on an H200 it fits the call; M = 4096 takes ~4 s a grade and is left to gemm-all.sh).
 # Configure with NIBBLE_CMAKE_ARGS as final.sh does.
-#   bash reports/h200/next/fp4-shapes.sh <commit>
+#   [MS='1|16|128'] bash reports/h200/next/fp4-shapes.sh <commit>
 set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
 t0=$(date +%s)
@@ -26,7 +29,7 @@ done
 OUT="$OUT/r" timeout 200 bash solutions/gemm_fp4/sm90/run_h200.sh build-hopper "$NIBBLE_SOURCE_COMMIT" "$runs" none \
   > "$OUT/residues.log" 2>&1
 echo "residues exit $? ($(( $(date +%s) - t0 )) s)"; tail -26 "$OUT/residues.log"
-OUT="$OUT/g" FILTER='^gemm-(w4a16-nvfp4|bf16-mxfp4) m128-' timeout $(( 570 - ($(date +%s) - t0) )) \
+OUT="$OUT/g" FILTER="^gemm-(w4a16-nvfp4|bf16-mxfp4) m(${MS:-128})-" timeout $(( 570 - ($(date +%s) - t0) )) \
   bash scripts/gemm-all.sh build-hopper fp4_sm90 cublas_bf16 > "$OUT/grades.log" 2>&1
 echo "grades exit $? ($(( $(date +%s) - t0 )) s)"; tail -34 "$OUT/grades.log"
 new=$(mktemp -d)
