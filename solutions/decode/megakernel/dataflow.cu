@@ -269,7 +269,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   const size_t per_page = page_pool_bytes(1);
   const uint32_t pages = fixed < size_t(optin) ? uint32_t((size_t(optin) - fixed) / per_page) / warps * warps : 0;
   if (pages < uint32_t(warps))
-    fail(NIBBLE_ERR_NOT_SUPPORTED, "megakernel-dataflow: the input and cluster-sum buffers (" + std::to_string(fixed) +
+    fail(NIBBLE_ERR_NOT_SUPPORTED, "megakernel-dataflow: the input, cluster-sum and RoPE-row buffers (" + std::to_string(fixed) +
                                        " bytes) leave no room for a page per consumer warp in " + std::to_string(optin) +
                                        " bytes of shared memory");
   // NIBBLE_DF_PRODUCERS: the producer warp's lanes issuing pages at once, per segment kind (A/B).

@@ -88,7 +88,9 @@ __device__ __forceinline__ long long* trace_of(const DataflowParams& p) {
 }
 
 /** Consumer warp w of W, all lanes: the CTA's segments in order (MODE: DataflowMode; outside
- *  kModeDecode no waits, input builds, publications or attention items; TRACE: trace_of). */
+ *  kModeDecode no waits, input builds, publications or attention items; TRACE: trace_of). In
+ *  kModeDecode first the RoPE row of pos into rope_s and a consumers' barrier: one load from DRAM a
+ *  step (the grader flushes L2), before the first segment's trace mark. */
 template <int HD, int W, int MODE, bool TRACE>
 __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& me, const PagePool& pool,
                                         unsigned char* xq, float* xs, float* red, const ClusterSum& cs, float2* rope_s,

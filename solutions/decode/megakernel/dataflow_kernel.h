@@ -163,8 +163,8 @@ inline constexpr int kTraceCtaMarks = 3;
 inline size_t dataflow_trace_values(size_t n_segs, size_t n_ctas) { return n_segs * kTraceMarks + n_ctas * kTraceCtaMarks; }
 
 /** Shared-memory bytes besides the page pool for head dim hd and w consumer warps: XQuant records,
- *  the input / attention scratch (attn_weights: n_q x chunks, the attention merge's) and the
- *  cluster sum. */
+ *  the input / attention scratch (attn_weights: n_q x chunks, the attention merge's), the
+ *  cluster sum and the RoPE row of pos (hd / 2 float2). */
 size_t dataflow_fixed_smem(int hd, int w, int max_k, uint32_t max_tiles, uint32_t max_pages, int attn_weights);
 
 /** Clusters of 2 CTAs of 32 (1 + w) threads and `smem` bytes that can be resident at once on this
