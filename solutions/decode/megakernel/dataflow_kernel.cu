@@ -32,8 +32,9 @@ NIBBLE_MK_HD size_t scratch_bytes(int max_k, int attn_weights) {
 }
 
 /** Shared bytes of the RoPE row of one position ({cos, sin} for hd/2 pairs). Every layer's attention
- *  items rotate by the same row; read from global memory in each item it was a DRAM miss per layer
- *  (the weight stream evicts it from L2 between layers) on the item's critical path. */
+ *  items rotate by the same row; read from global memory in each item it may be a DRAM miss per layer
+ *  (the weight stream can evict it from L2 between layers) on the item's critical path: NOTES.md
+ *  v2.12 has the prediction, not yet measured. */
 NIBBLE_MK_HD inline size_t rope_row_bytes(int hd) { return size_t(hd / 2) * sizeof(float2); }
 
 /** Chunk c of `chunks` of the positions [0, pos]: [*s0, *s1), the counts differing by one at most. */
