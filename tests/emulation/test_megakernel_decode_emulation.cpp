@@ -136,11 +136,11 @@ void run_against_the_oracle(const DecodeConfig& cfg, int sms, std::vector<float>
       ASSERT_NE(at, std::string::npos) << kind << "\n" << text;
       std::istringstream row(text.substr(at + std::strlen(kind) + 2));
       double wait = -1, build = -1, run = -1, consume = -1, sum = -1, send = -1, partner = -1, write = -1, publish = -1,
-             pages = -1, count = -1;
-      row >> wait >> build >> run >> consume >> sum >> send >> partner >> write >> publish >> pages >> count;
+             pages = -1, pages_max = -1, count = -1;
+      row >> wait >> build >> run >> consume >> sum >> send >> partner >> write >> publish >> pages >> pages_max >> count;
       EXPECT_EQ(count, n) << kind << "\n" << text;
       EXPECT_TRUE(wait >= 0 && build >= 0 && run > 0 && consume > 0 && sum >= 0 && send >= 0 && partner >= 0 &&
-                  write > 0 && publish >= 0 && pages >= 0 && pages <= consume)
+                  write > 0 && publish >= 0 && pages >= 0 && pages <= consume && pages_max >= pages)
           << kind << "\n" << text;
       // An attention item has no partner: its sum, send and partner marks are its consume's end.
       if (std::string(kind) == "attention") {

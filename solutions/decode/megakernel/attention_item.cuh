@@ -176,12 +176,13 @@ __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* 
  * none) writes clock64 at marks[0] when the item's input is built (q rotated, this step's k and v
  * rounded and appended: its loads from L2 are the item's build, as the GEMV's input build is
  * segment_gemv's), at marks[1..4] when every warp has folded its pages in (segment_gemv's sum, send
- * and exchange marks: an item has no partner) and at marks[5] when the partial is written, and
- * returns consume_segment's page wait.
+ * and exchange marks: an item has no partner) and at marks[5] when the partial is written; returns
+ * this warp's page wait (consume_segment's) when `marks` or `timed`, else 0.
  */
 template <int HD, int W>
 __device__ __forceinline__ long long attention_item(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
-                                                    const AttnItem& it, float* scratch, long long* marks = nullptr) {
+                                                    const AttnItem& it, float* scratch, long long* marks = nullptr,
+                                                    bool timed = false) {
   constexpr int HALF = HD / 2, E = AttnAcc<HD>::E;
   const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
   float* q_s = scratch;
@@ -231,7 +232,7 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
   const long long waited = consume_segment(pool, sg, k, w, [&](uint32_t, uint32_t, uint32_t n, uint32_t, const unsigned char* page) {
     const auto* kr = reinterpret_cast<const uint16_t*>(page);
     attend_rows<HD>(kr, kr + size_t(kv_page_rows(sg.row_bytes)) * HD, n, q_s, it.rep, acc);
-  }, marks != nullptr);
+  }, timed || marks != nullptr);
   if (has_pos && w == pos_warp) attend_rows<HD>(kn, vn, 1, q_s, it.rep, acc);
   // The warps' states into shared memory, then merged per (query head, element) into the partial.
   float* mine = acc_s + size_t(w) * kMaxRep * (HD + 2);

@@ -100,11 +100,13 @@ void write_trace(const Model& m) {
   if (!f) return;
   const double us = 1.0 / 1980.0;
   // Per kind, mean cycles of: wait, build, run (built -> published), and the run's consume, sum,
-  // send, partner, write and publish (its six parts), and the first consumer warp's page wait.
-  constexpr int kCols = 10;
-  const int from[kCols - 1] = {kMarkStart,    kMarkWaited, kMarkBuilt,     kMarkBuilt,    kMarkConsumed,
+  // send, partner, write and publish (its six parts), the first consumer warp's page wait and the
+  // longest of every consumer warp's.
+  constexpr int kCols = 11;
+  constexpr int kMarkCols = kCols - 2;
+  const int from[kMarkCols] = {kMarkStart,    kMarkWaited, kMarkBuilt,     kMarkBuilt,    kMarkConsumed,
                                kMarkSummed,   kMarkSent,   kMarkExchanged, kMarkFinished};
-  const int to[kCols - 1] = {kMarkWaited,   kMarkBuilt,     kMarkPublished, kMarkConsumed, kMarkSummed,
+  const int to[kMarkCols] = {kMarkWaited,   kMarkBuilt,     kMarkPublished, kMarkConsumed, kMarkSummed,
                              kMarkSent,     kMarkExchanged, kMarkFinished,  kMarkPublished};
   double sum[df::kSegKinds][kCols] = {}, count[df::kSegKinds] = {};
   double cta_sum[3] = {}, cta_max[3] = {}, span_mean = 0, span_max = 0, stall_mean = 0, prod_mean = 0;
@@ -114,9 +116,10 @@ void write_trace(const Model& m) {
     for (int i = me.first; i < me.first + me.count; ++i) {
       const long long* tr = t.data() + size_t(i) * kTraceMarks;
       const int k = m.segs[size_t(i)].kind;
-      for (int j = 0; j < kCols - 1; ++j) sum[k][j] += double(tr[to[j]] - tr[from[j]]);
+      for (int j = 0; j < kMarkCols; ++j) sum[k][j] += double(tr[to[j]] - tr[from[j]]);
       for (int j = 0; j < 3; ++j) mine[j] += double(tr[to[j]] - tr[from[j]]);
-      sum[k][kCols - 1] += double(tr[kMarkPageWait]);
+      sum[k][kMarkCols] += double(tr[kMarkPageWaits]);
+      sum[k][kMarkCols + 1] += double(*std::max_element(tr + kMarkPageWaits, tr + kMarkPageWaits + m.params.consumer_warps));
       count[k] += 1;
     }
     for (int j = 0; j < 3; ++j) {
@@ -141,9 +144,10 @@ void write_trace(const Model& m) {
   // send (the rest of warp 0's share summed, and all of it issued with st.async) +
   // partner (the partner's half landed: its lag behind this CTA, and the exchange) + write (the rows
   // or the attention merge, and the barrier after) + publish (warp 0's release); "pages": of
-  // consume, the first consumer warp's wait for its pages to land (the stream behind).
-  std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s\n", "kind",
-               "wait", "build", "run", "consume", "sum", "send", "partner", "write", "publish", "pages", "n");
+  // consume, the first consumer warp's wait for its pages to land (the stream behind), "pages max"
+  // the longest such wait of any consumer warp (near consume: the segment waited on its pages).
+  std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s\n", "kind",
+               "wait", "build", "run", "consume", "sum", "send", "partner", "write", "publish", "pages", "pagesmax", "n");
   for (int k = 0; k < df::kSegKinds; ++k)
     if (count[k] > 0) {
       std::fprintf(f, "%44s %-10s", "", df::seg_kind_name(df::SegKind(k)));

@@ -96,6 +96,7 @@ template <int HD, int W, int MODE, bool TRACE>
 __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& me, const PagePool& pool,
                                         unsigned char* xq, float* xs, float* red, const ClusterSum& cs, float2* rope_s,
                                         uint32_t rank, int cluster, uint32_t w) {
+  static_assert(W <= kTraceWarps, "a trace keeps one page-wait slot per consumer warp");
   uint32_t k = 0, seg_no = 0;
   const int rep = p.n_q / p.n_kv;
   if constexpr (MODE == kModeDecode) {
@@ -138,9 +139,10 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       it.rep = rep;
       it.pos = p.pos;
       chunk_positions(p.pos, s.chunk, p.chunks, &it.s0, &it.s1);
-      const long long waited = attention_item<HD, W>(pool, sg, k, w, it, xs, tr ? tr + kMarkBuilt : nullptr);
+      const long long waited = attention_item<HD, W>(pool, sg, k, w, it, xs, tr ? tr + kMarkBuilt : nullptr, TRACE);
       publish<W>(p.counters + size_t(df::kAttn) * p.counter_stride + h, w, /*synced=*/true);
-      if (tr) tr[kMarkPublished] = clock64(), tr[kMarkPageWait] = waited;
+      if (tr) tr[kMarkPublished] = clock64();
+      if (trace && (threadIdx.x & 31) == 0) trace[size_t(me.first + i) * kTraceMarks + kMarkPageWaits + w] = waited;
       continue;
     }
     float* y = nullptr;
@@ -181,9 +183,11 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
     }
     if (tr) tr[kMarkBuilt] = clock64();
     const long long waited =
-        segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid, p.ordered_sums, tr ? tr + kMarkConsumed : nullptr);
+        segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid, p.ordered_sums, tr ? tr + kMarkConsumed : nullptr,
+                        TRACE);
     if (s.kind != df::kHead) publish<W>(p.counters + size_t(s.kind) * p.counter_stride + cluster, w, /*synced=*/true);
-    if (tr) tr[kMarkPublished] = clock64(), tr[kMarkPageWait] = waited;
+    if (tr) tr[kMarkPublished] = clock64();
+    if (trace && (threadIdx.x & 31) == 0) trace[size_t(me.first + i) * kTraceMarks + kMarkPageWaits + w] = waited;
   }
 }
 

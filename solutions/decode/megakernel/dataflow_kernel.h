@@ -150,11 +150,13 @@ struct DataflowParams {
  *  summed (before their st.async), that half is sent and the partner's half has landed (the cluster
  *  sum's st.async and mbarrier wait; an attention item has no partner: all three at "consumed"), its outputs are written (the rows, or the attention merge's
  *  partial, and the barrier after), it is published (the release issued: what the run costs warp 0
- *  before its next segment); then the cycles its first consumer warp waited for pages to land. All
- *  are warp 0's (lane 0's) view. */
+ *  before its next segment): warp 0's (lane 0's) view; then the cycles each consumer warp w waited for
+ *  its pages to land, at kMarkPageWaits + w (a wait of warp 0's alone hid a stream behind for the
+ *  others: page j goes to warp (k + j) % W). */
+inline constexpr int kTraceWarps = 16;  ///< page-wait slots per segment: at least any consumer_warps
 enum TraceMark : int {
   kMarkStart, kMarkWaited, kMarkBuilt, kMarkConsumed, kMarkSummed, kMarkSent, kMarkExchanged, kMarkFinished, kMarkPublished,
-  kMarkPageWait, kTraceMarks
+  kMarkPageWaits, kTraceMarks = kMarkPageWaits + kTraceWarps
 };
 /** Per CTA, after the segments' marks: the producer's start, its end (every copy issued), and its
  *  cycles held by waits for a free page (per batch of pages, its slowest lane's wait). */
