@@ -71,7 +71,10 @@ std::string check_job_args(const BatchManifest& m) {
     fs::remove(tmpl, ec);
     if (e.kind == ChildExit::Exited && e.code == 0) continue;
     said = one_line(said);
-    while (!said.empty() && said.back() == ' ') said.pop_back();
+    // CLI11's closing hint is for a command line typed by hand, not for a manifest's args.
+    const std::string hint = "Run with --help for more information";
+    if (const size_t at = said.rfind(hint); at != std::string::npos) said.erase(at);
+    while (!said.empty() && (said.back() == ' ' || said.back() == '.')) said.pop_back();
     std::string args;
     for (const std::string& a : j.args) args += " " + a;
     return m.path + ": runs[" + std::to_string(j.run) + "] (job " + j.id + "): its args (" + (args.empty() ? " none" : args) +

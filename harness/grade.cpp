@@ -7,6 +7,7 @@
 #include "harness/grade.h"
 #include "harness/python_solution.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -268,6 +269,25 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
 }  // namespace
 
 namespace {
+
+/** A file's identity and last write (stat, links followed; exists false when there is none). A
+ *  report is written by a rename (write_file_atomic), so one whose stamp did not change over a grade
+ *  is an earlier run's. */
+struct FileStamp {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  long long mtime_ns = 0;
+  bool operator==(const FileStamp& o) const {
+    return exists == o.exists && dev == o.dev && ino == o.ino && mtime_ns == o.mtime_ns;
+  }
+};
+
+FileStamp file_stamp(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return {true, st.st_dev, st.st_ino, (long long)(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec};
+}
 
 /** Why --profile `tool` cannot run here: what the grade says up front and its report's status. */
 std::string profiler_missing(const std::string& tool) {
@@ -761,6 +781,7 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
   // One report per solution, named after its file; the fixtures are the cache's, built (and
   // checked) by the first grade and checked again by each one after it.
   std::vector<std::string> reports;
+  std::vector<bool> fresh;  // per report: written by this run's grade (else absent, or an earlier run's)
   std::set<std::string> taken = {"lineup"};  // the side by side's own files
   int worst = kExitPassed;
   auto severity = [](int code) { return code == kExitGraderFailed ? 3 : code == kExitUsage ? 2 : code == kExitNotPassed ? 1 : 0; };
@@ -774,15 +795,17 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
     one.solution = solution;
     one.out = (std::filesystem::path(dir) / (name + ".json")).string();
     if (!opt.quiet) std::fprintf(stderr, "\n== nibble grade: %s -> %s\n", solution.c_str(), one.out.c_str());
-    // A report left there by an earlier run must not stand for this grade if it writes none.
-    std::error_code gone;
-    std::filesystem::remove(one.out, gone);
+    // A report left there by an earlier run must not stand for this grade if it writes none; it is
+    // kept (nothing graded here replaces it) and the side by side shows the grade as NoReport.
+    const FileStamp before = file_stamp(one.out);
     bool no_gpu = false;
     one.no_gpu = &no_gpu;
     const int code = grade_main(one);
     if (severity(code) > severity(worst)) worst = code;
     reports.push_back(one.out);
-    if (no_gpu) {  // every other grade would stop at the same probe
+    const FileStamp after = file_stamp(one.out);
+    fresh.push_back(after.exists && !(after == before));
+    if (no_gpu) {  // every other grade would stop at the same probe; nothing graded, nothing touched
       std::fprintf(stderr, "nibble grade: no usable GPU: the other %zu solution(s) are not graded; no lineup\n",
                    solutions.size() - reports.size());
       std::error_code left;
@@ -795,8 +818,11 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
   std::vector<ReportView> views;
   std::vector<std::string> labels;
   std::string gpu;
-  for (const std::string& r : reports) {
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const std::string& r = reports[i];
     try {
+      if (!fresh[i])
+        throw BadReport(std::filesystem::exists(r) ? r + " is an earlier run's report, left as it was" : "no file " + r);
       views.push_back(load_report_view(r));
       if (gpu.empty()) gpu = views.back().device_name;
     } catch (const BadReport& e) {

@@ -733,7 +733,10 @@ std::string calibration_path(const std::string& want, const Log& log, json* devi
     return "gpu";
   }
   if (want == "gpu") {
-    std::fprintf(stderr, "nibble calibrate: --path gpu, but no usable NVIDIA GPU: %s\n", p.why.c_str());
+    std::fprintf(stderr,
+                 "nibble calibrate: --path gpu, but no usable NVIDIA GPU: %s\n  calibrate on the CPU with --path cpu (the fp64 "
+                 "oracle), or --path auto (the GPU where there is one, else the CPU)\n",
+                 p.why.c_str());
     return "";
   }
   log("no GPU: using the fp64 CPU oracle");

@@ -14,12 +14,13 @@ cd "$(dirname "$0")/.."
 B=${1:-build-hopper}
 shift || true
 SOLS=${*:-fp4_sm90 cublas_bf16}
-[ -x "$B/bin/nibble" ] || { echo "gemm-all.sh: $B/bin/nibble not found: build first (cmake --preset hopper && cmake --build --preset hopper)" >&2; exit 2; }
-# Every grade and calibration needs the GPU: say so once, not once per shape.
+# Every grade and calibration needs the GPU: say so once, not once per shape, and before asking
+# for a build that could not help here.
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
   echo "gemm-all.sh: no NVIDIA GPU here (nvidia-smi finds none); it grades on a GPU machine" >&2
   exit 2
 fi
+[ -x "$B/bin/nibble" ] || { echo "gemm-all.sh: $B/bin/nibble not found: build first (cmake --preset hopper && cmake --build --preset hopper), or name the build folder (scripts/gemm-all.sh build after scripts/test.sh)" >&2; exit 2; }
 COMMIT=${NIBBLE_SOURCE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 export NIBBLE_SOURCE_COMMIT=$COMMIT
 OUT=${OUT:-out}

@@ -91,7 +91,8 @@ TEST(Cli, SeveralSolutionsAreGradedSideBySide) {
   EXPECT_NE(r.output.find("'/nonexistent/b.so' does not exist"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir + "/lineup.json"));
   // Grades that leave no report (nibble itself is no solution .so) are rows; an old report in the
-  // folder does not stand for them; a solution named lineup does not take the side by side's name.
+  // folder does not stand for them (it is kept: nothing of this run replaced it); a solution named
+  // lineup does not take the side by side's name.
   fs::create_directories(t.path() + "/sol");
   fs::copy_file(nibble_exe(), t.path() + "/sol/lineup.so");
   fs::create_directories(dir);
@@ -104,11 +105,12 @@ TEST(Cli, SeveralSolutionsAreGradedSideBySide) {
   EXPECT_NE(r.output.find(" -> " + dir + "/nibble.json"), std::string::npos) << r.output;
   if (r.output.find("no usable GPU: the other 2 solution(s) are not graded") != std::string::npos) {
     // Without a GPU the first grade stops at the probe and the others are not tried: no side by
-    // side, the old report is not left standing for the grade that ran.
+    // side, and nothing graded, so the folder is as it was (the old report and page kept whole).
     EXPECT_EQ(r.code, 2) << r.output;
     EXPECT_EQ(r.output.find(" -> " + dir + "/nibble-2.json"), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(dir + "/lineup.json"));
-    EXPECT_FALSE(fs::exists(dir + "/nibble.json")) << "an old report stood for this grade";
+    EXPECT_EQ(read_file(dir + "/nibble.json"), read_file(source_report())) << "an earlier run's report was lost";
+    EXPECT_EQ(read_file(dir + "/lineup.html"), "an old page");
     // ... and a folder this call made is not left behind empty.
     const std::string fresh = t.path() + "/fresh";
     r = run_nibble({"grade", "--config", "tiny", "--solution", nibble_exe(), "--solution", nibble_exe(), "--out", fresh}, t);
@@ -124,7 +126,7 @@ TEST(Cli, SeveralSolutionsAreGradedSideBySide) {
     // No grade wrote a report: no side by side, and the old page is gone.
     EXPECT_NE(r.output.find("none of the 3 grades wrote a report"), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(dir + "/lineup.html")) << "an old page would stand for this run";
-    EXPECT_FALSE(fs::exists(dir + "/nibble.json")) << "an old report stood for this grade";
+    EXPECT_EQ(read_file(dir + "/nibble.json"), read_file(source_report())) << "an earlier run's report was lost";
     return;
   }
   const auto j = nlohmann::json::parse(read_file(dir + "/lineup.json"));
@@ -309,6 +311,7 @@ TEST(Cli, BatchRunsJobsSideBySide) {
       EXPECT_NE(r.output.find("are refused by nibble calibrate"), std::string::npos) << r.output;
       EXPECT_NE(r.output.find("bad.json: runs[1] (job calibrate-"), std::string::npos) << r.output;
       EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("Run with --help"), std::string::npos) << "CLI11's hint for a typed command line\n" << r.output;
       EXPECT_FALSE(std::filesystem::exists(t.path() + "/bad")) << how;
     }
   }
@@ -789,6 +792,7 @@ TEST(Cli, GemmCalibrateOnTheGpuWithoutOneSaysSo) {
                               t);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--path gpu, but no usable NVIDIA GPU"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("calibrate on the CPU with --path cpu"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(t.path() + "/c.json"));
 }
 
