@@ -50,16 +50,22 @@ inline void unreg(const void* p) {
     }
 }
 inline long long& load_count() { static long long n = 0; return n; }
-inline void check_load(const void* p, size_t bytes, size_t align, const char* what) {
+/** Dies unless [p, p + bytes) is `align`-aligned and inside one region (what: the access, for the message). */
+inline void check_range(const void* p, size_t bytes, size_t align, const char* what) {
   const uintptr_t a = uintptr_t(p);
   if (a % align != 0) die(std::string(what) + ": misaligned load");
   for (const Region& r : regions())
-    if (a >= r.base && a + bytes <= r.base + r.bytes) { ++load_count(); return; }
+    if (a >= r.base && a + bytes <= r.base + r.bytes) return;
   char buf[256];
   std::snprintf(buf, sizeof buf, "%s: load of %zu bytes at %p outside every region", what, bytes, p);
   for (const Region& r : regions())
     std::fprintf(stderr, "  region %s [%p, +%zu) offset %lld\n", r.name, (void*)r.base, r.bytes, (long long)(a - r.base));
   die(buf);
+}
+
+inline void check_load(const void* p, size_t bytes, size_t align, const char* what) {
+  check_range(p, bytes, align, what);
+  ++load_count();
 }
 
 // ---- fibers and blocks

@@ -9,7 +9,8 @@
 #      with each of VARIANTS (env assignments, space-separated, "" for none; default: the head at one producer
 #      lane, NIBBLE_DF_PRODUCERS=1), then the bases and this build again (ROUNDS=2, the default:
 #      the machine drifts), then v1 (the bar; V1=0 leaves it out, and out of the build); the last grade
-#      of this build traced (NIBBLE_DF_TRACE);
+#      of this build traced (NIBBLE_DF_TRACE), and once more with each of TRACED_VARIANTS (env
+#      assignments, space-separated; default none);
 #   4. bench_dataflow's consumer rows (the consumers from shared memory: all, no math, no flush) when
 #      BENCH=1;
 #   5. v2's stress test (full, seeds 0 and 1, 2048 steps twice, bitwise equal) with the time left.
@@ -55,6 +56,11 @@ if [ $tiny -eq 0 ]; then
   done
   grade new-traced "$NEW" NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-new.txt
   [ -f /dev/shm/nibble-df-trace-new.txt ] && mv /dev/shm/nibble-df-trace-new.txt "$OUT/trace-new.txt" && cat "$OUT/trace-new.txt"
+  for v in ${TRACED_VARIANTS:-}; do
+    n=$(printf %s "$v" | tr -c 'A-Za-z0-9_.=-' '_')
+    grade "new-traced-$n" "$NEW" "$v" NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-v.txt
+    [ -f /dev/shm/nibble-df-trace-v.txt ] && mv /dev/shm/nibble-df-trace-v.txt "$OUT/trace-new-$n.txt" && cat "$OUT/trace-new-$n.txt"
+  done
   [ "${V1:-1}" = 1 ] && grade v1 $B/lib/libnibble_megakernel.so
 fi
 if [ $tiny -eq 0 ] && [ "${BENCH:-0}" = 1 ] && [ "$(left)" -gt 200 ]; then

@@ -38,7 +38,12 @@ inline void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
 inline uint32_t cluster_smem_addr(uint32_t a, uint32_t rank) { return ::emu::cluster_address(a, rank); }
 inline void st_async_v4(uint32_t remote, uint4 v, uint32_t remote_bar) { ::emu::st_async(remote, &v, 16, remote_bar); }
 inline void mbar_wait_cluster(uint32_t bar, uint32_t parity) { ::emu::mbar_wait(bar, parity); }
-inline void bulk_prefetch_l2(const void*, uint32_t) {}
+/** No cache to fill here; what is checked is the PTX's rule (a multiple of 16 bytes, 16-byte aligned)
+ *  and that the range is memory the kernel may read. */
+inline void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  if (bytes % 16 != 0) ::emu::die("cp.async.bulk.prefetch.L2: the size is not a multiple of 16");
+  ::emu::check_range(src, bytes, 16, "cp.async.bulk.prefetch.L2");
+}
 /** cp.async: copied at issue (the earliest it can land). */
 inline void cp_async_16(void* smem_dst, const void* src) {
   ::emu::check_load(src, 16, 16, "cp.async");
