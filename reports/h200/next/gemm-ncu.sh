@@ -9,13 +9,19 @@
 #   1.25x-of-floor target); int4_gemm_sm90 and cuBLAS at gemm-w4a16-int4 m128-n1024-k3072 (0.82x).
 # The full set goes to ncu through a wrapper first on PATH (the grader's --profile passes its own
 # metrics; the wrapper adds --set full to the profiling run, not to the export).
-# Configure with NIBBLE_CMAKE_ARGS as ../sandbox-ledger/final.sh does.
-#   bash reports/h200/next/gemm-ncu.sh <commit>
+# Configure with NIBBLE_CMAKE_ARGS as ../sandbox-ledger/final.sh does; PREBUILT=1: no build,
+# build-hopper/bin/nibble and build-hopper/lib carried from the CPU machine (LD_LIBRARY_PATH naming
+# the carried libseccomp, as dataflow-ab.sh's PREBUILT). BUDGET: seconds it may take (default 560).
+#   [PREBUILT=1] [BUDGET=s] bash reports/h200/next/gemm-ncu.sh <commit>
 set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
 t0=$(date +%s)
-source reports/h200/next/build.sh nibble nibble_gemm_reference nibble_int4_gemm_reference nibble_gemm_fp4_sm90 \
-  nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90
+if [ "${PREBUILT:-0}" = 1 ]; then
+  source scripts/env.sh
+else
+  source reports/h200/next/build.sh nibble nibble_gemm_reference nibble_int4_gemm_reference nibble_gemm_fp4_sm90 \
+    nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90
+fi
 real=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 wrap=$(mktemp -d)
 cat > "$wrap/ncu" <<EOF
