@@ -20,7 +20,7 @@ if [ "${PREBUILT:-0}" = 1 ]; then
   source scripts/env.sh
 else
   source reports/h200/next/build.sh nibble nibble_gemm_reference nibble_int4_gemm_reference nibble_gemm_fp4_sm90 \
-    nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90
+    nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90 nibble_int4_gemm_cublas_bf16
 fi
 real=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 wrap=$(mktemp -d)
@@ -32,7 +32,7 @@ EOF
 chmod +x "$wrap/ncu"
 mkdir -p "$OUT/details" "$OUT/profile"
 cases="gemm-w4a16-nvfp4:m128-n3072-k3072:gemm_fp4_sm90 gemm-w4a16-nvfp4:m128-n3072-k3072:gemm_cublas_bf16
-gemm-w4a16-int4:m128-n1024-k3072:int4_gemm_sm90 gemm-w4a16-int4:m128-n1024-k3072:gemm_cublas_bf16
+gemm-w4a16-int4:m128-n1024-k3072:int4_gemm_sm90 gemm-w4a16-int4:m128-n1024-k3072:int4_gemm_cublas_bf16
 gemm-w4a16-nvfp4:m1-n3072-k3072:gemm_fp4_sm90 gemm-w4a16-nvfp4:m1-n3072-k3072:gemm_cublas_bf16"
 for c in $cases; do
   IFS=: read -r task cfg sol <<<"$c"

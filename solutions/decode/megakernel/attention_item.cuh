@@ -178,6 +178,9 @@ __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* 
  * segment_gemv's), at marks[1..4] when every warp has folded its pages in (segment_gemv's sum, send
  * and exchange marks: an item has no partner) and at marks[5] when the partial is written; returns
  * this warp's page wait (consume_segment's) when `marks` or `timed`, else 0.
+ *
+ * (v2.13's one strided loop for q's and this step's k / v loads, with pos folded by the warp with
+ * the fewest pages, measured 15 us a step slower than this form on an H100: NOTES.md "v2.13".)
  */
 template <int HD, int W>
 __device__ __forceinline__ long long attention_item(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
@@ -192,31 +195,25 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
   float* acc_s = kn_s + 2 * HD;
   const float qscale = float(1.4426950408889634 / sqrt(double(HD)));
   const float2* cs = it.rope;
-  // q's pairs and, in the item whose chunk ends at pos, this step's k / v pairs on other threads:
-  // every load of the build in flight at once, one L2 round trip where the W warps cover them (v2.13;
-  // before, the threads of the k / v pairs loaded them after their own q pair: two).
+  for (int idx = ct; idx < it.rep * HALF; idx += 32 * W) {
+    const int r = idx / HALF, i = idx % HALF;
+    const float x1 = __ldcg(it.q + r * HD + i), x2 = __ldcg(it.q + r * HD + i + HALF);
+    const float2 c = cs[i];
+    q_s[r * HD + i] = (x1 * c.x - x2 * c.y) * qscale;
+    q_s[r * HD + i + HALF] = (x2 * c.x + x1 * c.y) * qscale;
+  }
   const bool has_pos = it.s1 == it.pos + 1;
-  const int nq = it.rep * HALF, n_build = nq + (has_pos ? HALF : 0);
-  for (int idx = ct; idx < n_build; idx += 32 * W) {
-    if (idx < nq) {
-      const int r = idx / HALF, i = idx % HALF;
-      const float x1 = __ldcg(it.q + r * HD + i), x2 = __ldcg(it.q + r * HD + i + HALF);
-      const float2 c = cs[i];
-      q_s[r * HD + i] = (x1 * c.x - x2 * c.y) * qscale;
-      q_s[r * HD + i + HALF] = (x2 * c.x + x1 * c.y) * qscale;
-    } else {
-      const int i = idx - nq;
+  if (has_pos)
+    for (int i = ct; i < HALF; i += 32 * W) {
       const float x1 = __ldcg(it.k_new + i), x2 = __ldcg(it.k_new + i + HALF);
-      const float v1 = __ldcg(it.v_new + i), v2 = __ldcg(it.v_new + i + HALF);
       const float2 c = cs[i];
       kn[i] = bf16_rn(x1 * c.x - x2 * c.y);
       kn[i + HALF] = bf16_rn(x2 * c.x + x1 * c.y);
-      vn[i] = bf16_rn(v1);
-      vn[i + HALF] = bf16_rn(v2);
+      vn[i] = bf16_rn(__ldcg(it.v_new + i));
+      vn[i + HALF] = bf16_rn(__ldcg(it.v_new + i + HALF));
       it.k_slot[i] = kn[i], it.k_slot[i + HALF] = kn[i + HALF];
       it.v_slot[i] = vn[i], it.v_slot[i + HALF] = vn[i + HALF];
     }
-  }
   consumers_sync<W>();
   if (marks) marks[0] = clock64();
   AttnAcc<HD> acc;
@@ -226,14 +223,11 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
 #pragma unroll
     for (int e = 0; e < E; ++e) acc.o[r][e] = 0.f;
   }
-  // Page j of the segment goes to warp (k + j) % W (consume_segment): warp (k + pages) % W has the
-  // fewest pages (the next one's, had there been one), so it folds position pos in too.
-  const uint32_t pos_warp = (k + segment_pages(sg)) % uint32_t(W);
   const long long waited = consume_segment(pool, sg, k, w, [&](uint32_t, uint32_t, uint32_t n, uint32_t, const unsigned char* page) {
     const auto* kr = reinterpret_cast<const uint16_t*>(page);
     attend_rows<HD>(kr, kr + size_t(kv_page_rows(sg.row_bytes)) * HD, n, q_s, it.rep, acc);
   }, timed || marks != nullptr);
-  if (has_pos && w == pos_warp) attend_rows<HD>(kn, vn, 1, q_s, it.rep, acc);
+  if (has_pos && w == W - 1) attend_rows<HD>(kn, vn, 1, q_s, it.rep, acc);  // position pos, by the last warp
   // The warps' states into shared memory, then merged per (query head, element) into the partial.
   float* mine = acc_s + size_t(w) * kMaxRep * (HD + 2);
 #pragma unroll

@@ -225,18 +225,13 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
     if (!dataflow_warps_supported(warps))
       fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_WARPS=") + e + ": the kernel is built for 8 or 15 consumer warps");
   }
-  // A/B switches of DataflowParams, on by default: 0 or 1, anything else refused.
-  auto on_off = [&](const char* name, const char* what) {
-    const char* e = std::getenv(name);
-    if (!e || !*e) return true;
+  // NIBBLE_DF_ORDER=0: a tile's pages summed with atomics, in no fixed order (DataflowParams; A/B).
+  bool ordered = true;
+  if (const char* e = std::getenv("NIBBLE_DF_ORDER"); e && *e) {
     if (std::string(e) != "0" && std::string(e) != "1")
-      fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string(name) + "=" + e + ": 1 (" + what + ", the default) or 0 (off)");
-    return std::string(e) == "1";
-  };
-  // NIBBLE_DF_ORDER=0: a tile's pages summed with atomics, in no fixed order.
-  const bool ordered = on_off("NIBBLE_DF_ORDER", "a tile's pages summed in page order");
-  // NIBBLE_DF_KVPF=0: no L2 prefetch of the attention items' K/V rows (v2.14).
-  const bool kv_prefetch = on_off("NIBBLE_DF_KVPF", "the K/V rows prefetched into L2");
+      fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_ORDER=") + e + ": 1 (the pages' order, the default) or 0 (none)");
+    ordered = std::string(e) == "1";
+  }
   // NIBBLE_DF_MODE=gemv|consumer|...: a bench's launch, not a decode step (DataflowMode; bench_dataflow).
   int mode = kModeDecode;
   if (const char* e = std::getenv("NIBBLE_DF_MODE"); e && *e) {
@@ -375,7 +370,6 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   P.clusters = clusters;
   P.consumer_warps = warps;
   P.ordered_sums = ordered;
-  P.kv_prefetch = kv_prefetch;
   P.mode = mode;
   P.chunks = plan.attn_chunks;
   P.n_pages = pages;

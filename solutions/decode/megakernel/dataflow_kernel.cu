@@ -213,30 +213,13 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
     long long* const trace = trace_of<TRACE>(p);
     long long* tr = trace ? trace + p.trace_cta0 + size_t(cta) * kTraceCtaMarks : nullptr;
     if (tr && threadIdx.x == 0) tr[0] = clock64();
-    int kv_next = 0;  // the first segment not yet looked at for an L2 prefetch of its K/V rows
     for (int i = 0; i < me.count; ++i) {
       const DevSegment& s = p.segs[me.first + i];
       const uint32_t lanes = p.lanes[s.kind];
-      if constexpr (MODE == kModeDecode) {
-        // v2.14: an attention item's K/V pages are copied in stream order, a few pages before the
-        // item needs them, behind every SM's pages in flight in the DRAM queue; its rows pulled into
-        // L2 two segments earlier (one bulk prefetch each for K and V) make those copies L2 hits.
-        if (p.kv_prefetch && threadIdx.x == 0)
-          for (int j = max(i, kv_next); j <= min(i + 2, me.count - 1); ++j) {
-            const DevSegment& a = p.segs[me.first + j];
-            if (a.kind != df::kAttn) continue;
-            const StreamSegment kv = stream_of(a, p);
-            if (kv.tile1 <= kv.tile0) continue;
-            const size_t off = size_t(kv.tile0) * kv.row_bytes;
-            const uint32_t bytes = (kv.tile1 - kv.tile0) * kv.row_bytes;
-            sol::bulk_prefetch_l2(reinterpret_cast<const unsigned char*>(kv.w) + off, bytes);
-            sol::bulk_prefetch_l2(reinterpret_cast<const unsigned char*>(kv.v) + off, bytes);
-          }
-        kv_next = i + 3;
+      if constexpr (MODE == kModeDecode)
         stalled += produce_segment(pool, stream_of(s, p), k, policy, lanes, tr != nullptr);
-      } else if (s.kind != df::kAttn) {
+      else if (s.kind != df::kAttn)
         stalled += produce_segment<MODE == kModeGemv>(pool, stream_of(s, p), k, policy, lanes, tr != nullptr);
-      }
     }
     if (tr && threadIdx.x == 0) tr[1] = clock64(), tr[2] = stalled;  // the warp's, the same in every lane
   } else {

@@ -108,10 +108,6 @@ struct DataflowParams {
   /** A tile's page sums added in page order after the segment (bitwise the same run to run), or with
    *  shared-memory fp32 atomics in the order the warps get there (NIBBLE_DF_ORDER=0: an A/B switch). */
   bool ordered_sums = true;
-  /** The producer pulls the cached K/V rows of each attention item into L2 two segments before their
-   *  pages (v2.14; NIBBLE_DF_KVPF=0: off, an A/B switch). In the padding after ordered_sums: the
-   *  offsets of the fields after it are unchanged. */
-  bool kv_prefetch = true;
   int chunks = 0;              ///< attention chunks per KV head (dataflow::Plan::attn_chunks)
   uint32_t n_pages = 0;        ///< the page pool's pages (a multiple of kConsumerWarps)
   uint32_t max_tiles = 0;      ///< most tiles of one cluster's matrix segment (the cluster sum's peer buffers)
