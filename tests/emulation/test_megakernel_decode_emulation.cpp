@@ -136,12 +136,15 @@ void run_against_the_oracle(const DecodeConfig& cfg, int sms, std::vector<float>
       ASSERT_NE(at, std::string::npos) << kind << "\n" << text;
       std::istringstream row(text.substr(at + std::strlen(kind) + 2));
       double wait = -1, build = -1, run = -1, consume = -1, sum = -1, send = -1, partner = -1, write = -1, publish = -1,
-             pages = -1, pages_max = -1, count = -1;
-      row >> wait >> build >> run >> consume >> sum >> send >> partner >> write >> publish >> pages >> pages_max >> count;
+             pages = -1, pages_max = -1, last_warp = -1, count = -1;
+      row >> wait >> build >> run >> consume >> sum >> send >> partner >> write >> publish >> pages >> pages_max >> last_warp >>
+          count;
       EXPECT_EQ(count, n) << kind << "\n" << text;
       EXPECT_TRUE(wait >= 0 && build >= 0 && run > 0 && consume > 0 && sum >= 0 && send >= 0 && partner >= 0 &&
                   write > 0 && publish >= 0 && pages >= 0 && pages <= consume && pages_max >= pages)
           << kind << "\n" << text;
+      // Every warp is past its pages before the barrier that ends consume (printed to 0.01 us).
+      EXPECT_TRUE(last_warp > 0 && last_warp <= consume + 0.01) << kind << "\n" << text;
       // An attention item has no partner: its sum, send and partner marks are its consume's end.
       if (std::string(kind) == "attention") {
         EXPECT_TRUE(sum == 0 && send == 0 && partner == 0) << text;

@@ -176,8 +176,9 @@ __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* 
  * none) writes clock64 at marks[0] when the item's input is built (q rotated, this step's k and v
  * rounded and appended: its loads from L2 are the item's build, as the GEMV's input build is
  * segment_gemv's), at marks[1..4] when every warp has folded its pages in (segment_gemv's sum, send
- * and exchange marks: an item has no partner) and at marks[5] when the partial is written; returns
- * this warp's page wait (consume_segment's) when `marks` or `timed`, else 0.
+ * and exchange marks: an item has no partner) and at marks[5] when the partial is written; with `done`
+ * (a trace, every warp) writes clock64 at done[w] when this warp is past its pages and position pos;
+ * returns this warp's page wait (consume_segment's) when `marks` or `done`, else 0.
  *
  * (v2.13's one strided loop for q's and this step's k / v loads, with pos folded by the warp with
  * the fewest pages, measured 15 us a step slower than this form on an H100: NOTES.md "v2.13".)
@@ -185,7 +186,7 @@ __device__ __forceinline__ void attend_rows(const uint16_t* kr, const uint16_t* 
 template <int HD, int W>
 __device__ __forceinline__ long long attention_item(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
                                                     const AttnItem& it, float* scratch, long long* marks = nullptr,
-                                                    bool timed = false) {
+                                                    long long* done = nullptr) {
   constexpr int HALF = HD / 2, E = AttnAcc<HD>::E;
   const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
   float* q_s = scratch;
@@ -226,8 +227,9 @@ __device__ __forceinline__ long long attention_item(const PagePool& pool, const 
   const long long waited = consume_segment(pool, sg, k, w, [&](uint32_t, uint32_t, uint32_t n, uint32_t, const unsigned char* page) {
     const auto* kr = reinterpret_cast<const uint16_t*>(page);
     attend_rows<HD>(kr, kr + size_t(kv_page_rows(sg.row_bytes)) * HD, n, q_s, it.rep, acc);
-  }, timed || marks != nullptr);
+  }, done || marks);
   if (has_pos && w == W - 1) attend_rows<HD>(kn, vn, 1, q_s, it.rep, acc);  // position pos, by the last warp
+  if (done && lane == 0) done[w] = clock64();
   // The warps' states into shared memory, then merged per (query head, element) into the partial.
   float* mine = acc_s + size_t(w) * kMaxRep * (HD + 2);
 #pragma unroll

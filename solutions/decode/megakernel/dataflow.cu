@@ -100,10 +100,10 @@ void write_trace(const Model& m) {
   if (!f) return;
   const double us = 1.0 / 1980.0;
   // Per kind, mean cycles of: wait, build, run (built -> published), and the run's consume, sum,
-  // send, partner, write and publish (its six parts), the first consumer warp's page wait and the
-  // longest of every consumer warp's.
-  constexpr int kCols = 11;
-  constexpr int kMarkCols = kCols - 2;
+  // send, partner, write and publish (its six parts), the first consumer warp's page wait, the
+  // longest of every consumer warp's, and from "built" to the last warp past its pages.
+  constexpr int kCols = 12;
+  constexpr int kMarkCols = kCols - 3;
   const int from[kMarkCols] = {kMarkStart,    kMarkWaited, kMarkBuilt,     kMarkBuilt,    kMarkConsumed,
                                kMarkSummed,   kMarkSent,   kMarkExchanged, kMarkFinished};
   const int to[kMarkCols] = {kMarkWaited,   kMarkBuilt,     kMarkPublished, kMarkConsumed, kMarkSummed,
@@ -120,6 +120,8 @@ void write_trace(const Model& m) {
       for (int j = 0; j < 3; ++j) mine[j] += double(tr[to[j]] - tr[from[j]]);
       sum[k][kMarkCols] += double(tr[kMarkPageWaits]);
       sum[k][kMarkCols + 1] += double(*std::max_element(tr + kMarkPageWaits, tr + kMarkPageWaits + m.params.consumer_warps));
+      sum[k][kMarkCols + 2] +=
+          double(*std::max_element(tr + kMarkPagesDone, tr + kMarkPagesDone + m.params.consumer_warps) - tr[kMarkBuilt]);
       count[k] += 1;
     }
     for (int j = 0; j < 3; ++j) {
@@ -144,10 +146,13 @@ void write_trace(const Model& m) {
   // send (the rest of warp 0's share summed, and all of it issued with st.async) +
   // partner (the partner's half landed: its lag behind this CTA, and the exchange) + write (the rows
   // or the attention merge, and the barrier after) + publish (warp 0's release); "pages": of
-  // consume, the first consumer warp's wait for its pages to land (the stream behind), "pages max"
-  // the longest such wait of any consumer warp (near consume: the segment waited on its pages).
-  std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s\n", "kind",
-               "wait", "build", "run", "consume", "sum", "send", "partner", "write", "publish", "pages", "pagesmax", "n");
+  // consume, the first consumer warp's wait for its pages to land (the stream behind), "pagesmax"
+  // the longest such wait of any consumer warp (near consume: the segment waited on its pages),
+  // "lastwarp" from the input built to the last warp past its pages (of consume, the rest is the
+  // barrier after them and, in an attention item, the warps' states written).
+  std::fprintf(f, "per segment (mean over CTAs and layers), us: %-10s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s\n",
+               "kind", "wait", "build", "run", "consume", "sum", "send", "partner", "write", "publish", "pages", "pagesmax",
+               "lastwarp", "n");
   for (int k = 0; k < df::kSegKinds; ++k)
     if (count[k] > 0) {
       std::fprintf(f, "%44s %-10s", "", df::seg_kind_name(df::SegKind(k)));

@@ -107,6 +107,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
   long long* const trace = trace_of<TRACE>(p);
   for (int i = 0; i < me.count; ++i) {
     long long* tr = trace && w == 0 && (threadIdx.x & 31) == 0 ? trace + size_t(me.first + i) * kTraceMarks : nullptr;
+    long long* const done = trace ? trace + size_t(me.first + i) * kTraceMarks + kMarkPagesDone : nullptr;  // every warp's
     if (tr) tr[kMarkStart] = clock64();
     const DevSegment* sp = p.segs + me.first + i;
     const DevSegment s = *sp;
@@ -139,7 +140,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       it.rep = rep;
       it.pos = p.pos;
       chunk_positions(p.pos, s.chunk, p.chunks, &it.s0, &it.s1);
-      const long long waited = attention_item<HD, W>(pool, sg, k, w, it, xs, tr ? tr + kMarkBuilt : nullptr, TRACE);
+      const long long waited = attention_item<HD, W>(pool, sg, k, w, it, xs, tr ? tr + kMarkBuilt : nullptr, done);
       publish<W>(p.counters + size_t(df::kAttn) * p.counter_stride + h, w, /*synced=*/true);
       if (tr) tr[kMarkPublished] = clock64();
       if (trace && (threadIdx.x & 31) == 0) trace[size_t(me.first + i) * kTraceMarks + kMarkPageWaits + w] = waited;
@@ -184,7 +185,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
     if (tr) tr[kMarkBuilt] = clock64();
     const long long waited =
         segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid, p.ordered_sums, tr ? tr + kMarkConsumed : nullptr,
-                        TRACE);
+                        done);
     if (s.kind != df::kHead) publish<W>(p.counters + size_t(s.kind) * p.counter_stride + cluster, w, /*synced=*/true);
     if (tr) tr[kMarkPublished] = clock64();
     if (trace && (threadIdx.x & 31) == 0) trace[size_t(me.first + i) * kTraceMarks + kMarkPageWaits + w] = waited;

@@ -152,11 +152,13 @@ struct DataflowParams {
  *  partial, and the barrier after), it is published (the release issued: what the run costs warp 0
  *  before its next segment): warp 0's (lane 0's) view; then the cycles each consumer warp w waited for
  *  its pages to land, at kMarkPageWaits + w (a wait of warp 0's alone hid a stream behind for the
- *  others: page j goes to warp (k + j) % W). */
-inline constexpr int kTraceWarps = 16;  ///< page-wait slots per segment: at least any consumer_warps
+ *  others: page j goes to warp (k + j) % W), and the clock64 at which warp w was done with its pages
+ *  (an attention item's: and position pos), at kMarkPagesDone + w, before the barrier that ends
+ *  "consumed". */
+inline constexpr int kTraceWarps = 16;  ///< per-warp slots per segment: at least any consumer_warps
 enum TraceMark : int {
   kMarkStart, kMarkWaited, kMarkBuilt, kMarkConsumed, kMarkSummed, kMarkSent, kMarkExchanged, kMarkFinished, kMarkPublished,
-  kMarkPageWaits, kTraceMarks = kMarkPageWaits + kTraceWarps
+  kMarkPageWaits, kMarkPagesDone = kMarkPageWaits + kTraceWarps, kTraceMarks = kMarkPagesDone + kTraceWarps
 };
 /** Per CTA, after the segments' marks: the producer's start, its end (every copy issued), and its
  *  cycles held by waits for a free page (per batch of pages, its slowest lane's wait). */

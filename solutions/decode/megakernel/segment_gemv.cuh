@@ -111,14 +111,15 @@ __device__ __forceinline__ void finished_tiles(uint32_t n, uint32_t rank, uint32
  * writes clock64 at marks[0] when every warp has consumed its pages, marks[1] when this warp has
  * summed the first rows it sends (before their st.async), marks[2] when it has sent its share of the
  * partner's sums, marks[3] when the partner's half has landed and marks[4] when the rows are
- * written; returns this warp's page wait (consume_segment's) when `marks` or `timed`, else 0. PART:
- * what it runs of a page (GemvPart; the bench's modes). Ends with the consumers' barrier.
+ * written; with `done` (a trace, every warp; nullptr: none) writes clock64 at done[w] when this warp
+ * is past its pages; returns this warp's page wait (consume_segment's) when `marks` or `done`, else 0.
+ * PART: what it runs of a page (GemvPart; the bench's modes). Ends with the consumers' barrier.
  */
 template <int W, int PART = kGemvPartAll>
 __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const StreamSegment& sg, uint32_t& k, uint32_t w,
                                              const unsigned char* xq, const ClusterSum& cs, uint32_t seg_no,
                                              uint32_t rank, float* y, int rows, const float* resid = nullptr,
-                                             bool ordered = true, long long* marks = nullptr, bool timed = false) {
+                                             bool ordered = true, long long* marks = nullptr, long long* done = nullptr) {
   const int lane = int(threadIdx.x & 31), ct = int(w) * 32 + lane;
   const uint32_t n = sg.tile1 - sg.tile0, ppt = tile_pages(sg.g0, sg.g1);
   if (!ordered) {  // NIBBLE_DF_ORDER=0: every page added into its tile's first slot by atomics
@@ -151,7 +152,8 @@ __device__ __forceinline__ long long segment_gemv(const PagePool& pool, const St
         for (int r = 0; r < 4; ++r) atomicAdd(dst + r, v[r]);
       }
     });
-  }, timed || marks != nullptr);
+  }, done || marks);
+  if (done && lane == 0) done[w] = clock64();
   consumers_sync<W>();
   if (marks) marks[0] = clock64();
   // The cluster sum: send the partner's tiles, wait for this rank's, finish them.
