@@ -118,10 +118,10 @@ void write_trace(const Model& m) {
       const int k = m.segs[size_t(i)].kind;
       for (int j = 0; j < kMarkCols; ++j) sum[k][j] += double(tr[to[j]] - tr[from[j]]);
       for (int j = 0; j < 3; ++j) mine[j] += double(tr[to[j]] - tr[from[j]]);
+      const auto warps_max = [&](int first) { return *std::max_element(tr + first, tr + first + m.params.consumer_warps); };
       sum[k][kMarkCols] += double(tr[kMarkPageWaits]);
-      sum[k][kMarkCols + 1] += double(*std::max_element(tr + kMarkPageWaits, tr + kMarkPageWaits + m.params.consumer_warps));
-      sum[k][kMarkCols + 2] +=
-          double(*std::max_element(tr + kMarkPagesDone, tr + kMarkPagesDone + m.params.consumer_warps) - tr[kMarkBuilt]);
+      sum[k][kMarkCols + 1] += double(warps_max(kMarkPageWaits));
+      sum[k][kMarkCols + 2] += double(warps_max(kMarkPagesDone) - tr[kMarkBuilt]);
       count[k] += 1;
     }
     for (int j = 0; j < 3; ++j) {

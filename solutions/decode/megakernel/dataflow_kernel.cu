@@ -34,7 +34,7 @@ NIBBLE_MK_HD size_t scratch_bytes(int max_k, int attn_weights) {
 /** Shared bytes of the RoPE row of one position ({cos, sin} for hd/2 pairs). Every layer's attention
  *  items rotate by the same row; read from global memory in each item it may be a DRAM miss per layer
  *  (the weight stream can evict it from L2 between layers) on the item's critical path: NOTES.md
- *  v2.12 has the prediction, not yet measured. */
+ *  v2.12 has the prediction and its measurement (in another call than its base's). */
 NIBBLE_MK_HD inline size_t rope_row_bytes(int hd) { return size_t(hd / 2) * sizeof(float2); }
 
 /** Chunk c of `chunks` of the positions [0, pos]: [*s0, *s1), the counts differing by one at most. */
@@ -106,8 +106,14 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
   }
   long long* const trace = trace_of<TRACE>(p);
   for (int i = 0; i < me.count; ++i) {
-    long long* tr = trace && w == 0 && (threadIdx.x & 31) == 0 ? trace + size_t(me.first + i) * kTraceMarks : nullptr;
-    long long* const done = trace ? trace + size_t(me.first + i) * kTraceMarks + kMarkPagesDone : nullptr;  // every warp's
+    long long* const seg = trace ? trace + size_t(me.first + i) * kTraceMarks : nullptr;  // this segment's marks
+    long long* const tr = seg && w == 0 && (threadIdx.x & 31) == 0 ? seg : nullptr;  // warp 0's view
+    long long* const done = seg ? seg + kMarkPagesDone : nullptr;                     // every warp's
+    // After the publish: warp 0's mark, and every warp's page wait.
+    auto published = [&](long long waited) {
+      if (tr) tr[kMarkPublished] = clock64();
+      if (seg && (threadIdx.x & 31) == 0) seg[kMarkPageWaits + w] = waited;
+    };
     if (tr) tr[kMarkStart] = clock64();
     const DevSegment* sp = p.segs + me.first + i;
     const DevSegment s = *sp;
@@ -142,8 +148,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
       chunk_positions(p.pos, s.chunk, p.chunks, &it.s0, &it.s1);
       const long long waited = attention_item<HD, W>(pool, sg, k, w, it, xs, tr ? tr + kMarkBuilt : nullptr, done);
       publish<W>(p.counters + size_t(df::kAttn) * p.counter_stride + h, w, /*synced=*/true);
-      if (tr) tr[kMarkPublished] = clock64();
-      if (trace && (threadIdx.x & 31) == 0) trace[size_t(me.first + i) * kTraceMarks + kMarkPageWaits + w] = waited;
+      published(waited);
       continue;
     }
     float* y = nullptr;
@@ -187,8 +192,7 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
         segment_gemv<W>(pool, sg, k, w, xq, cs, seg_no++, rank, y, rows, resid, p.ordered_sums, tr ? tr + kMarkConsumed : nullptr,
                         done);
     if (s.kind != df::kHead) publish<W>(p.counters + size_t(s.kind) * p.counter_stride + cluster, w, /*synced=*/true);
-    if (tr) tr[kMarkPublished] = clock64();
-    if (trace && (threadIdx.x & 31) == 0) trace[size_t(me.first + i) * kTraceMarks + kMarkPageWaits + w] = waited;
+    published(waited);
   }
 }
 
