@@ -14,7 +14,12 @@
 //      graph, zero-byte, host-to-host and pageable copies (the copy audit's ground);
 //   3. the trick: CONCURRENT_KERNEL disabled around launches (callbacks without records?);
 //   4. the host cost of the subscription: empty launches timed without it, with the launch callbacks
-//      only, and with the whole driver domain.
+//      only, and with the whole driver domain;
+//   5. the GPU cost of the records inside a CUDA graph: a graph of 2000 kernel nodes (a PyTorch decode
+//      step in a graph has ~1900-2000) timed by CUDA events without any record kind on, with
+//      CONCURRENT_KERNEL (a record per node: what the grader takes today), with GRAPH_TRACE alone
+//      (one record per launch) and with both, and which records each leaves (the anchors graded
+//      2.3x their untraced times on the H200, ~3 us a kernel more).
 // Usage: probe_cupti_launches [--launches N]   (sm_90 not needed; prints a table, exit 0 on success,
 // 77 without a GPU, 1 on a CUDA/CUPTI error)
 #include <cublas_v2.h>
@@ -22,6 +27,7 @@
 #include <cuda_runtime.h>
 #include <cupti.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -134,6 +140,9 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       case CUPTI_ACTIVITY_KIND_MEMSET:
         g_records.push_back({"memset", reinterpret_cast<CUpti_ActivityMemset4*>(rec)->correlationId});
         break;
+      case CUPTI_ACTIVITY_KIND_GRAPH_TRACE:
+        g_records.push_back({"graph", reinterpret_cast<CUpti_ActivityGraphTrace2*>(rec)->correlationId});
+        break;
       default: break;
     }
   }
@@ -206,6 +215,40 @@ double time_memsets(cudaStream_t s, void* p, int n) {
   return std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
 }
 
+/** A captured graph of `nodes` empty kernels in a chain on `s`. */
+cudaGraphExec_t chain_graph(cudaStream_t s, int nodes) {
+  cudaGraph_t g;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < nodes; ++i) empty_kernel<<<1, 32, 0, s>>>(nullptr);
+  NIBBLE_CHECK_LAUNCH();
+  CHECK_CUDA(cudaStreamEndCapture(s, &g));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, g, 0));
+  CHECK_CUDA(cudaGraphDestroy(g));
+  return exec;
+}
+
+/** The median over 15 launches (3 warm-ups first) of one launch of `exec`, in us of CUDA events. */
+double time_graph(cudaStream_t s, cudaGraphExec_t exec) {
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 18; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0, s));
+    CHECK_CUDA(cudaGraphLaunch(exec, s));
+    CHECK_CUDA(cudaEventRecord(e1, s));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 3) ms.push_back(t);
+  }
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return 1e3 * ms[ms.size() / 2];
+}
+
 }  // namespace
 
 int run(int launches);
@@ -245,11 +288,15 @@ int run(int launches) {
   const double bare_us = time_launches(s, launches);
   for (int i = 0; i < 2; ++i) time_memsets(s, counter, launches / 10);
   const double bare_memset_us = time_memsets(s, counter, launches);
+  constexpr int kGraphNodes = 2000;
+  cudaGraphExec_t chain = chain_graph(s, kGraphNodes);
+  const double graph_bare_us = time_graph(s, chain);
 
   CHECK_CUPTI(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
   CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
   CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
+  const double graph_nodes_us = time_graph(s, chain);
   const double activity_us = time_launches(s, launches);
   const double activity_memset_us = time_memsets(s, counter, launches);
 
@@ -479,6 +526,46 @@ int run(int launches) {
     CHECK_CUDA(cudaStreamSynchronize(s));
     CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   });
+
+  // 5. Graph-level records: GRAPH_TRACE alone, then with CONCURRENT_KERNEL (whether CUPTI takes both,
+  // and which records a graph launch then leaves), the 2000-node graph timed in each state.
+  CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  const double graph_off_us = time_graph(s, chain);
+  const CUptiResult graph_trace_on = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+  const char* graph_trace_msg = nullptr;
+  cuptiGetResultString(graph_trace_on, &graph_trace_msg);
+  std::printf("\n== cuptiActivityEnable(GRAPH_TRACE), CONCURRENT_KERNEL off: %s\n", graph_trace_msg ? graph_trace_msg : "?");
+  double graph_trace_us = -1, graph_both_us = -1;
+  const char* both_msg = "not tried";
+  // Which records a graph of kernels, the mixed graph and two launches outside a graph leave in `state`.
+  const auto probe_graph_records = [&](const std::string& state) {
+    probe(("cudaGraphLaunch of the 3-kernel graph, " + state).c_str(), [&] { CHECK_CUDA(cudaGraphLaunch(exec, s)); });
+    probe(("cudaGraphLaunch of the mixed graph, " + state).c_str(), [&] { CHECK_CUDA(cudaGraphLaunch(mixed, s)); });
+    probe(("runtime <<<>>> x2 (outside a graph), " + state).c_str(), [&] {
+      empty_kernel<<<1, 32, 0, s>>>(counter);
+      empty_kernel<<<1, 32, 0, s>>>(counter);
+      NIBBLE_CHECK_LAUNCH();
+    });
+  };
+  if (graph_trace_on == CUPTI_SUCCESS) {
+    graph_trace_us = time_graph(s, chain);
+    probe_graph_records("GRAPH_TRACE on, CONCURRENT_KERNEL off");
+    const CUptiResult both = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    cuptiGetResultString(both, &both_msg);
+    std::printf("\n== cuptiActivityEnable(CONCURRENT_KERNEL) with GRAPH_TRACE on: %s\n", both_msg ? both_msg : "?");
+    if (both == CUPTI_SUCCESS) {
+      graph_both_us = time_graph(s, chain);
+      probe_graph_records("GRAPH_TRACE and CONCURRENT_KERNEL on");
+    }
+    (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+  }
+  std::printf("\ngraph of %d empty kernel nodes, GPU time per launch (CUDA events, median of 15, us): no records %.1f, "
+              "CONCURRENT_KERNEL (a record per node) %.1f, records off again %.1f, GRAPH_TRACE alone %.1f, GRAPH_TRACE + "
+              "CONCURRENT_KERNEL %.1f (-1: not enabled); per node over no records: %.2f / %.2f / %.2f us\n",
+              kGraphNodes, graph_bare_us, graph_nodes_us, graph_off_us, graph_trace_us, graph_both_us,
+              (graph_nodes_us - graph_bare_us) / kGraphNodes, (graph_trace_us - graph_bare_us) / kGraphNodes,
+              (graph_both_us - graph_bare_us) / kGraphNodes);
+  CHECK_CUDA(cudaGraphExecDestroy(chain));
 
   std::printf("\nhost time per empty launch (%d launches, us): bare %.3f, activity records on %.3f, + launch "
               "callbacks %.3f, + whole driver domain %.3f, + runtime domain %.3f\n",

@@ -86,7 +86,9 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
     NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     NIBBLE_CUDA_CALL(cudaStreamCreateWithFlags(&harness_stream, cudaStreamNonBlocking));
     if (job.timing) {
-      timed = std::make_unique<TimedCalls>(harness_stream);
+      const std::optional<GraphRecords> graphs = parse_graph_records(job.timing->graph_records);
+      if (!graphs) throw std::runtime_error("job: graph_records \"" + job.timing->graph_records + "\" is neither nodes nor graphs");
+      timed = std::make_unique<TimedCalls>(harness_stream, *graphs);
       ledger = std::make_unique<LedgerClient>(job.ledger_read_fd, job.ledger_write_fd);
       // Each window does the harness's part of a timed window (the timed loop below): the flush,
       // the seed's round trip, staging's bytes, the call's device sync, the digest's pass.
@@ -289,6 +291,7 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
           tr.kernels.push_back(st.kernels);
           tr.memcpys.push_back(st.memcpys);
           tr.memsets.push_back(st.memsets);
+          tr.graphs.push_back(st.graphs);
           if (keep_n) {
             keep.push_back(n);
             tr.kept.push_back(timed_call_name(r, n));

@@ -206,11 +206,12 @@ SpanStats flushed_span(CuptiTimer& timer, L2Flusher& flusher, F&& launch) {
  * delivers only after the collect that should have seen them (still running past a window's device
  * sync) count in late_kernels(), judged InvalidTiming (verdict.cpp). From begin() on every kernel and graph launch
  * must leave a record (launch_audit(): a launch without one ran with CUPTI's records switched off).
- * Throws std::runtime_error on CUDA/CUPTI errors.
+ * `graphs`: how a graph launch is recorded (GraphRecords). Throws std::runtime_error on CUDA/CUPTI errors.
  */
 class TimedCalls {
  public:
-  explicit TimedCalls(cudaStream_t stream) : stream_(stream), stream_id_(timer_.stream_id(stream)) {}
+  explicit TimedCalls(cudaStream_t stream, GraphRecords graphs = GraphRecords::Nodes)
+      : stream_(stream), timer_(graphs), stream_id_(timer_.stream_id(stream)) {}
   /** The dry gap (above): once, after the session is open, before the build. */
   template <class F>
   void dry_gap(F&& harness_gap) {
@@ -231,7 +232,7 @@ class TimedCalls {
     gap_start_ = timer_.now();
     (void)timer_.collect(0, gap_start_);
     late_kernels_ = 0;
-    gaps_with_foreign_work_ = foreign_kernels_ = foreign_memcpys_ = foreign_memsets_ = 0;
+    gaps_with_foreign_work_ = foreign_kernels_ = foreign_memcpys_ = foreign_memsets_ = foreign_graphs_ = 0;
     count_foreign(dry_gap_foreign_);
   }
   /** Record kinds re-enabled, L2 flushed, device synchronised: before a call's window opens. */
@@ -269,8 +270,8 @@ class TimedCalls {
     // window's device sync (late_kernels), and the solution's copies and memsets, which started
     // in a window's edge or a gap, counted as gap work (nothing else would see them).
     const SpanStats l = span_of(late), l_off = span_of(off_stream(late));
-    late_kernels_ += l.kernels;
-    count_foreign({0, 0, 0, l_off.memcpys, l_off.memsets, false, ""});
+    late_kernels_ += l.kernels + l.graphs;  // a graph recorded whole still running is late work too
+    count_foreign({0, 0, 0, l_off.memcpys, l_off.memsets, false, "", 0});
     gap_start_ = t1;
     return span_of(window);
   }
@@ -282,7 +283,7 @@ class TimedCalls {
   std::string foreign_work() const {
     std::string s;
     for (const auto& [n, what] : {std::pair<int, const char*>{foreign_kernels_, "kernel"}, {foreign_memcpys_, "memcpy"},
-                                  {foreign_memsets_, "memset"}})
+                                  {foreign_memsets_, "memset"}, {foreign_graphs_, "graph launch"}})
       if (n > 0) s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + what + (n > 1 ? "s" : "");
     return s;
   }
@@ -303,7 +304,7 @@ class TimedCalls {
   int foreign_records_before_build() const { return records(dry_gap_foreign_); }
 
  private:
-  static int records(const SpanStats& s) { return s.kernels + s.memcpys + s.memsets; }
+  static int records(const SpanStats& s) { return s.kernels + s.memcpys + s.memsets + s.graphs; }
   /** A gap's records on other streams than the harness's: one gap with foreign work, if any. */
   void count_foreign(const SpanStats& foreign) {
     if (records(foreign) == 0) return;
@@ -311,6 +312,7 @@ class TimedCalls {
     foreign_kernels_ += foreign.kernels;
     foreign_memcpys_ += foreign.memcpys;
     foreign_memsets_ += foreign.memsets;
+    foreign_graphs_ += foreign.graphs;
   }
   std::vector<ActivityRecord> off_stream(const std::vector<ActivityRecord>& rs) const {
     std::vector<ActivityRecord> out;
@@ -325,7 +327,7 @@ class TimedCalls {
   uint32_t stream_id_;
   SpanStats dry_gap_foreign_;
   int harness_records_per_gap_ = 0, gaps_with_foreign_work_ = 0, late_kernels_ = 0;
-  int foreign_kernels_ = 0, foreign_memcpys_ = 0, foreign_memsets_ = 0;
+  int foreign_kernels_ = 0, foreign_memcpys_ = 0, foreign_memsets_ = 0, foreign_graphs_ = 0;
   uint64_t gap_start_ = 0;
 };
 

@@ -249,6 +249,10 @@ Comparison compare_reports(const ReportView& base, const ReportView& neu, const 
     c.refused.push_back("clock: BASE was graded by " + std::string(base.clock == "wall" ? "the grader's clock" : "GPU span") +
                         ", NEW by " + (neu.clock == "wall" ? "the grader's clock" : "GPU span") +
                         " (nibble grade --clock): grade both with the same --clock");
+  if (base.graph_records != neu.graph_records)
+    c.refused.push_back("graph records: BASE recorded a CUDA graph's launch by " + base.graph_records + ", NEW by " +
+                        neu.graph_records + " (nibble grade --graph-records; per-node records add GPU time to every node): "
+                        "grade both with the same --graph-records");
   if (!c.refused.empty()) {
     c.exit_code = kCompareNotComparable;
     c.result = "not comparable: " + join(c.refused, "; ") + " (--force does not apply)";

@@ -8,17 +8,33 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace nibble {
 
 struct ActivityRecord {
-  enum Kind { Kernel, Memcpy, Memset } kind;
+  // Graph: one launch of a CUDA graph as a whole (GRAPH_TRACE; GraphRecords::Graphs), its nodes'
+  // own records not taken.
+  enum Kind { Kernel, Memcpy, Memset, Graph } kind;
   uint64_t start_ns, end_ns;  // CUPTI timestamps (same clock as CuptiTimer::now)
   uint32_t stream_id;
   uint32_t correlation_id = 0;  // the launching API call's (CUPTI's correlation id)
 };
+
+/** How a CUDA graph's launch is recorded. Nodes: a record per kernel, copy and memset node
+ *  (CONCURRENT_KERNEL, MEMCPY, MEMSET), as for work outside a graph. Graphs: one record per launch
+ *  (CUPTI's GRAPH_TRACE, from its first node's start to its last node's end), as Nsight Systems'
+ *  --cuda-graph-trace=graph: CUPTI documents it as the record that spares the per-node tracing
+ *  overhead, which a graph of ~2,000 small kernels (a PyTorch decode step) pays on every node
+ *  (probe_cupti_launches measures both). Work outside graphs is recorded per kernel either way. */
+enum class GraphRecords { Nodes, Graphs };
+
+/** "nodes" or "graphs". */
+const char* graph_records_name(GraphRecords g);
+/** The mode a name ("nodes", "graphs") says; std::nullopt for any other. Pure. */
+std::optional<GraphRecords> parse_graph_records(const std::string& name);
 
 /** The launches of an audit (CuptiTimer::start_launch_audit) matched with the GPU's records. */
 struct LaunchAudit {
@@ -50,13 +66,16 @@ struct Recorded {
   bool kernel = false;  // a kernel record among them
   bool memcpy = false;  // a memcpy record among them
   bool memset = false;  // a memset record among them
+  bool graph = false;   // a graph launch's own record (GRAPH_TRACE) among them
 };
 
-/** Whether `l`'s work is on the record: a kernel record when it launched kernels (a graph whose
- *  memset node left a record while its kernels' records were off is not), a memcpy record when it
- *  ran copy nodes (a graph whose kernel left a record while the copy records were off is not), and
- *  some record always. */
+/** Whether `l`'s work is on the record: a graph launch's own record (GRAPH_TRACE: it spans every
+ *  node, and CUPTI then writes none per node), else a kernel record when it launched kernels (a
+ *  graph whose memset node left a record while its kernels' records were off is not), a memcpy
+ *  record when it ran copy nodes (a graph whose kernel left a record while the copy records were
+ *  off is not), and some record always. */
 inline bool launch_recorded(const AuditedLaunch& l, Recorded r) {
+  if (r.graph) return true;
   return r.any && (r.kernel || !l.needs_kernel) && (r.memcpy || !l.needs_memcpy) && (r.memset || !l.needs_memset);
 }
 
@@ -140,6 +159,7 @@ struct SpanStats {
   int kernels = 0, memcpys = 0, memsets = 0;
   bool valid = false;    // false when no record fell in the window or a record had end <= start
   std::string invalid_reason;
+  int graphs = 0;        // graph launches recorded whole (GraphRecords::Graphs)
 };
 
 /** Summarise the records of one window. */
@@ -169,7 +189,8 @@ inline bool in_window(const ActivityRecord& r, uint64_t c0, uint32_t harness_str
 
 /**
  * Owns the process's CUPTI activity subscription (CUPTI's callbacks are process-global, so at most
- * one instance may exist). Constructing enables CONCURRENT_KERNEL, MEMCPY, MEMCPY2 (peer) and MEMSET records,
+ * one instance may exist). Constructing enables CONCURRENT_KERNEL, MEMCPY, MEMCPY2 (peer) and MEMSET records
+ * (and GRAPH_TRACE with GraphRecords::Graphs),
  * and subscribes to the driver's kernel and graph launch calls (the process's one
  * CUPTI callback subscriber: a solution's own profiler cannot subscribe while it exists); destroying
  * undoes both. Throws std::runtime_error with CUPTI's message on failure.
@@ -181,7 +202,7 @@ inline bool in_window(const ActivityRecord& r, uint64_t c0, uint32_t harness_str
  */
 class CuptiTimer {
  public:
-  CuptiTimer();
+  explicit CuptiTimer(GraphRecords graphs = GraphRecords::Nodes);
   ~CuptiTimer();
   CuptiTimer(const CuptiTimer&) = delete;
   CuptiTimer& operator=(const CuptiTimer&) = delete;

@@ -216,6 +216,8 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
     t["host_wall_us"] = summary_json(w, &tr.host_wall_us);
     t["busy_us"] = summary_json(summarize(tr.busy_us), &tr.busy_us);
     t["kernels_per_call"] = summary_json(summarize(kernels));
+    std::vector<double> graphs(tr.graphs.begin(), tr.graphs.end());
+    if (!graphs.empty()) t["graph_launches_per_call"] = summary_json(summarize(graphs));
     t["wall_over_span_median"] = w.median / sp.median;
     t["bytes_per_call"] = roof.bytes;
     t["bytes_note"] = roof.bytes_note;
@@ -510,6 +512,7 @@ int grade_run(const GradeOptions& opt) {
       tj.max_rounds = opt.max_rounds;
       tj.max_seconds = opt.max_timing_seconds;
       tj.clock = opt.clock;
+      tj.graph_records = opt.graph_records;
       tj.seed = opt.timing_seed;
       tj.kept_per_round = task->kept_calls_per_round();
       tj.gpu_uuid = device.value("uuid", "");
@@ -604,6 +607,7 @@ int grade_run(const GradeOptions& opt) {
     }
     if (have_timing) {
       timing = timing_section(*task, config, *c.result->timing, *c.ledger, device, c.result->facts, opt.clock, &ev);
+      timing["graph_records"] = opt.graph_records;
       // A replay spec the ledger's picks or seeds refute, or kept outputs unlike their commitment,
       // is a tampered record of the timed calls: InvalidTiming.
       for (const std::string& why : {digest_refused, replay_refused})

@@ -39,6 +39,7 @@ struct GradeOptions {
   bool require_sandbox = false;      // refuse to grade unless every layer of the child's sandbox is in force
   std::string profile;               // "ncu" or "nsys": a profiler's run after the graded one (profile.h); "" none
   std::string clock = "span";        // the figure of merit: "span" (CUPTI's GPU span) or "wall" (the grader's clock)
+  std::string graph_records = "nodes";  // how a CUDA graph's launch is recorded: "nodes" or "graphs" (cupti_timer.h GraphRecords)
   int device = -1;                   // --device N: GPU N of this host (select_device); -1: CUDA's first
   int threads = 0;                   // fixture build threads (0 = all cores)
   bool quiet = false;
@@ -63,6 +64,6 @@ int grade_main(const GradeOptions& opt);
 int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& solutions);
 
 /** The schema_version of the reports grade writes (docs/report-schema.md). */
-inline constexpr const char* kReportSchemaVersion = "2.4.0";
+inline constexpr const char* kReportSchemaVersion = "2.5.0";
 
 }  // namespace nibble

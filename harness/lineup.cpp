@@ -20,7 +20,8 @@ namespace {
 
 std::string group_of(const ReportView& r) {
   return r.task + " / " + r.config + " / " + (r.device_name.empty() ? "no GPU recorded" : r.device_name) + " / schema " +
-         std::to_string(r.schema_major) + (r.clock == "wall" ? " / the grader's clock" : "");
+         std::to_string(r.schema_major) + (r.clock == "wall" ? " / the grader's clock" : "") +
+         (r.graph_records == "graphs" ? " / graphs recorded whole" : "");
 }
 
 std::string num(double v, const char* fmt);
@@ -36,6 +37,9 @@ std::string apart_from(const ReportView& r, const ReportView& first) {
   if (r.clock != first.clock)
     return r.clock == "wall" ? "timed on the grader's clock (--clock wall), not by GPU span"
                              : "timed by GPU span, not on the grader's clock (--clock wall)";
+  if (r.graph_records != first.graph_records)
+    return "its CUDA graphs recorded by " + r.graph_records + ", the first row's by " + first.graph_records +
+           " (--graph-records)";
   return "";
 }
 

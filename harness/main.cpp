@@ -306,6 +306,14 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
                     "are never ranked or compared together)")
       ->capture_default_str()
       ->check(CLI::IsMember({"span", "wall"}));
+  grade->add_option("--graph-records", g.graph_records,
+                    "How a CUDA graph's launch is timed: nodes (a CUPTI record per kernel, copy and memset node, the "
+                    "default) or graphs (one record per launch, CUPTI's GRAPH_TRACE, as Nsight Systems' "
+                    "--cuda-graph-trace=graph: per-node records add GPU time to every node, which a graph of thousands "
+                    "of small kernels pays thousands of times; work outside graphs is recorded per kernel either way; "
+                    "reports of the two are never ranked or compared together)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"nodes", "graphs"}));
   grade->add_option("--device", g.device,
                     "GPU of this host to grade on, numbered as nvidia-smi -L (or as CUDA_VISIBLE_DEVICES lists them when set); "
                     "default: CUDA's first")

@@ -33,7 +33,7 @@ struct adl_serializer<std::optional<T>> {
 namespace nibble {
 
 /** Bumped on any change of Job or Result; a child refuses a job of another version. */
-inline constexpr int kProtocolVersion = 7;
+inline constexpr int kProtocolVersion = 8;
 
 /** The timed rounds a candidate runs (after its checked calls). */
 struct TimingJob {
@@ -49,9 +49,12 @@ struct TimingJob {
   // keeps for the reference, and the GPU (UUID) whose clocks it samples through NVML.
   int kept_per_round = 1;
   std::string gpu_uuid;
+  // --graph-records: how a CUDA graph's launch is recorded, "nodes" or "graphs" (cupti_timer.h
+  // GraphRecords).
+  std::string graph_records = "nodes";
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingJob, calls_per_round, min_rounds, max_rounds, max_seconds,
-                                                stable_fraction, clock, seed, kept_per_round, gpu_uuid)
+                                                stable_fraction, clock, seed, kept_per_round, gpu_uuid, graph_records)
 
 /** What one child does. kind "run": one solution on one fixture; kind "probe": the device. */
 struct Job {
@@ -134,6 +137,7 @@ struct TimingResult {
   std::string first_unrecorded_copy;  // its API, e.g. "cuMemcpyAsync"
   std::vector<double> gpu_span_us, busy_us, host_wall_us;
   std::vector<int> kernels, memcpys, memsets;
+  std::vector<int> graphs;            // graph launches recorded whole (--graph-records graphs)
   std::vector<std::string> kept;      // the calls whose outputs were kept, "timed<round>-<call>"
   nlohmann::json task_figures;  // e.g. decode: the position of every call
 };
@@ -142,7 +146,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingResult, seed, seed_from, c
                                                 foreign_work, foreign_records_before_build, harness_records_per_gap,
                                                 late_kernels, launches_audited, unrecorded_launches,
                                                 first_unrecorded_launch, launch_callbacks_lost, dropped_records, copies_audited,
-                                                unrecorded_copies, first_unrecorded_copy, gpu_span_us, busy_us, host_wall_us, kernels, memcpys, memsets, kept,
+                                                unrecorded_copies, first_unrecorded_copy, gpu_span_us, busy_us, host_wall_us, kernels, memcpys, memsets, graphs, kept,
                                                 task_figures)
 
 /** What a child says, rewritten after every phase: opened, built, checked, timed, done (or failed). */

@@ -300,6 +300,8 @@ void read_timing(const json& r, ReportView& v) {
   v.us_per_call = num(first_of(t, {"us_per_call", "us_per_token"}));
   v.gpu_span_us = figure_of(field(t, "gpu_span_us"));
   if (const json& c = field(t, "clock"); c.is_string()) v.clock = c.get<std::string>();
+  if (const json& g = field(t, "graph_records"); g.is_string()) v.graph_records = g.get<std::string>();
+  v.graph_launches_per_call = figure_of(field(t, "graph_launches_per_call"));
   v.throttled_rounds_excluded = field(field(field(t, "ledger"), "clocks"), "throttled_rounds_excluded_from_median") == true;
   v.grader_clock_us = figure_of(field(t, "grader_clock_us"));
   v.host_wall_us = figure_of(field(t, "host_wall_us"));
@@ -459,7 +461,11 @@ std::string format_summary(const ReportView& r, const std::string& report_path) 
     o << "  " << label << fmt_g(s.median, 5) << " us " << graded_time_label(r) << " (q1 " << fmt_g(s.q1, 5) << ", q3 "
       << fmt_g(s.q3, 5) << ", n " << count_or_unknown(s.n) << "), "
       << (r.clock == "wall" ? "GPU span " + fmt_g(r.gpu_span_us.median, 5) + " us, " : std::string()) << "host wall "
-      << fmt_g(r.host_wall_us.median, 5) << " us, " << fmt_g(r.kernels_per_call.median, 4) << " kernels/" << noun << "\n";
+      << fmt_g(r.host_wall_us.median, 5) << " us, " << fmt_g(r.kernels_per_call.median, 4) << " kernels/" << noun
+      << (r.graph_records == "graphs" ? " + " + fmt_g(r.graph_launches_per_call.present ? r.graph_launches_per_call.median : 0, 4) +
+                                            " graph launches recorded whole (--graph-records graphs)"
+                                      : std::string())
+      << "\n";
     const double floor = r.floor_measured_copy_bw_us;
     if (!std::isnan(r.tflops)) {
       o << "  throughput   " << fmt_g(r.tflops, 4) << " TFLOP/s, " << fmt_g(r.achieved_bandwidth_Bps / 1e12, 3) << " TB/s of the "

@@ -113,6 +113,10 @@ struct ReportView {
   // report) or "wall" (nibble grade --clock wall: the grader's clock less the ledger's overhead, in
   // grader_clock_us).
   std::string clock = "span";
+  // timing.graph_records: "nodes" (a record per graph node; every report before it) or "graphs"
+  // (nibble grade --graph-records graphs: one per graph launch).
+  std::string graph_records = "nodes";
+  FigureView graph_launches_per_call;  // timing.graph_launches_per_call: graph launches recorded whole
   /** timing.ledger.clocks.throttled_rounds_excluded_from_median: the graded figure's summary is of
    *  the rounds without a clock slowdown, its samples all of them. */
   bool throttled_rounds_excluded = false;

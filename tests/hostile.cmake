@@ -78,6 +78,8 @@ foreach(i RANGE ${nibble_hostile_last})
   list(APPEND NIBBLE_HOSTILE_SOLUTIONS ${target})
 endforeach()
 add_custom_target(hostile_solutions DEPENDS ${NIBBLE_HOSTILE_SOLUTIONS})
+# test_grade_gpu grades the honest `graph` row with each --graph-records mode.
+add_dependencies(test_grade_gpu hostile_graph)
 
 nibble_add_gtest(hostile_cpu SOURCES test_hostile_cpu.cpp LIBS nibble_runtime LABELS cpu)
 add_dependencies(test_hostile_cpu hostile_solutions)

@@ -333,6 +333,14 @@ TEST(Cli, ProfileTakesNcuOrNsys) {
   EXPECT_NE(r.output.find("give --out a file"), std::string::npos) << r.output;
 }
 
+TEST(Cli, GraphRecordsTakesNodesOrGraphs) {
+  TempDir t;
+  const Result r = run_nibble({"grade", "--solution", "/nonexistent/a.so", "--graph-records", "kernels"}, t);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--graph-records"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kernels"), std::string::npos) << r.output;
+}
+
 TEST(Cli, UnknownTaskListsTheValidOnes) {
   TempDir t;
   const Result r = run_nibble({"grade", "--task", "matmul-fp8", "--solution", nibble_exe()}, t);

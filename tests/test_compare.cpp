@@ -478,6 +478,22 @@ TEST(CompareReports, ReportsOfTwoClocksAreNotComparableEvenWhenForced) {
   EXPECT_TRUE(grader_clock);
 }
 
+TEST(CompareReports, ReportsOfTwoGraphRecordModesAreNotComparableEvenWhenForced) {
+  // Per-node records add GPU time to every node of a graph: a --graph-records graphs report is
+  // never set against a nodes one (an older report, without the key, recorded nodes).
+  json neu = unfused();
+  neu["timing"]["graph_records"] = "graphs";
+  CompareOptions force;
+  force.force = true;
+  const Comparison c = compare_json(unfused(), neu, force);
+  EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
+  EXPECT_NE(c.result.find("graph records: BASE recorded a CUDA graph's launch by nodes, NEW by graphs"), std::string::npos)
+      << c.result;
+  json base = unfused();
+  base["timing"]["graph_records"] = "graphs";
+  EXPECT_EQ(compare_json(base, neu, CompareOptions{}).exit_code, kCompareOk);
+}
+
 TEST(CompareReports, LaterMajorSchemaVersionIsBadInput) {
   json neu = unfused();
   neu["schema_version"] = "9.0.0";

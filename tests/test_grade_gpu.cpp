@@ -71,7 +71,7 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   EXPECT_GT(t["gpu_span_us"]["median"].get<double>(), 0.0);
   EXPECT_GE(t["kernels_per_call"]["min"].get<double>(), 1.0);
   EXPECT_EQ(t["unit"], "token");
-  EXPECT_EQ(g.report["schema_version"], "2.4.0");
+  EXPECT_EQ(g.report["schema_version"], "2.5.0");
   EXPECT_EQ(t.value("clock", ""), "span");
   // The audits see the harness's own work too: a launch per timed call at least, and the L2 flush's
   // memset before each (the copy audit, observe-only), every one on the record in an honest grade.
@@ -94,6 +94,33 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   EXPECT_TRUE(t["timing_seed"].is_null()) << t.dump();
   EXPECT_EQ(g.report["fixtures"].size(), 2u);
   std::cout << g.output;
+}
+
+// --graph-records graphs: an honest solution that replays its step as a CUDA graph (the hostile
+// suite's `graph` row) is timed by one GRAPH_TRACE record per launch, and its launches pass the audit
+// on that record; its kernels leave no record of their own (what spares their per-node tracing time,
+// probe_cupti_launches's section 5). The same library by nodes: kernel records, no graph records.
+TEST(GradeGpu, AGraphIsRecordedWholeOrByItsNodes) {
+  NIBBLE_REQUIRE_GPU();
+  const std::string so = bindir() + "/tests/lib/libhostile_graph.so";
+  for (const std::string mode : {"graphs", "nodes"}) {
+    const Graded g = grade(so, {"--seeds", "0", "--min-rounds", "1", "--max-rounds", "1", "--graph-records", mode});
+    ASSERT_EQ(g.code, 0) << mode << "\n" << g.output;
+    EXPECT_EQ(g.report["disposition"], "Passed") << g.report["reason"];
+    const json& t = g.report["timing"];
+    EXPECT_EQ(t.value("graph_records", ""), mode);
+    EXPECT_EQ(t.value("unrecorded_launches", -1), 0) << t.dump().substr(0, 2000);
+    const double graphs = t["graph_launches_per_call"]["median"].get<double>(), kernels = t["kernels_per_call"]["median"].get<double>();
+    std::printf("  --graph-records %s: median %.1f us/token, %.0f graph launches and %.0f kernels recorded per call\n",
+                mode.c_str(), t["gpu_span_us"]["median"].get<double>(), graphs, kernels);
+    if (mode == "graphs") {
+      EXPECT_GE(graphs, 1.0);
+      EXPECT_EQ(kernels, 0.0) << "GRAPH_TRACE on: CUPTI was expected to write no record per node";
+    } else {
+      EXPECT_EQ(graphs, 0.0);
+      EXPECT_GE(kernels, 1.0);
+    }
+  }
 }
 
 // --profile: a profiler's run after the verdict; the profile beside the report and its top kernels

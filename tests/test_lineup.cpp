@@ -120,6 +120,14 @@ TEST(Lineup, AReportOnTheGradersClockIsRankedApartByItsOwnFigure) {
   EXPECT_EQ(first_wall[1].apart, "timed by GPU span, not on the grader's clock (--clock wall)");
 }
 
+TEST(Lineup, AReportWithGraphsRecordedWholeIsRankedApart) {
+  ReportView whole = made("graph", "Passed", 50);
+  whole.graph_records = "graphs";
+  const auto rows = make_lineup({made("a", "Passed", 100), whole}, {"a.json", "graph.json"});
+  EXPECT_EQ(rows[1].rank, 0);
+  EXPECT_EQ(rows[1].apart, "its CUDA graphs recorded by graphs, the first row's by nodes (--graph-records)");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The leaderboard
 

@@ -32,6 +32,7 @@ TEST(Protocol, JobRoundTripsThroughJson) {
   TimingJob t;
   t.seed = 7;
   t.max_rounds = 5;
+  t.graph_records = "graphs";
   j.timing = t;
   j.replay = {{"calls", {{{"n", 3}, {"call", 1004}, {"seed", 99}}}}};
   const Job back = nlohmann::json::parse(nlohmann::json(j).dump()).get<Job>();
@@ -40,6 +41,8 @@ TEST(Protocol, JobRoundTripsThroughJson) {
   ASSERT_TRUE(back.timing.has_value());
   EXPECT_EQ(back.timing->seed, std::optional<uint64_t>(7));
   EXPECT_EQ(back.timing->max_rounds, 5);
+  EXPECT_EQ(back.timing->graph_records, "graphs");
+  EXPECT_EQ(TimingJob{}.graph_records, "nodes") << "per-node records unless asked";
   EXPECT_EQ(back.replay, j.replay);
   EXPECT_EQ(back.protocol, kProtocolVersion);
   // No timing, no timing seed: absent stays absent.

@@ -111,6 +111,32 @@ TEST(GpuSpan, TheWindowsEdges) {
   EXPECT_FALSE(in_window(rec(copy, c0 - kActivitySkewNs - 1, 8), c0, 7, false)) << "gap work";
 }
 
+// --graph-records graphs: a graph launch's one record (GRAPH_TRACE) spans its nodes; counted apart
+// from kernels, and in the span and busy time like any record.
+TEST(GpuSpan, AGraphRecordedWholeCountsInTheSpan) {
+  const SpanStats s = span_of({{ActivityRecord::Graph, 100, 4100, 7, 9}, {ActivityRecord::Kernel, 4200, 4300, 7, 10}});
+  ASSERT_TRUE(s.valid);
+  EXPECT_EQ(s.span_ns, 4200u);  // 100 .. 4300
+  EXPECT_EQ(s.busy_ns, 4100u);  // [100,4100] + [4200,4300]
+  EXPECT_EQ(s.graphs, 1);
+  EXPECT_EQ(s.kernels, 1);
+  // CUPTI writes 0 for both timestamps when it could not take them: invalid, and the reason says
+  // what to do.
+  const SpanStats z = span_of({{ActivityRecord::Graph, 0, 0, 7, 9}});
+  EXPECT_FALSE(z.valid);
+  EXPECT_NE(z.invalid_reason.find("--graph-records nodes"), std::string::npos) << z.invalid_reason;
+  EXPECT_EQ(z.graphs, 1);
+}
+
+TEST(GpuSpan, GraphRecordsModesByName) {
+  EXPECT_EQ(parse_graph_records("nodes"), GraphRecords::Nodes);
+  EXPECT_EQ(parse_graph_records("graphs"), GraphRecords::Graphs);
+  EXPECT_FALSE(parse_graph_records("graph").has_value());
+  EXPECT_FALSE(parse_graph_records("").has_value());
+  EXPECT_STREQ(graph_records_name(GraphRecords::Graphs), "graphs");
+  EXPECT_STREQ(graph_records_name(GraphRecords::Nodes), "nodes");
+}
+
 TEST(GpuSpan, NoRecordOrZeroDurationIsInvalid) {
   EXPECT_FALSE(span_of({}).valid);
   const SpanStats s = span_of({{ActivityRecord::Kernel, 100, 100, 1}});
@@ -284,6 +310,14 @@ TEST(LaunchAudit, AGraphOfCopyNodesNeedsACopyRecord) {
   const AuditedLaunch with_memset{11, "cuGraphLaunch", true, false, true};
   EXPECT_FALSE(launch_recorded(with_memset, kKernelRecord));
   EXPECT_TRUE(launch_recorded(with_memset, Recorded{true, true, false, true}));
+  // A graph recorded whole (GRAPH_TRACE: CUPTI then writes no record per node): its own record
+  // vouches for every node, kernels, copies and memsets alike; without it, nothing does.
+  constexpr Recorded kGraphRecord{true, false, false, false, true};
+  const AuditedLaunch every{12, "cuGraphLaunch", true, true, true};
+  EXPECT_TRUE(launch_recorded(every, kGraphRecord));
+  EXPECT_TRUE(launch_recorded(both, kGraphRecord));
+  EXPECT_FALSE(launch_recorded(every, Recorded{}));
+  EXPECT_FALSE(launch_recorded(every, kOtherRecord));
   // The walk: a memcpy node at the top (type 1), one in a child graph (type 4), one only in a
   // conditional node's body (type 13: the driver does not hand the body out, so it counts as none).
   std::map<void*, std::vector<void*>> nodes;

@@ -17,7 +17,7 @@ export NIBBLE_PRESET=hopper NIBBLE_JOBS=16
 # First (~20 s): what CUPTI says per launch path (bench/probe_cupti_launches.cu), the launch audit's ground.
 cmake --build build-hopper -j16 --target probe_cupti_launches > "$OUT/probe-build.log" 2>&1 &&
   timeout 30 build-hopper/bin/probe_cupti_launches > "$OUT/probe-cupti-launches.log" 2>&1
-echo "probe_cupti_launches rc=$? ($(( $(date +%s) - start )) s)"; tail -3 "$OUT/probe-cupti-launches.log"
+echo "probe_cupti_launches rc=$? ($(( $(date +%s) - start )) s)"; grep -E "^graph of|^host time|^== cuptiActivityEnable" "$OUT/probe-cupti-launches.log"
 left=$(( 575 - ($(date +%s) - start) ))
 limit=${2:-$left}
 [ "$limit" -le "$left" ] || limit=$left
