@@ -55,21 +55,67 @@ ChildError sandbox_error(const std::string& gaps) {
   return error_of(kErrSandbox, "--require-sandbox: the child's sandbox could not be completed on this machine: " + gaps);
 }
 
+/** Opens the job's solution as every job that runs it does: its library (a Python solution's
+ *  family shim stands in for the .so, and the module named to it is imported under the watchdog),
+ *  its name and numerics in the result, phase "opened" (a crash in the build still leaves the
+ *  name). Returns 0, or the child's exit code after recording the failure (a load error: 4). */
+int open_solution(ResultWriter& out, CallWatchdog& watchdog, const Job& job, const Task& task,
+                  std::unique_ptr<SolutionLibrary>* lib) {
+  const bool python = !job.python_shim.empty();
+  try {
+    *lib = std::make_unique<SolutionLibrary>(python ? job.python_shim : job.solution, task.abi());
+  } catch (const LoadError& e) {
+    ChildError err = error_of(kErrLoad, e.what());
+    err.load_kind = load_kind_name(e.kind);
+    return out.fail(err, 4);
+  }
+  if (python)
+    if (const int code = load_python_module(out, watchdog, **lib, job.solution, job.build_timeout_seconds)) return code;
+  out.r.solution_name = (*lib)->name();
+  out.r.numerics = (*lib)->numerics();
+  out.phase("opened");
+  return 0;
+}
+
+/** Every job that opens a solution starts so: daemons the solution starts (setsid, double fork)
+ *  reparent to this process, which kills them before every write of its results
+ *  (ResultWriter::phase); the sandbox's state in the result (phase "start") before any solution code
+ *  runs. The job's task, or nullptr with *code the exit code after recording why. */
+const Task* start_job(ResultWriter& out, const Job& job, const std::vector<SandboxLayer>& layers, const std::string& gaps,
+                      int* code) {
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  out.r.sandbox = layers;
+  if (!gaps.empty()) return *code = out.fail(sandbox_error(gaps), 3), nullptr;
+  out.phase("start");
+  const Task* task = task_or_null(job.task);
+  if (!task) *code = out.fail(error_of(kErrHarness, "unknown task '" + job.task + "'"), 3);
+  return task;
+}
+
+/** A "load" job (nibble grade where no GPU answers): the solution opened as a run opens it, in the
+ *  same sandbox, and nothing more (no CUDA, no fixture): phase "done", or the load error. */
+int load_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::string& gaps) {
+  ResultWriter out{job.result_fd, Result{}, {}};
+  int code = 0;
+  const Task* task = start_job(out, job, layers, gaps, &code);
+  if (!task) return code;
+  std::unique_ptr<SolutionLibrary> lib;
+  CallWatchdog watchdog(&out);
+  if ((code = open_solution(out, watchdog, job, *task, &lib))) return code;
+  out.phase("done");
+  return 0;
+}
+
 /** One solution (candidate, reference or variant) through the job: build, checked calls, the
  *  reference's replay of a candidate's kept timed calls, the timed rounds, teardown. `layers`: the
  *  sandbox this process is in; `gaps`: what is missing of it when the job requires it whole. */
 int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::string& gaps) {
-  // Daemons the solution starts (setsid, double fork) reparent to this process, which kills them
-  // before every write of its results (ResultWriter::phase).
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
   ResultWriter out{job.result_fd, Result{}, {}};
-  out.r.sandbox = layers;
-  if (!gaps.empty()) return out.fail(sandbox_error(gaps), 3);
-  out.phase("start");  // the sandbox's state is in the result before any solution code runs
+  int start_code = 0;
+  const Task* task = start_job(out, job, layers, gaps, &start_code);
+  if (!task) return start_code;
   const auto t_start = std::chrono::steady_clock::now();
   nlohmann::json secs = nlohmann::json::object();
-  const Task* task = task_or_null(job.task);
-  if (!task) return out.fail(error_of(kErrHarness, "unknown task '" + job.task + "'"), 3);
 
   std::unique_ptr<SafetensorsFile> fixture;
   cudaStream_t stream = nullptr, harness_stream = nullptr;
@@ -137,22 +183,10 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
   } catch (const std::exception& e) {
     return out.fail(error_of(kErrHarness, e.what()), 3);
   }
-  // A Python solution: its family's shim stands in for the .so, and the module is named to it.
   const bool python = !job.python_shim.empty();
   std::unique_ptr<SolutionLibrary> lib;
-  try {
-    lib = std::make_unique<SolutionLibrary>(python ? job.python_shim : job.solution, task->abi());
-  } catch (const LoadError& e) {
-    ChildError err = error_of(kErrLoad, e.what());
-    err.load_kind = load_kind_name(e.kind);
-    return out.fail(err, 4);
-  }
   CallWatchdog watchdog(&out);
-  if (python)
-    if (const int code = load_python_module(out, watchdog, *lib, job.solution, job.build_timeout_seconds)) return code;
-  out.r.solution_name = lib->name();
-  out.r.numerics = lib->numerics();
-  out.phase("opened");  // a crash in the build still leaves the solution's name
+  if (const int code = open_solution(out, watchdog, job, *task, &lib)) return code;
   if (!job.variant.empty())
     if (const int code = select_variant(out, *lib, job.solution, job.variant)) return code;
 
@@ -400,6 +434,7 @@ int child_main(int job_fd) {
   const std::vector<SandboxLayer> layers = enter_sandbox(spec);
   const std::string gaps = job.require_sandbox ? sandbox_gaps(layers) : "";
   if (job.kind == "run") return run_job(job, layers, gaps);
+  if (job.kind == "load") return load_job(job, layers, gaps);
   Result r;
   r.phase = "failed";
   r.sandbox = layers;

@@ -2,8 +2,9 @@
 //
 // The parent never loads a candidate: `nibble __child <job-fd>` reads a Job (protocol.h) from a
 // descriptor the parent passed, opens one solution (candidate, reference or variant alike) in this
-// fresh process, and writes its Result and outputs into the parent's channels. A probe job reads
-// the device's facts and measures its copy bandwidth and, for a task that asks, its weight-read floor.
+// fresh process, and writes its Result and outputs into the parent's channels. A load job only
+// opens the solution (nibble grade where no GPU answers). A probe job reads the device's facts and
+// measures its copy bandwidth and, for a task that asks, its weight-read floor.
 #pragma once
 
 namespace nibble {

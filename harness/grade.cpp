@@ -23,6 +23,7 @@
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
 #include "harness/atomic_file.h"
+#include "harness/child.h"
 #include "harness/grade_common.h"
 #include "harness/html_report.h"
 #include "harness/lineup.h"
@@ -291,6 +292,38 @@ FileStamp file_stamp(const std::string& path) {
   return {true, st.st_dev, st.st_ino, (long long)(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec};
 }
 
+/** Where no GPU answers: whether `solution` at least opens here as a grade would open it (a "load"
+ *  job in a sandboxed child: the library, its entry points and ABI version; a Python module
+ *  imported through `shim`, "" for a .so), in one line for the user. */
+std::string opens_without_gpu(const Task& task, const std::string& config, const std::string& solution,
+                              const std::string& shim, const SandboxSpec& sandbox, const BinaryPins& pins, const Log& log) {
+  Job j;
+  j.kind = "load";
+  j.task = task.name();
+  j.config = config;
+  j.solution = solution;
+  j.sandbox = sandbox;
+  j.build_timeout_seconds = 30;  // a module's import (torch: ~5-10 s cold)
+  std::optional<PythonScratch> scratch;
+  try {
+    if (!shim.empty()) {
+      scratch.emplace();
+      j.python_shim = shim;
+      j.python_scratch = scratch->path();
+      j.sandbox.allow_processes = true;
+    }
+  } catch (const std::exception& e) {
+    return std::string("Whether the solution opens here was not checked: ") + e.what();
+  }
+  const ChildRun c = run_job_child(j, 45, &log, "load check", &pins);
+  if (c.completed())
+    return "The solution opens here (" + (c.result->solution_name.empty() ? std::string("no name") : "'" + c.result->solution_name + "'") +
+           "): " + (shim.empty() ? "it exports every entry point of this nibble's ABI version" : "its module imports and defines every entry point") + ".";
+  if (c.result && c.result->error && c.result->error->kind == kErrLoad)
+    return "The solution does not open, here or on a GPU (" + c.result->error->load_kind + "): " + c.result->error->message;
+  return "Whether the solution opens was not settled: " + c.describe_failure();
+}
+
 /** Why --profile `tool` cannot run here: what the grade says up front and its report's status. */
 std::string profiler_missing(const std::string& tool) {
   return tool + " is not installed here (" + (tool == "ncu" ? "Nsight Compute" : "Nsight Systems") +
@@ -438,10 +471,11 @@ int grade_run(const GradeOptions& opt) {
   }
   if (!probe.ok) {
     if (opt.no_gpu) *opt.no_gpu = true;
+    const std::string opens = opens_without_gpu(*task, config, solution, python ? shim : "", sandbox, pins, log);
     std::fprintf(stderr,
-                 "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n"
+                 "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n  %s\n"
                  "  Run nibble grade on a machine with a CUDA GPU and driver; the tests (scripts/test.sh) run without one.\n",
-                 probe.why.c_str());
+                 probe.why.c_str(), opens.c_str());
     return kExitUsage;
   }
   const json& device = probe.device;

@@ -56,7 +56,8 @@ struct TimingJob {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingJob, calls_per_round, min_rounds, max_rounds, max_seconds,
                                                 stable_fraction, clock, seed, kept_per_round, gpu_uuid, graph_records)
 
-/** What one child does. kind "run": one solution on one fixture; kind "probe": the device. */
+/** What one child does. kind "run": one solution on one fixture; kind "probe": the device; kind
+ *  "load": the solution opened and nothing more (no CUDA: nibble grade where no GPU answers). */
 struct Job {
   int protocol = kProtocolVersion;
   std::string kind = "run";

@@ -413,7 +413,18 @@ TEST(Cli, GradeOnAMachineWithoutAGpuSaysSoAndExits2) {
                            "--out", t.path() + "/r.json"}, t);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("no usable NVIDIA GPU"), std::string::npos) << r.output;
+  // The solution is opened anyway (a load job, no CUDA): what a GPU would find of it first.
+  EXPECT_NE(r.output.find("The solution opens here ('bad-nothing')"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(t.path() + "/r.json"));
+  for (const auto& [so, kind, what] :
+       {std::tuple<std::string, std::string, std::string>{"libbad_missing_teardown.so", "MissingSymbol", "nibble_decode_teardown"},
+        {"libbad_abi_version.so", "AbiMismatch", "ABI version 42"}}) {
+    const Result b = run_nibble({"grade", "--config", "tiny", "--solution", bindir() + "/tests/lib/" + so, "--out",
+                                 t.path() + "/r.json"}, t);
+    EXPECT_EQ(b.code, 2) << so;
+    EXPECT_NE(b.output.find("does not open, here or on a GPU (" + kind + ")"), std::string::npos) << b.output;
+    EXPECT_NE(b.output.find(what), std::string::npos) << b.output;
+  }
 }
 
 TEST(Cli, APythonSolutionIsAcceptedUpToTheGpu) {
@@ -426,6 +437,15 @@ TEST(Cli, APythonSolutionIsAcceptedUpToTheGpu) {
   EXPECT_EQ(r.code, 2);
   // With the shims built, the .py passes every check before the GPU's; without, the message names the package.
   EXPECT_NE(r.output.find(python_shims_built() ? "no usable NVIDIA GPU" : "python3-dev"), std::string::npos) << r.output;
+  if (python_shims_built()) {
+    // Its module imported (a load job): the shim's probe opens; a syntax error is said, with the line.
+    EXPECT_NE(r.output.find("The solution opens here ('shim-probe')"), std::string::npos) << r.output;
+    std::ofstream(t.path() + "/syntax.py") << "def build_model(model, stream:\n    return None\n";
+    r = run_nibble({"grade", "--config", "tiny", "--solution", t.path() + "/syntax.py", "--out", t.path() + "/r.json"}, t);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.output.find("does not open, here or on a GPU (NotLoadable)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("SyntaxError"), std::string::npos) << r.output;
+  }
   r = run_nibble({"grade", "--solution", t.path() + "/missing.py", "--out", t.path() + "/r.json"}, t);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("or of a Python module (.py)"), std::string::npos) << r.output;
