@@ -533,7 +533,7 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     // copy, launched with the copy records off, left the kernel's record alone: a reviewer's reading).
     const bool seen = graph && g_graph_view && it != g_exec_kernels.end();
     g_launches.push_back({d->correlationId, d->functionName, needs_kernel, seen && it->second.memcpy.run(),
-                          seen && it->second.memset.run()});
+                          seen && it->second.memset.run(), graph != nullptr && g_graph_records == GraphRecords::Graphs});
     g_last_launch = std::max(g_last_launch, d->correlationId);
   }
 }
@@ -837,10 +837,14 @@ CuptiTimer::CuptiTimer(GraphRecords graphs) {
 }
 
 void CuptiTimer::reenable() {
+  // GRAPH_TRACE first, as the constructor enables it. In the default mode it is left as it is: a
+  // solution that turned it on (sparing its graphs' per-node tracing) has its graph launches found
+  // unrecorded by the audit (launch_recorded), and the default path stays the one measured.
+  if (g_graph_records == GraphRecords::Graphs)
+    check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE), "re-enable GRAPH_TRACE");
   for (const CUpti_ActivityKind k : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                      CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMCPY2})
     check(cuptiActivityEnable(k), "re-enable an activity kind");
-  if (g_graph_records == GraphRecords::Graphs) check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE), "re-enable GRAPH_TRACE");
 }
 
 uint32_t CuptiTimer::stream_id(cudaStream_t s) const {
@@ -879,7 +883,7 @@ std::vector<ActivityRecord> CuptiTimer::collect(uint64_t t0, uint64_t t1, std::v
   if (g_auditing) prune_launches();
   std::vector<ActivityRecord> out, later;
   for (const auto& r : g_records)
-    if (r.start_ns >= t0 && r.start_ns <= t1)
+    if ((r.start_ns >= t0 && r.start_ns <= t1) || (r.start_ns == 0 && r.end_ns == 0))
       out.push_back(r);
     else if (r.start_ns > t1)
       later.push_back(r);  // after the window: the next collect's (the work between two windows)

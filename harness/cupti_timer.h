@@ -58,6 +58,7 @@ struct AuditedLaunch {
   bool needs_kernel = true;   // a kernel launch, or a graph with kernel nodes: a kernel record must carry the id
   bool needs_memcpy = false;  // a graph with memcpy nodes: a memcpy record must carry it too
   bool needs_memset = false;  // a graph with memset nodes: a memset record must carry it too
+  bool whole_graph = false;   // a graph launch under GraphRecords::Graphs: its own record vouches for its nodes
 };
 
 /** The records a correlation id got so far. */
@@ -69,13 +70,15 @@ struct Recorded {
   bool graph = false;   // a graph launch's own record (GRAPH_TRACE) among them
 };
 
-/** Whether `l`'s work is on the record: a graph launch's own record (GRAPH_TRACE: it spans every
- *  node, and CUPTI then writes none per node), else a kernel record when it launched kernels (a
- *  graph whose memset node left a record while its kernels' records were off is not), a memcpy
- *  record when it ran copy nodes (a graph whose kernel left a record while the copy records were
- *  off is not), and some record always. */
+/** Whether `l`'s work is on the record: under GraphRecords::Graphs a graph launch's own record
+ *  (GRAPH_TRACE: it spans every node, and CUPTI then writes none per node), else a kernel record
+ *  when it launched kernels (a graph whose memset node left a record while its kernels' records
+ *  were off is not), a memcpy record when it ran copy nodes (a graph whose kernel left a record
+ *  while the copy records were off is not), and some record always. A graph record vouches for
+ *  nothing in the default mode: a solution that turned GRAPH_TRACE on itself (sparing its nodes'
+ *  tracing) would otherwise pass as recorded. */
 inline bool launch_recorded(const AuditedLaunch& l, Recorded r) {
-  if (r.graph) return true;
+  if (r.graph && l.whole_graph) return true;
   return r.any && (r.kernel || !l.needs_kernel) && (r.memcpy || !l.needs_memcpy) && (r.memset || !l.needs_memset);
 }
 
@@ -182,6 +185,7 @@ inline constexpr uint64_t kActivitySkewNs = 20000;
  *  each longer than the skew: counted in, they made every calibration span the whole gap, 2026-12-06
  *  on an H100). Pure. */
 inline bool in_window(const ActivityRecord& r, uint64_t c0, uint32_t harness_stream, bool calibration) {
+  if (r.start_ns == 0 && r.end_ns == 0) return true;  // no timestamps (span_of: invalid, with the reason)
   const bool from_c0 = r.start_ns + kActivitySkewNs >= c0;
   if (r.stream_id == harness_stream) return calibration && r.kind == ActivityRecord::Kernel && from_c0;
   return from_c0;
@@ -214,7 +218,9 @@ class CuptiTimer {
   uint32_t stream_id(cudaStream_t s) const;
   /** CUPTI's timestamp in ns. */
   uint64_t now() const;
-  /** Flush CUPTI's buffers and return (and forget) every record whose start lies in [t0, t1];
+  /** Flush CUPTI's buffers and return (and forget) every record whose start lies in [t0, t1], and
+   *  every record without timestamps (a graph's CUPTI could not time: it belongs to no time, and the
+   *  window that collects it makes its sample invalid, span_of);
    *  records that started after t1 are kept for the next collect (so the work between two windows
    *  can be collected too); those that started before t0 are dropped, or moved to *late when given
    *  (a record CUPTI delivers only now although it started before the previous collect's end: work

@@ -293,16 +293,23 @@ FileStamp file_stamp(const std::string& path) {
 }
 
 /** Where no GPU answers: whether `solution` at least opens here as a grade would open it (a "load"
- *  job in a sandboxed child: the library, its entry points and ABI version; a Python module
- *  imported through `shim`, "" for a .so), in one line for the user. */
+ *  job in a sandboxed child, `require_sandbox` as the grade's: the library, its entry points and ABI
+ *  version; a Python module imported through `shim`, "" for a .so), in one line for the user: what
+ *  the solution wrote (its name, a traceback) with control characters blanked and cut short. */
 std::string opens_without_gpu(const Task& task, const std::string& config, const std::string& solution,
-                              const std::string& shim, const SandboxSpec& sandbox, const BinaryPins& pins, const Log& log) {
+                              const std::string& shim, const SandboxSpec& sandbox, bool require_sandbox,
+                              const BinaryPins& pins, const Log& log) {
+  const auto said = [](const std::string& text) {
+    std::string t = one_line(text);
+    return t.size() > 600 ? t.substr(0, 600) + " ..." : t;
+  };
   Job j;
   j.kind = "load";
   j.task = task.name();
   j.config = config;
   j.solution = solution;
   j.sandbox = sandbox;
+  j.require_sandbox = require_sandbox;
   j.build_timeout_seconds = 30;  // a module's import (torch: ~5-10 s cold)
   std::optional<PythonScratch> scratch;
   try {
@@ -317,11 +324,19 @@ std::string opens_without_gpu(const Task& task, const std::string& config, const
   }
   const ChildRun c = run_job_child(j, 45, &log, "load check", &pins);
   if (c.completed())
-    return "The solution opens here (" + (c.result->solution_name.empty() ? std::string("no name") : "'" + c.result->solution_name + "'") +
+    return "The solution opens here (" + (c.result->solution_name.empty() ? std::string("no name") : "'" + said(c.result->solution_name) + "'") +
            "): " + (shim.empty() ? "it exports every entry point of this nibble's ABI version" : "its module imports and defines every entry point") + ".";
-  if (c.result && c.result->error && c.result->error->kind == kErrLoad)
-    return "The solution does not open, here or on a GPU (" + c.result->error->load_kind + "): " + c.result->error->message;
-  return "Whether the solution opens was not settled: " + c.describe_failure();
+  if (c.result && c.result->error && c.result->error->kind == kErrLoad) {
+    const std::string& kind = c.result->error->load_kind;
+    // A missing entry point or another ABI version is the solution's on any machine; a library or
+    // module that cannot load may need what only a GPU machine has (libcuda.so.1, CUDA at import).
+    return "The solution does not open " + std::string(kind == "NotLoadable" ? "here" : "here or on a GPU") + " (" + kind +
+           "): " + said(c.result->error->message) +
+           (kind == "NotLoadable" ? " (without the NVIDIA driver, a library linked to libcuda.so.1 or a module that starts CUDA "
+                                    "at import cannot open either)"
+                                  : "");
+  }
+  return "Whether the solution opens was not settled: " + said(c.describe_failure());
 }
 
 /** Why --profile `tool` cannot run here: what the grade says up front and its report's status. */
@@ -471,7 +486,8 @@ int grade_run(const GradeOptions& opt) {
   }
   if (!probe.ok) {
     if (opt.no_gpu) *opt.no_gpu = true;
-    const std::string opens = opens_without_gpu(*task, config, solution, python ? shim : "", sandbox, pins, log);
+    const std::string opens =
+        opens_without_gpu(*task, config, solution, python ? shim : "", sandbox, opt.require_sandbox, pins, log);
     std::fprintf(stderr,
                  "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n  %s\n"
                  "  Run nibble grade on a machine with a CUDA GPU and driver; the tests (scripts/test.sh) run without one.\n",

@@ -147,7 +147,8 @@ Verdict judge(const Evidence& e) {
                          " kernel and graph launches of the timed phase left no GPU record (the first: " +
                          e.first_unrecorded_launch +
                          "; a kernel, or a graph with kernel nodes, needs a kernel record, a graph with memcpy or "
-                         "memset nodes a record of each kind too): CUPTI's records were "
+                         "memset nodes a record of each kind too, a graph recorded whole by --graph-records graphs its own "
+                         "record): CUPTI's records were "
                          "switched off or taken while they ran, so the GPU span does not hold all of the work");
     // Every copy and memset that reaches the driver leaves a record, host to host and pageable ones
     // too (bench/probe_cupti_launches on an H100, 2026-12-06: 6 host-to-host driver copies, 6

@@ -234,7 +234,7 @@ TEST_P(Judge, TimingValidity) {
   expect(e, Disposition::InvalidTiming, Rule::Timing,
          "1 of the 960 kernel and graph launches of the timed phase left no GPU record (the first: "
          "cudaLaunchKernel_v7000; a kernel, or a graph with kernel nodes, needs a kernel record, a graph with memcpy "
-         "or memset nodes a record of each kind too)");
+         "or memset nodes a record of each kind too, a graph recorded whole by --graph-records graphs its own record)");
   // The copy audit: a copy or memset call without a record ran with the copy records off, however
   // short (every driver copy leaves one, host to host included: probe_cupti_launches, H100).
   e = base();
