@@ -38,6 +38,7 @@ struct Row {
   double step_timeout = 0;
   bool private_cache = false;  // the row damages its fixture: a cache of its own
   long long timing_seed = -1;  // >= 0: graded with --timing-seed (the one row that shows what it gives away)
+  std::string graph_records;   // non-empty: graded with --graph-records of this value
   // The sandbox's rows (expectations.json "about"): layers without which the row is not graded; the
   // disposition once a layer is applied; copies of nibble and the reference; a file it must not leave.
   std::vector<std::string> needs;
@@ -70,6 +71,7 @@ std::vector<Row> load_rows() {
       row.private_binaries = r.value("private_binaries", false);
       row.leaves_no_file = r.value("leaves_no_file", std::string());
       row.timing_seed = r.value("timing_seed", -1LL);
+      row.graph_records = r.value("graph_records", std::string());
       row.max_ledger_overhead_us = r.value("max_ledger_overhead_us", 0.0);
       rows.push_back(row);
     }
@@ -113,6 +115,7 @@ const Graded& graded(const Row& r) {
             "--solution", bin + "/tests/lib/libhostile_" + r.name + ".so", "--out", t.path() + "/report.json",
             "--timeout", "300", "-q"};  // no --timing-seed but in its one row: the draws come from the OS, as by default
   if (r.timing_seed >= 0) g.argv.insert(g.argv.end(), {"--timing-seed", std::to_string(r.timing_seed)});
+  if (!r.graph_records.empty()) g.argv.insert(g.argv.end(), {"--graph-records", r.graph_records});
   if (r.timing == "none") g.argv.push_back("--no-timing");
   if (r.timing == "short") g.argv.insert(g.argv.end(), {"--min-rounds", "2", "--max-rounds", "2"});
   // One round of 32 calls (the row sleeps a second in each): stop at the first check of the budget.
@@ -278,6 +281,9 @@ TEST_P(Hostile, GetsItsDisposition) {
     else
       EXPECT_EQ(from.rfind("none: every draw from the OS", 0), 0u) << from;
   }
+  if (r.timing != "none" && g.report.contains("timing")) {
+    EXPECT_EQ(g.report["timing"].value("graph_records", std::string()), r.graph_records.empty() ? "nodes" : r.graph_records);
+  }
   outcomes()[r.name].caught = !::testing::Test::HasFailure();
 }
 
@@ -346,6 +352,10 @@ TEST(HostileTiming, HonestLaunchPathsAgree) {
     } else if (r.compare == "double") {
       check(t.kernels == 2 * base.kernels, "twice the control's kernels expected");
       check(rb > 1.7 && rb < 2.3, "busy time should be about twice the control's");
+    } else if (r.compare == "plus_40us") {
+      // The 40 us kernel it launched beside the honest step is in the busy time: not hidden.
+      check(t.busy >= base.busy + 30.0, "busy time should hold the 40 us kernel beyond the control's (" +
+                                            std::to_string(t.busy) + " us against " + std::to_string(base.busy) + ")");
     }
     outcomes()[r.name].timing = ok ? 1 : 0;
   }

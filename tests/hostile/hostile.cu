@@ -176,7 +176,11 @@ constexpr size_t kHiddenCopyBytes = size_t(64) << 20;  // the hidden copy
 #endif
 bool kernel_records(bool on, const char* who) { return activity_records(kConcurrentKernelKind, on, who); }
 
-#if defined(HOSTILE_HIDE_IN_GRAPH) || defined(HOSTILE_HIDE_IN_CONDITIONAL) || defined(HOSTILE_HIDE_COPY_IN_GRAPH)
+#if defined(HOSTILE_GRAPH_TRACE_SELF)
+constexpr int kGraphTraceKind = 51;  // CUPTI_ACTIVITY_KIND_GRAPH_TRACE
+#endif
+#if defined(HOSTILE_HIDE_IN_GRAPH) || defined(HOSTILE_HIDE_IN_CONDITIONAL) || defined(HOSTILE_HIDE_COPY_IN_GRAPH) || \
+    defined(HOSTILE_WHOLE_HIDE_IN_GRAPH) || defined(HOSTILE_WHOLE_HIDE_IN_CONDITIONAL) || defined(HOSTILE_GRAPH_TRACE_SELF)
 /** One executable graph, in s.graphs[0]: a device-to-device copy of kBytes (within s.private_logits,
  *  a copy engine's work: a MEMCPY record, never a kernel), then busy_kernel(ns); with `conditional`,
  *  the kernel in the body of an IF conditional node (default true: it runs every launch) after the
@@ -1044,11 +1048,26 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   }
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
-#elif defined(HOSTILE_HIDE_IN_GRAPH)
+#elif defined(HOSTILE_GRAPH_TRACE_SELF)
+  // hide_in_graph's graph launched with CUPTI's graph-level records switched on by the solution and
+  // its kernel records off, under the default --graph-records nodes: one record for the whole graph,
+  // its nodes' tracing spared (what --graph-records graphs does for everyone, here for itself alone).
+  // The graph record vouched for the launch until the audit took it only under --graph-records graphs.
+  if (s.graphs.empty()) H_OK(hostile::copy_and_busy_graph(s, 40000, err));
+  if (timed && hostile::activity_records(hostile::kGraphTraceKind, true, "hostile-graph_trace_self") &&
+      hostile::kernel_records(false, "hostile-graph_trace_self")) {
+    H_CUDA(cudaGraphLaunch(s.graphs[0], stream));
+    hostile::kernel_records(true, "hostile-graph_trace_self");
+    hostile::activity_records(hostile::kGraphTraceKind, false, "hostile-graph_trace_self");
+  }
+  H_OK(forward(s, tokens, pos, logits, stream, err));
+  return NIBBLE_OK;
+#elif defined(HOSTILE_HIDE_IN_GRAPH) || defined(HOSTILE_WHOLE_HIDE_IN_GRAPH)
   // hide_inside_allowance's 40 us kernel, but in a graph behind a copy node (built in the first,
   // checked call), launched with the kernel records off and the copy records on: the copy's record
   // carries the graph launch's correlation id, which vouched for the whole graph until the audit
-  // asked a graph with kernel nodes for a kernel record.
+  // asked a graph with kernel nodes for a kernel record. whole_hide_in_graph: the same under
+  // --graph-records graphs, where the graph's own record must hold the 40 us.
   if (s.graphs.empty()) H_OK(hostile::copy_and_busy_graph(s, 40000, err));
   if (timed && hostile::kernel_records(false, "hostile-hide_in_graph")) {
     H_CUDA(cudaGraphLaunch(s.graphs[0], stream));
@@ -1068,9 +1087,10 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   }
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
-#elif defined(HOSTILE_HIDE_IN_CONDITIONAL)
+#elif defined(HOSTILE_HIDE_IN_CONDITIONAL) || defined(HOSTILE_WHOLE_HIDE_IN_CONDITIONAL)
   // hide_in_graph's graph with its kernel in a conditional node's body, which the audit's graph walk
   // cannot open: a conditional node counts as a kernel, so the copy's record no longer vouches.
+  // whole_hide_in_conditional: the same under --graph-records graphs (the body's 40 us in the record?).
   if (s.graphs.empty()) H_OK(hostile::copy_and_busy_graph(s, 40000, err, /*conditional=*/true));
   if (timed && hostile::kernel_records(false, "hostile-hide_in_conditional")) {
     H_CUDA(cudaGraphLaunch(s.graphs[0], stream));

@@ -31,6 +31,7 @@ def table() -> str:
         if "needs" in r:
             disp += " (graded only where " + ", ".join(r["needs"]) + " is applied)"
         timing += f", --timing-seed {r['timing_seed']}" if "timing_seed" in r else ""
+        timing += f", --graph-records {r['graph_records']}" if "graph_records" in r else ""
         out.append(f"| {i} | `{r['name']}` | {r['behaviour']} | {disp} | {reason} | {timing} |")
     return "\n".join(out)
 
