@@ -7,6 +7,9 @@
 # bring back).
 #   gemm_fp4_sm90 and cuBLAS bf16 at gemm-w4a16-nvfp4 m128-n3072-k3072 (0.90x on the H100) and m1 (the
 #   1.25x-of-floor target); int4_gemm_sm90 and cuBLAS at gemm-w4a16-int4 m128-n1024-k3072 (0.82x).
+#   CASES (task:config:library-name ..., space-separated) and TARGETS (what to build) replace them,
+#   e.g. the dataflow megakernel: CASES="megakernel-int4-weight-decode:full:megakernel_dataflow"
+#   TARGETS="nibble nibble_reference nibble_megakernel_dataflow".
 # The full set goes to ncu through a wrapper first on PATH (the grader's --profile passes its own
 # metrics; the wrapper adds --set full to the profiling run, not to the export).
 # Configure with NIBBLE_CMAKE_ARGS as ../sandbox-ledger/final.sh does; PREBUILT=1: no build,
@@ -19,8 +22,8 @@ t0=$(date +%s)
 if [ "${PREBUILT:-0}" = 1 ]; then
   source scripts/env.sh
 else
-  source reports/h200/next/build.sh nibble nibble_gemm_reference nibble_int4_gemm_reference nibble_gemm_fp4_sm90 \
-    nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90 nibble_int4_gemm_cublas_bf16
+  source reports/h200/next/build.sh ${TARGETS:-nibble nibble_gemm_reference nibble_int4_gemm_reference nibble_gemm_fp4_sm90 \
+    nibble_gemm_cublas_bf16 nibble_int4_gemm_sm90 nibble_int4_gemm_cublas_bf16}
 fi
 real=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 wrap=$(mktemp -d)
@@ -31,9 +34,9 @@ exec "$real" --set full "\$@"
 EOF
 chmod +x "$wrap/ncu"
 mkdir -p "$OUT/details" "$OUT/profile"
-cases="gemm-w4a16-nvfp4:m128-n3072-k3072:gemm_fp4_sm90 gemm-w4a16-nvfp4:m128-n3072-k3072:gemm_cublas_bf16
+cases=${CASES:-"gemm-w4a16-nvfp4:m128-n3072-k3072:gemm_fp4_sm90 gemm-w4a16-nvfp4:m128-n3072-k3072:gemm_cublas_bf16
 gemm-w4a16-int4:m128-n1024-k3072:int4_gemm_sm90 gemm-w4a16-int4:m128-n1024-k3072:int4_gemm_cublas_bf16
-gemm-w4a16-nvfp4:m1-n3072-k3072:gemm_fp4_sm90 gemm-w4a16-nvfp4:m1-n3072-k3072:gemm_cublas_bf16"
+gemm-w4a16-nvfp4:m1-n3072-k3072:gemm_fp4_sm90 gemm-w4a16-nvfp4:m1-n3072-k3072:gemm_cublas_bf16"}
 for c in $cases; do
   IFS=: read -r task cfg sol <<<"$c"
   name=$task-$cfg-$sol
@@ -48,6 +51,9 @@ for c in $cases; do
   "$real" --import "$rep" --page details --print-details all --print-units base 2>&1 | gzip > "$OUT/details/$name.txt.gz"
   # The figures that say what a block waits on, for the log (the whole page is in details/).
   zcat "$OUT/details/$name.txt.gz" | grep -m60 -E 'Context [0-9]|^ +(Duration|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per Thread|Warp Cycles Per Issued Instruction|Issue Slots Busy|Block Limit [A-Za-z]+) ' || true
+  # What the warps stall on, per issued instruction (the raw page: "no_instruction" is the
+  # instruction fetch, which a 146 KB kernel under a saturated weight stream may pay; NOTES.md).
+  "$real" --import "$rep" --page raw --csv --print-units base 2>/dev/null | python3 reports/h200/next/ncu_stalls.py | head -8 || true
   rm -f "$rep"
 done
 tar cf "$OUT/gemm-ncu.tar" -C "$OUT" profile details && rm -rf "$OUT/profile" "$OUT/details"
