@@ -416,7 +416,14 @@ int child_main(int job_fd) {
   // every other grade of the fixture wait on, stays out of reach) and the solution's folder (a
   // solution may load libraries that sit beside it).
   SandboxSpec spec = job.sandbox;
-  if (!job.solution.empty()) spec.readable.push_back(std::filesystem::absolute(job.solution).parent_path().string());
+  if (!job.solution.empty()) {
+    spec.readable.push_back(std::filesystem::absolute(job.solution).parent_path().string());
+    // A link's target folder too: dlopen and Python open the file the link names (a newcomer's
+    // link into another folder read "Permission denied" under Landlock).
+    std::error_code ec;
+    const std::filesystem::path target = std::filesystem::canonical(job.solution, ec);
+    if (!ec) spec.readable.push_back(target.parent_path().string());
+  }
   if (!job.fixture_dir.empty()) spec.readable.push_back(job.fixture_dir + "/" + kFixtureModelFile);
   if (!job.python_shim.empty()) {
     // The shim, the interpreter it embeds and that interpreter's packages (torch, triton, ...).

@@ -299,9 +299,10 @@ FileStamp file_stamp(const std::string& path) {
 std::string opens_without_gpu(const Task& task, const std::string& config, const std::string& solution,
                               const std::string& shim, const SandboxSpec& sandbox, bool require_sandbox,
                               const BinaryPins& pins, const Log& log) {
+  // A traceback's end says most (the exception and its line): a long one keeps its head and tail.
   const auto said = [](const std::string& text) {
-    std::string t = one_line(text);
-    return t.size() > 600 ? t.substr(0, 600) + " ..." : t;
+    const std::string t = one_line(text);
+    return t.size() > 700 ? t.substr(0, 200) + " ... " + t.substr(t.size() - 500) : t;
   };
   Job j;
   j.kind = "load";
@@ -336,6 +337,12 @@ std::string opens_without_gpu(const Task& task, const std::string& config, const
                                     "at import cannot open either)"
                                   : "");
   }
+  // The sandbox's state is written (phase "start") before any solution code runs: a child that
+  // ended there was ended by the library's constructors or the module's import.
+  if (c.result && c.result->phase == "start" && c.refused.empty() &&
+      (c.exit.kind == ChildExit::Exited || c.exit.kind == ChildExit::Signaled))
+    return "The solution does not open here: its load-time code (a library constructor, the module's import) ended "
+           "the process (" + said(c.describe_failure()) + "); a grade would end Crashed";
   return "Whether the solution opens was not settled: " + said(c.describe_failure());
 }
 

@@ -205,7 +205,8 @@ std::string lineup_html(const std::vector<LineupRow>& rows) {
 
 const char* const kLeaderboardRule =
     "one group per task and config; in a group, the Passed, timed reports of one GPU model and report schema major (the "
-    "one with the most of them; ties: the newer schema, then more reports, then the newest report, then the GPU's name) are ranked by median GPU span (by the grader's clock for a set graded with --clock wall, never mixed), the group's "
+    "one with the most of them; ties: the newer schema, then more reports, then the newest report, then the GPU's name) are ranked by median GPU span (by the grader's clock for a set graded with --clock wall, with graphs recorded whole for "
+    "one graded with --graph-records graphs: neither ever mixed), the group's "
     "reports of another GPU or schema are listed apart with the reason, and a report that did not pass is listed, never "
     "ranked; speedup over a bundled baseline = the baseline's median / the row's, for ranked rows only";
 
@@ -258,6 +259,7 @@ std::vector<LeaderboardGroup> make_leaderboard(const std::vector<ReportView>& re
     g.gpu = anchor.device_name;
     g.schema_major = anchor.schema_major;
     g.clock = anchor.clock;
+    g.graph_records = anchor.graph_records;
     g.ranked = group_of(anchor);
     if (baselines_of) g.baseline_solutions = baselines_of(g.task);
     for (const std::string& name : g.baseline_solutions) {
@@ -338,6 +340,7 @@ std::string ranked_words(const LeaderboardGroup& g) {
     in_set += r.row.apart.empty();
   }
   return std::string(g.clock == "wall" ? "Ranked by median time on the grader's clock (--clock wall)" : "Ranked by median GPU span") +
+         (g.graph_records == "graphs" ? " with CUDA graphs recorded whole (--graph-records graphs)" : "") +
          ": the Passed reports on " + (g.gpu.empty() ? std::string("no GPU recorded") : g.gpu) +
          " under report schema " + std::to_string(g.schema_major) + " (" + std::to_string(ranked) + " ranked of " +
          std::to_string(in_set) + " there; " + std::to_string(g.rows.size() - in_set) + " listed apart)";
@@ -475,6 +478,7 @@ nlohmann::ordered_json leaderboard_json(const std::vector<LeaderboardGroup>& gro
                   {"gpu", g.gpu},
                   {"schema_major", g.schema_major},
                   {"clock", g.clock},
+                  {"graph_records", g.graph_records},
                   {"baseline_solutions", g.baseline_solutions},
                   {"baselines", baselines},
                   {"baseline_note", g.baselines.empty() ? baseline_words(g) : ""},

@@ -96,8 +96,15 @@ void reap_descendants() {
       kids.erase(std::remove_if(kids.begin(), kids.end(), [](pid_t k) { return g_live.count(k) > 0; }), kids.end());
     }
     if (kids.empty()) return;
-    for (pid_t k : kids) kill(k, SIGKILL);
-    for (pid_t k : kids) waitpid(k, nullptr, 0);
+    // Only those the signal reached are waited for: inside the child's sandbox seccomp refuses a kill
+    // of any other pid, and a blocking wait on a live grandchild (a Python module's fork) held the
+    // child until its parent's timeout (a newcomer's finding, 2026-12-07); the parent's group kill
+    // and its own reap end them once the child has exited.
+    std::vector<pid_t> signalled;
+    for (pid_t k : kids)
+      if (kill(k, SIGKILL) == 0) signalled.push_back(k);
+    if (signalled.empty()) return;
+    for (pid_t k : signalled) waitpid(k, nullptr, 0);
   }
 }
 

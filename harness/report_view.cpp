@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "fixtures/safetensors.h"
 #include "harness/stats.h"
@@ -150,6 +151,13 @@ void check_report(const json& r, const std::string& what) {
   if (schema_major_of(r) == 2 && field(t, "unit") != "token" && field(t, "unit") != "call")
     throw BadReport(what + ": malformed nibble report: timing.unit is " + shown(field(t, "unit")) +
                     ", not \"token\" or \"call\"");
+  // The modes a figure was taken in: either of the values nibble writes, or absent (an older report:
+  // "span", "nodes"); anything else would be ranked, compared and printed as a third mode.
+  for (const auto& [key, a, b] : {std::tuple<const char*, const char*, const char*>{"clock", "span", "wall"},
+                                  {"graph_records", "nodes", "graphs"}})
+    if (t.contains(key) && t[key] != a && t[key] != b)
+      throw BadReport(what + ": malformed nibble report: timing." + key + " is " + shown(t[key]) + ", not \"" + a +
+                      "\" or \"" + b + "\"");
   for (const std::string& f : timed_figures()) {
     if (!t.contains(f)) continue;
     const json& s = t[f];
@@ -462,9 +470,10 @@ std::string format_summary(const ReportView& r, const std::string& report_path) 
       << fmt_g(s.q3, 5) << ", n " << count_or_unknown(s.n) << "), "
       << (r.clock == "wall" ? "GPU span " + fmt_g(r.gpu_span_us.median, 5) + " us, " : std::string()) << "host wall "
       << fmt_g(r.host_wall_us.median, 5) << " us, " << fmt_g(r.kernels_per_call.median, 4) << " kernels/" << noun
-      << (r.graph_records == "graphs" ? " + " + fmt_g(r.graph_launches_per_call.present ? r.graph_launches_per_call.median : 0, 4) +
-                                            " graph launches recorded whole (--graph-records graphs)"
-                                      : std::string())
+      << (r.graph_records != "graphs"              ? std::string()
+          : r.graph_launches_per_call.present ? " + " + fmt_g(r.graph_launches_per_call.median, 4) + " graph launches/" + noun +
+                                                    " recorded whole (--graph-records graphs)"
+                                              : " (graphs recorded whole: --graph-records graphs)")
       << "\n";
     const double floor = r.floor_measured_copy_bw_us;
     if (!std::isnan(r.tflops)) {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <sys/wait.h>
 #include <filesystem>
@@ -415,6 +416,12 @@ TEST(Cli, GradeOnAMachineWithoutAGpuSaysSoAndExits2) {
   EXPECT_NE(r.output.find("no usable NVIDIA GPU"), std::string::npos) << r.output;
   // The solution is opened anyway (a load job, no CUDA): what a GPU would find of it first.
   EXPECT_NE(r.output.find("The solution opens here ('bad-nothing')"), std::string::npos) << r.output;
+  // Through a link from another folder: the sandbox lets the child read the link's target folder too.
+  fs::create_directories(t.path() + "/links");
+  fs::create_symlink(fs::absolute(bindir() + "/tests/lib/libbad_nothing.so"), t.path() + "/links/mine.so");
+  const Result l = run_nibble({"grade", "--config", "tiny", "--solution", t.path() + "/links/mine.so", "--out",
+                               t.path() + "/r.json"}, t);
+  EXPECT_NE(l.output.find("The solution opens here ('bad-nothing')"), std::string::npos) << l.output;
   EXPECT_FALSE(fs::exists(t.path() + "/r.json"));
   for (const auto& [so, kind, what] :
        {std::tuple<std::string, std::string, std::string>{"libbad_missing_teardown.so", "MissingSymbol", "nibble_decode_teardown"},
@@ -445,6 +452,16 @@ TEST(Cli, APythonSolutionIsAcceptedUpToTheGpu) {
     EXPECT_EQ(r.code, 2);
     EXPECT_NE(r.output.find("does not open here (NotLoadable)"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("SyntaxError"), std::string::npos) << r.output;
+    // A module that forks a process which outlives its import: the child cannot signal it (seccomp),
+    // and waited for it until the parent's 45 s limit; it is ended with the child's process group.
+    std::ofstream(t.path() + "/forks.py") << "import os, time\nNAME = 'forks'\nif os.fork() == 0:\n    time.sleep(300)\n"
+                                             "    os._exit(0)\ndef build_model(model, stream): return None\n"
+                                             "def decode_step(handle, token_ids, pos, logits, stream): return None\n"
+                                             "def teardown(handle, stream): return None\n";
+    const auto t0 = std::chrono::steady_clock::now();
+    r = run_nibble({"grade", "--config", "tiny", "--solution", t.path() + "/forks.py", "--out", t.path() + "/r.json"}, t);
+    EXPECT_NE(r.output.find("The solution opens here ('forks')"), std::string::npos) << r.output;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
   }
   r = run_nibble({"grade", "--solution", t.path() + "/missing.py", "--out", t.path() + "/r.json"}, t);
   EXPECT_EQ(r.code, 2);

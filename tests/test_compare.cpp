@@ -494,6 +494,27 @@ TEST(CompareReports, ReportsOfTwoGraphRecordModesAreNotComparableEvenWhenForced)
   EXPECT_EQ(compare_json(base, neu, CompareOptions{}).exit_code, kCompareOk);
 }
 
+TEST(CompareReports, AModeKeyOfAnotherValueIsAMalformedReport) {
+  // timing.clock and timing.graph_records hold one of two values or are absent (an older report):
+  // "GRAPHS", "" or a number would otherwise be ranked, compared and printed as a third mode (a
+  // newcomer's finding, 2026-12-07).
+  for (const auto& [key, bad] : {std::pair<const char*, json>{"graph_records", "GRAPHS"}, {"graph_records", ""},
+                                 {"graph_records", 3}, {"graph_records", nullptr}, {"clock", "WALL"}}) {
+    json r = unfused();
+    r["timing"][key] = bad;
+    try {
+      validate_report(r, "r.json");
+      ADD_FAILURE() << key << " = " << bad.dump() << " was taken";
+    } catch (const BadReport& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("timing.") + key), std::string::npos) << e.what();
+    }
+  }
+  json ok = unfused();
+  ok["timing"]["graph_records"] = "graphs";
+  ok["timing"]["clock"] = "wall";
+  EXPECT_NO_THROW(validate_report(ok, "r.json"));
+}
+
 TEST(CompareReports, LaterMajorSchemaVersionIsBadInput) {
   json neu = unfused();
   neu["schema_version"] = "9.0.0";

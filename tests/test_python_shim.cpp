@@ -385,6 +385,8 @@ TEST(PythonShim, ExceptionInBuildKeepsTheTracebackTail) {
   EXPECT_EQ(m.rfind("...", 0), 0u) << "a 40-frame traceback is cut from the front: " << m;
   EXPECT_NE(m.find("ValueError: bad weights in layer 0 (a deliberate bug)"), std::string::npos) << m;
   EXPECT_NE(m.find("in _deep"), std::string::npos) << m;
+  // The cut's head names the exception and its last frame (a long message would push both out).
+  EXPECT_EQ(m.rfind("... [ValueError, File ", 0), 0u) << m;
 }
 
 TEST(PythonShim, NotSupportedDeclines) {

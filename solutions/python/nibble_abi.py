@@ -174,7 +174,12 @@ def _error(exc, limit):
     text = "\n".join(lines)
     data = text.encode("utf-8", "replace")
     if len(data) > limit:
-        data = b"..." + data[len(data) - (limit - 3):]
+        # Cut from the front, but the last frame's place and the exception's type stay (a long
+        # message would push both out: a newcomer's 100 KB ValueError read as a row of X's).
+        frames = [l.strip() for l in lines if l.strip().startswith("File ")]
+        head = "... [" + type(exc).__name__ + ((", " + frames[-1]) if frames else "") + "] ... "
+        head_data = head.encode("utf-8", "replace")[: limit // 2]
+        data = head_data + data[len(data) - (limit - len(head_data)):]
         text = data.decode("utf-8", "ignore")
     return status, text
 
