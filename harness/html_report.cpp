@@ -605,6 +605,8 @@ std::string render_html_report(const ReportView& report, const std::string& repo
   } else {
     fig("median GPU span per " + noun, "median-us", span.empty() ? "n/a" : us_str(median_of(span)), span.empty() ? "" : "us");
   }
+  if (report.graph_records == "graphs")  // the span's CUDA graphs as one record per launch
+    fig("CUDA graphs recorded", "graph-records", "whole (--graph-records graphs)", "");
   fig("floor at measured copy bandwidth", "floor-measured-us", us_str(fm), std::isnan(fm) ? "" : "us");
   fig("floor at datasheet bandwidth", "floor-theoretical-us", us_str(ft), std::isnan(ft) ? "" : "us");
   if (!std::isnan(report.tflops)) {  // the fraction below is the floor over the median

@@ -136,6 +136,18 @@ TEST(HtmlReport, KeyFiguresOfAGemmReport) {
   }
 }
 
+TEST(HtmlReport, AReportWithGraphsRecordedWholeSaysSo) {
+  // --graph-records graphs: the page and the text view say how the span's graphs were recorded
+  // (the default says nothing: every report before it recorded nodes).
+  json g = load_report(data("reports/h200-gemm-nvfp4-m16-fp4_sm90.json"));
+  EXPECT_EQ(page(g, "gemm.json").find("id=\"graph-records\""), std::string::npos);
+  g["timing"]["graph_records"] = "graphs";
+  g["timing"]["graph_launches_per_call"] = g["timing"]["kernels_per_call"];
+  EXPECT_EQ(by_id(page(g, "gemm.json"), "graph-records"), "whole (--graph-records graphs)");
+  const std::string text = format_summary(view(g));
+  EXPECT_NE(text.find(" graph launches/call recorded whole (--graph-records graphs)"), std::string::npos) << text;
+}
+
 TEST(HtmlReport, AReportOnTheGradersClockLeadsWithThatClock) {
   // The GEMM grade above as if graded with --clock wall: its figure is the grader's clock (a median
   // of 40 us, set here by hand), the GPU span beside it, and the text view says which is which.
