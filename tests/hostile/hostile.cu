@@ -180,14 +180,20 @@ bool kernel_records(bool on, const char* who) { return activity_records(kConcurr
 constexpr int kGraphTraceKind = 51;  // CUPTI_ACTIVITY_KIND_GRAPH_TRACE
 #endif
 #if defined(HOSTILE_HIDE_IN_GRAPH) || defined(HOSTILE_HIDE_IN_CONDITIONAL) || defined(HOSTILE_HIDE_COPY_IN_GRAPH) || \
-    defined(HOSTILE_WHOLE_HIDE_IN_GRAPH) || defined(HOSTILE_WHOLE_HIDE_IN_CONDITIONAL) || defined(HOSTILE_GRAPH_TRACE_SELF)
+    defined(HOSTILE_WHOLE_HIDE_IN_GRAPH) || defined(HOSTILE_WHOLE_HIDE_IN_CONDITIONAL) || defined(HOSTILE_GRAPH_TRACE_SELF) || \
+    defined(HOSTILE_WHOLE_HIDE_IN_BRANCHES) || defined(HOSTILE_WHOLE_HIDE_IN_CHILD) || defined(HOSTILE_WHOLE_HIDE_BEFORE_HOST)
+/** Where the graph's busy kernel sits: after the copy (Chain); in the body of an IF conditional node
+ *  after it (Conditional); on a branch of its own beside the copy, both roots and both leaves
+ *  (Branches); in a child graph after it (Child); after it with a host node last (HostLast): the
+ *  shapes a graph's whole-launch record must span (--graph-records graphs). */
+enum class GraphShape { Chain, Conditional, Branches, Child, HostLast };
+void CUDART_CB host_node(void*) {}
 /** One executable graph, in s.graphs[0]: a device-to-device copy of kBytes (within s.private_logits,
- *  a copy engine's work: a MEMCPY record, never a kernel), then busy_kernel(ns); with `conditional`,
- *  the kernel in the body of an IF conditional node (default true: it runs every launch) after the
- *  copy instead of a kernel node; with `from_host`, the copy reads pinned host memory (s.pinned): a
- *  graph's device-to-device copy node may run as a kernel, whose record went with the kernel records
- *  in probe_cupti_launches (H100, 2026-12-06), a host-to-device one is a copy engine's. */
-nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error* err, bool conditional = false,
+ *  a copy engine's work: a MEMCPY record, never a kernel) and busy_kernel(ns) placed by `shape`; with
+ *  `from_host`, the copy reads pinned host memory (s.pinned): a graph's device-to-device copy node may
+ *  run as a kernel, whose record went with the kernel records in probe_cupti_launches (H100,
+ *  2026-12-06), a host-to-device one is a copy engine's. */
+nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error* err, GraphShape shape = GraphShape::Chain,
                                   size_t kBytes = size_t(1) << 20, bool from_host = false) {
   H_CUDA(cudaMalloc(&s.private_logits, 2 * kBytes));
   cudaGraph_t g = nullptr;
@@ -205,7 +211,7 @@ nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error*
   if (e == cudaSuccess)
     e = from_host ? cudaGraphAddMemcpyNode1D(&copy_node, g, nullptr, 0, base + kBytes, s.pinned, kBytes, cudaMemcpyHostToDevice)
                   : cudaGraphAddMemcpyNode1D(&copy_node, g, nullptr, 0, base + kBytes, base, kBytes, cudaMemcpyDeviceToDevice);
-  if (e == cudaSuccess && conditional) {
+  if (e == cudaSuccess && shape == GraphShape::Conditional) {
     cudaGraphConditionalHandle handle{};
     e = cudaGraphConditionalHandleCreate(&handle, g, 1, cudaGraphCondAssignDefault);
     cudaGraphNodeParams cp{};
@@ -215,8 +221,23 @@ nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error*
     cp.conditional.size = 1;
     if (e == cudaSuccess) e = cudaGraphAddNode(&cond_node, g, &copy_node, nullptr, 1, &cp);
     if (e == cudaSuccess) e = cudaGraphAddKernelNode(&kernel_node, cp.conditional.phGraph_out[0], nullptr, 0, &k);
+  } else if (e == cudaSuccess && shape == GraphShape::Branches) {
+    e = cudaGraphAddKernelNode(&kernel_node, g, nullptr, 0, &k);
+  } else if (e == cudaSuccess && shape == GraphShape::Child) {
+    cudaGraph_t child = nullptr;
+    e = cudaGraphCreate(&child, 0);
+    cudaGraphNode_t inner = nullptr;
+    if (e == cudaSuccess) e = cudaGraphAddKernelNode(&inner, child, nullptr, 0, &k);
+    if (e == cudaSuccess) e = cudaGraphAddChildGraphNode(&kernel_node, g, &copy_node, 1, child);
+    if (child) (void)cudaGraphDestroy(child);
   } else if (e == cudaSuccess) {
     e = cudaGraphAddKernelNode(&kernel_node, g, &copy_node, 1, &k);
+    if (e == cudaSuccess && shape == GraphShape::HostLast) {
+      cudaHostNodeParams hp{};
+      hp.fn = host_node;
+      cudaGraphNode_t host = nullptr;
+      e = cudaGraphAddHostNode(&host, g, &kernel_node, 1, &hp);
+    }
   }
   cudaGraphExec_t exec = nullptr;
   if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, g, 0);
@@ -1062,6 +1083,25 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   }
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
+#elif defined(HOSTILE_WHOLE_HIDE_IN_BRANCHES) || defined(HOSTILE_WHOLE_HIDE_IN_CHILD) || defined(HOSTILE_WHOLE_HIDE_BEFORE_HOST)
+  // whole_hide_in_graph's 40 us kernel, launched with the kernel records off under --graph-records
+  // graphs, in the graph shapes whose whole-launch record must span it too: a branch beside the copy
+  // (two roots, two leaves), a child graph, a host node last.
+  if (s.graphs.empty()) {
+#if defined(HOSTILE_WHOLE_HIDE_IN_BRANCHES)
+    H_OK(hostile::copy_and_busy_graph(s, 40000, err, hostile::GraphShape::Branches));
+#elif defined(HOSTILE_WHOLE_HIDE_IN_CHILD)
+    H_OK(hostile::copy_and_busy_graph(s, 40000, err, hostile::GraphShape::Child));
+#else
+    H_OK(hostile::copy_and_busy_graph(s, 40000, err, hostile::GraphShape::HostLast));
+#endif
+  }
+  if (timed && hostile::kernel_records(false, "hostile-whole_hide")) {
+    H_CUDA(cudaGraphLaunch(s.graphs[0], stream));
+    hostile::kernel_records(true, "hostile-whole_hide");
+  }
+  H_OK(forward(s, tokens, pos, logits, stream, err));
+  return NIBBLE_OK;
 #elif defined(HOSTILE_HIDE_IN_GRAPH) || defined(HOSTILE_WHOLE_HIDE_IN_GRAPH)
   // hide_inside_allowance's 40 us kernel, but in a graph behind a copy node (built in the first,
   // checked call), launched with the kernel records off and the copy records on: the copy's record
@@ -1080,7 +1120,7 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   // records off and the kernel's on: the kernel's record carries the launch's id, which vouched for
   // the copy until a graph with copy nodes needed a memcpy record too.
   if (s.graphs.empty())
-    H_OK(hostile::copy_and_busy_graph(s, 1000, err, /*conditional=*/false, hostile::kHiddenCopyBytes, /*from_host=*/true));
+    H_OK(hostile::copy_and_busy_graph(s, 1000, err, hostile::GraphShape::Chain, hostile::kHiddenCopyBytes, /*from_host=*/true));
   if (timed && hostile::activity_records(hostile::kMemcpyKind, false, "hostile-hide_copy_in_graph")) {
     H_CUDA(cudaGraphLaunch(s.graphs[0], stream));
     hostile::activity_records(hostile::kMemcpyKind, true, "hostile-hide_copy_in_graph");
@@ -1091,7 +1131,7 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   // hide_in_graph's graph with its kernel in a conditional node's body, which the audit's graph walk
   // cannot open: a conditional node counts as a kernel, so the copy's record no longer vouches.
   // whole_hide_in_conditional: the same under --graph-records graphs (the body's 40 us in the record?).
-  if (s.graphs.empty()) H_OK(hostile::copy_and_busy_graph(s, 40000, err, /*conditional=*/true));
+  if (s.graphs.empty()) H_OK(hostile::copy_and_busy_graph(s, 40000, err, hostile::GraphShape::Conditional));
   if (timed && hostile::kernel_records(false, "hostile-hide_in_conditional")) {
     H_CUDA(cudaGraphLaunch(s.graphs[0], stream));
     hostile::kernel_records(true, "hostile-hide_in_conditional");
