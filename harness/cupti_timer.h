@@ -31,10 +31,12 @@ struct ActivityRecord {
  *  (probe_cupti_launches measures both). Work outside graphs is recorded per kernel either way. */
 enum class GraphRecords { Nodes, Graphs };
 
-/** "nodes" or "graphs". */
-const char* graph_records_name(GraphRecords g);
 /** The mode a name ("nodes", "graphs") says; std::nullopt for any other. Pure. */
 std::optional<GraphRecords> parse_graph_records(const std::string& name);
+
+/** Whether `r` has no timestamps: CUPTI writes 0 for both of a graph record's when it could not
+ *  take them. */
+inline bool untimed(const ActivityRecord& r) { return r.start_ns == 0 && r.end_ns == 0; }
 
 /** The launches of an audit (CuptiTimer::start_launch_audit) matched with the GPU's records. */
 struct LaunchAudit {
@@ -185,7 +187,7 @@ inline constexpr uint64_t kActivitySkewNs = 20000;
  *  each longer than the skew: counted in, they made every calibration span the whole gap, 2026-12-06
  *  on an H100). Pure. */
 inline bool in_window(const ActivityRecord& r, uint64_t c0, uint32_t harness_stream, bool calibration) {
-  if (r.start_ns == 0 && r.end_ns == 0) return true;  // no timestamps (span_of: invalid, with the reason)
+  if (untimed(r)) return true;  // span_of: invalid, with the reason
   const bool from_c0 = r.start_ns + kActivitySkewNs >= c0;
   if (r.stream_id == harness_stream) return calibration && r.kind == ActivityRecord::Kernel && from_c0;
   return from_c0;

@@ -292,6 +292,16 @@ FileStamp file_stamp(const std::string& path) {
   return {true, st.st_dev, st.st_ino, (long long)(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec};
 }
 
+/** Job `j` of a Python solution: its family's shim in the .so's place, a scratch folder of its own
+ *  (made into `scratch`, removed when it goes) and processes allowed (Triton runs ptxas). Throws
+ *  std::runtime_error when the folder cannot be made. */
+void make_python_job(Job& j, const std::string& shim, std::optional<PythonScratch>& scratch) {
+  scratch.emplace();
+  j.python_shim = shim;
+  j.python_scratch = scratch->path();
+  j.sandbox.allow_processes = true;
+}
+
 /** Where no GPU answers: whether `solution` at least opens here as a grade would open it (a "load"
  *  job in a sandboxed child, `require_sandbox` as the grade's: the library, its entry points and ABI
  *  version; a Python module imported through `shim`, "" for a .so), in one line for the user: what
@@ -314,12 +324,7 @@ std::string opens_without_gpu(const Task& task, const std::string& config, const
   j.build_timeout_seconds = 30;  // a module's import (torch: ~5-10 s cold)
   std::optional<PythonScratch> scratch;
   try {
-    if (!shim.empty()) {
-      scratch.emplace();
-      j.python_shim = shim;
-      j.python_scratch = scratch->path();
-      j.sandbox.allow_processes = true;
-    }
+    if (!shim.empty()) make_python_job(j, shim, scratch);
   } catch (const std::exception& e) {
     return std::string("Whether the solution opens here was not checked: ") + e.what();
   }
@@ -545,12 +550,7 @@ int grade_run(const GradeOptions& opt) {
     Job j = base;
     j.solution = solution;
     j.fixture_dir = fixture_dirs[i];
-    if (python) {
-      scratch.emplace();
-      j.python_shim = shim;
-      j.python_scratch = scratch->path();
-      j.sandbox.allow_processes = true;
-    }
+    if (python) make_python_job(j, shim, scratch);
     return j;
   };
 

@@ -137,8 +137,6 @@ TEST(GpuSpan, GraphRecordsModesByName) {
   EXPECT_EQ(parse_graph_records("graphs"), GraphRecords::Graphs);
   EXPECT_FALSE(parse_graph_records("graph").has_value());
   EXPECT_FALSE(parse_graph_records("").has_value());
-  EXPECT_STREQ(graph_records_name(GraphRecords::Graphs), "graphs");
-  EXPECT_STREQ(graph_records_name(GraphRecords::Nodes), "nodes");
 }
 
 TEST(GpuSpan, NoRecordOrZeroDurationIsInvalid) {
