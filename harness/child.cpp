@@ -65,7 +65,14 @@ int open_solution(ResultWriter& out, CallWatchdog& watchdog, const Job& job, con
   try {
     *lib = std::make_unique<SolutionLibrary>(python ? job.python_shim : job.solution, task.abi());
   } catch (const LoadError& e) {
-    ChildError err = error_of(kErrLoad, e.what());
+    std::string message = e.what();
+    if (e.other_abi) {
+      std::string names;
+      for (const Task* t : all_tasks())
+        if (t->abi() != task.abi()) names += (names.empty() ? "" : ", ") + t->name();
+      message += ": grade it with --task " + names;
+    }
+    ChildError err = error_of(kErrLoad, message);
     err.load_kind = load_kind_name(e.kind);
     return out.fail(err, 4);
   }

@@ -305,9 +305,11 @@ void make_python_job(Job& j, const std::string& shim, std::optional<PythonScratc
 /** Where no GPU answers: whether `solution` at least opens here as a grade would open it (a "load"
  *  job in a sandboxed child, `require_sandbox` as the grade's: the library, its entry points and ABI
  *  version; a Python module imported through `shim`, "" for a .so), in one line for the user: what
- *  the solution wrote (its name, a traceback) with control characters blanked and cut short. */
+ *  the solution wrote (its name, a traceback) with control characters blanked and cut short. The
+ *  child gets at most 45 s and the import 30 s, less where the grade's --timeout or
+ *  --build-timeout (`opt`) says less. */
 std::string opens_without_gpu(const Task& task, const std::string& config, const std::string& solution,
-                              const std::string& shim, const SandboxSpec& sandbox, bool require_sandbox,
+                              const std::string& shim, const SandboxSpec& sandbox, const GradeOptions& opt,
                               const BinaryPins& pins, const Log& log) {
   // A traceback's end says most (the exception and its line): a long one keeps its head and tail.
   const auto said = [](const std::string& text) {
@@ -320,15 +322,15 @@ std::string opens_without_gpu(const Task& task, const std::string& config, const
   j.config = config;
   j.solution = solution;
   j.sandbox = sandbox;
-  j.require_sandbox = require_sandbox;
-  j.build_timeout_seconds = 30;  // a module's import (torch: ~5-10 s cold)
+  j.require_sandbox = opt.require_sandbox;
+  j.build_timeout_seconds = std::min(30.0, opt.build_timeout_seconds);  // a module's import (torch: ~5-10 s cold)
   std::optional<PythonScratch> scratch;
   try {
     if (!shim.empty()) make_python_job(j, shim, scratch);
   } catch (const std::exception& e) {
     return std::string("Whether the solution opens here was not checked: ") + e.what();
   }
-  const ChildRun c = run_job_child(j, 45, &log, "load check", &pins);
+  const ChildRun c = run_job_child(j, std::min(45.0, opt.timeout_seconds), &log, "load check", &pins);
   if (c.completed())
     return "The solution opens here (" + (c.result->solution_name.empty() ? std::string("no name") : "'" + said(c.result->solution_name) + "'") +
            "): " + (shim.empty() ? "it exports every entry point of this nibble's ABI version" : "its module imports and defines every entry point") + ".";
@@ -499,7 +501,7 @@ int grade_run(const GradeOptions& opt) {
   if (!probe.ok) {
     if (opt.no_gpu) *opt.no_gpu = true;
     const std::string opens =
-        opens_without_gpu(*task, config, solution, python ? shim : "", sandbox, opt.require_sandbox, pins, log);
+        opens_without_gpu(*task, config, solution, python ? shim : "", sandbox, opt, pins, log);
     std::fprintf(stderr,
                  "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n  %s\n"
                  "  Run nibble grade on a machine with a CUDA GPU and driver; the tests (scripts/test.sh) run without one.\n",

@@ -452,7 +452,7 @@ std::string comparison_section(const Comparison& c) {
     o << "<p class=\"warn\">FORCED: these reports are not comparable; compared anyway.</p>\n";
   if (!c.refused.empty() || !c.not_comparable.empty() || !c.missing_timing.empty()) {
     o << "<ul class=\"warn\">\n";
-    for (const auto& s : c.refused) o << "<li>not comparable (--force does not apply): " << html_escape(s) << "</li>\n";
+    for (const auto& s : c.refused) o << "<li>not comparable, even by nibble compare --force: " << html_escape(s) << "</li>\n";
     for (const auto& s : c.not_comparable) o << "<li>not comparable: " << html_escape(s) << "</li>\n";
     for (const auto& s : c.missing_timing) o << "<li>" << html_escape(s) << "</li>\n";
     o << "</ul>\n";

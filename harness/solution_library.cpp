@@ -32,23 +32,24 @@ SolutionLibrary::SolutionLibrary(const std::string& path, Abi abi) : path_(path)
     throw LoadError(LoadError::NotLoadable, "cannot load solution '" + path + "': " + (why ? why : "unknown") +
                                                 "; is it a shared object built for this machine?");
   }
-  // A library of the other ABI (a GEMM solution graded under the decode task, or the reverse) says
-  // so, with the tasks it is for: its missing entry point alone reads like a broken build.
+  // A library of the other ABI says so: its missing entry point alone reads like a broken build.
   const auto other_abi = [&]() -> std::string {
     if (abi == Abi::Decode && dlsym(handle_, "nibble_gemm_abi_version"))
-      return "; it exports the GEMM ABI (nibble_gemm_abi_version): grade it with --task gemm-w4a16-nvfp4, "
-             "gemm-bf16-mxfp4 or gemm-w4a16-int4";
+      return "; it exports the GEMM ABI (nibble_gemm_abi_version)";
     if (abi == Abi::Gemm && dlsym(handle_, "nibble_decode_build_model"))
-      return "; it exports the decode ABI (nibble_decode_build_model): grade it with --task megakernel-int4-weight-decode";
+      return "; it exports the decode ABI (nibble_decode_build_model)";
     return "";
   };
   auto sym = [&](const char* name, bool required) -> void* {
     dlerror();
     void* p = dlsym(handle_, name);
-    if (!p && required)
-      throw LoadError(LoadError::MissingSymbol, "solution '" + path + "' does not export '" + name + "' (extern \"C\", see " +
-                                                    (abi == Abi::Decode ? "include/nibble/nibble.h" : "include/nibble/nibble_gemm.h") +
-                                                    ")" + other_abi());
+    if (!p && required) {
+      const std::string other = other_abi();
+      throw LoadError(LoadError::MissingSymbol,
+                      "solution '" + path + "' does not export '" + name + "' (extern \"C\", see " +
+                          (abi == Abi::Decode ? "include/nibble/nibble.h" : "include/nibble/nibble_gemm.h") + ")" + other,
+                      !other.empty());
+    }
     return p;
   };
   try {

@@ -14,7 +14,10 @@ namespace nibble {
 /** Why a solution could not be loaded; maps onto a grade disposition. */
 struct LoadError : std::runtime_error {
   enum Kind { NotFound, NotLoadable, MissingSymbol, AbiMismatch } kind;
-  LoadError(Kind k, const std::string& what) : std::runtime_error(what), kind(k) {}
+  /** The library exports the other task family's ABI instead (a GEMM solution graded under the
+   *  decode task, or the reverse): the caller, which knows the tasks, names those it is for. */
+  bool other_abi = false;
+  LoadError(Kind k, const std::string& what, bool other = false) : std::runtime_error(what), kind(k), other_abi(other) {}
 };
 
 class SolutionLibrary {

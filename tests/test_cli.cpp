@@ -432,6 +432,16 @@ TEST(Cli, GradeOnAMachineWithoutAGpuSaysSoAndExits2) {
     EXPECT_NE(b.output.find("does not open here or on a GPU (" + kind + ")"), std::string::npos) << b.output;
     EXPECT_NE(b.output.find(what), std::string::npos) << b.output;
   }
+  // A GEMM solution under the decode task: the tasks it is for are named, every GEMM task and no other.
+  const Result g = run_nibble({"grade", "--config", "tiny", "--solution", bindir() + "/lib/libnibble_gemm_baseline.so",
+                               "--out", t.path() + "/r.json"}, t);
+  EXPECT_EQ(g.code, 2) << g.output;
+  const auto hint = g.output.find("it exports the GEMM ABI (nibble_gemm_abi_version): grade it with --task ");
+  ASSERT_NE(hint, std::string::npos) << g.output;
+  const std::string named = g.output.substr(hint, g.output.find('\n', hint) - hint);
+  for (const char* task : {"gemm-w4a16-nvfp4", "gemm-bf16-mxfp4", "gemm-w4a16-int4"})
+    EXPECT_NE(named.find(task), std::string::npos) << named;
+  EXPECT_EQ(named.find("megakernel-int4-weight-decode"), std::string::npos) << named;
 }
 
 TEST(Cli, APythonSolutionIsAcceptedUpToTheGpu) {
@@ -462,6 +472,12 @@ TEST(Cli, APythonSolutionIsAcceptedUpToTheGpu) {
     r = run_nibble({"grade", "--config", "tiny", "--solution", t.path() + "/forks.py", "--out", t.path() + "/r.json"}, t);
     EXPECT_NE(r.output.find("The solution opens here ('forks')"), std::string::npos) << r.output;
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+    // An import that does not return: the check keeps to the grade's --build-timeout (its own 30 s at most).
+    std::ofstream(t.path() + "/slow.py") << "import time\nNAME = 'slow'\ntime.sleep(60)\n";
+    r = run_nibble({"grade", "--config", "tiny", "--build-timeout", "2", "--solution", t.path() + "/slow.py", "--out",
+                    t.path() + "/r.json"}, t);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.output.find("import did not return within 2 s"), std::string::npos) << r.output;
   }
   r = run_nibble({"grade", "--solution", t.path() + "/missing.py", "--out", t.path() + "/r.json"}, t);
   EXPECT_EQ(r.code, 2);

@@ -39,7 +39,7 @@ cat > "$OUT/batch.json" <<JSON
           {"task": "gemm-bf16-mxfp4", "configs": ["m1-n3072-k3072", "m4096-n3072-k3072"], "seeds": [0],
            "solutions": ["$PWD/build-hopper/lib/libnibble_gemm_fp4_sm90.so", "$PWD/build-hopper/lib/libnibble_gemm_cublas_bf16.so", "$PWD/build-hopper/lib/libnibble_gemm_baseline.so"]},
           {"task": "gemm-w4a16-int4", "configs": ["m1-n3072-k3072", "m4096-n3072-k3072"], "seeds": [0],
-           "solutions": ["$PWD/build-hopper/lib/libnibble_int4_gemm_baseline_plain.so", "$PWD/build-hopper/lib/libnibble_int4_gemm_baseline_awq.so", "$PWD/build-hopper/lib/libnibble_int4_gemm_cublas_bf16.so"]}]}
+           "solutions": ["$PWD/build-hopper/lib/libnibble_int4_gemm_sm90.so", "$PWD/build-hopper/lib/libnibble_int4_gemm_baseline_plain.so", "$PWD/build-hopper/lib/libnibble_int4_gemm_baseline_awq.so", "$PWD/build-hopper/lib/libnibble_int4_gemm_cublas_bf16.so"]}]}
 JSON
 timeout $(( $(left) - 90 )) $N batch "$OUT/batch.json" > "$OUT/batch.log" 2>&1; echo "exit $?"; tail -8 "$OUT/batch.log"
 $N leaderboard "$OUT/batch" --json "$OUT/leaderboard.json" > "$OUT/leaderboard.txt" 2>&1  # the batch wrote the page and .md
