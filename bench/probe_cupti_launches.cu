@@ -27,6 +27,10 @@
 #include <cuda_runtime.h>
 #include <cupti.h>
 
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -253,7 +257,22 @@ double time_graph(cudaStream_t s, cudaGraphExec_t exec) {
 
 int run(int launches);
 
+/** A crash inside CUPTI or the driver (GRAPH_TRACE with the kernel records off ended the process,
+ *  H100, 2026-12-07): the frames, so that the library it happened in is named. */
+void on_crash(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const char head[] = "\nprobe_cupti_launches: fatal signal; the frames:\n";
+  (void)!write(2, head, sizeof head - 1);
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // what was printed before a crash stays printed
+  signal(SIGSEGV, on_crash);
+  signal(SIGABRT, on_crash);
   int launches = 20000;
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--launches") == 0 && i + 1 < argc) launches = std::atoi(argv[++i]);
@@ -530,7 +549,9 @@ int run(int launches) {
   // 5. Graph-level records: GRAPH_TRACE alone, then with CONCURRENT_KERNEL (whether CUPTI takes both,
   // and which records a graph launch then leaves), the 2000-node graph timed in each state.
   CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  std::printf("\n-- 5: the 2000-node graph timed, no record kind on\n");
   const double graph_off_us = time_graph(s, chain);
+  std::printf("-- 5: enabling GRAPH_TRACE\n");
   const CUptiResult graph_trace_on = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
   const char* graph_trace_msg = nullptr;
   cuptiGetResultString(graph_trace_on, &graph_trace_msg);
@@ -548,12 +569,14 @@ int run(int launches) {
     });
   };
   if (graph_trace_on == CUPTI_SUCCESS) {
+    std::printf("-- 5: the 2000-node graph timed, GRAPH_TRACE on\n");
     graph_trace_us = time_graph(s, chain);
     probe_graph_records("GRAPH_TRACE on, CONCURRENT_KERNEL off");
     const CUptiResult both = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     cuptiGetResultString(both, &both_msg);
     std::printf("\n== cuptiActivityEnable(CONCURRENT_KERNEL) with GRAPH_TRACE on: %s\n", both_msg ? both_msg : "?");
     if (both == CUPTI_SUCCESS) {
+      std::printf("-- 5: the 2000-node graph timed, GRAPH_TRACE and CONCURRENT_KERNEL on\n");
       graph_both_us = time_graph(s, chain);
       probe_graph_records("GRAPH_TRACE and CONCURRENT_KERNEL on");
     }

@@ -4,7 +4,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
+#include <execinfo.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "fixtures/fixture.h"
@@ -405,7 +408,42 @@ nlohmann::json probe_device(bool measure_bandwidth, size_t read_floor_bytes);
 
 }  // namespace
 
+namespace {
+
+/** On a fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL) or abort: the frames of the crash on stderr, which
+ *  the parent keeps (the report's solution.log_tail, the Crashed reason's "at"), then the signal
+ *  again under its default action, so the parent still sees the process killed by it. Only async-signal-safe calls (write, backtrace after its
+ *  first call, backtrace_symbols_fd); its own stack, for a solution's stack overflow. */
+void on_fatal_signal(int sig) {
+  void* frames[18];  // 16 after the two skipped: within the log tail the parent keeps (3,000 bytes)
+  const int n = backtrace(frames, 18);
+  const std::string_view head = kCrashFramesMarker;
+  (void)!write(2, "\n", 1);
+  (void)!write(2, head.data(), head.size());
+  (void)!write(2, "\n", 1);
+  if (n > 2) backtrace_symbols_fd(frames + 2, n - 2, 2);  // past this handler and the kernel's signal trampoline
+  raise(sig);  // the default action now (SA_RESETHAND): a raise()d signal too, not only a fault, ends the process
+}
+
+void install_crash_frames() {
+  void* warm[1];
+  (void)backtrace(warm, 1);  // its first call loads libgcc_s: here, before the sandbox, not in the handler
+  static char alt_stack[64 * 1024];
+  stack_t ss{};
+  ss.ss_sp = alt_stack;
+  ss.ss_size = sizeof alt_stack;
+  (void)sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = on_fatal_signal;
+  sa.sa_flags = SA_RESETHAND | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) (void)sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace
+
 int child_main(int job_fd) {
+  install_crash_frames();
   Job job;
   try {
     job = nlohmann::json::parse(read_channel(job_fd)).get<Job>();

@@ -348,8 +348,12 @@ std::string opens_without_gpu(const Task& task, const std::string& config, const
   // ended there was ended by the library's constructors or the module's import.
   if (c.result && c.result->phase == "start" && c.refused.empty() &&
       (c.exit.kind == ChildExit::Exited || c.exit.kind == ChildExit::Signaled))
+  {
+    const std::string at = crash_site(c.log_tail);
     return "The solution does not open here: its load-time code (a library constructor, the module's import) ended "
-           "the process (" + said(c.describe_failure()) + "); a grade would end Crashed";
+           "the process (" + (at.empty() ? said(c.describe_failure()) : c.exit.describe() + ", at " + at) +
+           "); a grade would end Crashed";
+  }
   return "Whether the solution opens was not settled: " + said(c.describe_failure());
 }
 

@@ -183,6 +183,17 @@ const Task* checked_task(const char* command, const std::string& task, const std
   }
 }
 
+std::string crash_site(const std::string& log_tail) {
+  const size_t m = log_tail.rfind(kCrashFramesMarker);
+  if (m == std::string::npos) return "";
+  const size_t from = log_tail.find('\n', m);
+  if (from == std::string::npos) return "";
+  std::string frame = log_tail.substr(from + 1, log_tail.find('\n', from + 1) - from - 1);
+  // "/lib/x.so(sym+0x1f) [0x7f...]": the absolute address says nothing across runs (ASLR).
+  if (const size_t b = frame.rfind('['); b != std::string::npos && b > 0) frame.resize(frame[b - 1] == ' ' ? b - 1 : b);
+  return frame;
+}
+
 void child_evidence(const ChildRun& c, const Task& task, Evidence* e) {
   if (c.completed()) {
     e->end = ChildEnd::Completed;
@@ -217,8 +228,11 @@ void child_evidence(const ChildRun& c, const Task& task, Evidence* e) {
     return;
   }
   e->end = ChildEnd::Died;
-  if (c.exit.kind == ChildExit::Signaled)
-    e->end_message = "the candidate's process was " + c.exit.describe() + " (phase reached: " + phase + ")";
+  if (c.exit.kind == ChildExit::Signaled) {
+    const std::string at = crash_site(c.log_tail);
+    e->end_message = "the candidate's process was " + c.exit.describe() + " (phase reached: " + phase + ")" +
+                     (at.empty() ? "" : ", at " + at + " (its frames: the report's solution.log_tail)");
+  }
   else
     e->end_message = "the candidate's process ended (" + c.exit.describe() + ") during phase '" + phase +
                      "', before the grade finished: a solution must not end the process";

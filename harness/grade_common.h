@@ -129,6 +129,10 @@ ChildRun run_job_child(Job job, double timeout, const Log* log = nullptr, const 
 const Task* checked_task(const char* command, const std::string& task, const std::string& config,
                          const std::function<void()>& check_options);
 
+/** Where a child's crash happened, from its log tail (the frames the child writes after
+ *  kCrashFramesMarker): the first frame, "library(symbol+offset)", or "" when the tail has none. */
+std::string crash_site(const std::string& log_tail);
+
 /** What the verdict needs to know of a candidate's end (judge's load, build and crash rules). */
 void child_evidence(const ChildRun& c, const Task& task, Evidence* e);
 

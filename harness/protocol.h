@@ -35,6 +35,10 @@ namespace nibble {
 /** Bumped on any change of Job or Result; a child refuses a job of another version. */
 inline constexpr int kProtocolVersion = 8;
 
+/** The line a child that a fatal signal ends writes to its stderr before the frames of the crash
+ *  (library or executable, offset), one a line, the crash's own frame first. */
+inline constexpr const char* kCrashFramesMarker = "nibble __child: fatal signal; its frames, the crash's first:";
+
 /** The timed rounds a candidate runs (after its checked calls). */
 struct TimingJob {
   int calls_per_round = 32;

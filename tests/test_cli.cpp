@@ -432,6 +432,13 @@ TEST(Cli, GradeOnAMachineWithoutAGpuSaysSoAndExits2) {
     EXPECT_NE(b.output.find("does not open here or on a GPU (" + kind + ")"), std::string::npos) << b.output;
     EXPECT_NE(b.output.find(what), std::string::npos) << b.output;
   }
+  // A library whose constructor faults: the crash and where, its library and the constructor by name.
+  const Result crash = run_nibble({"grade", "--config", "tiny", "--solution", bindir() + "/tests/lib/libbad_load_segfault.so",
+                                   "--out", t.path() + "/r.json"}, t);
+  EXPECT_EQ(crash.code, 2) << crash.output;
+  EXPECT_NE(crash.output.find("ended the process (killed by signal 11"), std::string::npos) << crash.output;
+  EXPECT_NE(crash.output.find("at " + bindir() + "/tests/lib/libbad_load_segfault.so(bad_load_segfault+"), std::string::npos)
+      << crash.output;
   // A GEMM solution under the decode task: the tasks it is for are named, every GEMM task and no other.
   const Result g = run_nibble({"grade", "--config", "tiny", "--solution", bindir() + "/lib/libnibble_gemm_baseline.so",
                                "--out", t.path() + "/r.json"}, t);

@@ -17,6 +17,15 @@ int32_t nibble_abi_version(void) {
 
 const char* nibble_solution_name(void) { return BAD_NAME; }
 
+#ifdef BAD_LOAD_SEGFAULT
+/* A fault in the library's constructor, at dlopen: before any entry point is called (exported, so
+ * that the crash's frame names it). */
+__attribute__((constructor)) void bad_load_segfault(void) {
+  volatile int* volatile nowhere = NULL;
+  *nowhere = 1;
+}
+#endif
+
 nibble_status nibble_decode_build_model(const nibble_decode_model* model, void* stream, void** handle,
                                         nibble_error* err) {
   (void)model; (void)stream;

@@ -27,7 +27,7 @@ grep -A12 -E "^== (cuptiActivityEnable|cudaGraphLaunch of the (3-kernel|mixed) g
   "$OUT/probe-cupti-launches.log" | head -60
 grep -E "^graph of|^host time" "$OUT/probe-cupti-launches.log"
 echo "== 2. test_grade_gpu, the graph row in both modes ($(( $(date +%s) - t0 )) s)"
-timeout 240 $B/tests/test_grade_gpu --gtest_filter='*AGraphIsRecordedWholeOrByItsNodes*' > "$OUT/grade-gpu-graph.log" 2>&1
+(cd $B && NIBBLE_SOURCE_DIR=$OLDPWD timeout 240 tests/test_grade_gpu --gtest_filter='*AGraphIsRecordedWholeOrByItsNodes*') > "$OUT/grade-gpu-graph.log" 2>&1  # as ctest runs it: ./bin/nibble
 echo "exit $?"; grep -E "graph-records|OK|FAILED|Failure|Expected|Which is|actual" "$OUT/grade-gpu-graph.log" | head -20
 NIBBLE_SOURCE_DIR=$PWD NIBBLE_BINARY_DIR=$PWD/$B timeout 300 $B/tests/test_hostile_gpu \
   --gtest_filter='*/control:*/graph:*graph_trace_self*:*whole_hide_*:HostileTiming.*' > "$OUT/hostile-graph-rows.log" 2>&1
