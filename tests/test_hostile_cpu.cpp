@@ -58,6 +58,12 @@ TEST(HostileCpu, ListIsWellFormed) {
       EXPECT_FALSE(ia.at("reason").get<std::string>().empty());
       EXPECT_FALSE(ia.at("why").get<std::string>().empty()) << "say why the layer changes what a correct grader gives";
     }
+    if (row.contains("or_crashed")) {
+      const json& oc = row["or_crashed"];
+      EXPECT_FALSE(oc.at("in").get<std::string>().empty());
+      EXPECT_FALSE(oc.at("why").get<std::string>().empty()) << "say why a crash there is a correct grader's verdict too";
+      EXPECT_NE(row.at("disposition").get<std::string>(), "Passed") << "a row that may crash cannot also be expected to pass";
+    }
     if (row.contains("max_ledger_overhead_us")) {
       EXPECT_GT(row["max_ledger_overhead_us"].get<double>(), 0.0);
       EXPECT_NE(timing, "none") << "a row whose ledger overhead is checked must be timed";

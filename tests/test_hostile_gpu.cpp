@@ -43,6 +43,9 @@ struct Row {
   // disposition once a layer is applied; copies of nibble and the reference; a file it must not leave.
   std::vector<std::string> needs;
   std::string if_layer, if_disposition, if_reason;
+  // A row whose behaviour can end the candidate's process inside a library the solution called (not
+  // the grader's code): Crashed is the verdict too when the reason places the crash in that library.
+  std::string or_crashed_in;
   bool private_binaries = false;
   std::string leaves_no_file;
   double max_ledger_overhead_us = 0;  // > 0: the report's ledger overhead may exceed the control's by at most this
@@ -68,6 +71,7 @@ std::vector<Row> load_rows() {
         row.if_disposition = r["if_applied"].at("disposition");
         row.if_reason = r["if_applied"].at("reason");
       }
+      if (r.contains("or_crashed")) row.or_crashed_in = r["or_crashed"].at("in");
       row.private_binaries = r.value("private_binaries", false);
       row.leaves_no_file = r.value("leaves_no_file", std::string());
       row.timing_seed = r.value("timing_seed", -1LL);
@@ -150,6 +154,12 @@ std::string layer_state(const json& report, const std::string& name) {
  *  if_applied ones when the grade's report says that layer was applied. */
 std::pair<std::string, std::string> expected(const Row& r, const json& report) {
   if (!r.if_layer.empty() && layer_state(report, r.if_layer) == "applied") return {r.if_disposition, r.if_reason};
+  if (!r.or_crashed_in.empty() && report.is_object() && report.value("disposition", std::string()) == "Crashed") {
+    // The crash's site as the Crashed reason gives it (", at <frame>"): in the library named, not anywhere.
+    const std::string reason = report.value("reason", std::string());
+    const size_t at = reason.rfind(", at ");
+    if (at != std::string::npos && reason.find(r.or_crashed_in, at) != std::string::npos) return {"Crashed", r.or_crashed_in};
+  }
   return {r.disposition, r.reason};
 }
 

@@ -28,6 +28,9 @@ def table() -> str:
             ia = r["if_applied"]
             disp += f"; {ia['disposition']} where {ia['layer']} is applied"
             reason += f"; `{ia['reason']}`"
+        if "or_crashed" in r:  # the process may end inside a library the solution called
+            disp += f"; or Crashed in {r['or_crashed']['in']}"
+            reason += f"; `at ...{r['or_crashed']['in']}`"
         if "needs" in r:
             disp += " (graded only where " + ", ".join(r["needs"]) + " is applied)"
         timing += f", --timing-seed {r['timing_seed']}" if "timing_seed" in r else ""

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# crash-sites.sh: the short call (~3 min with its build) that places the SIGSEGV of 2026-12-07
+# (graph-records.sh on an H100: probe_cupti_launches and the hostile row graph_trace_self both ended
+# by it with GRAPH_TRACE on and the kernel records off), into $OUT:
+#   1. probe_cupti_launches, line-buffered, its section 5's steps marked, its own crash frames;
+#   2. the hostile rows control and graph_trace_self: the Crashed reason now names the crash's frame
+#      (the child's frames, kCrashFramesMarker), the report's solution.log_tail keeps them all;
+#   3. bad_segfault (raise(SIGSEGV) in decode_step) graded: still Crashed, the frame named.
+#   bash reports/h200/next/crash-sites.sh <commit>
+set -uo pipefail
+export NIBBLE_SOURCE_COMMIT=${1:?commit}
+t0=$(date +%s)
+source reports/h200/next/build.sh nibble nibble_reference probe_cupti_launches test_hostile_gpu bad_segfault
+B=build-hopper
+timeout 60 $B/bin/probe_cupti_launches > "$OUT/probe-cupti-launches.log" 2>&1
+echo "probe_cupti_launches exit $? ($(( $(date +%s) - t0 )) s)"
+grep -E "^-- 5|^== cuptiActivityEnable|^graph of|fatal signal" -A3 "$OUT/probe-cupti-launches.log" | cut -c1-240 | head -40
+(cd $B && NIBBLE_SOURCE_DIR=$OLDPWD NIBBLE_BINARY_DIR=$PWD timeout 120 tests/test_hostile_gpu \
+  --gtest_filter='*/control:*/graph_trace_self') > "$OUT/hostile-graph-trace-self.log" 2>&1
+echo "hostile rows exit $? ($(( $(date +%s) - t0 )) s)"
+grep -E "disposition|Which is|caught as expected|MISSED" "$OUT/hostile-graph-trace-self.log" | cut -c1-400 | head -12
+timeout 60 $B/bin/nibble grade --config tiny --seeds 0 --no-timing --solution $B/tests/lib/libbad_segfault.so \
+  --out "$OUT/bad-segfault.json" > "$OUT/bad-segfault.log" 2>&1
+echo "bad_segfault exit $?"; grep -E "disposition" "$OUT/bad-segfault.log" | cut -c1-400
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['solution'].get('log_tail','')[-1500:])" "$OUT/bad-segfault.json" 2>&1 | tail -20
+echo "crash-sites.sh done in $(( $(date +%s) - t0 )) s"
