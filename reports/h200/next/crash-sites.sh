@@ -10,13 +10,20 @@
 set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
 t0=$(date +%s)
-source reports/h200/next/build.sh nibble nibble_reference probe_cupti_launches test_hostile_gpu bad_segfault
+# MIN=1 (a call with ~3 min left after its start): no test binary, the row graded as the test grades it.
+source reports/h200/next/build.sh nibble nibble_reference probe_cupti_launches bad_segfault \
+  $([ "${MIN:-0}" = 1 ] && echo hostile_graph_trace_self || echo test_hostile_gpu)
 B=build-hopper
 timeout 60 $B/bin/probe_cupti_launches > "$OUT/probe-cupti-launches.log" 2>&1
 echo "probe_cupti_launches exit $? ($(( $(date +%s) - t0 )) s)"
 grep -E "^-- 5|^== cuptiActivityEnable|^graph of|fatal signal" -A3 "$OUT/probe-cupti-launches.log" | cut -c1-240 | head -40
-(cd $B && NIBBLE_SOURCE_DIR=$OLDPWD NIBBLE_BINARY_DIR=$PWD timeout 120 tests/test_hostile_gpu \
-  --gtest_filter='*/control:*/graph_trace_self') > "$OUT/hostile-graph-trace-self.log" 2>&1
+if [ "${MIN:-0}" = 1 ]; then
+  timeout 90 $B/bin/nibble grade --config tiny --seeds 0 --solution $B/tests/lib/libhostile_graph_trace_self.so \
+    --out "$OUT/graph-trace-self.json" --timeout 300 --min-rounds 2 --max-rounds 2 > "$OUT/hostile-graph-trace-self.log" 2>&1
+else
+  (cd $B && NIBBLE_SOURCE_DIR=$OLDPWD NIBBLE_BINARY_DIR=$PWD timeout 120 tests/test_hostile_gpu \
+    --gtest_filter='*/control:*/graph_trace_self') > "$OUT/hostile-graph-trace-self.log" 2>&1
+fi
 echo "hostile rows exit $? ($(( $(date +%s) - t0 )) s)"
 grep -E "disposition|Which is|caught as expected|MISSED" "$OUT/hostile-graph-trace-self.log" | cut -c1-400 | head -12
 timeout 60 $B/bin/nibble grade --config tiny --seeds 0 --no-timing --solution $B/tests/lib/libbad_segfault.so \
