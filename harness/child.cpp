@@ -136,6 +136,8 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
   std::unique_ptr<TimedCalls> timed;
   std::unique_ptr<LedgerClient> ledger;
   try {
+    if (job.timing && parse_graph_records(job.timing->graph_records) == GraphRecords::Graphs)
+      enable_device_graph_records();  // before CUDA starts, or CUPTI ignores it
     NIBBLE_CUDA_CALL(cudaSetDevice(0));
     NIBBLE_CUDA_CALL(cudaFree(nullptr));  // create the context before anything is timed
     fixture = std::make_unique<SafetensorsFile>(job.fixture_dir + "/" + kFixtureModelFile);

@@ -605,6 +605,11 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffe
         got.push_back({ActivityRecord::Graph, g->start, g->end, g->streamId, g->correlationId});
         break;
       }
+      case CUPTI_ACTIVITY_KIND_DEVICE_GRAPH_TRACE: {  // a graph a kernel launched (enable_device_graph_records): no host call
+        auto* g = reinterpret_cast<CUpti_ActivityDeviceGraphTrace*>(rec);
+        got.push_back({ActivityRecord::Graph, g->start, g->end, uint32_t(g->streamId), 0});
+        break;
+      }
       default: break;
     }
   }
@@ -775,6 +780,8 @@ SpanStats span_of(const std::vector<ActivityRecord>& records) {
   s.valid = true;
   return s;
 }
+
+void enable_device_graph_records() { check(cuptiActivityEnableDeviceGraph(1), "cuptiActivityEnableDeviceGraph"); }
 
 std::optional<GraphRecords> parse_graph_records(const std::string& name) {
   if (name == "nodes") return GraphRecords::Nodes;

@@ -31,6 +31,13 @@ struct ActivityRecord {
  *  (probe_cupti_launches measures both). Work outside graphs is recorded per kernel either way. */
 enum class GraphRecords { Nodes, Graphs };
 
+/** Under GraphRecords::Graphs, graphs launched from the GPU (a kernel's cudaGraphLaunch into a tail
+ *  or sibling launch) have records of their own (DEVICE_GRAPH_TRACE, taken as Graph records): the
+ *  host-launched graph's record need not span them. CUPTI takes this switch only before CUDA starts
+ *  in the process (cuptiActivityEnableDeviceGraph), so the child calls it first. Throws
+ *  std::runtime_error with CUPTI's message when CUPTI refuses. */
+void enable_device_graph_records();
+
 /** The mode a name ("nodes", "graphs") says; std::nullopt for any other. Pure. */
 std::optional<GraphRecords> parse_graph_records(const std::string& name);
 

@@ -115,6 +115,7 @@ struct State {
   cudaEvent_t ready = nullptr;
   cudaStream_t capture_stream = nullptr;                   // graph, hide_copy_beside_capture
   std::vector<cudaGraphExec_t> graphs;                     // graph: one per pos
+  cudaGraphExec_t device_graph = nullptr;                  // whole_hide_in_{tail,sibling}_launch: launched from the GPU
   const void* graph_tokens = nullptr;
   const void* graph_logits = nullptr;
   cudaAccessPolicyWindow window{};                         // persist_l2
@@ -179,14 +180,29 @@ bool kernel_records(bool on, const char* who) { return activity_records(kConcurr
 #if defined(HOSTILE_GRAPH_TRACE_SELF)
 constexpr int kGraphTraceKind = 51;  // CUPTI_ACTIVITY_KIND_GRAPH_TRACE
 #endif
+#if defined(HOSTILE_WHOLE_HIDE_IN_TAIL_LAUNCH) || defined(HOSTILE_WHOLE_HIDE_IN_SIBLING_LAUNCH)
+#define HOSTILE_DEVICE_GRAPH_LAUNCH 1  // built with relocatable device code and cudadevrt (tests/hostile.cmake)
+/** Launches the device graph `g` from the GPU, as a tail launch (after the launching graph's
+ *  environment completes) or a sibling launch (a child of the stream's environment, not of the
+ *  launching graph's): work the host-launched graph's own record may not span. */
+__global__ void device_graph_launcher(cudaGraphExec_t g) {
+#if defined(HOSTILE_WHOLE_HIDE_IN_TAIL_LAUNCH)
+  if (threadIdx.x == 0) (void)cudaGraphLaunch(g, cudaStreamGraphTailLaunch);
+#else
+  if (threadIdx.x == 0) (void)cudaGraphLaunch(g, cudaStreamGraphFireAndForgetAsSibling);
+#endif
+}
+#endif
 #if defined(HOSTILE_HIDE_IN_GRAPH) || defined(HOSTILE_HIDE_IN_CONDITIONAL) || defined(HOSTILE_HIDE_COPY_IN_GRAPH) || \
     defined(HOSTILE_WHOLE_HIDE_IN_GRAPH) || defined(HOSTILE_WHOLE_HIDE_IN_CONDITIONAL) || defined(HOSTILE_GRAPH_TRACE_SELF) || \
-    defined(HOSTILE_WHOLE_HIDE_IN_BRANCHES) || defined(HOSTILE_WHOLE_HIDE_IN_CHILD) || defined(HOSTILE_WHOLE_HIDE_BEFORE_HOST)
+    defined(HOSTILE_WHOLE_HIDE_IN_BRANCHES) || defined(HOSTILE_WHOLE_HIDE_IN_CHILD) || defined(HOSTILE_WHOLE_HIDE_BEFORE_HOST) || \
+    defined(HOSTILE_DEVICE_GRAPH_LAUNCH)
 /** Where the graph's busy kernel sits: after the copy (Chain); in the body of an IF conditional node
  *  after it (Conditional); on a branch of its own beside the copy, both roots and both leaves
- *  (Branches); in a child graph after it (Child); after it with a host node last (HostLast): the
- *  shapes a graph's whole-launch record must span (--graph-records graphs). */
-enum class GraphShape { Chain, Conditional, Branches, Child, HostLast };
+ *  (Branches); in a child graph after it (Child); after it with a host node last (HostLast); in a
+ *  graph of its own that a kernel node after it launches from the GPU (DeviceLaunch, rows built with
+ *  device_graph_launcher): the shapes a graph's whole-launch record must span (--graph-records graphs). */
+enum class GraphShape { Chain, Conditional, Branches, Child, HostLast, DeviceLaunch };
 void CUDART_CB host_node(void*) {}
 /** One executable graph, in s.graphs[0]: a device-to-device copy of kBytes (within s.private_logits,
  *  a copy engine's work: a MEMCPY record, never a kernel) and busy_kernel(ns) placed by `shape`; with
@@ -230,6 +246,28 @@ nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error*
     if (e == cudaSuccess) e = cudaGraphAddKernelNode(&inner, child, nullptr, 0, &k);
     if (e == cudaSuccess) e = cudaGraphAddChildGraphNode(&kernel_node, g, &copy_node, 1, child);
     if (child) (void)cudaGraphDestroy(child);
+  } else if (e == cudaSuccess && shape == GraphShape::DeviceLaunch) {
+#if defined(HOSTILE_DEVICE_GRAPH_LAUNCH)
+    // The busy kernel alone in a device graph (instantiated for device launch, uploaded), kept in
+    // s.graphs after the host graph; the host graph's kernel node launches it from the GPU.
+    cudaGraph_t dg = nullptr;
+    e = cudaGraphCreate(&dg, 0);
+    cudaGraphNode_t inner = nullptr;
+    if (e == cudaSuccess) e = cudaGraphAddKernelNode(&inner, dg, nullptr, 0, &k);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&s.device_graph, dg, cudaGraphInstantiateFlagDeviceLaunch);
+    if (dg) (void)cudaGraphDestroy(dg);
+    if (e == cudaSuccess) e = cudaGraphUpload(s.device_graph, nullptr);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(nullptr);
+    void* launcher_args[] = {&s.device_graph};
+    cudaKernelNodeParams lk{};
+    lk.func = reinterpret_cast<void*>(device_graph_launcher);
+    lk.gridDim = dim3(1);
+    lk.blockDim = dim3(1);
+    lk.kernelParams = launcher_args;
+    if (e == cudaSuccess) e = cudaGraphAddKernelNode(&kernel_node, g, &copy_node, 1, &lk);
+#else
+    e = cudaErrorNotSupported;  // this row's .so is not built with device graph launch
+#endif
   } else if (e == cudaSuccess) {
     e = cudaGraphAddKernelNode(&kernel_node, g, &copy_node, 1, &k);
     if (e == cudaSuccess && shape == GraphShape::HostLast) {
@@ -1083,15 +1121,19 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   }
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
-#elif defined(HOSTILE_WHOLE_HIDE_IN_BRANCHES) || defined(HOSTILE_WHOLE_HIDE_IN_CHILD) || defined(HOSTILE_WHOLE_HIDE_BEFORE_HOST)
+#elif defined(HOSTILE_WHOLE_HIDE_IN_BRANCHES) || defined(HOSTILE_WHOLE_HIDE_IN_CHILD) || defined(HOSTILE_WHOLE_HIDE_BEFORE_HOST) || \
+    defined(HOSTILE_DEVICE_GRAPH_LAUNCH)
   // whole_hide_in_graph's 40 us kernel, launched with the kernel records off under --graph-records
   // graphs, in the graph shapes whose whole-launch record must span it too: a branch beside the copy
-  // (two roots, two leaves), a child graph, a host node last.
+  // (two roots, two leaves), a child graph, a host node last; or the record of the graph it is
+  // launched in from the GPU (a tail or sibling launch: device graph records, DEVICE_GRAPH_TRACE).
   if (s.graphs.empty()) {
 #if defined(HOSTILE_WHOLE_HIDE_IN_BRANCHES)
     H_OK(hostile::copy_and_busy_graph(s, 40000, err, hostile::GraphShape::Branches));
 #elif defined(HOSTILE_WHOLE_HIDE_IN_CHILD)
     H_OK(hostile::copy_and_busy_graph(s, 40000, err, hostile::GraphShape::Child));
+#elif defined(HOSTILE_DEVICE_GRAPH_LAUNCH)
+    H_OK(hostile::copy_and_busy_graph(s, 40000, err, hostile::GraphShape::DeviceLaunch));
 #else
     H_OK(hostile::copy_and_busy_graph(s, 40000, err, hostile::GraphShape::HostLast));
 #endif
@@ -1239,6 +1281,7 @@ nibble_status teardown(State& s, cudaStream_t stream, nibble_error* err) {
   }
   for (auto& g : s.graphs)
     if (g) H_CUDA(cudaGraphExecDestroy(g));
+  if (s.device_graph) H_CUDA(cudaGraphExecDestroy(s.device_graph));
   if (s.capture_stream) H_CUDA(cudaStreamDestroy(s.capture_stream));
 #if defined(HOSTILE_FORGE_OUTPUTS)
   // The checked calls' outputs are in the parent's channel by now; the grader parses them after we exit.
