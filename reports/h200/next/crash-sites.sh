@@ -12,7 +12,8 @@ export NIBBLE_SOURCE_COMMIT=${1:?commit}
 t0=$(date +%s)
 # MIN=1 (a call with ~3 min left after its start): no test binary, the row graded as the test grades it.
 source reports/h200/next/build.sh nibble nibble_reference probe_cupti_launches bad_segfault \
-  $([ "${MIN:-0}" = 1 ] && echo hostile_graph_trace_self || echo test_hostile_gpu)
+  $([ "${MIN:-0}" = 1 ] && echo hostile_graph_trace_self hostile_whole_hide_in_tail_launch hostile_whole_hide_in_sibling_launch \
+    hostile_control || echo test_hostile_gpu)
 B=build-hopper
 timeout 60 $B/bin/probe_cupti_launches > "$OUT/probe-cupti-launches.log" 2>&1
 echo "probe_cupti_launches exit $? ($(( $(date +%s) - t0 )) s)"
@@ -30,4 +31,18 @@ timeout 60 $B/bin/nibble grade --config tiny --seeds 0 --no-timing --solution $B
   --out "$OUT/bad-segfault.json" > "$OUT/bad-segfault.log" 2>&1
 echo "bad_segfault exit $?"; grep -E "disposition" "$OUT/bad-segfault.log" | cut -c1-400
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['solution'].get('log_tail','')[-1500:])" "$OUT/bad-segfault.json" 2>&1 | tail -20
+# 4. The device-launched graphs under --graph-records graphs (rows whole_hide_in_{tail,sibling}_launch):
+#    the control's busy time, then theirs (40 us more when the records hold the device graph).
+if [ "${MIN:-0}" = 1 ]; then
+  for row in control whole_hide_in_tail_launch whole_hide_in_sibling_launch; do
+    timeout 90 $B/bin/nibble grade --config tiny --seeds 0 --graph-records graphs --solution $B/tests/lib/libhostile_$row.so \
+      --out "$OUT/$row.json" --timeout 300 --min-rounds 2 --max-rounds 2 > "$OUT/$row.log" 2>&1
+    echo "$row exit $?: $(grep -m1 disposition "$OUT/$row.log" | cut -c1-200)"
+    python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['timing']; print('  busy/span us', t.get('busy_us', t.get('median_busy_us')), t.get('median_us'))" "$OUT/$row.json" 2>&1 | tail -1
+  done
+else
+  (cd $B && NIBBLE_SOURCE_DIR=$OLDPWD NIBBLE_BINARY_DIR=$PWD timeout 120 tests/test_hostile_gpu \
+    --gtest_filter='*/control:*/whole_hide_in_tail_launch:*/whole_hide_in_sibling_launch') > "$OUT/hostile-device-launch.log" 2>&1
+  echo "device-launch rows exit $?"; grep -E "^\s+(control|whole_hide_\w+) |caught as expected|MISSED|Failure" "$OUT/hostile-device-launch.log" | head
+fi
 echo "crash-sites.sh done in $(( $(date +%s) - t0 )) s"
