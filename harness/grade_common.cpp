@@ -191,6 +191,10 @@ std::string crash_site(const std::string& log_tail) {
   std::string frame = log_tail.substr(from + 1, log_tail.find('\n', from + 1) - from - 1);
   // "/lib/x.so(sym+0x1f) [0x7f...]": the absolute address says nothing across runs (ASLR).
   if (const size_t b = frame.rfind('['); b != std::string::npos && b > 0) frame.resize(frame[b - 1] == ' ' ? b - 1 : b);
+  // The child's stderr is the solution's too: what it wrote there reaches the reason only as plain text.
+  if (frame.size() > 300) frame = frame.substr(0, 300) + "...";
+  for (char& ch : frame)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
   return frame;
 }
 
