@@ -54,7 +54,7 @@ struct Shim {
 
   explicit Shim(const std::string& nibble_exe)
       : lib(nibble::python_shim_path(nibble_exe, SolutionLibrary::Abi::Gemm), SolutionLibrary::Abi::Gemm) {
-    if (nibble::child::load_python_module(out, watchdog, lib, NIBBLE_BENCH_SOURCE_DIR "/bench/python/noop_gemm.py", 30))
+    if (nibble::child::load_python_module(out, watchdog, lib, NIBBLE_BENCH_SOURCE_DIR "/bench/python/noop_gemm.py", 30, ""))
       throw std::runtime_error("noop_gemm.py did not import: " + (out.r.error ? out.r.error->message : std::string()));
     A.data = a.data();
     A.device = {NIBBLE_DEVICE_CPU, 0};
@@ -136,7 +136,7 @@ struct GpuSolution {
   nibble_tensor A{}, C{};
   GpuSolution(const std::string& so, const char* module, GpuProblem& pr, cudaStream_t stream) {
     lib = std::make_unique<SolutionLibrary>(so, SolutionLibrary::Abi::Gemm);
-    if (module && nibble::child::load_python_module(out, watchdog, *lib, module, 120))
+    if (module && nibble::child::load_python_module(out, watchdog, *lib, module, 120, ""))
       throw std::runtime_error(std::string(module) + " did not import: " + (out.r.error ? out.r.error->message : std::string()));
     const bool bf16 = lib->gemm_output_dtype == NIBBLE_GEMM_OUTPUT_BF16;
     A = GpuProblem::tensor(pr.a.get(), {NIBBLE_DTYPE_BFLOAT, 16, 1}, pr.a_shape);

@@ -65,22 +65,20 @@ ChildError sandbox_error(const std::string& gaps) {
 int open_solution(ResultWriter& out, CallWatchdog& watchdog, const Job& job, const Task& task,
                   std::unique_ptr<SolutionLibrary>* lib) {
   const bool python = !job.python_shim.empty();
+  // A solution of the other family is told the tasks it is for.
+  std::string other_tasks;
+  for (const Task* t : all_tasks())
+    if (t->abi() != task.abi()) other_tasks += (other_tasks.empty() ? "" : ", ") + t->name();
   try {
     *lib = std::make_unique<SolutionLibrary>(python ? job.python_shim : job.solution, task.abi());
   } catch (const LoadError& e) {
-    std::string message = e.what();
-    if (e.other_abi) {
-      std::string names;
-      for (const Task* t : all_tasks())
-        if (t->abi() != task.abi()) names += (names.empty() ? "" : ", ") + t->name();
-      message += ": grade it with --task " + names;
-    }
-    ChildError err = error_of(kErrLoad, message);
+    ChildError err = error_of(kErrLoad, std::string(e.what()) + (e.other_abi ? ": grade it with --task " + other_tasks : ""));
     err.load_kind = load_kind_name(e.kind);
     return out.fail(err, 4);
   }
   if (python)
-    if (const int code = load_python_module(out, watchdog, **lib, job.solution, job.build_timeout_seconds)) return code;
+    if (const int code = load_python_module(out, watchdog, **lib, job.solution, job.build_timeout_seconds, other_tasks))
+      return code;
   out.r.solution_name = (*lib)->name();
   out.r.numerics = (*lib)->numerics();
   out.phase("opened");

@@ -479,6 +479,16 @@ TEST(Cli, APythonSolutionIsAcceptedUpToTheGpu) {
     r = run_nibble({"grade", "--config", "tiny", "--solution", t.path() + "/forks.py", "--out", t.path() + "/r.json"}, t);
     EXPECT_NE(r.output.find("The solution opens here ('forks')"), std::string::npos) << r.output;
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+    // A GEMM module under the decode task: the tasks it is for are named.
+    std::ofstream(t.path() + "/gemm_shaped.py") << "NAME = 'gemm-shaped'\ndef prepare(problem, stream): return None\n"
+                                                   "def run(handle, A, C, stream): return None\n"
+                                                   "def teardown(handle, stream): return None\n";
+    r = run_nibble({"grade", "--config", "tiny", "--solution", t.path() + "/gemm_shaped.py", "--out", t.path() + "/r.json"}, t);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.output.find("does not open here or on a GPU (MissingSymbol)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("it defines every entry point of a gemm solution: grade it with --task gemm-w4a16-nvfp4"),
+              std::string::npos)
+        << r.output;
     // An import that does not return: the check keeps to the grade's --build-timeout (its own 30 s at most).
     std::ofstream(t.path() + "/slow.py") << "import time\nNAME = 'slow'\ntime.sleep(60)\n";
     r = run_nibble({"grade", "--config", "tiny", "--build-timeout", "2", "--solution", t.path() + "/slow.py", "--out",

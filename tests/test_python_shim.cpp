@@ -82,6 +82,9 @@ struct CaseResult {
 
 /** Runs `body(lib, out, watchdog)` in a forked process after loading the shim of `abi` and naming
  *  the probe to it (with NIBBLE_TEST_BUG=`bug`); body returns JSON of its own. */
+// What the child names for a module of the other task family (child.cpp: the registry's tasks).
+constexpr const char* kOtherTasks = "the-other-family-tasks";
+
 CaseResult run_case(SolutionLibrary::Abi abi, const std::string& bug,
                     const std::function<json(SolutionLibrary&, ResultWriter&, CallWatchdog&)>& body) {
   TempDir dir("nibble-pyshim");
@@ -95,7 +98,7 @@ CaseResult run_case(SolutionLibrary::Abi abi, const std::string& bug,
     try {
       SolutionLibrary lib(shim(abi), abi);
       CallWatchdog watchdog(&out);
-      if (const int code = load_python_module(out, watchdog, lib, probe_module(), 5)) std::_Exit(code);
+      if (const int code = load_python_module(out, watchdog, lib, probe_module(), 5, kOtherTasks)) std::_Exit(code);
       out.r.solution_name = lib.name();
       const json j = body(lib, out, watchdog);
       write_file_atomic(extra, j.dump());
@@ -343,6 +346,11 @@ TEST(PythonShim, MissingEntryPointIsMissingSymbol) {
   ASSERT_TRUE(r.result.error);
   EXPECT_EQ(r.result.error->load_kind, "MissingSymbol");
   EXPECT_NE(r.result.error->message.find("defines no callable decode_step"), std::string::npos) << r.result.error->message;
+  // The probe module defines prepare, run and teardown too: a GEMM module given to the decode shim.
+  EXPECT_NE(r.result.error->message.find(std::string("it defines every entry point of a gemm solution: grade it with --task ") +
+                                         kOtherTasks),
+            std::string::npos)
+      << r.result.error->message;
 }
 
 TEST(PythonShim, HangAtImportEndsThroughTheWatchdog) {

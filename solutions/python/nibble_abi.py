@@ -125,7 +125,8 @@ _STATUS_NOT_SUPPORTED, _STATUS_OUT_OF_MEMORY, _STATUS_INTERNAL = 2, 4, 5
 
 def _load(path, family):
     """Import the solution at `path` as module `nibble_solution`; returns (module, missing entry
-    points). Its folder goes first on sys.path, so it may import files beside it."""
+    points, the other family when the module defines all of that family's entry points or ""). Its
+    folder goes first on sys.path, so it may import files beside it."""
     import importlib.util
     import os
     folder = os.path.dirname(os.path.abspath(path))
@@ -138,7 +139,9 @@ def _load(path, family):
     sys.modules["nibble_solution"] = module
     spec.loader.exec_module(module)
     missing = [n for n in ENTRY_POINTS[family] if not callable(getattr(module, n, None))]
-    return module, missing
+    other = next((f for f, names in ENTRY_POINTS.items()
+                  if f != family and all(callable(getattr(module, n, None)) for n in names)), "")
+    return module, missing, other
 
 
 def _output_dtype(module):

@@ -390,7 +390,8 @@ int32_t load_module(const char* path, nibble_error* err) {
     Gil gil;
     Ref res(checked(PyObject_CallMethod(g.abi, "_load", "ss", path, kFamily), "import"));
     PyObject *module = nullptr, *missing = nullptr;
-    if (!PyArg_ParseTuple(res.get(), "OO", &module, &missing)) throw_python_error("import");
+    const char* other = "";
+    if (!PyArg_ParseTuple(res.get(), "OOs", &module, &missing, &other)) throw_python_error("import");
     if (PyObject_Length(missing) > 0) {
       Ref text(checked(PyUnicode_Join(Ref(PyUnicode_FromString(", ")).get(), missing), "import"));
       Ref want(checked(PyObject_GetItem(Ref(PyObject_GetAttrString(g.abi, "ENTRY_POINTS")).get(),
@@ -398,8 +399,9 @@ int32_t load_module(const char* path, nibble_error* err) {
                        "import"));
       Ref want_text(checked(PyUnicode_Join(Ref(PyUnicode_FromString(", ")).get(), want.get()), "import"));
       sol::set_error(err, std::string(path) + " defines no callable " + PyUnicode_AsUTF8(text.get()) + " (a " + kFamily +
-                              " solution defines " + PyUnicode_AsUTF8(want_text.get()) + "; see nibble_abi in the README)");
-      return NIBBLE_PYTHON_MISSING_ENTRY;
+                              " solution defines " + PyUnicode_AsUTF8(want_text.get()) + "; see nibble_abi in the README)" +
+                              (*other ? std::string("; it defines every entry point of a ") + other + " solution" : ""));
+      return *other ? NIBBLE_PYTHON_OTHER_FAMILY : NIBBLE_PYTHON_MISSING_ENTRY;
     }
 #ifdef NIBBLE_PYTHON_FAMILY_GEMM
     Ref od(checked(PyObject_CallMethod(g.abi, "_output_dtype", "O", module), "OUTPUT_DTYPE"));

@@ -16,15 +16,23 @@ extern "C" {
 #endif
 
 /** nibble_python_load_module's results: the module is ready; it could not be imported (syntax
- *  error, ImportError, an exception at import, a bad OUTPUT_DTYPE); it lacks an entry point. */
-enum { NIBBLE_PYTHON_LOADED = 0, NIBBLE_PYTHON_NOT_LOADABLE = 1, NIBBLE_PYTHON_MISSING_ENTRY = 2 };
+ *  error, ImportError, an exception at import, a bad OUTPUT_DTYPE); it lacks an entry point; it
+ *  lacks one and defines every entry point of the other family (a GEMM module given to the decode
+ *  shim, or the reverse: the caller names the tasks it is for). */
+enum {
+  NIBBLE_PYTHON_LOADED = 0,
+  NIBBLE_PYTHON_NOT_LOADABLE = 1,
+  NIBBLE_PYTHON_MISSING_ENTRY = 2,
+  NIBBLE_PYTHON_OTHER_FAMILY = 3
+};
 
 /**
  * Start the embedded interpreter (once per process) and import the solution module at `path`
  * (a .py file; its folder goes first on sys.path). Every later entry point calls into it.
  * @param path  the module's file
  * @param err   out: the traceback's last lines, or which entry point is missing
- * @return NIBBLE_PYTHON_LOADED, NIBBLE_PYTHON_NOT_LOADABLE or NIBBLE_PYTHON_MISSING_ENTRY
+ * @return NIBBLE_PYTHON_LOADED, NIBBLE_PYTHON_NOT_LOADABLE, NIBBLE_PYTHON_MISSING_ENTRY or
+ *         NIBBLE_PYTHON_OTHER_FAMILY
  */
 typedef int32_t (*nibble_python_load_module_fn)(const char* path, nibble_error* err);
 
