@@ -72,7 +72,8 @@ int open_solution(ResultWriter& out, CallWatchdog& watchdog, const Job& job, con
   try {
     *lib = std::make_unique<SolutionLibrary>(python ? job.python_shim : job.solution, task.abi());
   } catch (const LoadError& e) {
-    ChildError err = error_of(kErrLoad, std::string(e.what()) + (e.other_abi ? ": grade it with --task " + other_tasks : ""));
+    ChildError err =
+        error_of(kErrLoad, std::string(e.what()) + (e.other_abi && !other_tasks.empty() ? ": grade it with --task " + other_tasks : ""));
     err.load_kind = load_kind_name(e.kind);
     return out.fail(err, 4);
   }
@@ -378,6 +379,7 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
       tr.copies_audited = audit.copies;
       tr.unrecorded_copies = audit.unrecorded_copies;
       tr.first_unrecorded_copy = audit.first_unrecorded_copy;
+      tr.device_launch_graphs = audit.device_launch_graphs;
       tr.task_figures = session->timing_figures();
       {
         std::lock_guard<std::mutex> lock(out.mu);
@@ -410,19 +412,38 @@ nlohmann::json probe_device(bool measure_bandwidth, size_t read_floor_bytes);
 
 namespace {
 
+volatile sig_atomic_t g_fatal_signal = 0;  // the first fatal signal: what the process must die of
+
+/** The first fatal signal again under its default action: from a fault inside on_fatal_signal, and
+ *  from its alarm when the frames hang (backtrace_symbols_fd takes the loader's lock). */
+void die_of_first_signal(int) {
+  const int sig = g_fatal_signal;
+  signal(sig, SIG_DFL);
+  raise(sig);
+  _exit(128 + sig);  // raise refused: the shell's convention, never a return into the fault
+}
+
 /** On a fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL) or abort: the frames of the crash on stderr, which
  *  the parent keeps (the report's solution.log_tail, the Crashed reason's "at"), then the signal
- *  again under its default action, so the parent still sees the process killed by it. Only async-signal-safe calls (write, backtrace after its
- *  first call, backtrace_symbols_fd); its own stack, for a solution's stack overflow. */
+ *  again under its default action, so the parent still sees the process killed by it. Only
+ *  async-signal-safe calls (write, alarm, backtrace after its first call, backtrace_symbols_fd);
+ *  its own stack, for a solution's stack overflow. */
 void on_fatal_signal(int sig) {
-  void* frames[18];  // 16 after the two skipped: within the log tail the parent keeps (3,000 bytes)
-  const int n = backtrace(frames, 18);
+  if (g_fatal_signal != 0) die_of_first_signal(sig);  // a second fault, in here: the first one's death
+  g_fatal_signal = sig;
+  struct sigaction again {};
+  again.sa_handler = die_of_first_signal;
+  sigemptyset(&again.sa_mask);
+  for (const int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM}) (void)sigaction(s, &again, nullptr);
+  alarm(3);
+  void* frames[14];  // 12 after the two skipped: within the log tail the parent keeps (3,000 bytes)
+  const int n = backtrace(frames, 14);
   const std::string_view head = kCrashFramesMarker;
   (void)!write(2, "\n", 1);
   (void)!write(2, head.data(), head.size());
   (void)!write(2, "\n", 1);
   if (n > 2) backtrace_symbols_fd(frames + 2, n - 2, 2);  // past this handler and the kernel's signal trampoline
-  raise(sig);  // the default action now (SA_RESETHAND): a raise()d signal too, not only a fault, ends the process
+  die_of_first_signal(sig);
 }
 
 void install_crash_frames() {
@@ -435,7 +456,7 @@ void install_crash_frames() {
   (void)sigaltstack(&ss, nullptr);
   struct sigaction sa {};
   sa.sa_handler = on_fatal_signal;
-  sa.sa_flags = SA_RESETHAND | SA_ONSTACK | SA_NODEFER;
+  sa.sa_flags = SA_ONSTACK | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
   for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) (void)sigaction(sig, &sa, nullptr);
 }

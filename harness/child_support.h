@@ -388,7 +388,7 @@ inline int load_python_module(ResultWriter& out, CallWatchdog& watchdog, Solutio
   watchdog.disarm();
   if (rc != NIBBLE_PYTHON_LOADED) {
     e.message = "cannot load the Python solution '" + module + "': " + std::string(err.message, strnlen(err.message, sizeof err.message));
-    if (rc == NIBBLE_PYTHON_OTHER_FAMILY) e.message += ": grade it with --task " + other_family_tasks;
+    if (rc == NIBBLE_PYTHON_OTHER_FAMILY && !other_family_tasks.empty()) e.message += ": grade it with --task " + other_family_tasks;
     e.load_kind = rc == NIBBLE_PYTHON_MISSING_ENTRY || rc == NIBBLE_PYTHON_OTHER_FAMILY ? "MissingSymbol" : "NotLoadable";
     return out.fail(e, 4);
   }

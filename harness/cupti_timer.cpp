@@ -58,6 +58,7 @@ std::vector<AuditedCopy> g_copies;
 int g_copies_matched = 0, g_copies_unrecorded = 0;
 std::string g_first_unrecorded_copy;
 std::vector<bool> g_copy_cbids;  // by driver cbid: a cuMemcpy* or cuMemset* call (set before the subscription)
+int g_device_launch_graphs = 0;  // graphs instantiated for device launch since the timer started (LaunchAudit)
 // By driver cbid: 1 a cuStreamBeginCapture* call, 2 a cuStreamEndCapture* call. A copy issued while a
 // capture is open may be a graph's node, which runs (and leaves its record) only when the graph is
 // launched: the copy audit leaves those copies out (the launch audit checks a launch's own stream).
@@ -142,6 +143,7 @@ thread_local CallEntry t_entry;
 thread_local uint32_t t_last_launch = 0;  // the calling thread's last launch that ran (audited or not)
 // The graph walk's driver calls (from the driver entry point, as cuStreamGetCaptureInfo).
 CUresult (*g_graph_get_nodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;
+CUresult (*g_exec_get_flags)(CUgraphExec, cuuint64_t*) = nullptr;  // how a graph was instantiated
 CUresult (*g_node_get_type)(CUgraphNode, CUgraphNodeType*) = nullptr;
 CUresult (*g_child_graph)(CUgraphNode, CUgraph*) = nullptr;
 CUresult (*g_kernel_node_attr)(CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue*) = nullptr;
@@ -469,8 +471,14 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     } else if (succeeded) {
       GraphKernels kernels = driver_graph_kernels(p->hGraph);
       kernels.merge(t_instantiating);
+      // Whatever call instantiated it, the executable graph says how (cuGraphExecGetFlags).
+      cuuint64_t flags = 0;
+      // A graph whose flags cannot be read counts as one for device launch (fails closed).
+      const bool device_launch = g_exec_get_flags(*p->phGraphExec, &flags) != CUDA_SUCCESS ||
+                                 (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) != 0;
       std::lock_guard<std::mutex> lock(g_mutex);
       g_exec_kernels[*p->phGraphExec] = std::move(kernels);
+      g_device_launch_graphs += device_launch;
     }
     return;
   }
@@ -805,6 +813,8 @@ CuptiTimer::CuptiTimer(GraphRecords graphs) {
   };
   g_capture_info = reinterpret_cast<PFN_cuStreamGetCaptureInfo_v11030>(entry("cuStreamGetCaptureInfo"));
   if (!g_capture_info) throw std::runtime_error("the CUDA driver has no cuStreamGetCaptureInfo");
+  g_exec_get_flags = reinterpret_cast<decltype(g_exec_get_flags)>(entry("cuGraphExecGetFlags"));
+  if (!g_exec_get_flags) throw std::runtime_error("the CUDA driver has no cuGraphExecGetFlags (CUDA 12.0 or later)");
   // The graph walk's calls: without one, a graph launch needs any record (the audit as before).
   g_graph_get_nodes = reinterpret_cast<decltype(g_graph_get_nodes)>(entry("cuGraphGetNodes"));
   g_node_get_type = reinterpret_cast<decltype(g_node_get_type)>(entry("cuGraphNodeGetType"));
@@ -871,6 +881,7 @@ CuptiTimer::~CuptiTimer() {
   g_records.clear();
   reset_audit(false);
   g_exec_kernels.clear();
+  g_device_launch_graphs = 0;
   for (uint8_t* b : g_free) std::free(b);
   g_free.clear();
   g_active = false;
@@ -924,6 +935,7 @@ LaunchAudit CuptiTimer::launch_audit(uint32_t last) {
   for (const AuditedCopy& c : g_copies)
     if (c.call.id <= last && a.unrecorded_copies++ == 0) a.first_unrecorded_copy = c.call.api ? c.call.api : "?";
   a.copies = g_copies_matched + a.unrecorded_copies;
+  a.device_launch_graphs = g_device_launch_graphs;
   return a;
 }
 

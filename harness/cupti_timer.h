@@ -57,6 +57,9 @@ struct LaunchAudit {
   int copies = 0;
   int unrecorded_copies = 0;
   std::string first_unrecorded_copy;
+  // Graphs instantiated for launch from the GPU (cudaGraphInstantiateFlagDeviceLaunch) since the
+  // timer started, build included: a kernel's launch of one has no host call, so no callback sees it.
+  int device_launch_graphs = 0;
 };
 
 /** One launch as the audit keeps it: the driver call's correlation id, which every record of its

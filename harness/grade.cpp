@@ -174,6 +174,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   ev->copies_audited = tr.copies_audited;
   ev->unrecorded_copies = tr.unrecorded_copies;
   ev->first_unrecorded_copy = tr.first_unrecorded_copy;
+  ev->device_launch_graphs = tr.device_launch_graphs;
   ev->late_kernels = tr.late_kernels;
   ev->dropped_records = tr.dropped_records;
   ev->nonfinite_timed_calls = tr.nonfinite_calls;
@@ -262,6 +263,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   t["copies_audited"] = tr.copies_audited;
   t["unrecorded_copies"] = tr.unrecorded_copies;
   t["first_unrecorded_copy"] = tr.first_unrecorded_copy;
+  t["device_launch_graphs"] = tr.device_launch_graphs;
   t["timing_seed"] = tr.seed ? json(*tr.seed) : json(nullptr);
   t["timing_seed_from"] = tr.seed_from;
   t["task_figures"] = json(tr.task_figures);
@@ -323,14 +325,15 @@ std::string opens_without_gpu(const Task& task, const std::string& config, const
   j.solution = solution;
   j.sandbox = sandbox;
   j.require_sandbox = opt.require_sandbox;
-  j.build_timeout_seconds = std::min(30.0, opt.build_timeout_seconds);  // a module's import (torch: ~5-10 s cold)
+  // A module's import (torch: ~5-10 s cold); a limit of 0 or less (none) keeps these.
+  j.build_timeout_seconds = opt.build_timeout_seconds > 0 ? std::min(30.0, opt.build_timeout_seconds) : 30.0;
   std::optional<PythonScratch> scratch;
   try {
     if (!shim.empty()) make_python_job(j, shim, scratch);
   } catch (const std::exception& e) {
     return std::string("Whether the solution opens here was not checked: ") + e.what();
   }
-  const ChildRun c = run_job_child(j, std::min(45.0, opt.timeout_seconds), &log, "load check", &pins);
+  const ChildRun c = run_job_child(j, opt.timeout_seconds > 0 ? std::min(45.0, opt.timeout_seconds) : 45.0, &log, "load check", &pins);
   if (c.completed())
     return "The solution opens here (" + (c.result->solution_name.empty() ? std::string("no name") : "'" + said(c.result->solution_name) + "'") +
            "): " + (shim.empty() ? "it exports every entry point of this nibble's ABI version" : "its module imports and defines every entry point") + ".";
@@ -347,9 +350,8 @@ std::string opens_without_gpu(const Task& task, const std::string& config, const
   // The sandbox's state is written (phase "start") before any solution code runs: a child that
   // ended there was ended by the library's constructors or the module's import.
   if (c.result && c.result->phase == "start" && c.refused.empty() &&
-      (c.exit.kind == ChildExit::Exited || c.exit.kind == ChildExit::Signaled))
-  {
-    const std::string at = crash_site(c.log_tail);
+      (c.exit.kind == ChildExit::Exited || c.exit.kind == ChildExit::Signaled)) {
+    const std::string at = crash_site(c.exit, c.log_tail);
     return "The solution does not open here: its load-time code (a library constructor, the module's import) ended "
            "the process (" + (at.empty() ? said(c.describe_failure()) : c.exit.describe() + ", at " + at) +
            "); a grade would end Crashed";
@@ -671,6 +673,7 @@ int grade_run(const GradeOptions& opt) {
     if (have_timing) {
       timing = timing_section(*task, config, *c.result->timing, *c.ledger, device, c.result->facts, opt.clock, &ev);
       timing["graph_records"] = opt.graph_records;
+      ev.graphs_recorded_whole = opt.graph_records == "graphs";
       // A replay spec the ledger's picks or seeds refute, or kept outputs unlike their commitment,
       // is a tampered record of the timed calls: InvalidTiming.
       for (const std::string& why : {digest_refused, replay_refused})

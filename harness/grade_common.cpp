@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <cerrno>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <sstream>
@@ -183,12 +184,26 @@ const Task* checked_task(const char* command, const std::string& task, const std
   }
 }
 
-std::string crash_site(const std::string& log_tail) {
+std::string crash_site(const ChildExit& exit, const std::string& log_tail) {
+  // Only the signals the child's handler writes frames for: a marker before any other end is the
+  // solution's own text.
+  if (exit.kind != ChildExit::Signaled ||
+      (exit.code != SIGSEGV && exit.code != SIGBUS && exit.code != SIGFPE && exit.code != SIGILL && exit.code != SIGABRT))
+    return "";
   const size_t m = log_tail.rfind(kCrashFramesMarker);
   if (m == std::string::npos) return "";
-  const size_t from = log_tail.find('\n', m);
-  if (from == std::string::npos) return "";
-  std::string frame = log_tail.substr(from + 1, log_tail.find('\n', from + 1) - from - 1);
+  // The first frame outside libc: an abort() or raise() starts in libc's pthread_kill, whoever called it.
+  std::string frame;
+  for (size_t from = log_tail.find('\n', m); from != std::string::npos && from + 1 < log_tail.size();
+       from = log_tail.find('\n', from + 1)) {
+    const std::string line = log_tail.substr(from + 1, log_tail.find('\n', from + 1) - from - 1);
+    if (line.empty()) break;
+    if (frame.empty()) frame = line;  // all in libc: the first
+    if (line.find("/libc.so") == std::string::npos) {
+      frame = line;
+      break;
+    }
+  }
   // "/lib/x.so(sym+0x1f) [0x7f...]": the absolute address says nothing across runs (ASLR).
   if (const size_t b = frame.rfind('['); b != std::string::npos && b > 0) frame.resize(frame[b - 1] == ' ' ? b - 1 : b);
   // The child's stderr is the solution's too: what it wrote there reaches the reason only as plain text.
@@ -233,7 +248,7 @@ void child_evidence(const ChildRun& c, const Task& task, Evidence* e) {
   }
   e->end = ChildEnd::Died;
   if (c.exit.kind == ChildExit::Signaled) {
-    const std::string at = crash_site(c.log_tail);
+    const std::string at = crash_site(c.exit, c.log_tail);
     e->end_message = "the candidate's process was " + c.exit.describe() + " (phase reached: " + phase + ")" +
                      (at.empty() ? "" : ", at " + at + " (its frames: the report's solution.log_tail)");
   }

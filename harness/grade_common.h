@@ -130,8 +130,9 @@ const Task* checked_task(const char* command, const std::string& task, const std
                          const std::function<void()>& check_options);
 
 /** Where a child's crash happened, from its log tail (the frames the child writes after
- *  kCrashFramesMarker): the first frame, "library(symbol+offset)", or "" when the tail has none. */
-std::string crash_site(const std::string& log_tail);
+ *  kCrashFramesMarker before it dies of a fault or an abort): the first frame outside libc,
+ *  "library(symbol+offset)", or "" when `exit` is no such death or the tail has no frames. */
+std::string crash_site(const ChildExit& exit, const std::string& log_tail);
 
 /** What the verdict needs to know of a candidate's end (judge's load, build and crash rules). */
 void child_evidence(const ChildRun& c, const Task& task, Evidence* e);

@@ -142,6 +142,14 @@ Verdict judge(const Evidence& e) {
       findings.push_back("the harness's own kernel launch after the timed " + e.unit +
                          "s went unseen: CUPTI's launch callbacks were ended in the solution's process (cuptiFinalize or an "
                          "unsubscription), so no launch could be matched with its GPU record");
+    // A graph instantiated for device launch can be launched by a kernel: no host call, so by nodes
+    // no callback and no audit; its records are taken only under --graph-records graphs
+    // (enable_device_graph_records), where its own record holds its work.
+    if (e.device_launch_graphs > 0 && !e.graphs_recorded_whole)
+      findings.push_back("the solution instantiated " + std::to_string(e.device_launch_graphs) +
+                         " CUDA graph(s) for launch from the GPU (cudaGraphInstantiateFlagDeviceLaunch): a kernel's "
+                         "launch of one makes no host call, so by nodes nothing audits it and the GPU span need not hold "
+                         "its work; grade with --graph-records graphs, which records such graphs whole");
     if (e.unrecorded_launches > 0)
       findings.push_back(std::to_string(e.unrecorded_launches) + " of the " + std::to_string(e.launches_audited) +
                          " kernel and graph launches of the timed phase left no GPU record (the first: " +

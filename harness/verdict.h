@@ -95,6 +95,8 @@ struct Evidence {
   int copies_audited = 0;         // copy and memset driver calls over the same phase (none issued on a capturing stream)
   int unrecorded_copies = 0;      // of those, calls no CUPTI record carries the correlation id of
   std::string first_unrecorded_copy;
+  int device_launch_graphs = 0;   // graphs the solution instantiated for launch from the GPU
+  bool graphs_recorded_whole = false;  // --graph-records graphs: device-launched graphs have records of their own
   int late_kernels = 0;  // kernels still running past the device sync that closed their call's window
   int64_t dropped_records = 0;         // activity records CUPTI dropped (it had no buffer for them)
   std::string unit = "call";      // for messages: "step", "call"

@@ -63,7 +63,7 @@ foreach(i RANGE ${nibble_hostile_last})
   elseif(source STREQUAL "cu")
     add_library(${target} SHARED ${NIBBLE_HOSTILE_DIR}/hostile.cu)
     target_link_libraries(${target} PRIVATE hostile_unfused_core nibble_unfused_kernels)
-    if(name MATCHES "^whole_hide_in_(tail|sibling)_launch$")  # a kernel that launches a graph from the GPU
+    if(name MATCHES "^(whole_hide_in_(tail|sibling)_launch|device_launch_by_nodes)$")  # a kernel that launches a graph from the GPU
       # (relocatable device code; CMake's device link adds cudadevrt)
       set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION ON CUDA_RESOLVE_DEVICE_SYMBOLS ON)
     endif()

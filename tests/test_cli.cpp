@@ -439,6 +439,13 @@ TEST(Cli, GradeOnAMachineWithoutAGpuSaysSoAndExits2) {
   EXPECT_NE(crash.output.find("ended the process (killed by signal 11"), std::string::npos) << crash.output;
   EXPECT_NE(crash.output.find("at " + bindir() + "/tests/lib/libbad_load_segfault.so(bad_load_segfault+"), std::string::npos)
       << crash.output;
+  // An abort() starts in libc (raise, pthread_kill): the site is its caller's frame.
+  const Result abort_run = run_nibble({"grade", "--config", "tiny", "--solution", bindir() + "/tests/lib/libbad_load_abort.so",
+                                       "--out", t.path() + "/r.json"}, t);
+  EXPECT_NE(abort_run.output.find("ended the process (killed by signal 6"), std::string::npos) << abort_run.output;
+  // (its offset only: abort() returns nowhere, so the return address lies past the function's end)
+  EXPECT_NE(abort_run.output.find("at " + bindir() + "/tests/lib/libbad_load_abort.so("), std::string::npos)
+      << abort_run.output;
   // A GEMM solution under the decode task: the tasks it is for are named, every GEMM task and no other.
   const Result g = run_nibble({"grade", "--config", "tiny", "--solution", bindir() + "/lib/libnibble_gemm_baseline.so",
                                "--out", t.path() + "/r.json"}, t);

@@ -166,8 +166,10 @@ std::pair<std::string, std::string> expected(const Row& r, const json& report) {
   if (!r.or_crashed_in.empty() && report.is_object() && report.value("disposition", std::string()) == "Crashed") {
     // The crash's site as the Crashed reason gives it (", at <frame>"): in the library named, not anywhere.
     const std::string reason = report.value("reason", std::string());
+    // The frame's library path, before its "(symbol+offset)".
     const size_t at = reason.rfind(", at ");
-    if (at != std::string::npos && reason.find(r.or_crashed_in, at) != std::string::npos) return {"Crashed", r.or_crashed_in};
+    const std::string library = at == std::string::npos ? "" : reason.substr(at + 5, reason.find('(', at) - at - 5);
+    if (library.find(r.or_crashed_in) != std::string::npos) return {"Crashed", r.or_crashed_in};
   }
   return {r.disposition, r.reason};
 }
@@ -371,7 +373,7 @@ TEST(HostileTiming, HonestLaunchPathsAgree) {
     if (r.compare == "same" && t.graph_launches > 0 && base.graph_launches == 0) {
       // Its graph recorded whole (--graph-records graphs): one record from the first node's start to
       // the last's end, so no kernel count, and a busy time with the gaps between nodes in it.
-      check(rb > 0.9, "busy time of the graph recorded whole is below the control's kernels' by 10% or more");
+      check(rb > 0.9 && rb < 2.0, "busy time of the graph recorded whole is not between 0.9x and 2x the control's kernels'");
     } else if (r.compare == "same") {
       check(t.kernels == base.kernels, "the timer saw a different number of kernels per step");
       check(std::fabs(rb - 1.0) < 0.10, "busy time differs from the control's by 10% or more");

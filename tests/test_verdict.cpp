@@ -246,6 +246,14 @@ TEST_P(Judge, TimingValidity) {
          "2 of the 4000 copy and memset calls of the timed phase left no GPU record (the first: cuMemcpyAsync)");
   e.gaps_with_foreign_work = 1;  // a hidden copy is named before the gaps' (recorded) work
   expect(e, Disposition::InvalidTiming, Rule::Timing, "left no GPU record");
+  // A graph instantiated for launch from the GPU: by nodes nothing audits its launches (no host
+  // call); recorded whole (--graph-records graphs) its launches have records of their own.
+  e = base();
+  e.device_launch_graphs = 1;
+  expect(e, Disposition::InvalidTiming, Rule::Timing,
+         "the solution instantiated 1 CUDA graph(s) for launch from the GPU (cudaGraphInstantiateFlagDeviceLaunch)");
+  e.graphs_recorded_whole = true;
+  expect(e, Disposition::Passed, Rule::Passed);
   // A kernel still running past the window's device sync (another context's work): untimed work that
   // may have written the outputs after the window, however short.
   e = base();

@@ -180,17 +180,21 @@ bool kernel_records(bool on, const char* who) { return activity_records(kConcurr
 #if defined(HOSTILE_GRAPH_TRACE_SELF)
 constexpr int kGraphTraceKind = 51;  // CUPTI_ACTIVITY_KIND_GRAPH_TRACE
 #endif
-#if defined(HOSTILE_WHOLE_HIDE_IN_TAIL_LAUNCH) || defined(HOSTILE_WHOLE_HIDE_IN_SIBLING_LAUNCH)
+#if defined(HOSTILE_WHOLE_HIDE_IN_TAIL_LAUNCH) || defined(HOSTILE_WHOLE_HIDE_IN_SIBLING_LAUNCH) || \
+    defined(HOSTILE_DEVICE_LAUNCH_BY_NODES)
 #define HOSTILE_DEVICE_GRAPH_LAUNCH 1  // built with relocatable device code and cudadevrt (tests/hostile.cmake)
 /** Launches the device graph `g` from the GPU, as a tail launch (after the launching graph's
  *  environment completes) or a sibling launch (a child of the stream's environment, not of the
  *  launching graph's): work the host-launched graph's own record may not span. */
+__device__ int g_device_launch_error = 0;  // the first failed launch's cudaError_t: teardown fails with it
 __global__ void device_graph_launcher(cudaGraphExec_t g) {
-#if defined(HOSTILE_WHOLE_HIDE_IN_TAIL_LAUNCH)
-  if (threadIdx.x == 0) (void)cudaGraphLaunch(g, cudaStreamGraphTailLaunch);
+  if (threadIdx.x != 0) return;
+#if defined(HOSTILE_WHOLE_HIDE_IN_TAIL_LAUNCH) || defined(HOSTILE_DEVICE_LAUNCH_BY_NODES)
+  const cudaError_t e = cudaGraphLaunch(g, cudaStreamGraphTailLaunch);
 #else
-  if (threadIdx.x == 0) (void)cudaGraphLaunch(g, cudaStreamGraphFireAndForgetAsSibling);
+  const cudaError_t e = cudaGraphLaunch(g, cudaStreamGraphFireAndForgetAsSibling);
 #endif
+  if (e != cudaSuccess && g_device_launch_error == 0) g_device_launch_error = int(e);
 }
 #endif
 #if defined(HOSTILE_HIDE_IN_GRAPH) || defined(HOSTILE_HIDE_IN_CONDITIONAL) || defined(HOSTILE_HIDE_COPY_IN_GRAPH) || \
@@ -249,7 +253,7 @@ nibble_status copy_and_busy_graph(State& s, unsigned long long ns, nibble_error*
   } else if (e == cudaSuccess && shape == GraphShape::DeviceLaunch) {
 #if defined(HOSTILE_DEVICE_GRAPH_LAUNCH)
     // The busy kernel alone in a device graph (instantiated for device launch, uploaded), kept in
-    // s.graphs after the host graph; the host graph's kernel node launches it from the GPU.
+    // s.device_graph; the host graph's kernel node launches it from the GPU.
     cudaGraph_t dg = nullptr;
     e = cudaGraphCreate(&dg, 0);
     cudaGraphNode_t inner = nullptr;
@@ -1121,6 +1125,13 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   }
   H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
+#elif defined(HOSTILE_DEVICE_LAUNCH_BY_NODES)
+  // whole_hide_in_tail_launch's graphs with every record left on, graded by nodes: the 40 us kernel
+  // runs in a graph the GPU launches, which no host call, callback or launch audit sees.
+  if (s.graphs.empty()) H_OK(hostile::copy_and_busy_graph(s, 40000, err, hostile::GraphShape::DeviceLaunch));
+  if (timed) H_CUDA(cudaGraphLaunch(s.graphs[0], stream));
+  H_OK(forward(s, tokens, pos, logits, stream, err));
+  return NIBBLE_OK;
 #elif defined(HOSTILE_WHOLE_HIDE_IN_BRANCHES) || defined(HOSTILE_WHOLE_HIDE_IN_CHILD) || defined(HOSTILE_WHOLE_HIDE_BEFORE_HOST) || \
     defined(HOSTILE_DEVICE_GRAPH_LAUNCH)
   // whole_hide_in_graph's 40 us kernel, launched with the kernel records off under --graph-records
@@ -1282,6 +1293,12 @@ nibble_status teardown(State& s, cudaStream_t stream, nibble_error* err) {
   for (auto& g : s.graphs)
     if (g) H_CUDA(cudaGraphExecDestroy(g));
   if (s.device_graph) H_CUDA(cudaGraphExecDestroy(s.device_graph));
+#if defined(HOSTILE_DEVICE_GRAPH_LAUNCH)
+  // A device launch that failed would leave the row's 40 us out unnoticed: the grade says so instead.
+  int launch_error = 0;
+  H_CUDA(cudaMemcpyFromSymbol(&launch_error, g_device_launch_error, sizeof launch_error));
+  if (launch_error != 0) H_CUDA(cudaError_t(launch_error));
+#endif
   if (s.capture_stream) H_CUDA(cudaStreamDestroy(s.capture_stream));
 #if defined(HOSTILE_FORGE_OUTPUTS)
   // The checked calls' outputs are in the parent's channel by now; the grader parses them after we exit.

@@ -25,6 +25,10 @@ __attribute__((constructor)) void bad_load_segfault(void) {
   *nowhere = 1;
 }
 #endif
+#ifdef BAD_LOAD_ABORT
+/* abort() in the library's constructor: the crash is placed at the caller, not in libc. */
+__attribute__((constructor)) void bad_load_abort(void) { abort(); }
+#endif
 
 nibble_status nibble_decode_build_model(const nibble_decode_model* model, void* stream, void** handle,
                                         nibble_error* err) {
