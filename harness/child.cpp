@@ -69,16 +69,16 @@ int open_solution(ResultWriter& out, CallWatchdog& watchdog, const Job& job, con
   std::string other_tasks;
   for (const Task* t : all_tasks())
     if (t->abi() != task.abi()) other_tasks += (other_tasks.empty() ? "" : ", ") + t->name();
+  const std::string other_family_hint = other_tasks.empty() ? "" : ": grade it with --task " + other_tasks;
   try {
     *lib = std::make_unique<SolutionLibrary>(python ? job.python_shim : job.solution, task.abi());
   } catch (const LoadError& e) {
-    ChildError err =
-        error_of(kErrLoad, std::string(e.what()) + (e.other_abi && !other_tasks.empty() ? ": grade it with --task " + other_tasks : ""));
+    ChildError err = error_of(kErrLoad, std::string(e.what()) + (e.other_abi ? other_family_hint : ""));
     err.load_kind = load_kind_name(e.kind);
     return out.fail(err, 4);
   }
   if (python)
-    if (const int code = load_python_module(out, watchdog, **lib, job.solution, job.build_timeout_seconds, other_tasks))
+    if (const int code = load_python_module(out, watchdog, **lib, job.solution, job.build_timeout_seconds, other_family_hint))
       return code;
   out.r.solution_name = (*lib)->name();
   out.r.numerics = (*lib)->numerics();
@@ -434,7 +434,8 @@ void on_fatal_signal(int sig) {
   struct sigaction again {};
   again.sa_handler = die_of_first_signal;
   sigemptyset(&again.sa_mask);
-  for (const int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM}) (void)sigaction(s, &again, nullptr);
+  for (const int s : kCrashSignals) (void)sigaction(s, &again, nullptr);
+  (void)sigaction(SIGALRM, &again, nullptr);
   alarm(3);
   void* frames[14];  // 12 after the two skipped: within the log tail the parent keeps (3,000 bytes)
   const int n = backtrace(frames, 14);
@@ -458,7 +459,7 @@ void install_crash_frames() {
   sa.sa_handler = on_fatal_signal;
   sa.sa_flags = SA_ONSTACK | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) (void)sigaction(sig, &sa, nullptr);
+  for (const int sig : kCrashSignals) (void)sigaction(sig, &sa, nullptr);
 }
 
 }  // namespace

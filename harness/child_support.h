@@ -367,12 +367,12 @@ inline int select_variant(ResultWriter& out, const SolutionLibrary& lib, const s
  * library's name and options (the GEMM output dtype) are read again. Returns 0, or the child's exit
  * code after recording the failure: a module that cannot be imported (syntax error, ImportError,
  * an exception at import) is a load error NotLoadable, one without an entry point MissingSymbol,
- * each with the shim's message (the traceback's last lines; `other_family_tasks` named when the
- * module is the other task family's); an import past `timeout` seconds
+ * each with the shim's message (the traceback's last lines; `other_family_hint`, the tasks it is for,
+ * appended when the module is the other task family's); an import past `timeout` seconds
  * ends the process through the watchdog (TimedOut, call "import").
  */
 inline int load_python_module(ResultWriter& out, CallWatchdog& watchdog, SolutionLibrary& lib, const std::string& module,
-                              double timeout, const std::string& other_family_tasks) {
+                              double timeout, const std::string& other_family_hint) {
   auto load = reinterpret_cast<nibble_python_load_module_fn>(lib.optional_symbol("nibble_python_load_module"));
   ChildError e;
   e.kind = kErrLoad;
@@ -388,7 +388,7 @@ inline int load_python_module(ResultWriter& out, CallWatchdog& watchdog, Solutio
   watchdog.disarm();
   if (rc != NIBBLE_PYTHON_LOADED) {
     e.message = "cannot load the Python solution '" + module + "': " + std::string(err.message, strnlen(err.message, sizeof err.message));
-    if (rc == NIBBLE_PYTHON_OTHER_FAMILY && !other_family_tasks.empty()) e.message += ": grade it with --task " + other_family_tasks;
+    if (rc == NIBBLE_PYTHON_OTHER_FAMILY) e.message += other_family_hint;
     e.load_kind = rc == NIBBLE_PYTHON_MISSING_ENTRY || rc == NIBBLE_PYTHON_OTHER_FAMILY ? "MissingSymbol" : "NotLoadable";
     return out.fail(e, 4);
   }

@@ -325,15 +325,16 @@ std::string opens_without_gpu(const Task& task, const std::string& config, const
   j.solution = solution;
   j.sandbox = sandbox;
   j.require_sandbox = opt.require_sandbox;
-  // A module's import (torch: ~5-10 s cold); a limit of 0 or less (none) keeps these.
-  j.build_timeout_seconds = opt.build_timeout_seconds > 0 ? std::min(30.0, opt.build_timeout_seconds) : 30.0;
+  // The grade's limit where it is shorter; one of 0 or less (none) leaves the check's own.
+  const auto within = [](double own, double grade_limit) { return grade_limit > 0 ? std::min(own, grade_limit) : own; };
+  j.build_timeout_seconds = within(30.0, opt.build_timeout_seconds);  // a module's import (torch: ~5-10 s cold)
   std::optional<PythonScratch> scratch;
   try {
     if (!shim.empty()) make_python_job(j, shim, scratch);
   } catch (const std::exception& e) {
     return std::string("Whether the solution opens here was not checked: ") + e.what();
   }
-  const ChildRun c = run_job_child(j, opt.timeout_seconds > 0 ? std::min(45.0, opt.timeout_seconds) : 45.0, &log, "load check", &pins);
+  const ChildRun c = run_job_child(j, within(45.0, opt.timeout_seconds), &log, "load check", &pins);
   if (c.completed())
     return "The solution opens here (" + (c.result->solution_name.empty() ? std::string("no name") : "'" + said(c.result->solution_name) + "'") +
            "): " + (shim.empty() ? "it exports every entry point of this nibble's ABI version" : "its module imports and defines every entry point") + ".";

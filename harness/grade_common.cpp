@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <cerrno>
-#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <sstream>
@@ -188,7 +187,7 @@ std::string crash_site(const ChildExit& exit, const std::string& log_tail) {
   // Only the signals the child's handler writes frames for: a marker before any other end is the
   // solution's own text.
   if (exit.kind != ChildExit::Signaled ||
-      (exit.code != SIGSEGV && exit.code != SIGBUS && exit.code != SIGFPE && exit.code != SIGILL && exit.code != SIGABRT))
+      std::find(std::begin(kCrashSignals), std::end(kCrashSignals), exit.code) == std::end(kCrashSignals))
     return "";
   const size_t m = log_tail.rfind(kCrashFramesMarker);
   if (m == std::string::npos) return "";

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <csignal>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -38,6 +39,8 @@ inline constexpr int kProtocolVersion = 9;
 /** The line a child that a fatal signal ends writes to its stderr before the frames of the crash
  *  (library or executable, offset), one a line, the crash's own frame first. */
 inline constexpr const char* kCrashFramesMarker = "nibble __child: fatal signal; its frames, the crash's first:";
+/** The signals a child writes a crash's frames for before it dies of them (a fault, an abort). */
+inline constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 
 /** The timed rounds a candidate runs (after its checked calls). */
 struct TimingJob {

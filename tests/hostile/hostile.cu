@@ -183,10 +183,10 @@ constexpr int kGraphTraceKind = 51;  // CUPTI_ACTIVITY_KIND_GRAPH_TRACE
 #if defined(HOSTILE_WHOLE_HIDE_IN_TAIL_LAUNCH) || defined(HOSTILE_WHOLE_HIDE_IN_SIBLING_LAUNCH) || \
     defined(HOSTILE_DEVICE_LAUNCH_BY_NODES)
 #define HOSTILE_DEVICE_GRAPH_LAUNCH 1  // built with relocatable device code and cudadevrt (tests/hostile.cmake)
+__device__ int g_device_launch_error = 0;  // the first failed launch's cudaError_t: teardown fails with it
 /** Launches the device graph `g` from the GPU, as a tail launch (after the launching graph's
  *  environment completes) or a sibling launch (a child of the stream's environment, not of the
  *  launching graph's): work the host-launched graph's own record may not span. */
-__device__ int g_device_launch_error = 0;  // the first failed launch's cudaError_t: teardown fails with it
 __global__ void device_graph_launcher(cudaGraphExec_t g) {
   if (threadIdx.x != 0) return;
 #if defined(HOSTILE_WHOLE_HIDE_IN_TAIL_LAUNCH) || defined(HOSTILE_DEVICE_LAUNCH_BY_NODES)
