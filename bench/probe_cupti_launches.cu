@@ -19,7 +19,8 @@
 //      step in a graph has ~1900-2000) timed by CUDA events without any record kind on, with
 //      CONCURRENT_KERNEL (a record per node: what the grader takes today), with GRAPH_TRACE alone
 //      (one record per launch) and with both, and which records each leaves (the anchors graded
-//      2.3x their untraced times on the H200, ~3 us a kernel more).
+//      2.3x their untraced times on the H200, ~3 us a kernel more); last, graphs instantiated before
+//      GRAPH_TRACE was switched on, launched with it on (a SIGSEGV in libcupti on an H100).
 // Usage: probe_cupti_launches [--launches N]   (sm_90 not needed; prints a table, exit 0 on success,
 // 77 without a GPU, 1 on a CUDA/CUPTI error)
 #include <cublas_v2.h>
@@ -547,10 +548,12 @@ int run(int launches) {
   });
 
   // 5. Graph-level records: GRAPH_TRACE beside CONCURRENT_KERNEL (what --graph-records graphs does),
-  // then GRAPH_TRACE alone, last: on an H100 (2026-12-07) the process ended by SIGSEGV in this
-  // section as first ordered (GRAPH_TRACE enabled with CONCURRENT_KERNEL off), and a solution doing
-  // the same (hostile row graph_trace_self) ended Crashed; the steps are marked so a crash is placed.
-  // Which records a graph launch leaves in each state, the 2000-node graph timed in each.
+  // then GRAPH_TRACE alone. On an H100 with CUDA 13.0 (2026-12-07) the first launch of a graph
+  // instantiated before GRAPH_TRACE was switched on ended the process by SIGSEGV in libcupti (under
+  // cudaGraphLaunch, CONCURRENT_KERNEL on or off), as it did a solution doing the same (hostile row
+  // graph_trace_self): graphs instantiated after the switch go first, those instantiated before it
+  // last, after the summary, so a crash there places itself and loses nothing. The steps are marked.
+  // Which records a graph launch leaves in each state, a 2000-node graph timed in each.
   CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   std::printf("\n-- 5: the 2000-node graph timed, no record kind on\n");
   const double graph_off_us = time_graph(s, chain);
@@ -561,10 +564,10 @@ int run(int launches) {
   cuptiGetResultString(graph_trace_on, &graph_trace_msg);
   std::printf("\n== cuptiActivityEnable(GRAPH_TRACE), CONCURRENT_KERNEL on: %s\n", graph_trace_msg ? graph_trace_msg : "?");
   double graph_trace_us = -1, graph_both_us = -1;
-  // Which records a graph of kernels, the mixed graph and two launches outside a graph leave in `state`.
-  const auto probe_graph_records = [&](const std::string& state) {
-    probe(("cudaGraphLaunch of the 3-kernel graph, " + state).c_str(), [&] { CHECK_CUDA(cudaGraphLaunch(exec, s)); });
-    probe(("cudaGraphLaunch of the mixed graph, " + state).c_str(), [&] { CHECK_CUDA(cudaGraphLaunch(mixed, s)); });
+  cudaGraphExec_t chain_after = nullptr, three_after = nullptr;
+  // Which records the 3-kernel graph `g3`, the mixed graph and two launches outside a graph leave in `state`.
+  const auto probe_graph_records = [&](cudaGraphExec_t g3, const std::string& state) {
+    probe(("cudaGraphLaunch of a 3-kernel graph, " + state).c_str(), [&] { CHECK_CUDA(cudaGraphLaunch(g3, s)); });
     probe(("runtime <<<>>> x2 (outside a graph), " + state).c_str(), [&] {
       empty_kernel<<<1, 32, 0, s>>>(counter);
       empty_kernel<<<1, 32, 0, s>>>(counter);
@@ -572,16 +575,18 @@ int run(int launches) {
     });
   };
   if (graph_trace_on == CUPTI_SUCCESS) {
-    std::printf("-- 5: the 2000-node graph timed, GRAPH_TRACE and CONCURRENT_KERNEL on\n");
-    graph_both_us = time_graph(s, chain);
-    probe_graph_records("GRAPH_TRACE and CONCURRENT_KERNEL on");
+    std::printf("-- 5: graphs instantiated after GRAPH_TRACE was switched on (2000 and 3 kernel nodes)\n");
+    chain_after = chain_graph(s, kGraphNodes);
+    three_after = chain_graph(s, 3);
+    std::printf("-- 5: the 2000-node graph instantiated after the switch timed, GRAPH_TRACE and CONCURRENT_KERNEL on\n");
+    graph_both_us = time_graph(s, chain_after);
+    probe_graph_records(three_after, "instantiated after the switch, GRAPH_TRACE and CONCURRENT_KERNEL on");
     std::printf("-- 5: disabling CONCURRENT_KERNEL, GRAPH_TRACE left on\n");
     CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-    std::printf("-- 5: the 2000-node graph timed, GRAPH_TRACE alone\n");
-    graph_trace_us = time_graph(s, chain);
-    probe_graph_records("GRAPH_TRACE on, CONCURRENT_KERNEL off");
+    std::printf("-- 5: the 2000-node graph instantiated after the switch timed, GRAPH_TRACE alone\n");
+    graph_trace_us = time_graph(s, chain_after);
+    probe_graph_records(three_after, "instantiated after the switch, GRAPH_TRACE on, CONCURRENT_KERNEL off");
     CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-    (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
   }
   std::printf("\ngraph of %d empty kernel nodes, GPU time per launch (CUDA events, median of 15, us): no records %.1f, "
               "CONCURRENT_KERNEL (a record per node) %.1f, records off again %.1f, GRAPH_TRACE alone %.1f, GRAPH_TRACE + "
@@ -589,6 +594,16 @@ int run(int launches) {
               kGraphNodes, graph_bare_us, graph_nodes_us, graph_off_us, graph_trace_us, graph_both_us,
               (graph_nodes_us - graph_bare_us) / kGraphNodes, (graph_trace_us - graph_bare_us) / kGraphNodes,
               (graph_both_us - graph_bare_us) / kGraphNodes);
+  if (graph_trace_on == CUPTI_SUCCESS) {
+    std::printf("-- 5: graphs instantiated before GRAPH_TRACE was switched on, launched with it on (SIGSEGV in "
+                "libcupti on an H100, 2026-12-07)\n");
+    probe_graph_records(exec, "instantiated before the switch, GRAPH_TRACE and CONCURRENT_KERNEL on");
+    probe("cudaGraphLaunch of the mixed graph, instantiated before the switch", [&] { CHECK_CUDA(cudaGraphLaunch(mixed, s)); });
+    std::printf("-- 5: the graphs instantiated before the switch ran\n");
+    (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+    CHECK_CUDA(cudaGraphExecDestroy(chain_after));
+    CHECK_CUDA(cudaGraphExecDestroy(three_after));
+  }
   CHECK_CUDA(cudaGraphExecDestroy(chain));
 
   std::printf("\nhost time per empty launch (%d launches, us): bare %.3f, activity records on %.3f, + launch "

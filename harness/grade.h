@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/protocol.h"
+
 namespace nibble {
 
 /** Exit codes of `nibble grade` (also in the README). */
@@ -39,7 +41,7 @@ struct GradeOptions {
   bool require_sandbox = false;      // refuse to grade unless every layer of the child's sandbox is in force
   std::string profile;               // "ncu" or "nsys": a profiler's run after the graded one (profile.h); "" none
   std::string clock = "span";        // the figure of merit: "span" (CUPTI's GPU span) or "wall" (the grader's clock)
-  std::string graph_records = "nodes";  // how a CUDA graph's launch is recorded: "nodes" or "graphs" (cupti_timer.h GraphRecords)
+  std::string graph_records = kDefaultGraphRecords;  // how a CUDA graph's launch is recorded (protocol.h): "nodes" or "graphs"
   int device = -1;                   // --device N: GPU N of this host (select_device); -1: CUDA's first
   int threads = 0;                   // fixture build threads (0 = all cores)
   bool quiet = false;

@@ -307,11 +307,12 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
       ->capture_default_str()
       ->check(CLI::IsMember({"span", "wall"}));
   grade->add_option("--graph-records", g.graph_records,
-                    "How a CUDA graph's launch is timed: nodes (a CUPTI record per kernel, copy and memset node, the "
-                    "default) or graphs (one record per launch, CUPTI's GRAPH_TRACE, as Nsight Systems' "
-                    "--cuda-graph-trace=graph: per-node records add GPU time to every node, which a graph of thousands "
-                    "of small kernels pays thousands of times; work outside graphs is recorded per kernel either way; "
-                    "reports of the two are never ranked or compared together)")
+                    "How a CUDA graph's launch is timed: graphs (one record per launch, CUPTI's GRAPH_TRACE, as Nsight "
+                    "Systems' --cuda-graph-trace=graph, the default) or nodes (a CUPTI record per kernel, copy and memset "
+                    "node: per-node records add GPU time to every node, which a graph of thousands of small kernels pays "
+                    "thousands of times; a graph instantiated for launch from the GPU is then InvalidTiming); work "
+                    "outside graphs is recorded per kernel either way; reports of the two are never ranked or compared "
+                    "together)")
       ->capture_default_str()
       ->check(CLI::IsMember({"nodes", "graphs"}));
   grade->add_option("--device", g.device,

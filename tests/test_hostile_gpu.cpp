@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "harness/protocol.h"
 #include "harness/atomic_file.h"
 #include "harness/process.h"
 
@@ -304,7 +305,7 @@ TEST_P(Hostile, GetsItsDisposition) {
   }
   if (r.timing != "none" && g.report.contains("timing")) {
     EXPECT_EQ(g.report["timing"].value("graph_records", std::string()),
-              graph_records_of(r).empty() ? "nodes" : graph_records_of(r));
+              graph_records_of(r).empty() ? kDefaultGraphRecords : graph_records_of(r));
   }
   outcomes()[r.name].caught = !::testing::Test::HasFailure();
 }

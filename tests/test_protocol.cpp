@@ -42,7 +42,8 @@ TEST(Protocol, JobRoundTripsThroughJson) {
   EXPECT_EQ(back.timing->seed, std::optional<uint64_t>(7));
   EXPECT_EQ(back.timing->max_rounds, 5);
   EXPECT_EQ(back.timing->graph_records, "graphs");
-  EXPECT_EQ(TimingJob{}.graph_records, "nodes") << "per-node records unless asked";
+  EXPECT_EQ(TimingJob{}.graph_records, std::string(kDefaultGraphRecords)) << "the grader's default unless asked";
+  EXPECT_EQ(std::string(kDefaultGraphRecords), "graphs");
   EXPECT_EQ(back.replay, j.replay);
   EXPECT_EQ(back.protocol, kProtocolVersion);
   // No timing, no timing seed: absent stays absent.
