@@ -67,8 +67,11 @@ int main() {
   sms = prop.multiProcessorCount;
   std::printf("%s, %d SMs, %zu B shared memory per SM (%zu per block opt-in)\n", prop.name, sms,
               prop.sharedMemPerMultiprocessor, prop.sharedMemPerBlockOptin);
+  // The odd splits (kWgmmaOddSplits) after the planner's own.
   const bool all = probe<64, 1, 1>(sms) && probe<64, 1, 2>(sms) && probe<64, 1, 4>(sms) && probe<64, 1, 8>(sms) &&
                    probe<128, 1, 1>(sms) && probe<128, 1, 2>(sms) && probe<128, 1, 4>(sms) && probe<128, 1, 8>(sms) &&
-                   probe<128, 2, 1>(sms) && probe<128, 2, 2>(sms) && probe<256, 2, 1>(sms) && probe<256, 2, 2>(sms);
+                   probe<128, 2, 1>(sms) && probe<128, 2, 2>(sms) && probe<128, 2, 4>(sms) && probe<256, 2, 1>(sms) &&
+                   probe<256, 2, 2>(sms) && probe<64, 1, 3>(sms) && probe<64, 1, 5>(sms) && probe<64, 1, 6>(sms) &&
+                   probe<128, 1, 3>(sms) && probe<128, 1, 5>(sms) && probe<128, 1, 6>(sms) && probe<128, 2, 3>(sms);
   return all ? 0 : 1;
 }

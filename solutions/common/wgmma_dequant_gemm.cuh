@@ -300,7 +300,7 @@ void launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, int smem, int s
 /** The tile, split-K and weight path of one problem (prepare's choice; see plan_wgmma). */
 struct WgmmaPlan {
   int bn = 64;        // activation rows per tile: 64, 128 or 256 (two consumer warpgroups)
-  int split = 1;      // blocks (a cluster) splitting K: 1, 2, 4, 8 (at most 4 at 128 x 128, 2 at 128 x 256)
+  int split = 1;      // blocks (a cluster) splitting K: up to wgmma_max_split; the planner takes 1, 2, 4, 8
   bool wtma = true;   // codes and records by bulk copy with the activation tile (else 16-byte loads per lane)
   int grid_cap = 0;   // split 1: at most this many (persistent) blocks; 0: one per tile
   bool rows128 = false;  // bn 128: 128 W rows per tile, two consumer warpgroups (bn 256 always has them)
@@ -319,6 +319,22 @@ inline int wgmma_bn_for(int64_t M) { return M <= 64 ? 64 : (M <= 256 ? 128 : 256
 /** Blocks of plan p an SM holds at once: 1 with two consumer warpgroups (registers: 384 threads at up
  *  to 232 registers for the consumers), 2 with one (shared memory). */
 inline int wgmma_blocks_per_sm(const WgmmaPlan& p) { return p.ncons() == 2 ? 1 : 2; }
+
+/** The largest K split (cluster size) of plan p's kernels: 8 with one consumer warpgroup, 4 at
+ *  128 x 128 and 2 at 128 x 256 with two. Splits 1, 2, 4 and 8 are built for every weight path; 3, 5
+ *  and 6 (kWgmmaOddSplits: e.g. 144 or 240 blocks for the 48 tiles of an M = 128, N = 3072 problem,
+ *  between the planner's 96 and 192) for the bulk-copy path only, to be measured (override_wgmma_plan). */
+inline int wgmma_max_split(const WgmmaPlan& p) { return p.ncons() == 1 ? 8 : (p.bn == 128 ? 4 : 2); }
+inline constexpr int kWgmmaOddSplits[] = {3, 5, 6};
+
+/** Whether the kernels are built for plan p's split (wgmma_max_split; 3, 5, 6 with p.wtma only). */
+inline bool wgmma_split_built(const WgmmaPlan& p) {
+  if (p.split < 1 || p.split > wgmma_max_split(p)) return false;
+  if (p.split == 1 || p.split == 2 || p.split == 4 || p.split == 8) return true;
+  for (const int s : kWgmmaOddSplits)
+    if (p.split == s) return p.wtma;
+  return false;
+}
 
 /** Blocks a split-K plan may fill: two per SM at 64 x 64 tiles, one with two consumer warpgroups
  *  (128 x 256, 128 x 128), and 3/2 per SM at
@@ -355,7 +371,7 @@ inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms, 
   p.rows128 = rows128 && bn == 128;
   const int64_t blocks = wgmma_tiles(p, M, N);
   const int64_t wave = int64_t(sms) * wgmma_blocks_per_sm(p);
-  const int max_split = p.ncons() == 1 ? 8 : (bn == 128 ? 4 : 2);
+  const int max_split = wgmma_max_split(p);
   while (p.split < max_split && blocks * 2 * p.split <= wgmma_split_wave(p, sms) && nch / (2 * p.split) >= 4)
     p.split *= 2;
   p.wtma = true;
@@ -364,19 +380,21 @@ inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms, 
 }
 
 /**
- * For measuring alternatives: <prefix>SPLIT (1, 2; 4 and 8 below bn 256), <prefix>WTMA (0: weights by
+ * For measuring alternatives: <prefix>SPLIT (1 to wgmma_max_split: 8 with one consumer warpgroup, 4 at
+ * 128 x 128, 2 at 128 x 256; 3, 5 and 6 with bulk-copied weights only), <prefix>WTMA (0: weights by
  * 16-byte loads per lane, 1: by bulk copy) and <prefix>GRID (split 1: at most this many persistent
  * blocks; 0: one block per tile) from the environment replace the plan's choices.
- * Throws AbiFailure INVALID_ARGUMENT for a split the kernel is not built for.
+ * Throws AbiFailure INVALID_ARGUMENT for a split the kernels are not built for (wgmma_split_built).
  */
 inline void override_wgmma_plan(WgmmaPlan& p, const std::string& prefix) {
-  if (const char* e = std::getenv((prefix + "SPLIT").c_str())) {
-    const int v = std::atoi(e);
-    if (v != 1 && v != 2 && !(p.bn <= 128 && v == 4) && !(p.ncons() == 1 && v == 8))
-      throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, prefix + "SPLIT: 1, 2, 4 (not at BN 256), 8 (one consumer warpgroup)");
-    p.split = v;
-  }
   if (const char* e = std::getenv((prefix + "WTMA").c_str())) p.wtma = std::atoi(e) != 0;
+  if (const char* e = std::getenv((prefix + "SPLIT").c_str())) p.split = std::atoi(e);
+  if (!wgmma_split_built(p))
+    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT,
+                     prefix + "SPLIT " + std::to_string(p.split) + " is not built for " + std::to_string(p.rows()) + " x " +
+                         std::to_string(p.bn) + " tiles" + (p.wtma ? "" : " with per-lane weight loads") +
+                         ": 1, 2, 4, 8 up to " + std::to_string(wgmma_max_split(p)) +
+                         ", and 3, 5, 6 with bulk-copied weights (" + prefix + "WTMA=1)");
   if (const char* e = std::getenv((prefix + "GRID").c_str())) p.grid_cap = std::atoi(e);
 }
 
@@ -471,11 +489,23 @@ void launch_wgmma_w(const WgmmaPlan& p, const WgmmaWeights& w, const CUtensorMap
     throw AbiFailure(NIBBLE_ERR_INTERNAL, "this solution is built with bulk-copied weights only (wtma)");
 }
 
+/** Split S (one of kWgmmaOddSplits), built for the bulk-copy path only where NCONS / BN allow it. */
+template <int BN, int NCONS, int S, class F>
+void launch_wgmma_odd(const WgmmaPlan& p, const WgmmaWeights& w, const CUtensorMap& map, float* C, cudaStream_t stream) {
+  if constexpr (NCONS == 1 || (BN == 128 && S <= 4)) {
+    if (p.wtma) return launch_wgmma_split<BN, NCONS, S, F, true>(p, w, map, C, stream);
+  }
+  throw AbiFailure(NIBBLE_ERR_INTERNAL, "split " + std::to_string(S) + " is not built for this plan (wgmma_split_built)");
+}
+
 template <int BN, int NCONS, class F, bool kPerLaneLoads>
 void launch_wgmma_bn(const WgmmaPlan& p, const WgmmaWeights& w, ATensorMap& amap, const uint16_t* A, float* C,
                      cudaStream_t stream) {
   const CUtensorMap& map = amap.get(A, w.M, w.K, BN);
   switch (p.split) {
+    case 3: launch_wgmma_odd<BN, NCONS, 3, F>(p, w, map, C, stream); break;
+    case 5: launch_wgmma_odd<BN, NCONS, 5, F>(p, w, map, C, stream); break;
+    case 6: launch_wgmma_odd<BN, NCONS, 6, F>(p, w, map, C, stream); break;
     case 1: launch_wgmma_w<BN, NCONS, 1, F, kPerLaneLoads>(p, w, map, C, stream); break;
     case 2: launch_wgmma_w<BN, NCONS, 2, F, kPerLaneLoads>(p, w, map, C, stream); break;
     case 4:

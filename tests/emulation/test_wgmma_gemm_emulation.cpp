@@ -71,14 +71,18 @@ double run_gemm(const Plan& pl, int64_t M, int64_t N, int64_t K, int64_t n_pad, 
   return c.rel_err;
 }
 
-/** One block per tile, 2 persistent blocks, and split-K clusters of 2 (and 4 below 128 x 256); at
- *  64 x 128 also the 128 x 128 tiles of two warpgroups, the same four ways. */
+/** One block per tile, 2 persistent blocks, and split-K clusters of 2 (and 4 below 128 x 256, and
+ *  the odd splits 3, 5 and 6 with one consumer warpgroup: at K = 256, 4 chunks, splits 5 and 6 leave
+ *  blocks without a chunk); at 64 x 128 also the 128 x 128 tiles of two warpgroups, the same ways
+ *  up to split 4. */
 std::vector<Plan> plans_for(int64_t M) {
   const int bn = sol::wgmma_bn_for(M);
   std::vector<Plan> p{Plan{bn, 0, 1}, Plan{bn, 2, 1}, Plan{bn, 0, 2}};
-  if (bn <= 128) p.push_back(Plan{bn, 0, 4});
+  if (bn <= 128)
+    for (const int s : {4, 3, 5, 6}) p.push_back(Plan{bn, 0, s});
   if (bn == 128)
-    for (const Plan& q : {Plan{128, 0, 1, true}, Plan{128, 2, 1, true}, Plan{128, 0, 2, true}, Plan{128, 0, 4, true}})
+    for (const Plan& q : {Plan{128, 0, 1, true}, Plan{128, 2, 1, true}, Plan{128, 0, 2, true}, Plan{128, 0, 3, true},
+                          Plan{128, 0, 4, true}})
       p.push_back(q);
   return p;
 }
@@ -199,6 +203,38 @@ TEST(WgmmaPlan, SplitsOnlyWithinOneWave) {
           }
           EXPECT_EQ(p.grid_cap, kSms * (two ? 1 : 2));
         }
+}
+
+/** The splits an override may name are those the kernels are built for, by hand from the launch's
+ *  switch: 1 to 8 but 7 with one consumer warpgroup (3, 5, 6 only with bulk-copied weights), 1 to 4
+ *  at 128 x 128, 1 and 2 at 128 x 256; anything else is INVALID_ARGUMENT with what is built. */
+TEST(WgmmaPlan, AnOverrideNamesOnlyABuiltSplit) {
+  const auto with = [](int bn, bool rows128, const char* split, const char* wtma) {
+    sol::WgmmaPlan p = sol::plan_wgmma(bn, 128, 3072, 48, 132, rows128);
+    setenv("NIBBLE_TEST_WG_SPLIT", split, 1);
+    if (wtma) setenv("NIBBLE_TEST_WG_WTMA", wtma, 1);
+    std::string err;
+    try {
+      sol::override_wgmma_plan(p, "NIBBLE_TEST_WG_");
+    } catch (const sol::AbiFailure& e) {
+      EXPECT_EQ(e.status, NIBBLE_ERR_INVALID_ARGUMENT);
+      err = e.what();
+    }
+    unsetenv("NIBBLE_TEST_WG_SPLIT");
+    unsetenv("NIBBLE_TEST_WG_WTMA");
+    return err.empty() ? std::to_string(p.split) : err;
+  };
+  for (const char* s : {"1", "2", "3", "4", "5", "6", "8"}) {
+    EXPECT_EQ(with(64, false, s, nullptr), s);
+    EXPECT_EQ(with(128, false, s, nullptr), s);
+  }
+  for (const char* s : {"1", "2", "4", "8"}) EXPECT_EQ(with(128, false, s, "0"), s) << "per-lane loads";
+  for (const char* s : {"3", "5", "6"}) EXPECT_NE(with(128, false, s, "0").find("WTMA=1"), std::string::npos) << s;
+  for (const char* s : {"1", "2", "3", "4"}) EXPECT_EQ(with(128, true, s, nullptr), s) << "128 x 128";
+  for (const char* s : {"5", "6", "8"}) EXPECT_NE(with(128, true, s, nullptr).find("not built for 128 x 128"), std::string::npos) << s;
+  for (const char* s : {"1", "2"}) EXPECT_EQ(with(256, false, s, nullptr), s);
+  for (const char* s : {"3", "4"}) EXPECT_NE(with(256, false, s, nullptr).find("up to 2"), std::string::npos) << s;
+  for (const char* s : {"0", "7", "9", "x"}) EXPECT_NE(with(64, false, s, nullptr).find("SPLIT"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -432,7 +432,8 @@ INSTANTIATE_TEST_SUITE_P(Configs, GemmFp4Sm90, ::testing::ValuesIn(sm90_cases())
 // (clusters summing through distributed shared memory); wgmma 64 x 64 split 8 with bulk-copied
 // weights, 64 x 128 split 4 with per-lane weight loads, 64 x 128 unsplit on 5 persistent blocks
 // (10 tiles each), 128 x 128 of two consumer warpgroups (wg128x2) split 2, and unsplit with per-lane
-// weight loads on 3 persistent blocks (8 tiles each), 128 x 256 unsplit with bulk-copied weights and a partial tile in M, one block per
+// weight loads on 3 persistent blocks (8 tiles each), the odd K splits with bulk-copied weights (64 x
+// 128 split 3 and 6, 64 x 64 split 5, 128 x 128 split 3: 49 chunks in uneven ranges), 128 x 256 unsplit with bulk-copied weights and a partial tile in M, one block per
 // tile and on 2 or 4 persistent blocks (3 and 2 tiles each: the ring's phases carry across tiles);
 // mma.sync's kStd order at M = 128. The stream kernel (the experiment libnibble_gemm_fp4_stream.so,
 // M <= 16; "Stream" below, kind "stream") at
@@ -516,6 +517,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          Forced{"m128-n3000-k3080", "wg128", "1", "1", "5"},
                                          Forced{"m128-n3000-k3080", "wg128x2", "2", "1", "0"},
                                          Forced{"m128-n3000-k3080", "wg128x2", "1", "0", "3"},
+                                         Forced{"m128-n3000-k3080", "wg128", "3", "1", "0"},
+                                         Forced{"m128-n3000-k3080", "wg64", "5", "1", "0"},
+                                         Forced{"m128-n3000-k3080", "wg128", "6", "1", "0"},
+                                         Forced{"m128-n3000-k3080", "wg128x2", "3", "1", "0"},
                                          Forced{"m300-n300-k3080", "wg256", "1", "1", "0"},
                                          Forced{"m300-n300-k3080", "wg256", "1", "0", "2"},
                                          Forced{"m300-n300-k3080", "wg256", "1", "1", "4"},

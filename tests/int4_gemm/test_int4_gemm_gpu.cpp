@@ -87,7 +87,9 @@ INSTANTIATE_TEST_SUITE_P(Configs, Int4GemmGpu, ::testing::Values("tiny-sym", "m1
 // partial tile), 300 (128 x 256, a partial tile in M, split 2), then 64 x 64 split 8, 64 x 128 on 5
 // persistent blocks (several tiles each: the ring's phases carry across tiles), 128 x 128 of two
 // consumer warpgroups (NIBBLE_INT4SM90_ROWS=128) split 2 and on 3 persistent blocks, 128 x 256 on 2
-// persistent blocks (24 tiles each), and K = 256 (4 chunks: too few to split).
+// persistent blocks (24 tiles each), the odd K splits (clusters of 3, 5 and 6: 50 chunks in uneven
+// ranges; 64 x 128 split 3 and 6, 64 x 64 split 5, 128 x 128 split 3), and K = 256 (4 chunks: too
+// few to split).
 struct Sm90Case {
   const char* config;
   const char* bn;     // "": prepare's choice
@@ -143,6 +145,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Sm90Case{"m128-n3000-k3200", "64", "8", ""}, Sm90Case{"m128-n3000-k3200", "128", "1", "5"},
                       Sm90Case{"m128-n3000-k3200", "128", "2", "", "128"}, Sm90Case{"m200-n3000-k3200", "128", "1", "3", "128"},
                       Sm90Case{"m300-n3000-k3200", "256", "1", "2"},
+                      Sm90Case{"m128-n3000-k3200", "128", "3", ""}, Sm90Case{"m128-n3000-k3200", "64", "5", ""},
+                      Sm90Case{"m128-n3000-k3200", "128", "6", ""}, Sm90Case{"m128-n3000-k3200", "128", "3", "", "128"},
                       Sm90Case{"m40-n256-k256", "", "", ""}),
     [](const ::testing::TestParamInfo<Sm90Case>& i) {
       std::string s = std::string(i.param.config) + "_bn" + (*i.param.bn ? i.param.bn : "auto") + "_split" +
