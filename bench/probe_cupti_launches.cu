@@ -17,7 +17,7 @@
 //      only, and with the whole driver domain;
 //   5. the GPU cost of the records inside a CUDA graph: a graph of 2000 kernel nodes (a PyTorch decode
 //      step in a graph has ~1900-2000) timed by CUDA events without any record kind on, with
-//      CONCURRENT_KERNEL (a record per node: what the grader takes today), with GRAPH_TRACE alone
+//      CONCURRENT_KERNEL (a record per node: --graph-records nodes), with GRAPH_TRACE alone
 //      (one record per launch) and with both, and which records each leaves (the anchors graded
 //      2.3x their untraced times on the H200, ~3 us a kernel more); last, graphs instantiated before
 //      GRAPH_TRACE was switched on, launched with it on (a SIGSEGV in libcupti on an H100).
@@ -258,8 +258,9 @@ double time_graph(cudaStream_t s, cudaGraphExec_t exec) {
 
 int run(int launches);
 
-/** A crash inside CUPTI or the driver (GRAPH_TRACE with the kernel records off ended the process,
- *  H100, 2026-12-07): the frames, so that the library it happened in is named. */
+/** A crash inside CUPTI or the driver (a graph instantiated before GRAPH_TRACE was switched on ended
+ *  the process at its launch, in libcupti: H100, 2026-12-07): the frames, so that the library it
+ *  happened in is named. */
 void on_crash(int sig) {
   void* frames[64];
   const int n = backtrace(frames, 64);
@@ -552,7 +553,7 @@ int run(int launches) {
   // instantiated before GRAPH_TRACE was switched on ended the process by SIGSEGV in libcupti (under
   // cudaGraphLaunch, CONCURRENT_KERNEL on or off), as it did a solution doing the same (hostile row
   // graph_trace_self): graphs instantiated after the switch go first, those instantiated before it
-  // last, after the summary, so a crash there places itself and loses nothing. The steps are marked.
+  // last, after every summary line, so a crash there places itself and loses nothing. The steps are marked.
   // Which records a graph launch leaves in each state, a 2000-node graph timed in each.
   CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   std::printf("\n-- 5: the 2000-node graph timed, no record kind on\n");
@@ -565,7 +566,8 @@ int run(int launches) {
   std::printf("\n== cuptiActivityEnable(GRAPH_TRACE), CONCURRENT_KERNEL on: %s\n", graph_trace_msg ? graph_trace_msg : "?");
   double graph_trace_us = -1, graph_both_us = -1;
   cudaGraphExec_t chain_after = nullptr, three_after = nullptr;
-  // Which records the 3-kernel graph `g3`, the mixed graph and two launches outside a graph leave in `state`.
+  // Which records the 3-kernel graph `g3` and two launches outside a graph leave in `state` (the mixed
+  // graph's copy and memset nodes: only in the last step, instantiated before the switch).
   const auto probe_graph_records = [&](cudaGraphExec_t g3, const std::string& state) {
     probe(("cudaGraphLaunch of a 3-kernel graph, " + state).c_str(), [&] { CHECK_CUDA(cudaGraphLaunch(g3, s)); });
     probe(("runtime <<<>>> x2 (outside a graph), " + state).c_str(), [&] {
@@ -594,10 +596,17 @@ int run(int launches) {
               kGraphNodes, graph_bare_us, graph_nodes_us, graph_off_us, graph_trace_us, graph_both_us,
               (graph_nodes_us - graph_bare_us) / kGraphNodes, (graph_trace_us - graph_bare_us) / kGraphNodes,
               (graph_both_us - graph_bare_us) / kGraphNodes);
+  std::printf("\nhost time per empty launch (%d launches, us): bare %.3f, activity records on %.3f, + launch "
+              "callbacks %.3f, + whole driver domain %.3f, + runtime domain %.3f\n",
+              launches, bare_us, activity_us, launch_cbs_us, driver_domain_us, both_domains_us);
+  std::printf("host time per 4-byte cudaMemsetAsync (%d calls, us): bare %.3f, activity records on %.3f, + a callback on "
+              "every driver call (the copy audit's cost is below it) %.3f\n",
+              launches, bare_memset_us, activity_memset_us, driver_domain_memset_us);
   if (graph_trace_on == CUPTI_SUCCESS) {
     std::printf("-- 5: graphs instantiated before GRAPH_TRACE was switched on, launched with it on (SIGSEGV in "
                 "libcupti on an H100, 2026-12-07)\n");
-    probe_graph_records(exec, "instantiated before the switch, GRAPH_TRACE and CONCURRENT_KERNEL on");
+    probe("cudaGraphLaunch of the 3-kernel graph, instantiated before the switch, GRAPH_TRACE and CONCURRENT_KERNEL on",
+          [&] { CHECK_CUDA(cudaGraphLaunch(exec, s)); });
     probe("cudaGraphLaunch of the mixed graph, instantiated before the switch", [&] { CHECK_CUDA(cudaGraphLaunch(mixed, s)); });
     std::printf("-- 5: the graphs instantiated before the switch ran\n");
     (void)cuptiActivityDisable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
@@ -606,12 +615,6 @@ int run(int launches) {
   }
   CHECK_CUDA(cudaGraphExecDestroy(chain));
 
-  std::printf("\nhost time per empty launch (%d launches, us): bare %.3f, activity records on %.3f, + launch "
-              "callbacks %.3f, + whole driver domain %.3f, + runtime domain %.3f\n",
-              launches, bare_us, activity_us, launch_cbs_us, driver_domain_us, both_domains_us);
-  std::printf("host time per 4-byte cudaMemsetAsync (%d calls, us): bare %.3f, activity records on %.3f, + a callback on "
-              "every driver call (the copy audit's cost is below it) %.3f\n",
-              launches, bare_memset_us, activity_memset_us, driver_domain_memset_us);
   CHECK_CUBLAS(cublasDestroy(h));
   CHECK_CUDA(cudaGraphExecDestroy(exec));
   CHECK_CUDA(cudaGraphExecDestroy(mixed));

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "solutions/common/abi_util.h"
@@ -327,9 +328,11 @@ inline int wgmma_blocks_per_sm(const WgmmaPlan& p) { return p.ncons() == 2 ? 1 :
 inline int wgmma_max_split(const WgmmaPlan& p) { return p.ncons() == 1 ? 8 : (p.bn == 128 ? 4 : 2); }
 inline constexpr int kWgmmaOddSplits[] = {3, 5, 6};
 
-/** Whether the kernels are built for plan p's split (wgmma_max_split; 3, 5, 6 with p.wtma only). */
-inline bool wgmma_split_built(const WgmmaPlan& p) {
-  if (p.split < 1 || p.split > wgmma_max_split(p)) return false;
+/** Whether the kernels are built for plan p (its split up to wgmma_max_split; 3, 5, 6 with p.wtma
+ *  only; per-lane weight loads, !p.wtma, only where the solution builds them: kPerLaneLoads of
+ *  launch_wgmma). */
+inline bool wgmma_split_built(const WgmmaPlan& p, bool per_lane_built = true) {
+  if (p.split < 1 || p.split > wgmma_max_split(p) || (!p.wtma && !per_lane_built)) return false;
   if (p.split == 1 || p.split == 2 || p.split == 4 || p.split == 8) return true;
   for (const int s : kWgmmaOddSplits)
     if (p.split == s) return p.wtma;
@@ -384,18 +387,42 @@ inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms, 
  * 128 x 128, 2 at 128 x 256; 3, 5 and 6 with bulk-copied weights only), <prefix>WTMA (0: weights by
  * 16-byte loads per lane, 1: by bulk copy) and <prefix>GRID (split 1: at most this many persistent
  * blocks; 0: one block per tile) from the environment replace the plan's choices.
- * Throws AbiFailure INVALID_ARGUMENT for a split the kernels are not built for (wgmma_split_built).
+ * per_lane_built: the solution builds the per-lane weight path (launch_wgmma's kPerLaneLoads).
+ * Throws AbiFailure INVALID_ARGUMENT, naming what is built, for a plan the kernels are not built for
+ * (wgmma_split_built) or a value that is not a whole number.
  */
-inline void override_wgmma_plan(WgmmaPlan& p, const std::string& prefix) {
-  if (const char* e = std::getenv((prefix + "WTMA").c_str())) p.wtma = std::atoi(e) != 0;
-  if (const char* e = std::getenv((prefix + "SPLIT").c_str())) p.split = std::atoi(e);
-  if (!wgmma_split_built(p))
+inline void override_wgmma_plan(WgmmaPlan& p, const std::string& prefix, bool per_lane_built = true) {
+  const auto whole = [&](const char* name) -> std::optional<int> {
+    const char* e = std::getenv((prefix + name).c_str());
+    if (!e) return std::nullopt;
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (end == e || *end != '\0' || v < 0 || v > 1 << 20)
+      throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, prefix + name + "=" + e + ": not a whole number");
+    return int(v);
+  };
+  if (const auto v = whole("WTMA")) p.wtma = *v != 0;
+  if (!p.wtma && !per_lane_built)
+    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, prefix + "WTMA=0: the per-lane weight path is not built here");
+  if (const auto v = whole("SPLIT")) p.split = *v;
+  if (!wgmma_split_built(p, per_lane_built)) {
+    // The splits this tile width has on a weight path, by the same rule.
+    const auto built = [&](bool wtma) {
+      std::string s;
+      for (int k = 1; k <= 8; ++k) {
+        WgmmaPlan q = p;
+        q.split = k, q.wtma = wtma;
+        if (wgmma_split_built(q, per_lane_built)) s += (s.empty() ? "" : ", ") + std::to_string(k);
+      }
+      return s;
+    };
     throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT,
-                     prefix + "SPLIT " + std::to_string(p.split) + " is not built for " + std::to_string(p.rows()) + " x " +
-                         std::to_string(p.bn) + " tiles" + (p.wtma ? "" : " with per-lane weight loads") +
-                         ": 1, 2, 4, 8 up to " + std::to_string(wgmma_max_split(p)) +
-                         ", and 3, 5, 6 with bulk-copied weights (" + prefix + "WTMA=1)");
-  if (const char* e = std::getenv((prefix + "GRID").c_str())) p.grid_cap = std::atoi(e);
+                     prefix + "SPLIT=" + std::to_string(p.split) + " is not built for " + std::to_string(p.rows()) + " x " +
+                         std::to_string(p.bn) + " tiles with " + (p.wtma ? "bulk-copied" : "per-lane loaded") +
+                         " weights: " + built(p.wtma) +
+                         (p.wtma || built(true) == built(false) ? "" : " (with " + prefix + "WTMA=1: " + built(true) + ")"));
+  }
+  if (const auto v = whole("GRID")) p.grid_cap = *v;
 }
 
 /** The current device's properties; NOT_SUPPORTED unless it is sm_90 (the kernels are sm_90a). */

@@ -65,6 +65,12 @@ double run_gemm(const Plan& pl, int64_t M, int64_t N, int64_t K, int64_t n_pad, 
   sol::ATensorMap amap;
   test::GuardedOutput out(size_t(M * N));
   sol::launch_wgmma<F, kPerLane>(p, w, amap, A, out.data(), nullptr);
+  // The launch took the plan's split: a cluster of that many blocks along z (every split sums to the
+  // same C, so only the launch can show a switch case that launched another split's kernel).
+  EXPECT_EQ(emu::g_last_ex_cluster, unsigned(pl.split)) << "split " << pl.split;
+  if (pl.split > 1) {
+    EXPECT_EQ(emu::g_last_ex_grid.z, unsigned(pl.split));
+  }
   for (void* q : owned) cudaFree(q);
   const test::GuardedOutput::Check c = out.check(ref);
   *unwritten = c.unwritten + c.guard_written;
@@ -119,7 +125,7 @@ TEST_P(Int4WgmmaEmulation, MatchesTheFormatsDefinition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Int4WgmmaEmulation,
-                         ::testing::Values("m17-n200-k256", "m70-n136-k384", "m150-n72-k256", "m260-n136-k256"),
+                         ::testing::Values("m17-n200-k256", "m64-n136-k384", "m70-n136-k384", "m150-n72-k256", "m260-n136-k256"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            std::string s = i.param;
                            for (char& c : s)
@@ -156,7 +162,7 @@ TEST_P(Fp4WgmmaEmulation, MatchesTheOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Fp4WgmmaEmulation,
                          ::testing::Combine(::testing::Values(kGemmNvfp4Task, kGemmMxfp4Task),
-                                            ::testing::Values("m70-n136-k200", "m260-n72-k256")),
+                                            ::testing::Values("m64-n72-k200", "m70-n136-k200", "m260-n72-k256")),
                          [](const ::testing::TestParamInfo<std::tuple<const char*, const char*>>& i) {
                            std::string s = std::string(std::get<0>(i.param)) + "_" + std::get<1>(i.param);
                            for (char& c : s)
@@ -209,13 +215,13 @@ TEST(WgmmaPlan, SplitsOnlyWithinOneWave) {
  *  switch: 1 to 8 but 7 with one consumer warpgroup (3, 5, 6 only with bulk-copied weights), 1 to 4
  *  at 128 x 128, 1 and 2 at 128 x 256; anything else is INVALID_ARGUMENT with what is built. */
 TEST(WgmmaPlan, AnOverrideNamesOnlyABuiltSplit) {
-  const auto with = [](int bn, bool rows128, const char* split, const char* wtma) {
+  const auto with = [](int bn, bool rows128, const char* split, const char* wtma, bool per_lane_built = true) {
     sol::WgmmaPlan p = sol::plan_wgmma(bn, 128, 3072, 48, 132, rows128);
     setenv("NIBBLE_TEST_WG_SPLIT", split, 1);
     if (wtma) setenv("NIBBLE_TEST_WG_WTMA", wtma, 1);
     std::string err;
     try {
-      sol::override_wgmma_plan(p, "NIBBLE_TEST_WG_");
+      sol::override_wgmma_plan(p, "NIBBLE_TEST_WG_", per_lane_built);
     } catch (const sol::AbiFailure& e) {
       EXPECT_EQ(e.status, NIBBLE_ERR_INVALID_ARGUMENT);
       err = e.what();
@@ -229,12 +235,22 @@ TEST(WgmmaPlan, AnOverrideNamesOnlyABuiltSplit) {
     EXPECT_EQ(with(128, false, s, nullptr), s);
   }
   for (const char* s : {"1", "2", "4", "8"}) EXPECT_EQ(with(128, false, s, "0"), s) << "per-lane loads";
-  for (const char* s : {"3", "5", "6"}) EXPECT_NE(with(128, false, s, "0").find("WTMA=1"), std::string::npos) << s;
+  for (const char* s : {"3", "5", "6"})
+    EXPECT_NE(with(128, false, s, "0").find("64 x 128 tiles with per-lane loaded weights: 1, 2, 4, 8 (with "
+                                            "NIBBLE_TEST_WG_WTMA=1: 1, 2, 3, 4, 5, 6, 8)"),
+              std::string::npos)
+        << s;
   for (const char* s : {"1", "2", "3", "4"}) EXPECT_EQ(with(128, true, s, nullptr), s) << "128 x 128";
-  for (const char* s : {"5", "6", "8"}) EXPECT_NE(with(128, true, s, nullptr).find("not built for 128 x 128"), std::string::npos) << s;
+  for (const char* s : {"5", "6", "8"})
+    EXPECT_NE(with(128, true, s, nullptr).find("128 x 128 tiles with bulk-copied weights: 1, 2, 3, 4"), std::string::npos) << s;
   for (const char* s : {"1", "2"}) EXPECT_EQ(with(256, false, s, nullptr), s);
-  for (const char* s : {"3", "4"}) EXPECT_NE(with(256, false, s, nullptr).find("up to 2"), std::string::npos) << s;
-  for (const char* s : {"0", "7", "9", "x"}) EXPECT_NE(with(64, false, s, nullptr).find("SPLIT"), std::string::npos) << s;
+  for (const char* s : {"3", "4"})
+    EXPECT_NE(with(256, false, s, nullptr).find("128 x 256 tiles with bulk-copied weights: 1, 2"), std::string::npos) << s;
+  for (const char* s : {"0", "7", "9"}) EXPECT_NE(with(64, false, s, nullptr).find("SPLIT=" + std::string(s) + " is not built"), std::string::npos) << s;
+  for (const char* s : {"x", "3abc", "-1", ""}) EXPECT_NE(with(64, false, s, nullptr).find("not a whole number"), std::string::npos) << s;
+  // A solution without the per-lane path (int4_gemm_sm90): WTMA=0 is refused whatever the split.
+  EXPECT_NE(with(128, false, "2", "0", false).find("WTMA=0: the per-lane weight path is not built here"), std::string::npos);
+  EXPECT_EQ(with(128, false, "5", "1", false), "5");
 }
 
 }  // namespace

@@ -87,9 +87,9 @@ INSTANTIATE_TEST_SUITE_P(Configs, Int4GemmGpu, ::testing::Values("tiny-sym", "m1
 // partial tile), 300 (128 x 256, a partial tile in M, split 2), then 64 x 64 split 8, 64 x 128 on 5
 // persistent blocks (several tiles each: the ring's phases carry across tiles), 128 x 128 of two
 // consumer warpgroups (NIBBLE_INT4SM90_ROWS=128) split 2 and on 3 persistent blocks, 128 x 256 on 2
-// persistent blocks (24 tiles each), the odd K splits (clusters of 3, 5 and 6: 50 chunks in uneven
-// ranges; 64 x 128 split 3 and 6, 64 x 64 split 5, 128 x 128 split 3), and K = 256 (4 chunks: too
-// few to split).
+// persistent blocks (24 tiles each), the odd K splits (clusters of 3, 5 and 6 over 50 chunks: 17,
+// 17, 16 and 9 x 5, 5 at 3 and 6; 64 x 128 split 3 and 6, 64 x 64 split 5, 128 x 128 split 3), and
+// K = 256 (4 chunks: too few to split).
 struct Sm90Case {
   const char* config;
   const char* bn;     // "": prepare's choice

@@ -67,9 +67,7 @@ void prepare_wgmma(Handle& h, int sms, cudaStream_t stream) {
   }
   const int64_t nch = g.K / kChunkK;
   h.plan = sol::plan_wgmma(bn, g.M, g.N, nch, sms, rows128);
-  sol::override_wgmma_plan(h.plan, "NIBBLE_INT4SM90_");
-  if (!h.plan.wtma)
-    throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_INT4SM90_WTMA=0: the per-lane weight path is not built here");
+  sol::override_wgmma_plan(h.plan, "NIBBLE_INT4SM90_", /*per_lane_built=*/false);
   if ((g.M + bn - 1) / bn > 65535) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "M too large for the grid");
   const int4_mma::PlainWeights p = int4_mma::download_plain(g, stream);
   const Repacked r = repack(p.packed.data(), p.scale.data(), p.zero.data(), g.N, g.K, h.plan.group());

@@ -288,8 +288,18 @@ cudaError_t cudaLaunchCooperativeKernel(void (*kernel)(P...), dim3 grid, dim3 bl
   ::emu::launch_cooperative_args(kernel, grid, block, smem, args, std::index_sequence_for<P...>{});
   return cudaSuccess;
 }
+namespace emu {
+/** The grid and cluster size (along z; 1 without a cluster) of the last cudaLaunchKernelEx: what a
+ *  test checks a host launch chose, which a correct sum cannot show (any split gives the same C). */
+inline dim3 g_last_ex_grid;
+inline unsigned g_last_ex_cluster = 1;
+}  // namespace emu
 template <class... P, class... Args>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* cfg, void (*kernel)(P...), Args&&... args) {
+  ::emu::g_last_ex_grid = cfg->gridDim;
+  ::emu::g_last_ex_cluster = 1;
+  for (unsigned i = 0; i < cfg->numAttrs; ++i)
+    if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension) ::emu::g_last_ex_cluster = cfg->attrs[i].val.clusterDim.z;
   for (unsigned i = 0; i < cfg->numAttrs; ++i)
     if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension) {
       const auto& cd = cfg->attrs[i].val.clusterDim;
