@@ -380,6 +380,7 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
       tr.unrecorded_copies = audit.unrecorded_copies;
       tr.first_unrecorded_copy = audit.first_unrecorded_copy;
       tr.device_launch_graphs = audit.device_launch_graphs;
+      tr.graph_launches_audited = audit.graph_launches;
       tr.task_figures = session->timing_figures();
       {
         std::lock_guard<std::mutex> lock(out.mu);

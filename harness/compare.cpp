@@ -245,14 +245,25 @@ Comparison compare_reports(const ReportView& base, const ReportView& neu, const 
   if (!base.unit.empty() && !neu.unit.empty() && base.unit != neu.unit)
     c.refused.push_back("unit: a BASE sample is one " + base.unit + " of " + base.task + ", a NEW sample one " + neu.unit + " of " +
                         neu.task + (base.task != neu.task ? ": reports of different tasks" : ""));
+  // Timed in different modes: the figures are not comparable (--force does not apply), but the
+  // correctness is, so a correctness regression still says 2 (below).
+  std::vector<std::string> timing_refused;
   if (base.clock != neu.clock)
-    c.refused.push_back("clock: BASE was graded by " + std::string(base.clock == "wall" ? "the grader's clock" : "GPU span") +
-                        ", NEW by " + (neu.clock == "wall" ? "the grader's clock" : "GPU span") +
-                        " (nibble grade --clock): grade both with the same --clock");
-  if (base.graph_records != neu.graph_records)
-    c.refused.push_back("graph records: BASE recorded a CUDA graph's launch by " + base.graph_records + ", NEW by " +
-                        neu.graph_records + " (nibble grade --graph-records; per-node records add GPU time to every node): "
-                        "grade both with the same --graph-records");
+    timing_refused.push_back("clock: BASE was graded by " + std::string(base.clock == "wall" ? "the grader's clock" : "GPU span") +
+                             ", NEW by " + (neu.clock == "wall" ? "the grader's clock" : "GPU span") +
+                             " (nibble grade --clock): grade both with the same --clock");
+  // Only where both figures depend on it: a report whose timed calls launched no CUDA graph reads the
+  // same in either mode (figure_graph_records).
+  if (const std::string b = figure_graph_records(base), n = figure_graph_records(neu); !b.empty() && !n.empty() && b != n) {
+    std::string why = "graph records: BASE recorded a CUDA graph's launch by " + b + ", NEW by " + n +
+                      " (nibble grade --graph-records; per-node records add GPU time to every node): grade both with the "
+                      "same --graph-records";
+    for (const auto& [side, r] : {std::pair<const char*, const ReportView*>{"BASE", &base}, {"NEW", &neu}})
+      if (r->graph_records == "nodes" && r->graph_launches_audited < 0)
+        why += std::string(" (") + side + ", a report before schema 2.7, does not say whether its timed calls launched a "
+               "CUDA graph: grade it again, or the other with --graph-records nodes)";
+    timing_refused.push_back(why);
+  }
   if (!c.refused.empty()) {
     c.exit_code = kCompareNotComparable;
     c.result = "not comparable: " + join(c.refused, "; ") + " (--force does not apply)";
@@ -278,6 +289,21 @@ Comparison compare_reports(const ReportView& base, const ReportView& neu, const 
   if (!std::isnan(gate) && !std::isnan(bw) && bw < gate && (std::isnan(nw) || nw >= gate))
     c.correctness_regressions.push_back("NEW's worst relative error " + err_str(nw) + " is at or past the gate " + fmt_g(gate) +
                                         " (BASE: " + err_str(bw) + ")");
+
+  if (!timing_refused.empty()) {  // no figure is compared; a correctness regression is still 2
+    c.refused = timing_refused;
+    c.refused_timing_only = true;
+    c.forced = opt.force && !c.not_comparable.empty();
+    const bool measurement_differs = !c.not_comparable.empty() && !opt.force;
+    c.exit_code = !measurement_differs && !c.correctness_regressions.empty() ? kCompareCorrectness : kCompareNotComparable;
+    std::vector<std::string> why = timing_refused;
+    if (measurement_differs) why.insert(why.begin(), c.not_comparable.begin(), c.not_comparable.end());
+    c.result = c.exit_code == kCompareCorrectness
+                   ? "correctness regression: " + join(c.correctness_regressions, "; ") + " (the timing is not comparable: " +
+                         join(timing_refused, "; ") + ")"
+                   : "not comparable: " + join(why, "; ") + " (--force does not apply)";
+    return c;
+  }
 
   // 3. The timed figures.
   for (const std::string& f : timed_figures()) {

@@ -13,12 +13,16 @@
 //   3  not comparable: different task, config, fixture SHA-256 (fixtures[].file_sha256), GPU model
 //      (device.name), or one report has no timing; --force compares anyway and says so. Also, and
 //      --force does not change it: a schema version 1 report against a version 2 one (their timing
-//      protocols differ: re-grade the baseline), or samples of different units (token, call)
+//      protocols differ: re-grade the baseline), samples of different units (token, call), figures
+//      of different clocks (timing.clock), or of different graph-record modes where both reports'
+//      figures depend on the mode (figure_graph_records: a report whose timed calls launched no CUDA
+//      graph is compared with either)
 //   4  bad input: a missing file, not JSON, not a nibble report (schema != "nibble.report"), a
 //      schema version this nibble does not read, or a bad command line
 // Precedence: 4, then 3 for a different schema version or unit, then 3 for a different
-// task/config/fixture/GPU, then 2, then 3 for missing timing, then 1. A correctness regression
-// outranks missing timing because a crashed NEW has none.
+// task/config/fixture/GPU, then 2, then 3 for a different clock or graph-record mode, then 3 for
+// missing timing, then 1. A correctness regression outranks missing timing because a crashed NEW has
+// none, and the modes a time was taken in because correctness does not depend on them.
 //
 // Both reports are read through ReportView (report_view.h): nothing here depends on the task.
 #pragma once
@@ -159,7 +163,8 @@ struct FigureComparison {
 struct Comparison {
   CompareOptions options;
   std::string base_label, new_label;       // file paths as given
-  std::vector<std::string> refused;        // schema version or unit differ: not comparable, even forced
+  std::vector<std::string> refused;        // schema version, unit, clock or graph-record mode differ: not comparable, even forced
+  bool refused_timing_only = false;        // refused for the clock or graph-record mode alone: correctness was compared
   std::vector<std::string> not_comparable; // identity differences (task, config, fixture, GPU)
   std::vector<std::string> missing_timing; // "BASE has no timing" ...
   bool forced = false;                     // not comparable, compared anyway (--force)

@@ -47,6 +47,7 @@ constexpr uint32_t kIdGenerations = 4;
 bool g_auditing = false;
 std::vector<AuditedLaunch> g_launches;                 // not matched yet
 int g_matched = 0;                                     // launches matched and dropped
+int g_graph_launches = 0;                              // of the launches kept, graph launches (LaunchAudit)
 // Copy and memset calls: those not matched yet, with the collect they came in; one still unmatched
 // kIdGenerations collects later is counted unrecorded and dropped (they must not pile up over a
 // long timed phase).
@@ -82,6 +83,7 @@ void reset_audit(bool auditing) {
   g_auditing = auditing;
   g_launches.clear();
   g_matched = 0;
+  g_graph_launches = 0;
   g_copies.clear();
   g_copies_matched = g_copies_unrecorded = 0;
   g_first_unrecorded_copy.clear();
@@ -553,6 +555,7 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain, CUpti_CallbackId cbid, cons
     g_launches.push_back({d->correlationId, d->functionName, needs_kernel, seen && it->second.memcpy.run(),
                           seen && it->second.memset.run(), graph != nullptr && g_graph_records == GraphRecords::Graphs});
     g_last_launch = std::max(g_last_launch, d->correlationId);
+    g_graph_launches += graph != nullptr;
   }
 }
 
@@ -858,9 +861,9 @@ CuptiTimer::CuptiTimer(GraphRecords graphs) {
 }
 
 void CuptiTimer::reenable() {
-  // GRAPH_TRACE first. In the default mode it is left as it is: a solution that turned it on
+  // GRAPH_TRACE first. Under GraphRecords::Nodes it is left as it is: a solution that turned it on
   // (sparing its graphs' per-node tracing) has its graph launches found unrecorded by the audit
-  // (launch_recorded), and the default path stays the one measured.
+  // (launch_recorded), and the per-node path stays the one measured.
   if (g_graph_records == GraphRecords::Graphs) check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE), "enable GRAPH_TRACE");
   for (const RecordKind& k : kRecordKinds) check(cuptiActivityEnable(k.kind), k.enable);
 }
@@ -936,6 +939,7 @@ LaunchAudit CuptiTimer::launch_audit(uint32_t last) {
     if (c.call.id <= last && a.unrecorded_copies++ == 0) a.first_unrecorded_copy = c.call.api ? c.call.api : "?";
   a.copies = g_copies_matched + a.unrecorded_copies;
   a.device_launch_graphs = g_device_launch_graphs;
+  a.graph_launches = g_graph_launches;
   return a;
 }
 

@@ -60,6 +60,9 @@ struct LaunchAudit {
   // Graphs instantiated for launch from the GPU (cudaGraphInstantiateFlagDeviceLaunch) since the
   // timer started, build included: a kernel's launch of one has no host call, so no callback sees it.
   int device_launch_graphs = 0;
+  // Of `launches`, the graph launches (cuGraphLaunch): 0 says the figure does not depend on how a
+  // graph's launch is recorded (--graph-records).
+  int graph_launches = 0;
 };
 
 /** One launch as the audit keeps it: the driver call's correlation id, which every record of its
@@ -87,8 +90,8 @@ struct Recorded {
  *  when it launched kernels (a graph whose memset node left a record while its kernels' records
  *  were off is not), a memcpy record when it ran copy nodes (a graph whose kernel left a record
  *  while the copy records were off is not), and some record always. A graph record vouches for
- *  nothing in the default mode: a solution that turned GRAPH_TRACE on itself (sparing its nodes'
- *  tracing) would otherwise pass as recorded. */
+ *  nothing under GraphRecords::Nodes: a solution that turned GRAPH_TRACE on itself (sparing its
+ *  nodes' tracing) would otherwise pass as recorded. */
 inline bool launch_recorded(const AuditedLaunch& l, Recorded r) {
   if (r.graph && l.whole_graph) return true;
   return r.any && (r.kernel || !l.needs_kernel) && (r.memcpy || !l.needs_memcpy) && (r.memset || !l.needs_memset);

@@ -264,6 +264,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   t["unrecorded_copies"] = tr.unrecorded_copies;
   t["first_unrecorded_copy"] = tr.first_unrecorded_copy;
   t["device_launch_graphs"] = tr.device_launch_graphs;
+  t["graph_launches_audited"] = tr.graph_launches_audited;
   t["timing_seed"] = tr.seed ? json(*tr.seed) : json(nullptr);
   t["timing_seed_from"] = tr.seed_from;
   t["task_figures"] = json(tr.task_figures);

@@ -66,6 +66,6 @@ int grade_main(const GradeOptions& opt);
 int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& solutions);
 
 /** The schema_version of the reports grade writes (docs/report-schema.md). */
-inline constexpr const char* kReportSchemaVersion = "2.6.0";
+inline constexpr const char* kReportSchemaVersion = "2.7.0";
 
 }  // namespace nibble

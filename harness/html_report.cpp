@@ -564,7 +564,10 @@ std::string error_anchor_source(const ReportView& report, const std::vector<Erro
 }
 
 std::string render_html_report(const ReportView& report, const std::string& report_label, const HtmlAnchors& anchors,
-                               const ReportView* base, const std::string& base_label, const Comparison* cmp) {
+                               const ReportView* base_report, const std::string& base_label, const Comparison* cmp) {
+  // BASE's times are drawn only where they were taken as this report's (the same clock and graph
+  // record mode): otherwise the comparison section alone says why not.
+  const ReportView* base = cmp && cmp->refused_timing_only ? nullptr : base_report;
   const std::string& disp = report.disposition;
   const bool passed = disp == "Passed";
   const std::vector<double>& span = report.gpu_span_us.samples;
@@ -649,10 +652,10 @@ std::string render_html_report(const ReportView& report, const std::string& repo
   }
   if (!anchors.beside.empty()) {
     o << "<h2>Side by side</h2>\n<p class=\"note\">This report first, then the reports given beside it; ranked by median among "
-      << "the Passed reports of the same task, config, GPU and report schema; speedup is this report's median over each row's.</p>\n"
+      << "the Passed reports of the same task, config, GPU, report schema, clock and graph-record mode (a report that launched no CUDA graph goes with either); speedup is this report's median over each row's.</p>\n"
       << lineup_html(lineup);
   }
-  if (base && cmp) o << comparison_section(*cmp);
+  if (base_report && cmp) o << comparison_section(*cmp);
   if (!span.empty() && !report.positions.empty()) {
     auto count = [](double v) { return std::isnan(v) ? std::string("?") : fmt_g(v, 10); };
     o << "<h2>Time per " << html_escape(noun) << " across the positions</h2>\n<p class=\"note\">" << count(report.calls_per_round) << " "
@@ -705,7 +708,7 @@ std::string render_html_report(const ReportView& report, const std::string& repo
     for (const std::string& x : report.argv) a += (a.empty() ? "" : " ") + x;
     o << row("command", "<code>" + html_escape(a) + "</code>");
   }
-  if (base) o << row("BASE report", html_escape(base_label));
+  if (base_report) o << row("BASE report", html_escape(base_label));
   o << "</table>\n<p class=\"note\">Written by <code>nibble report html</code>; self-contained: no script, no network.</p>\n";
   o << html_page_end();
   return o.str();

@@ -60,7 +60,8 @@ std::string html_page_end();
 /**
  * The page for `report` (read_report_view), with `anchors` drawn beside its figures. With `base`
  * (may be null) the comparison `cmp` (must then be given) is shown and BASE's median is drawn
- * beside the candidate's. `report_label`/`base_label` name the files in the page.
+ * beside the candidate's, unless cmp refused the times for their clock or graph-record mode
+ * (Comparison::refused_timing_only). `report_label`/`base_label` name the files in the page.
  */
 std::string render_html_report(const ReportView& report, const std::string& report_label, const HtmlAnchors& anchors,
                                const ReportView* base = nullptr, const std::string& base_label = "",

@@ -18,10 +18,17 @@ namespace nibble {
 
 namespace {
 
+/** Whether r belongs with the reports whose CUDA graphs were recorded whole: its figure depends on
+ *  the mode and the mode is "graphs". A report that launched no graph (figure_graph_records "") goes
+ *  with the per-node set, and is set apart from neither. */
+bool graphs_whole(const ReportView& r) { return figure_graph_records(r) == "graphs"; }
+
+constexpr const char* kGraphsWholeGroup = " / graphs recorded whole";
+
 std::string group_of(const ReportView& r) {
   return r.task + " / " + r.config + " / " + (r.device_name.empty() ? "no GPU recorded" : r.device_name) + " / schema " +
          std::to_string(r.schema_major) + (r.clock == "wall" ? " / the grader's clock" : "") +
-         (r.graph_records == "graphs" ? " / graphs recorded whole" : "");
+         (graphs_whole(r) ? kGraphsWholeGroup : "");
 }
 
 std::string num(double v, const char* fmt);
@@ -37,8 +44,9 @@ std::string apart_from(const ReportView& r, const ReportView& first) {
   if (r.clock != first.clock)
     return r.clock == "wall" ? "timed on the grader's clock (--clock wall), not by GPU span"
                              : "timed by GPU span, not on the grader's clock (--clock wall)";
-  if (r.graph_records != first.graph_records)
-    return "its CUDA graphs recorded by " + r.graph_records + ", the first row's by " + first.graph_records +
+  if (!figure_graph_records(r).empty() && graphs_whole(r) != graphs_whole(first))
+    return "its CUDA graphs recorded by " + r.graph_records + ", the first row's by " +
+           (graphs_whole(first) ? "graphs" : figure_graph_records(first).empty() ? "nodes or none launched" : "nodes") +
            " (--graph-records)";
   return "";
 }
@@ -206,8 +214,9 @@ std::string lineup_html(const std::vector<LineupRow>& rows) {
 const char* const kLeaderboardRule =
     "one group per task and config; in a group, the Passed, timed reports of one GPU model and report schema major (the "
     "one with the most of them; ties: the newer schema, then more reports, then the newest report, then the GPU's name) are ranked by median GPU span (by the grader's clock for a set graded with --clock wall, with graphs recorded whole for "
-    "one graded with --graph-records graphs: neither ever mixed), the group's "
-    "reports of another GPU or schema are listed apart with the reason, and a report that did not pass is listed, never "
+    "one graded with --graph-records graphs whose timed calls launched CUDA graphs: neither ever mixed; a report that "
+    "launched none is ranked in either), the group's "
+    "reports of another GPU, schema, clock or graph-record mode are listed apart with the reason, and a report that did not pass is listed, never "
     "ranked; speedup over a bundled baseline = the baseline's median / the row's, for ranked rows only";
 
 namespace {
@@ -229,6 +238,17 @@ size_t ranked_set_anchor(const std::vector<LineupRow>& rows, const std::vector<R
     it->rankable += rankable(rows[k]) && figure_problem(reports[idx[k]]).empty();  // an edited report picks nothing
     ++it->total;
     it->newest = std::max(it->newest, reports[idx[k]].created_utc);
+  }
+  // A report that launched no CUDA graph ranks in the whole-graph set of its group too (apart_from):
+  // it counts for both.
+  for (Set& s : sets) {
+    const size_t cut = s.group.size() - std::min(s.group.size(), std::strlen(kGraphsWholeGroup));
+    if (s.group.compare(cut, std::string::npos, kGraphsWholeGroup) != 0) continue;
+    for (size_t k = 0; k < rows.size(); ++k)
+      if (rows[k].group == s.group.substr(0, cut) && figure_graph_records(reports[idx[k]]).empty()) {
+        s.rankable += rankable(rows[k]) && figure_problem(reports[idx[k]]).empty();
+        ++s.total;
+      }
   }
   return std::max_element(sets.begin(), sets.end(), [](const Set& a, const Set& b) {
            return std::tie(a.rankable, a.schema, a.total, a.newest, a.group) <
@@ -259,7 +279,7 @@ std::vector<LeaderboardGroup> make_leaderboard(const std::vector<ReportView>& re
     g.gpu = anchor.device_name;
     g.schema_major = anchor.schema_major;
     g.clock = anchor.clock;
-    g.graph_records = anchor.graph_records;
+    g.graph_records = graphs_whole(anchor) ? "graphs" : "nodes";  // "nodes": by nodes, or no graph launched
     g.ranked = group_of(anchor);
     if (baselines_of) g.baseline_solutions = baselines_of(g.task);
     for (const std::string& name : g.baseline_solutions) {

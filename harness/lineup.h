@@ -70,7 +70,7 @@ struct LeaderboardGroup {
   std::string gpu;       // the ranked set's GPU model ("" when its reports record none)
   int schema_major = 0;  // ... and report schema major
   std::string clock = "span";  // ... and what its time is: "span" (GPU span) or "wall" (the grader's clock)
-  std::string graph_records = "nodes";  // ... and how its CUDA graphs were recorded (--graph-records)
+  std::string graph_records = "nodes";  // ... and how its CUDA graphs were recorded (--graph-records): "graphs" whole, "nodes" by nodes or none launched
   std::string ranked;    // the ranked set as a lineup group: "task / config / GPU / schema N"
   std::vector<std::string> baseline_solutions;  // the task's bundled baselines, present or not
   std::vector<LeaderboardBaseline> baselines;   // those Passed and timed in the ranked set, in the task's order

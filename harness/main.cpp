@@ -310,9 +310,10 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
                     "How a CUDA graph's launch is timed: graphs (one record per launch, CUPTI's GRAPH_TRACE, as Nsight "
                     "Systems' --cuda-graph-trace=graph, the default) or nodes (a CUPTI record per kernel, copy and memset "
                     "node: per-node records add GPU time to every node, which a graph of thousands of small kernels pays "
-                    "thousands of times; a graph instantiated for launch from the GPU is then InvalidTiming); work "
-                    "outside graphs is recorded per kernel either way; reports of the two are never ranked or compared "
-                    "together)")
+                    "thousands of times; a graph instantiated for launch from the GPU is then InvalidTiming). Work "
+                    "outside graphs is recorded per kernel either way; reports of the two modes are set apart (never ranked "
+                    "or compared together) only where both launched CUDA graphs or cannot say they did not (a report "
+                    "with timing.graph_launches_audited 0 goes with either)")
       ->capture_default_str()
       ->check(CLI::IsMember({"nodes", "graphs"}));
   grade->add_option("--device", g.device,

@@ -34,7 +34,7 @@ struct adl_serializer<std::optional<T>> {
 namespace nibble {
 
 /** Bumped on any change of Job or Result; a child refuses a job of another version. */
-inline constexpr int kProtocolVersion = 9;
+inline constexpr int kProtocolVersion = 10;
 
 /** The line a child that a fatal signal ends writes to its stderr before the frames of the crash
  *  (library or executable, offset), one a line, the crash's own frame first. */
@@ -152,6 +152,7 @@ struct TimingResult {
   int unrecorded_copies = 0;          // of those, calls no record carries the correlation id of
   std::string first_unrecorded_copy;  // its API, e.g. "cuMemcpyAsync"
   int device_launch_graphs = 0;       // graphs the solution instantiated for launch from the GPU (LaunchAudit)
+  int graph_launches_audited = 0;     // of launches_audited, the graph launches (LaunchAudit::graph_launches)
   std::vector<double> gpu_span_us, busy_us, host_wall_us;
   std::vector<int> kernels, memcpys, memsets;
   std::vector<int> graphs;            // graph launches recorded whole (--graph-records graphs)
@@ -163,7 +164,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingResult, seed, seed_from, c
                                                 foreign_work, foreign_records_before_build, harness_records_per_gap,
                                                 late_kernels, launches_audited, unrecorded_launches,
                                                 first_unrecorded_launch, launch_callbacks_lost, dropped_records, copies_audited,
-                                                unrecorded_copies, first_unrecorded_copy, device_launch_graphs, gpu_span_us, busy_us, host_wall_us, kernels, memcpys, memsets, graphs, kept,
+                                                unrecorded_copies, first_unrecorded_copy, device_launch_graphs, graph_launches_audited, gpu_span_us, busy_us, host_wall_us, kernels, memcpys, memsets, graphs, kept,
                                                 task_figures)
 
 /** What a child says, rewritten after every phase: opened, built, checked, timed, done (or failed). */

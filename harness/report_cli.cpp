@@ -177,7 +177,9 @@ int compare_command(std::vector<std::string> args) {
       "Exit codes: 0 no significant slowdown beyond --max-slowdown; 1 a figure is SLOWER; 2 correctness regression "
       "(BASE Passed and NEW not, or NEW's worst error crossed the gate); 3 not comparable (task, config, fixture "
       "SHA-256, GPU model, or no timing) unless --force, and even with it for a schema version 1 report against a version 2 "
-      "one (re-grade BASE) or samples of another unit; 4 bad input (missing file, not a nibble report, a schema version other "
+      "one (re-grade BASE), samples of another unit, figures of another --clock, or of another --graph-records where both "
+      "reports launched CUDA graphs or cannot say they did not (a report before schema 2.7 graded by nodes: grade NEW with "
+      "--graph-records nodes or BASE again); a correctness regression is 2 even then; 4 bad input (missing file, not a nibble report, a schema version other "
       "than 1.x and 2.x, bad arguments).");
   if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
   return compare_files(base, neu, opt, as_json);
@@ -283,8 +285,9 @@ int report_command(std::vector<std::string> args) {
   } else {
     const Comparison c = compare_reports(base, report, opt, html_base, html_path);
     // Figures of another schema version or unit would be drawn beside this report's as if they
-    // were the same measurement.
-    if (!c.refused.empty()) {
+    // were the same measurement. Another clock or graph-record mode: the page says so and draws
+    // none of BASE's times (render_html_report).
+    if (!c.refused.empty() && !c.refused_timing_only) {
       std::fprintf(stderr, "nibble report html: BASE %s: %s\n", html_base.c_str(), c.result.c_str());
       return kCompareBadInput;
     }
@@ -303,10 +306,11 @@ int report_command(std::vector<std::string> args) {
 
 int leaderboard_command(std::vector<std::string> args) {
   CLI::App app{"Rank graded reports: one table per task and config, the Passed reports of one GPU model and report schema "
-               "ranked by median GPU span, or apart by the grader's clock for --clock wall reports (quartiles, fraction of the "
+               "ranked by median GPU span, or apart by the grader's clock for --clock wall reports, and apart by CUDA graphs "
+               "recorded whole or by nodes where a report launched graphs (quartiles, fraction of the "
                "floor, speedup over the task's bundled baselines, "
-               "error against the gate, disposition, GPU, commit); reports of another GPU or schema listed apart with the "
-               "reason. The text table goes to stdout (to stderr when an output is stdout); -o, --markdown and --json write "
+               "error against the gate, disposition, GPU, commit); reports of another GPU, schema, clock or graph-record "
+               "mode listed apart with the reason. The text table goes to stdout (to stderr when an output is stdout); -o, --markdown and --json write "
                "files.",
                "nibble leaderboard"};
   std::vector<std::string> results;

@@ -37,7 +37,9 @@ json gbench_json(const json& report) {
                   {"library_build_type", "release"},
                   {"nibble_report_schema", r.schema_version},
                   {"gpu", r.device_name},
-                  {"commit", commit_of(r)}};
+                  {"commit", commit_of(r)},
+                  {"nibble_clock", r.clock},
+                  {"nibble_graph_records", r.graph_records}};
   json benches = json::array();
   if (r.gpu_span_us.present) {
     const std::string base = r.task + "/" + r.config + "/" + (r.solution_name == "?" ? "solution" : r.solution_name);
@@ -84,6 +86,9 @@ void append_history(const std::string& path, const json& report, const std::stri
   const FigureView& t = graded_time(r);
   h["median_us"] = t.present && !std::isnan(t.median) ? json(t.median) : json(nullptr);
   h["clock"] = r.clock;
+  // The mode the median depends on ("" where the timed calls launched no CUDA graph: figure_graph_records)
+  h["graph_records"] = r.graph_records;
+  h["graph_records_of_figure"] = figure_graph_records(r);
   h["worst_rel_err"] = std::isnan(r.worst_rel_err) ? json(nullptr) : json(r.worst_rel_err);
   h["report"] = std::filesystem::absolute(report_path).string();
   const std::string line = h.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";

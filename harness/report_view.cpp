@@ -63,6 +63,14 @@ std::string one_figure_problem(const ReportView& r, const FigureView& f, bool gr
 
 }  // namespace
 
+std::string figure_graph_records(const ReportView& r) {
+  if (r.graph_launches_audited == 0) return "";
+  if (r.graph_launches_audited < 0 && r.graph_records == "graphs" && r.graph_launches_per_call.present &&
+      r.graph_launches_per_call.max == 0)
+    return "";
+  return r.graph_records;
+}
+
 std::string figure_problem(const ReportView& r) {
   // The graded time first (its message says "its"), then every other timed figure with samples:
   // `report show` prints the host wall time's median too (a newcomer's edit of it to 1 us passed).
@@ -158,6 +166,12 @@ void check_report(const json& r, const std::string& what) {
     if (t.contains(key) && t[key] != a && t[key] != b)
       throw BadReport(what + ": malformed nibble report: timing." + key + " is " + shown(t[key]) + ", not \"" + a +
                       "\" or \"" + b + "\"");
+  // A count, where given: a negative or fractional one would be read as "absent" and the report set
+  // beside the other record mode's by a figure it does not have.
+  if (t.contains("graph_launches_audited") &&
+      !(t["graph_launches_audited"].is_number_integer() && t["graph_launches_audited"].get<long long>() >= 0))
+    throw BadReport(what + ": malformed nibble report: timing.graph_launches_audited is " +
+                    shown(t["graph_launches_audited"]) + ", not a count of launches");
   for (const std::string& f : timed_figures()) {
     if (!t.contains(f)) continue;
     const json& s = t[f];
@@ -310,6 +324,7 @@ void read_timing(const json& r, ReportView& v) {
   if (const json& c = field(t, "clock"); c.is_string()) v.clock = c.get<std::string>();
   if (const json& g = field(t, "graph_records"); g.is_string()) v.graph_records = g.get<std::string>();
   v.graph_launches_per_call = figure_of(field(t, "graph_launches_per_call"));
+  if (const json& g = field(t, "graph_launches_audited"); g.is_number_integer()) v.graph_launches_audited = g.get<long long>();
   v.throttled_rounds_excluded = field(field(field(t, "ledger"), "clocks"), "throttled_rounds_excluded_from_median") == true;
   v.grader_clock_us = figure_of(field(t, "grader_clock_us"));
   v.host_wall_us = figure_of(field(t, "host_wall_us"));

@@ -117,6 +117,7 @@ struct ReportView {
   // (nibble grade --graph-records graphs: one per graph launch).
   std::string graph_records = "nodes";
   FigureView graph_launches_per_call;  // timing.graph_launches_per_call: graph launches recorded whole
+  long long graph_launches_audited = -1;  // timing.graph_launches_audited (schema 2.7); -1: absent
   /** timing.ledger.clocks.throttled_rounds_excluded_from_median: the graded figure's summary is of
    *  the rounds without a clock slowdown, its samples all of them. */
   bool throttled_rounds_excluded = false;
@@ -193,6 +194,13 @@ std::string graded_time_label(const ReportView& report);
  *  the stored median and what compare tests is the samples: a report whose two disagree was edited
  *  by hand and is neither ranked nor compared. A Passed report of schema 2 always keeps its samples. */
 std::string figure_problem(const ReportView& report);
+
+/** The --graph-records mode r's timed figure depends on: "" where its timed phase launched no CUDA
+ *  graph (timing.graph_launches_audited 0; before 2.7, graded by "graphs" with no graph launch
+ *  recorded in any call), so that it reads the same in either mode; else r.graph_records (a report
+ *  graded by "nodes" before 2.7 cannot say it launched none). compare, lineup and leaderboard set
+ *  reports of different modes apart only where both depend on them. */
+std::string figure_graph_records(const ReportView& r);
 
 /** `s` with every control character (a newline, ESC, NUL) a space: a report is anyone's file, and
  *  what `report show`, `compare` and the leaderboard print from it must not move the terminal's cursor

@@ -494,6 +494,69 @@ TEST(CompareReports, ReportsOfTwoGraphRecordModesAreNotComparableEvenWhenForced)
   EXPECT_EQ(compare_json(base, neu, CompareOptions{}).exit_code, kCompareOk);
 }
 
+TEST(CompareReports, AReportThatLaunchedNoGraphIsComparableInEitherMode) {
+  // Its timed calls launched no CUDA graph (timing.graph_launches_audited 0), so its figure reads the
+  // same in either record mode (the megakernel on an H100: 1289.9 us/token by nodes, 1289.8 whole):
+  // set against a nodes report, even one from before the count that cannot say it launched none.
+  json neu = unfused();
+  neu["timing"]["graph_records"] = "graphs";
+  neu["timing"]["graph_launches_audited"] = 0;
+  EXPECT_EQ(figure_graph_records(view(neu)), "");
+  EXPECT_EQ(figure_graph_records(view(unfused())), "nodes") << "before 2.7, by nodes: cannot say";
+  const Comparison c = compare_json(unfused(), neu, CompareOptions{});
+  EXPECT_EQ(c.exit_code, kCompareOk) << c.result;
+  EXPECT_EQ(compare_json(neu, unfused(), CompareOptions{}).exit_code, kCompareOk);
+  // Before 2.7, graded whole: no graph record in any call says the same; one in some call does not.
+  json whole = unfused();
+  whole["timing"]["graph_records"] = "graphs";
+  whole["timing"]["graph_launches_per_call"] = {{"median", 0}, {"q1", 0}, {"q3", 0}, {"min", 0}, {"max", 0}, {"n", 64}};
+  EXPECT_EQ(figure_graph_records(view(whole)), "");
+  EXPECT_EQ(compare_json(unfused(), whole, CompareOptions{}).exit_code, kCompareOk);
+  whole["timing"]["graph_launches_per_call"]["max"] = 1;
+  EXPECT_EQ(figure_graph_records(view(whole)), "graphs");
+  EXPECT_EQ(compare_json(unfused(), whole, CompareOptions{}).exit_code, kCompareNotComparable);
+  // Both launched graphs, in two modes: not comparable even forced, and the old nodes side is told
+  // how to get a comparable pair.
+  json launched = unfused();
+  launched["timing"]["graph_records"] = "graphs";
+  launched["timing"]["graph_launches_audited"] = 128;
+  CompareOptions force;
+  force.force = true;
+  const Comparison old = compare_json(unfused(), launched, force);
+  EXPECT_EQ(old.exit_code, kCompareNotComparable) << old.result;
+  EXPECT_NE(old.result.find("BASE, a report before schema 2.7, does not say whether its timed calls launched a CUDA graph"),
+            std::string::npos) << old.result;
+  json nodes = unfused();
+  nodes["timing"]["graph_launches_audited"] = 128;
+  const Comparison both = compare_json(nodes, launched, force);
+  EXPECT_EQ(both.exit_code, kCompareNotComparable) << both.result;
+  EXPECT_EQ(both.result.find("before schema 2.7"), std::string::npos) << both.result;
+  nodes["timing"]["graph_launches_audited"] = 0;
+  EXPECT_EQ(compare_json(nodes, launched, CompareOptions{}).exit_code, kCompareOk) << "BASE launched none";
+}
+
+TEST(CompareReports, ACorrectnessRegressionIsTwoWhateverTheModes) {
+  // Correctness does not depend on how a call was timed: figures of two clocks or graph-record
+  // modes are not compared, but a pass that became a fail is still the CI contract's 2.
+  json neu = unfused();
+  neu["timing"]["graph_records"] = "graphs";
+  neu["timing"]["graph_launches_audited"] = 128;
+  neu["disposition"] = "Incorrect";
+  const Comparison c = compare_json(unfused(), neu, CompareOptions{});
+  EXPECT_EQ(c.exit_code, kCompareCorrectness) << c.result;
+  EXPECT_NE(c.result.find("the timing is not comparable: graph records"), std::string::npos) << c.result;
+  EXPECT_TRUE(c.refused_timing_only);
+  EXPECT_TRUE(c.figures.empty()) << "no figure of two modes is compared";
+  json wall = unfused();
+  wall["timing"]["clock"] = "wall";
+  wall["timing"]["grader_clock_us"] = wall["timing"]["gpu_span_us"];
+  wall["disposition"] = "Incorrect";
+  EXPECT_EQ(compare_json(unfused(), wall, CompareOptions{}).exit_code, kCompareCorrectness);
+  // Another task or config still outranks it (the correctness of another measurement), unless forced.
+  wall["config"] = "tiny";
+  EXPECT_EQ(compare_json(unfused(), wall, CompareOptions{}).exit_code, kCompareNotComparable);
+}
+
 TEST(CompareReports, AModeKeyOfAnotherValueIsAMalformedReport) {
   // timing.clock and timing.graph_records hold one of two values or are absent (an older report):
   // "GRAPHS", "" or a number would otherwise be ranked, compared and printed as a third mode (a
@@ -509,9 +572,16 @@ TEST(CompareReports, AModeKeyOfAnotherValueIsAMalformedReport) {
       EXPECT_NE(std::string(e.what()).find(std::string("timing.") + key), std::string::npos) << e.what();
     }
   }
+  // timing.graph_launches_audited is a count where given.
+  for (const json& bad : {json(-1), json(1.5), json("3"), json(nullptr)}) {
+    json r = unfused();
+    r["timing"]["graph_launches_audited"] = bad;
+    EXPECT_THROW(validate_report(r, "r.json"), BadReport) << bad.dump();
+  }
   json ok = unfused();
   ok["timing"]["graph_records"] = "graphs";
   ok["timing"]["clock"] = "wall";
+  ok["timing"]["graph_launches_audited"] = 0;
   EXPECT_NO_THROW(validate_report(ok, "r.json"));
 }
 
@@ -1020,6 +1090,17 @@ TEST(ReportHtmlCli, WithBaseRefusesWhatCompareRefuses) {
     EXPECT_FALSE(fs::exists(t.path() + "/p.html"));
   }
   EXPECT_EQ(run_nibble({"report", "html", base, base, "-o", t.path() + "/p.html"}, t).code, 0);
+  // Another record mode, both launching graphs: the page is written, says why the times are not set
+  // side by side, and draws none of BASE's (compare's 3 is for the figures, not a bad input).
+  r = unfused();
+  r["timing"]["graph_records"] = "graphs";
+  r["timing"]["graph_launches_audited"] = 64;
+  write_file_atomic(t.path() + "/whole.json", r.dump());
+  const CliRun modes = run_nibble({"report", "html", t.path() + "/whole.json", base, "-o", t.path() + "/m.html"}, t);
+  EXPECT_EQ(modes.code, 0) << modes.out;
+  const std::string page = read_file(t.path() + "/m.html");
+  EXPECT_NE(page.find("not comparable, even by nibble compare --force: graph records"), std::string::npos);
+  EXPECT_EQ(page.find("BASE median per position"), std::string::npos) << "BASE's times drawn beside another mode's";
   // The --resamples the refusal names is an option of report html too, and it fits.
   const CliRun fit = run_nibble({"report", "html", t.path() + "/many.json", t.path() + "/many.json", "-o", t.path() + "/q.html",
                                  "--resamples", "1666"}, t);

@@ -71,7 +71,8 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   EXPECT_GT(t["gpu_span_us"]["median"].get<double>(), 0.0);
   EXPECT_GE(t["kernels_per_call"]["min"].get<double>(), 1.0);
   EXPECT_EQ(t["unit"], "token");
-  EXPECT_EQ(g.report["schema_version"], "2.6.0");
+  EXPECT_EQ(g.report["schema_version"], "2.7.0");
+  EXPECT_EQ(t.value("graph_launches_audited", -1), 0) << "the megakernel launches no CUDA graph";
   EXPECT_EQ(t.value("clock", ""), "span");
   // The audits see the harness's own work too: a launch per timed call at least, and the L2 flush's
   // memset before each (the copy audit, observe-only), every one on the record in an honest grade.

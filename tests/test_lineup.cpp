@@ -126,6 +126,17 @@ TEST(Lineup, AReportWithGraphsRecordedWholeIsRankedApart) {
   const auto rows = make_lineup({made("a", "Passed", 100), whole}, {"a.json", "graph.json"});
   EXPECT_EQ(rows[1].rank, 0);
   EXPECT_EQ(rows[1].apart, "its CUDA graphs recorded by graphs, the first row's by nodes (--graph-records)");
+  // A report whose timed calls launched no CUDA graph reads the same in either mode: ranked with it.
+  ReportView none = whole;
+  none.graph_launches_audited = 0;
+  const auto with_none = make_lineup({made("a", "Passed", 100), none}, {"a.json", "none.json"});
+  EXPECT_EQ(with_none[1].apart, "");
+  EXPECT_EQ(with_none[1].rank, 1);
+  // ... and a first row that launched none goes with the per-node set: a whole-graph row is apart.
+  ReportView a = made("a", "Passed", 100);
+  a.graph_launches_audited = 0;
+  const auto first_none = make_lineup({a, whole}, {"a.json", "graph.json"});
+  EXPECT_EQ(first_none[1].apart, "its CUDA graphs recorded by graphs, the first row's by nodes or none launched (--graph-records)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -218,6 +229,29 @@ TEST(Leaderboard, ReportsOnTheGradersClockAreNotRankedWithSpans) {
   EXPECT_EQ(walls[0].clock, "wall");
   EXPECT_NE(format_leaderboard(walls).find("Ranked by median time on the grader's clock"), std::string::npos)
       << format_leaderboard(walls);
+}
+
+TEST(Leaderboard, AReportThatLaunchedNoGraphRanksInEitherRecordMode) {
+  // Two graphs-mode reports whose calls launched graphs, one graphs-mode report that launched none
+  // and one old nodes report (which cannot say): the whole-graph set has the most rankable reports;
+  // the report that launched none ranks in it, the nodes one is apart with the reason (a newcomer's
+  // finding, 2026-12-07: a one-kernel megakernel was set apart by a mode it does not depend on).
+  ReportView g1 = made("g1", "Passed", 40), g2 = made("g2", "Passed", 60), none = made("mk", "Passed", 50);
+  for (ReportView* r : {&g1, &g2, &none}) r->graph_records = "graphs";
+  g1.graph_launches_audited = g2.graph_launches_audited = 64;
+  none.graph_launches_audited = 0;
+  const auto groups = make_leaderboard({g1, g2, none, made("old", "Passed", 30)}, {"g1", "g2", "mk", "old"}, decode_baselines);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].graph_records, "graphs");
+  EXPECT_EQ(row_named(groups[0], "g1").row.rank, 1);
+  EXPECT_EQ(row_named(groups[0], "mk").row.rank, 2);
+  EXPECT_EQ(row_named(groups[0], "g2").row.rank, 3);
+  EXPECT_EQ(row_named(groups[0], "old").row.apart, "its CUDA graphs recorded by nodes, the first row's by graphs (--graph-records)");
+  // The same report that launched none beside old nodes reports: ranked with them.
+  const auto nodes = make_leaderboard({none, made("a", "Passed", 100), made("b", "Passed", 70)}, {"mk", "a", "b"}, decode_baselines);
+  EXPECT_EQ(nodes[0].graph_records, "nodes");
+  EXPECT_EQ(row_named(nodes[0], "mk").row.rank, 1);
+  EXPECT_EQ(row_named(nodes[0], "b").row.rank, 2);
 }
 
 TEST(Leaderboard, TheRankedSetHasTheMostPassedReportsThenTheNewerSchema) {

@@ -1113,7 +1113,7 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   return NIBBLE_OK;
 #elif defined(HOSTILE_GRAPH_TRACE_SELF)
   // hide_in_graph's graph launched with CUPTI's graph-level records switched on by the solution and
-  // its kernel records off, under the default --graph-records nodes: one record for the whole graph,
+  // its kernel records off, graded by nodes (--graph-records nodes): one record for the whole graph,
   // its nodes' tracing spared (what --graph-records graphs does for everyone, here for itself alone).
   // The graph record vouched for the launch until the audit took it only under --graph-records graphs.
   if (s.graphs.empty()) H_OK(hostile::copy_and_busy_graph(s, 40000, err));
