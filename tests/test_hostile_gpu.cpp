@@ -317,6 +317,7 @@ namespace {
 struct Times {
   double span = NAN, busy = NAN, kernels = NAN, wall = NAN;
   double graph_launches = 0;  // graded by graphs: graph launches recorded whole per call (their nodes are no kernels)
+  long long graph_launches_audited = -1;  // the launch audit's graph launches over the timed phase, either mode
 };
 Times times_of(const Graded& g) {
   Times t;
@@ -328,6 +329,7 @@ Times times_of(const Graded& g) {
   t.kernels = j["kernels_per_call"]["median"];
   t.wall = j["host_wall_us"]["median"];
   if (j.contains("graph_launches_per_call")) t.graph_launches = j["graph_launches_per_call"]["median"];
+  t.graph_launches_audited = j.value("graph_launches_audited", -1LL);
   return t;
 }
 }  // namespace
@@ -347,6 +349,10 @@ TEST(HostileTiming, HonestLaunchPathsAgree) {
   ASSERT_NE(base_row, nullptr);
   const Times base = times_of(graded(*base_row));
   ASSERT_FALSE(std::isnan(base.span)) << "the control has no timing:\n" << graded(*base_row).output;
+  // The audit's graph launches: none for the control (its figure reads the same in either record
+  // mode: figure_graph_records), and for the graph row at least one a timed call (it captures on the
+  // first call, then replays).
+  EXPECT_EQ(base.graph_launches_audited, 0);
   std::printf("\nhonest launch paths, tiny config, medians over 64 timed calls (ratio to %s):\n", base_row->name.c_str());
   std::printf("  %-16s %10s %7s %10s %7s %9s %10s\n", "row", "span us", "ratio", "busy us", "ratio", "kern/step", "wall us");
   std::printf("  %-16s %10.2f %7s %10.2f %7s %9.0f %10.2f\n", base_row->name.c_str(), base.span, "1", base.busy, "1",
@@ -359,6 +365,9 @@ TEST(HostileTiming, HonestLaunchPathsAgree) {
     if (std::isnan(t.span)) {
       ADD_FAILURE() << "no timing in the report:\n" << g.output;
       continue;
+    }
+    if (r.name == "graph") {
+      EXPECT_GE(t.graph_launches_audited, 64) << "the graph row's launches, 64 timed calls at least";
     }
     const double rs = t.span / base.span, rb = t.busy / base.busy;
     std::printf("  %-16s %10.2f %7.3f %10.2f %7.3f %9.0f %10.2f\n", r.name.c_str(), t.span, rs, t.busy, rb, t.kernels, t.wall);
