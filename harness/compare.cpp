@@ -247,14 +247,17 @@ Comparison compare_reports(const ReportView& base, const ReportView& neu, const 
                         neu.task + (base.task != neu.task ? ": reports of different tasks" : ""));
   // Timed in different modes: the figures are not comparable (--force does not apply), but the
   // correctness is, so a correctness regression still says 2 (below).
+  // (A report without timing has no mode: it is missing timing, below.)
   std::vector<std::string> timing_refused;
-  if (base.clock != neu.clock)
+  const bool both_timed = base.timed && neu.timed;
+  if (both_timed && base.clock != neu.clock)
     timing_refused.push_back("clock: BASE was graded by " + std::string(base.clock == "wall" ? "the grader's clock" : "GPU span") +
                              ", NEW by " + (neu.clock == "wall" ? "the grader's clock" : "GPU span") +
                              " (nibble grade --clock): grade both with the same --clock");
   // Only where both figures depend on it: a report whose timed calls launched no CUDA graph reads the
   // same in either mode (figure_graph_records).
-  if (const std::string b = figure_graph_records(base), n = figure_graph_records(neu); !b.empty() && !n.empty() && b != n) {
+  if (const std::string b = figure_graph_records(base), n = figure_graph_records(neu);
+      both_timed && !b.empty() && !n.empty() && b != n) {
     std::string why = "graph records: BASE recorded a CUDA graph's launch by " + b + ", NEW by " + n +
                       " (nibble grade --graph-records; per-node records add GPU time to every node): grade both with the "
                       "same --graph-records";

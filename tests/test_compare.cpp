@@ -552,6 +552,15 @@ TEST(CompareReports, ACorrectnessRegressionIsTwoWhateverTheModes) {
   wall["timing"]["grader_clock_us"] = wall["timing"]["gpu_span_us"];
   wall["disposition"] = "Incorrect";
   EXPECT_EQ(compare_json(unfused(), wall, CompareOptions{}).exit_code, kCompareCorrectness);
+  // A NEW without timing (it crashed before) has no mode: a correctness regression, not a mode.
+  json crashed = unfused();
+  crashed.erase("timing");
+  crashed["disposition"] = "Crashed";
+  json whole_base = neu;
+  whole_base["disposition"] = "Passed";
+  const Comparison untimed = compare_json(whole_base, crashed, CompareOptions{});
+  EXPECT_EQ(untimed.exit_code, kCompareCorrectness) << untimed.result;
+  EXPECT_EQ(untimed.result.find("graph records"), std::string::npos) << untimed.result;
   // Another task or config still outranks it (the correctness of another measurement), unless forced.
   wall["config"] = "tiny";
   EXPECT_EQ(compare_json(unfused(), wall, CompareOptions{}).exit_code, kCompareNotComparable);
