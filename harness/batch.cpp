@@ -277,7 +277,7 @@ BatchOutcome outcome_of(const BatchJob& job, int code, double seconds, int devic
   BatchOutcome o;
   o.exit_code = code;
   o.seconds = seconds;
-  o.device = device;
+  o.device = job.needs_gpu ? device : -1;  // a CPU job's slot is no GPU (batch_job_argv gives it none)
   try {
     const json r = parse_ordered_json_bounded(read_file(job.report), job.report);
     if (job.command == "calibrate") {
@@ -320,13 +320,20 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
     }
   }
   std::mutex mu;
-  size_t next = 0, done = m.jobs.size() - queue.size();
-  std::map<int, std::string> running;  // slot -> job id
+  size_t next = 0, done = m.jobs.size() - queue.size(), not_run = 0;
+  bool stopping = false;               // a runner said NotRun: the batch is stopping, nothing more starts
+  std::map<int, std::string> running;  // slot -> "gpuN: job id", or "host: job id" for a job without a GPU
   auto line = [&] {                    // under mu
     std::string s = "[batch] done " + std::to_string(done) + " | running " + std::to_string(running.size()) + " | left " +
-                    std::to_string(queue.size() - next);
-    for (const auto& [slot, id] : running) s += " | " + (slot >= 0 ? "gpu" + std::to_string(slot) : std::string("host")) + ": " + id;
+                    std::to_string(queue.size() - next) + (not_run ? " | not run " + std::to_string(not_run) : "");
+    for (const auto& [slot, what] : running) s += " | " + what;
     if (progress) progress(s);
+  };
+  const auto not_run_outcome = [&](size_t i, int slot) {
+    BatchOutcome o = outcome_of(m.jobs[i], kBatchNotRun, 0, slot);
+    o.disposition = "NotRun";
+    o.reason = "the batch was stopped before this job ran to its end: it runs again next time";
+    return o;
   };
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -337,9 +344,13 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
       size_t i;
       {
         std::lock_guard<std::mutex> lock(mu);
+        if (stopping && next < queue.size()) {  // the rest is not started: NotRun, in one line
+          for (; next < queue.size(); ++next, ++not_run) out[queue[next]] = not_run_outcome(queue[next], -1);
+          line();
+        }
         if (next >= queue.size()) return;
         i = queue[next++];
-        running[slot] = m.jobs[i].id;
+        running[slot] = (m.jobs[i].needs_gpu && slot >= 0 ? "gpu" + std::to_string(slot) : std::string("host")) + ": " + m.jobs[i].id;
         line();
       }
       const BatchJob& job = m.jobs[i];
@@ -365,12 +376,12 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
       BatchOutcome o = outcome_of(job, code, sec, slot, log_from);
       if (!not_started.empty()) o.reason = "the job could not be started: " + not_started;
       if (code == kBatchNotRun) {
-        o.disposition = "NotRun";
-        o.reason = "the batch was stopped before this job ran to its end: it runs again next time";
         std::lock_guard<std::mutex> lock(mu);
-        out[i] = o;
+        out[i] = not_run_outcome(i, slot);
+        out[i].seconds = sec;
         running.erase(slot);
-        ++done;
+        ++not_run;
+        stopping = true;
         line();
         continue;
       }
@@ -381,7 +392,7 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
                                              {"exit_code", code},
                                              {"disposition", o.disposition},
                                              {"seconds", sec},
-                                             {"device", slot}})
+                                             {"device", o.device}})
                                            .dump(2) +
                                            "\n");
       } catch (const std::exception& e) {

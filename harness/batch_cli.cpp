@@ -77,9 +77,12 @@ std::string check_job_args(const BatchManifest& m) {
     while (!said.empty() && (said.back() == ' ' || said.back() == '.')) said.pop_back();
     std::string args;
     for (const std::string& a : j.args) args += " " + a;
-    return m.path + ": runs[" + std::to_string(j.run) + "] (job " + j.id + "): its args (" + (args.empty() ? " none" : args) +
-           " ) are refused by nibble " + j.command + ": " + (said.empty() ? e.describe() : said) +
-           "; fix that run's \"args\" in the manifest";
+    // The command line is the run's own keys (task, config, seed, solution, out) and its "args": the
+    // command's message names the option, so the fix is said for both.
+    return m.path + ": runs[" + std::to_string(j.run) + "] (job " + j.id + "): nibble " + j.command +
+           " refuses its command line (its args:" + (args.empty() ? " none" : args) + "): " +
+           (said.empty() ? e.describe() : said) +
+           "; fix that run's \"args\", or the key the message names (\"solutions\", \"configs\", \"seeds\", \"out\"), in the manifest";
   }
   return "";
 }
@@ -154,6 +157,13 @@ int batch_command(std::vector<std::string> args) {
     std::fprintf(stderr, "nibble batch: --no-submit, --partition and --time go with --slurm\n");
     return 2;
   }
+  if (!devices_text.empty() && (slurm || collect || element >= 0)) {
+    std::fprintf(stderr, "nibble batch: --devices names this host's GPUs for a batch run here; %s\n",
+                 slurm     ? "under --slurm each element gets its GPU from Slurm (--gres=gpu:1)"
+                 : collect ? "--collect runs nothing"
+                           : "--element runs on the GPU Slurm gave it (CUDA's first)");
+    return 2;
+  }
   BatchManifest m;
   if (const int rc = run_command("nibble batch", [&] {
         m = read_batch_manifest(manifest_path);
@@ -213,12 +223,19 @@ int batch_command(std::vector<std::string> args) {
   }
 
   if (slurm) {
+    // The script first: a path it refuses (a space, a shell character) leaves no folder behind.
+    std::string text;
+    if (const int rc = run_command("nibble batch --slurm", [&] {
+          text = slurm_array_script(m, self_exe(), partition, time_limit);
+          return 0;
+        }))
+      return rc;
     if (const int rc = make_out()) return rc;
     const std::string script = slurm_script_path(m);
     const fs::path dir = fs::path(script).parent_path();
     fs::create_directories(dir, ec);
     if (const int rc = run_command("nibble batch --slurm", [&] {
-          write_file_atomic(script, slurm_array_script(m, self_exe(), partition, time_limit));
+          write_file_atomic(script, text);
           return 0;
         }))
       return rc;
@@ -254,6 +271,21 @@ int batch_command(std::vector<std::string> args) {
         return 2;
       }
     }
+    // Each number must be a GPU NVML sees here, where a job needs one (for jobs without a GPU, a
+    // calibrate --path cpu, the numbers are only how many run at once). Where NVML sees none (no
+    // driver, or a container without NVML that may still run CUDA), the jobs say whether theirs exists.
+    const bool gpu_jobs = std::any_of(m.jobs.begin(), m.jobs.end(), [](const BatchJob& j) { return j.needs_gpu; });
+    std::string why;
+    const int n = gpu_jobs ? NvmlDevice::device_count(&why) : 0;
+    for (const int d : devices)
+      if (n > 0 && d >= n) {
+        std::fprintf(stderr, "nibble batch: --devices names GPU %d, but this host has %d (0 to %d, as nvidia-smi -L numbers "
+                     "them)\n", d, n, n - 1);
+        return 2;
+      }
+    if (gpu_jobs && n <= 0 && !quiet)
+      std::fprintf(stderr, "nibble batch: --devices %s: NVML finds no GPU here (%s), so the numbers are not checked; a job "
+                   "on a GPU that does not exist fails and says so\n", devices_text.c_str(), why.c_str());
   } else {
     std::string why;
     const int n = NvmlDevice::device_count(&why);

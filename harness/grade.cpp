@@ -342,12 +342,17 @@ std::string opens_without_gpu(const Task& task, const std::string& config, const
   if (c.result && c.result->error && c.result->error->kind == kErrLoad) {
     const std::string& kind = c.result->error->load_kind;
     // A missing entry point or another ABI version is the solution's on any machine; a library or
-    // module that cannot load may need what only a GPU machine has (libcuda.so.1, CUDA at import).
+    // module that cannot load may need what only a GPU machine has (libcuda.so.1, CUDA at import):
+    // said where its message is about CUDA or the driver, not after a SyntaxError.
+    std::string lower = c.result->error->message;
+    for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    const bool about_gpu = lower.find("cuda") != std::string::npos || lower.find("nvidia") != std::string::npos ||
+                           lower.find("driver") != std::string::npos;
     return "The solution does not open " + std::string(kind == "NotLoadable" ? "here" : "here or on a GPU") + " (" + kind +
            "): " + said(c.result->error->message) +
-           (kind == "NotLoadable" ? " (without the NVIDIA driver, a library linked to libcuda.so.1 or a module that starts CUDA "
-                                    "at import cannot open either)"
-                                  : "");
+           (kind == "NotLoadable" && about_gpu ? " (without the NVIDIA driver, a library linked to libcuda.so.1 or a module "
+                                                 "that starts CUDA at import cannot open either)"
+                                               : "");
   }
   // The sandbox's state is written (phase "start") before any solution code runs: a child that
   // ended there was ended by the library's constructors or the module's import.

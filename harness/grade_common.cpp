@@ -493,8 +493,8 @@ void check_outputs_spare_inputs(const NamedPaths& outs, const NamedPaths& ins, c
                                     "): give each output a file of its own");
     for (const auto& [what, path] : ins)
       if (same_output_file(outs[i].second, path))
-        throw std::invalid_argument(outs[i].first + " " + outs[i].second + " is the " + run + "'s input " + what +
-                                    ": writing it would destroy that input; choose another " + outs[i].first);
+        throw std::invalid_argument(outs[i].first + " " + outs[i].second + " is the " + run + "'s input (" + what +
+                                    "): writing it would destroy that input; choose another " + outs[i].first);
   }
 }
 

@@ -368,7 +368,9 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
   auto* fbuild = fixture->add_subcommand("build", "Build a fixture: same (task, config, seed) -> same bytes on any machine");
   fbuild->footer("Exit codes: 0 built (or already there); 2 bad arguments; 3 the fixture could not be written.");
   fbuild->add_option("--task", f_task, "Task")->capture_default_str();
-  fbuild->add_option("--config", f_config, config_help + "; here the default is tiny")->capture_default_str();
+  std::string build_config_help = "Task config (default tiny, whatever the task";
+  for (const Task* t : all_tasks()) build_config_help += "; " + t->name() + ": " + t->config_syntax();
+  fbuild->add_option("--config", f_config, build_config_help + ")")->capture_default_str();
   fbuild->add_option("--seed", f_seed, "Seed")->required()->check(kSeed);
   fbuild->add_option("--out", f_out, "Output folder (default: the fixture cache)")->check(kNonEmptyValue);
   fbuild->add_option("--threads", f_threads, "Threads (0 = all cores)")->check(CLI::Range(0, 4096))->capture_default_str()->check(kNonEmptyValue);

@@ -284,6 +284,23 @@ TEST(Batch, OneJobPerGpuAtATimeAndResume) {
   EXPECT_EQ(collect_batch(fourth)["rows"][1]["state"], "missing");
 }
 
+TEST(Batch, AStoppedBatchStartsNothingMoreAndSaysSo) {
+  // The runner of the first job says the batch is stopping (Ctrl-C killed its grade): the other five
+  // are not started, every one is NotRun, and the progress says so rather than "done 6" (a newcomer's
+  // finding: the jobs never run were shown running, then done).
+  TempDir t;
+  const BatchManifest m = read_batch_manifest(two_solutions(t));
+  std::atomic<int> calls{0};
+  std::vector<std::string> lines;
+  const auto outcomes = run_batch(m, {0}, [&](const BatchJob&, int) { ++calls; return kBatchNotRun; },
+                                  [&](const std::string& l) { lines.push_back(l); });
+  EXPECT_EQ(calls.load(), 1) << "jobs were started after the batch stopped";
+  for (const auto& o : outcomes) EXPECT_EQ(o.disposition, "NotRun");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back(), "[batch] done 0 | running 0 | left 0 | not run 6");
+  for (const std::string& l : lines) EXPECT_EQ(l.find("done 6"), std::string::npos) << l;
+}
+
 TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
   TempDir t;
   const BatchManifest m = read_batch_manifest(two_solutions(t));
