@@ -515,10 +515,13 @@ int grade_run(const GradeOptions& opt) {
     if (opt.no_gpu) *opt.no_gpu = true;
     const std::string opens =
         opens_without_gpu(*task, config, solution, python ? shim : "", sandbox, opt, pins, log);
-    std::fprintf(stderr,
-                 "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n  %s\n"
-                 "  Run nibble grade on a machine with a CUDA GPU and driver; the tests (scripts/test.sh) run without one.\n",
-                 probe.why.c_str(), opens.c_str());
+    if (opt.no_gpu_said)
+      std::fprintf(stderr, "nibble grade: %s: %s\n", solution.c_str(), opens.c_str());
+    else
+      std::fprintf(stderr,
+                   "nibble grade: no usable NVIDIA GPU, so nothing can be graded here.\n  %s\n  %s\n"
+                   "  Run nibble grade on a machine with a CUDA GPU and driver; the tests (scripts/test.sh) run without one.\n",
+                   probe.why.c_str(), opens.c_str());
     return kExitUsage;
   }
   const json& device = probe.device;
@@ -862,6 +865,7 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
   std::set<std::string> taken = {"lineup"};  // the side by side's own files
   int worst = kExitPassed;
   auto severity = [](int code) { return code == kExitGraderFailed ? 3 : code == kExitUsage ? 2 : code == kExitNotPassed ? 1 : 0; };
+  bool no_gpu_seen = false;  // the first grade found no usable GPU (the rest only say whether they open)
   for (const std::string& solution : solutions) {
     std::string stem = std::filesystem::path(solution).stem().string();
     if (stem.empty()) stem = "solution";
@@ -877,18 +881,21 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
     const FileStamp before = file_stamp(one.out);
     bool no_gpu = false;
     one.no_gpu = &no_gpu;
+    one.no_gpu_said = no_gpu_seen;
     const int code = grade_main(one);
     if (severity(code) > severity(worst)) worst = code;
     reports.push_back(one.out);
     const FileStamp after = file_stamp(one.out);
     fresh.push_back(after.exists && !(after == before));
-    if (no_gpu) {  // every other grade would stop at the same probe; nothing graded, nothing touched
-      std::fprintf(stderr, "nibble grade: no usable GPU: the other %zu solution(s) are not graded; no lineup\n",
-                   solutions.size() - reports.size());
-      std::error_code left;
-      if (made_dir && std::filesystem::is_empty(dir, left)) std::filesystem::remove(dir, left);
-      return int(kExitUsage);
-    }
+    // Every other grade stops at the same probe: each still says whether its solution opens here (a
+    // submission's load error shows on any machine), and nothing is graded or touched.
+    no_gpu_seen = no_gpu_seen || no_gpu;
+  }
+  if (no_gpu_seen) {
+    std::fprintf(stderr, "nibble grade: no usable GPU: none of the %zu solutions is graded; no lineup\n", solutions.size());
+    std::error_code left;
+    if (made_dir && std::filesystem::is_empty(dir, left)) std::filesystem::remove(dir, left);
+    return int(kExitUsage);
   }
 
   // Side by side: every report that exists, in the order given; a grade that left none is a row.

@@ -47,6 +47,7 @@ struct GradeOptions {
   bool quiet = false;
   std::vector<std::string> argv;     // recorded in the report
   bool* no_gpu = nullptr;            // when set: true after the device probe found no usable GPU (lineup)
+  bool no_gpu_said = false;          // an earlier solution's grade said there is no GPU: say only whether this one opens
 };
 
 /** Runs the whole grade; returns a GradeExit. Never throws for anything a candidate does. */
