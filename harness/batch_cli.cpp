@@ -82,7 +82,8 @@ std::string check_job_args(const BatchManifest& m) {
     return m.path + ": runs[" + std::to_string(j.run) + "] (job " + j.id + "): nibble " + j.command +
            " refuses its command line (its args:" + (args.empty() ? " none" : args) + "): " +
            (said.empty() ? e.describe() : said) +
-           "; fix that run's \"args\", or the key the message names (\"solutions\", \"configs\", \"seeds\", \"out\"), in the manifest";
+           "; fix that run's \"args\", or the key the message names (the run's \"solutions\", \"task\", \"configs\" or "
+           "\"seeds\", the manifest's \"out\")";
   }
   return "";
 }
@@ -271,24 +272,23 @@ int batch_command(std::vector<std::string> args) {
         return 2;
       }
     }
-    // Each number must be a GPU NVML sees here, where a job needs one (for jobs without a GPU, a
-    // calibrate --path cpu, the numbers are only how many run at once). Where NVML sees none (no
-    // driver, or a container without NVML that may still run CUDA), the jobs say whether theirs exists.
+    // Each number must name a GPU as a grade's --device does (select_device), where a job needs one
+    // (for jobs without a GPU, a calibrate --path cpu, the numbers are only how many run at once).
+    // Where nothing can say (NVML absent, CUDA_VISIBLE_DEVICES unset), the jobs say whether theirs exists.
     const bool gpu_jobs = std::any_of(m.jobs.begin(), m.jobs.end(), [](const BatchJob& j) { return j.needs_gpu; });
     std::string why;
-    const int n = gpu_jobs ? NvmlDevice::device_count(&why) : 0;
+    const int n = gpu_jobs ? visible_device_count(&why) : 0;
     for (const int d : devices)
-      if (n > 0 && d >= n) {
-        std::fprintf(stderr, "nibble batch: --devices names GPU %d, but this host has %d (0 to %d, as nvidia-smi -L numbers "
-                     "them)\n", d, n, n - 1);
+      if (const std::string p = gpu_jobs ? device_number_problem(d) : ""; !p.empty()) {
+        std::fprintf(stderr, "nibble batch: --devices names GPU %d, but %s\n", d, p.c_str());
         return 2;
       }
-    if (gpu_jobs && n <= 0 && !quiet)
+    if (gpu_jobs && n <= 0 && !std::getenv("CUDA_VISIBLE_DEVICES") && !quiet)
       std::fprintf(stderr, "nibble batch: --devices %s: NVML finds no GPU here (%s), so the numbers are not checked; a job "
                    "on a GPU that does not exist fails and says so\n", devices_text.c_str(), why.c_str());
   } else {
     std::string why;
-    const int n = NvmlDevice::device_count(&why);
+    const int n = visible_device_count(&why);  // numbered as a grade's --device numbers them
     for (int d = 0; d < n; ++d) devices.push_back(d);
     if (devices.empty()) {
       // Each such job would build its fixtures and then fail the same way, one after another.

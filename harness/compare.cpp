@@ -296,7 +296,7 @@ Comparison compare_reports(const ReportView& base, const ReportView& neu, const 
   if (!timing_refused.empty()) {  // no figure is compared; a correctness regression is still 2
     c.refused = timing_refused;
     c.refused_timing_only = true;
-    c.forced = opt.force && !c.not_comparable.empty();
+    c.forced = false;  // nothing timed is compared, forced or not
     const bool measurement_differs = !c.not_comparable.empty() && !opt.force;
     c.exit_code = !measurement_differs && !c.correctness_regressions.empty() ? kCompareCorrectness : kCompareNotComparable;
     std::vector<std::string> why = timing_refused;
@@ -304,7 +304,9 @@ Comparison compare_reports(const ReportView& base, const ReportView& neu, const 
     c.result = c.exit_code == kCompareCorrectness
                    ? "correctness regression: " + join(c.correctness_regressions, "; ") + " (the timing is not comparable: " +
                          join(timing_refused, "; ") + ")"
-                   : "not comparable: " + join(why, "; ") + " (--force does not apply)";
+                   : "not comparable: " + join(why, "; ") +
+                         (measurement_differs ? " (--force compares across the first, never across clocks or record modes)"
+                                              : " (--force does not apply)");
     return c;
   }
 
@@ -492,6 +494,7 @@ json comparison_json(const Comparison& c) {
                               "1/(1+max_slowdown); SAME: interval within both; UNSURE: otherwise"}};
   j["comparable"] = c.refused.empty() && c.not_comparable.empty() && c.missing_timing.empty();
   j["refused"] = c.refused;
+  j["refused_timing_only"] = c.refused_timing_only;  // the clock or record mode alone: correctness was compared
   j["not_comparable"] = c.not_comparable;
   j["missing_timing"] = c.missing_timing;
   j["forced"] = c.forced;

@@ -343,11 +343,14 @@ std::string opens_without_gpu(const Task& task, const std::string& config, const
     const std::string& kind = c.result->error->load_kind;
     // A missing entry point or another ABI version is the solution's on any machine; a library or
     // module that cannot load may need what only a GPU machine has (libcuda.so.1, CUDA at import):
-    // said where its message is about CUDA or the driver, not after a SyntaxError.
-    std::string lower = c.result->error->message;
-    for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-    const bool about_gpu = lower.find("cuda") != std::string::npos || lower.find("nvidia") != std::string::npos ||
-                           lower.find("driver") != std::string::npos;
+    // said where its message is about the driver or CUDA's start, not after a SyntaxError (the
+    // solution's own path, which may well hold "cuda", left out of the test).
+    std::string msg = c.result->error->message;
+    for (size_t at; !solution.empty() && (at = msg.find(solution)) != std::string::npos;) msg.erase(at, solution.size());
+    for (char& ch : msg) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    bool about_gpu = false;
+    for (const char* phrase : {"libcuda.so", "libnvidia", "driver", "no cuda-capable device", "cuda_error", "cudaerror", "cuinit"})
+      about_gpu = about_gpu || msg.find(phrase) != std::string::npos;
     return "The solution does not open " + std::string(kind == "NotLoadable" ? "here" : "here or on a GPU") + " (" + kind +
            "): " + said(c.result->error->message) +
            (kind == "NotLoadable" && about_gpu ? " (without the NVIDIA driver, a library linked to libcuda.so.1 or a module "

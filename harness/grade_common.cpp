@@ -73,6 +73,33 @@ json BinaryPins::to_json() const {
   return j;
 }
 
+namespace {
+/** CUDA_VISIBLE_DEVICES's entries, in order ("" lists none). */
+std::vector<std::string> visible_list(const char* env) {
+  std::vector<std::string> listed;
+  std::stringstream ss(env);
+  for (std::string e; std::getline(ss, e, ',');) listed.push_back(e);
+  return listed;
+}
+}  // namespace
+
+int visible_device_count(std::string* why) {
+  if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    const int n = int(visible_list(env).size());
+    if (n == 0 && why) *why = "CUDA_VISIBLE_DEVICES is set and lists none";
+    return n;
+  }
+  return NvmlDevice::device_count(why);
+}
+
+std::string device_number_problem(int device) {
+  const int n = visible_device_count();
+  if (device < n) return "";
+  if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES"))
+    return "CUDA_VISIBLE_DEVICES=" + std::string(env) + " lists " + std::to_string(n) + " GPU(s), numbered from 0";
+  return n > 0 ? "this host has " + std::to_string(n) + " GPU(s), numbered from 0 (nvidia-smi -L lists them)" : "";
+}
+
 nlohmann::ordered_json select_device(int device) {
   nlohmann::ordered_json d = {{"index", device < 0 ? 0 : device}};
   const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -80,22 +107,10 @@ nlohmann::ordered_json select_device(int device) {
     d["cuda_visible_devices"] = env ? json(env) : json(nullptr);
     return d;
   }
-  std::string pick = std::to_string(device);
-  if (env) {  // set, even empty (no GPU visible)
-    std::vector<std::string> listed;
-    std::stringstream ss(env);
-    for (std::string e; std::getline(ss, e, ',');) listed.push_back(e);
-    if (size_t(device) >= listed.size())
-      throw std::invalid_argument("--device " + std::to_string(device) + ": CUDA_VISIBLE_DEVICES=" + env + " lists " +
-                                  std::to_string(listed.size()) + " GPU(s), numbered from 0");
-    pick = listed[size_t(device)];
-  } else {
-    std::string why;
-    const int n = NvmlDevice::device_count(&why);
-    if (n > 0 && device >= n)
-      throw std::invalid_argument("--device " + std::to_string(device) + ": this host has " + std::to_string(n) +
-                                  " GPU(s), numbered from 0 (nvidia-smi -L lists them)");
-  }
+  if (const std::string p = device_number_problem(device); !p.empty())
+    throw std::invalid_argument("--device " + std::to_string(device) + ": " + p);
+  const std::vector<std::string> listed = env ? visible_list(env) : std::vector<std::string>{};
+  const std::string pick = env ? listed[size_t(device)] : std::to_string(device);
   // nvidia-smi (and NVML) number GPUs in PCI bus order; CUDA by default puts the fastest first.
   if (!std::getenv("CUDA_DEVICE_ORDER")) setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
   setenv("CUDA_VISIBLE_DEVICES", pick.c_str(), 1);

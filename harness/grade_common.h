@@ -108,9 +108,19 @@ struct ChildRun {
  * CUDA_VISIBLE_DEVICES (the parent itself never touches CUDA): N counts the GPUs CUDA would list, or,
  * when CUDA_VISIBLE_DEVICES is already set, its entries (N = 1 with "2,3" is GPU 3). -1 changes
  * nothing. Returns what the report records ({index, cuda_visible_devices}); throws
- * std::invalid_argument for an N that names no GPU.
+ * std::invalid_argument for an N that names no GPU (device_number_problem).
  */
 nlohmann::ordered_json select_device(int device);
+
+/** How many GPUs --device numbers: CUDA_VISIBLE_DEVICES's entries when it is set (even empty: 0),
+ *  else the GPUs NVML sees (nvidia-smi -L); 0 with `why` when NVML cannot say (no driver, or a
+ *  container without NVML, where CUDA may still run: the grade's own probe then answers). */
+int visible_device_count(std::string* why = nullptr);
+
+/** Why GPU `device` (numbered as visible_device_count counts) names none here, e.g.
+ *  "CUDA_VISIBLE_DEVICES=2,3 lists 2 GPU(s), numbered from 0"; "" when it does, or when nothing
+ *  can say (NVML absent and CUDA_VISIBLE_DEVICES unset). */
+std::string device_number_problem(int device);
 
 /** NVML's view of the probed GPU (`uuid`) at the start: current SM and memory clocks and the compute
  *  processes of others on it, for the report's device section (empty object without NVML). */

@@ -25,17 +25,18 @@ bool graphs_whole(const ReportView& r) { return figure_graph_records(r) == "grap
 
 constexpr const char* kGraphsWholeGroup = " / graphs recorded whole";
 
-std::string group_of(const ReportView& r) {
+/** The ranked set r names: its task, config, GPU, schema, clock and, `whole`, graphs recorded whole. */
+std::string group_of(const ReportView& r, bool whole) {
   return r.task + " / " + r.config + " / " + (r.device_name.empty() ? "no GPU recorded" : r.device_name) + " / schema " +
-         std::to_string(r.schema_major) + (r.clock == "wall" ? " / the grader's clock" : "") +
-         (graphs_whole(r) ? kGraphsWholeGroup : "");
+         std::to_string(r.schema_major) + (r.clock == "wall" ? " / the grader's clock" : "") + (whole ? kGraphsWholeGroup : "");
 }
+std::string group_of(const ReportView& r) { return group_of(r, graphs_whole(r)); }
 
 std::string num(double v, const char* fmt);
 
-/** Why `r` is not ranked with `first`: a figure that is not its samples', or the first difference,
- *  in words. */
-std::string apart_from(const ReportView& r, const ReportView& first) {
+/** Why `r` is not ranked with `first`, whose set records CUDA graphs whole when `set_whole`: a figure
+ *  that is not its samples', or the first difference, in words. */
+std::string apart_from(const ReportView& r, const ReportView& first, bool set_whole) {
   if (const std::string p = figure_problem(r); !p.empty()) return p;
   if (r.task != first.task) return "another task (" + r.task + ")";
   if (r.config != first.config) return "another config (" + r.config + ")";
@@ -44,9 +45,9 @@ std::string apart_from(const ReportView& r, const ReportView& first) {
   if (r.clock != first.clock)
     return r.clock == "wall" ? "timed on the grader's clock (--clock wall), not by GPU span"
                              : "timed by GPU span, not on the grader's clock (--clock wall)";
-  if (!figure_graph_records(r).empty() && graphs_whole(r) != graphs_whole(first))
+  if (!figure_graph_records(r).empty() && graphs_whole(r) != set_whole)
     return "its CUDA graphs recorded by " + r.graph_records + ", the first row's by " +
-           (graphs_whole(first) ? "graphs" : figure_graph_records(first).empty() ? "nodes or none launched" : "nodes") +
+           (set_whole ? "graphs" : figure_graph_records(first).empty() ? "nodes or none launched" : "nodes") +
            " (--graph-records)";
   return "";
 }
@@ -139,10 +140,14 @@ nlohmann::ordered_json row_json(const LineupRow& x) {
 
 std::vector<LineupRow> make_lineup(const std::vector<ReportView>& reports, const std::vector<std::string>& labels) {
   std::vector<LineupRow> rows;
+  // The first row's set: its own record mode, whether or not it launched a graph (a report that
+  // launched none goes with either, so it takes the mode it was graded in).
+  const bool set_whole = !reports.empty() && reports.front().graph_records == "graphs";
   for (size_t i = 0; i < reports.size(); ++i) {
     rows.push_back(row_of(reports[i], label_of(reports, labels, i)));
-    rows.back().apart = apart_from(reports[i], reports.front());
+    rows.back().apart = apart_from(reports[i], reports.front(), set_whole);
   }
+  if (!rows.empty()) rows.front().group = group_of(reports.front(), set_whole);
   rank_comparable(rows);
   // Speedups are over the first row's median: none when that row is itself apart (an edited report).
   if (!rows.empty() && rows.front().apart.empty() && rows.front().median_us > 0)
@@ -182,7 +187,8 @@ nlohmann::ordered_json lineup_json(const std::vector<LineupRow>& rows) {
   return {{"schema", "nibble.lineup"},
           {"schema_version", "1.0.0"},
           {"rule", "ranked by median GPU span (the grader's clock for --clock wall reports) among the Passed reports "
-                   "of the first row's group (task, config, GPU, schema major, clock); speedup = the first row's median "
+                   "of the first row's group (task, config, GPU, schema major, clock, graph-record mode: a report that "
+                   "launched no CUDA graph goes with either); speedup = the first row's median "
                    "/ the row's"},
           {"rows", a}};
 }
@@ -248,6 +254,7 @@ size_t ranked_set_anchor(const std::vector<LineupRow>& rows, const std::vector<R
       if (rows[k].group == s.group.substr(0, cut) && figure_graph_records(reports[idx[k]]).empty()) {
         s.rankable += rankable(rows[k]) && figure_problem(reports[idx[k]]).empty();
         ++s.total;
+        s.newest = std::max(s.newest, reports[idx[k]].created_utc);
       }
   }
   return std::max_element(sets.begin(), sets.end(), [](const Set& a, const Set& b) {
@@ -267,8 +274,13 @@ std::vector<LeaderboardGroup> make_leaderboard(const std::vector<ReportView>& re
     std::vector<LineupRow> rows;
     for (size_t i : idx) rows.push_back(row_of(reports[i], label_of(reports, labels, i)));
     const ReportView& anchor = reports[idx[ranked_set_anchor(rows, reports, idx)]];
-    for (size_t k = 0; k < idx.size(); ++k) rows[k].apart = apart_from(reports[idx[k]], anchor);
+    // The anchor heads the set it was chosen as (its group): a report that launched no graph
+    // counts in the whole-graph set too, but an anchor is the first report of its own group.
+    const bool set_whole = graphs_whole(anchor);
+    for (size_t k = 0; k < idx.size(); ++k) rows[k].apart = apart_from(reports[idx[k]], anchor, set_whole);
     rank_comparable(rows);
+    for (LineupRow& x : rows)
+      if (x.apart.empty()) x.group = group_of(anchor, set_whole);  // the set it ranks in
     const auto place = [](const LineupRow& x) { return x.rank ? x.rank : x.apart.empty() ? INT_MAX - 1 : INT_MAX; };
     std::stable_sort(rows.begin(), rows.end(), [&](const LineupRow& a, const LineupRow& b) { return place(a) < place(b); });
 

@@ -475,11 +475,18 @@ TEST(Cli, APythonSolutionIsAcceptedUpToTheGpu) {
   if (python_shims_built()) {
     // Its module imported (a load job): the shim's probe opens; a syntax error is said, with the line.
     EXPECT_NE(r.output.find("The solution opens here ('shim-probe')"), std::string::npos) << r.output;
-    std::ofstream(t.path() + "/syntax.py") << "def build_model(model, stream:\n    return None\n";
-    r = run_nibble({"grade", "--config", "tiny", "--solution", t.path() + "/syntax.py", "--out", t.path() + "/r.json"}, t);
+    // Under a folder named cuda_kernels: the hint about the driver is not added for a SyntaxError
+    // (a newcomer's and a reviewer's finding), but is for an import that needs the driver.
+    std::filesystem::create_directories(t.path() + "/cuda_kernels");
+    std::ofstream(t.path() + "/cuda_kernels/syntax.py") << "def build_model(model, stream:\n    return None\n";
+    r = run_nibble({"grade", "--config", "tiny", "--solution", t.path() + "/cuda_kernels/syntax.py", "--out", t.path() + "/r.json"}, t);
     EXPECT_EQ(r.code, 2);
     EXPECT_NE(r.output.find("does not open here (NotLoadable)"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("SyntaxError"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("without the NVIDIA driver"), std::string::npos) << r.output;
+    std::ofstream(t.path() + "/needs_driver.py") << "raise RuntimeError('Found no NVIDIA driver on your system')\n";
+    r = run_nibble({"grade", "--config", "tiny", "--solution", t.path() + "/needs_driver.py", "--out", t.path() + "/r.json"}, t);
+    EXPECT_NE(r.output.find("without the NVIDIA driver, a library linked to libcuda.so.1"), std::string::npos) << r.output;
     // A module that forks a process which outlives its import: the child cannot signal it (seccomp),
     // and waited for it until the parent's 45 s limit; it is ended with the child's process group.
     std::ofstream(t.path() + "/forks.py") << "import os, time\nNAME = 'forks'\nif os.fork() == 0:\n    time.sleep(300)\n"

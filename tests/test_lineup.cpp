@@ -137,6 +137,16 @@ TEST(Lineup, AReportWithGraphsRecordedWholeIsRankedApart) {
   a.graph_launches_audited = 0;
   const auto first_none = make_lineup({a, whole}, {"a.json", "graph.json"});
   EXPECT_EQ(first_none[1].apart, "its CUDA graphs recorded by graphs, the first row's by nodes or none launched (--graph-records)");
+  // A first row graded whole that launched none (the megakernel beside a PyTorch graph, both by the
+  // default): the set is the whole-graph one, so a graph recorded whole ranks and one by nodes is
+  // apart (a reviewer's finding: it was the other way round).
+  ReportView mk = none, g = whole, n = made("n", "Passed", 60);
+  g.graph_launches_audited = n.graph_launches_audited = 64;
+  const auto default_mode = make_lineup({mk, g, n}, {"mk.json", "g.json", "n.json"});
+  EXPECT_EQ(default_mode[1].apart, "");
+  EXPECT_EQ(default_mode[1].rank, 2) << "ranked (a tie with the first keeps the given order)";
+  EXPECT_EQ(default_mode[2].apart, "its CUDA graphs recorded by nodes, the first row's by graphs (--graph-records)");
+  EXPECT_NE(default_mode[0].group.find("graphs recorded whole"), std::string::npos) << default_mode[0].group;
 }
 
 // ---------------------------------------------------------------------------------------------
