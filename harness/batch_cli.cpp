@@ -132,7 +132,8 @@ int batch_command(std::vector<std::string> args) {
   int element = -1;
   bool slurm = false, no_submit = false, collect = false, quiet = false;
   app.add_option("MANIFEST", manifest_path, "The manifest (JSON; README \"Grading many solutions\")")->required();
-  app.add_option("--devices", devices_text, "GPUs to use, e.g. 0,1 (default: every GPU NVML sees)")->check(kNonEmptyValue);
+  app.add_option("--devices", devices_text, "GPUs to use, e.g. 0,1, numbered as nibble grade --device numbers them "
+                 "(CUDA_VISIBLE_DEVICES's entries when it is set, else nvidia-smi -L's; default: every one)")->check(kNonEmptyValue);
   app.add_flag("--slurm", slurm, "Write a Slurm job array (one element per job) into <out>/slurm/ and submit it with sbatch");
   app.add_flag("--no-submit", no_submit, "With --slurm: write the script, do not submit it");
   app.add_option("--partition", partition, "With --slurm: the partition");
