@@ -280,7 +280,7 @@ int batch_command(std::vector<std::string> args) {
     std::string why;
     const int n = gpu_jobs ? visible_device_count(&why) : 0;
     for (const int d : devices)
-      if (const std::string p = gpu_jobs ? device_number_problem(d) : ""; !p.empty()) {
+      if (const std::string p = gpu_jobs ? device_number_problem(d, n) : ""; !p.empty()) {
         std::fprintf(stderr, "nibble batch: --devices names GPU %d, but %s\n", d, p.c_str());
         return 2;
       }

@@ -92,8 +92,7 @@ int visible_device_count(std::string* why) {
   return NvmlDevice::device_count(why);
 }
 
-std::string device_number_problem(int device) {
-  const int n = visible_device_count();
+std::string device_number_problem(int device, int n) {
   if (device < n) return "";
   if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES"))
     return "CUDA_VISIBLE_DEVICES=" + std::string(env) + " lists " + std::to_string(n) + " GPU(s), numbered from 0";
@@ -107,7 +106,7 @@ nlohmann::ordered_json select_device(int device) {
     d["cuda_visible_devices"] = env ? json(env) : json(nullptr);
     return d;
   }
-  if (const std::string p = device_number_problem(device); !p.empty())
+  if (const std::string p = device_number_problem(device, visible_device_count()); !p.empty())
     throw std::invalid_argument("--device " + std::to_string(device) + ": " + p);
   const std::vector<std::string> listed = env ? visible_list(env) : std::vector<std::string>{};
   const std::string pick = env ? listed[size_t(device)] : std::to_string(device);

@@ -117,10 +117,10 @@ nlohmann::ordered_json select_device(int device);
  *  container without NVML, where CUDA may still run: the grade's own probe then answers). */
 int visible_device_count(std::string* why = nullptr);
 
-/** Why GPU `device` (numbered as visible_device_count counts) names none here, e.g.
- *  "CUDA_VISIBLE_DEVICES=2,3 lists 2 GPU(s), numbered from 0"; "" when it does, or when nothing
+/** Why GPU `device` (numbered as visible_device_count counts; `count` its answer) names none here,
+ *  e.g. "CUDA_VISIBLE_DEVICES=2,3 lists 2 GPU(s), numbered from 0"; "" when it does, or when nothing
  *  can say (NVML absent and CUDA_VISIBLE_DEVICES unset). */
-std::string device_number_problem(int device);
+std::string device_number_problem(int device, int count);
 
 /** NVML's view of the probed GPU (`uuid`) at the start: current SM and memory clocks and the compute
  *  processes of others on it, for the report's device section (empty object without NVML). */

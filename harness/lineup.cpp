@@ -23,12 +23,11 @@ namespace {
  *  with the per-node set, and is set apart from neither. */
 bool graphs_whole(const ReportView& r) { return figure_graph_records(r) == "graphs"; }
 
-constexpr const char* kGraphsWholeGroup = " / graphs recorded whole";
-
 /** The ranked set r names: its task, config, GPU, schema, clock and, `whole`, graphs recorded whole. */
 std::string group_of(const ReportView& r, bool whole) {
   return r.task + " / " + r.config + " / " + (r.device_name.empty() ? "no GPU recorded" : r.device_name) + " / schema " +
-         std::to_string(r.schema_major) + (r.clock == "wall" ? " / the grader's clock" : "") + (whole ? kGraphsWholeGroup : "");
+         std::to_string(r.schema_major) + (r.clock == "wall" ? " / the grader's clock" : "") +
+         (whole ? " / graphs recorded whole" : "");
 }
 std::string group_of(const ReportView& r) { return group_of(r, graphs_whole(r)); }
 
@@ -247,16 +246,13 @@ size_t ranked_set_anchor(const std::vector<LineupRow>& rows, const std::vector<R
   }
   // A report that launched no CUDA graph ranks in the whole-graph set of its group too (apart_from):
   // it counts for both.
-  for (Set& s : sets) {
-    const size_t cut = s.group.size() - std::min(s.group.size(), std::strlen(kGraphsWholeGroup));
-    if (s.group.compare(cut, std::string::npos, kGraphsWholeGroup) != 0) continue;
+  for (Set& s : sets)
     for (size_t k = 0; k < rows.size(); ++k)
-      if (rows[k].group == s.group.substr(0, cut) && figure_graph_records(reports[idx[k]]).empty()) {
+      if (figure_graph_records(reports[idx[k]]).empty() && group_of(reports[idx[k]], true) == s.group) {
         s.rankable += rankable(rows[k]) && figure_problem(reports[idx[k]]).empty();
         ++s.total;
         s.newest = std::max(s.newest, reports[idx[k]].created_utc);
       }
-  }
   return std::max_element(sets.begin(), sets.end(), [](const Set& a, const Set& b) {
            return std::tie(a.rankable, a.schema, a.total, a.newest, a.group) <
                   std::tie(b.rankable, b.schema, b.total, b.newest, b.group);
@@ -291,8 +287,8 @@ std::vector<LeaderboardGroup> make_leaderboard(const std::vector<ReportView>& re
     g.gpu = anchor.device_name;
     g.schema_major = anchor.schema_major;
     g.clock = anchor.clock;
-    g.graph_records = graphs_whole(anchor) ? "graphs" : "nodes";  // "nodes": by nodes, or no graph launched
-    g.ranked = group_of(anchor);
+    g.graph_records = set_whole ? "graphs" : "nodes";  // "nodes": by nodes, or no graph launched
+    g.ranked = group_of(anchor, set_whole);
     if (baselines_of) g.baseline_solutions = baselines_of(g.task);
     for (const std::string& name : g.baseline_solutions) {
       // rows are in rank order: the first ranked row of that solution is its fastest report
