@@ -42,10 +42,6 @@ using namespace nibble::child;
 
 namespace {
 
-/** Windows the ledger times around a harness kernel before the build: its own overhead (12 per
- *  window-work form of a GEMM, Task::window_work_forms). */
-constexpr int kLedgerCalibrationWindows = 24;
-
 ChildError error_of(const char* kind, const std::string& message) {
   ChildError e;
   e.kind = kind;
@@ -390,6 +386,16 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
       secs["timing"] = seconds_since(t);
       out.phase("timed");
     }
+    // Sealed before the solution's teardown, its last code: what it measured is what the parent
+    // reads, whatever the teardown writes to the channel (it can find it in /proc/self/fd). A
+    // teardown that fails or hangs still fails the grade: the process's exit says so
+    // (child_evidence), beside the error on stderr.
+    secs["total"] = seconds_since(t_start);
+    {
+      std::lock_guard<std::mutex> lock(out.mu);
+      out.r.seconds = secs;
+    }
+    out.phase("done");
     if (!call("teardown", job.build_timeout_seconds, [&] { session->teardown(); })) return 5;
     session.reset();
   } catch (const CudaError& e) {
@@ -397,12 +403,6 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
   } catch (const std::exception& e) {
     return out.fail(error_of(kErrHarness, e.what()), 3);
   }
-  secs["total"] = seconds_since(t_start);
-  {
-    std::lock_guard<std::mutex> lock(out.mu);
-    out.r.seconds = secs;
-  }
-  out.phase("done");
   return 0;
 }
 

@@ -19,6 +19,7 @@
 #include "fixtures/sha256.h"
 #include "harness/atomic_file.h"
 #include "harness/calibrate.h"
+#include "harness/child.h"
 #include "harness/grade.h"
 #include "harness/ledger.h"
 #include "harness/provenance.h"
@@ -231,11 +232,26 @@ void child_evidence(const ChildRun& c, const Task& task, Evidence* e) {
     e->end = ChildEnd::Completed;
     return;
   }
+  // A violation is why the child's next wait on the ledger failed: its cause, told in the verdict.
+  if (c.ledger) e->ledger_violation = c.ledger->violation();
   const std::string phase = c.phase();
   if (c.exit.kind == ChildExit::TimedOut) {
     e->end = ChildEnd::TimedOut;
     e->end_message = "the candidate's process " + c.exit.describe() + " (phase reached: " + phase + ")";
     e->failed_in_build = phase == "start" || phase == "opened";
+    return;
+  }
+  if (phase == "done") {
+    // Sealed before the solution's teardown (harness/child.cpp): the teardown, or the session's end
+    // after it, failed, hung (the watchdog) or ended the process. The error went to stderr only.
+    std::string said;
+    for (size_t at = c.log_tail.rfind("nibble child: "); at != std::string::npos; at = std::string::npos)
+      said = c.log_tail.substr(at, c.log_tail.find('\n', at) - at);
+    e->end = said.find(std::string(" ") + kErrTimeout + " error") != std::string::npos ? ChildEnd::CallTimedOut
+             : c.exit.kind == ChildExit::Signaled                                       ? ChildEnd::Died
+                                                                                        : ChildEnd::CallFailed;
+    e->end_message = "the candidate's process ended (" + c.exit.describe() + ") in its teardown, after its results were sealed" +
+                     (said.empty() ? std::string() : ": " + said);
     return;
   }
   if (c.result && c.result->error) {

@@ -24,11 +24,6 @@ int64_t realtime_ns() {
   return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
-uint32_t check_of(uint32_t kind, int32_t round, int32_t call, const uint8_t* digest) {
-  uint32_t h = kind ^ uint32_t(round) ^ (uint32_t(call) * 2654435761u) ^ kLedgerSalt;
-  for (int i = 0; i < 32; ++i) h = (h ^ digest[i]) * 16777619u;  // FNV-1a over the digest
-  return h;
-}
 
 void make_pipe(int fds[2]) {
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("the call ledger's pipe: ") + std::strerror(errno));
@@ -147,14 +142,22 @@ int NvmlDevice::device_count(std::string* why) {
   return int(n);
 }
 
+uint32_t ledger_check(uint32_t kind, int32_t round, int32_t call, const uint8_t* digest) {
+  uint32_t h = kind ^ uint32_t(round) ^ (uint32_t(call) * 2654435761u) ^ kLedgerSalt;
+  for (int i = 0; i < 32; ++i) h = (h ^ digest[i]) * 16777619u;  // FNV-1a over the digest
+  return h;
+}
+
 uint64_t LedgerDraws::next() {
   if (mt_) return (*mt_)();
   return (uint64_t(dev_()) << 32) ^ uint64_t(dev_());  // random_device yields 32-bit words
 }
 
-CallLedger::CallLedger(int calls_per_round, int picks_per_round, std::optional<uint64_t> seed, const std::string& gpu_uuid)
+CallLedger::CallLedger(int calls_per_round, int picks_per_round, std::optional<uint64_t> seed, const std::string& gpu_uuid,
+                       int calibration_windows)
     : calls_per_round_(std::max(1, calls_per_round)),
       picks_per_round_(std::clamp(picks_per_round, 1, std::max(1, calls_per_round))),
+      calibration_windows_(std::max(0, calibration_windows)),
       inputs_(seed, 0x696e70757473ull),  // "inputs"
       picks_rng_(seed, 0x6c6564676572ull),  // "ledger"
       gpu_uuid_(gpu_uuid) {
@@ -169,6 +172,9 @@ CallLedger::CallLedger(int calls_per_round, int picks_per_round, std::optional<u
     if (setsockopt(to_parent_[0], SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on) != 0)
       throw std::runtime_error(std::string("the call ledger's socket: SO_TIMESTAMPNS: ") + std::strerror(errno));
     make_pipe(to_child_);
+    // The answers never block this thread: a child that does not read them cannot stall finish().
+    if (fcntl(to_child_[1], F_SETFL, O_NONBLOCK) != 0)
+      throw std::runtime_error(std::string("the call ledger's pipe: O_NONBLOCK: ") + std::strerror(errno));
   } catch (...) {
     close_fd(to_parent_[0]);
     close_fd(to_parent_[1]);
@@ -214,11 +220,12 @@ void CallLedger::serve() {
         sent_ns = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
       }
     if (!violation_.empty()) continue;  // after a violation nothing is answered: the child stops
-    if (size_t(n) != sizeof m || (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    if (size_t(n) != sizeof m || (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
       violation_ = "a message of " + std::to_string(n) + " bytes, not the harness's " + std::to_string(sizeof m);
-      continue;
-    }
-    handle(m, sent_ns);
+    else
+      handle(m, sent_ns);
+    // The child's wait for an answer ends at once (the pipe's end), not at its timeout.
+    if (!violation_.empty()) close_fd(to_child_[1]);
   }
   nvml_ = nullptr;
 }
@@ -227,7 +234,7 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   auto violate = [&](const std::string& why) {
     violation_ = why + " (round " + std::to_string(m.round) + ", call " + std::to_string(m.call) + ")";
   };
-  if (m.check != check_of(m.kind, m.round, m.call, m.digest) ||
+  if (m.check != ledger_check(m.kind, m.round, m.call, m.digest) ||
       (m.kind != LedgerMessage::Open && m.kind != LedgerMessage::Done && m.kind != LedgerMessage::Span))
     return violate("a message that is not the harness's");
   if (m.kind == LedgerMessage::Span) {
@@ -246,9 +253,12 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
     if (is_open_) return violate("a call opened while another was open");
     // Calibration windows (round -1) first, then rounds 0, 1, ... of calls_per_round calls each.
     const bool first = last_round_ == -2 && (m.round == -1 || m.round == 0) && m.call == 0;
-    const bool next_call = m.round == last_round_ && m.call == last_call_ + 1 && (m.round < 0 || m.call < calls_per_round_);
+    const bool next_call = m.round == last_round_ && m.call == last_call_ + 1 &&
+                           m.call < (m.round < 0 ? calibration_windows_ : calls_per_round_);
     const bool next_round = m.round == last_round_ + 1 && m.call == 0 &&
                             (last_round_ < 0 || last_call_ == calls_per_round_ - 1);
+    if (m.round < 0 && m.call >= calibration_windows_)
+      return violate("a calibration window beyond the harness's " + std::to_string(calibration_windows_));
     if (!first && !next_call && !next_round) return violate("a call out of sequence");
     if (m.round >= 0 && m.call == 0) picks_left_ = picks_per_round_;
     // The call's inputs exist from now on, and its window opens as their seed is sent: nothing can
@@ -257,8 +267,7 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
     open_seed_ = inputs_.next();
     std::memcpy(reveal + 1, &open_seed_, sizeof open_seed_);
     open_ns_ = realtime_ns();
-    if (write(to_child_[1], reveal, sizeof reveal) != ssize_t(sizeof reveal))  // atomic: under PIPE_BUF
-      return violate(std::string("the seed could not be sent: ") + std::strerror(errno));
+    if (const std::string why = answer(reveal, sizeof reveal, "the seed"); !why.empty()) return violate(why);
     is_open_ = true;
     open_round_ = m.round;
     open_call_ = m.call;
@@ -281,16 +290,29 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   std::memcpy(c.digest.data(), m.digest, sizeof m.digest);
   // Before the answer: the child waits for it, so the sample never delays the next "open" stamp.
   if (m.round >= 0) nvml_->sample(c);
-  const char answer = c.kept ? 'K' : 'S';
-  if (write(to_child_[1], &answer, 1) != 1) return violate(std::string("the answer could not be sent: ") + std::strerror(errno));
+  const char kept = c.kept ? 'K' : 'S';
+  if (const std::string why = answer(&kept, 1, "the answer"); !why.empty()) return violate(why);
   (m.round < 0 ? calibration_ : calls_).push_back(c);
   is_open_ = false;
   last_round_ = m.round;
   last_call_ = m.call;
 }
 
+std::string CallLedger::answer(const void* bytes, size_t n, const char* what) {
+  for (;;) {
+    const ssize_t w = write(to_child_[1], bytes, n);  // atomic: under PIPE_BUF
+    if (w == ssize_t(n)) return "";
+    if (w < 0 && errno == EINTR) continue;
+    // The harness reads every answer before its next message: a full pipe is a child that does not.
+    return std::string(what) + " could not be sent: " +
+           (w < 0 && errno == EAGAIN ? std::string("the child left the answers to its earlier messages unread")
+            : w < 0                  ? std::string(std::strerror(errno))
+                                     : std::string("short write"));
+  }
+}
+
 void LedgerClient::send(LedgerMessage::Kind k, int round, int call, const Digest& digest) {
-  LedgerMessage m{k, round, call, check_of(k, round, call, digest.data()), {}};
+  LedgerMessage m{k, round, call, ledger_check(k, round, call, digest.data()), {}};
   std::memcpy(m.digest, digest.data(), sizeof m.digest);
   for (;;) {
     const ssize_t n = write(wfd_, &m, sizeof m);  // one packet of the SOCK_SEQPACKET socket

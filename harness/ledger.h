@@ -40,6 +40,16 @@ struct LedgerMessage {
                        // "span": a calibration window's GPU span in us (a double), then zeros
 };
 inline constexpr uint32_t kLedgerSalt = 0x6e69626cu;  // "nibl"
+/** LedgerMessage::check of a message (FNV-1a over the digest, folded with kind, round, call and the
+ *  salt): it tells a torn or foreign write from the harness's, not the harness from a solution that
+ *  computes it (the ledger's sequence and clock guard against that). */
+uint32_t ledger_check(uint32_t kind, int32_t round, int32_t call, const uint8_t* digest);
+
+/** Windows the child times around a harness kernel before the solution is loaded (round -1): the
+ *  ledger's own overhead (12 per window-work form of a GEMM, Task::window_work_forms). The parent
+ *  takes no more: a solution's load-time code that opened more (slow ones) would raise the overhead
+ *  credited to every timed call. */
+inline constexpr int kLedgerCalibrationWindows = 24;
 
 /** The parent's record of one timed (or calibration) call. */
 struct LedgerCall {
@@ -121,11 +131,16 @@ class LedgerDraws {
  * and the call's 8-byte input seed (the window opens as it is sent); to "done", 'K' (kept) or 'S',
  * decided then; "span" (a calibration window's GPU span, once, after its "done") none. `picks_per_round` calls of every round (at least 1) are kept. Input seeds and picks
  * are two streams (LedgerDraws): from `seed` when given (--timing-seed), else from the OS word by
- * word, so the seeds revealed tell nothing of the picks or of the next seed.
+ * word, so the seeds revealed tell nothing of the picks or of the next seed. At most
+ * `calibration_windows` calibration windows (round -1) are taken. The answers go out on a pipe this
+ * thread never waits on: a child that sends without reading them (filling the pipe) is tampering,
+ * and finish() returns whatever the child did. After any violation the answers' pipe is closed:
+ * the child's next wait ends at once.
  */
 class CallLedger {
  public:
-  CallLedger(int calls_per_round, int picks_per_round, std::optional<uint64_t> seed, const std::string& gpu_uuid);
+  CallLedger(int calls_per_round, int picks_per_round, std::optional<uint64_t> seed, const std::string& gpu_uuid,
+             int calibration_windows = kLedgerCalibrationWindows);
   ~CallLedger();
   CallLedger(const CallLedger&) = delete;
   CallLedger& operator=(const CallLedger&) = delete;
@@ -149,7 +164,9 @@ class CallLedger {
   /** `sent_ns`: when the child sent `m` (CLOCK_REALTIME, stamped by the kernel). */
   void handle(const LedgerMessage& m, int64_t sent_ns);
   int to_parent_[2] = {-1, -1}, to_child_[2] = {-1, -1};
-  int calls_per_round_, picks_per_round_;
+  int calls_per_round_, picks_per_round_, calibration_windows_;
+  /** Writes an answer whole: "" when sent, else why not (a full pipe: the child does not read). */
+  std::string answer(const void* bytes, size_t n, const char* what);
   LedgerDraws inputs_, picks_rng_;
   std::string gpu_uuid_;
   std::thread thread_;

@@ -57,7 +57,11 @@ Verdict judge(const Evidence& e) {
     if (e.end != ChildEnd::CallFailed) return fail(D::TimedOut, Rule::Build, e.end_message);
     return fail(e.call_status == "NOT_SUPPORTED" ? D::NotSupported : D::Crashed, Rule::Build, e.end_message);
   }
-  // 3. Crash or timeout after the build.
+  // 3. Crash or timeout after the build; one that followed tampering with the call ledger (which
+  // then stops answering the child) is that tampering.
+  if (e.end != ChildEnd::Completed && !e.ledger_violation.empty())
+    return fail(D::InvalidTiming, Rule::Timing,
+                "the grader's call ledger was tampered with: " + e.ledger_violation + "; then: " + e.end_message);
   switch (e.end) {
     case ChildEnd::CallFailed:
       return fail(e.call_status == "NOT_SUPPORTED" ? D::NotSupported : D::Crashed, Rule::Crash, e.end_message);

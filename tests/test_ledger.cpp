@@ -243,3 +243,55 @@ TEST(Ledger, ACalibrationWindowsSpanComesOnceAfterItsDone) {
             }).find("no duration"),
             std::string::npos);
 }
+
+// The parent takes the harness's calibration windows and no more: windows opened after them (by a
+// solution's load-time code, before round 0) would each add a slow window to the overhead credited to
+// every timed call.
+TEST(Ledger, NoCalibrationWindowBeyondTheHarnesss) {
+  CallLedger l(4, 1, 1, "", 3);
+  LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
+  for (int i = 0; i < 3; ++i) {
+    (void)c.open(-1, i);
+    (void)c.done(-1, i, Digest{});
+    c.span(i, 1.0);
+  }
+  EXPECT_THROW((void)c.open(-1, 3), std::runtime_error) << "a fourth window gets no seed";
+  l.finish();
+  EXPECT_NE(l.violation().find("a calibration window beyond the harness's 3 (round -1, call 3)"), std::string::npos)
+      << l.violation();
+  EXPECT_EQ(l.calibration().size(), 3u);
+}
+
+// A child that sends without reading the answers fills their pipe (64 KiB: ~6,600 calls): the
+// ledger calls it tampering and finish() still returns at once (the answers never block its thread).
+TEST(Ledger, AChildThatNeverReadsItsAnswersCannotStallTheParent) {
+  CallLedger l(4, 1, 1, "", 1 << 20);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread flood([&] {
+    LedgerMessage m{};
+    for (int i = 0; i < 20000; ++i)
+      for (const LedgerMessage::Kind k : {LedgerMessage::Open, LedgerMessage::Done}) {
+        m = LedgerMessage{k, -1, i, ledger_check(k, -1, i, Digest{}.data()), {}};
+        if (write(l.child_write_fd(), &m, sizeof m) != ssize_t(sizeof m)) return;  // the socket is full: enough
+      }
+  });
+  flood.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  l.finish();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+  EXPECT_NE(l.violation().find("unread"), std::string::npos) << l.violation();
+}
+
+// After a violation the answers' pipe closes: the harness's next wait ends at once with the ledger's
+// error, not at its timeout (30 s in the child).
+TEST(Ledger, AfterAViolationTheChildsWaitEndsAtOnce) {
+  CallLedger l(4, 1, 1, "");
+  LedgerClient c(l.child_read_fd(), l.child_write_fd(), 20);
+  const char junk[16] = "not a message!!";
+  ASSERT_EQ(write(l.child_write_fd(), junk, sizeof junk), ssize_t(sizeof junk));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW((void)c.open(0, 0), std::runtime_error);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  l.finish();
+  EXPECT_NE(l.violation().find("not the harness's"), std::string::npos) << l.violation();
+}

@@ -109,6 +109,14 @@ TEST_P(Judge, CrashesAndTimeoutsAfterTheBuild) {
   e = base();
   e.compared = false;  // completed, but nothing to compare
   expect(e, Disposition::Crashed, Rule::Crash);
+  // The child's wait on the ledger failed because the solution tampered with it: that is the reason.
+  for (const ChildEnd end : {ChildEnd::HarnessError, ChildEnd::Died, ChildEnd::TimedOut}) {
+    e = base();
+    e.end = end;
+    e.end_message = "the grader's call ledger did not answer for round 0, call 0";
+    e.ledger_violation = "a calibration window beyond the harness's 24 (round -1, call 24)";
+    expect(e, Disposition::InvalidTiming, Rule::Timing, "call ledger was tampered with: a calibration window beyond");
+  }
 }
 
 TEST_P(Judge, NonFiniteOutputsAnywhere) {

@@ -1305,6 +1305,20 @@ nibble_status teardown(State& s, cudaStream_t stream, nibble_error* err) {
   if (!overwrite(child_channel("outputs"), deep_safetensors()))
     std::fprintf(stderr, "hostile-forge_outputs: could not replace the outputs channel\n");
 #endif
+#if defined(HOSTILE_FORGE_TIMING_IN_TEARDOWN)
+  // Its own last code: the result channel holds every figure of the timed steps; halve them, call
+  // the grade done, and leave before the harness could write again.
+  if (const std::string result = child_channel("result"); !result.empty()) {
+    std::string text = read_text(result);
+    const std::string timed = "\"phase\":\"timed\"";
+    if (const size_t at = text.find(timed); at != std::string::npos) text.replace(at, timed.size(), "\"phase\":\"done\"");
+    const bool halved = scale_array(text, "gpu_span_us", 2) && scale_array(text, "busy_us", 2) &&
+                        scale_array(text, "host_wall_us", 2) && overwrite(result, text);
+    std::fprintf(stderr, "hostile-forge_timing_in_teardown: %s\n", halved ? "timings halved" : "the result channel took no write");
+  }
+  std::fflush(nullptr);
+  std::_Exit(0);
+#endif
   if (s.inner) H_OK(unfused_decode_teardown(s.inner, stream, err));
   H_CUDA(cudaStreamSynchronize(stream));
   for (uint16_t* p : s.private_kv) H_CUDA(cudaFree(p));
