@@ -184,7 +184,7 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
         const uint64_t c1 = timed->now();
         (void)ledger->done(-1, i, device_blake3(outputs, ww.digested_bytes, harness_stream));
         const SpanStats st = timed->close(c0, c1, true, probe_launch);
-        ledger->span(i, st.valid ? double(st.span_ns) / 1e3 : 0.0);  // 0: none (the grader drops the window)
+        ledger->span(-1, i, st.valid ? double(st.span_ns) / 1e3 : 0.0, st.valid);  // 0: none (the grader drops the window)
       }
     }
   } catch (const std::exception& e) {
@@ -322,11 +322,14 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
           const uint64_t c1 = timed->now();
           const bool keep_n = ledger->done(r, n, session->timed_digest());
           const SpanStats st = timed->close(c0, c1);
+          // Committed to the parent before the solution runs again: what the result must report.
+          const double span_us = double(st.span_ns) / 1e3;
+          ledger->span(r, n, span_us, st.valid);
           if (!st.valid) {
             ++tr.invalid_samples;
             tr.invalid_reason = st.invalid_reason;
           }
-          tr.gpu_span_us.push_back(double(st.span_ns) / 1e3);
+          tr.gpu_span_us.push_back(span_us);
           tr.busy_us.push_back(double(st.busy_ns) / 1e3);
           tr.host_wall_us.push_back(wall);
           tr.kernels.push_back(st.kernels);

@@ -186,6 +186,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   ev->span_median_us = all_spans.median;
   json ledger_j;
   const std::vector<bool> throttled = ledger_section(ledger, task, config, facts, ev, &ledger_j);
+  ev->uncommitted_timing = uncommitted_timing(ledger.calls(), tr.gpu_span_us, tr.invalid_samples);
   // The figure: each call's GPU span, or (--clock wall) its window on the grader's clock
   // (grader_clock_samples; the ledger's calls are the timed calls, in order).
   std::vector<double> all_figure = tr.gpu_span_us;
@@ -751,7 +752,9 @@ int grade_run(const GradeOptions& opt) {
                                    "parent reads the stamps (the call ledger): ") +
                            (by_wall ? "the windows are the figure; a span longer than the window makes the grade InvalidTiming"
                                  : "median window - ledger overhead - GPU span above 100 us + 10% of the span, or a span "
-                                   "longer than the window, makes the grade InvalidTiming")},
+                                   "longer than the window, makes the grade InvalidTiming") +
+                           "; each call's GPU span is committed to the parent as the call closes, and a result that reports "
+                           "another makes the grade InvalidTiming"},
       {"timed_seed", opt.seeds.front()}};
   const json task_protocol = task->timing_protocol();
   for (const auto& [k, val] : task_protocol.items()) timing_protocol[k] = val;

@@ -198,9 +198,17 @@ void CallLedger::serve() {
   nvml_why_ = nvml.why();
   nvml_ = &nvml;
   LedgerMessage m{};
-  while (!stop_) {
+  // Until finish(), then until the socket is empty (for a second at most: a writer that never
+  // stops cannot hold finish()): what the child sent before it ended is read.
+  std::optional<std::chrono::steady_clock::time_point> drain_until;
+  for (;;) {
+    if (stop_ && !drain_until) drain_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    if (drain_until && std::chrono::steady_clock::now() > *drain_until) break;
     pollfd p{to_parent_[0], POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0 || !(p.revents & POLLIN)) continue;
+    if (poll(&p, 1, drain_until ? 0 : 50) <= 0 || !(p.revents & POLLIN)) {
+      if (drain_until) break;
+      continue;
+    }
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
     iovec iov{&m, sizeof m};
     msghdr h{};
@@ -238,13 +246,17 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
       (m.kind != LedgerMessage::Open && m.kind != LedgerMessage::Done && m.kind != LedgerMessage::Span))
     return violate("a message that is not the harness's");
   if (m.kind == LedgerMessage::Span) {
-    // Once per calibration window, after its "done" and before anything else.
-    if (is_open_ || m.round != -1 || last_round_ != -1 || m.call != last_call_ || calibration_.empty() || span_sent_)
-      return violate("a calibration span out of sequence");
+    // Once per call, after its "done" and before anything else.
+    std::vector<LedgerCall>& calls = m.round < 0 ? calibration_ : calls_;
+    const char* what = m.round < 0 ? "a calibration span" : "a timed call's span";
+    if (is_open_ || m.round != last_round_ || m.call != last_call_ || calls.empty() || span_sent_)
+      return violate(std::string(what) + " out of sequence");
     double us = 0;
     std::memcpy(&us, m.digest, sizeof us);
-    if (!std::isfinite(us) || us < 0) return violate("a calibration span that is no duration");
-    calibration_.back().span_us = us;
+    if (!std::isfinite(us) || us < 0 || m.digest[8] > 1) return violate(std::string(what) + " that is no duration");
+    calls.back().span_us = us;
+    calls.back().span_valid = m.digest[8] == 1;
+    calls.back().span_committed = true;
     span_sent_ = true;
     return;
   }
@@ -362,10 +374,31 @@ uint64_t LedgerClient::open(int round, int call) {
   return seed;
 }
 
-void LedgerClient::span(int call, double span_us) {
+void LedgerClient::span(int round, int call, double span_us, bool valid) {
   Digest d{};
   std::memcpy(d.data(), &span_us, sizeof span_us);
-  send(LedgerMessage::Span, -1, call, d);
+  d[8] = valid ? 1 : 0;
+  send(LedgerMessage::Span, round, call, d);
+}
+
+std::string uncommitted_timing(const std::vector<LedgerCall>& calls, const std::vector<double>& spans_us, int invalid_samples) {
+  if (calls.size() != spans_us.size()) return "";  // the count's own finding (verdict.cpp)
+  std::string first;
+  int differ = 0, invalid = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const LedgerCall& c = calls[i];
+    invalid += c.span_committed && !c.span_valid;
+    // Both sides are the same double (JSON round-trips it exactly): any difference is a rewrite.
+    if (c.span_committed && c.span_us == spans_us[i]) continue;
+    if (++differ == 1)
+      first = "round " + std::to_string(c.round) + ", call " + std::to_string(c.call) + ": " +
+              (c.span_committed ? std::to_string(c.span_us) + " us committed, " + std::to_string(spans_us[i]) + " us reported"
+                                : "no span committed as it closed");
+  }
+  if (differ) return first + (differ > 1 ? " (and " + std::to_string(differ - 1) + " more)" : "");
+  if (invalid != invalid_samples)
+    return std::to_string(invalid) + " calls committed as without a valid GPU record, " + std::to_string(invalid_samples) + " reported";
+  return "";
 }
 
 bool LedgerClient::done(int round, int call, const Digest& digest) {

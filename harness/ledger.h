@@ -37,7 +37,8 @@ struct LedgerMessage {
   int32_t call;
   uint32_t check;      // of kind, round, call, digest and kLedgerSalt: a torn or foreign write does not parse
   uint8_t digest[32];  // "done": Session::timed_digest() of the call's outputs (BLAKE3); "open": zeros;
-                       // "span": a calibration window's GPU span in us (a double), then zeros
+                       // "span": the call's GPU span in us (a double), then whether it was valid (1 or 0),
+                       // then zeros
 };
 inline constexpr uint32_t kLedgerSalt = 0x6e69626cu;  // "nibl"
 /** LedgerMessage::check of a message (FNV-1a over the digest, folded with kind, round, call and the
@@ -55,8 +56,10 @@ inline constexpr int kLedgerCalibrationWindows = 24;
 struct LedgerCall {
   int round = 0, call = 0;
   double window_us = 0;  // kernel clock: "done" sent - "open" sent (stamped by the kernel, read by the parent)
-  double span_us = 0;    // a calibration window's: its harness kernel's GPU span as the child sent it before the
-                         // solution was loaded (0: none sent, or none recorded)
+  double span_us = 0;    // the GPU span the child committed as the call closed ("span", before the next call):
+                         // a calibration window's harness kernel's (0: none sent, or none recorded), a timed
+                         // call's as its result must report it
+  bool span_committed = false, span_valid = false;
   bool kept = false;
   uint64_t seed = 0;    // the inputs' seed the parent revealed when the call opened
   Digest digest{};      // the outputs' digest the child committed with "done"
@@ -185,6 +188,13 @@ class CallLedger {
   bool span_sent_ = false;  // for the last "done" (a calibration window's)
 };
 
+/** Where a child's reported timing (`spans_us`: Result timing.gpu_span_us, `invalid_samples`)
+ *  differs from what it committed to the ledger as each timed call closed (`calls`): "" when it
+ *  does not, else the first difference and how many. The commitment is made between the harness's
+ *  own steps, before the solution's next call; a result rewritten afterwards (its channel is in
+ *  /proc/self/fd) must also rewrite what the parent already holds. Pure. */
+std::string uncommitted_timing(const std::vector<LedgerCall>& calls, const std::vector<double>& spans_us, int invalid_samples);
+
 /** The child's side. Both calls throw std::runtime_error when the parent does not answer (a
  *  solution that read or closed the channel) within `timeout_seconds`. */
 class LedgerClient {
@@ -195,10 +205,12 @@ class LedgerClient {
   /** The call is done (device synchronised; `digest`: Session::timed_digest() of its outputs):
    *  whether the parent keeps its outputs. */
   bool done(int round, int call, const Digest& digest);
-  /** Calibration window `call` (round -1, done) had this GPU span (us; 0: none recorded): sent
-   *  before the solution is loaded, so that nothing the solution does can change what the parent
-   *  credits (Result fields can be rewritten from inside the child). No answer. */
-  void span(int call, double span_us);
+  /** Call (round, call), just done, had this GPU span (us) and it was `valid` (a record in its
+   *  window): sent as the call closes, before the solution runs again, so that the parent holds it
+   *  whatever is later written into the result (Result fields can be rewritten from inside the
+   *  child). A calibration window's (round -1; span 0: none recorded) is sent before the solution
+   *  is loaded: nothing the solution does can change the overhead the parent credits. No answer. */
+  void span(int round, int call, double span_us, bool valid);
 
  private:
   void send(LedgerMessage::Kind k, int round, int call, const Digest& digest);

@@ -33,8 +33,10 @@ struct adl_serializer<std::optional<T>> {
 
 namespace nibble {
 
-/** Bumped on any change of Job or Result; a child refuses a job of another version. */
-inline constexpr int kProtocolVersion = 10;
+/** Bumped on any change of Job, Result or the call ledger's messages; a child refuses a job of
+ *  another version. 11: each timed call's span committed to the ledger, the result sealed before
+ *  the solution's teardown. */
+inline constexpr int kProtocolVersion = 11;
 
 /** The line a child that a fatal signal ends writes to its stderr before the frames of the crash
  *  (library or executable, offset), one a line, the crash's own frame first. */

@@ -116,6 +116,9 @@ Verdict judge(const Evidence& e) {
     // shares a process with, says.
     if (!e.ledger_violation.empty())
       findings.push_back("the grader's call ledger was tampered with: " + e.ledger_violation);
+    if (!e.uncommitted_timing.empty())
+      findings.push_back("the child's timing was rewritten after its calls: the result differs from what each " + e.unit +
+                         " committed to the grader's ledger as it closed (" + e.uncommitted_timing + ")");
     if (e.ledger_calls != e.samples)
       findings.push_back("the child reported " + std::to_string(e.samples) + " timed " + e.unit + "s, the grader's own ledger saw " +
                          std::to_string(e.ledger_calls));

@@ -194,7 +194,7 @@ TEST(Ledger, ACalibrationWindowsSpanComesOnceAfterItsDone) {
     for (int i = 0; i < 3; ++i) {
       (void)c.open(-1, i);
       (void)c.done(-1, i, Digest{});
-      if (i != 1) c.span(i, 2.25 + i);  // window 1 sends none: 0, which the grader drops
+      if (i != 1) c.span(-1, i, 2.25 + i, true);  // window 1 sends none: 0, which the grader drops
     }
     (void)c.open(0, 0);
     (void)c.done(0, 0, Digest{});
@@ -221,25 +221,25 @@ TEST(Ledger, ACalibrationWindowsSpanComesOnceAfterItsDone) {
   EXPECT_NE(tampered([](LedgerClient& c) {
               (void)c.open(-1, 0);
               (void)c.done(-1, 0, Digest{});
-              c.span(0, 2);
-              c.span(0, 1);
+              c.span(-1, 0, 2, true);
+              c.span(-1, 0, 1, true);
             }).find("calibration span out of sequence"),
             std::string::npos);
   EXPECT_NE(tampered([](LedgerClient& c) {
               (void)c.open(-1, 0);
-              c.span(0, 2);
+              c.span(-1, 0, 2, true);
             }).find("calibration span out of sequence"),
             std::string::npos);
   EXPECT_NE(tampered([](LedgerClient& c) {
               (void)c.open(0, 0);
               (void)c.done(0, 0, Digest{});
-              c.span(0, 2);
+              c.span(-1, 0, 2, true);
             }).find("calibration span out of sequence"),
             std::string::npos);
   EXPECT_NE(tampered([](LedgerClient& c) {
               (void)c.open(-1, 0);
               (void)c.done(-1, 0, Digest{});
-              c.span(0, -5);
+              c.span(-1, 0, -5, true);
             }).find("no duration"),
             std::string::npos);
 }
@@ -253,7 +253,7 @@ TEST(Ledger, NoCalibrationWindowBeyondTheHarnesss) {
   for (int i = 0; i < 3; ++i) {
     (void)c.open(-1, i);
     (void)c.done(-1, i, Digest{});
-    c.span(i, 1.0);
+    c.span(-1, i, 1.0, true);
   }
   EXPECT_THROW((void)c.open(-1, 3), std::runtime_error) << "a fourth window gets no seed";
   l.finish();
@@ -294,4 +294,52 @@ TEST(Ledger, AfterAViolationTheChildsWaitEndsAtOnce) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
   l.finish();
   EXPECT_NE(l.violation().find("not the harness's"), std::string::npos) << l.violation();
+}
+
+// A timed call's span is committed as it closes; the result must report the same (uncommitted_timing).
+TEST(Ledger, ATimedCallsSpanIsCommittedAsItClosesAndTheResultMustAgree) {
+  CallLedger l(2, 1, 1, "");
+  LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
+  const std::vector<double> spans = {12.5, 0.1 + 0.2, 7.0, 0.0};
+  for (int r = 0; r < 2; ++r)
+    for (int n = 0; n < 2; ++n) {
+      (void)c.open(r, n);
+      (void)c.done(r, n, Digest{});
+      const size_t i = size_t(2 * r + n);
+      if (i != 2) c.span(r, n, spans[i], i != 3);  // call (1, 0) commits none; (1, 1) an invalid one
+    }
+  l.finish();  // the last span is read although it came just before
+  EXPECT_EQ(l.violation(), "");
+  ASSERT_EQ(l.calls().size(), 4u);
+  EXPECT_TRUE(l.calls()[1].span_committed);
+  EXPECT_EQ(l.calls()[1].span_us, 0.1 + 0.2) << "the double itself, bit for bit";
+  EXPECT_FALSE(l.calls()[2].span_committed);
+  EXPECT_TRUE(l.calls()[3].span_committed);
+  EXPECT_FALSE(l.calls()[3].span_valid);
+
+  std::vector<LedgerCall> calls = l.calls();
+  calls[2].span_us = spans[2];
+  calls[2].span_committed = calls[2].span_valid = true;
+  EXPECT_EQ(uncommitted_timing(calls, spans, 1), "");
+  EXPECT_EQ(uncommitted_timing(l.calls(), spans, 1), "round 1, call 0: no span committed as it closed");
+  std::vector<double> halved = spans;
+  for (double& v : halved) v /= 2;
+  EXPECT_EQ(uncommitted_timing(calls, halved, 1).rfind("round 0, call 0: 12.500000 us committed, 6.250000 us reported (and 2 more)", 0),
+            0u)
+      << uncommitted_timing(calls, halved, 1);
+  EXPECT_NE(uncommitted_timing(calls, spans, 0).find("1 calls committed as without a valid GPU record, 0 reported"), std::string::npos);
+  EXPECT_EQ(uncommitted_timing(calls, {1.0}, 0), "") << "a count that differs is its own finding";
+}
+
+TEST(Ledger, ATimedCallsSpanOutOfSequenceIsTampering) {
+  CallLedger l(4, 1, 1, "");
+  LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
+  (void)c.open(0, 0);
+  (void)c.done(0, 0, Digest{});
+  c.span(0, 0, 3.0, true);
+  c.span(0, 0, 1.0, true);  // a second one: a solution's, after the harness's
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  l.finish();
+  EXPECT_NE(l.violation().find("a timed call's span out of sequence (round 0, call 0)"), std::string::npos) << l.violation();
+  EXPECT_EQ(l.calls()[0].span_us, 3.0);
 }
