@@ -134,6 +134,10 @@ std::vector<bool> ledger_section(const CallLedger& ledger, const Task& task, con
   if (!mem.empty()) clocks["memory_mhz"] = summary_json(summarize(mem));
   clocks["throttled_rounds"] = throttled_rounds;
   clocks["throttle_reasons_mask"] = kThrottleReasons;
+  int most = -1;
+  for (const LedgerCall& c : calls) most = std::max(most, c.gpu_processes);
+  ev->started_on_gpu = ledger.started_on_gpu();
+  const json gpu_processes = {{"most", most >= 0 ? json(most) : json(nullptr)}, {"started_by_candidate", ev->started_on_gpu}};
   *out = {{"window_us", summary_json(w, &window)},
           {"overhead_us", ev->window_overhead_us},
           {"overhead_credited_us", credited_overhead_us(*ev)},
@@ -147,7 +151,8 @@ std::vector<bool> ledger_section(const CallLedger& ledger, const Task& task, con
           {"hidden_allowance_us", hidden_time_allowance_us(ev->span_median_us)},
           {"kept", kept},
           {"violation", ledger.violation()},
-          {"clocks", clocks}};
+          {"clocks", clocks},
+          {"gpu_processes", gpu_processes}};
   return throttled;
 }
 

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace nibble {
@@ -142,6 +144,25 @@ int NvmlDevice::device_count(std::string* why) {
   return int(n);
 }
 
+bool descends_from(pid_t pid, pid_t ancestor, const std::string& proc) {
+  if (pid <= 1 || ancestor <= 0) return false;
+  for (int depth = 0; depth < 64 && pid > 1; ++depth) {
+    std::ifstream stat(proc + "/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return false;  // gone, or not in this pid namespace
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses; the last ')' ends it.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) return false;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    long ppid = 0;
+    if (!(rest >> state >> ppid)) return false;
+    if (pid_t(ppid) == ancestor) return true;
+    pid = pid_t(ppid);
+  }
+  return false;
+}
+
 uint32_t ledger_check(uint32_t kind, int32_t round, int32_t call, const uint8_t* digest) {
   uint32_t h = kind ^ uint32_t(round) ^ (uint32_t(call) * 2654435761u) ^ kLedgerSalt;
   for (int i = 0; i < 32; ++i) h = (h ^ digest[i]) * 16777619u;  // FNV-1a over the digest
@@ -171,6 +192,10 @@ CallLedger::CallLedger(int calls_per_round, int picks_per_round, std::optional<u
   try {
     if (setsockopt(to_parent_[0], SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on) != 0)
       throw std::runtime_error(std::string("the call ledger's socket: SO_TIMESTAMPNS: ") + std::strerror(errno));
+    // The sender's pid with every message (the kernel's word, in this process's pid namespace): the
+    // child's own, and no other process's.
+    if (setsockopt(to_parent_[0], SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0)
+      throw std::runtime_error(std::string("the call ledger's socket: SO_PASSCRED: ") + std::strerror(errno));
     make_pipe(to_child_);
     // The answers never block this thread: a child that does not read them cannot stall finish().
     if (fcntl(to_child_[1], F_SETFL, O_NONBLOCK) != 0)
@@ -209,7 +234,7 @@ void CallLedger::serve() {
       if (drain_until) break;
       continue;
     }
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec)) + CMSG_SPACE(sizeof(ucred))];
     iovec iov{&m, sizeof m};
     msghdr h{};
     h.msg_iov = &iov;
@@ -221,15 +246,23 @@ void CallLedger::serve() {
     if (n < 0) break;
     // n == 0 is an empty packet, not an end: this process holds the child's end until finish().
     int64_t sent_ns = realtime_ns();  // no stamp (never on Linux): the receipt is the bound
+    pid_t sender = 0;
     for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
         timespec ts{};
         std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
         sent_ns = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+      } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
+        ucred cr{};
+        std::memcpy(&cr, CMSG_DATA(c), sizeof cr);
+        sender = cr.pid;
       }
     if (!violation_.empty()) continue;  // after a violation nothing is answered: the child stops
+    if (child_pid_ == 0) child_pid_ = sender;
     if (size_t(n) != sizeof m || (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
       violation_ = "a message of " + std::to_string(n) + " bytes, not the harness's " + std::to_string(sizeof m);
+    else if (sender != child_pid_)
+      violation_ = "a message from process " + std::to_string(sender) + ", not the child (" + std::to_string(child_pid_) + ")";
     else
       handle(m, sent_ns);
     // The child's wait for an answer ends at once (the pipe's end), not at its timeout.
@@ -301,7 +334,17 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   c.seed = open_seed_;
   std::memcpy(c.digest.data(), m.digest, sizeof m.digest);
   // Before the answer: the child waits for it, so the sample never delays the next "open" stamp.
-  if (m.round >= 0) nvml_->sample(c);
+  if (m.round >= 0) {
+    nvml_->sample(c);
+    // Every process with a context on this GPU now: one the child started (a helper process, whose
+    // GPU work is in none of the child's records) is found while the child still runs.
+    const std::vector<GpuProcess> on_gpu = nvml_->compute_processes();
+    c.gpu_processes = nvml_available_ ? int(on_gpu.size()) : -1;
+    for (const GpuProcess& p : on_gpu)
+      if (pid_t(p.pid) != child_pid_ && descends_from(pid_t(p.pid), child_pid_) &&
+          std::find(started_on_gpu_.begin(), started_on_gpu_.end(), p.pid) == started_on_gpu_.end())
+        started_on_gpu_.push_back(p.pid);
+  }
   const char kept = c.kept ? 'K' : 'S';
   if (const std::string why = answer(&kept, 1, "the answer"); !why.empty()) return violate(why);
   (m.round < 0 ? calibration_ : calls_).push_back(c);

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <sys/types.h>
 #include <random>
 #include <string>
 #include <thread>
@@ -66,7 +67,13 @@ struct LedgerCall {
   // NVML, read as "done" arrived (NaN / 0 when NVML is not available).
   double sm_mhz = 0, mem_mhz = 0;
   uint64_t clock_events = 0;  // nvmlDeviceGetCurrentClocksEventReasons
+  int gpu_processes = -1;     // processes with a context on this GPU (nvmlDeviceGetComputeRunningProcesses); -1: unknown
 };
+
+/** Whether process `pid` descends from `ancestor` (its parent, its parent's parent, ...), read from
+ *  `proc`/<pid>/stat (64 generations at most); false for a pid not there (ended, or in another pid
+ *  namespace: NVML names processes in the driver's). */
+bool descends_from(pid_t pid, pid_t ancestor, const std::string& proc = "/proc");
 
 /** A GPU process NVML sees: its pid and the device memory it holds. */
 struct GpuProcess {
@@ -160,6 +167,10 @@ class CallLedger {
   const std::vector<LedgerCall>& calibration() const { return calibration_; }
   const std::string& violation() const { return violation_; }
   const std::string& nvml_why() const { return nvml_why_; }
+  /** Processes the child started (descends_from) that NVML listed on this GPU while a timed call
+   *  closed: GPU work in no record of the child's. Empty where NVML is not there or names processes
+   *  this process cannot see (another pid namespace). */
+  const std::vector<unsigned>& started_on_gpu() const { return started_on_gpu_; }
   bool nvml_available() const { return nvml_available_; }
 
  private:
@@ -185,7 +196,9 @@ class CallLedger {
   int64_t open_ns_ = 0;
   uint64_t open_seed_ = 0;
   int last_round_ = -2, last_call_ = -1;
-  bool span_sent_ = false;  // for the last "done" (a calibration window's)
+  bool span_sent_ = false;  // for the last "done"
+  pid_t child_pid_ = 0;     // the sender of the first message (SCM_CREDENTIALS): every other must be it
+  std::vector<unsigned> started_on_gpu_;
 };
 
 /** Where a child's reported timing (`spans_us`: Result timing.gpu_span_us, `invalid_samples`)

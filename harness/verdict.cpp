@@ -116,6 +116,12 @@ Verdict judge(const Evidence& e) {
     // shares a process with, says.
     if (!e.ledger_violation.empty())
       findings.push_back("the grader's call ledger was tampered with: " + e.ledger_violation);
+    if (!e.started_on_gpu.empty()) {
+      std::string pids;
+      for (const unsigned p : e.started_on_gpu) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+      findings.push_back("a process the candidate started (pid " + pids + ") had a context on the GPU during its timed " + e.unit +
+                         "s (NVML): its GPU work is in none of the candidate's records");
+    }
     if (!e.uncommitted_timing.empty())
       findings.push_back("the child's timing was rewritten after its calls: the result differs from what each " + e.unit +
                          " committed to the grader's ledger as it closed (" + e.uncommitted_timing + ")");

@@ -82,6 +82,7 @@ struct Evidence {
   double window_median_us = 0, window_overhead_us = 0;
   double window_work_us = 0;  // the credit's allowance for the harness's own bytes in each window (window_work_credit_us)
   std::string ledger_violation;
+  std::vector<unsigned> started_on_gpu;  // processes the candidate started that had a context on the GPU during its timed calls (CallLedger::started_on_gpu)
   std::string uncommitted_timing;  // where the result's spans differ from those committed as each call closed (uncommitted_timing)
   double floor_us = 0;            // bytes per call / theoretical bandwidth; 0 = unknown
   int invalid_samples = 0;

@@ -71,7 +71,7 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   EXPECT_GT(t["gpu_span_us"]["median"].get<double>(), 0.0);
   EXPECT_GE(t["kernels_per_call"]["min"].get<double>(), 1.0);
   EXPECT_EQ(t["unit"], "token");
-  EXPECT_EQ(g.report["schema_version"], "2.7.0");
+  EXPECT_EQ(g.report["schema_version"], "2.8.0");
   EXPECT_EQ(t.value("graph_launches_audited", -1), 0) << "the megakernel launches no CUDA graph";
   EXPECT_EQ(t.value("clock", ""), "span");
   // The audits see the harness's own work too: a launch per timed call at least, and the L2 flush's
@@ -90,6 +90,9 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
               lj.value("overhead_us", -1.0), lj.value("overhead_credit_cap_us", -1.0), lj.value("hidden_us", -1.0),
               lj.value("hidden_allowance_us", -1.0), lj["window_us"].value("median", -1.0));
   EXPECT_LT(lj.value("overhead_us", 1e9), lj.value("overhead_credit_cap_us", 0.0)) << lj.dump();
+  // NVML's view of the GPU as each call closed: the candidate started no process on it.
+  std::printf("  processes on the GPU as calls closed: at most %s\n", lj["gpu_processes"]["most"].dump().c_str());
+  EXPECT_EQ(lj["gpu_processes"]["started_by_candidate"], json::array()) << lj["gpu_processes"].dump();
   EXPECT_FALSE(g.report["device"]["name"].get<std::string>().empty());
   EXPECT_EQ(t["timing_seed_from"], "none: every draw from the OS-seeded generator of the grader's parent, revealed to the child as each timed call's window opens") << t.dump();
   EXPECT_TRUE(t["timing_seed"].is_null()) << t.dump();

@@ -1,6 +1,7 @@
 // test_ledger.cpp: the call ledger (harness/ledger.h) over its real pipes, the child's side played
 // by a LedgerClient in this process: the parent's clock, its picks, and what it calls tampering.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -342,4 +343,60 @@ TEST(Ledger, ATimedCallsSpanOutOfSequenceIsTampering) {
   l.finish();
   EXPECT_NE(l.violation().find("a timed call's span out of sequence (round 0, call 0)"), std::string::npos) << l.violation();
   EXPECT_EQ(l.calls()[0].span_us, 3.0);
+}
+
+// descends_from over a real process tree: this test, a child, the child's child.
+TEST(Ledger, AProcessDescendsFromItsParentsParent) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const pid_t grandchild = fork();
+    if (grandchild == 0) {
+      pause();
+      _exit(0);
+    }
+    (void)!write(ready[1], &grandchild, sizeof grandchild);
+    int st = 0;
+    waitpid(grandchild, &st, 0);
+    _exit(0);
+  }
+  pid_t grandchild = 0;
+  ASSERT_EQ(read(ready[0], &grandchild, sizeof grandchild), ssize_t(sizeof grandchild));
+  EXPECT_TRUE(descends_from(grandchild, getpid()));
+  EXPECT_TRUE(descends_from(grandchild, child));
+  EXPECT_TRUE(descends_from(child, getpid()));
+  EXPECT_FALSE(descends_from(getpid(), child));
+  EXPECT_FALSE(descends_from(child, grandchild));
+  EXPECT_FALSE(descends_from(1, getpid())) << "init descends from nothing";
+  EXPECT_FALSE(descends_from(grandchild, getpid(), "/nonexistent")) << "a pid not to be found is not a descendant";
+  kill(grandchild, SIGKILL);
+  int st = 0;
+  waitpid(child, &st, 0);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+// Every message comes from the child: one another process sends (a helper the solution forked,
+// holding the socket) is tampering.
+TEST(Ledger, AMessageFromAnotherProcessIsTampering) {
+  CallLedger l(4, 1, 1, "");
+  LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
+  (void)c.open(0, 0);
+  (void)c.done(0, 0, Digest{});
+  const pid_t helper = fork();
+  ASSERT_GE(helper, 0);
+  if (helper == 0) {
+    const LedgerMessage m{LedgerMessage::Open, 0, 1, ledger_check(LedgerMessage::Open, 0, 1, Digest{}.data()), {}};
+    _exit(write(l.child_write_fd(), &m, sizeof m) == ssize_t(sizeof m) ? 0 : 1);
+  }
+  int st = 0;
+  waitpid(helper, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  l.finish();
+  EXPECT_NE(l.violation().find("a message from process " + std::to_string(helper) + ", not the child (" + std::to_string(getpid()) + ")"),
+            std::string::npos)
+      << l.violation();
 }

@@ -300,6 +300,9 @@ TEST_P(Judge, TimingValidity) {
   e.ledger_violation = "a call out of sequence (round 0, call 5)";
   expect(e, Disposition::InvalidTiming, Rule::Timing, "call ledger was tampered with: a call out of sequence");
   e = base();
+  e.started_on_gpu = {4242};
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "a process the candidate started (pid 4242) had a context on the GPU");
+  e = base();
   e.uncommitted_timing = "round 0, call 0: 980.0 us committed, 490.0 us reported";
   expect(e, Disposition::InvalidTiming, Rule::Timing, "timing was rewritten after its calls");
   e = base();
