@@ -375,6 +375,10 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       BatchOutcome o = outcome_of(job, code, sec, slot, log_from);
       if (!not_started.empty()) o.reason = "the job could not be started: " + not_started;
+      if (fs::is_regular_file(job.report, ec)) try {
+          o.report_sha256 = sha256_file_hex(job.report);
+        } catch (const std::exception&) {
+        }
       if (code == kBatchNotRun) {
         std::lock_guard<std::mutex> lock(mu);
         out[i] = not_run_outcome(i, slot);
@@ -408,6 +412,23 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
   std::vector<std::thread> threads;
   for (int d : devices) threads.emplace_back(worker, d);
   for (auto& t : threads) t.join();
+  // Every report as its job left it: a candidate of a later job runs as this user, and where its
+  // sandbox lacks Landlock (a kernel without it) it could rewrite the results folder. A changed
+  // report is no result, and its sidecar goes so that the next run grades the job again.
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].report_sha256.empty()) continue;
+    std::string now;
+    try {
+      now = sha256_file_hex(m.jobs[i].report);
+    } catch (const std::exception&) {
+    }
+    if (now == out[i].report_sha256) continue;
+    out[i].disposition = "ReportChanged";
+    out[i].reason = "its report (" + m.jobs[i].report + ") was " + (now.empty() ? "removed" : "changed") +
+                    " after its job wrote it, while later jobs ran: no result (it runs again next time)";
+    std::error_code ec;
+    fs::remove(m.jobs[i].sidecar, ec);
+  }
   return out;
 }
 

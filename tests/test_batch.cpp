@@ -394,3 +394,31 @@ TEST(Batch, TheReportsMakeALeaderboard) {
   EXPECT_FALSE(fs::exists(m.out + "/m.leaderboard.md"));
   EXPECT_FALSE(fs::exists(m.out + "/m.leaderboard.html"));
 }
+
+TEST(Batch, AReportChangedByALaterJobIsNoResult) {
+  // Job 0's report is rewritten while job 3 runs (its candidate, as this user, where Landlock was not
+  // in force): job 0 ends ReportChanged, its sidecar goes, and a resume grades it again.
+  TempDir t;
+  const BatchManifest m = read_batch_manifest(two_solutions(t));
+  FakeGrade fake;
+  const auto outcomes = run_batch(
+      m, {0},
+      [&](const BatchJob& job, int slot) {
+        const int code = fake(job, slot);
+        if (job.index == 3) {
+          std::ofstream(m.jobs[0].report) << R"({"schema": "nibble.report", "disposition": "Passed", "forged": true})";
+          fs::remove(m.jobs[1].report);
+        }
+        return code;
+      },
+      {});
+  ASSERT_EQ(outcomes.size(), 6u);
+  EXPECT_EQ(outcomes[0].disposition, "ReportChanged");
+  EXPECT_NE(outcomes[0].reason.find("was changed after its job wrote it"), std::string::npos) << outcomes[0].reason;
+  EXPECT_EQ(outcomes[1].disposition, "ReportChanged");
+  EXPECT_NE(outcomes[1].reason.find("was removed"), std::string::npos) << outcomes[1].reason;
+  for (size_t i = 2; i < 6; ++i) EXPECT_TRUE(batch_disposition_passed(outcomes[i].disposition)) << i << " " << outcomes[i].disposition;
+  EXPECT_FALSE(fs::exists(m.jobs[0].sidecar));
+  EXPECT_FALSE(batch_job_done(m.jobs[0]));
+  EXPECT_TRUE(batch_job_done(m.jobs[2]));
+}
