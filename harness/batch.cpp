@@ -273,6 +273,17 @@ std::string first_message(const std::string& log, std::uintmax_t from) {
 
 /** The outcome of a finished job from its report; log_from: the job's log size before this run
  *  (first_message). */
+constexpr const char* kNoReport = "none";
+
+/** The SHA-256 of a job's report as it is now, or kNoReport where there is none to read. */
+std::string report_state(const BatchJob& job) {
+  try {
+    return sha256_file_hex(job.report);
+  } catch (const std::exception&) {
+    return kNoReport;
+  }
+}
+
 BatchOutcome outcome_of(const BatchJob& job, int code, double seconds, int device, std::uintmax_t log_from = 0) {
   BatchOutcome o;
   o.exit_code = code;
@@ -307,6 +318,7 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
     if (batch_job_done(m.jobs[i])) {
       out[i] = outcome_of(m.jobs[i], 0, 0, -1);
       out[i].skipped = true;
+      out[i].report_sha256 = report_state(m.jobs[i]);
       try {
         // what the run that did it recorded: its exit code, time and GPU
         const json side = parse_ordered_json_bounded(read_file(m.jobs[i].sidecar), m.jobs[i].sidecar);
@@ -375,10 +387,7 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       BatchOutcome o = outcome_of(job, code, sec, slot, log_from);
       if (!not_started.empty()) o.reason = "the job could not be started: " + not_started;
-      if (fs::is_regular_file(job.report, ec)) try {
-          o.report_sha256 = sha256_file_hex(job.report);
-        } catch (const std::exception&) {
-        }
+      o.report_sha256 = report_state(job);
       if (code == kBatchNotRun) {
         std::lock_guard<std::mutex> lock(mu);
         out[i] = not_run_outcome(i, slot);
@@ -416,16 +425,13 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
   // sandbox lacks Landlock (a kernel without it) it could rewrite the results folder. A changed
   // report is no result, and its sidecar goes so that the next run grades the job again.
   for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i].report_sha256.empty()) continue;
-    std::string now;
-    try {
-      now = sha256_file_hex(m.jobs[i].report);
-    } catch (const std::exception&) {
-    }
-    if (now == out[i].report_sha256) continue;
+    if (out[i].disposition == "NotRun") continue;  // its sidecar was never written: it runs again anyway
+    const std::string before = out[i].report_sha256, now = report_state(m.jobs[i]);
+    if (now == before) continue;
     out[i].disposition = "ReportChanged";
-    out[i].reason = "its report (" + m.jobs[i].report + ") was " + (now.empty() ? "removed" : "changed") +
-                    " after its job wrote it, while later jobs ran: no result (it runs again next time)";
+    out[i].reason = "its report (" + m.jobs[i].report + ") was " +
+                    (now == kNoReport ? "removed" : before == kNoReport ? "put there" : "changed") +
+                    " after its job ended, while other jobs ran: no result (it runs again next time)";
     std::error_code ec;
     fs::remove(m.jobs[i].sidecar, ec);
   }

@@ -70,7 +70,8 @@ struct BatchOutcome {
   double seconds = 0;
   int device = -1;
   bool skipped = false;     // done before (resume)
-  std::string report_sha256;  // the report as its job left it ("" when none): run_batch checks it again at the end
+  std::string report_sha256;  // the report as its job left it (or as a resume found it), "none" when there was none:
+                              // run_batch checks it again at the end
 };
 
 /** Whether a job's disposition is a pass: a grade's "Passed", a calibration's "Healthy". */

@@ -250,7 +250,9 @@ void child_evidence(const ChildRun& c, const Task& task, Evidence* e) {
     e->end = said.find(std::string(" ") + kErrTimeout + " error") != std::string::npos ? ChildEnd::CallTimedOut
              : c.exit.kind == ChildExit::Signaled                                       ? ChildEnd::Died
                                                                                         : ChildEnd::CallFailed;
+    const std::string at = c.exit.kind == ChildExit::Signaled ? crash_site(c.exit, c.log_tail) : "";
     e->end_message = "the candidate's process ended (" + c.exit.describe() + ") in its teardown, after its results were sealed" +
+                     (at.empty() ? "" : ", at " + at + " (its frames: the report's solution.log_tail)") +
                      (said.empty() ? std::string() : ": " + said);
     return;
   }

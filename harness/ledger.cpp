@@ -99,7 +99,8 @@ void NvmlDevice::sample(LedgerCall& c) const {
   if (reasons_ && reasons_(dev_, &mask) == 0) c.clock_events = mask;
 }
 
-std::vector<GpuProcess> NvmlDevice::compute_processes() const {
+std::vector<GpuProcess> NvmlDevice::compute_processes(bool* listed) const {
+  if (listed) *listed = false;
   struct Info {
     unsigned pid;
     unsigned long long used;
@@ -116,6 +117,7 @@ std::vector<GpuProcess> NvmlDevice::compute_processes() const {
     r = processes_(dev_, &n, info.data());
   }
   if (r != 0) return out;
+  if (listed) *listed = true;
   for (unsigned i = 0; i < n && i < info.size(); ++i) out.push_back({info[i].pid, info[i].used});
   return out;
 }
@@ -146,7 +148,9 @@ int NvmlDevice::device_count(std::string* why) {
 
 bool descends_from(pid_t pid, pid_t ancestor, const std::string& proc) {
   if (pid <= 1 || ancestor <= 0) return false;
-  for (int depth = 0; depth < 64 && pid > 1; ++depth) {
+  // Every generation up to init (a chain of a parent's parents cannot loop): a bound on the depth
+  // would let a solution hide a helper below that many forks. pid_max is at most 2^22.
+  for (int depth = 0; depth < (1 << 22) && pid > 1; ++depth) {
     std::ifstream stat(proc + "/" + std::to_string(pid) + "/stat");
     std::string line;
     if (!std::getline(stat, line)) return false;  // gone, or not in this pid namespace
@@ -338,8 +342,9 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
     nvml_->sample(c);
     // Every process with a context on this GPU now: one the child started (a helper process, whose
     // GPU work is in none of the child's records) is found while the child still runs.
-    const std::vector<GpuProcess> on_gpu = nvml_->compute_processes();
-    c.gpu_processes = nvml_available_ ? int(on_gpu.size()) : -1;
+    bool listed = false;
+    const std::vector<GpuProcess> on_gpu = nvml_->compute_processes(&listed);
+    c.gpu_processes = listed ? int(on_gpu.size()) : -1;
     for (const GpuProcess& p : on_gpu)
       if (pid_t(p.pid) != child_pid_ && descends_from(pid_t(p.pid), child_pid_) &&
           std::find(started_on_gpu_.begin(), started_on_gpu_.end(), p.pid) == started_on_gpu_.end())

@@ -67,11 +67,11 @@ struct LedgerCall {
   // NVML, read as "done" arrived (NaN / 0 when NVML is not available).
   double sm_mhz = 0, mem_mhz = 0;
   uint64_t clock_events = 0;  // nvmlDeviceGetCurrentClocksEventReasons
-  int gpu_processes = -1;     // processes with a context on this GPU (nvmlDeviceGetComputeRunningProcesses); -1: unknown
+  int gpu_processes = -1;     // processes with a context on this GPU (nvmlDeviceGetComputeRunningProcesses); -1: NVML could not say
 };
 
 /** Whether process `pid` descends from `ancestor` (its parent, its parent's parent, ...), read from
- *  `proc`/<pid>/stat (64 generations at most); false for a pid not there (ended, or in another pid
+ *  `proc`/<pid>/stat up to init; false for a pid not there (ended, or in another pid
  *  namespace: NVML names processes in the driver's). */
 bool descends_from(pid_t pid, pid_t ancestor, const std::string& proc = "/proc");
 
@@ -96,8 +96,8 @@ class NvmlDevice {
   /** SM and memory clocks in MHz and the clock-event (throttle) reasons mask, into `c`. */
   void sample(LedgerCall& c) const;
   /** The compute processes on this GPU now (nvmlDeviceGetComputeRunningProcesses); empty when
-   *  none or NVML cannot say. */
-  std::vector<GpuProcess> compute_processes() const;
+   *  none or NVML cannot say, which `listed` (when given) tells apart: true only for NVML's answer. */
+  std::vector<GpuProcess> compute_processes(bool* listed = nullptr) const;
   /** How many GPUs NVML sees on this host; 0 (with `why`) when NVML is not there. */
   static int device_count(std::string* why = nullptr);
 

@@ -1,7 +1,7 @@
 # Tests of the harness: statistics, processes, solution loading, the CLI, and (gpu) whole grades.
 
 # Deliberately broken solutions (tests/solutions/bad_solutions.c), one .so per defect.
-foreach(bad abi_version missing_teardown segfault hang nothing not_supported load_segfault load_abort)
+foreach(bad abi_version missing_teardown segfault hang nothing not_supported load_segfault load_abort teardown_fails teardown_segfault)
   string(TOUPPER ${bad} BAD)
   add_library(bad_${bad} SHARED ${CMAKE_CURRENT_SOURCE_DIR}/solutions/bad_solutions.c)
   target_include_directories(bad_${bad} PRIVATE ${PROJECT_SOURCE_DIR}/include)

@@ -408,17 +408,34 @@ TEST(Batch, AReportChangedByALaterJobIsNoResult) {
         if (job.index == 3) {
           std::ofstream(m.jobs[0].report) << R"({"schema": "nibble.report", "disposition": "Passed", "forged": true})";
           fs::remove(m.jobs[1].report);
+          std::ofstream(m.jobs[2].report) << "planted";  // job 2 wrote none
         }
-        return code;
+        return job.index == 2 ? (fs::remove(job.report), 3) : code;
       },
       {});
   ASSERT_EQ(outcomes.size(), 6u);
   EXPECT_EQ(outcomes[0].disposition, "ReportChanged");
-  EXPECT_NE(outcomes[0].reason.find("was changed after its job wrote it"), std::string::npos) << outcomes[0].reason;
+  EXPECT_NE(outcomes[0].reason.find("was changed after its job ended"), std::string::npos) << outcomes[0].reason;
   EXPECT_EQ(outcomes[1].disposition, "ReportChanged");
   EXPECT_NE(outcomes[1].reason.find("was removed"), std::string::npos) << outcomes[1].reason;
-  for (size_t i = 2; i < 6; ++i) EXPECT_TRUE(batch_disposition_passed(outcomes[i].disposition)) << i << " " << outcomes[i].disposition;
+  EXPECT_EQ(outcomes[2].disposition, "ReportChanged");
+  EXPECT_NE(outcomes[2].reason.find("was put there after its job ended"), std::string::npos) << outcomes[2].reason;
+  for (size_t i = 3; i < 6; ++i) EXPECT_TRUE(batch_disposition_passed(outcomes[i].disposition)) << i << " " << outcomes[i].disposition;
   EXPECT_FALSE(fs::exists(m.jobs[0].sidecar));
   EXPECT_FALSE(batch_job_done(m.jobs[0]));
-  EXPECT_TRUE(batch_job_done(m.jobs[2]));
+  EXPECT_TRUE(batch_job_done(m.jobs[3]));
+
+  // Resumed: a job done before is hashed as the resume found it; a report changed while the rest
+  // ran is no result either.
+  const auto again = run_batch(
+      m, {0},
+      [&](const BatchJob& job, int slot) {
+        const int code = fake(job, slot);
+        if (job.index == 0) std::ofstream(m.jobs[4].report, std::ios::app) << " ";
+        return code;
+      },
+      {});
+  EXPECT_TRUE(again[4].skipped);
+  EXPECT_EQ(again[4].disposition, "ReportChanged") << again[4].reason;
+  EXPECT_TRUE(batch_disposition_passed(again[5].disposition)) << again[5].disposition;
 }

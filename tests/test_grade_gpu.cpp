@@ -93,6 +93,8 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   // NVML's view of the GPU as each call closed: the candidate started no process on it.
   std::printf("  processes on the GPU as calls closed: at most %s\n", lj["gpu_processes"]["most"].dump().c_str());
   EXPECT_EQ(lj["gpu_processes"]["started_by_candidate"], json::array()) << lj["gpu_processes"].dump();
+  // Where NVML listed them, the candidate's own child was among them: a listing that finds nothing is no check.
+  EXPECT_TRUE(lj["gpu_processes"]["most"].is_null() || lj["gpu_processes"]["most"].get<int>() >= 1) << lj["gpu_processes"].dump();
   EXPECT_FALSE(g.report["device"]["name"].get<std::string>().empty());
   EXPECT_EQ(t["timing_seed_from"], "none: every draw from the OS-seeded generator of the grader's parent, revealed to the child as each timed call's window opens") << t.dump();
   EXPECT_TRUE(t["timing_seed"].is_null()) << t.dump();
@@ -235,6 +237,24 @@ TEST(GradeGpu, SegfaultIsCrashed) {
   EXPECT_EQ(g.code, 1) << g.output;
   EXPECT_EQ(g.report["disposition"], "Crashed");
   EXPECT_NE(g.report["reason"].get<std::string>().find("signal 11"), std::string::npos) << g.report["reason"];
+}
+
+// The results are sealed before the solution's teardown (its last code): a teardown that fails or
+// crashes still fails the grade, told by the process's end, with the error or the crash's site.
+TEST(GradeGpu, ATeardownThatFailsOrCrashesIsCrashed) {
+  NIBBLE_REQUIRE_GPU();
+  Graded g = grade(bad("teardown_fails"), {"--no-timing"});
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_EQ(g.report["disposition"], "Crashed") << g.report["reason"];
+  EXPECT_NE(g.report["reason"].get<std::string>().find("in its teardown, after its results were sealed"), std::string::npos)
+      << g.report["reason"];
+  EXPECT_NE(g.report["reason"].get<std::string>().find("teardown could not free its buffers"), std::string::npos) << g.report["reason"];
+  g = grade(bad("teardown_segfault"), {"--no-timing"});
+  EXPECT_EQ(g.code, 1) << g.output;
+  EXPECT_EQ(g.report["disposition"], "Crashed") << g.report["reason"];
+  EXPECT_NE(g.report["reason"].get<std::string>().find("signal 11"), std::string::npos) << g.report["reason"];
+  EXPECT_NE(g.report["reason"].get<std::string>().find("libbad_teardown_segfault.so(nibble_decode_teardown+"), std::string::npos)
+      << g.report["reason"];
 }
 
 TEST(GradeGpu, HangIsTimedOut) {

@@ -59,6 +59,13 @@ nibble_status nibble_decode_step(void* handle, const nibble_tensor* token_ids, i
 #ifndef BAD_MISSING_TEARDOWN
 nibble_status nibble_decode_teardown(void* handle, void* stream, nibble_error* err) {
   (void)handle; (void)stream; (void)err;
+#ifdef BAD_TEARDOWN_FAILS
+  snprintf(err->message, sizeof err->message, "teardown could not free its buffers");
+  return NIBBLE_ERR_INTERNAL;
+#endif
+#ifdef BAD_TEARDOWN_SEGFAULT
+  raise(SIGSEGV);
+#endif
   return NIBBLE_OK;
 }
 #endif
