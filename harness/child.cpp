@@ -381,6 +381,8 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
       tr.device_launch_graphs = audit.device_launch_graphs;
       tr.graph_launches_audited = audit.graph_launches;
       tr.task_figures = session->timing_figures();
+      // Committed before the result holds them: a result rewritten later must agree.
+      ledger->audit(timing_audit(tr));
       {
         std::lock_guard<std::mutex> lock(out.mu);
         out.r.replay = std::move(replay);

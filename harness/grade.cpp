@@ -191,7 +191,7 @@ json timing_section(const Task& task, const std::string& config, const TimingRes
   ev->span_median_us = all_spans.median;
   json ledger_j;
   const std::vector<bool> throttled = ledger_section(ledger, task, config, facts, ev, &ledger_j);
-  ev->uncommitted_timing = uncommitted_timing(ledger.calls(), tr.gpu_span_us, tr.invalid_samples);
+  ev->uncommitted_timing = uncommitted_timing(ledger.calls(), ledger.audit(), tr.gpu_span_us, timing_audit(tr));
   // The figure: each call's GPU span, or (--clock wall) its window on the grader's clock
   // (grader_clock_samples; the ledger's calls are the timed calls, in order).
   std::vector<double> all_figure = tr.gpu_span_us;

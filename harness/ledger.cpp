@@ -280,8 +280,19 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
     violation_ = why + " (round " + std::to_string(m.round) + ", call " + std::to_string(m.call) + ")";
   };
   if (m.check != ledger_check(m.kind, m.round, m.call, m.digest) ||
-      (m.kind != LedgerMessage::Open && m.kind != LedgerMessage::Done && m.kind != LedgerMessage::Span))
+      (m.kind != LedgerMessage::Open && m.kind != LedgerMessage::Done && m.kind != LedgerMessage::Span &&
+       m.kind != LedgerMessage::Audit))
     return violate("a message that is not the harness's");
+  if (audit_) return violate("a message after the timed phase's audit");
+  if (m.kind == LedgerMessage::Audit) {
+    // Once, after the last timed call's span.
+    if (is_open_ || calls_.empty() || !span_sent_ || m.round != last_round_ || m.call != last_call_)
+      return violate("an audit out of sequence");
+    TimingAudit a;
+    std::memcpy(&a, m.digest, sizeof a);
+    audit_ = a;
+    return;
+  }
   if (m.kind == LedgerMessage::Span) {
     // Once per call, after its "done" and before anything else.
     std::vector<LedgerCall>& calls = m.round < 0 ? calibration_ : calls_;
@@ -422,14 +433,39 @@ uint64_t LedgerClient::open(int round, int call) {
   return seed;
 }
 
+void LedgerClient::audit(const TimingAudit& a) {
+  static_assert(sizeof(TimingAudit) <= sizeof(Digest), "an audit fits a message");
+  Digest d{};
+  std::memcpy(d.data(), &a, sizeof a);
+  send(LedgerMessage::Audit, last_round_, last_call_, d);
+}
+
+bool TimingAudit::operator==(const TimingAudit& o) const {
+  return invalid_samples == o.invalid_samples && gaps_with_foreign_work == o.gaps_with_foreign_work &&
+         late_kernels == o.late_kernels && unrecorded_launches == o.unrecorded_launches &&
+         unrecorded_copies == o.unrecorded_copies && launch_callbacks_lost == o.launch_callbacks_lost &&
+         device_launch_graphs == o.device_launch_graphs && dropped_records == o.dropped_records;
+}
+
+std::string TimingAudit::text() const {
+  return "invalid_samples " + std::to_string(invalid_samples) + ", gaps_with_foreign_work " + std::to_string(gaps_with_foreign_work) +
+         ", late_kernels " + std::to_string(late_kernels) + ", unrecorded_launches " + std::to_string(unrecorded_launches) +
+         ", unrecorded_copies " + std::to_string(unrecorded_copies) + ", launch_callbacks_lost " +
+         std::to_string(launch_callbacks_lost) + ", device_launch_graphs " + std::to_string(device_launch_graphs) +
+         ", dropped_records " + std::to_string(dropped_records);
+}
+
 void LedgerClient::span(int round, int call, double span_us, bool valid) {
   Digest d{};
   std::memcpy(d.data(), &span_us, sizeof span_us);
   d[8] = valid ? 1 : 0;
   send(LedgerMessage::Span, round, call, d);
+  last_round_ = round;
+  last_call_ = call;
 }
 
-std::string uncommitted_timing(const std::vector<LedgerCall>& calls, const std::vector<double>& spans_us, int invalid_samples) {
+std::string uncommitted_timing(const std::vector<LedgerCall>& calls, const std::optional<TimingAudit>& audit,
+                               const std::vector<double>& spans_us, const TimingAudit& reported) {
   if (calls.size() != spans_us.size()) return "";  // the count's own finding (verdict.cpp)
   std::string first;
   int differ = 0, invalid = 0;
@@ -444,8 +480,11 @@ std::string uncommitted_timing(const std::vector<LedgerCall>& calls, const std::
                                 : "no span committed as it closed");
   }
   if (differ) return first + (differ > 1 ? " (and " + std::to_string(differ - 1) + " more)" : "");
-  if (invalid != invalid_samples)
-    return std::to_string(invalid) + " calls committed as without a valid GPU record, " + std::to_string(invalid_samples) + " reported";
+  if (invalid != reported.invalid_samples)
+    return std::to_string(invalid) + " calls committed as without a valid GPU record, " + std::to_string(reported.invalid_samples) +
+           " reported";
+  if (!audit) return "the timed phase's audit was never committed";
+  if (*audit != reported) return "the audit committed " + audit->text() + "; the result reports " + reported.text();
   return "";
 }
 

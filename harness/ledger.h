@@ -32,14 +32,26 @@ namespace nibble {
 
 /** One message, child -> parent (48 bytes: one packet of a SOCK_SEQPACKET socket). */
 struct LedgerMessage {
-  enum Kind : uint32_t { Open = 0x4f50454e, Done = 0x444f4e45, Span = 0x5350414e };  // "OPEN", "DONE", "SPAN"
+  enum Kind : uint32_t { Open = 0x4f50454e, Done = 0x444f4e45, Span = 0x5350414e, Audit = 0x41554454 };  // "OPEN", "DONE", "SPAN", "AUDT"
   uint32_t kind;
   int32_t round;  // -1: a calibration window before the build
   int32_t call;
   uint32_t check;      // of kind, round, call, digest and kLedgerSalt: a torn or foreign write does not parse
   uint8_t digest[32];  // "done": Session::timed_digest() of the call's outputs (BLAKE3); "open": zeros;
                        // "span": the call's GPU span in us (a double), then whether it was valid (1 or 0),
-                       // then zeros
+                       // then zeros; "audit": a TimingAudit (8 int32)
+};
+
+/** The timed phase's audit counts (protocol.h TimingResult's fields of those names), committed to
+ *  the ledger once after the last timed call, before the child writes them into its result: a
+ *  result rewritten later must agree with what the parent already holds. */
+struct TimingAudit {
+  int32_t invalid_samples = 0, gaps_with_foreign_work = 0, late_kernels = 0, unrecorded_launches = 0, unrecorded_copies = 0,
+          launch_callbacks_lost = 0, device_launch_graphs = 0, dropped_records = 0;
+  bool operator==(const TimingAudit& o) const;
+  bool operator!=(const TimingAudit& o) const { return !(*this == o); }
+  /** "gaps_with_foreign_work 4, late_kernels 0, ...": for messages. */
+  std::string text() const;
 };
 inline constexpr uint32_t kLedgerSalt = 0x6e69626cu;  // "nibl"
 /** LedgerMessage::check of a message (FNV-1a over the digest, folded with kind, round, call and the
@@ -171,6 +183,8 @@ class CallLedger {
    *  closed: GPU work in no record of the child's. Empty where NVML is not there or names processes
    *  this process cannot see (another pid namespace). */
   const std::vector<unsigned>& started_on_gpu() const { return started_on_gpu_; }
+  /** The timed phase's audit as the child committed it after its last call (none: not sent). */
+  const std::optional<TimingAudit>& audit() const { return audit_; }
   bool nvml_available() const { return nvml_available_; }
 
  private:
@@ -199,14 +213,17 @@ class CallLedger {
   bool span_sent_ = false;  // for the last "done"
   pid_t child_pid_ = 0;     // the sender of the first message (SCM_CREDENTIALS): every other must be it
   std::vector<unsigned> started_on_gpu_;
+  std::optional<TimingAudit> audit_;
 };
 
-/** Where a child's reported timing (`spans_us`: Result timing.gpu_span_us, `invalid_samples`)
- *  differs from what it committed to the ledger as each timed call closed (`calls`): "" when it
- *  does not, else the first difference and how many. The commitment is made between the harness's
+/** Where a child's reported timing (`spans_us`: Result timing.gpu_span_us, `reported`: its audit
+ *  counts) differs from what it committed to the ledger as each timed call closed (`calls`) and
+ *  after the last (`audit`, none: never committed): "" when it does not, else the first difference
+ *  and how many. The commitment is made between the harness's
  *  own steps, before the solution's next call; a result rewritten afterwards (its channel is in
  *  /proc/self/fd) must also rewrite what the parent already holds. Pure. */
-std::string uncommitted_timing(const std::vector<LedgerCall>& calls, const std::vector<double>& spans_us, int invalid_samples);
+std::string uncommitted_timing(const std::vector<LedgerCall>& calls, const std::optional<TimingAudit>& audit,
+                               const std::vector<double>& spans_us, const TimingAudit& reported);
 
 /** The child's side. Both calls throw std::runtime_error when the parent does not answer (a
  *  solution that read or closed the channel) within `timeout_seconds`. */
@@ -224,6 +241,9 @@ class LedgerClient {
    *  child). A calibration window's (round -1; span 0: none recorded) is sent before the solution
    *  is loaded: nothing the solution does can change the overhead the parent credits. No answer. */
   void span(int round, int call, double span_us, bool valid);
+  /** The timed phase is over (its last call done and its span sent): its audit counts, before the
+   *  child writes them into its result. No answer; no call opens after it. */
+  void audit(const TimingAudit& a);
 
  private:
   void send(LedgerMessage::Kind k, int round, int call, const Digest& digest);
@@ -231,6 +251,7 @@ class LedgerClient {
    *  `rest`; throws std::runtime_error when it does not come whole within the timeout. */
   char answer(const char* tags, void* rest, size_t n, int round, int call);
   int rfd_, wfd_;
+  int last_round_ = -1, last_call_ = -1;  // of the last span sent: the audit follows it
   double timeout_;
 };
 

@@ -7,6 +7,7 @@
 // result is rewritten after every phase, so a child that dies still leaves what it learnt.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <csignal>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/ledger.h"
 #include "harness/sandbox.h"
 
 namespace nlohmann {
@@ -34,8 +36,8 @@ struct adl_serializer<std::optional<T>> {
 namespace nibble {
 
 /** Bumped on any change of Job, Result or the call ledger's messages; a child refuses a job of
- *  another version. 11: each timed call's span committed to the ledger, the result sealed before
- *  the solution's teardown. */
+ *  another version. 11: each timed call's span and the timed phase's audit committed to the
+ *  ledger, the result sealed before the solution's teardown. */
 inline constexpr int kProtocolVersion = 11;
 
 /** The line a child that a fatal signal ends writes to its stderr before the frames of the crash
@@ -161,6 +163,21 @@ struct TimingResult {
   std::vector<std::string> kept;      // the calls whose outputs were kept, "timed<round>-<call>"
   nlohmann::json task_figures;  // e.g. decode: the position of every call
 };
+
+/** The audit counts of `tr`, as the child commits them to the call ledger (TimingAudit) and the
+ *  parent compares them with the result's. */
+inline TimingAudit timing_audit(const TimingResult& tr) {
+  TimingAudit a;
+  a.invalid_samples = tr.invalid_samples;
+  a.gaps_with_foreign_work = tr.gaps_with_foreign_work;
+  a.late_kernels = tr.late_kernels;
+  a.unrecorded_launches = tr.unrecorded_launches;
+  a.unrecorded_copies = tr.unrecorded_copies;
+  a.launch_callbacks_lost = tr.launch_callbacks_lost ? 1 : 0;
+  a.device_launch_graphs = tr.device_launch_graphs;
+  a.dropped_records = int32_t(std::min<int64_t>(tr.dropped_records, INT32_MAX));
+  return a;
+}
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TimingResult, seed, seed_from, calls_per_round, rounds, stop_reason,
                                                 invalid_samples, invalid_reason, nonfinite_calls, gaps_with_foreign_work,
                                                 foreign_work, foreign_records_before_build, harness_records_per_gap,

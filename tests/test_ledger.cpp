@@ -321,15 +321,61 @@ TEST(Ledger, ATimedCallsSpanIsCommittedAsItClosesAndTheResultMustAgree) {
   std::vector<LedgerCall> calls = l.calls();
   calls[2].span_us = spans[2];
   calls[2].span_committed = calls[2].span_valid = true;
-  EXPECT_EQ(uncommitted_timing(calls, spans, 1), "");
-  EXPECT_EQ(uncommitted_timing(l.calls(), spans, 1), "round 1, call 0: no span committed as it closed");
+  TimingAudit audit;
+  audit.invalid_samples = 1;
+  audit.gaps_with_foreign_work = 4;
+  EXPECT_EQ(uncommitted_timing(calls, audit, spans, audit), "");
+  EXPECT_EQ(uncommitted_timing(l.calls(), audit, spans, audit), "round 1, call 0: no span committed as it closed");
   std::vector<double> halved = spans;
   for (double& v : halved) v /= 2;
-  EXPECT_EQ(uncommitted_timing(calls, halved, 1).rfind("round 0, call 0: 12.500000 us committed, 6.250000 us reported (and 2 more)", 0),
-            0u)
-      << uncommitted_timing(calls, halved, 1);
-  EXPECT_NE(uncommitted_timing(calls, spans, 0).find("1 calls committed as without a valid GPU record, 0 reported"), std::string::npos);
-  EXPECT_EQ(uncommitted_timing(calls, {1.0}, 0), "") << "a count that differs is its own finding";
+  const std::string h = uncommitted_timing(calls, audit, halved, audit);
+  EXPECT_EQ(h.rfind("round 0, call 0: 12.500000 us committed, 6.250000 us reported (and 2 more)", 0), 0u) << h;
+  TimingAudit none_invalid = audit;
+  none_invalid.invalid_samples = 0;
+  EXPECT_NE(uncommitted_timing(calls, audit, spans, none_invalid).find("1 calls committed as without a valid GPU record, 0 reported"),
+            std::string::npos);
+  EXPECT_EQ(uncommitted_timing(calls, audit, {1.0}, audit), "") << "a count that differs is its own finding";
+  // The audit counts: as committed after the last call, or none committed at all.
+  TimingAudit cleaned = audit;
+  cleaned.gaps_with_foreign_work = 0;
+  const std::string a = uncommitted_timing(calls, audit, spans, cleaned);
+  EXPECT_NE(a.find("the audit committed invalid_samples 1, gaps_with_foreign_work 4"), std::string::npos) << a;
+  EXPECT_NE(a.find("the result reports invalid_samples 1, gaps_with_foreign_work 0"), std::string::npos) << a;
+  EXPECT_EQ(uncommitted_timing(calls, std::nullopt, spans, audit), "the timed phase's audit was never committed");
+}
+
+// The audit comes once, after the last call's span; nothing comes after it.
+TEST(Ledger, TheAuditComesOnceAfterTheLastSpan) {
+  TimingAudit a;
+  a.late_kernels = 2;
+  a.dropped_records = 7;
+  {
+    CallLedger l(2, 1, 1, "");
+    LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
+    for (int n = 0; n < 2; ++n) {
+      (void)c.open(0, n);
+      (void)c.done(0, n, Digest{});
+      c.span(0, n, 1.0 + n, true);
+    }
+    c.audit(a);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_THROW((void)c.open(1, 0), std::runtime_error) << "a call after the audit";
+    l.finish();
+    ASSERT_TRUE(l.audit().has_value());
+    EXPECT_EQ(*l.audit(), a);
+    EXPECT_NE(l.violation().find("a message after the timed phase's audit"), std::string::npos) << l.violation();
+  }
+  {  // before the last call's span: out of sequence
+    CallLedger l(2, 1, 1, "");
+    LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
+    (void)c.open(0, 0);
+    (void)c.done(0, 0, Digest{});
+    c.audit(a);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    l.finish();
+    EXPECT_FALSE(l.audit().has_value());
+    EXPECT_NE(l.violation().find("an audit out of sequence"), std::string::npos) << l.violation();
+  }
 }
 
 TEST(Ledger, ATimedCallsSpanOutOfSequenceIsTampering) {
