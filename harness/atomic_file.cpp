@@ -150,11 +150,22 @@ void write_file_atomic(const std::string& path, const std::string& content) {
 }
 
 std::string read_file(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) throw std::runtime_error("cannot read " + path + ": " + strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw std::runtime_error("cannot read " + path + ": " + (S_ISDIR(st.st_mode) ? "it is a folder" : "it is not a regular file (a pipe or a device?)") +
+                             ": give the path of a file nibble wrote");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot read " + path + ": " + strerror(errno));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  std::string out;
+  char buf[1 << 16];
+  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
+    out.append(buf, size_t(f.gcount()));
+    if (out.size() > kMaxReadFileBytes)
+      throw std::runtime_error("cannot read " + path + ": larger than " + std::to_string(kMaxReadFileBytes >> 20) +
+                               " MiB, which no file nibble writes is");
+  }
+  return out;
 }
 
 }  // namespace nibble

@@ -1,6 +1,7 @@
 // atomic_file.h: write a file so that a reader sees the old content or the new, never a torn one.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace nibble {
@@ -31,7 +32,12 @@ std::string write_target(const std::string& path);
  *  the same file write_file_atomic would create (links, dangling ones too, followed). */
 bool same_output_file(const std::string& a, const std::string& b);
 
-/** Read a whole file; throws std::runtime_error naming the path when it cannot. */
+/** The most read_file reads: nibble's reports, manifests and tables are kilobytes to megabytes. */
+inline constexpr uint64_t kMaxReadFileBytes = uint64_t(256) << 20;
+
+/** Read a whole regular file of at most kMaxReadFileBytes; throws std::runtime_error naming the
+ *  path when it cannot, when it is no regular file (a pipe, a device: reading one could wait
+ *  forever or never end) or when it is larger. */
 std::string read_file(const std::string& path);
 
 }  // namespace nibble

@@ -259,6 +259,16 @@ int batch_command(std::vector<std::string> args) {
 
   // This host: one grade per GPU at a time.
   std::vector<int> devices;
+  const auto gpu_jobs = std::count_if(m.jobs.begin(), m.jobs.end(), [](const BatchJob& j) { return j.needs_gpu; });
+  std::string why_none;
+  const int visible = gpu_jobs > 0 || devices_text.empty() ? visible_device_count(&why_none) : 0;  // as a grade's --device numbers them
+  if (gpu_jobs > 0 && visible <= 0) {
+    // Each such job would build its fixtures and then fail the same way, one after another.
+    std::fprintf(stderr, "nibble batch: no GPU found (%s), and %ld of the %zu jobs need one (every grade, and a calibrate "
+                 "without --path cpu): nothing was run. Run the batch on a machine with a GPU, or with --slurm.\n",
+                 why_none.c_str(), long(gpu_jobs), m.jobs.size());
+    return 2;
+  }
   if (!devices_text.empty()) {
     std::stringstream ss(devices_text);
     for (std::string d; std::getline(ss, d, ',');) {
@@ -275,33 +285,16 @@ int batch_command(std::vector<std::string> args) {
     }
     // Each number must name a GPU as a grade's --device does (select_device), where a job needs one
     // (for jobs without a GPU, a calibrate --path cpu, the numbers are only how many run at once).
-    // Where nothing can say (NVML absent, CUDA_VISIBLE_DEVICES unset), the jobs say whether theirs exists.
-    const bool gpu_jobs = std::any_of(m.jobs.begin(), m.jobs.end(), [](const BatchJob& j) { return j.needs_gpu; });
-    std::string why;
-    const int n = gpu_jobs ? visible_device_count(&why) : 0;
     for (const int d : devices)
-      if (const std::string p = gpu_jobs ? device_number_problem(d, n) : ""; !p.empty()) {
+      if (const std::string p = gpu_jobs > 0 ? device_number_problem(d, visible) : ""; !p.empty()) {
         std::fprintf(stderr, "nibble batch: --devices names GPU %d, but %s\n", d, p.c_str());
         return 2;
       }
-    if (gpu_jobs && n <= 0 && !std::getenv("CUDA_VISIBLE_DEVICES") && !quiet)
-      std::fprintf(stderr, "nibble batch: --devices %s: NVML finds no GPU here (%s), so the numbers are not checked; a job "
-                   "on a GPU that does not exist fails and says so\n", devices_text.c_str(), why.c_str());
   } else {
-    std::string why;
-    const int n = visible_device_count(&why);  // numbered as a grade's --device numbers them
-    for (int d = 0; d < n; ++d) devices.push_back(d);
+    for (int d = 0; d < visible; ++d) devices.push_back(d);
     if (devices.empty()) {
-      // Each such job would build its fixtures and then fail the same way, one after another.
-      const auto gpu_jobs = std::count_if(m.jobs.begin(), m.jobs.end(), [](const BatchJob& j) { return j.needs_gpu; });
-      if (gpu_jobs > 0) {
-        std::fprintf(stderr, "nibble batch: no GPU found (%s), and %ld of the %zu jobs need one (every grade, and a calibrate "
-                     "without --path cpu): nothing was run. Run the batch on a machine with a GPU, or with --slurm.\n",
-                     why.c_str(), long(gpu_jobs), m.jobs.size());
-        return 2;
-      }
       devices.push_back(-1);  // one slot: the jobs run one at a time on the CPU
-      if (!quiet) std::fprintf(stderr, "nibble batch: no GPU found (%s): one job at a time, none on a GPU\n", why.c_str());
+      if (!quiet) std::fprintf(stderr, "nibble batch: no GPU found (%s): one job at a time, none on a GPU\n", why_none.c_str());
     }
   }
   if (const int rc = make_out()) return rc;

@@ -12,7 +12,9 @@
 #include <tuple>
 
 #include "fixtures/safetensors.h"
+#include "harness/atomic_file.h"
 #include "harness/stats.h"
+#include "harness/verdict.h"
 
 namespace nibble {
 
@@ -153,6 +155,15 @@ void check_report(const json& r, const std::string& what) {
   // compare would call the report a correctness regression (exit 2) rather than bad input.
   if (r["disposition"] == "Passed" && !std::isfinite(num(field(r["correctness"], "worst_rel_err"))))
     throw BadReport(what + ": malformed nibble report: disposition Passed without a finite correctness.worst_rel_err");
+  // A disposition judge() gives (or a grader failure's), and a Passed one within its own gate: a
+  // report edited to say otherwise would be ranked and shown as what it is not.
+  const std::string d = r["disposition"];
+  if (!disposition_from_string(d) && d != "GraderFailed")
+    throw BadReport(what + ": malformed nibble report: disposition \"" + d + "\" is none nibble gives");
+  const double worst = num(field(r["correctness"], "worst_rel_err")), gate = num(field(r["correctness"], "gate"));
+  if (d == "Passed" && std::isfinite(gate) && !(worst < gate))
+    throw BadReport(what + ": malformed nibble report: disposition Passed with correctness.worst_rel_err " + fmt_g(worst) +
+                    " at or past its own gate " + fmt_g(gate) + " (judge() calls that Incorrect)");
   if (!r.contains("timing")) return;
   const json& t = r["timing"];
   if (!t.is_object()) throw BadReport(what + ": malformed nibble report: \"timing\" is not an object");
@@ -398,13 +409,15 @@ json load_report(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw BadReport(path + ": no such file");
   if (fs::is_directory(path, ec)) throw BadReport(path + ": is a folder, not a report file");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw BadReport(path + ": cannot be read");
-  std::ostringstream ss;
-  ss << f.rdbuf();
+  std::string text;
+  try {
+    text = read_file(path);  // a regular file of bounded size: a pipe or /dev/zero would never end
+  } catch (const std::exception& e) {
+    throw BadReport(e.what());
+  }
   json r;
   try {  // depth-bounded: printing a 100,000-deep value in an error message overflowed the stack
-    r = parse_ordered_json_bounded(ss.str(), path, kReportJsonDepth);
+    r = parse_ordered_json_bounded(text, path, kReportJsonDepth);
   } catch (const std::exception& e) {  // parse errors, numbers a double cannot hold (1e999), depth, a key twice
     throw BadReport(e.what());
   }

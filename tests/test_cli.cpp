@@ -285,6 +285,16 @@ TEST(Cli, BatchRunsJobsSideBySide) {
     EXPECT_EQ(r.code, 2) << r.output;
     EXPECT_NE(r.output.find("NoReport: exit 2 without a readable report"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("no usable NVIDIA GPU"), std::string::npos) << r.output;
+    // GPUs named where there is none: refused before anything is built, as without --devices (a
+    // newcomer's batch built every fixture, then failed every job).
+    for (const std::vector<std::string>& devices : {std::vector<std::string>{}, std::vector<std::string>{"--devices", "0,1"}}) {
+      std::vector<std::string> args = {"batch", t.path() + "/g.json"};
+      args.insert(args.end(), devices.begin(), devices.end());
+      r = run_nibble_env({"NIBBLE_CACHE_DIR=" + t.path() + "/nogpu-cache", "CUDA_VISIBLE_DEVICES="}, args, t);
+      EXPECT_EQ(r.code, 2) << r.output;
+      EXPECT_NE(r.output.find("nothing was run"), std::string::npos) << r.output;
+      EXPECT_FALSE(std::filesystem::exists(t.path() + "/nogpu-cache")) << "a fixture was built";
+    }
   }
   {
     const FolderLock other(t.path() + "/res");  // another batch running on the results folder
@@ -1261,6 +1271,15 @@ TEST(Cli, OutputsAreCheckedWhereTheWriteLands) {
   r = run_nibble(with({"--out", t.path() + "/r.json", "--history", t.path() + "/pipe"}), t);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("not a regular file"), std::string::npos) << r.output;
+  // A pipe or a device given as a report: refused at once, never read without end (a newcomer's
+  // `report show /dev/zero` grew to 1.6 GB; a pipe with no writer hung show, compare and leaderboard).
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"report", "show", t.path() + "/pipe"}, {"report", "show", "/dev/zero"},
+        {"compare", source_report(), t.path() + "/pipe"}, {"leaderboard", t.path() + "/pipe"}}) {
+    r = run_nibble(args, t);
+    EXPECT_EQ(r.code, 4) << args[0] << " " << args.back() << ": " << r.output;
+    EXPECT_NE(r.output.find("not a regular file"), std::string::npos) << args[0] << " " << args.back() << ": " << r.output;
+  }
   // Files the grade reads or writes besides its outputs.
   r = run_nibble(with({"--out", bindir() + "/lib/libnibble_reference.so"}), t);
   EXPECT_EQ(r.code, 2) << r.output;

@@ -377,12 +377,17 @@ TEST(CompareReports, CorrectnessRegressionExits2) {
   EXPECT_EQ(c.exit_code, kCompareCorrectness) << c.result;
   EXPECT_EQ(c.correctness_regressions.size(), 2u);  // the disposition and the gate crossing
 
-  // The error crossing the gate alone (a report whose disposition says Passed regardless).
-  json past_gate = unfused();
+  // The error crossing the gate alone (an Incorrect report whose disposition is not what changed).
+  json past_gate = unfused(), was_incorrect = unfused();
+  for (json* r : {&past_gate, &was_incorrect}) (*r)["disposition"] = "Incorrect";
+  was_incorrect["correctness"]["worst_rel_err"] = 0.05;
   past_gate["correctness"]["worst_rel_err"] = 0.25;
-  c = compare_json(base, past_gate, CompareOptions{});
+  c = compare_json(was_incorrect, past_gate, CompareOptions{});
   EXPECT_EQ(c.exit_code, kCompareCorrectness) << c.result;
   EXPECT_NE(c.result.find("at or past the gate 0.1"), std::string::npos) << c.result;
+  // A report that says Passed regardless contradicts itself: bad input, not a comparison.
+  past_gate["disposition"] = "Passed";
+  EXPECT_THROW(compare_json(base, past_gate, CompareOptions{}), BadReport);
 
   // NaN in the outputs (worst_rel_err null), and a crash with no timing: still 2, not 3.
   json crashed = unfused();
@@ -647,6 +652,28 @@ TEST(LoadReport, BadInputIsBadReport) {
   r["task"] = "x";  // any task reads: its figures are named by the report, not by a list of tasks
   write_file_atomic(t.path() + "/task-x.json", r.dump());
   EXPECT_NO_THROW(load_report(t.path() + "/task-x.json"));
+  // A report that contradicts itself, or names a disposition nibble never gives: every reader
+  // refuses it (a newcomer's hand-edited "Passed" at 50x its gate was ranked by the leaderboard).
+  const auto refused = [&](const json& bad, const std::string& name, const std::string& why) {
+    write_file_atomic(t.path() + "/" + name, bad.dump());
+    try {
+      load_report(t.path() + "/" + name);
+      ADD_FAILURE() << name << " was read";
+    } catch (const BadReport& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  r = unfused();
+  r["correctness"]["worst_rel_err"] = 5.0 * r["correctness"]["gate"].get<double>();
+  refused(r, "passed-past-gate.json", "disposition Passed with correctness.worst_rel_err");
+  r["correctness"]["worst_rel_err"] = r["correctness"]["gate"];
+  refused(r, "passed-at-gate.json", "at or past its own gate");
+  r = unfused();
+  r["disposition"] = "Awesome";
+  refused(r, "awesome.json", "disposition \"Awesome\" is none nibble gives");
+  r["disposition"] = "GraderFailed";
+  write_file_atomic(t.path() + "/grader-failed.json", r.dump());
+  EXPECT_NO_THROW(load_report(t.path() + "/grader-failed.json"));
   EXPECT_EQ(compare_files(t.path() + "/missing.json", data("reports/h200-unfused-full.json"), CompareOptions{}, false),
             kCompareBadInput);
   EXPECT_EQ(compare_files(data("reports/h200-unfused-full.json"), t.path() + "/calib.json", CompareOptions{}, true),
