@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -495,6 +496,11 @@ std::string slurm_array_script(const BatchManifest& m, const std::string& nibble
   plain_path("nibble", nibble);
   plain_value("--partition", partition);
   plain_value("--time", time_limit);
+  // sbatch's forms (its --time): a bad one would be found only at submission, after the script is written.
+  static const std::regex slurm_time(R"((\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE|unlimited|infinite))");
+  if (!time_limit.empty() && !std::regex_match(time_limit, slurm_time))
+    throw std::invalid_argument("--time '" + time_limit + "' is none of sbatch's forms: minutes, minutes:seconds, "
+                                "hours:minutes:seconds, days-hours, days-hours:minutes, days-hours:minutes:seconds or UNLIMITED");
   const bool gpu = std::any_of(m.jobs.begin(), m.jobs.end(), [](const BatchJob& j) { return j.needs_gpu; });
   std::ostringstream o;
   o << "#!/bin/bash\n"

@@ -366,6 +366,11 @@ TEST(Batch, FailuresAreLinesAndCollectSaysWhatToResubmit) {
   for (const char* want : {"#SBATCH --array=0-5\n", "#SBATCH --gres=gpu:1\n", "#SBATCH --partition=gpu\n", "#SBATCH --time=30:00\n",
                            "--element \"$SLURM_ARRAY_TASK_ID\""})
     EXPECT_NE(script.find(want), std::string::npos) << want << "\n" << script;
+  // sbatch's time forms, and what it would refuse only at submission.
+  for (const char* ok : {"30", "30:00", "1:30:00", "2-0", "2-12", "2-12:30", "2-12:30:00", "UNLIMITED"})
+    EXPECT_NO_THROW(slurm_array_script(m, "/opt/nibble/bin/nibble", "", ok)) << ok;
+  for (const char* bad : {"abc", "1h", "30:", "1:2:3:4", "-5", "2-", "1.5"})
+    EXPECT_THROW(slurm_array_script(m, "/opt/nibble/bin/nibble", "", bad), std::invalid_argument) << bad;
 }
 
 // After a run, the grade reports that exist make the batch's leaderboard (its page and Markdown).

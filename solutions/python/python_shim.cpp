@@ -399,7 +399,7 @@ int32_t load_module(const char* path, nibble_error* err) {
                        "import"));
       Ref want_text(checked(PyUnicode_Join(Ref(PyUnicode_FromString(", ")).get(), want.get()), "import"));
       sol::set_error(err, std::string(path) + " defines no callable " + PyUnicode_AsUTF8(text.get()) + " (a " + kFamily +
-                              " solution defines " + PyUnicode_AsUTF8(want_text.get()) + "; see nibble_abi in the README)" +
+                              " solution defines " + PyUnicode_AsUTF8(want_text.get()) + "; see \"Grading a Python kernel\" in the README)" +
                               (*other ? std::string("; it defines every entry point of a ") + other + " solution" : ""));
       return *other ? NIBBLE_PYTHON_OTHER_FAMILY : NIBBLE_PYTHON_MISSING_ENTRY;
     }
