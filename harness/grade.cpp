@@ -697,6 +697,12 @@ int grade_run(const GradeOptions& opt) {
       // is a tampered record of the timed calls: InvalidTiming.
       for (const std::string& why : {digest_refused, replay_refused})
         if (!why.empty()) ev.ledger_violation = why + (ev.ledger_violation.empty() ? "" : "; " + ev.ledger_violation);
+    } else if (timed && c.completed()) {
+      // Timing was asked for and the child says it is done, without it (a result rewritten in the
+      // child): no timed call on record, never a grade without the timing rules.
+      ev.timed = true;
+      ev.samples = 0;
+      if (c.ledger) ev.ledger_violation = c.ledger->violation();
     }
     per_seed.push_back(seed_j);
     if (!c.completed()) break;
