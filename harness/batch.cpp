@@ -24,6 +24,7 @@
 #include "harness/report_view.h"
 #include "harness/task_anchors.h"
 #include "harness/task.h"
+#include "harness/verdict.h"
 
 namespace nibble {
 
@@ -241,7 +242,7 @@ bool batch_job_done(const BatchJob& job) {
     if (!sol.is_object()) return false;
     // A grader failure's report names the solution's path only (what failed may be reading it): it is
     // this job's result as any verdict is, and a resume does not run it again.
-    if (r.value("disposition", "") == "GraderFailed" && !sol.contains("sha256")) return sol.value("path", "") == job.solution;
+    if (r.value("disposition", "") == kGraderFailedDisposition && !sol.contains("sha256")) return sol.value("path", "") == job.solution;
     return sol.value("sha256", "") == job.solution_sha256;
   } catch (const std::exception&) {
     return false;

@@ -829,7 +829,7 @@ int grade_main(const GradeOptions& opt) {
       report["solution"] = {{"path", opt.solution}};  // no sha256: what failed may be the reading of it
       report["correctness"] = json::object();
       report["protocol"] = {{"parent_child", kProtocolVersion}};
-      report["disposition"] = "GraderFailed";
+      report["disposition"] = kGraderFailedDisposition;
       report["rule"] = "grader";
       report["reason"] = std::string("the grader itself failed, not the candidate: ") + e.what();
       write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");

@@ -245,7 +245,7 @@ void child_evidence(const ChildRun& c, const Task& task, Evidence* e) {
     // Sealed before the solution's teardown (harness/child.cpp): the teardown, or the session's end
     // after it, failed, hung (the watchdog) or ended the process. The error went to stderr only.
     std::string said;
-    for (size_t at = c.log_tail.rfind("nibble child: "); at != std::string::npos; at = std::string::npos)
+    if (const size_t at = c.log_tail.rfind("nibble child: "); at != std::string::npos)
       said = c.log_tail.substr(at, c.log_tail.find('\n', at) - at);
     e->end = said.find(std::string(" ") + kErrTimeout + " error") != std::string::npos ? ChildEnd::CallTimedOut
              : c.exit.kind == ChildExit::Signaled                                       ? ChildEnd::Died

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace nibble {
 
@@ -440,19 +441,31 @@ void LedgerClient::audit(const TimingAudit& a) {
   send(LedgerMessage::Audit, last_round_, last_call_, d);
 }
 
+namespace {
+/** TimingAudit's counts by name, for comparing and saying them. */
+constexpr std::pair<const char*, int32_t TimingAudit::*> kTimingAuditFields[] = {
+    {"invalid_samples", &TimingAudit::invalid_samples},
+    {"gaps_with_foreign_work", &TimingAudit::gaps_with_foreign_work},
+    {"late_kernels", &TimingAudit::late_kernels},
+    {"unrecorded_launches", &TimingAudit::unrecorded_launches},
+    {"unrecorded_copies", &TimingAudit::unrecorded_copies},
+    {"launch_callbacks_lost", &TimingAudit::launch_callbacks_lost},
+    {"device_launch_graphs", &TimingAudit::device_launch_graphs},
+    {"dropped_records", &TimingAudit::dropped_records}};
+static_assert(sizeof(TimingAudit) == sizeof(kTimingAuditFields) / sizeof(kTimingAuditFields[0]) * sizeof(int32_t),
+              "every count of TimingAudit is in kTimingAuditFields");
+}  // namespace
+
 bool TimingAudit::operator==(const TimingAudit& o) const {
-  return invalid_samples == o.invalid_samples && gaps_with_foreign_work == o.gaps_with_foreign_work &&
-         late_kernels == o.late_kernels && unrecorded_launches == o.unrecorded_launches &&
-         unrecorded_copies == o.unrecorded_copies && launch_callbacks_lost == o.launch_callbacks_lost &&
-         device_launch_graphs == o.device_launch_graphs && dropped_records == o.dropped_records;
+  for (const auto& [name, field] : kTimingAuditFields)
+    if (this->*field != o.*field) return false;
+  return true;
 }
 
 std::string TimingAudit::text() const {
-  return "invalid_samples " + std::to_string(invalid_samples) + ", gaps_with_foreign_work " + std::to_string(gaps_with_foreign_work) +
-         ", late_kernels " + std::to_string(late_kernels) + ", unrecorded_launches " + std::to_string(unrecorded_launches) +
-         ", unrecorded_copies " + std::to_string(unrecorded_copies) + ", launch_callbacks_lost " +
-         std::to_string(launch_callbacks_lost) + ", device_launch_graphs " + std::to_string(device_launch_graphs) +
-         ", dropped_records " + std::to_string(dropped_records);
+  std::string s;
+  for (const auto& [name, field] : kTimingAuditFields) s += (s.empty() ? "" : ", ") + std::string(name) + " " + std::to_string(this->*field);
+  return s;
 }
 
 void LedgerClient::span(int round, int call, double span_us, bool valid) {

@@ -158,7 +158,7 @@ void check_report(const json& r, const std::string& what) {
   // A disposition judge() gives (or a grader failure's), and a Passed one within its own gate: a
   // report edited to say otherwise would be ranked and shown as what it is not.
   const std::string d = r["disposition"];
-  if (!disposition_from_string(d) && d != "GraderFailed")
+  if (!disposition_from_string(d) && d != kGraderFailedDisposition)
     throw BadReport(what + ": malformed nibble report: disposition \"" + d + "\" is none nibble gives");
   const double worst = num(field(r["correctness"], "worst_rel_err")), gate = num(field(r["correctness"], "gate"));
   if (d == "Passed" && std::isfinite(gate) && !(worst < gate))

@@ -29,6 +29,8 @@ enum class Disposition {
 
 /** "Passed", "Incorrect", ...: the report's spelling. */
 const char* to_string(Disposition d);
+/** The disposition of a report the grader wrote when it could not finish (no verdict was reached). */
+inline constexpr const char* kGraderFailedDisposition = "GraderFailed";
 /** The inverse of to_string; std::nullopt for any other string. */
 std::optional<Disposition> disposition_from_string(const std::string& s);
 
