@@ -388,12 +388,20 @@ std::string baseline_words(const LeaderboardGroup& g) {
   return s;
 }
 
-std::string count_words(const std::vector<LeaderboardGroup>& groups) {
+std::string count_words(const std::vector<LeaderboardGroup>& groups, const std::vector<UnreadReport>& unread) {
   size_t n = 0;
   for (const LeaderboardGroup& g : groups) n += g.rows.size();
   return std::to_string(n) + " report" + (n == 1 ? "" : "s") + " in " + std::to_string(groups.size()) + " group" +
-         (groups.size() == 1 ? "" : "s") + " (task / config)";
+         (groups.size() == 1 ? "" : "s") + " (task / config)" +
+         (unread.empty() ? std::string()
+                         : "; " + std::to_string(unread.size()) + " file" + (unread.size() == 1 ? "" : "s") +
+                               " that did not read as a report, listed at the end");
 }
+
+const char* const kUnreadTitle = "Files that did not read";
+const char* const kUnreadNote =
+    "Each looks like a report (a *.json that is not JSON, or one whose schema is nibble.report) and did not read: "
+    "not ranked. Grade it again if it is a report cut short or edited; move it out of the folder if it is not one";
 
 /** GitHub Markdown: a cell's text with the characters that would end it or format it escaped. */
 std::string md_escape(const std::string& s) {
@@ -411,9 +419,9 @@ std::string md_escape(const std::string& s) {
 
 }  // namespace
 
-std::string format_leaderboard(const std::vector<LeaderboardGroup>& groups) {
+std::string format_leaderboard(const std::vector<LeaderboardGroup>& groups, const std::vector<UnreadReport>& unread) {
   std::ostringstream o;
-  o << "leaderboard: " << count_words(groups) << "\n";
+  o << "leaderboard: " << count_words(groups, unread) << "\n";
   for (const LeaderboardGroup& g : groups) {
     BoardTable t = board_table(g);
     // One line per row: a control character a report carries (a newline in a solution's name)
@@ -437,12 +445,14 @@ std::string format_leaderboard(const std::vector<LeaderboardGroup>& groups) {
     o << "\n" << title_of(g) << "\n  " << ranked_words(g) << "\n  " << baseline_words(g) << "\n" << line(t.head);
     for (const auto& row : t.cells) o << line(row);
   }
+  if (!unread.empty()) o << "\n" << kUnreadTitle << "\n  " << kUnreadNote << "\n";
+  for (const UnreadReport& u : unread) o << "  " << one_line(u.path) << ": " << one_line(u.reason) << "\n";
   return o.str();
 }
 
-std::string leaderboard_markdown(const std::vector<LeaderboardGroup>& groups) {
+std::string leaderboard_markdown(const std::vector<LeaderboardGroup>& groups, const std::vector<UnreadReport>& unread) {
   std::ostringstream o;
-  o << "# nibble leaderboard\n\n" << md_escape(count_words(groups)) << ". Rule: " << md_escape(kLeaderboardRule) << ".\n";
+  o << "# nibble leaderboard\n\n" << md_escape(count_words(groups, unread)) << ". Rule: " << md_escape(kLeaderboardRule) << ".\n";
   for (const LeaderboardGroup& g : groups) {
     const BoardTable t = board_table(g);
     o << "\n## " << md_escape(title_of(g)) << "\n\n" << md_escape(ranked_words(g)) << ". " << md_escape(baseline_words(g)) << ".\n\n|";
@@ -456,12 +466,14 @@ std::string leaderboard_markdown(const std::vector<LeaderboardGroup>& groups) {
       o << "\n";
     }
   }
+  if (!unread.empty()) o << "\n## " << kUnreadTitle << "\n\n" << md_escape(kUnreadNote) << ".\n\n| file | reason |\n| :--- | :--- |\n";
+  for (const UnreadReport& u : unread) o << "| " << md_escape(u.path) << " | " << md_escape(u.reason) << " |\n";
   return o.str();
 }
 
-std::string leaderboard_html(const std::vector<LeaderboardGroup>& groups) {
+std::string leaderboard_html(const std::vector<LeaderboardGroup>& groups, const std::vector<UnreadReport>& unread) {
   std::ostringstream o;
-  o << html_page_begin("nibble leaderboard", /*wide=*/true) << "<h1>nibble leaderboard</h1>\n<p class=\"sub\">" << html_escape(count_words(groups))
+  o << html_page_begin("nibble leaderboard", /*wide=*/true) << "<h1>nibble leaderboard</h1>\n<p class=\"sub\">" << html_escape(count_words(groups, unread))
     << "</p>\n<p class=\"note\">Rule: " << html_escape(kLeaderboardRule) << ".</p>\n";
   for (size_t k = 0; k < groups.size(); ++k) {
     const LeaderboardGroup& g = groups[k];
@@ -479,13 +491,21 @@ std::string leaderboard_html(const std::vector<LeaderboardGroup>& groups) {
     }
     o << "</table>\n</div>\n";
   }
+  if (!unread.empty()) {
+    o << "<h2>" << kUnreadTitle << "</h2>\n<p class=\"note\">" << html_escape(kUnreadNote)
+      << ".</p>\n<div class=\"scroll\">\n<table class=\"lineup board\" id=\"unread\">\n<tr><th class=\"t path\">file</th><th class=\"t\">reason</th></tr>\n";
+    for (const UnreadReport& u : unread)
+      o << "<tr class=\"apart\"><td class=\"t path\">" << html_escape(u.path) << "</td><td class=\"t\">" << html_escape(u.reason) << "</td></tr>\n";
+    o << "</table>\n</div>\n";
+  }
   o << "<p class=\"note\">Written by <code>nibble leaderboard</code> from the reports alone; self-contained: no script, no "
        "network.</p>\n"
     << html_page_end();
   return o.str();
 }
 
-nlohmann::ordered_json leaderboard_json(const std::vector<LeaderboardGroup>& groups, const std::vector<std::string>& inputs) {
+nlohmann::ordered_json leaderboard_json(const std::vector<LeaderboardGroup>& groups, const std::vector<std::string>& inputs,
+                                        const std::vector<UnreadReport>& unread) {
   nlohmann::ordered_json gs = nlohmann::ordered_json::array();
   for (const LeaderboardGroup& g : groups) {
     nlohmann::ordered_json baselines = nlohmann::ordered_json::array(), rows = nlohmann::ordered_json::array();
@@ -512,7 +532,10 @@ nlohmann::ordered_json leaderboard_json(const std::vector<LeaderboardGroup>& gro
                   {"baseline_note", g.baselines.empty() ? baseline_words(g) : ""},
                   {"rows", rows}});
   }
-  return {{"schema", "nibble.leaderboard"}, {"schema_version", "1.0.0"}, {"rule", kLeaderboardRule}, {"inputs", inputs}, {"groups", gs}};
+  nlohmann::ordered_json un = nlohmann::ordered_json::array();
+  for (const UnreadReport& u : unread) un.push_back({{"path", u.path}, {"reason", u.reason}});
+  return {{"schema", "nibble.leaderboard"}, {"schema_version", "1.1.0"}, {"rule", kLeaderboardRule}, {"inputs", inputs},
+          {"groups", gs}, {"unread", un}};
 }
 
 }  // namespace nibble

@@ -77,6 +77,12 @@ struct LeaderboardGroup {
   std::vector<LeaderboardRow> rows;  // the ranked by rank, the ranked set's others, those apart (each in the given order)
 };
 
+/** A file in a folder given to the leaderboard that looks like a report and does not read: listed on
+ *  the board with the reason, never ranked, and never dropped unseen. */
+struct UnreadReport {
+  std::string path, reason;
+};
+
 /** A task's bundled baselines by name: task_baseline_solutions (task_anchors.h), or a test's list. */
 using BaselinesOf = std::function<std::vector<std::string>(const std::string& task)>;
 
@@ -95,17 +101,20 @@ extern const char* const kLeaderboardRule;
 std::vector<LeaderboardGroup> make_leaderboard(const std::vector<ReportView>& reports, const std::vector<std::string>& labels,
                                                const BaselinesOf& baselines_of);
 
-/** Fixed-width text: per group a heading, what is ranked and against which baselines, the table. */
-std::string format_leaderboard(const std::vector<LeaderboardGroup>& groups);
+/** Fixed-width text: per group a heading, what is ranked and against which baselines, the table;
+ *  then the files that did not read (`unread`), each with its reason. */
+std::string format_leaderboard(const std::vector<LeaderboardGroup>& groups, const std::vector<UnreadReport>& unread = {});
 
 /** The same as a GitHub Markdown document: per group a heading, a line, a table (cells escaped). */
-std::string leaderboard_markdown(const std::vector<LeaderboardGroup>& groups);
+std::string leaderboard_markdown(const std::vector<LeaderboardGroup>& groups, const std::vector<UnreadReport>& unread = {});
 
 /** The same as one self-contained HTML page (the report page's style; no script, no network). */
-std::string leaderboard_html(const std::vector<LeaderboardGroup>& groups);
+std::string leaderboard_html(const std::vector<LeaderboardGroup>& groups, const std::vector<UnreadReport>& unread = {});
 
-/** {"schema": "nibble.leaderboard", "groups": [...]}: every field of every group and row (NaN as
- *  null); `inputs` are the RESULTS as given (docs/report-schema.md). */
-nlohmann::ordered_json leaderboard_json(const std::vector<LeaderboardGroup>& groups, const std::vector<std::string>& inputs);
+/** {"schema": "nibble.leaderboard", "groups": [...], "unread": [...]}: every field of every group
+ *  and row (NaN as null), and every file that did not read with its reason; `inputs` are the
+ *  RESULTS as given (docs/report-schema.md). */
+nlohmann::ordered_json leaderboard_json(const std::vector<LeaderboardGroup>& groups, const std::vector<std::string>& inputs,
+                                        const std::vector<UnreadReport>& unread = {});
 
 }  // namespace nibble

@@ -43,10 +43,12 @@ nlohmann::ordered_json load_calibration(const std::string& path, const nlohmann:
   return c;
 }
 
-/** The reports RESULTS name, each labelled by its path. */
+/** The reports RESULTS name, each labelled by its path, and the files in its folders that look like
+ *  reports and did not read. */
 struct FoundReports {
   std::vector<ReportView> views;
   std::vector<std::string> labels;
+  std::vector<UnreadReport> unread;
 };
 
 /**
@@ -55,9 +57,10 @@ struct FoundReports {
  * "nibble.report"; other JSON there (lineup.json, calibration tables, a leaderboard's own JSON) is
  * skipped silently, while a file that says it is a report and does not read as one, or a *.json that
  * is not JSON at all (most likely a report cut short: nibble writes its files atomically, so nothing
- * of its own is ever half-written there), is bad input: a torn report must not drop out of the
- * ranking unseen. A file met twice (named, and inside a folder also named), or two files of the same
- * JSON (a report copied to another folder), is one row.
+ * of its own is ever half-written there), goes to `unread` with the reason: a torn report must not
+ * drop out of the ranking unseen, nor one bad file in a shared folder stop the board of the others.
+ * A file met twice (named, and inside a folder also named), or two files of the same JSON (a report
+ * copied to another folder), is one row.
  */
 FoundReports find_reports(const std::vector<std::string>& results) {
   namespace fs = std::filesystem;
@@ -92,10 +95,16 @@ FoundReports find_reports(const std::vector<std::string>& results) {
       try {
         j = parse_ordered_json_bounded(read_file(f), f, kReportJsonDepth);
       } catch (const std::exception& e) {  // it may be a report: a torn or edited one must not drop out unseen
-        throw BadReport(std::string(e.what()) + "; if it is a report (cut short, or edited), grade it again; if not, move it out of " + in);
+        found.unread.push_back({f, e.what()});
+        continue;
       }
       if (!j.is_object() || !j.contains("schema") || j["schema"] != "nibble.report") continue;
-      add(f, j, read_report_view(j, f));
+      try {
+        ReportView view = read_report_view(j, f);
+        add(f, j, std::move(view));
+      } catch (const BadReport& e) {
+        found.unread.push_back({f, e.what()});
+      }
     }
   }
   return found;
@@ -325,8 +334,9 @@ int leaderboard_command(std::vector<std::string> args) {
   app.add_option("--json", json_out, "JSON file to write (atomically): schema nibble.leaderboard, every row's fields")
       ->check(kNonEmptyValue);
   app.footer("Exit codes: 0 done; 1 a file could not be written; 4 bad input (a "
-             "missing file, a file named that is not a nibble report, a report found that does not read, no report at "
-             "all, an output named '-' or a folder, bad arguments).");
+             "missing file, a file named that is not a nibble report, no report at all, an output named '-' or a "
+             "folder, bad arguments; or a file in a folder that looks like a report and does not read: the board is "
+             "still written, that file listed on it with the reason).");
   if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
   FoundReports found;
   try {
@@ -335,7 +345,7 @@ int leaderboard_command(std::vector<std::string> args) {
     std::fprintf(stderr, "nibble leaderboard: %s\n", e.what());
     return kCompareBadInput;
   }
-  if (found.views.empty()) {
+  if (found.views.empty() && found.unread.empty()) {
     std::fprintf(stderr, "nibble leaderboard: no nibble report in the RESULTS given\n");
     return kCompareBadInput;
   }
@@ -374,9 +384,12 @@ int leaderboard_command(std::vector<std::string> args) {
   const bool stdout_taken = std::any_of(outputs.begin(), outputs.end(),
                                         [](const auto& o) { return standard_stream_fd(o.first) == STDOUT_FILENO; });
   std::ostream& table = stdout_taken ? std::cerr : std::cout;
-  table << format_leaderboard(groups);
+  table << format_leaderboard(groups, found.unread);
   table.flush();
-  int rc = 0;
+  // The board is written whole, the files that did not read listed on it; the exit says they exist.
+  for (const UnreadReport& u : found.unread)
+    std::fprintf(stderr, "nibble leaderboard: not ranked, did not read: %s\n", u.reason.c_str());
+  int rc = found.unread.empty() ? 0 : kCompareBadInput;
   const auto write = [&](const std::string& path, const std::string& content) {
     if (path.empty()) return;
     try {
@@ -387,9 +400,9 @@ int leaderboard_command(std::vector<std::string> args) {
       rc = 1;
     }
   };
-  write(html_out, html_out.empty() ? "" : leaderboard_html(groups));
-  write(md_out, md_out.empty() ? "" : leaderboard_markdown(groups));
-  write(json_out, json_out.empty() ? "" : leaderboard_json(groups, results).dump(2) + "\n");
+  write(html_out, html_out.empty() ? "" : leaderboard_html(groups, found.unread));
+  write(md_out, md_out.empty() ? "" : leaderboard_markdown(groups, found.unread));
+  write(json_out, json_out.empty() ? "" : leaderboard_json(groups, results, found.unread).dump(2) + "\n");
   return rc;
 }
 

@@ -14,6 +14,7 @@
 #include "fixtures/safetensors.h"
 #include "harness/atomic_file.h"
 #include "harness/stats.h"
+#include "harness/task.h"
 #include "harness/verdict.h"
 
 namespace nibble {
@@ -170,6 +171,11 @@ void check_report(const json& r, const std::string& what) {
   if (schema_major_of(r) == 2 && field(t, "unit") != "token" && field(t, "unit") != "call")
     throw BadReport(what + ": malformed nibble report: timing.unit is " + shown(field(t, "unit")) +
                     ", not \"token\" or \"call\"");
+  // A task this nibble knows times one kind of sample: a report of it in another unit was edited,
+  // and would be ranked beside the task's others by a figure of another meaning.
+  if (const Task* task = task_or_null(r["task"].get<std::string>()); task && t.contains("unit") && t["unit"] != task->unit())
+    throw BadReport(what + ": malformed nibble report: timing.unit is " + shown(t["unit"]) + ", but a sample of " +
+                    task->name() + " is one " + task->unit() + " (nibble writes that unit for it); grade it again");
   // The modes a figure was taken in: either of the values nibble writes, or absent (an older report:
   // "span", "nodes"); anything else would be ranked, compared and printed as a third mode.
   for (const auto& [key, a, b] : {std::tuple<const char*, const char*, const char*>{"clock", "span", "wall"},

@@ -599,6 +599,25 @@ TEST(CompareReports, AModeKeyOfAnotherValueIsAMalformedReport) {
   EXPECT_NO_THROW(validate_report(ok, "r.json"));
 }
 
+TEST(CompareReports, AUnitOtherThanItsTasksIsAMalformedReport) {
+  // A decode report edited to time "calls" would be ranked beside the GEMM-unit reports' medians
+  // (a newcomer's finding, 2026-12-07); a GEMM report edited to "token" likewise.
+  for (const auto& [r, bad] : {std::pair{unfused_v2(), "call"}, std::pair{gemm_v2(), "token"}}) {
+    json edited = r;
+    edited["timing"]["unit"] = bad;
+    try {
+      validate_report(edited, "r.json");
+      ADD_FAILURE() << r["task"] << " with unit " << bad << " was taken";
+    } catch (const BadReport& e) {
+      EXPECT_NE(std::string(e.what()).find("timing.unit is \"" + std::string(bad) + "\", but a sample of " +
+                                           r["task"].get<std::string>() + " is one " + (std::string(bad) == "call" ? "token" : "call")),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_NO_THROW(validate_report(r, "r.json"));
+  }
+}
+
 TEST(CompareReports, LaterMajorSchemaVersionIsBadInput) {
   json neu = unfused();
   neu["schema_version"] = "9.0.0";
@@ -1038,13 +1057,15 @@ TEST(CompareReports, Version1AgainstVersion2IsRefusedEvenForced) {
 TEST(CompareReports, SamplesOfAnotherUnitAreRefusedEvenForced) {
   CompareOptions force;
   force.force = true;
-  json calls = unfused_v2();
+  // A task this nibble does not know (a later nibble's) may time either unit: the two reports'
+  // units differ, so they are not comparable.
+  json tokens = unfused_v2(), calls = unfused_v2();
+  tokens["task"] = calls["task"] = "a-later-task";
   calls["timing"]["unit"] = "call";
   for (const CompareOptions& opt : {CompareOptions{}, force}) {
-    const Comparison c = compare_json(unfused_v2(), calls, opt);
+    const Comparison c = compare_json(tokens, calls, opt);
     EXPECT_EQ(c.exit_code, kCompareNotComparable) << c.result;
-    EXPECT_NE(c.result.find("unit: a BASE sample is one token of megakernel-int4-weight-decode, a NEW sample one call of "
-                            "megakernel-int4-weight-decode"),
+    EXPECT_NE(c.result.find("unit: a BASE sample is one token of a-later-task, a NEW sample one call of a-later-task"),
               std::string::npos)
         << c.result;
   }
@@ -1359,7 +1380,8 @@ TEST(ReportCli, Leaderboard) {
 
   const json j = json::parse(read_file(t.path() + "/board.json"));
   EXPECT_EQ(j["schema"], "nibble.leaderboard");
-  EXPECT_EQ(j["schema_version"], "1.0.0");
+  EXPECT_EQ(j["schema_version"], "1.1.0");
+  EXPECT_EQ(j["unread"], json::array());
   ASSERT_EQ(j["groups"].size(), 2u);
   // GEMM: one report per schema; the newer one is ranked, the version 1 one listed apart.
   const json& gemm = j["groups"][0];
@@ -1426,27 +1448,47 @@ TEST(ReportCli, Leaderboard) {
   EXPECT_FALSE(fs::exists(t.path() + "/no.json"));
   x = run_nibble({"leaderboard", t.path() + "/nonexistent.json", "--json", t.path() + "/no.json"}, t);
   EXPECT_EQ(x.code, 4) << x.out;
-  // A report cut short inside a folder is bad input, not a file skipped with exit 0.
+  // A report cut short inside a folder neither drops out unseen (exit 0) nor stops the board of the
+  // others (one bad file in a shared folder): the board is written, the file listed on it with the
+  // reason, and the exit is bad input's. So is one with a key twice (an edited report would read one
+  // way here, another elsewhere), named with the key's path, and one that reads as JSON and not as a
+  // report (Passed past its gate).
   fs::create_directories(t.path() + "/torn");
   fs::copy_file(data("reports/v2/h200-unfused-full.json"), t.path() + "/torn/good.json");
   write_file_atomic(t.path() + "/torn/cut.json", read_file(data("reports/v2/h200-unfused-full.json")).substr(0, 5000));
-  x = run_nibble({"leaderboard", t.path() + "/torn", "--json", t.path() + "/no.json"}, t);
-  EXPECT_EQ(x.code, 4) << x.out;
-  EXPECT_NE(x.out.find(t.path() + "/torn/cut.json is not valid JSON"), std::string::npos) << x.out;
-  EXPECT_NE(x.out.find("if it is a report (cut short, or edited), grade it again; if not, move it out of"), std::string::npos)
-      << x.out;
-  EXPECT_FALSE(fs::exists(t.path() + "/no.json"));
-  // So is one with a key twice (an edited report would read one way here, another elsewhere): named
-  // with the key's path.
-  fs::remove(t.path() + "/torn/cut.json");
   std::string dup = read_file(data("reports/v2/h200-unfused-full.json"));
-  const size_t brace = dup.find('{');
-  dup.insert(brace + 1, "\"disposition\": \"Passed\", ");
+  dup.insert(dup.find('{') + 1, "\"disposition\": \"Passed\", ");
   write_file_atomic(t.path() + "/torn/dup.json", dup);
-  x = run_nibble({"leaderboard", t.path() + "/torn", "--json", t.path() + "/no.json"}, t);
+  json past = load_report(data("reports/v2/h200-unfused-full.json"));
+  past["correctness"]["worst_rel_err"] = 2 * past["correctness"]["gate"].get<double>();
+  write_file_atomic(t.path() + "/torn/past.json", past.dump());
+  x = run_nibble({"leaderboard", t.path() + "/torn", "--json", t.path() + "/torn.json", "--markdown", t.path() + "/torn.md", "-o",
+                  t.path() + "/torn.html"},
+                 t);
   EXPECT_EQ(x.code, 4) << x.out;
-  EXPECT_NE(x.out.find(t.path() + "/torn/dup.json has the key 'disposition' twice in one object"), std::string::npos) << x.out;
-  EXPECT_FALSE(fs::exists(t.path() + "/no.json"));
+  const std::string cut_why = t.path() + "/torn/cut.json is not valid JSON", dup_why = t.path() + "/torn/dup.json has the key 'disposition' twice in one object",
+                    past_why = t.path() + "/torn/past.json: malformed nibble report: disposition Passed with correctness.worst_rel_err";
+  for (const std::string& why : {cut_why, dup_why, past_why}) EXPECT_NE(x.out.find(why), std::string::npos) << why << "\n" << x.out;
+  EXPECT_NE(x.out.find("3 files that did not read as a report"), std::string::npos) << x.out;
+  const json torn = json::parse(read_file(t.path() + "/torn.json"));
+  ASSERT_EQ(torn["groups"].size(), 1u) << torn.dump();
+  ASSERT_EQ(torn["groups"][0]["rows"].size(), 1u) << "the good report ranked: " << torn.dump();
+  EXPECT_EQ(torn["groups"][0]["rows"][0]["rank"], 1);
+  ASSERT_EQ(torn["unread"].size(), 3u) << torn.dump();
+  EXPECT_EQ(torn["unread"][0]["path"], t.path() + "/torn/cut.json");  // path order
+  EXPECT_EQ(torn["unread"][1]["path"], t.path() + "/torn/dup.json");
+  EXPECT_EQ(torn["unread"][2]["path"], t.path() + "/torn/past.json");
+  EXPECT_NE(torn["unread"][1]["reason"].get<std::string>().find("twice in one object"), std::string::npos);
+  for (const char* page : {"/torn.md", "/torn.html"}) {
+    const std::string text = read_file(t.path() + page);
+    EXPECT_NE(text.find("Files that did not read"), std::string::npos) << page;
+    EXPECT_NE(text.find("past.json"), std::string::npos) << page;
+  }
+  // Nothing but unreadable files: the board still says so, exit 4.
+  fs::remove(t.path() + "/torn/good.json");
+  x = run_nibble({"leaderboard", t.path() + "/torn"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("0 reports in 0 groups (task / config); 3 files that did not read"), std::string::npos) << x.out;
   fs::create_directories(t.path() + "/empty");
   x = run_nibble({"leaderboard", t.path() + "/empty", "--json", t.path() + "/no.json"}, t);
   EXPECT_EQ(x.code, 4) << x.out;

@@ -387,8 +387,9 @@ TEST(Leaderboard, JsonHasEveryFieldAndNullForUnknownNumbers) {
   const auto j = leaderboard_json(make_leaderboard({made("unfused", "Passed", 300), untimed}, {"a.json", "u.json"}, decode_baselines),
                                   {"reports/"});
   EXPECT_EQ(j["schema"], "nibble.leaderboard");
-  EXPECT_EQ(j["schema_version"], "1.0.0");
+  EXPECT_EQ(j["schema_version"], "1.1.0");
   EXPECT_EQ(j["inputs"], nlohmann::ordered_json::array({"reports/"}));
+  EXPECT_EQ(j["unread"], nlohmann::ordered_json::array());
   ASSERT_EQ(j["groups"].size(), 1u);
   const auto& g = j["groups"][0];
   for (const char* k : {"task", "config", "unit", "ranked", "gpu", "schema_major", "clock", "baseline_solutions", "baselines", "baseline_note", "rows"})
@@ -428,6 +429,28 @@ TEST(Leaderboard, MarkdownAndHtmlEscapeWhatTheReportsSay) {
   const std::string text = format_leaderboard(make_leaderboard({made("unfused", "Passed", 300), nl}, {"u", "n"}, decode_baselines));
   EXPECT_NE(text.find("two lines"), std::string::npos) << text;
   EXPECT_EQ(text.find("two\nlines"), std::string::npos) << text;
+}
+
+TEST(Leaderboard, FilesThatDidNotReadAreListedEscapedAfterTheGroups) {
+  const auto groups = make_leaderboard({made("unfused", "Passed", 300)}, {"u"}, decode_baselines);
+  const std::vector<UnreadReport> unread{{"r/a|b <script>.json", "r/a|b <script>.json is not valid JSON:\nline 3"}};
+  const std::string text = format_leaderboard(groups, unread);
+  EXPECT_NE(text.find("1 report in 1 group (task / config); 1 file that did not read as a report, listed at the end"), std::string::npos) << text;
+  EXPECT_GT(text.find("Files that did not read"), text.find("unfused")) << text;
+  EXPECT_NE(text.find("is not valid JSON: line 3"), std::string::npos) << "one line per file: " << text;
+  const std::string md = leaderboard_markdown(groups, unread);
+  EXPECT_NE(md.find("| r/a\\|b \\<script\\>.json | r/a\\|b \\<script\\>.json is not valid JSON: line 3 |"), std::string::npos) << md;
+  const std::string html = leaderboard_html(groups, unread);
+  EXPECT_EQ(nibble::test::markup_problem(html), "");
+  EXPECT_NE(html.find("<td class=\"t path\">r/a|b &lt;script&gt;.json</td>"), std::string::npos) << html;
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  const auto j = leaderboard_json(groups, {"r"}, unread);
+  ASSERT_EQ(j["unread"].size(), 1u);
+  EXPECT_EQ(j["unread"][0]["path"], unread[0].path);
+  EXPECT_EQ(j["unread"][0]["reason"], unread[0].reason);
+  // None: no section, no count.
+  EXPECT_EQ(format_leaderboard(groups).find("did not read"), std::string::npos);
+  EXPECT_EQ(leaderboard_html(groups).find("did not read"), std::string::npos);
 }
 
 TEST(Leaderboard, TheTasksNameTheirBundledBaselines) {
