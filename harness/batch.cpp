@@ -77,7 +77,13 @@ BatchManifest read_batch_manifest(const std::string& path) {
   const std::string base = fs::absolute(path).parent_path().string();
   BatchManifest m;
   m.path = fs::absolute(path).string();
-  m.name = safe(get_or<std::string>(j, "name", fs::path(path).stem().string(), path));
+  // A name given is used as it is (refused if a file name could not be it: "sub/x" and "sub_x" would
+  // both be written as sub_x); the default, the manifest's file name, is made safe.
+  const std::string given = get_or<std::string>(j, "name", "", path);
+  if (j.contains("name") && safe(given) != given)
+    throw std::invalid_argument(path + ": 'name' \"" + given +
+                                "\" names the batch's files; use letters, digits, '.', '_' and '-' only (e.g. \"" + safe(given) + "\")");
+  m.name = j.contains("name") ? given : safe(fs::path(path).stem().string());
   if (m.name.empty() || m.name.front() == '.')
     throw std::invalid_argument(path + ": 'name' is empty or starts with a dot; name the batch (default: the manifest's file name)");
   const std::string out = get_or<std::string>(j, "out", "results", path);

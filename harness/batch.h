@@ -49,7 +49,8 @@ struct BatchManifest {
  *   {"name": "nightly", "out": "results", "timeout_seconds": 3600,
  *    "runs": [{"command": "grade", "task": T, "configs": [C...], "seeds": [0, 1],
  *              "split_seeds": false, "solutions": [S...], "args": ["--max-rounds", "5"]}]}
- * command defaults to grade; seeds to [0, 1] (one job with all of them, or one per seed with
+ * name (letters, digits, '.', '_', '-'; not starting with a dot) names the batch's files, and
+ * defaults to the manifest's file name made safe; command defaults to grade; seeds to [0, 1] (one job with all of them, or one per seed with
  * split_seeds); a grade run needs solutions; args are passed through. Throws std::invalid_argument
  * naming the key and what is wrong.
  */

@@ -135,6 +135,13 @@ TEST(Batch, ManifestErrorsNameTheKey) {
               std::string::npos)
         << t;
   EXPECT_NE(error(R"({"name": "", "runs": [)" + run + "]}").find("'name' is empty"), std::string::npos);
+  // A name given that a file name cannot be (two names made the same file: "sub/x" and "sub_x").
+  for (const char* name : {"sub/x", "a b", "x\\ny"})
+    EXPECT_NE(error(std::string(R"({"name": ")") + name + R"(", "runs": [)" + run + "]}")
+                  .find("names the batch's files; use letters, digits, '.', '_' and '-' only"),
+              std::string::npos)
+        << name;
+  EXPECT_NE(error(R"({"name": ".hidden", "runs": [)" + run + "]}").find("starts with a dot"), std::string::npos);
   EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "seeds": [0, 0]}]})")
                 .find("seed 0 is listed twice"),
             std::string::npos);
