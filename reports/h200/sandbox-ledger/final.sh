@@ -23,7 +23,10 @@ limit=${2:-$left}
 [ "$limit" -le "$left" ] || limit=$left
 timeout $limit bash scripts/test.sh > "$OUT/test-sh-h200.log" 2>&1
 echo "scripts/test.sh rc=$? in $(( $(date +%s) - start )) s (limit $limit s)" >> "$OUT/test-sh-h200.log"
-cp build-hopper/Testing/Temporary/LastTest.log "$OUT/LastTest.log" 2>/dev/null
+# A run cut by the timeout leaves its log under a temporary name (LastTest.log.tmp*).
+for f in build-hopper/Testing/Temporary/LastTest.log build-hopper/Testing/Temporary/LastTest.log.tmp*; do
+  [ -f "$f" ] && cp "$f" "$OUT/LastTest.log" && break
+done
 # The tests that finished, for final-rest.sh in the next call on the same warm machine (the build
 # folder stays there between calls) when the command was cut (on an H100 with its build it no longer
 # fits one call: 87 of 95 tests at 074e7e2).
