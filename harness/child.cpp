@@ -502,6 +502,7 @@ int child_main(int job_fd) {
     // The shim, the interpreter it embeds and that interpreter's packages (torch, triton, ...).
     spec.readable.push_back(std::filesystem::absolute(job.python_shim).parent_path().string());
     for (const std::string& p : python_readable_paths()) spec.readable.push_back(p);
+    if (!job.python_scratch.empty()) spec.writable.push_back(job.python_scratch);
     enter_python_scratch(job.python_scratch);
   }
   // The parent's channels: kept by seccomp, and not inherited by what a solution execs (a Python

@@ -32,8 +32,8 @@ void check_python_grade(const std::string& shim);
  *  PYTHONPATH and PYTHONHOME of this run. */
 std::vector<std::string> python_readable_paths();
 
-/** A Python solution's scratch folder for one child, under /dev/shm (the one place the child's
- *  Landlock lets it create files): its TMPDIR and Triton's cache, fresh for each child so no grade
+/** A Python solution's scratch folder for one child, under /dev/shm (the one folder the child's
+ *  Landlock lets it create files in: SandboxSpec::writable): its TMPDIR and Triton's cache, fresh for each child so no grade
  *  reads what another compiled. Removed with everything in it when destroyed. */
 class PythonScratch {
  public:

@@ -145,37 +145,43 @@ SandboxLayer landlock(const SandboxSpec& spec) {
   if (ruleset < 0) return layer("landlock", kNotAvailable, errno_text("landlock_create_ruleset", errno));
   const uint64_t read_file = ll::kReadFile | ll::kExecute, read_dir = read_file | ll::kReadDir;
   std::string why_not;
-  auto allow = [&](const std::string& path, bool writable) {
+  // What a rule grants beneath its path: read; also write the files that exist (nothing made or
+  // removed); everything.
+  enum class Access { Read, WriteExisting, Full };
+  auto allow = [&](const std::string& path, Access access) {
     const int fd = open(path.c_str(), O_PATH | O_CLOEXEC);
     if (fd < 0) return;  // a folder this system does not have
     struct stat st{};
     fstat(fd, &st);
     // A rule on a file may only name the rights a file has.
-    const uint64_t rights = writable ? attr.handled_access_fs : S_ISDIR(st.st_mode) ? read_dir : read_file;
+    const uint64_t read = S_ISDIR(st.st_mode) ? read_dir : read_file;
+    const uint64_t rights = access == Access::Full            ? attr.handled_access_fs
+                            : access == Access::WriteExisting ? read | ll::kWriteFile | ll::kTruncate
+                                                              : read;
     const ll::PathBeneathAttr rule{rights & attr.handled_access_fs, fd};
     if (syscall(ll::kSysAdd, ruleset, ll::kRulePathBeneath, &rule, 0) != 0 && why_not.empty())
       why_not = errno_text(("landlock_add_rule " + path).c_str(), errno);
     close(fd);
   };
-  for (const std::string& p : readable_paths(spec)) allow(p, false);
+  for (const std::string& p : readable_paths(spec)) allow(p, Access::Read);
   // The driver names its threads (pthread_setname_np writes /proc/self/task/<tid>/comm) and fails
   // with cudaErrorOperatingSystem when it cannot (the H200, 2026-12-04: reports/h200/sandbox-ledger):
   // the child may write files of its own /proc entry, which reach nothing but itself.
-  if (const int fd = open("/proc/self", O_PATH | O_CLOEXEC); fd >= 0) {
-    const ll::PathBeneathAttr rule{(read_dir | ll::kWriteFile | ll::kTruncate) & attr.handled_access_fs, fd};
-    if (syscall(ll::kSysAdd, ruleset, ll::kRulePathBeneath, &rule, 0) != 0 && why_not.empty())
-      why_not = errno_text("landlock_add_rule /proc/self", errno);
-    close(fd);
-  }
-  // The driver opens its device nodes read-write (/dev/nvidia*, /dev/nvidia-uvm); /dev/shm is the
-  // only other place a child may create a file, and it is a memory file system.
-  allow("/dev", true);
+  allow("/proc/self", Access::WriteExisting);
+  // The driver opens its device nodes read-write (/dev/nvidia*, /dev/nvidia-uvm): the files under
+  // /dev that exist may be read and written, but nothing made or removed there: /dev/shm is memory
+  // (a child that filled it would take the host's memory, and its files outlive the child).
+  allow("/dev", Access::WriteExisting);
+  // A Python solution's scratch (its TMPDIR and Triton's cache), made and removed by the parent.
+  for (const std::string& p : spec.writable) allow(p, Access::Full);
   if (why_not.empty() && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) why_not = errno_text("prctl(PR_SET_NO_NEW_PRIVS)", errno);
   if (why_not.empty() && syscall(ll::kSysRestrict, ruleset, 0) != 0) why_not = errno_text("landlock_restrict_self", errno);
   close(ruleset);
   if (!why_not.empty()) return layer("landlock", kNotAvailable, why_not);
   std::string d = "ABI " + std::to_string(abi) + ": reads only the system's libraries, driver and configuration folders, the "
-                  "executable and the job's files (fixture, solution); writes only under /dev and its own /proc/self; nowhere else";
+                  "executable and the job's files (fixture, solution); writes only the files under /dev that exist (device "
+                  "nodes: none made there) and its own /proc/self" +
+                  (spec.writable.empty() ? std::string() : ", and makes files only in its scratch folder") + "; nowhere else";
   if (abi >= 4) d += "; no TCP bind or connect";
   if (abi >= 6) d += "; no signal to a process outside the sandbox";
   if (abi < 6) d += " (ABI 6 would also scope signals)";

@@ -41,6 +41,9 @@ struct SandboxSpec {
   std::vector<std::string> skip;
   std::string skip_why;
   std::vector<std::string> readable;  // files or folders the child reads besides the system's (fixture, solution)
+  // Folders the child may create, write and remove files in (a Python solution's scratch, made and
+  // removed by the parent): the only ones. Under /dev it may only open what exists (device nodes).
+  std::vector<std::string> writable;
   // A Python solution's child: seccomp lets it start processes (fork, vfork, clone, exec), because
   // Triton runs ptxas and ldconfig in subprocesses; every other rule stays, and the processes it
   // starts inherit the whole sandbox (docs/architecture.md "Python solutions").
@@ -52,7 +55,7 @@ struct SandboxSpec {
   std::vector<int> kept_fds;
   bool skips(const std::string& layer) const;
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxSpec, skip, skip_why, readable, allow_processes, kept_fds)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxSpec, skip, skip_why, readable, writable, allow_processes, kept_fds)
 
 /** The layers a probe may leave out to find a sandbox the GPU driver works in, in the order it
  *  tries them (each a set; the first that works is kept): the fewest layers first. */
@@ -65,7 +68,8 @@ inline const std::vector<std::vector<std::string>>& sandbox_fallbacks() {
 /**
  * Applies every layer to this process, in order: rlimits (file size, no core files), user + network
  * + IPC namespaces, no_new_privs, Landlock (read the system's libraries and driver files and
- * `spec.readable`, read-write /dev, write nothing else; no TCP; no signals out of the domain where
+ * `spec.readable`; read and write the files under /dev that exist (the driver's device nodes) but
+ * create none there; create, write and remove files only in `spec.writable`; no TCP; no signals out of the domain where
  * the kernel has those), seccomp (no ptrace, process_vm_*, signals to other processes, new
  * processes and exec unless `spec.allow_processes`, kernel keyrings, modules, mounts, namespaces,
  * perf, bpf, io_uring; `spec.kept_fds` never closed, replaced or shut down). Call it with

@@ -12,12 +12,14 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -257,6 +259,49 @@ TEST(Sandbox, LandlockReadsOnlyWhatItWasGivenAndWritesNowhere) {
   for (const char* k : {"read_other", "write_given", "create_given", "create_other"}) EXPECT_EQ(r[k], EACCES) << k << ": " << r.dump();
   EXPECT_FALSE(std::filesystem::exists(given.path() + "/next-to-the-fixture"));
   EXPECT_FALSE(std::filesystem::exists(other.path() + "/new"));
+}
+
+// /dev: the files there may be opened for writing (the driver's device nodes), but none made or
+// removed (/dev/shm is the host's memory, and a file there outlives the child); the one folder a
+// child may make files in is its scratch (SandboxSpec::writable: a Python solution's, under /dev/shm).
+TEST(Sandbox, LandlockMakesNoFileUnderDevButInTheScratch) {
+  if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "this machine has no /dev/shm";
+  char tmpl[] = "/dev/shm/nibble-test-scratch-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr) << std::strerror(errno);
+  const std::string scratch = tmpl, outside = "/dev/shm/nibble-test-sandbox-shm-" + std::to_string(getpid());
+  write_file_atomic(scratch + "/old", "x");
+  SandboxSpec spec;
+  spec.writable = {scratch};
+  const json j = in_sandbox(spec, [&] {
+    json r;
+    auto open_err = [](const std::string& p, int flags) {
+      const int fd = open(p.c_str(), flags | O_CLOEXEC, 0644);
+      if (fd < 0) return errno;
+      close(fd);
+      return 0;
+    };
+    r["create_shm"] = open_err(outside, O_WRONLY | O_CREAT);
+    r["mkdir_shm"] = mkdir((outside + "-dir").c_str(), 0755) == 0 ? 0 : errno;
+    r["write_devnull"] = open_err("/dev/null", O_WRONLY);
+    r["write_devzero"] = open_err("/dev/zero", O_RDWR);
+    r["create_scratch"] = open_err(scratch + "/new", O_WRONLY | O_CREAT);
+    r["mkdir_scratch"] = mkdir((scratch + "/cache").c_str(), 0755) == 0 ? 0 : errno;
+    r["remove_scratch"] = unlink((scratch + "/old").c_str()) == 0 ? 0 : errno;
+    return r;
+  });
+  const SandboxLayer& l = by_name(j).at("landlock");
+  const bool applied = l.state == kApplied;
+  const json r = j["probe"];
+  std::error_code ec;
+  std::filesystem::remove(outside, ec);
+  std::filesystem::remove(outside + "-dir", ec);
+  std::filesystem::remove_all(scratch, ec);
+  if (!applied) GTEST_SKIP() << "the Landlock layer is not in force here: " << describe(l);
+  for (const char* k : {"create_shm", "mkdir_shm"}) EXPECT_EQ(r[k], EACCES) << k << ": " << r.dump();
+  for (const char* k : {"write_devnull", "write_devzero", "create_scratch", "mkdir_scratch", "remove_scratch"})
+    EXPECT_EQ(r[k], 0) << k << ": " << r.dump();
+  EXPECT_NE(l.detail.find("none made there"), std::string::npos) << l.detail;
+  EXPECT_NE(l.detail.find("makes files only in its scratch folder"), std::string::npos) << l.detail;
 }
 
 // A file rule (the child's rule for its fixture) opens that file only: not the folder's other

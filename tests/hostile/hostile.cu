@@ -439,13 +439,14 @@ void fork_bomb() {
   std::fprintf(stderr, "hostile-fork_bomb: %d processes made, the last failure: %s\n", made, err ? std::strerror(err) : "none");
 }
 
-/** 64 MiB at a time into nibble-hostile-disk-fill.bin in the working folder (else /tmp) until a
- *  write fails or 17 GiB, past RLIMIT_FSIZE; SIGXFSZ ignored so that the failure is seen. */
+/** 64 MiB at a time into nibble-hostile-disk-fill.bin in the working folder (else /tmp, else
+ *  /dev/shm: the host's memory) until a write fails or 17 GiB, past RLIMIT_FSIZE; SIGXFSZ ignored
+ *  so that the failure is seen. */
 void disk_fill() {
   signal(SIGXFSZ, SIG_IGN);
   int fd = -1;
   std::string where;
-  for (const char* dir : {".", "/tmp"}) {
+  for (const char* dir : {".", "/tmp", "/dev/shm"}) {
     where = std::string(dir) + "/nibble-hostile-disk-fill.bin";
     if ((fd = open(where.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) >= 0) break;
   }

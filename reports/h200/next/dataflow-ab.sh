@@ -54,10 +54,12 @@ if [ $tiny -eq 0 ]; then
       for v in ${VARIANTS-NIBBLE_DF_PRODUCERS=1}; do grade "new-$(printf %s "$v" | tr -c 'A-Za-z0-9_.=-' '_')-r$round" "$NEW" "$v"; done
     fi
   done
+  : > /dev/shm/nibble-df-trace-new.txt  # made here: the child writes a file under /dev, makes none
   grade new-traced "$NEW" NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-new.txt
   [ -f /dev/shm/nibble-df-trace-new.txt ] && mv /dev/shm/nibble-df-trace-new.txt "$OUT/trace-new.txt" && cat "$OUT/trace-new.txt"
   for v in ${TRACED_VARIANTS:-}; do
     n=$(printf %s "$v" | tr -c 'A-Za-z0-9_.=-' '_')
+    : > /dev/shm/nibble-df-trace-v.txt
     grade "new-traced-$n" "$NEW" "$v" NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-v.txt
     [ -f /dev/shm/nibble-df-trace-v.txt ] && mv /dev/shm/nibble-df-trace-v.txt "$OUT/trace-new-$n.txt" && cat "$OUT/trace-new-$n.txt"
   done

@@ -28,6 +28,7 @@ if [ $tiny -eq 0 ]; then
     set -- $run
     n=$1-$2w-$3p-order$4
     # the trace in /dev/shm: the graded child's sandbox writes nowhere else
+    : > /dev/shm/nibble-df-trace-$n.txt  # made here: the child writes a file under /dev, makes none
     timeout 150 env NIBBLE_DF_WARPS=${2/#0/15} NIBBLE_DF_PRODUCERS=${3/#0/8} NIBBLE_DF_ORDER=$4 \
       NIBBLE_DF_TRACE=/dev/shm/nibble-df-trace-$n.txt \
       $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_$1.so --out "$OUT/$n-full-seed0.json" \

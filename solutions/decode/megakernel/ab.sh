@@ -18,6 +18,7 @@ for cfg in "$@"; do
   echo "== $cfg: $(grep -E 'time/token' $OUT/ab-$tag.log | sed 's/ *time.token *//') $(grep -E 'disposition' $OUT/ab-$tag.log | cut -c1-40)"
   [ $rc -le 1 ] || { failed=$((failed + 1)); echo "   grade exit $rc: see $OUT/ab-$tag.log" >&2; }
   if [ "${TRACE:-0}" = 1 ]; then
+    : > /dev/shm/nibble-ab-trace.tmp  # made here: the graded child writes a file under /dev, makes none
     env $cfg NIBBLE_MK_TRACE=/dev/shm/nibble-ab-trace.tmp timeout 100 $B/bin/nibble grade --config full --seeds 0 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/ab-$tag-traced.json" --max-timing-seconds 2 > /dev/null 2>&1
     { echo "== $cfg (traced)"; cat /dev/shm/nibble-ab-trace.tmp; } >> "$OUT/traces.txt"  # the sandbox writes only under /dev
     rm -f /dev/shm/nibble-ab-trace.tmp "$OUT/ab-$tag-traced.json"

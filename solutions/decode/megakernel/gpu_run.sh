@@ -46,6 +46,7 @@ fi
 has gtiny && run 60 $B/bin/nibble grade --config tiny --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-tiny.json" --max-timing-seconds 2
 if has gfull; then
   # traces in /dev/shm: the graded child's sandbox writes nowhere else
+  : > /dev/shm/nibble-mk-trace.txt; : > /dev/shm/nibble-mk-trace0.txt  # the graded child writes files under /dev, makes none
   run 100 env NIBBLE_MK_BARRIER=1 NIBBLE_MK_TRACE=/dev/shm/nibble-mk-trace.txt $B/bin/nibble grade --config full --seeds 0,1 -q --solution $B/lib/libnibble_megakernel.so --out "$OUT/mk-full.json" --max-timing-seconds "$TIMING_S"
   mv /dev/shm/nibble-mk-trace.txt "$OUT/trace.txt" && cat "$OUT/trace.txt" | tee -a "$OUT/log.txt"
 fi

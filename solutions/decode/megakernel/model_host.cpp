@@ -142,8 +142,9 @@ std::vector<char*> carve(DeviceAlloc& a, const std::vector<size_t>& sizes) {
 FILE* open_trace(const std::string& path, const char* var) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (!f)
-    std::fprintf(stderr, "%s=%s cannot be written (%s); under nibble grade the solution's sandbox writes only under /dev: "
-                 "give a path in /dev/shm\n", var, path.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "%s=%s cannot be written (%s); under nibble grade the solution's sandbox writes only files that "
+                 "exist under /dev: make the file first (: > /dev/shm/trace.txt) and give that path\n", var, path.c_str(),
+                 std::strerror(errno));
   return f;
 }
 
