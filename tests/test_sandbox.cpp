@@ -41,6 +41,14 @@ namespace {
 /** errno of a call that returned < 0, else 0. */
 int err_of(long rc) { return rc < 0 ? errno : 0; }
 
+/** 0 when `path` opens with `flags` (mode 0644 if it is made), else the errno. */
+int open_errno(const std::string& path, int flags) {
+  const int fd = open(path.c_str(), flags | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  close(fd);
+  return 0;
+}
+
 /** enter_sandbox(spec) in a forked process, then `probe` there; returns {"layers": [...], "probe": {...}}. */
 template <class F>
 json in_sandbox(const SandboxSpec& spec, F&& probe) {
@@ -234,19 +242,13 @@ TEST(Sandbox, LandlockReadsOnlyWhatItWasGivenAndWritesNowhere) {
   spec.readable = {given.path()};
   const json j = in_sandbox(spec, [&] {
     json r;
-    auto open_err = [](const std::string& p, int flags) {
-      const int fd = open(p.c_str(), flags | O_CLOEXEC, 0644);
-      if (fd < 0) return errno;
-      close(fd);
-      return 0;
-    };
-    r["read_given"] = open_err(given.path() + "/fixture.bin", O_RDONLY);
-    r["read_other"] = open_err(other.path() + "/secret.bin", O_RDONLY);
-    r["write_given"] = open_err(given.path() + "/fixture.bin", O_WRONLY);
-    r["create_given"] = open_err(given.path() + "/next-to-the-fixture", O_WRONLY | O_CREAT);
-    r["create_other"] = open_err(other.path() + "/new", O_WRONLY | O_CREAT);
-    r["read_system"] = open_err("/etc/passwd", O_RDONLY);
-    r["write_devnull"] = open_err("/dev/null", O_WRONLY);
+    r["read_given"] = open_errno(given.path() + "/fixture.bin", O_RDONLY);
+    r["read_other"] = open_errno(other.path() + "/secret.bin", O_RDONLY);
+    r["write_given"] = open_errno(given.path() + "/fixture.bin", O_WRONLY);
+    r["create_given"] = open_errno(given.path() + "/next-to-the-fixture", O_WRONLY | O_CREAT);
+    r["create_other"] = open_errno(other.path() + "/new", O_WRONLY | O_CREAT);
+    r["read_system"] = open_errno("/etc/passwd", O_RDONLY);
+    r["write_devnull"] = open_errno("/dev/null", O_WRONLY);
     return r;
   });
   const auto m = by_name(j);
@@ -274,17 +276,11 @@ TEST(Sandbox, LandlockMakesNoFileUnderDevButInTheScratch) {
   spec.writable = {scratch};
   const json j = in_sandbox(spec, [&] {
     json r;
-    auto open_err = [](const std::string& p, int flags) {
-      const int fd = open(p.c_str(), flags | O_CLOEXEC, 0644);
-      if (fd < 0) return errno;
-      close(fd);
-      return 0;
-    };
-    r["create_shm"] = open_err(outside, O_WRONLY | O_CREAT);
+    r["create_shm"] = open_errno(outside, O_WRONLY | O_CREAT);
     r["mkdir_shm"] = mkdir((outside + "-dir").c_str(), 0755) == 0 ? 0 : errno;
-    r["write_devnull"] = open_err("/dev/null", O_WRONLY);
-    r["write_devzero"] = open_err("/dev/zero", O_RDWR);
-    r["create_scratch"] = open_err(scratch + "/new", O_WRONLY | O_CREAT);
+    r["write_devnull"] = open_errno("/dev/null", O_WRONLY);
+    r["write_devzero"] = open_errno("/dev/zero", O_RDWR);
+    r["create_scratch"] = open_errno(scratch + "/new", O_WRONLY | O_CREAT);
     r["mkdir_scratch"] = mkdir((scratch + "/cache").c_str(), 0755) == 0 ? 0 : errno;
     r["remove_scratch"] = unlink((scratch + "/old").c_str()) == 0 ? 0 : errno;
     return r;
@@ -314,15 +310,9 @@ TEST(Sandbox, LandlockFileRuleReadsThatFileOnly) {
   spec.readable = {given.path() + "/model.safetensors"};
   const json j = in_sandbox(spec, [&] {
     json r;
-    auto open_err = [](const std::string& p, int flags) {
-      const int fd = open(p.c_str(), flags | O_CLOEXEC);
-      if (fd < 0) return errno;
-      close(fd);
-      return 0;
-    };
-    r["read_file"] = open_err(given.path() + "/model.safetensors", O_RDONLY);
-    r["read_lock"] = open_err(given.path() + "/.nibble.lock", O_RDONLY);
-    r["list_folder"] = open_err(given.path(), O_RDONLY | O_DIRECTORY);
+    r["read_file"] = open_errno(given.path() + "/model.safetensors", O_RDONLY);
+    r["read_lock"] = open_errno(given.path() + "/.nibble.lock", O_RDONLY);
+    r["list_folder"] = open_errno(given.path(), O_RDONLY | O_DIRECTORY);
     return r;
   });
   const SandboxLayer& l = by_name(j).at("landlock");
