@@ -81,9 +81,14 @@ BatchManifest read_batch_manifest(const std::string& path) {
   // both be written as sub_x); the default, the manifest's file name, is made safe.
   const std::string given = get_or<std::string>(j, "name", "", path);
   if (j.contains("name") && safe(given) != given)
-    throw std::invalid_argument(path + ": 'name' \"" + given +
-                                "\" names the batch's files; use letters, digits, '.', '_' and '-' only (e.g. \"" + safe(given) + "\")");
+    throw std::invalid_argument(path + ": 'name' " + json_text(json(given)) +
+                                " names the batch's files; use letters, digits, '.', '_' and '-' only (e.g. \"" + safe(given) + "\")");
   m.name = j.contains("name") ? given : safe(fs::path(path).stem().string());
+  constexpr size_t kMaxName = 100;  // <name>.batch-summary.json and the job ids' folder stay well inside a file name's 255 bytes
+  if (m.name.size() > kMaxName)
+    throw std::invalid_argument(path + ": the batch's name (" + (j.contains("name") ? "'name'" : "the manifest's file name") + ") is " +
+                                std::to_string(m.name.size()) + " characters; at most " + std::to_string(kMaxName) +
+                                " (it names the batch's files): give a shorter 'name'");
   if (m.name.empty() || m.name.front() == '.')
     throw std::invalid_argument(path + ": 'name' is empty or starts with a dot; name the batch (default: the manifest's file name)");
   const std::string out = get_or<std::string>(j, "out", "results", path);
@@ -188,7 +193,7 @@ BatchManifest read_batch_manifest(const std::string& path) {
           std::string readable = safe(command + "-" + task_name + "-" + config +
                                       (solution.empty() ? "" : "-" + fs::path(solution).stem().string()) + "-s" + seeds_text(ss));
           if (readable.size() > 160) readable.resize(160);
-          const std::string spec_text = spec.dump();
+          const std::string spec_text = json_text(spec);
           b.id = readable + "-" + sha256_hex(spec_text.data(), spec_text.size()).substr(0, 8);
           for (const BatchJob& o : m.jobs)
             if (o.id == b.id) b.id += "-" + std::to_string(b.index);  // a solution listed twice is graded twice
@@ -204,7 +209,7 @@ BatchManifest read_batch_manifest(const std::string& path) {
               throw std::invalid_argument(where + ": solution " + solution + " cannot be read (" + e.what() + ")");
             }
           }
-          const std::string text = spec.dump();
+          const std::string text = json_text(spec);
           b.hash = sha256_hex(text.data(), text.size());
           m.jobs.push_back(std::move(b));
         }
@@ -243,6 +248,8 @@ bool batch_job_done(const BatchJob& job) {
     if (!r.is_object() || r.value("schema", "") != (job.command == "calibrate" ? "nibble.calibration" : "nibble.report") ||
         r.value("task", "") != job.task || r.value("config", "") != job.config || r.value("seeds", json()) != json(job.seeds))
       return false;
+    // ... and one that reads as a report (an edited one, say Passed past its gate, is no result).
+    if (job.command != "calibrate") validate_report(r, job.report);
     if (job.solution.empty()) return true;
     const json sol = r.value("solution", json::object());
     if (!sol.is_object()) return false;
@@ -407,14 +414,14 @@ std::vector<BatchOutcome> run_batch(const BatchManifest& m, const std::vector<in
         continue;
       }
       try {
-        write_file_atomic(job.sidecar, json({{"hash", job.hash},
-                                             {"index", job.index},
-                                             {"argv", batch_job_argv(job, slot)},
-                                             {"exit_code", code},
-                                             {"disposition", o.disposition},
-                                             {"seconds", sec},
-                                             {"device", o.device}})
-                                           .dump(2) +
+        write_file_atomic(job.sidecar, json_text(json({{"hash", job.hash},
+                                                       {"index", job.index},
+                                                       {"argv", batch_job_argv(job, slot)},
+                                                       {"exit_code", code},
+                                                       {"disposition", o.disposition},
+                                                       {"seconds", sec},
+                                                       {"device", o.device}}),
+                                                 2) +
                                            "\n");
       } catch (const std::exception& e) {
         o.reason += std::string(" (its sidecar could not be written: ") + e.what() + ")";

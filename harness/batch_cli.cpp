@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "fixtures/fixture.h"
+#include "fixtures/safetensors.h"
 #include "harness/atomic_file.h"
 #include "harness/batch.h"
 #include "harness/cli_errors.h"
@@ -116,7 +117,7 @@ int build_fixtures(const BatchManifest& m, const Log& log) {
 int write_results(const BatchManifest& m, const std::string& kind, const json& summary) {
   return run_command("nibble batch", [&] {
     const std::string file = batch_results_file(m, kind + ".json");
-    write_file_atomic(file, summary.dump(2) + "\n");
+    write_file_atomic(file, json_text(summary, 2) + "\n");
     std::printf("  %s: %s\n", kind.c_str(), file.c_str());
     if (write_batch_leaderboard(m) > 0) std::printf("  leaderboard: %s (and .md)\n", batch_results_file(m, "leaderboard.html").c_str());
     return 0;

@@ -279,7 +279,7 @@ int calibrate_main(const CalibrateOptions& opt) {
                           "outputs equal the exact reference's at this config is not applicable (applicable: false) and not counted";
   report["wall_seconds"] = since(t_start);
   try {
-    write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_file_atomic(opt.out, json_text(report, 2) + "\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble calibrate: %s\n", e.what());
     return 3;

@@ -531,7 +531,7 @@ int child_main(int job_fd) {
     }
   }
   try {
-    write_channel(job.result_fd, nlohmann::json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    write_channel(job.result_fd, json_text(nlohmann::json(r)));
     seal_channel(job.result_fd);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble probe: %s\n", e.what());

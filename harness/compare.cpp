@@ -1,4 +1,5 @@
 // compare.cpp: `nibble compare` (see compare.h for the statistics, the verdicts and the exit codes).
+#include "fixtures/safetensors.h"
 #include "harness/compare.h"
 
 #include <unistd.h>
@@ -553,9 +554,9 @@ int compare_files(const std::string& base_path, const std::string& new_path, con
   auto bad = [&](const std::string& msg) {
     std::fprintf(stderr, "nibble compare: %s\n", msg.c_str());
     if (as_json)
-      std::cout << json{{"schema", "nibble.compare"}, {"schema_version", "1.0.0"}, {"exit_code", int(kCompareBadInput)},
-                        {"error", msg}}
-                       .dump(2)
+      std::cout << json_text(json{{"schema", "nibble.compare"}, {"schema_version", "1.0.0"}, {"exit_code", int(kCompareBadInput)},
+                                  {"error", msg}},
+                             2)
                 << "\n";
     return int(kCompareBadInput);
   };
@@ -572,7 +573,7 @@ int compare_files(const std::string& base_path, const std::string& new_path, con
   if (const std::string p = comparison_input_problem(base, neu, opt, base_path, new_path); !p.empty()) return bad(p);
   const Comparison c = compare_reports(base, neu, opt, base_path, new_path);
   if (as_json)
-    std::cout << comparison_json(c).dump(2) << "\n";
+    std::cout << json_text(comparison_json(c), 2) << "\n";
   else
     std::cout << format_comparison(c);
   std::cout.flush();

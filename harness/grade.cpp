@@ -798,9 +798,9 @@ int grade_run(const GradeOptions& opt) {
   }
 
   try {
-    write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_file_atomic(opt.out, json_text(report, 2) + "\n");
     if (!opt.gbench_json.empty())
-      write_file_atomic(opt.gbench_json, gbench_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      write_file_atomic(opt.gbench_json, json_text(gbench_json(report), 2) + "\n");
     if (!opt.history.empty()) append_history(opt.history, report, opt.out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble grade: %s\n", e.what());
@@ -832,7 +832,7 @@ int grade_main(const GradeOptions& opt) {
       report["disposition"] = kGraderFailedDisposition;
       report["rule"] = "grader";
       report["reason"] = std::string("the grader itself failed, not the candidate: ") + e.what();
-      write_file_atomic(opt.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+      write_file_atomic(opt.out, json_text(report, 2) + "\n");
     } catch (const std::exception& w) {
       std::fprintf(stderr, "nibble grade: no report could be written either: %s\n", w.what());
     }
@@ -958,7 +958,7 @@ int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& s
   const std::string html = (std::filesystem::path(dir) / "lineup.html").string();
   try {
     write_file_atomic((std::filesystem::path(dir) / "lineup.txt").string(), table);
-    write_file_atomic((std::filesystem::path(dir) / "lineup.json").string(), lineup_json(rows).dump(2) + "\n");
+    write_file_atomic((std::filesystem::path(dir) / "lineup.json").string(), json_text(lineup_json(rows), 2) + "\n");
     written = "lineup.txt, lineup.json";
     if (views.front().disposition != "NoReport") {
       HtmlAnchors anchors{task_error_anchors(views.front().task, views.front().config),

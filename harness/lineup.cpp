@@ -406,11 +406,7 @@ const char* const kUnreadNote =
 /** GitHub Markdown: a cell's text with the characters that would end it or format it escaped. */
 std::string md_escape(const std::string& s) {
   std::string o;
-  for (char c : s) {
-    if (c == '\n' || c == '\r') {
-      o += ' ';
-      continue;
-    }
+  for (char c : one_line(s)) {  // no control character (a newline ends the row, ESC colours a terminal that shows the file)
     if (std::strchr("\\|`*_[]<>#", c)) o += '\\';
     o += c;
   }

@@ -49,6 +49,7 @@ struct FoundReports {
   std::vector<ReportView> views;
   std::vector<std::string> labels;
   std::vector<UnreadReport> unread;
+  std::vector<std::string> opened;  // every file read (reports, copies, unread, other JSON): no output may be one
 };
 
 /**
@@ -62,6 +63,45 @@ struct FoundReports {
  * A file met twice (named, and inside a folder also named), or two files of the same JSON (a report
  * copied to another folder), is one row.
  */
+/** A reason as long as a page line may reasonably be: a parse error quotes the file, which may be
+ *  50 MB of one string. */
+std::string capped(const std::string& why) {
+  constexpr size_t kMax = 600;
+  return why.size() <= kMax ? why : why.substr(0, kMax) + "... (" + std::to_string(why.size() - kMax) + " more bytes)";
+}
+
+/** Every *.json below `dir` that is a regular file (a link to one included) into `files`; what
+ *  cannot be looked at goes to `unread` with the reason, never dropped unseen: a folder that cannot
+ *  be listed, a *.json that is no file (a dangling link, a FIFO), a link to a folder (not followed:
+ *  name the folder itself). */
+void list_json_files(const std::filesystem::path& dir, std::vector<std::string>* files, std::vector<UnreadReport>* unread) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::directory_entry> entries;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) entries.push_back(*it);
+  if (ec) {
+    unread->push_back({dir.string(), dir.string() + ": cannot list the folder (" + ec.message() +
+                                         "): any report in it is not on the board; make it readable or move it out"});
+    return;
+  }
+  for (const fs::directory_entry& e : entries) {
+    std::error_code fe;
+    const std::string p = e.path().string();
+    const bool link = e.is_symlink(fe), folder = e.is_directory(fe);
+    if (folder && !link) {
+      list_json_files(e.path(), files, unread);
+    } else if (folder) {
+      unread->push_back({p, p + ": a link to a folder, not followed (a link may loop): name the folder itself"});
+    } else if (e.path().extension() == ".json") {
+      if (e.is_regular_file(fe))
+        files->push_back(p);
+      else
+        unread->push_back({p, p + (link && !e.exists(fe) ? ": a link to nothing" : ": not a regular file (a FIFO, a device)") +
+                                  ", not read"});
+    }
+  }
+}
+
 FoundReports find_reports(const std::vector<std::string>& results) {
   namespace fs = std::filesystem;
   FoundReports found;
@@ -79,23 +119,21 @@ FoundReports find_reports(const std::vector<std::string>& results) {
   for (const std::string& in : results) {
     std::error_code ec;
     if (!fs::is_directory(in, ec)) {
+      found.opened.push_back(in);
       const nlohmann::ordered_json report = load_report(in);
       add(in, report, graded_report_view(report));
       continue;
     }
     std::vector<std::string> files;
-    for (fs::recursive_directory_iterator it(in, ec), end; !ec && it != end; it.increment(ec)) {
-      std::error_code fe;
-      if (it->path().extension() == ".json" && it->is_regular_file(fe)) files.push_back(it->path().string());
-    }
-    if (ec) throw BadReport(in + ": cannot list the folder (" + ec.message() + ")");
+    list_json_files(in, &files, &found.unread);
     std::sort(files.begin(), files.end());
     for (const std::string& f : files) {
+      found.opened.push_back(f);
       nlohmann::ordered_json j;
       try {
         j = parse_ordered_json_bounded(read_file(f), f, kReportJsonDepth);
       } catch (const std::exception& e) {  // it may be a report: a torn or edited one must not drop out unseen
-        found.unread.push_back({f, e.what()});
+        found.unread.push_back({f, capped(e.what())});
         continue;
       }
       if (!j.is_object() || !j.contains("schema") || j["schema"] != "nibble.report") continue;
@@ -103,10 +141,12 @@ FoundReports find_reports(const std::vector<std::string>& results) {
         ReportView view = read_report_view(j, f);
         add(f, j, std::move(view));
       } catch (const BadReport& e) {
-        found.unread.push_back({f, e.what()});
+        found.unread.push_back({f, capped(e.what())});
       }
     }
   }
+  std::stable_sort(found.unread.begin(), found.unread.end(),
+                   [](const UnreadReport& a, const UnreadReport& b) { return a.path < b.path; });
   return found;
 }
 
@@ -335,7 +375,8 @@ int leaderboard_command(std::vector<std::string> args) {
       ->check(kNonEmptyValue);
   app.footer("Exit codes: 0 done; 1 a file could not be written; 4 bad input (a "
              "missing file, a file named that is not a nibble report, no report at all, an output named '-' or a "
-             "folder, bad arguments; or a file in a folder that looks like a report and does not read: the board is "
+             "folder, bad arguments; or a file in a folder that looks like a report and does not read, or a report whose "
+             "figure is not its samples' (edited): the board is "
              "still written, that file listed on it with the reason).");
   if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
   FoundReports found;
@@ -353,9 +394,9 @@ int leaderboard_command(std::vector<std::string> args) {
   for (const auto& [path, option] : {std::pair{html_out, "-o"}, std::pair{md_out, "--markdown"}, std::pair{json_out, "--json"}})
     if (!path.empty()) outputs.emplace_back(path, option);
   for (size_t i = 0; i < outputs.size(); ++i) {
-    for (const std::string& in : found.labels)
+    for (const std::string& in : found.opened)
       if (same_output_file(outputs[i].first, in)) {
-        std::fprintf(stderr, "nibble leaderboard: %s %s is the report %s: writing it would destroy that input; choose another\n",
+        std::fprintf(stderr, "nibble leaderboard: %s %s is the input %s: writing it would destroy that input; choose another\n",
                      outputs[i].second.c_str(), outputs[i].first.c_str(), in.c_str());
         return kCompareBadInput;
       }
@@ -388,8 +429,14 @@ int leaderboard_command(std::vector<std::string> args) {
   table.flush();
   // The board is written whole, the files that did not read listed on it; the exit says they exist.
   for (const UnreadReport& u : found.unread)
-    std::fprintf(stderr, "nibble leaderboard: not ranked, did not read: %s\n", u.reason.c_str());
+    std::fprintf(stderr, "nibble leaderboard: not ranked, did not read: %s\n", one_line(u.reason).c_str());
   int rc = found.unread.empty() ? 0 : kCompareBadInput;
+  // A report whose figure is not its samples' (edited) is listed apart on the board: bad input too.
+  for (size_t i = 0; i < found.views.size(); ++i)
+    if (const std::string p = figure_problem(found.views[i]); !p.empty()) {
+      std::fprintf(stderr, "nibble leaderboard: not ranked, %s: %s\n", one_line(found.labels[i]).c_str(), one_line(p).c_str());
+      rc = kCompareBadInput;
+    }
   const auto write = [&](const std::string& path, const std::string& content) {
     if (path.empty()) return;
     try {
@@ -402,7 +449,7 @@ int leaderboard_command(std::vector<std::string> args) {
   };
   write(html_out, html_out.empty() ? "" : leaderboard_html(groups, found.unread));
   write(md_out, md_out.empty() ? "" : leaderboard_markdown(groups, found.unread));
-  write(json_out, json_out.empty() ? "" : leaderboard_json(groups, results, found.unread).dump(2) + "\n");
+  write(json_out, json_out.empty() ? "" : json_text(leaderboard_json(groups, results, found.unread), 2) + "\n");
   return rc;
 }
 

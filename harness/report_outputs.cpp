@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "fixtures/safetensors.h"
 #include "harness/report_view.h"
 #include "harness/stats.h"
 
@@ -91,7 +92,7 @@ void append_history(const std::string& path, const json& report, const std::stri
   h["graph_records_of_figure"] = figure_graph_records(r);
   h["worst_rel_err"] = std::isnan(r.worst_rel_err) ? json(nullptr) : json(r.worst_rel_err);
   h["report"] = std::filesystem::absolute(report_path).string();
-  const std::string line = h.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  const std::string line = json_text(h) + "\n";
   // One write of one line with O_APPEND: concurrent graders interleave whole lines, never bytes.
   FILE* f = std::fopen(path.c_str(), "a");
   if (!f) throw std::runtime_error("cannot append to history file " + path + ": " + std::strerror(errno));

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -50,7 +51,7 @@ namespace {
 std::string one_figure_problem(const ReportView& r, const FigureView& f, bool graded) {
   if (!f.present) return "";
   if (f.samples.empty())
-    return graded && r.schema_major >= 2 && r.disposition == "Passed" ? "its median has no samples beside it: an edited report" : "";
+    return graded && r.disposition == "Passed" ? "its median has no samples beside it: an edited report" : "";
   // n counts the samples the median was taken over: all of them, or fewer where throttled rounds
   // were left out of it (the samples keep every round).
   if (f.n >= 0 && (r.throttled_rounds_excluded ? size_t(f.n) > f.samples.size() : size_t(f.n) != f.samples.size()))
@@ -89,7 +90,18 @@ std::string figure_problem(const ReportView& r) {
 
 std::string one_line(std::string s) {
   std::replace_if(s.begin(), s.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }, ' ');
-  return s;
+  // The C1 controls as UTF-8 (U+0080..U+009F: C2 80..C2 9F; U+009B is a terminal's CSI) too.
+  std::string o;
+  o.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (static_cast<unsigned char>(s[i]) == 0xC2 && i + 1 < s.size() && (static_cast<unsigned char>(s[i + 1]) & 0xE0) == 0x80) {
+      o += ' ';
+      ++i;
+      continue;
+    }
+    o += s[i];
+  }
+  return o;
 }
 
 std::string sample_noun(const std::string& unit) {
@@ -100,7 +112,7 @@ std::string sample_noun(const std::string& unit) {
 namespace {
 
 /** A value of the report as the user wrote it, for a message. */
-std::string shown(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string shown(const json& v) { return json_text(v); }
 
 const json& none() {
   static const json n;
@@ -161,10 +173,42 @@ void check_report(const json& r, const std::string& what) {
   const std::string d = r["disposition"];
   if (!disposition_from_string(d) && d != kGraderFailedDisposition)
     throw BadReport(what + ": malformed nibble report: disposition \"" + d + "\" is none nibble gives");
-  const double worst = num(field(r["correctness"], "worst_rel_err")), gate = num(field(r["correctness"], "gate"));
-  if (d == "Passed" && std::isfinite(gate) && !(worst < gate))
+  const json& c = r["correctness"];
+  const double worst = num(field(c, "worst_rel_err")), gate = num(field(c, "gate"));
+  // Errors are norms' ratios: never below 0 (-1 would rank as better than exact).
+  for (const char* k : {"worst_rel_err", "worst_elem_err"})
+    if (num(field(c, k)) < 0)
+      throw BadReport(what + ": malformed nibble report: correctness." + k + " is " + shown(field(c, k)) + ", below 0");
+  // A Passed grade was judged against a gate: one it states, a positive number; for a task and config
+  // this nibble knows, the task's own (a report with its gate edited up, or removed, would be
+  // ranked as passing an error the task fails).
+  if (d == "Passed" && !(gate > 0 && std::isfinite(gate)))
+    throw BadReport(what + ": malformed nibble report: disposition Passed without a positive correctness.gate (it is " +
+                    shown(field(c, "gate")) + ")");
+  if (d == "Passed" && !(worst < gate))
     throw BadReport(what + ": malformed nibble report: disposition Passed with correctness.worst_rel_err " + fmt_g(worst) +
                     " at or past its own gate " + fmt_g(gate) + " (judge() calls that Incorrect)");
+  if (const Task* task = task_or_null(r["task"].get<std::string>()); task && d == "Passed") {
+    std::optional<double> task_gate, task_guard;
+    try {
+      task->check_config(r["config"].get<std::string>());
+      task_gate = task->gate(r["config"]);
+      task_guard = task->element_guard(r["config"]);
+    } catch (const std::exception&) {  // a config this nibble does not know (another version's): its own gate stands
+    }
+    if (task_gate && std::abs(gate - *task_gate) > 1e-9 * *task_gate)
+      throw BadReport(what + ": malformed nibble report: correctness.gate " + fmt_g(gate) + " is not " + task->name() + "'s gate " +
+                      fmt_g(*task_gate) + " for config " + r["config"].get<std::string>() + "; grade it again");
+    // The per-element guard, where the report states one, is the task's.
+    const double guard = num(field(c, "element_guard"));
+    if (task_guard && std::isfinite(guard) && std::abs(guard - *task_guard) > 1e-9 * *task_guard)
+      throw BadReport(what + ": malformed nibble report: correctness.element_guard " + fmt_g(guard) + " is not " + task->name() +
+                      "'s " + fmt_g(*task_guard) + "; grade it again");
+  }
+  const double guard = num(field(c, "element_guard")), worst_elem = num(field(c, "worst_elem_err"));
+  if (d == "Passed" && std::isfinite(guard) && std::isfinite(worst_elem) && worst_elem > guard)
+    throw BadReport(what + ": malformed nibble report: disposition Passed with correctness.worst_elem_err " + fmt_g(worst_elem) +
+                    " past its element guard " + fmt_g(guard) + " (judge() calls that Incorrect)");
   if (!r.contains("timing")) return;
   const json& t = r["timing"];
   if (!t.is_object()) throw BadReport(what + ": malformed nibble report: \"timing\" is not an object");
@@ -342,7 +386,10 @@ void read_timing(const json& r, ReportView& v) {
   if (const json& g = field(t, "graph_records"); g.is_string()) v.graph_records = g.get<std::string>();
   v.graph_launches_per_call = figure_of(field(t, "graph_launches_per_call"));
   if (const json& g = field(t, "graph_launches_audited"); g.is_number_integer()) v.graph_launches_audited = g.get<long long>();
-  v.throttled_rounds_excluded = field(field(field(t, "ledger"), "clocks"), "throttled_rounds_excluded_from_median") == true;
+  // Only where rounds were throttled: the flag alone (edited in) would relax the median's check.
+  const json& clocks = field(field(t, "ledger"), "clocks");
+  v.throttled_rounds_excluded = field(clocks, "throttled_rounds_excluded_from_median") == true &&
+                                field(clocks, "throttled_rounds").is_array() && !field(clocks, "throttled_rounds").empty();
   v.grader_clock_us = figure_of(field(t, "grader_clock_us"));
   v.host_wall_us = figure_of(field(t, "host_wall_us"));
   v.busy_us = figure_of(field(t, "busy_us"));

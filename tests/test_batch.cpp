@@ -58,7 +58,8 @@ struct FakeGrade {
                               nlohmann::json(j.seeds).dump() + R"(, "solution": {"sha256": ")" + j.solution_sha256 + R"("}, )";
     write_file_atomic(j.report, j.command == "calibrate" ? R"({"schema": "nibble.calibration", )" + whose + R"("healthy": true})"
                                                          : R"({"schema": "nibble.report", )" + whose + R"("disposition": ")" + disposition +
-                                                               R"(", "reason": "r"})");
+                                                               R"(", "reason": "r", "correctness": {"worst_rel_err": )" +
+                                                               (disposition == "Passed" ? "0.001" : "0.5") + R"(, "gate": 0.1}})");
     std::lock_guard<std::mutex> l(mu);
     --busy[device];
     return disposition == "Passed" ? 0 : 1;
@@ -142,6 +143,11 @@ TEST(Batch, ManifestErrorsNameTheKey) {
               std::string::npos)
         << name;
   EXPECT_NE(error(R"({"name": ".hidden", "runs": [)" + run + "]}").find("starts with a dot"), std::string::npos);
+  EXPECT_NE(error(R"({"name": ")" + std::string(101, 'n') + R"(", "runs": [)" + run + "]}").find("is 101 characters; at most 100"),
+            std::string::npos);
+  // A NUL in the name is shown, not an end of the message.
+  EXPECT_NE(error(R"({"name": "x\u0000y", "runs": [)" + run + "]}").find(R"("x\u0000y" names the batch's files)"), std::string::npos)
+      << error(R"({"name": "x\u0000y", "runs": [)" + run + "]}");
   EXPECT_NE(error(R"({"runs": [{"task": "megakernel-int4-weight-decode", "configs": ["tiny"], "solutions": ["a.so"], "seeds": [0, 0]}]})")
                 .find("seed 0 is listed twice"),
             std::string::npos);
@@ -265,11 +271,18 @@ TEST(Batch, OneJobPerGpuAtATimeAndResume) {
   EXPECT_FALSE(batch_job_done(again.jobs[3])) << "a report of other seeds counted as this job's";
   write_file_atomic(again.jobs[3].report, mine);
   EXPECT_TRUE(batch_job_done(again.jobs[3]));
+  // The job's own report, edited to pass past its gate, is no result (collect counted it as passed).
+  nlohmann::json edited = nlohmann::json::parse(mine);
+  edited["correctness"]["worst_rel_err"] = 0.5;
+  write_file_atomic(again.jobs[3].report, edited.dump());
+  EXPECT_FALSE(batch_job_done(again.jobs[3]));
+  write_file_atomic(again.jobs[3].report, mine);
   // A grader failure's report names the solution's path, not its hash: it is this job's result all
   // the same (a resume does not run it again), and another path's is not.
   const BatchJob& j3 = again.jobs[3];
   nlohmann::json failed = {{"schema", "nibble.report"}, {"task", j3.task},      {"config", j3.config},
-                           {"seeds", j3.seeds},         {"solution", {{"path", j3.solution}}}, {"disposition", "GraderFailed"}};
+                           {"seeds", j3.seeds},         {"solution", {{"path", j3.solution}}}, {"disposition", "GraderFailed"},
+                           {"correctness", nlohmann::json::object()}};
   write_file_atomic(j3.report, failed.dump());
   EXPECT_TRUE(batch_job_done(j3));
   failed["solution"]["path"] = j3.solution + ".other";

@@ -618,6 +618,52 @@ TEST(CompareReports, AUnitOtherThanItsTasksIsAMalformedReport) {
   }
 }
 
+TEST(CompareReports, APassedReportIsJudgedAgainstItsTasksGateAndGuard) {
+  // A red-team's finding, 2026-12-07: with the gate edited up, removed or made a string, a Passed
+  // report at 5x the task's gate was ranked and compared as passing.
+  const json r = unfused_v2();
+  ASSERT_EQ(r["disposition"], "Passed");
+  const auto refused = [](const json& edited, const std::string& says) {
+    try {
+      validate_report(edited, "r.json");
+      ADD_FAILURE() << "taken: " << edited["correctness"].dump();
+    } catch (const BadReport& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  for (const json& gate : {json(nullptr), json("0.1"), json(1e9), json(0), json(-1)}) {
+    json edited = r;
+    edited["correctness"]["gate"] = gate;
+    edited["correctness"]["worst_rel_err"] = 0.5;
+    refused(edited, gate.is_number() && gate.get<double>() > 0 ? "is not megakernel-int4-weight-decode's gate 0.1 for config full"
+                                                                : "without a positive correctness.gate");
+  }
+  json no_gate = r;
+  no_gate["correctness"].erase("gate");
+  refused(no_gate, "without a positive correctness.gate");
+  json negative = r;
+  negative["correctness"]["worst_rel_err"] = -1;
+  refused(negative, "correctness.worst_rel_err is -1, below 0");
+  json guard = r;
+  guard["correctness"]["element_guard"] = 0.9;
+  refused(guard, "correctness.element_guard 0.9 is not megakernel-int4-weight-decode's 0.2");
+  json elem = r;
+  elem["correctness"]["element_guard"] = 0.2;  // this report predates the guard (null)
+  elem["correctness"]["worst_elem_err"] = 0.9;
+  refused(elem, "disposition Passed with correctness.worst_elem_err 0.9 past its element guard 0.2");
+  // A report that did not pass states what it failed with: an error past the gate is its reason.
+  json failed = elem;
+  failed["disposition"] = "Incorrect";
+  EXPECT_NO_THROW(validate_report(failed, "r.json"));
+  // A task this nibble does not know keeps its own gate (a later nibble's task).
+  json later = r;
+  later["task"] = "a-later-task";
+  later["correctness"]["gate"] = 0.5;
+  later["correctness"]["worst_rel_err"] = 0.4;
+  EXPECT_NO_THROW(validate_report(later, "r.json"));
+  EXPECT_NO_THROW(validate_report(r, "r.json"));
+}
+
 TEST(CompareReports, LaterMajorSchemaVersionIsBadInput) {
   json neu = unfused();
   neu["schema_version"] = "9.0.0";
@@ -711,6 +757,19 @@ TEST(CompareFiles, AReportWhoseSamplesAreNotItsFigureIsBadInput) {
   write_file_atomic(t.path() + "/halved.json", r.dump());
   EXPECT_NE(figure_problem(load_report_view(t.path() + "/halved.json")).find("an edited report"), std::string::npos);
   EXPECT_EQ(compare_files(base, t.path() + "/halved.json", CompareOptions{}, false), kCompareBadInput);
+  // The flag that throttled rounds were left out of the median relaxes its check only where some
+  // were (a red-team's finding: the flag alone let a median set to the least sample rank first).
+  json flagged = unfused_v2();
+  flagged["timing"]["ledger"]["clocks"]["throttled_rounds_excluded_from_median"] = true;
+  flagged["timing"]["gpu_span_us"]["median"] = flagged["timing"]["gpu_span_us"]["q1"];
+  flagged["timing"]["ledger"]["clocks"]["throttled_rounds"] = json::array();
+  EXPECT_NE(figure_problem(view(flagged)).find("an edited report"), std::string::npos);
+  flagged["timing"]["ledger"]["clocks"]["throttled_rounds"] = json::array({1});
+  EXPECT_EQ(figure_problem(view(flagged)), "");
+  // A Passed report of either schema states the samples its median is of.
+  json bare = unfused();
+  bare["timing"]["gpu_span_us"]["samples"] = json::array();
+  EXPECT_NE(figure_problem(view(bare)).find("its median has no samples beside it"), std::string::npos);
   r = unfused();
   r["timing"]["gpu_span_us"]["n"] = 95;  // one sample fewer than it holds
   write_file_atomic(t.path() + "/n.json", r.dump());
@@ -790,6 +849,12 @@ TEST(ReportShow, ControlCharactersOfAReportNeverReachTheTerminal) {
   EXPECT_NE(out.find("a|b c [31mRED x"), std::string::npos) << out;
   const std::string clean = format_summary(view(unfused()), "r.json");
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), std::count(clean.begin(), clean.end(), '\n'));
+}
+
+TEST(ReportShow, TheC1ControlsAreSpacesToo) {
+  // U+009B (C2 9B in UTF-8) is a terminal's CSI like ESC [ (a red-team's finding); other
+  // two-byte characters stay.
+  EXPECT_EQ(one_line("a\xC2\x9B" "31mb\xC2\x80" "c \xC3\xA9\xC2\xA0"), "a 31mb c \xC3\xA9\xC2\xA0");
 }
 
 TEST(ReportShow, CalibrationContextLine) {
@@ -1483,6 +1548,40 @@ TEST(ReportCli, Leaderboard) {
     const std::string text = read_file(t.path() + page);
     EXPECT_NE(text.find("Files that did not read"), std::string::npos) << page;
     EXPECT_NE(text.find("past.json"), std::string::npos) << page;
+  }
+  // No output over a file that was read, ranked or not (a red-team's finding: --json over a torn
+  // report overwrote it, and the next run skipped it as a leaderboard file).
+  x = run_nibble({"leaderboard", t.path() + "/torn", "--json", t.path() + "/torn/cut.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("is the input " + t.path() + "/torn/cut.json"), std::string::npos) << x.out;
+  EXPECT_EQ(read_file(t.path() + "/torn/cut.json").size(), 5000u) << "the input is intact";
+  // Bytes that are not UTF-8 in a file's name and in a torn file's text (which its parse error
+  // quotes), a link to nothing and a 1 MB reason: each listed, the JSON written (a red-team's
+  // finding: nlohmann's dump threw on the byte and the grader aborted, exit 134).
+  write_file_atomic(t.path() + "/torn/bad\xff.json", "{\"oops\xfe");
+  fs::create_symlink(t.path() + "/nowhere.json", t.path() + "/torn/dangling.json");
+  write_file_atomic(t.path() + "/torn/long.json", "{\"" + std::string(1 << 20, 'a'));
+  x = run_nibble({"leaderboard", t.path() + "/torn", "--json", t.path() + "/utf8.json", "-o", t.path() + "/utf8.html"}, t);
+  EXPECT_EQ(x.code, 4) << x.out.substr(0, 4000);
+  EXPECT_LT(x.out.size(), 100000u) << "a reason is capped";
+  const json utf8 = json::parse(read_file(t.path() + "/utf8.json"));
+  std::set<std::string> listed;
+  for (const json& u : utf8["unread"]) listed.insert(u["path"].get<std::string>().substr(t.path().size() + 6));
+  for (const char* name : {"bad\uFFFD.json", "dangling.json", "long.json", "cut.json"}) EXPECT_TRUE(listed.count(name)) << name << " " << utf8["unread"].dump();
+  for (const json& u : utf8["unread"]) EXPECT_LT(u["reason"].get<std::string>().size(), 1000u);
+  EXPECT_NE(utf8["unread"].dump().find("a link to nothing"), std::string::npos);
+  fs::remove(t.path() + "/torn/bad\xff.json");
+  fs::remove(t.path() + "/torn/dangling.json");
+  fs::remove(t.path() + "/torn/long.json");
+  // A report whose median is not its samples' is listed apart, and the exit says so as for a file
+  // that did not read (a red-team's finding: exit 0).
+  {
+    json halved = load_report(data("reports/h200-unfused-full.json"));
+    for (json& v : halved["timing"]["gpu_span_us"]["samples"]) v = v.get<double>() / 2;
+    write_file_atomic(t.path() + "/halved.json", halved.dump());
+    x = run_nibble({"leaderboard", data("reports/h200-unfused-full.json"), t.path() + "/halved.json"}, t);
+    EXPECT_EQ(x.code, 4) << x.out;
+    EXPECT_NE(x.out.find("not ranked, " + t.path() + "/halved.json: its median"), std::string::npos) << x.out;
   }
   // Nothing but unreadable files: the board still says so, exit 4.
   fs::remove(t.path() + "/torn/good.json");
