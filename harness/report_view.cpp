@@ -58,6 +58,11 @@ std::string one_figure_problem(const ReportView& r, const FigureView& f, bool gr
     return "its n (" + std::to_string(f.n) + ") does not fit the count of its samples (" + std::to_string(f.samples.size()) +
            "): an edited report";
   const auto [lo, hi] = std::minmax_element(f.samples.begin(), f.samples.end());
+  // The grader makes a time below the theoretical bandwidth floor InvalidTiming: a Passed report's
+  // graded samples are at or above it.
+  if (graded && r.disposition == "Passed" && r.floor_theoretical_bw_us > 0 && *lo < r.floor_theoretical_bw_us * (1 - 1e-6))
+    return "its fastest sample (" + fmt_g(*lo, 5) + " us) is below the theoretical bandwidth floor (" +
+           fmt_g(r.floor_theoretical_bw_us, 5) + " us), which the grader calls no measurement: an edited report";
   const double tol = 1e-9 * std::fabs(*hi), own = summarize(f.samples).median;
   const bool in_range = f.median >= *lo - tol && f.median <= *hi + tol && !(f.q1 > f.median + tol) && !(f.median > f.q3 + tol);
   if (in_range && (r.throttled_rounds_excluded || std::fabs(f.median - own) <= tol)) return "";

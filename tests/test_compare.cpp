@@ -766,6 +766,14 @@ TEST(CompareFiles, AReportWhoseSamplesAreNotItsFigureIsBadInput) {
   EXPECT_NE(figure_problem(view(flagged)).find("an edited report"), std::string::npos);
   flagged["timing"]["ledger"]["clocks"]["throttled_rounds"] = json::array({1});
   EXPECT_EQ(figure_problem(view(flagged)), "");
+  // Samples below the theoretical bandwidth floor, consistent among themselves: the grader makes such
+  // a grade InvalidTiming, so a Passed one was edited (a red-team's 1e-300 us ranked first).
+  json fast = unfused_v2();
+  const double floor_us = view(fast).floor_theoretical_bw_us;
+  ASSERT_GT(floor_us, 0);
+  for (json& v : fast["timing"]["gpu_span_us"]["samples"]) v = floor_us / 2;
+  for (const char* k : {"median", "q1", "q3", "min", "max", "mean"}) fast["timing"]["gpu_span_us"][k] = floor_us / 2;
+  EXPECT_NE(figure_problem(view(fast)).find("is below the theoretical bandwidth floor"), std::string::npos) << figure_problem(view(fast));
   // A Passed report of either schema states the samples its median is of.
   json bare = unfused();
   bare["timing"]["gpu_span_us"]["samples"] = json::array();
