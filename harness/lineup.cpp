@@ -13,6 +13,7 @@
 
 #include "harness/html_report.h"
 #include "harness/stats.h"
+#include "harness/task.h"
 
 namespace nibble {
 
@@ -283,6 +284,7 @@ std::vector<LeaderboardGroup> make_leaderboard(const std::vector<ReportView>& re
     LeaderboardGroup g;
     g.task = key.first;
     g.config = key.second;
+    g.known_task = task_or_null(g.task) != nullptr;
     g.unit = anchor.unit;
     g.gpu = anchor.device_name;
     g.schema_major = anchor.schema_major;
@@ -358,7 +360,11 @@ BoardTable board_table(const LeaderboardGroup& g) {
   return t;
 }
 
-std::string title_of(const LeaderboardGroup& g) { return g.task + " / " + g.config; }
+std::string title_of(const LeaderboardGroup& g) {
+  // A name this nibble does not know (a later task, or one edited: "task " with a space) is said, so
+  // that its group is never taken for the known task's.
+  return g.task + " / " + g.config + (g.known_task ? "" : " (a task this nibble does not know)");
+}
 
 /** What the group ranks, in words. */
 std::string ranked_words(const LeaderboardGroup& g) {
@@ -516,6 +522,7 @@ nlohmann::ordered_json leaderboard_json(const std::vector<LeaderboardGroup>& gro
       rows.push_back(std::move(x));
     }
     gs.push_back({{"task", g.task},
+                  {"known_task", g.known_task},
                   {"config", g.config},
                   {"unit", g.unit},
                   {"ranked", g.ranked},

@@ -67,6 +67,7 @@ struct LeaderboardRow {
 /** One task and config. */
 struct LeaderboardGroup {
   std::string task, config, unit;
+  bool known_task = true;  // a task of this nibble (task_or_null): else its reports' checks against the task were not made
   std::string gpu;       // the ranked set's GPU model ("" when its reports record none)
   int schema_major = 0;  // ... and report schema major
   std::string clock = "span";  // ... and what its time is: "span" (GPU span) or "wall" (the grader's clock)

@@ -264,13 +264,21 @@ int report_command(std::vector<std::string> args) {
       ->check(kNonEmptyValue)
       ->check(CLI::Range(100, kMaxResamples))
       ->needs(html_base_opt);
-  app.footer("Exit codes: 0 done; 1 (html) the page could not be written; 4 bad input (missing file, not a nibble report, bad arguments, an -o that names a folder or -).");
+  app.footer("Exit codes: 0 done; 1 (html) the page could not be written; 4 bad input (missing file, not a nibble report, bad arguments, an -o that names a folder or -; show: a report whose median is not its samples', printed and said).");
   for (CLI::App* sc : {show, html}) sc->footer(app.get_footer());  // `report show --help` shows them too
   if (const int rc = parse_own_args(app, std::move(args), kCompareBadInput); rc >= 0) return rc;
 
   if (show->parsed()) {
     try {
-      std::cout << format_summary(load_report_view(show_path), show_path);
+      const ReportView v = load_report_view(show_path);
+      std::cout << format_summary(v, show_path);
+      // The summary prints the stored median: one that is not its samples' is said, and bad input.
+      if (const std::string p = figure_problem(v); !p.empty()) {
+        std::cout.flush();
+        std::fprintf(stderr, "nibble report show: %s: %s; its figures above are not a grade's (grade it again)\n",
+                     one_line(show_path).c_str(), one_line(p).c_str());
+        return kCompareBadInput;
+      }
     } catch (const BadReport& e) {
       std::fprintf(stderr, "nibble report show: %s\n", e.what());
       return kCompareBadInput;

@@ -1590,6 +1590,9 @@ TEST(ReportCli, Leaderboard) {
     x = run_nibble({"leaderboard", data("reports/h200-unfused-full.json"), t.path() + "/halved.json"}, t);
     EXPECT_EQ(x.code, 4) << x.out;
     EXPECT_NE(x.out.find("not ranked, " + t.path() + "/halved.json: its median"), std::string::npos) << x.out;
+    x = run_nibble({"report", "show", t.path() + "/halved.json"}, t);  // printed, and said (it exited 0)
+    EXPECT_EQ(x.code, 4) << x.out;
+    EXPECT_NE(x.out.find("halved.json: its median"), std::string::npos) << x.out;
   }
   // Nothing but unreadable files: the board still says so, exit 4.
   fs::remove(t.path() + "/torn/good.json");

@@ -431,6 +431,18 @@ TEST(Leaderboard, MarkdownAndHtmlEscapeWhatTheReportsSay) {
   EXPECT_EQ(text.find("two\nlines"), std::string::npos) << text;
 }
 
+TEST(Leaderboard, AGroupOfATaskThisNibbleDoesNotKnowSaysSo) {
+  ReportView odd = made("unfused", "Passed", 300);
+  odd.task += " ";  // a trailing space: a group of its own that looked like the task's
+  const auto groups = make_leaderboard({made("unfused", "Passed", 300), odd}, {"a", "b"}, decode_baselines);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_TRUE(groups[0].known_task);
+  EXPECT_FALSE(groups[1].known_task);
+  const std::string text = format_leaderboard(groups);
+  EXPECT_NE(text.find("megakernel-int4-weight-decode  / full (a task this nibble does not know)"), std::string::npos) << text;
+  EXPECT_EQ(leaderboard_json(groups, {})["groups"][1]["known_task"], false);
+}
+
 TEST(Leaderboard, FilesThatDidNotReadAreListedEscapedAfterTheGroups) {
   const auto groups = make_leaderboard({made("unfused", "Passed", 300)}, {"u"}, decode_baselines);
   const std::vector<UnreadReport> unread{{"r/a|b <script>.json", "r/a|b <script>.json is not valid JSON:\nline 3"}};
