@@ -214,7 +214,7 @@ json identity(const ReportView& r, const std::string& label) {
 }
 
 std::string pct(double ratio) {
-  char b[32];
+  char b[400];  // %f of any double: at most 309 digits before the point
   std::snprintf(b, sizeof b, "%+.1f%%", 100 * (ratio - 1));
   return b;
 }
@@ -414,7 +414,7 @@ Comparison compare_reports(const ReportView& base, const ReportView& neu, const 
 
 std::string format_comparison(const Comparison& c) {
   std::ostringstream o;
-  char line[512];
+  char line[1024];  // a table line holds two %f medians: any double's, 309 digits at most, never cut
   const json& b = c.base_id;
   const json& n = c.new_id;
   o << "\nnibble compare  " << b["task"].get<std::string>() << " / " << b["config"].get<std::string>() << "  on "
