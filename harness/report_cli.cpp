@@ -52,17 +52,6 @@ struct FoundReports {
   std::vector<std::string> opened;  // every file read (reports, copies, unread, other JSON): no output may be one
 };
 
-/**
- * A file in `results` is read as a report: one that is not is bad input (BadReport), as in
- * `report html`. A folder is searched recursively, in path order, for *.json whose "schema" is
- * "nibble.report"; other JSON there (lineup.json, calibration tables, a leaderboard's own JSON) is
- * skipped silently, while a file that says it is a report and does not read as one, or a *.json that
- * is not JSON at all (most likely a report cut short: nibble writes its files atomically, so nothing
- * of its own is ever half-written there), goes to `unread` with the reason: a torn report must not
- * drop out of the ranking unseen, nor one bad file in a shared folder stop the board of the others.
- * A file met twice (named, and inside a folder also named), or two files of the same JSON (a report
- * copied to another folder), is one row.
- */
 /** A reason as long as a page line may reasonably be: a parse error quotes the file, which may be
  *  50 MB of one string. */
 std::string capped(const std::string& why) {
@@ -102,6 +91,17 @@ void list_json_files(const std::filesystem::path& dir, std::vector<std::string>*
   }
 }
 
+/**
+ * A file in `results` is read as a report: one that is not is bad input (BadReport), as in
+ * `report html`. A folder is searched recursively, in path order, for *.json whose "schema" is
+ * "nibble.report"; other JSON there (lineup.json, calibration tables, a leaderboard's own JSON) is
+ * skipped silently, while a file that says it is a report and does not read as one, or a *.json that
+ * is not JSON at all (most likely a report cut short: nibble writes its files atomically, so nothing
+ * of its own is ever half-written there), goes to `unread` with the reason: a torn report must not
+ * drop out of the ranking unseen, nor one bad file in a shared folder stop the board of the others.
+ * A file met twice (named, and inside a folder also named), or two files of the same JSON (a report
+ * copied to another folder), is one row.
+ */
 FoundReports find_reports(const std::vector<std::string>& results) {
   namespace fs = std::filesystem;
   FoundReports found;

@@ -94,17 +94,20 @@ std::string figure_problem(const ReportView& r) {
 }
 
 std::string one_line(std::string s) {
-  std::replace_if(s.begin(), s.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }, ' ');
-  // The C1 controls as UTF-8 (U+0080..U+009F: C2 80..C2 9F; U+009B is a terminal's CSI) too.
+  // Each control character a space: C0 and DEL, and the C1 controls as UTF-8 (U+0080..U+009F:
+  // C2 80..C2 9F; U+009B is a terminal's CSI).
   std::string o;
   o.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
-    if (static_cast<unsigned char>(s[i]) == 0xC2 && i + 1 < s.size() && (static_cast<unsigned char>(s[i + 1]) & 0xE0) == 0x80) {
+    const unsigned char ch = static_cast<unsigned char>(s[i]);
+    if (ch < 0x20 || ch == 0x7f) {
+      o += ' ';
+    } else if (ch == 0xC2 && i + 1 < s.size() && (static_cast<unsigned char>(s[i + 1]) & 0xE0) == 0x80) {
       o += ' ';
       ++i;
-      continue;
+    } else {
+      o += s[i];
     }
-    o += s[i];
   }
   return o;
 }
@@ -193,7 +196,9 @@ void check_report(const json& r, const std::string& what) {
   if (d == "Passed" && !(worst < gate))
     throw BadReport(what + ": malformed nibble report: disposition Passed with correctness.worst_rel_err " + fmt_g(worst) +
                     " at or past its own gate " + fmt_g(gate) + " (judge() calls that Incorrect)");
-  if (const Task* task = task_or_null(r["task"].get<std::string>()); task && d == "Passed") {
+  const Task* task = task_or_null(r["task"].get<std::string>());
+  const double guard = num(field(c, "element_guard")), worst_elem = num(field(c, "worst_elem_err"));
+  if (task && d == "Passed") {
     std::optional<double> task_gate, task_guard;
     try {
       task->check_config(r["config"].get<std::string>());
@@ -205,12 +210,10 @@ void check_report(const json& r, const std::string& what) {
       throw BadReport(what + ": malformed nibble report: correctness.gate " + fmt_g(gate) + " is not " + task->name() + "'s gate " +
                       fmt_g(*task_gate) + " for config " + r["config"].get<std::string>() + "; grade it again");
     // The per-element guard, where the report states one, is the task's.
-    const double guard = num(field(c, "element_guard"));
     if (task_guard && std::isfinite(guard) && std::abs(guard - *task_guard) > 1e-9 * *task_guard)
       throw BadReport(what + ": malformed nibble report: correctness.element_guard " + fmt_g(guard) + " is not " + task->name() +
                       "'s " + fmt_g(*task_guard) + "; grade it again");
   }
-  const double guard = num(field(c, "element_guard")), worst_elem = num(field(c, "worst_elem_err"));
   if (d == "Passed" && std::isfinite(guard) && std::isfinite(worst_elem) && worst_elem > guard)
     throw BadReport(what + ": malformed nibble report: disposition Passed with correctness.worst_elem_err " + fmt_g(worst_elem) +
                     " past its element guard " + fmt_g(guard) + " (judge() calls that Incorrect)");
@@ -222,7 +225,7 @@ void check_report(const json& r, const std::string& what) {
                     ", not \"token\" or \"call\"");
   // A task this nibble knows times one kind of sample: a report of it in another unit was edited,
   // and would be ranked beside the task's others by a figure of another meaning.
-  if (const Task* task = task_or_null(r["task"].get<std::string>()); task && t.contains("unit") && t["unit"] != task->unit())
+  if (task && t.contains("unit") && t["unit"] != task->unit())
     throw BadReport(what + ": malformed nibble report: timing.unit is " + shown(t["unit"]) + ", but a sample of " +
                     task->name() + " is one " + task->unit() + " (nibble writes that unit for it); grade it again");
   // The modes a figure was taken in: either of the values nibble writes, or absent (an older report:
