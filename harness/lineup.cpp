@@ -406,8 +406,9 @@ std::string count_words(const std::vector<LeaderboardGroup>& groups, const std::
 
 const char* const kUnreadTitle = "Files that did not read";
 const char* const kUnreadNote =
-    "Each looks like a report (a *.json that is not JSON, or one whose schema is nibble.report) and did not read: "
-    "not ranked. Grade it again if it is a report cut short or edited; move it out of the folder if it is not one";
+    "Each may be or hold a report and could not be read (a *.json that is not JSON or whose schema is nibble.report "
+    "and does not read as one; a folder that cannot be listed, a link to a folder or to nothing): not ranked. Grade a "
+    "report cut short or edited again; move out what is not one";
 
 /** GitHub Markdown: a cell's text with the characters that would end it or format it escaped. */
 std::string md_escape(const std::string& s) {
