@@ -141,8 +141,11 @@ int run_job(const Job& job, const std::vector<SandboxLayer>& layers, const std::
     if (job.timing) {
       const std::optional<GraphRecords> graphs = parse_graph_records(job.timing->graph_records);
       if (!graphs) throw std::runtime_error("job: graph_records \"" + job.timing->graph_records + "\" is neither nodes nor graphs");
-      timed = std::make_unique<TimedCalls>(harness_stream, *graphs);
       ledger = std::make_unique<LedgerClient>(job.ledger_read_fd, job.ledger_write_fd);
+      // The host's launch cost, before CUPTI subscribes (its callbacks would add theirs): what a
+      // launch-bound solution's time off the GPU scales with (hidden_time_allowance_us).
+      ledger->host(host_launch_us(harness_stream));
+      timed = std::make_unique<TimedCalls>(harness_stream, *graphs);
       // Each window does the harness's part of a timed window (the timed loop below): the flush,
       // the seed's round trip, staging's bytes, the call's device sync, the digest's pass.
       // A window per form the solution's window may take, in turn (calibration_overheads_us).

@@ -3,11 +3,13 @@
 #include "harness/gpu_checks.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 #include <stdexcept>
 
 #include "harness/cuda_check.h"
 #include "harness/hash.h"
+#include "harness/stats.h"
 
 namespace nibble {
 
@@ -249,6 +251,25 @@ void launch_read_stream(const void* p, size_t bytes, cudaStream_t s, int blocks_
   const unsigned grid = unsigned(std::min(want, size_t(sms) * size_t(std::max(1, blocks_per_sm))));
   read_stream_kernel<<<grid, kReadThreads, 0, s>>>(static_cast<const uint4*>(p), n16, 0xFFFFFFFFu);
   NIBBLE_CHECK_LAUNCH();
+}
+
+namespace {
+__global__ void empty_kernel() {}
+}  // namespace
+
+double host_launch_us(cudaStream_t s) {
+  std::vector<double> means;
+  for (int b = 0; b <= kHostLaunchBatches; ++b) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kHostLaunchBatch; ++i) {
+      empty_kernel<<<1, 1, 0, s>>>();
+      NIBBLE_CHECK_LAUNCH();
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    NIBBLE_CUDA_CALL(cudaStreamSynchronize(s));
+    if (b > 0) means.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kHostLaunchBatch);
+  }
+  return summarize(means).median;
 }
 
 uint64_t device_checksum(const void* base, size_t blocks, size_t stride, size_t bytes_per_block, cudaStream_t s) {

@@ -62,4 +62,14 @@ void launch_sign_mask(const uint16_t* a0, uint16_t* a, int64_t n, uint64_t seed,
  */
 void launch_read_stream(const void* p, size_t bytes, cudaStream_t stream, int blocks_per_sm = 4);
 
+/** Launches of an empty kernel per batch of host_launch_us, and its batches. */
+inline constexpr int kHostLaunchBatch = 256, kHostLaunchBatches = 7;
+/** The host's time per kernel launch, us: the median over kHostLaunchBatches batches of the mean
+ *  host time (steady_clock) of kHostLaunchBatch back-to-back launches of an empty 1-thread kernel on
+ *  `stream`, after one batch to warm up, each batch synchronised before the next. What a launch-bound
+ *  path's time off the GPU scales with (the hidden-time allowance, verdict.h): 2.6-5.9 us on the
+ *  H100 and H200 hosts of 2026-11 and 12 with no CUPTI subscriber (bench/probe_cupti_launches.cu,
+ *  "bare"). Launch-checked; throws CudaError. */
+double host_launch_us(cudaStream_t stream);
+
 }  // namespace nibble

@@ -102,6 +102,7 @@ std::vector<bool> ledger_section(const CallLedger& ledger, const Task& task, con
   const auto& calls = ledger.calls();
   const WindowWork ww = task.window_work(config, facts);
   ev->window_work_us = window_work_credit_us(ww.staged_bytes, ww.digested_bytes);
+  ev->host_launch_us = ledger.host_launch_us().value_or(0.0);
   ev->ledger_calls = int(calls.size());
   ev->ledger_violation = ledger.violation();
   std::vector<double> window, sm, mem, cal_window, cal_span;
@@ -148,7 +149,9 @@ std::vector<bool> ledger_section(const CallLedger& ledger, const Task& task, con
           {"calibration", {{"window_us", cal_window}, {"span_us", cal_span},
                            {"forms", task.window_work_forms(config)}}},
           {"hidden_us", hidden_time_us(*ev)},
-          {"hidden_allowance_us", hidden_time_allowance_us(ev->span_median_us)},
+          {"hidden_allowance_us", hidden_time_allowance_us(ev->span_median_us, ev->host_launch_us)},
+          {"host_launch_us", ledger.host_launch_us() ? json(*ledger.host_launch_us()) : json(nullptr)},
+          {"host_slowdown", host_slowdown(ev->host_launch_us)},
           {"kept", kept},
           {"violation", ledger.violation()},
           {"clocks", clocks},

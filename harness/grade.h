@@ -67,6 +67,6 @@ int grade_main(const GradeOptions& opt);
 int grade_lineup_main(const GradeOptions& opt, const std::vector<std::string>& solutions);
 
 /** The schema_version of the reports grade writes (docs/report-schema.md). */
-inline constexpr const char* kReportSchemaVersion = "2.8.0";
+inline constexpr const char* kReportSchemaVersion = "2.9.0";
 
 }  // namespace nibble

@@ -282,8 +282,19 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   };
   if (m.check != ledger_check(m.kind, m.round, m.call, m.digest) ||
       (m.kind != LedgerMessage::Open && m.kind != LedgerMessage::Done && m.kind != LedgerMessage::Span &&
-       m.kind != LedgerMessage::Audit))
+       m.kind != LedgerMessage::Audit && m.kind != LedgerMessage::Host))
     return violate("a message that is not the harness's");
+  const bool first_message = !any_message_;
+  any_message_ = true;
+  if (m.kind == LedgerMessage::Host) {
+    // The first message only: sent before the solution is loaded, nothing it does can change it.
+    if (!first_message || m.round != -1 || m.call != -1) return violate("a host launch time after the first message");
+    double us = 0;
+    std::memcpy(&us, m.digest, sizeof us);
+    if (!std::isfinite(us) || us <= 0) return violate("a host launch time that is no duration");
+    host_launch_us_ = us;
+    return;
+  }
   if (audit_) return violate("a message after the timed phase's audit");
   if (m.kind == LedgerMessage::Audit) {
     // Once, after the last timed call's span.
@@ -466,6 +477,12 @@ std::string TimingAudit::text() const {
   std::string s;
   for (const auto& [name, field] : kTimingAuditFields) s += (s.empty() ? "" : ", ") + std::string(name) + " " + std::to_string(this->*field);
   return s;
+}
+
+void LedgerClient::host(double launch_us) {
+  Digest d{};
+  std::memcpy(d.data(), &launch_us, sizeof launch_us);
+  send(LedgerMessage::Host, -1, -1, d);
 }
 
 void LedgerClient::span(int round, int call, double span_us, bool valid) {

@@ -32,14 +32,15 @@ namespace nibble {
 
 /** One message, child -> parent (48 bytes: one packet of a SOCK_SEQPACKET socket). */
 struct LedgerMessage {
-  enum Kind : uint32_t { Open = 0x4f50454e, Done = 0x444f4e45, Span = 0x5350414e, Audit = 0x41554454 };  // "OPEN", "DONE", "SPAN", "AUDT"
+  enum Kind : uint32_t { Open = 0x4f50454e, Done = 0x444f4e45, Span = 0x5350414e, Audit = 0x41554454, Host = 0x484f5354 };  // "OPEN", "DONE", "SPAN", "AUDT", "HOST"
   uint32_t kind;
-  int32_t round;  // -1: a calibration window before the build
-  int32_t call;
+  int32_t round;  // -1: a calibration window before the build (and "host")
+  int32_t call;   // -1 for "host"
   uint32_t check;      // of kind, round, call, digest and kLedgerSalt: a torn or foreign write does not parse
   uint8_t digest[32];  // "done": Session::timed_digest() of the call's outputs (BLAKE3); "open": zeros;
                        // "span": the call's GPU span in us (a double), then whether it was valid (1 or 0),
-                       // then zeros; "audit": a TimingAudit (8 int32)
+                       // then zeros; "audit": a TimingAudit (8 int32); "host": the host's time per
+                       // kernel launch in us (a double, host_launch_us), then zeros
 };
 
 /** The timed phase's audit counts (protocol.h TimingResult's fields of those names), committed to
@@ -185,6 +186,9 @@ class CallLedger {
   const std::vector<unsigned>& started_on_gpu() const { return started_on_gpu_; }
   /** The timed phase's audit as the child committed it after its last call (none: not sent). */
   const std::optional<TimingAudit>& audit() const { return audit_; }
+  /** The host's time per kernel launch (us) the child measured before the solution was loaded and
+   *  sent as its first message (none: not sent; after the first message it is tampering). */
+  const std::optional<double>& host_launch_us() const { return host_launch_us_; }
   bool nvml_available() const { return nvml_available_; }
 
  private:
@@ -214,6 +218,8 @@ class CallLedger {
   pid_t child_pid_ = 0;     // the sender of the first message (SCM_CREDENTIALS): every other must be it
   std::vector<unsigned> started_on_gpu_;
   std::optional<TimingAudit> audit_;
+  std::optional<double> host_launch_us_;
+  bool any_message_ = false;
 };
 
 /** Where a child's reported timing (`spans_us`: Result timing.gpu_span_us, `reported`: its audit
@@ -244,6 +250,9 @@ class LedgerClient {
   /** The timed phase is over (its last call done and its span sent): its audit counts, before the
    *  child writes them into its result. No answer; no call opens after it. */
   void audit(const TimingAudit& a);
+  /** The host's time per kernel launch (us, host_launch_us in gpu_checks.h), measured before the
+   *  solution is loaded: the first message, or the parent takes it for tampering. No answer. */
+  void host(double launch_us);
 
  private:
   void send(LedgerMessage::Kind k, int round, int call, const Digest& digest);

@@ -37,8 +37,9 @@ namespace nibble {
 
 /** Bumped on any change of Job, Result or the call ledger's messages; a child refuses a job of
  *  another version. 11: each timed call's span and the timed phase's audit committed to the
- *  ledger, the result sealed before the solution's teardown. */
-inline constexpr int kProtocolVersion = 11;
+ *  ledger, the result sealed before the solution's teardown; 12: the host's launch time, the
+ *  ledger's first message. */
+inline constexpr int kProtocolVersion = 12;
 
 /** The line a child that a fatal signal ends writes to its stderr before the frames of the crash
  *  (library or executable, offset), one a line, the crash's own frame first. */

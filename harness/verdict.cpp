@@ -132,7 +132,8 @@ Verdict judge(const Evidence& e) {
     // span would hide.
     // Graded by that clock (--clock wall), the time counts in the figure instead.
     const double hidden = hidden_time_us(e);
-    if (!e.wall_clock && hidden > hidden_time_allowance_us(e.span_median_us))
+    const double allowance = hidden_time_allowance_us(e.span_median_us, e.host_launch_us);
+    if (!e.wall_clock && hidden > allowance)
       findings.push_back("each " + e.unit + " took " + g3(e.window_median_us) + " us (median) of wall time on the grader's own clock, " +
                          g3(hidden) + " us beyond its CUPTI GPU span (" + g3(e.span_median_us) + " us) and the ledger's overhead (" +
                          g3(credited_overhead_us(e)) + " us" +
@@ -141,8 +142,11 @@ Verdict judge(const Evidence& e) {
                                     " measured: the calibration windows were slow, the machine busy or the solution's "
                                     "load-time code running"
                               : std::string()) +
-                         "), more than the " + g3(hidden_time_allowance_us(e.span_median_us)) +
-                         " us allowed: the call spends time the GPU timer cannot see (host work, GPU work hidden from "
+                         "), more than the " + g3(allowance) + " us allowed (100 us" +
+                         (e.host_launch_us > 0 ? " x " + g3(host_slowdown(e.host_launch_us)) + " for this host's " +
+                                                     g3(e.host_launch_us) + " us per kernel launch"
+                                               : std::string()) +
+                         " + 10% of the span): the call spends time the GPU timer cannot see (host work, GPU work hidden from "
                          "CUPTI, or another process using this GPU); a solution host-bound by design (Python at a small "
                          "shape) is graded by that clock with nibble grade --clock wall");
     // Every launch the driver accepted leaves a record with its correlation id, unless the records

@@ -71,7 +71,7 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
   EXPECT_GT(t["gpu_span_us"]["median"].get<double>(), 0.0);
   EXPECT_GE(t["kernels_per_call"]["min"].get<double>(), 1.0);
   EXPECT_EQ(t["unit"], "token");
-  EXPECT_EQ(g.report["schema_version"], "2.8.0");
+  EXPECT_EQ(g.report["schema_version"], "2.9.0");
   EXPECT_EQ(t.value("graph_launches_audited", -1), 0) << "the megakernel launches no CUDA graph";
   EXPECT_EQ(t.value("clock", ""), "span");
   // The audits see the harness's own work too: a launch per timed call at least, and the L2 flush's
@@ -90,6 +90,20 @@ TEST(GradeGpu, ReferenceAgainstItselfPassesWithTiming) {
               lj.value("overhead_us", -1.0), lj.value("overhead_credit_cap_us", -1.0), lj.value("hidden_us", -1.0),
               lj.value("hidden_allowance_us", -1.0), lj["window_us"].value("median", -1.0));
   EXPECT_LT(lj.value("overhead_us", 1e9), lj.value("overhead_credit_cap_us", 0.0)) << lj.dump();
+  // The host's launch cost, measured by the child before the load: an empty kernel's launch is a
+  // few us on every host measured (2.6-5.9); the allowance is 100 us times its slowdown + 10% of the span.
+  ASSERT_TRUE(lj["host_launch_us"].is_number()) << lj.dump();
+  const double host_us = lj["host_launch_us"].get<double>();
+  std::printf("  host: %.2f us per kernel launch, slowdown %.2f\n", host_us, lj.value("host_slowdown", -1.0));
+  EXPECT_GT(host_us, 0.5);
+  EXPECT_LT(host_us, 50.0);
+  EXPECT_DOUBLE_EQ(lj.value("host_slowdown", 0.0), std::min(3.0, std::max(1.0, host_us / 2.6)));
+  // The span part is 10% of the median over every timed call (`samples`; the summary's median may
+  // leave throttled rounds out).
+  std::vector<double> all = t["gpu_span_us"]["samples"].get<std::vector<double>>();
+  std::sort(all.begin(), all.end());
+  const double median = all.empty() ? 0 : all.size() % 2 ? all[all.size() / 2] : (all[all.size() / 2 - 1] + all[all.size() / 2]) / 2;
+  EXPECT_NEAR(lj.value("hidden_allowance_us", 0.0), 100.0 * lj.value("host_slowdown", 0.0) + 0.1 * median, 1e-6);
   // NVML's view of the GPU as each call closed: the candidate started no process on it.
   std::printf("  processes on the GPU as calls closed: at most %s\n", lj["gpu_processes"]["most"].dump().c_str());
   EXPECT_EQ(lj["gpu_processes"]["started_by_candidate"], json::array()) << lj["gpu_processes"].dump();

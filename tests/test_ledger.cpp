@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -389,6 +390,53 @@ TEST(Ledger, ATimedCallsSpanOutOfSequenceIsTampering) {
   l.finish();
   EXPECT_NE(l.violation().find("a timed call's span out of sequence (round 0, call 0)"), std::string::npos) << l.violation();
   EXPECT_EQ(l.calls()[0].span_us, 3.0);
+}
+
+TEST(Ledger, TheHostLaunchTimeIsTheFirstMessageOnly) {
+  {  // first: taken, and the calls go on
+    CallLedger l(1, 1, 1, "");
+    LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
+    c.host(5.38);
+    (void)c.open(-1, 0);
+    (void)c.done(-1, 0, Digest{});
+    (void)c.open(0, 0);
+    (void)c.done(0, 0, Digest{});
+    l.finish();
+    EXPECT_EQ(l.violation(), "");
+    ASSERT_TRUE(l.host_launch_us().has_value());
+    EXPECT_EQ(*l.host_launch_us(), 5.38);
+    EXPECT_EQ(l.calls().size(), 1u);
+  }
+  {  // none sent: none taken (the allowance's host part stays 1x)
+    CallLedger l(1, 1, 1, "");
+    LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
+    (void)c.open(0, 0);
+    (void)c.done(0, 0, Digest{});
+    l.finish();
+    EXPECT_EQ(l.violation(), "");
+    EXPECT_FALSE(l.host_launch_us().has_value());
+  }
+  // After any other message (a solution's, to raise the allowance), a second one, or no duration:
+  // tampering, and the figure is not taken.
+  for (const int when : {0, 1, 2, 3}) {
+    CallLedger l(2, 1, 1, "");
+    LedgerClient c(l.child_read_fd(), l.child_write_fd(), 0.3);
+    if (when == 1) c.host(2.6);
+    if (when == 0) {
+      (void)c.open(-1, 0);
+      (void)c.done(-1, 0, Digest{});
+      (void)c.open(0, 0);
+      (void)c.done(0, 0, Digest{});
+    }
+    c.host(when == 2 ? std::nan("") : when == 3 ? -1.0 : 50.0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    l.finish();
+    const char* want = when <= 1 ? "a host launch time after the first message (round -1, call -1)"
+                                 : "a host launch time that is no duration";
+    EXPECT_NE(l.violation().find(want), std::string::npos) << when << ": " << l.violation();
+    if (when == 1) EXPECT_EQ(l.host_launch_us().value_or(0), 2.6);
+    else EXPECT_FALSE(l.host_launch_us().has_value()) << when;
+  }
 }
 
 // descends_from over a real process tree: this test, a child, the child's child.

@@ -189,6 +189,35 @@ TEST_P(Judge, TimingValidity) {
   expect(e, Disposition::Passed, Rule::Passed);
   e.window_median_us = 1221;
   expect(e, Disposition::InvalidTiming, Rule::Timing, "201 us beyond its CUPTI GPU span");
+  // The allowance's 100 us grows with the host's launch cost over 2.6 us, never below 1x, at most
+  // 3x: here 5.2 us per launch, twice the reference, so 300 us at a 1000 us span.
+  EXPECT_DOUBLE_EQ(host_slowdown(0), 1.0);    // not measured
+  EXPECT_DOUBLE_EQ(host_slowdown(1.3), 1.0);  // a faster host: never tighter than the reference's
+  EXPECT_DOUBLE_EQ(host_slowdown(5.2), 2.0);
+  EXPECT_DOUBLE_EQ(host_slowdown(52), 3.0);
+  EXPECT_DOUBLE_EQ(hidden_time_allowance_us(1000, 5.2), 300.0);
+  e = base();
+  e.host_launch_us = 5.2;
+  e.window_median_us = 1320;
+  expect(e, Disposition::Passed, Rule::Passed);
+  e.window_median_us = 1321;
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "301 us beyond its CUPTI GPU span");
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "300 us allowed (100 us x 2 for this host's 5.2 us per kernel launch");
+  e.host_launch_us = 520;  // a host 200x slower still lets 300 us hide, no more
+  e.window_median_us = 1420;
+  expect(e, Disposition::Passed, Rule::Passed);
+  e.window_median_us = 1421;
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "400 us allowed (100 us x 3");
+  // hostile_graph on tiny on an H100 host at 5.38 us per launch (9011b5b): 110 us beyond a 61.6 us
+  // span, over a fixed 106 us allowance; within the host's.
+  e = base();
+  e.span_median_us = 61.6;
+  e.span_min_us = 60;
+  e.floor_us = 10;
+  e.window_median_us = 61.6 + 20 + 110;
+  expect(e, Disposition::InvalidTiming, Rule::Timing, "110 us beyond its CUPTI GPU span");
+  e.host_launch_us = 5.38;
+  expect(e, Disposition::Passed, Rule::Passed);
   e = base();
   e.span_median_us = 64;  // launch-bound through a CUDA graph (tiny, H200): 132 us of wall
   e.span_min_us = 60;

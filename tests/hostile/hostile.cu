@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/ptrace.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -367,6 +368,36 @@ std::string child_channel(const char* name) {
   closedir(d);
   return found;
 }
+
+#if defined(HOSTILE_RAISE_HOST_ALLOWANCE)
+/** Sends the grader's call ledger a host launch time of 50 us on every SOCK_SEQPACKET socket in
+ *  this process (the child's end of the ledger is one): the ledger's 48-byte "HOST" message, its
+ *  check computed as harness/ledger.cpp's ledger_check does (the source is public). Taken, it would
+ *  triple the hidden-time allowance. */
+void raise_host_allowance() {
+  struct Message {
+    uint32_t kind;
+    int32_t round, call;
+    uint32_t check;
+    uint8_t digest[32];
+  } m{0x484f5354u, -1, -1, 0, {}};
+  const double us = 50.0;
+  std::memcpy(m.digest, &us, sizeof us);
+  uint32_t h = m.kind ^ uint32_t(m.round) ^ (uint32_t(m.call) * 2654435761u) ^ 0x6e69626cu;
+  for (int i = 0; i < 32; ++i) h = (h ^ m.digest[i]) * 16777619u;
+  m.check = h;
+  int sent = 0, sockets = 0;
+  for (int fd = 0; fd < 1024; ++fd) {
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) continue;
+    ++sockets;
+    sent += write(fd, &m, sizeof m) == ssize_t(sizeof m);
+  }
+  std::fprintf(stderr, "hostile-raise_host_allowance: a 50 us host launch time sent on %d of %d SOCK_SEQPACKET sockets\n",
+               sent, sockets);
+}
+#endif
 
 // ---- Reaching out of the child (the sandbox's rows): each says on stderr what it achieved -------------
 
@@ -873,6 +904,8 @@ nibble_status build(const nibble_decode_model* model, cudaStream_t stream, State
   disk_fill();
 #elif defined(HOSTILE_PTRACE_PARENT)
   ptrace_parent();
+#elif defined(HOSTILE_RAISE_HOST_ALLOWANCE)
+  raise_host_allowance();
 #endif
 #if defined(HOSTILE_STEAL_REFERENCE)
   // Computes nothing: it only needs the KV caches' addresses.
@@ -1066,7 +1099,7 @@ nibble_status step(State& s, const nibble_tensor* tokens, int32_t pos, nibble_te
   else
     H_OK(forward(s, tokens, pos, logits, stream, err));
   return NIBBLE_OK;
-#elif defined(HOSTILE_HIDE_FROM_CUPTI) || defined(HOSTILE_HIDE_BEHIND_CALIBRATION)
+#elif defined(HOSTILE_HIDE_FROM_CUPTI) || defined(HOSTILE_HIDE_BEHIND_CALIBRATION) || defined(HOSTILE_RAISE_HOST_ALLOWANCE)
   // CUPTI lives in this process: in a timed step its kernel records go off for two passes over the
   // step (work a cheat would want untimed), then on again for the third, which the timer sees.
   const bool hidden = timed && hostile::kernel_records(false, "hostile-hide_from_cupti");
