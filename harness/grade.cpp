@@ -765,7 +765,7 @@ int grade_run(const GradeOptions& opt) {
       {"grader_clock", std::string("the kernel stamps each call's open and done messages as the child sends them, and the "
                                    "parent reads the stamps (the call ledger): ") +
                            (by_wall ? "the windows are the figure; a span longer than the window makes the grade InvalidTiming"
-                                 : "median window - ledger overhead - GPU span above 100 us + 10% of the span, or a span "
+                                 : "median window - ledger overhead - GPU span above 100 us x the host's slowdown (timing.ledger.host_slowdown) + 10% of the span, or a span "
                                    "longer than the window, makes the grade InvalidTiming") +
                            "; each call's GPU span is committed to the parent as the call closes, and a result that reports "
                            "another makes the grade InvalidTiming"},

@@ -288,7 +288,8 @@ void CallLedger::handle(const LedgerMessage& m, int64_t t) {
   any_message_ = true;
   if (m.kind == LedgerMessage::Host) {
     // The first message only: sent before the solution is loaded, nothing it does can change it.
-    if (!first_message || m.round != -1 || m.call != -1) return violate("a host launch time after the first message");
+    if (!first_message) return violate("a host launch time after the first message");
+    if (m.round != -1 || m.call != -1) return violate("a host launch time for a call (it belongs to none: round -1, call -1)");
     double us = 0;
     std::memcpy(&us, m.digest, sizeof us);
     if (!std::isfinite(us) || us <= 0) return violate("a host launch time that is no duration");

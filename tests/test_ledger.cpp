@@ -437,6 +437,20 @@ TEST(Ledger, TheHostLaunchTimeIsTheFirstMessageOnly) {
     if (when == 1) EXPECT_EQ(l.host_launch_us().value_or(0), 2.6);
     else EXPECT_FALSE(l.host_launch_us().has_value()) << when;
   }
+  {  // first, but named for a call (a well-formed message no harness sends): tampering
+    CallLedger l(1, 1, 1, "");
+    Digest d{};
+    const double us = 50.0;
+    std::memcpy(d.data(), &us, sizeof us);
+    LedgerMessage m{LedgerMessage::Host, 0, 0, ledger_check(LedgerMessage::Host, 0, 0, d.data()), {}};
+    std::memcpy(m.digest, d.data(), sizeof m.digest);
+    ASSERT_EQ(write(l.child_write_fd(), &m, sizeof m), ssize_t(sizeof m));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    l.finish();
+    EXPECT_NE(l.violation().find("a host launch time for a call (it belongs to none: round -1, call -1) (round 0, call 0)"),
+              std::string::npos) << l.violation();
+    EXPECT_FALSE(l.host_launch_us().has_value());
+  }
 }
 
 // descends_from over a real process tree: this test, a child, the child's child.
