@@ -213,11 +213,14 @@ json identity(const ReportView& r, const std::string& label) {
   return id;
 }
 
-std::string pct(double ratio) {
-  char b[400];  // %f of any double: at most 309 digits before the point
-  std::snprintf(b, sizeof b, "%+.1f%%", 100 * (ratio - 1));
-  return b;
+/** `v` with one decimal, or in %g beyond 1e6 (an edited report's 1e308 printed 300 digits). */
+std::string one_decimal(double v, const char* sign = "") {
+  char b[64];
+  std::snprintf(b, sizeof b, std::fabs(v) < 1e6 ? "%*.1f" : "%*.4g", 0, v);
+  return (*sign && v >= 0 ? "+" : "") + std::string(b);
 }
+
+std::string pct(double ratio) { return one_decimal(100 * (ratio - 1), "+") + "%"; }
 
 }  // namespace
 
@@ -445,8 +448,10 @@ std::string format_comparison(const Comparison& c) {
     o << "  " << std::string(100, '-') << "\n";
     for (const auto& f : c.figures) {
       const std::string ci = "[" + fmt_g(f.ci.lo, 4) + ", " + fmt_g(f.ci.hi, 4) + "]";
-      std::snprintf(line, sizeof line, "  %-13s %9.1f us %9.1f us %8.4fx  %-22s %9.2g  %s (%s)\n", f.figure.c_str(),
-                    f.median_base, f.median_new, f.ci.ratio, ci.c_str(), f.mwu.p, f.verdict.c_str(), pct(f.ci.ratio).c_str());
+      std::snprintf(line, sizeof line, std::fabs(f.ci.ratio) < 1e6 ? "  %-13s %9s us %9s us %8.4fx  %-22s %9.2g  %s (%s)\n"
+                                                                  : "  %-13s %9s us %9s us %8.4gx  %-22s %9.2g  %s (%s)\n",
+                    f.figure.c_str(), one_decimal(f.median_base).c_str(), one_decimal(f.median_new).c_str(), f.ci.ratio, ci.c_str(), f.mwu.p,
+                    f.verdict.c_str(), pct(f.ci.ratio).c_str());
       o << line;
     }
     o << "\n";

@@ -345,15 +345,14 @@ std::string fixture_trust(const Task& task, const std::string& config, uint64_t 
 
 json ensure_fixture(const Task& task, const std::string& config, uint64_t seed, const std::string& given_dir, int threads,
                     bool verify, const Log& log, std::string* dir_out, FixtureManifest* manifest_out) {
-  const std::string dir = given_dir.empty() ? default_fixture_dir(task.name(), config, seed) : given_dir;
+  const std::string dir = given_dir.empty() ? made_cache_fixture_dir(task.name(), config, seed) : given_dir;
   *dir_out = dir;
   json j;
   j["seed"] = seed;
   j["dir"] = dir;
   // One process at a time checks and builds a folder (FolderLock); the cache's folder is made
-  // for its lock, a given folder is never made here.
+  // for its lock (made_cache_fixture_dir), a given folder is never made here.
   std::error_code ec;
-  if (given_dir.empty()) fs::create_directories(dir, ec);
   // A given folder without a fixture is refused before the lock leaves its file there; one that has
   // a lock file may be another nibble's build under way: wait for it, then judge.
   if (!given_dir.empty() && !fs::exists(fs::path(dir) / kFolderLockFile, ec))

@@ -2,6 +2,8 @@
 // (no script, no fonts, no network), laid out for a 1000 px wide column.
 #include "harness/html_report.h"
 
+#include "fixtures/safetensors.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -19,7 +21,7 @@ using json = nlohmann::ordered_json;
 std::string html_escape(const std::string& s) {
   std::string o;
   o.reserve(s.size());
-  for (char c : s) {
+  for (char c : utf8_text(s)) {  // the page declares UTF-8: a report file's name is any bytes
     switch (c) {
       case '&': o += "&amp;"; break;
       case '<': o += "&lt;"; break;

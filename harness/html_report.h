@@ -48,7 +48,7 @@ struct HtmlAnchors {
   std::vector<std::string> beside_labels;  // same length as beside: how each is named in the page
 };
 
-/** & < > " ' as entities: safe in element text and in quoted attribute values. */
+/** & < > " ' as entities, the rest as UTF-8 (utf8_text): safe in element text and in quoted attribute values. */
 std::string html_escape(const std::string& s);
 
 /** The start of a self-contained page in the report's style (doctype, `title` escaped, the inline

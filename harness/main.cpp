@@ -101,7 +101,7 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
     const Task& t = find_task(task);
     t.check_config(config);
     const std::string named = out.empty() ? "the fixture cache's folder " + default_fixture_dir(task, config, seed) : "--out " + out;
-    if (out.empty()) out = default_fixture_dir(task, config, seed);
+    if (out.empty()) out = made_cache_fixture_dir(task, config, seed);
     if (std::error_code e; std::filesystem::exists(out, e) && !std::filesystem::is_directory(out, e))
       throw std::invalid_argument(named + " is a file, not a folder; give a folder for the fixture");
     const bool tty = !quiet && isatty(STDERR_FILENO);
@@ -421,9 +421,9 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
   // The first word, and a command's first word where it has commands (fixture), must be a command
   // (or, first, nibble's own --help / --version): CLI11 alone would say "A subcommand is required"
   // for `nibble bogus`, `nibble --bogus` and `nibble fixture bogus` without naming the word.
+  CLI::App* at = &app;  // the command the words name (nibble, grade, fixture build, ...)
+  std::string path = "nibble";
   {
-    CLI::App* at = &app;
-    std::string path = "nibble";
     for (int i = 1; i < argc && !at->get_subcommands([](const CLI::App*) { return true; }).empty(); ++i) {
       const std::string word = argv[i];
       if (!word.empty() && word[0] == '-') {
@@ -451,6 +451,19 @@ static int nibble_main(int argc, char** argv) {  // main: its code, standard out
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    // CLI11 checks required options before it finds words it does not know: `grade --bogus` read
+    // "--solution is required" (a newcomer's finding). An option word the command does not have is
+    // said first; a value that looks like one is only looked at when CLI11 found an option missing.
+    if (dynamic_cast<const CLI::RequiredError*>(&e) && at != &app)
+      for (int i = 1; i < argc; ++i) {
+        const std::string word = argv[i];
+        if (word.size() < 2 || word[0] != '-' || std::isdigit(static_cast<unsigned char>(word[1])) || word[1] == '.') continue;
+        const std::string name = word.substr(0, word.find('='));
+        if (!at->get_option_no_throw(name) && name != "--help" && name != "-h") {
+          std::fprintf(stderr, "%s: unknown option '%s' (%s --help lists its options)\n", path.c_str(), name.c_str(), path.c_str());
+          return 2;
+        }
+      }
     app.exit(e);
     return 2;
   }

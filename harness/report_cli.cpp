@@ -136,6 +136,9 @@ FoundReports find_reports(const std::vector<std::string>& results) {
         found.unread.push_back({f, capped(e.what())});
         continue;
       }
+      // An earlier board of `nibble leaderboard --json` is its output, never an input: the same
+      // command run again rewrites it (other JSON stays protected from being written over).
+      if (j.is_object() && j.contains("schema") && j["schema"] == "nibble.leaderboard") found.opened.pop_back();
       if (!j.is_object() || !j.contains("schema") || j["schema"] != "nibble.report") continue;
       try {
         ReportView view = read_report_view(j, f);

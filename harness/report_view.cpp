@@ -66,6 +66,11 @@ std::string one_figure_problem(const ReportView& r, const FigureView& f, bool gr
   const double tol = 1e-9 * std::fabs(*hi), own = summarize(f.samples).median;
   const bool in_range = f.median >= *lo - tol && f.median <= *hi + tol && !(f.q1 > f.median + tol) && !(f.median > f.q3 + tol);
   if (in_range && (r.throttled_rounds_excluded || std::fabs(f.median - own) <= tol)) return "";
+  // Said as what is wrong: a median equal to the samples' but outside its own q1..q3 (a newcomer's
+  // edit of every sample and the median, the quartiles left) read "1e+308 is not 1e+308".
+  if (!in_range && std::fabs(f.median - own) <= tol)
+    return "its median (" + fmt_g(f.median, 5) + " us) is outside its own q1 - q3 (" + fmt_g(f.q1, 5) + " - " + fmt_g(f.q3, 5) +
+           " us) or its samples' range: an edited report";
   return "its median (" + fmt_g(f.median, 5) + " us) is not its " + std::to_string(f.samples.size()) + " samples' (" +
          fmt_g(own, 5) + " us): an edited report";
 }
@@ -94,8 +99,9 @@ std::string figure_problem(const ReportView& r) {
 }
 
 std::string one_line(std::string s) {
-  // Each control character a space: C0 and DEL, and the C1 controls as UTF-8 (U+0080..U+009F:
-  // C2 80..C2 9F; U+009B is a terminal's CSI).
+  // UTF-8 first (a file name's bytes; a page declares UTF-8), then each control character a space:
+  // C0 and DEL, and the C1 controls as UTF-8 (U+0080..U+009F: C2 80..C2 9F; U+009B is a terminal's CSI).
+  s = utf8_text(s);
   std::string o;
   o.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
@@ -214,6 +220,36 @@ void check_report(const json& r, const std::string& what) {
       throw BadReport(what + ": malformed nibble report: correctness.element_guard " + fmt_g(guard) + " is not " + task->name() +
                       "'s " + fmt_g(*task_guard) + "; grade it again");
   }
+  // The worst errors are the worst of every seed's, call's and output's (grade.cpp takes them so):
+  // one past them, or a seed's null (a NaN/Inf output) under a Passed grade, is an edited report
+  // whose headline was kept under the gate.
+  if (std::isfinite(worst))
+    for (const json& seed : field(c, "per_seed")) {
+      auto past = [&](const json& v, const char* limit_key, const std::string& where) {
+        const double limit = num(field(c, limit_key));
+        if (v.is_number() && std::isfinite(limit) && num(v) > limit * (1 + 1e-12))
+          throw BadReport(what + ": malformed nibble report: " + where + " " + shown(v) + " is past correctness." + limit_key +
+                          " " + fmt_g(limit) + ", which is the worst of them all; grade it again");
+      };
+      const std::string at = "correctness.per_seed[seed " + shown(field(seed, "seed")) + "]";
+      const json& sw = field(seed, "worst_rel_err");
+      if (d == "Passed" && seed.is_object() && seed.contains("worst_rel_err") && sw.is_null())
+        throw BadReport(what + ": malformed nibble report: disposition Passed with " + at +
+                        ".worst_rel_err null (a NaN or Inf output: judge() calls that Incorrect)");
+      past(sw, "worst_rel_err", at + ".worst_rel_err");
+      for (const char* list : {"calls", "steps"})
+        for (const json& call : field(seed, list)) {
+          const std::string where = at + "." + list + "[" + shown(field(call, "call")) + "]";
+          past(field(call, "rel_err"), "worst_rel_err", where + ".rel_err");
+          const json& outs = field(call, "outputs");
+          if (outs.is_object())
+            for (auto o = outs.begin(); o != outs.end(); ++o) {
+              const std::string out = where + ".outputs[" + shown(json(o.key())) + "]";
+              past(field(o.value(), "rel_err"), "worst_rel_err", out + ".rel_err");
+              past(field(o.value(), "elem_err"), "worst_elem_err", out + ".elem_err");
+            }
+        }
+    }
   if (d == "Passed" && std::isfinite(guard) && std::isfinite(worst_elem) && worst_elem > guard)
     throw BadReport(what + ": malformed nibble report: disposition Passed with correctness.worst_elem_err " + fmt_g(worst_elem) +
                     " past its element guard " + fmt_g(guard) + " (judge() calls that Incorrect)");

@@ -202,7 +202,7 @@ std::string figure_problem(const ReportView& report);
  *  reports of different modes apart only where both depend on them. */
 std::string figure_graph_records(const ReportView& r);
 
-/** `s` with every control character (a newline, ESC, NUL) a space: a report is anyone's file, and
+/** `s` as UTF-8 (utf8_text) with every control character (a newline, ESC, NUL) a space: a report is anyone's file, and
  *  what `report show`, `compare` and the leaderboard print from it must not move the terminal's cursor
  *  or colour it (a newcomer's finding: an ESC in a solution's name reached the terminal). Every
  *  string the report view reads passes through it. */

@@ -281,6 +281,18 @@ TEST(CompareReports, ReferenceAgainstUnfusedIsASlowdown) {
   EXPECT_NE(table.find("result: exit 1"), std::string::npos) << table;
 }
 
+TEST(CompareReports, AHugeFigureIsPrintedInFewDigits) {
+  // A newcomer's finding: medians of 1e200 us printed the change as a 200-digit percentage.
+  std::vector<double> huge(32);
+  for (size_t i = 0; i < huge.size(); ++i) huge[i] = 1e200 * (1 + 0.001 * double(i));
+  const Comparison c = compare_json(unfused(), with_samples(unfused(), huge), CompareOptions{});
+  const std::string table = format_comparison(c);
+  EXPECT_NE(table.find("SLOWER (+3.846e+198%)"), std::string::npos) << table;  // 100 * (1.0155e200 / 2640.4 - 1), in %g
+  size_t run = 0, longest = 0;
+  for (const char ch : table) longest = std::max(longest, run = std::isdigit(static_cast<unsigned char>(ch)) ? run + 1 : 0);
+  EXPECT_LT(longest, 20u) << table;
+}
+
 TEST(CompareReports, SameReportTwiceIsSame) {
   const json u = unfused();
   const Comparison c = compare_json(u, u, CompareOptions{});
@@ -662,6 +674,44 @@ TEST(CompareReports, APassedReportIsJudgedAgainstItsTasksGateAndGuard) {
   later["correctness"]["worst_rel_err"] = 0.4;
   EXPECT_NO_THROW(validate_report(later, "r.json"));
   EXPECT_NO_THROW(validate_report(r, "r.json"));
+}
+
+TEST(CompareReports, TheWorstErrorIsTheWorstOfEverySeedCallAndOutput) {
+  // A newcomer's finding, 2026-12-07: a seed's error edited to 0.5 (past the gate 0.1) under the
+  // untouched headline 0.0005 was shown as Passed and ranked first.
+  const json r = unfused_v2();
+  ASSERT_EQ(r["disposition"], "Passed");
+  const json& seed0 = r["correctness"]["per_seed"][0];
+  ASSERT_TRUE(seed0["calls"].is_array() && !seed0["calls"].empty());
+  const auto refused = [](const json& edited, const std::string& says) {
+    try {
+      validate_report(edited, "r.json");
+      ADD_FAILURE() << "taken: " << edited["correctness"].dump().substr(0, 400);
+    } catch (const BadReport& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  json seed = r;
+  seed["correctness"]["per_seed"][0]["worst_rel_err"] = 0.5;
+  refused(seed, "correctness.per_seed[seed 0].worst_rel_err 0.5 is past correctness.worst_rel_err");
+  json call = r;
+  call["correctness"]["per_seed"][0]["calls"][0]["rel_err"] = 0.5;
+  refused(call, ".calls[\"step0\"].rel_err 0.5 is past correctness.worst_rel_err");
+  json output = r;
+  output["correctness"]["per_seed"][0]["calls"][0]["outputs"]["logits"]["elem_err"] = 0.9;
+  refused(output, ".outputs[\"logits\"].elem_err 0.9 is past correctness.worst_elem_err");
+  json nan_seed = r;
+  nan_seed["correctness"]["per_seed"][0]["worst_rel_err"] = nullptr;
+  refused(nan_seed, "disposition Passed with correctness.per_seed[seed 0].worst_rel_err null");
+  // Not Passed, a seed past a headline is still no report nibble writes; a NaN seed is (Incorrect).
+  nan_seed["disposition"] = "Incorrect";
+  EXPECT_NO_THROW(validate_report(nan_seed, "r.json"));
+  seed["disposition"] = "Incorrect";
+  refused(seed, "is past correctness.worst_rel_err");
+  // Every seed, call and output at or under the headline: taken.
+  json equal = r;
+  equal["correctness"]["per_seed"][0]["worst_rel_err"] = r["correctness"]["worst_rel_err"];
+  EXPECT_NO_THROW(validate_report(equal, "r.json"));
 }
 
 TEST(CompareReports, LaterMajorSchemaVersionIsBadInput) {
@@ -1512,6 +1562,17 @@ TEST(ReportCli, Leaderboard) {
   ASSERT_EQ(m["groups"].size(), 1u);
   EXPECT_EQ(m["groups"][0]["rows"].size(), 1u);
   EXPECT_EQ(m["groups"][0]["rows"][0]["label"], t.path() + "/mixed/deep/u2.json");
+  // The board written inside the folder it reads is its own output, not an input: the same
+  // command runs again (a newcomer's finding: the second run refused it as "the input"); other JSON
+  // there stays protected.
+  for (int run = 0; run < 2; ++run) {
+    x = run_nibble({"leaderboard", t.path() + "/mixed", "--json", t.path() + "/mixed/board.json"}, t);
+    EXPECT_EQ(x.code, 0) << run << ": " << x.out;
+    EXPECT_EQ(json::parse(read_file(t.path() + "/mixed/board.json"))["groups"][0]["rows"].size(), 1u) << run;
+  }
+  x = run_nibble({"leaderboard", t.path() + "/mixed", "--json", t.path() + "/mixed/cal.json"}, t);
+  EXPECT_EQ(x.code, 4) << x.out;
+  EXPECT_NE(x.out.find("is the input " + t.path() + "/mixed/cal.json"), std::string::npos) << x.out;
 
   // Bad input: a file named that is not a report (no output written), a missing one, a folder
   // without reports, no output asked for, an output over an input; a file that cannot be written.
@@ -1569,8 +1630,17 @@ TEST(ReportCli, Leaderboard) {
   write_file_atomic(t.path() + "/torn/bad\xff.json", "{\"oops\xfe");
   fs::create_symlink(t.path() + "/nowhere.json", t.path() + "/torn/dangling.json");
   write_file_atomic(t.path() + "/torn/long.json", "{\"" + std::string(1 << 20, 'a'));
-  x = run_nibble({"leaderboard", t.path() + "/torn", "--json", t.path() + "/utf8.json", "-o", t.path() + "/utf8.html"}, t);
+  x = run_nibble({"leaderboard", t.path() + "/torn", "--json", t.path() + "/utf8.json", "-o", t.path() + "/utf8.html", "--markdown",
+                  t.path() + "/utf8.md"},
+                 t);
   EXPECT_EQ(x.code, 4) << x.out.substr(0, 4000);
+  // The pages are UTF-8 as they declare (a newcomer's finding: the name's raw byte reached the .md
+  // and the .html): a strict dump throws on any byte that is not.
+  for (const char* page : {"/utf8.md", "/utf8.html"}) {
+    const std::string text = read_file(t.path() + page);
+    EXPECT_NO_THROW((void)json(text).dump()) << page;
+    EXPECT_NE(text.find("bad\uFFFD.json"), std::string::npos) << page;
+  }
   EXPECT_LT(x.out.size(), 100000u) << "a reason is capped";
   const json utf8 = json::parse(read_file(t.path() + "/utf8.json"));
   std::set<std::string> listed;
