@@ -290,6 +290,22 @@ void check_report(const json& r, const std::string& what) {
     if (s.contains("n") && !(s["n"].is_number_integer() && s["n"].get<long long>() >= 0))
       throw BadReport(what + ": malformed nibble report: timing." + f + ".n is " + shown(s["n"]) + ", not a count of samples");
   }
+  // The headline time is the graded figure's median, and the throughput figures follow from it
+  // (grade.cpp writes them so): `report show` prints them as they stand (a newcomer's us_per_call
+  // of 1, and samples of 1e308 under an unchanged TFLOP/s, were shown as read).
+  const json& per_call = first_of(t, {"us_per_call", "us_per_token"});
+  const json& graded = field(field(t, field(t, "clock") == "wall" ? "grader_clock_us" : "gpu_span_us"), "median");
+  const double us = num(per_call);
+  auto differs = [](double a, double b, double rel) { return !(std::fabs(a - b) <= rel * std::fabs(b)); };
+  if (per_call.is_number() && graded.is_number() && differs(us, num(graded), 1e-9))
+    throw BadReport(what + ": malformed nibble report: timing.us_per_call " + shown(per_call) +
+                    " is not the graded figure's median " + shown(graded) + ": an edited report");
+  for (const auto& [key, amount, scale] : {std::tuple<const char*, const char*, double>{"tflops", "flops_per_call", 1e-6},
+                                           {"achieved_bandwidth_Bps", "bytes_per_call", 1e6}})
+    if (const json& v = field(t, key), &a = first_of(t, {amount, key == std::string("tflops") ? amount : "bytes_per_step"});
+        v.is_number() && a.is_number() && us > 0 && differs(num(v), num(a) / us * scale, 1e-6))
+      throw BadReport(what + ": malformed nibble report: timing." + key + " " + shown(v) + " does not follow from timing." + amount +
+                      " " + shown(a) + " over timing.us_per_call " + shown(per_call) + ": an edited report");
 }
 
 FigureView figure_of(const json& s) {

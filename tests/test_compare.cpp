@@ -714,6 +714,33 @@ TEST(CompareReports, TheWorstErrorIsTheWorstOfEverySeedCallAndOutput) {
   EXPECT_NO_THROW(validate_report(equal, "r.json"));
 }
 
+TEST(CompareReports, TheHeadlineTimeAndThroughputFollowFromTheSamples) {
+  // A newcomer's finding: us_per_call edited to 1 (or every sample to 1e308 under an unchanged
+  // TFLOP/s) was shown as it stood.
+  const json g = gemm_v2();
+  ASSERT_TRUE(g["timing"]["tflops"].is_number());
+  EXPECT_NO_THROW(validate_report(g, "g.json"));
+  EXPECT_NO_THROW(validate_report(unfused_v2(), "u.json"));
+  const auto refused = [](const json& edited, const std::string& says) {
+    try {
+      validate_report(edited, "g.json");
+      ADD_FAILURE() << "taken: " << edited["timing"].dump().substr(0, 300);
+    } catch (const BadReport& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  json headline = g;
+  headline["timing"]["us_per_call"] = 1.0;
+  refused(headline, "timing.us_per_call 1.0 is not the graded figure's median");
+  json tflops = g;
+  tflops["timing"]["tflops"] = 2 * g["timing"]["tflops"].get<double>();
+  refused(tflops, "timing.tflops");
+  refused(tflops, "does not follow from timing.flops_per_call");
+  json bandwidth = g;
+  bandwidth["timing"]["achieved_bandwidth_Bps"] = 1e15;
+  refused(bandwidth, "timing.achieved_bandwidth_Bps 1e+15 does not follow from timing.bytes_per_call");
+}
+
 TEST(CompareReports, LaterMajorSchemaVersionIsBadInput) {
   json neu = unfused();
   neu["schema_version"] = "9.0.0";
@@ -800,6 +827,14 @@ TEST(CompareFiles, AReportWhoseSamplesAreNotItsFigureIsBadInput) {
   // report and leaving its median made it FASTER (-50%) here while the leaderboard set it apart
   // (a newcomer's finding). Both now read it as an edited report.
   TempDir t;
+  // An edit made whole: the headline and the throughput follow the median, as grade.cpp writes them
+  // (check_report refuses a partial one first).
+  const auto headline = [](json& r, double us) {
+    json& t = r["timing"];
+    t["us_per_call"] = us;
+    if (t["tflops"].is_number()) t["tflops"] = t["flops_per_call"].get<double>() / us * 1e-6;
+    if (t["achieved_bandwidth_Bps"].is_number()) t["achieved_bandwidth_Bps"] = t["bytes_per_call"].get<double>() / us * 1e6;
+  };
   const std::string base = data("reports/h200-unfused-full.json");
   EXPECT_EQ(compare_files(base, base, CompareOptions{}, false), kCompareOk);
   json r = unfused();
@@ -812,6 +847,7 @@ TEST(CompareFiles, AReportWhoseSamplesAreNotItsFigureIsBadInput) {
   json flagged = unfused_v2();
   flagged["timing"]["ledger"]["clocks"]["throttled_rounds_excluded_from_median"] = true;
   flagged["timing"]["gpu_span_us"]["median"] = flagged["timing"]["gpu_span_us"]["q1"];
+  headline(flagged, flagged["timing"]["gpu_span_us"]["q1"].get<double>());
   flagged["timing"]["ledger"]["clocks"]["throttled_rounds"] = json::array();
   EXPECT_NE(figure_problem(view(flagged)).find("an edited report"), std::string::npos);
   flagged["timing"]["ledger"]["clocks"]["throttled_rounds"] = json::array({1});
@@ -823,6 +859,7 @@ TEST(CompareFiles, AReportWhoseSamplesAreNotItsFigureIsBadInput) {
   ASSERT_GT(floor_us, 0);
   for (json& v : fast["timing"]["gpu_span_us"]["samples"]) v = floor_us / 2;
   for (const char* k : {"median", "q1", "q3", "min", "max", "mean"}) fast["timing"]["gpu_span_us"][k] = floor_us / 2;
+  headline(fast, floor_us / 2);
   EXPECT_NE(figure_problem(view(fast)).find("is below the theoretical bandwidth floor"), std::string::npos) << figure_problem(view(fast));
   // A Passed report of either schema states the samples its median is of.
   json bare = unfused();
