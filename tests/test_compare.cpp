@@ -35,6 +35,15 @@ json unfused_v2() { return load_report(data("reports/v2/h200-unfused-full.json")
 json gemm_v2() { return load_report(data("reports/v2/h200-gemm-nvfp4-m16-fp4_sm90.json")); }
 ReportView view(const json& r) { return read_report_view(r, "a test report"); }
 std::vector<double> samples_of(const json& r, const std::string& figure) { return timed_figure(view(r), figure).samples; }
+/** validate_report refuses `edited`, saying `says`. */
+void refused(const json& edited, const std::string& says) {
+  try {
+    validate_report(edited, "r.json");
+    ADD_FAILURE() << "taken: " << edited.dump().substr(0, 400);
+  } catch (const BadReport& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
 Comparison compare_json(const json& base, const json& neu, const CompareOptions& opt) {
   return compare_reports(view(base), view(neu), opt);
 }
@@ -635,14 +644,6 @@ TEST(CompareReports, APassedReportIsJudgedAgainstItsTasksGateAndGuard) {
   // report at 5x the task's gate was ranked and compared as passing.
   const json r = unfused_v2();
   ASSERT_EQ(r["disposition"], "Passed");
-  const auto refused = [](const json& edited, const std::string& says) {
-    try {
-      validate_report(edited, "r.json");
-      ADD_FAILURE() << "taken: " << edited["correctness"].dump();
-    } catch (const BadReport& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  };
   for (const json& gate : {json(nullptr), json("0.1"), json(1e9), json(0), json(-1)}) {
     json edited = r;
     edited["correctness"]["gate"] = gate;
@@ -683,14 +684,6 @@ TEST(CompareReports, TheWorstErrorIsTheWorstOfEverySeedCallAndOutput) {
   ASSERT_EQ(r["disposition"], "Passed");
   const json& seed0 = r["correctness"]["per_seed"][0];
   ASSERT_TRUE(seed0["calls"].is_array() && !seed0["calls"].empty());
-  const auto refused = [](const json& edited, const std::string& says) {
-    try {
-      validate_report(edited, "r.json");
-      ADD_FAILURE() << "taken: " << edited["correctness"].dump().substr(0, 400);
-    } catch (const BadReport& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  };
   json seed = r;
   seed["correctness"]["per_seed"][0]["worst_rel_err"] = 0.5;
   refused(seed, "correctness.per_seed[seed 0].worst_rel_err 0.5 is past correctness.worst_rel_err");
@@ -721,14 +714,6 @@ TEST(CompareReports, TheHeadlineTimeAndThroughputFollowFromTheSamples) {
   ASSERT_TRUE(g["timing"]["tflops"].is_number());
   EXPECT_NO_THROW(validate_report(g, "g.json"));
   EXPECT_NO_THROW(validate_report(unfused_v2(), "u.json"));
-  const auto refused = [](const json& edited, const std::string& says) {
-    try {
-      validate_report(edited, "g.json");
-      ADD_FAILURE() << "taken: " << edited["timing"].dump().substr(0, 300);
-    } catch (const BadReport& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  };
   json headline = g;
   headline["timing"]["us_per_call"] = 1.0;
   refused(headline, "timing.us_per_call 1.0 is not the graded figure's median");
