@@ -96,7 +96,11 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     // -o /dev/stdout: into the stream itself, as a shell's redirection set it up (`>> log` appends,
     // `( ... ) > f` keeps what follows); opening the path anew would start a regular file over at
     // offset 0, and a rename would replace it.
-    if (!write_all(sfd, content)) throw std::runtime_error("cannot write " + path + ": " + strerror(errno));
+    if (!write_all(sfd, content)) {
+      const std::string why = "cannot write " + path + ": " + strerror(errno);
+      if (sfd == STDOUT_FILENO) throw StdoutLost(why);
+      throw std::runtime_error(why);
+    }
     return;
   }
   // What the path names once the kernel has followed every link.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace nibble {
@@ -14,6 +15,11 @@ namespace nibble {
  *  would replace it; a pipe without a reader blocks). Throws std::runtime_error naming the path and
  *  the OS error (also for a path that ends in '/', or is a folder, or is empty). */
 void write_file_atomic(const std::string& path, const std::string& content);
+/** What write_file_atomic throws when the file was this process's standard output (/dev/stdout,
+ *  /dev/fd/1, /proc/self/fd/1) and it could not be written: the CLI's exit 74 (kExitStdoutLost). */
+struct StdoutLost : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 /** The file descriptor a path names by itself: 1 for /dev/stdout, 2 for /dev/stderr, N for
  *  /dev/fd/N and /proc/self/fd/N; -1 for any other path. */

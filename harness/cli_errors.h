@@ -8,12 +8,25 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "harness/atomic_file.h"
+
 namespace nibble {
+
+/** The exit code of every command whose standard output could not be written (sysexits.h's
+ *  EX_IOERR: no command gives it another meaning), an output named /dev/stdout included. */
+inline constexpr int kExitStdoutLost = 74;
+
+/** The exit code of an output file that could not be written: kExitStdoutLost for standard
+ *  output (StdoutLost: `-o /dev/stdout` to a full disk), else `otherwise`. */
+inline int write_failed_code(const std::exception& e, int otherwise) {
+  return dynamic_cast<const StdoutLost*>(&e) ? kExitStdoutLost : otherwise;
+}
 
 /**
  * Runs `body` (returning the command's exit code) and maps what it throws: std::invalid_argument,
  * the CLI's "bad input" (a wrong name, a folder that is someone else's), to `bad_input`; any other
- * std::exception (a file that cannot be written, a child that failed) to `failed`. The message goes
+ * std::exception (a file that cannot be written, a child that failed) to `failed` (standard output
+ * named as an output file, StdoutLost, to kExitStdoutLost). The message goes
  * to stderr after "<command>: ", so every command words its errors the same way.
  */
 template <class Body>
@@ -25,13 +38,9 @@ int run_command(const char* command, Body&& body, int bad_input = 2, int failed 
     return bad_input;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", command, e.what());
-    return failed;
+    return write_failed_code(e, failed);
   }
 }
-
-/** The exit code of every command whose standard output could not be written (sysexits.h's
- *  EX_IOERR: no command gives it another meaning). */
-inline constexpr int kExitStdoutLost = 74;
 
 /**
  * `code`, or kExitStdoutLost when what the command printed on standard output did not all get there

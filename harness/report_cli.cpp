@@ -357,7 +357,7 @@ int report_command(std::vector<std::string> args) {
     write_file_atomic(html_out, page);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nibble report html: %s\n", e.what());
-    return 1;
+    return write_failed_code(e, 1);
   }
   // a status line, on stderr: with -o /dev/stdout the page alone is on stdout
   std::fprintf(stderr, "nibble report html: wrote %s (%zu bytes)\n", html_out.c_str(), page.size());
@@ -455,7 +455,7 @@ int leaderboard_command(std::vector<std::string> args) {
       std::fprintf(stderr, "nibble leaderboard: wrote %s (%zu bytes)\n", path.c_str(), content.size());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nibble leaderboard: %s\n", e.what());
-      rc = 1;
+      rc = write_failed_code(e, 1);
     }
   };
   write(html_out, html_out.empty() ? "" : leaderboard_html(groups, found.unread));

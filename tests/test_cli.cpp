@@ -739,8 +739,10 @@ TEST(Cli, DashAsAnOutputIsRefused) {
 TEST(Cli, StandardOutputLostIsExit74) {
   if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
   const std::string report = source_report();
+  // An output file named /dev/stdout too (a newcomer's finding: report html and leaderboard exited 1).
   for (const std::string& args : {std::string("configs"), std::string("--version"), "compare " + report + " " + report + " --json",
-                                  "report show " + report}) {
+                                  "report show " + report, "report html " + report + " -o /dev/stdout",
+                                  "leaderboard " + report + " --json /dev/stdout"}) {
     const int status = std::system((nibble_exe() + " " + args + " > /dev/full 2>/dev/null").c_str());
     ASSERT_TRUE(WIFEXITED(status)) << args;
     EXPECT_EQ(WEXITSTATUS(status), 74) << args;
