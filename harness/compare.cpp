@@ -213,14 +213,18 @@ json identity(const ReportView& r, const std::string& label) {
   return id;
 }
 
-/** `v` with one decimal, or in %g beyond 1e6 (an edited report's 1e308 printed 300 digits). */
-std::string one_decimal(double v, const char* sign = "") {
+/** `v` with `decimals` decimals, or in %.4g from 1e6 on (an edited report's 1e308 printed 300
+ *  digits); a '+' before it when `sign` and v >= 0. */
+std::string fixed(double v, int decimals, bool sign = false) {
   char b[64];
-  std::snprintf(b, sizeof b, std::fabs(v) < 1e6 ? "%*.1f" : "%*.4g", 0, v);
-  return (*sign && v >= 0 ? "+" : "") + std::string(b);
+  if (std::fabs(v) < 1e6)
+    std::snprintf(b, sizeof b, "%.*f", decimals, v);
+  else
+    std::snprintf(b, sizeof b, "%.4g", v);
+  return (sign && v >= 0 ? "+" : "") + std::string(b);
 }
 
-std::string pct(double ratio) { return one_decimal(100 * (ratio - 1), "+") + "%"; }
+std::string pct(double ratio) { return fixed(100 * (ratio - 1), 1, true) + "%"; }
 
 }  // namespace
 
@@ -417,7 +421,7 @@ Comparison compare_reports(const ReportView& base, const ReportView& neu, const 
 
 std::string format_comparison(const Comparison& c) {
   std::ostringstream o;
-  char line[1024];  // a table line holds two %f medians: any double's, 309 digits at most, never cut
+  char line[512];  // its numbers in %g from 1e6 on (fixed): a line is never cut
   const json& b = c.base_id;
   const json& n = c.new_id;
   o << "\nnibble compare  " << b["task"].get<std::string>() << " / " << b["config"].get<std::string>() << "  on "
@@ -448,9 +452,8 @@ std::string format_comparison(const Comparison& c) {
     o << "  " << std::string(100, '-') << "\n";
     for (const auto& f : c.figures) {
       const std::string ci = "[" + fmt_g(f.ci.lo, 4) + ", " + fmt_g(f.ci.hi, 4) + "]";
-      std::snprintf(line, sizeof line, std::fabs(f.ci.ratio) < 1e6 ? "  %-13s %9s us %9s us %8.4fx  %-22s %9.2g  %s (%s)\n"
-                                                                  : "  %-13s %9s us %9s us %8.4gx  %-22s %9.2g  %s (%s)\n",
-                    f.figure.c_str(), one_decimal(f.median_base).c_str(), one_decimal(f.median_new).c_str(), f.ci.ratio, ci.c_str(), f.mwu.p,
+      std::snprintf(line, sizeof line, "  %-13s %9s us %9s us %8sx  %-22s %9.2g  %s (%s)\n", f.figure.c_str(),
+                    fixed(f.median_base, 1).c_str(), fixed(f.median_new, 1).c_str(), fixed(f.ci.ratio, 4).c_str(), ci.c_str(), f.mwu.p,
                     f.verdict.c_str(), pct(f.ci.ratio).c_str());
       o << line;
     }

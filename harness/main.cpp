@@ -100,8 +100,9 @@ int fixture_build(const std::string& task, const std::string& config, uint64_t s
   return run_command("nibble fixture build", [&] {
     const Task& t = find_task(task);
     t.check_config(config);
-    const std::string named = out.empty() ? "the fixture cache's folder " + default_fixture_dir(task, config, seed) : "--out " + out;
-    if (out.empty()) out = made_cache_fixture_dir(task, config, seed);
+    const bool cache = out.empty();
+    if (cache) out = made_cache_fixture_dir(task, config, seed);
+    const std::string named = (cache ? "the fixture cache's folder " : "--out ") + out;
     if (std::error_code e; std::filesystem::exists(out, e) && !std::filesystem::is_directory(out, e))
       throw std::invalid_argument(named + " is a file, not a folder; give a folder for the fixture");
     const bool tty = !quiet && isatty(STDERR_FILENO);

@@ -300,9 +300,11 @@ void check_report(const json& r, const std::string& what) {
   if (per_call.is_number() && graded.is_number() && differs(us, num(graded), 1e-9))
     throw BadReport(what + ": malformed nibble report: timing.us_per_call " + shown(per_call) +
                     " is not the graded figure's median " + shown(graded) + ": an edited report");
-  for (const auto& [key, amount, scale] : {std::tuple<const char*, const char*, double>{"tflops", "flops_per_call", 1e-6},
-                                           {"achieved_bandwidth_Bps", "bytes_per_call", 1e6}})
-    if (const json& v = field(t, key), &a = first_of(t, {amount, key == std::string("tflops") ? amount : "bytes_per_step"});
+  // Each throughput, the amount it is of (and that amount's version 1 name), the factor from per us.
+  for (const auto& [key, amount, v1_amount, scale] :
+       {std::tuple<const char*, const char*, const char*, double>{"tflops", "flops_per_call", "flops_per_call", 1e-6},
+        {"achieved_bandwidth_Bps", "bytes_per_call", "bytes_per_step", 1e6}})
+    if (const json &v = field(t, key), &a = first_of(t, {amount, v1_amount});
         v.is_number() && a.is_number() && us > 0 && differs(num(v), num(a) / us * scale, 1e-6))
       throw BadReport(what + ": malformed nibble report: timing." + key + " " + shown(v) + " does not follow from timing." + amount +
                       " " + shown(a) + " over timing.us_per_call " + shown(per_call) + ": an edited report");
