@@ -11,6 +11,10 @@
 #   2. `nibble calibrate --path gpu` on the M = 16 configs (scripts/gemm-all.sh CALIBRATE=1).
 # Configure with NIBBLE_CMAKE_ARGS (libseccomp from a carried package) as final.sh does.
 #   bash reports/h200/int4-gemm/run.sh <commit>
+# GRADE_SHAPES, LAYOUT_SHAPES and CALIBRATE_SHAPES (extended regexes on "task config", as gemm-all.sh's
+# FILTER) replace the three steps' shapes, GRADE_SOLUTIONS step 1's solutions, e.g.
+#   GRADE_SHAPES='^gemm-w4a16-int4 m(128|4096)-' GRADE_SOLUTIONS='int4_gemm_sm90 int4_gemm_cublas_bf16' \
+#   LAYOUT_SHAPES='^gemm-w4a16-int4 m128-' CALIBRATE_SHAPES='^gemm-w4a16-int4 m(128|4096)-n3072-k3072$'
 set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
 t0=$(date +%s)
@@ -20,19 +24,19 @@ cmake --build build-hopper -j16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/buil
 mkdir -p "$OUT/grades" "$OUT/calibration"
 # 46 configs x 3 solutions at ~3 s a grade: all the call's time but the layouts' minute; the
 # calibration only runs on what is left (run it in a call of its own if none is).
-OUT="$OUT/grades" FILTER='^gemm-w4a16-int4 ' timeout $(( 500 - ($(date +%s) - t0) )) bash scripts/gemm-all.sh build-hopper int4_gemm_sm90 int4_gemm_baseline_plain int4_gemm_cublas_bf16 \
+OUT="$OUT/grades" FILTER="${GRADE_SHAPES:-^gemm-w4a16-int4 }" timeout $(( 500 - ($(date +%s) - t0) )) bash scripts/gemm-all.sh build-hopper ${GRADE_SOLUTIONS:-int4_gemm_sm90 int4_gemm_baseline_plain int4_gemm_cublas_bf16} \
   > "$OUT/grades.log" 2>&1
 echo "grades exit $? ($(( $(date +%s) - t0 )) s)"; tail -60 "$OUT/grades.log"
 # The table of the note: time, TFLOP/s, floor multiple and ratio to cuBLAS bf16 per shape.
 x=$(mktemp -d) && tar -xf "$OUT/grades/reports.tar" -C "$x" && \
   python3 scripts/gemm_ratios.py "$x/rep" --solution int4_gemm_sm90 --against int4_gemm_cublas_bf16 > "$OUT/ratios.md"
 echo "ratios exit $?"; cat "$OUT/ratios.md"
-OUT="$OUT/layouts" FILTER='^gemm-w4a16-int4 m(1|16)-n3072-k3072$' timeout $(( 560 - ($(date +%s) - t0) )) bash scripts/gemm-all.sh build-hopper \
+OUT="$OUT/layouts" FILTER="${LAYOUT_SHAPES:-^gemm-w4a16-int4 m(1|16)-n3072-k3072\$}" timeout $(( 560 - ($(date +%s) - t0) )) bash scripts/gemm-all.sh build-hopper \
   int4_gemm_baseline_awq int4_gemm_baseline_gptq int4_gemm_baseline_gptq_g_idx int4_gemm_baseline_compressed_tensors \
   > "$OUT/layouts.log" 2>&1
 echo "layouts exit $?"; tail -12 "$OUT/layouts.log"
 left=$(( 570 - ($(date +%s) - t0) ))
-[ $left -gt 30 ] && OUT="$OUT/calibration" CALIBRATE=1 FILTER='^gemm-w4a16-int4 m16-' timeout $left bash scripts/gemm-all.sh build-hopper \
+[ $left -gt 30 ] && OUT="$OUT/calibration" CALIBRATE=1 FILTER="${CALIBRATE_SHAPES:-^gemm-w4a16-int4 m16-}" timeout $left bash scripts/gemm-all.sh build-hopper \
   > "$OUT/calibration.log" 2>&1
 echo "calibration exit $?"; cat "$OUT/calibration.log" | tail -30
 tar czf "$OUT/calibration.tgz" -C "$OUT" calibration && rm -rf "$OUT/calibration"
