@@ -32,7 +32,7 @@ if [ "$FILTER" != none ]; then
 fi
 for r in $RUNS; do
   IFS=: read -r task cfg sol envs <<<"$r"
-  tag=$sol${envs:+-$(echo "$envs" | tr -c 'A-Za-z0-9\n' '_' | sed 's/NIBBLE_FP4SM90_//g')}
+  tag=$sol${envs:+-$(echo "$envs" | tr -c 'A-Za-z0-9\n' '_' | sed -E 's/NIBBLE_(FP4|INT4)SM90_//g')}
   out="$R/$task-$cfg-$tag.json"
   lib="$B/lib/libnibble_gemm_$sol.so"
   [ -f "$lib" ] || lib="$B/lib/libnibble_$sol.so"
