@@ -27,17 +27,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bench_util.h"
+#include "decode_bench.h"
 #include "fixtures/decode/decode_config.h"
-#include "fixtures/decode/decode_fixture.h"
-#include "fixtures/fixture.h"
-#include "fixtures/safetensors.h"
 #include "harness/decode/decode_session.h"
 #include "harness/decode/device_model.h"
 #include "harness/solution_library.h"
@@ -47,26 +43,6 @@ namespace {
 using namespace nibble;
 
 int g_failures = 0;  // benchmarks that ended in SkipWithError: the exit status says so
-
-/** The cached full fixture of seed 0, opened once. */
-const SafetensorsFile& full_fixture(const DecodeConfig& cfg) {
-  static std::unique_ptr<SafetensorsFile> file = [&] {
-    const std::string dir = default_fixture_dir(kDecodeTask, cfg.name, 0);
-    std::filesystem::create_directories(dir);
-    {
-      const FolderLock lock(dir);
-      if (!fixture_present(dir, kDecodeTask, cfg.name, 0, /*given=*/false)) build_decode_fixture(cfg, 0, dir, 0, {});
-    }
-    return std::make_unique<SafetensorsFile>(dir + "/" + kFixtureModelFile);
-  }();
-  return *file;
-}
-
-/** The build's .so ($NIBBLE_BINARY_DIR overrides the build folder this program was built in). */
-std::string solution_path() {
-  const char* bin = std::getenv("NIBBLE_BINARY_DIR");
-  return std::string(bin && *bin ? bin : NIBBLE_BENCH_BINARY_DIR) + "/lib/libnibble_megakernel_dataflow.so";
-}
 
 /** Bytes of the quantised weights (codes, scales, zero points) of every matrix, the head included. */
 double weight_bytes(const DecodeConfig& cfg) {
@@ -80,11 +56,11 @@ double weight_bytes(const DecodeConfig& cfg) {
 void run_mode(benchmark::State& state, const char* mode, bool step_bytes) {
   try {
     const DecodeConfig cfg = decode_config("full");
-    const SafetensorsFile& file = full_fixture(cfg);
+    const SafetensorsFile& file = cached_decode_fixture(cfg);
     setenv("NIBBLE_DF_MODE", mode, 1);
     setenv("NIBBLE_DF_WARPS", std::to_string(state.range(0)).c_str(), 1);
     setenv("NIBBLE_DF_PRODUCERS", std::to_string(state.range(1)).c_str(), 1);  // every kind, the head too: rows compare
-    const SolutionLibrary lib(solution_path());
+    const SolutionLibrary lib(bench_solution_path("megakernel_dataflow"));
     DeviceModel model(cfg, file);
     cudaStream_t stream = nullptr;
     BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
