@@ -62,33 +62,11 @@ void run_mode(benchmark::State& state, const char* mode, bool step_bytes) {
     setenv("NIBBLE_DF_PRODUCERS", std::to_string(state.range(1)).c_str(), 1);  // every kind, the head too: rows compare
     const SolutionLibrary lib(bench_solution_path("megakernel_dataflow"));
     DeviceModel model(cfg, file);
-    cudaStream_t stream = nullptr;
-    BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaEvent_t a = nullptr, b = nullptr;
-    BENCH_CUDA(cudaEventCreate(&a));
-    BENCH_CUDA(cudaEventCreate(&b));
     {
-      DecodeSession session(lib, model, stream, stream);
-      const std::vector<int64_t> tokens(model.tokens().begin(), model.tokens().begin() + cfg.dims.batch);
-      const int pos = cfg.prefill;  // the same slot every iteration: each step rewrites it
-      session.prepare_step(tokens);
-      session.call_step(pos);  // warm-up: module load, the first launch's attribute setting
-      BENCH_CUDA(cudaStreamSynchronize(stream));
-      for (auto _ : state) {
-        session.prepare_step(tokens);
-        BENCH_CUDA(cudaEventRecord(a, stream));
-        session.call_step(pos);
-        BENCH_CUDA(cudaEventRecord(b, stream));
-        BENCH_CUDA(cudaEventSynchronize(b));
-        float ms = 0;
-        BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
-        state.SetIterationTime(ms * 1e-3);
-      }
-      session.close();
+      TimedDecodeSteps steps(lib, model, cfg);
+      for (auto _ : state) state.SetIterationTime(steps.step() * 1e-3);
+      steps.close();
     }
-    BENCH_CUDA(cudaEventDestroy(a));
-    BENCH_CUDA(cudaEventDestroy(b));
-    BENCH_CUDA(cudaStreamDestroy(stream));
     const double bytes = step_bytes ? double(cfg.bytes_per_step(cfg.prefill + 1)) : weight_bytes(cfg);
     state.counters["bytes"] = bytes;
     state.counters["TB/s"] = benchmark::Counter(bytes * 1e-12, benchmark::Counter::kIsIterationInvariantRate);

@@ -178,31 +178,12 @@ int run(const std::string& solution, const std::string& config, int steps, int p
   {
     const SolutionLibrary lib(solution.find('/') == std::string::npos ? bench_solution_path(solution) : solution);
     DeviceModel model(cfg, file);
-    cudaStream_t stream = nullptr;
-    BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    DecodeSession session(lib, model, stream, stream);
-    const std::vector<int64_t> tokens(model.tokens().begin(), model.tokens().begin() + cfg.dims.batch);
-    const int pos = cfg.prefill;  // one slot, rewritten each step
-    session.prepare_step(tokens);
-    session.call_step(pos);  // module load and first-launch setup outside the sampled range
-    BENCH_CUDA(cudaStreamSynchronize(stream));
-    cudaEvent_t a = nullptr, b = nullptr;
-    BENCH_CUDA(cudaEventCreate(&a));
-    BENCH_CUDA(cudaEventCreate(&b));
+    TimedDecodeSteps timed(lib, model, cfg);
     CUpti_PCSamplingStartParams start{};
     start.size = CUpti_PCSamplingStartParamsSize;
     start.ctx = ctx;
     PROBE_CUPTI(cuptiPCSamplingStart(&start));
-    for (int s = 0; s < steps; ++s) {
-      session.prepare_step(tokens);
-      BENCH_CUDA(cudaEventRecord(a, stream));
-      session.call_step(pos);
-      BENCH_CUDA(cudaEventRecord(b, stream));
-      BENCH_CUDA(cudaEventSynchronize(b));
-      float ms = 0;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
-      step_ms += ms;
-    }
+    for (int s = 0; s < steps; ++s) step_ms += timed.step();
     CUpti_PCSamplingStopParams stop{};
     stop.size = CUpti_PCSamplingStopParamsSize;
     stop.ctx = ctx;
@@ -219,10 +200,7 @@ int run(const std::string& solution, const std::string& config, int steps, int p
       fold(more.data, t);
       if (more.data.remainingNumPcs == 0 && more.data.totalNumPcs == 0) break;
     }
-    session.close();
-    BENCH_CUDA(cudaEventDestroy(a));
-    BENCH_CUDA(cudaEventDestroy(b));
-    BENCH_CUDA(cudaStreamDestroy(stream));
+    timed.close();
   }
   CUpti_PCSamplingDisableParams dis{};
   dis.size = CUpti_PCSamplingDisableParamsSize;
