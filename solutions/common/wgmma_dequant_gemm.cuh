@@ -39,6 +39,7 @@
 
 #include "solutions/common/abi_util.h"
 #include "solutions/common/frag_units.h"
+#include "solutions/common/gpu_sync.cuh"
 #include "solutions/common/sm90_async.cuh"
 #include "solutions/common/sm90_wgmma.cuh"
 
@@ -161,9 +162,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], float* __
  * distributed shared memory (each block reduces and writes 1/SPLIT of the tile; deterministic).
  * kStreamK: a block whose segment is part of a tile writes its partial tile to scratch slot
  * stream_k_slot (sk_part: 2 gridDim.x slots of BN / 2 x 128 NCONS floats), then adds its chunk count to
- * tile_done[tile]; the block that brings it to nch sums the tile's partials in block order (the same
- * sum whichever block is last: deterministic), writes C and sets the count back to 0 for the next
- * launch (tile_done: one zeroed counter per tile).
+ * tile_done[tile]; the block that brings it to nch sums the tile's partials in block order once its
+ * share is done (the same sum whichever block is last: deterministic), writes C and sets the count
+ * back to 0 for the next launch (tile_done: one zeroed counter per tile).
  */
 template <int BN, int NCONS, int SPLIT, class F, bool WTMA>
 __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN, NCONS, F, WTMA>::kMinBlocks)
@@ -223,6 +224,7 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
     const int g = lane >> 2, t = lane & 3;
     const uint32_t stage0 = smem_addr(stages);
     int it0 = 0;  // the ring position of the segment's first chunk
+    int done[2], ndone = 0;  // stream-K: the shared tiles this block completes, summed after its share
     WgSegments<SPLIT> segs(tiles, nch);
     for (int tile, cb, ce; segs.next(tile, cb, ce);) {
       const int nc = ce - cb;
@@ -302,19 +304,37 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
           store_tile<BN, F>(acc, C, colmul, M, N, m0, n_lo, t);
           continue;
         }
-        // Part of the tile: into the scratch, released before the count (threadfence reduction, CUDA
-        // Programming Guide "Memory Fence Functions"), then the block whose chunks complete it sums.
+        // Part of the tile: into the scratch, then the count. The barrier orders every thread's
+        // stores before thread 0's acq_rel add (cumulativity: it releases them), and the block whose
+        // add completes the count acquires every earlier add's release before its barrier lets the
+        // other threads read (cutlass/barrier.h: arrive_inc, wait_eq). Then that block sums.
         const int64_t U = int64_t(tiles) * nch, G = gridDim.x, b = blockIdx.x;
         float* mine = sk_part + stream_k_slot(b, tile, U, G, nch) * (BN / 2) * kCons;
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) mine[i * kCons + threadIdx.x] = acc[i];
-        __threadfence();
         named_barrier_sync<1, kCons>();
-        if (threadIdx.x == 0) *sk_last = atomicAdd(&tile_done[tile], unsigned(nc)) + unsigned(nc) == unsigned(nch);
+        if (threadIdx.x == 0) *sk_last = atom_acq_rel_gpu_add(&tile_done[tile], unsigned(nc)) + unsigned(nc) == unsigned(nch);
         named_barrier_sync<1, kCons>();
-        if (!*sk_last) continue;
-        __threadfence();  // the other blocks' partials, released before their counts
+        if (*sk_last) done[ndone++] = tile;  // only a share's first and last segments are parts
+      } else {
+        // One tile per block here. Partials into this block's ring, once every consumer
+        // warpgroup's wgmma reads of it are done: red[i][thread], conflict-free.
+        named_barrier_sync<1, kCons>();
+        float* red = reinterpret_cast<float*>(stages);
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) red[i * kCons + threadIdx.x] = acc[i];
+      }
+    }
+    if constexpr (SPLIT == kStreamK) {
+      // The tiles this block completed, summed once its share is done: the K loop's registers are
+      // free by then (summed inside it, the 64 x 128 kernel spilled).
+      constexpr int kCons = 128 * NCONS;
+      const int64_t U = int64_t(tiles) * nch, G = gridDim.x;
+#pragma unroll 1
+      for (int k = 0; k < ndone; ++k) {
+        const int tile = done[k];
         const int64_t b0 = stream_k_block_of(int64_t(tile) * nch, U, G), b1 = stream_k_block_of(int64_t(tile + 1) * nch - 1, U, G);
+        float acc[BN / 2];
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
         // In block order, this block's own partial read back too: one sum whoever finishes last.
@@ -323,15 +343,8 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
 #pragma unroll
           for (int i = 0; i < BN / 2; ++i) acc[i] += __ldcg(other + i * kCons);
         }
-        store_tile<BN, F>(acc, C, colmul, M, N, m0, n_lo, t);
+        store_tile<BN, F>(acc, C, colmul, M, N, (tile / nblk) * BN, ((tile % nblk) * kG + warp) * kSlabRows + g, t);
         if (threadIdx.x == 0) tile_done[tile] = 0;  // every part has counted: the next launch starts at 0
-      } else {
-        // One tile per block here. Partials into this block's ring, once every consumer
-        // warpgroup's wgmma reads of it are done: red[i][thread], conflict-free.
-        named_barrier_sync<1, kCons>();
-        float* red = reinterpret_cast<float*>(stages);
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) red[i * kCons + threadIdx.x] = acc[i];
       }
     }
   }
