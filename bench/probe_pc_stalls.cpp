@@ -122,6 +122,11 @@ int run(const std::string& solution, const std::string& config, int steps, int p
   if (reinterpret_cast<CUresult (*)(CUcontext*)>(fn)(&ctx) != CUDA_SUCCESS || !ctx)
     throw std::runtime_error("cuCtxGetCurrent: no current context");
 
+  // Enabled first: CUPTI answers the stall-reason queries only on a context sampling is enabled on.
+  CUpti_PCSamplingEnableParams en{};
+  en.size = CUpti_PCSamplingEnableParamsSize;
+  en.ctx = ctx;
+  PROBE_CUPTI(cuptiPCSamplingEnable(&en));
   // The stall reasons this GPU reports, by index.
   size_t n_reasons = 0;
   CUpti_PCSamplingGetNumStallReasonsParams nr{};
@@ -143,10 +148,6 @@ int run(const std::string& solution, const std::string& config, int steps, int p
   std::map<uint32_t, std::string> reason_name;
   for (size_t i = 0; i < n_reasons; ++i) reason_name[reason_index[i]] = short_reason(names[i]);
 
-  CUpti_PCSamplingEnableParams en{};
-  en.size = CUpti_PCSamplingEnableParamsSize;
-  en.ctx = ctx;
-  PROBE_CUPTI(cuptiPCSamplingEnable(&en));
   constexpr size_t kPcs = 20000;  // PC records per buffer: a decode kernel has a few thousand instructions
   SampleBuffer configured(kPcs, n_reasons);
   std::vector<CUpti_PCSamplingConfigurationInfo> info(7);
