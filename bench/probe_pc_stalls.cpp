@@ -9,8 +9,8 @@
 // function's SASS: `cuobjdump -sass LIB` on the same build maps them). --csv writes every (function,
 // PC offset, reason, samples) row.
 //
-// Run: build-hopper/bin/probe_pc_stalls [--solution megakernel_dataflow] [--config full] [--steps 50]
-//        [--period 8] [--top 25] [--csv FILE]
+// Run: build-hopper/bin/probe_pc_stalls [--solution megakernel_dataflow] [--config full] [--steps 20]
+//        [--period 12] [--top 25] [--csv FILE]
 // (--solution: a bundled library's name after libnibble_, or a path; NIBBLE_DF_MODE etc. apply as
 // in the grader.) Exit 0 with the tables, 2 without a GPU or on bad arguments, 1 when CUPTI refuses.
 #include <cuda.h>
@@ -150,7 +150,7 @@ int run(const std::string& solution, const std::string& config, int steps, int p
 
   constexpr size_t kPcs = 20000;  // PC records per buffer: a decode kernel has a few thousand instructions
   SampleBuffer configured(kPcs, n_reasons);
-  std::vector<CUpti_PCSamplingConfigurationInfo> info(7);
+  std::vector<CUpti_PCSamplingConfigurationInfo> info(8);
   for (auto& i : info) i = CUpti_PCSamplingConfigurationInfo{};
   info[0].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_STALL_REASON;
   info[0].attributeData.stallReasonData.stallReasonCount = n_reasons;
@@ -167,6 +167,8 @@ int run(const std::string& solution, const std::string& config, int steps, int p
   info[5].attributeData.samplingDataBufferData.samplingDataBuffer = &configured.data;
   info[6].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SCRATCH_BUFFER_SIZE;
   info[6].attributeData.scratchBufferSizeData.scratchBufferSize = size_t(256) << 20;
+  info[7].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_HARDWARE_BUFFER_SIZE;
+  info[7].attributeData.hardwareBufferSizeData.hardwareBufferSize = size_t(512) << 20;
   CUpti_PCSamplingConfigurationInfoParams cp{};
   cp.size = CUpti_PCSamplingConfigurationInfoParamsSize;
   cp.ctx = ctx;
@@ -197,8 +199,13 @@ int run(const std::string& solution, const std::string& config, int steps, int p
       gd.size = CUpti_PCSamplingGetDataParamsSize;
       gd.ctx = ctx;
       gd.pcSamplingData = &more.data;
-      PROBE_CUPTI(cuptiPCSamplingGetData(&gd));
+      // OUT_OF_MEMORY: the hardware buffer filled (CUPTI's docs): what it holds is still folded, and
+      // the report says so (a larger --period samples less).
+      const CUptiResult r = cuptiPCSamplingGetData(&gd);
+      if (r == CUPTI_ERROR_OUT_OF_MEMORY) t.hardware_buffer_full = true;
+      else PROBE_CUPTI(r);
       fold(more.data, t);
+      if (r == CUPTI_ERROR_OUT_OF_MEMORY) break;
       if (more.data.remainingNumPcs == 0 && more.data.totalNumPcs == 0) break;
     }
     timed.close();
@@ -271,7 +278,7 @@ int run(const std::string& solution, const std::string& config, int steps, int p
 int main(int argc, char** argv) {
   CLI::App app{"probe_pc_stalls: a decode solution's warp stall reasons by CUPTI PC sampling (no replay)"};
   std::string solution = "megakernel_dataflow", config = "full", csv;
-  int steps = 50, period = 8, top = 25;
+  int steps = 20, period = 12, top = 25;
   app.add_option("--solution", solution, "a bundled decode library's name after libnibble_, or a path to one")->capture_default_str();
   app.add_option("--config", config, "decode config")->capture_default_str();
   app.add_option("--steps", steps, "decode steps sampled")->check(CLI::Range(1, 100000))->capture_default_str();

@@ -14,7 +14,7 @@ t0=$(date +%s)
 source reports/h200/next/build.sh probe_pc_stalls nibble_megakernel nibble_megakernel_dataflow
 B=build-hopper
 for sol in megakernel_dataflow megakernel; do
-  timeout 240 $B/bin/probe_pc_stalls --solution $sol --steps 50 --top 40 --csv "$OUT/pc-$sol.csv" > "$OUT/pc-stalls-$sol.txt" 2>&1
+  timeout 240 $B/bin/probe_pc_stalls --solution $sol --steps 20 --top 40 --csv "$OUT/pc-$sol.csv" > "$OUT/pc-stalls-$sol.txt" 2>&1
   echo "probe_pc_stalls $sol: exit $? ($(( $(date +%s) - t0 )) s)"; head -40 "$OUT/pc-stalls-$sol.txt"
   gzip -f "$OUT/pc-$sol.csv"
   cuobjdump -sass $B/lib/libnibble_$sol.so 2>/dev/null | gzip > "$OUT/sass-$sol.txt.gz"
