@@ -7,7 +7,7 @@
 // "smsp__pcsamp_warps_issue_stalled_" prefix; "selected" is a warp issuing, not stalled), per
 // function, and the PCs with the most samples are listed with their top reasons (offsets into the
 // function's SASS: `cuobjdump -sass LIB` on the same build maps them). --csv writes every (function,
-// PC offset, reason, samples) row.
+// PC offset, reason, samples) row, and --from-csv FILE prints the tables of such a file (no GPU).
 //
 // Run: build-hopper/bin/probe_pc_stalls [--solution megakernel_dataflow] [--config full] [--steps 20]
 //        [--period 12] [--top 25] [--csv FILE]
@@ -70,26 +70,27 @@ struct SampleBuffer {
   }
 };
 
-/** The samples of one PC by reason index. */
+/** The samples of one PC by stall reason (short_reason names). */
 struct PcRow {
   std::string function;
   uint64_t offset = 0;
-  std::map<uint32_t, uint64_t> by_reason;
-  uint64_t total() const {
-    uint64_t t = 0;
-    for (const auto& [r, n] : by_reason) t += n;
-    return t;
-  }
+  std::map<std::string, uint64_t> by_reason;
 };
 
 struct Totals {
   uint64_t total_samples = 0, dropped = 0, non_user = 0;
   bool hardware_buffer_full = false;
+  bool from_csv = false;  // read back (read_csv): CUPTI's counts are not in the file
   std::map<std::pair<std::string, uint64_t>, PcRow> pcs;
 };
 
-/** Fold a buffer's PC records into t (the buffer's names are CUPTI's, freed by the caller: copied). */
-void fold(const CUpti_PCSamplingData& d, Totals& t) {
+std::string short_reason(const std::string& name) {
+  return name.rfind(kReasonPrefix, 0) == 0 ? name.substr(std::strlen(kReasonPrefix)) : name;
+}
+
+/** Fold a buffer's PC records into t, reason indices named by `names` (the buffer's function names
+ *  are CUPTI's, freed by the caller: copied). */
+void fold(const CUpti_PCSamplingData& d, const std::map<uint32_t, std::string>& names, Totals& t) {
   t.total_samples += d.totalSamples;
   t.dropped += d.droppedSamples;
   t.non_user += d.nonUsrKernelsTotalSamples;
@@ -100,12 +101,137 @@ void fold(const CUpti_PCSamplingData& d, Totals& t) {
     PcRow& row = t.pcs[{fn, p.pcOffset}];
     row.function = fn;
     row.offset = p.pcOffset;
-    for (size_t k = 0; k < p.stallReasonCount; ++k) row.by_reason[p.stallReason[k].pcSamplingStallReasonIndex] += p.stallReason[k].samples;
+    for (size_t k = 0; k < p.stallReasonCount; ++k) {
+      const auto it = names.find(p.stallReason[k].pcSamplingStallReasonIndex);
+      row.by_reason[it == names.end() ? "reason " + std::to_string(p.stallReason[k].pcSamplingStallReasonIndex) : it->second] +=
+          p.stallReason[k].samples;
+    }
   }
 }
 
-std::string short_reason(const std::string& name) {
-  return name.rfind(kReasonPrefix, 0) == 0 ? name.substr(std::strlen(kReasonPrefix)) : name;
+// CUPTI reports each reason twice: R (every sample of a warp stalled on R) and R_not_issued (those
+// in which the warp's scheduler issued nothing: a subset of R's). The shares are of the R counts,
+// whose sum is CUPTI's total; R_not_issued is shown beside its R.
+constexpr const char* kNotIssued = "_not_issued";
+
+bool is_not_issued(const std::string& r) {
+  const size_t n = std::strlen(kNotIssued);
+  return r.size() > n && r.compare(r.size() - n, n, kNotIssued) == 0;
+}
+
+/** R's samples (the first) and R_not_issued's (the second) of m, by R, largest first. */
+std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> by_base_reason(const std::map<std::string, uint64_t>& m) {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> base;
+  for (const auto& [r, n] : m) {
+    if (is_not_issued(r))
+      base[r.substr(0, r.size() - std::strlen(kNotIssued))].second += n;
+    else
+      base[r].first += n;
+  }
+  std::vector<std::pair<std::string, std::pair<uint64_t, uint64_t>>> v(base.begin(), base.end());
+  std::stable_sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.second.first > y.second.first; });
+  return v;
+}
+
+uint64_t base_samples(const std::map<std::string, uint64_t>& m) {
+  uint64_t n = 0;
+  for (const auto& [r, k] : m) n += is_not_issued(r) ? 0 : k;
+  return n;
+}
+
+/** The tables: samples by reason over every kernel, per kernel, and the `top` PCs. */
+void print_tables(const Totals& t, int top) {
+  std::map<std::string, uint64_t> all;
+  std::map<std::string, std::map<std::string, uint64_t>> by_function;
+  for (const auto& [key, row] : t.pcs)
+    for (const auto& [r, n] : row.by_reason) {
+      all[r] += n;
+      by_function[row.function][r] += n;
+    }
+  const uint64_t sampled = base_samples(all);
+  if (t.from_csv)
+    std::printf("samples: %llu in PC records (a --csv file: CUPTI's total, dropped and non-user counts are not in it)\n",
+                (unsigned long long)sampled);
+  else
+    std::printf("samples: %llu in PC records, %llu in all (CUPTI's total), %llu dropped, %llu in non-user kernels%s\n",
+              (unsigned long long)sampled, (unsigned long long)t.total_samples, (unsigned long long)t.dropped,
+              (unsigned long long)t.non_user, t.hardware_buffer_full ? " (the hardware buffer filled: raise --period)" : "");
+  const auto print_reasons = [](const std::map<std::string, uint64_t>& m) {
+    const uint64_t n = std::max<uint64_t>(base_samples(m), 1);
+    std::printf("  %-22s %12s %7s %14s\n", "reason", "samples", "share", "not issued");
+    for (const auto& [r, c] : by_base_reason(m))
+      if (c.first > 0)
+        std::printf("  %-22s %12llu %6.1f%% %14llu\n", r.c_str(), (unsigned long long)c.first, 100.0 * double(c.first) / double(n),
+                    (unsigned long long)c.second);
+  };
+  std::printf("\nstall reasons, all kernels (\"selected\": issuing, not stalled):\n");
+  print_reasons(all);
+  for (const auto& [fn, m] : by_function) {
+    const uint64_t n = base_samples(m);
+    if (n == 0) continue;
+    std::printf("\n%s (%llu samples, %.1f%%):\n", fn.c_str(), (unsigned long long)n, 100.0 * double(n) / double(std::max<uint64_t>(sampled, 1)));
+    print_reasons(m);
+  }
+  std::vector<const PcRow*> rows;
+  for (const auto& [key, row] : t.pcs)
+    if (base_samples(row.by_reason) > 0) rows.push_back(&row);
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const PcRow* x, const PcRow* y) { return base_samples(x->by_reason) > base_samples(y->by_reason); });
+  std::printf("\nthe %d PCs with the most samples (function, SASS offset, samples, share, top reasons):\n", top);
+  for (int i = 0; i < top && i < int(rows.size()); ++i) {
+    const PcRow& r = *rows[size_t(i)];
+    const uint64_t n = base_samples(r.by_reason);
+    std::string why;
+    const auto v = by_base_reason(r.by_reason);
+    for (size_t j = 0; j < v.size() && j < 3 && v[j].second.first > 0; ++j)
+      why += (j ? ", " : "") + v[j].first + " " + std::to_string(v[j].second.first);
+    std::printf("  %-40.40s 0x%06llx %9llu %5.1f%%  %s\n", r.function.c_str(), (unsigned long long)r.offset, (unsigned long long)n,
+                100.0 * double(n) / double(std::max<uint64_t>(sampled, 1)), why.c_str());
+  }
+}
+
+/** Every (function, PC offset, reason, samples) row of t with samples, CSV with a header. */
+void write_csv(const Totals& t, const std::string& path) {
+  std::ofstream o(path);
+  o << "function,pc_offset,reason,samples\n";
+  for (const auto& [key, row] : t.pcs)
+    for (const auto& [r, n] : row.by_reason)
+      if (n > 0) o << row.function << "," << row.offset << "," << r << "," << n << "\n";
+  if (!o) throw std::runtime_error("cannot write " + path);
+}
+
+/** The rows write_csv wrote (CUPTI's totals are not in it: the total is the rows' sum). Throws
+ *  std::runtime_error naming the line that is not "function,offset,reason,samples". */
+Totals read_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  Totals t;
+  std::string line;
+  int no = 0;
+  while (std::getline(in, line)) {
+    if (++no == 1 && line == "function,pc_offset,reason,samples") continue;
+    std::vector<std::string> f;
+    size_t at = 0;
+    for (size_t c; (c = line.find(',', at)) != std::string::npos; at = c + 1) f.push_back(line.substr(at, c - at));
+    f.push_back(line.substr(at));
+    uint64_t offset = 0, n = 0;
+    try {
+      if (f.size() != 4 || f[1].empty() || f[3].empty() || f[1].find_first_not_of("0123456789") != std::string::npos ||
+          f[3].find_first_not_of("0123456789") != std::string::npos)
+        throw std::invalid_argument("fields");
+      offset = std::stoull(f[1]);
+      n = std::stoull(f[3]);
+    } catch (const std::exception&) {
+      throw std::runtime_error(path + ":" + std::to_string(no) + ": \"" + line +
+                               "\" is not function,pc_offset,reason,samples (whole numbers; as --csv writes)");
+    }
+    PcRow& row = t.pcs[{f[0], offset}];
+    row.function = f[0];
+    row.offset = offset;
+    row.by_reason[f[2]] += n;
+  }
+  t.from_csv = true;
+  return t;
 }
 
 int run(const std::string& solution, const std::string& config, int steps, int period, int top, const std::string& csv) {
@@ -191,7 +317,7 @@ int run(const std::string& solution, const std::string& config, int steps, int p
     stop.size = CUpti_PCSamplingStopParamsSize;
     stop.ctx = ctx;
     PROBE_CUPTI(cuptiPCSamplingStop(&stop));
-    fold(configured.data, t);
+    fold(configured.data, reason_name, t);
     // What did not fit the configured buffer at the stop.
     for (int guard = 0; guard < 1000; ++guard) {
       SampleBuffer more(kPcs, n_reasons);
@@ -204,7 +330,7 @@ int run(const std::string& solution, const std::string& config, int steps, int p
       const CUptiResult r = cuptiPCSamplingGetData(&gd);
       if (r == CUPTI_ERROR_OUT_OF_MEMORY) t.hardware_buffer_full = true;
       else PROBE_CUPTI(r);
-      fold(more.data, t);
+      fold(more.data, reason_name, t);
       if (r == CUPTI_ERROR_OUT_OF_MEMORY) break;
       if (more.data.remainingNumPcs == 0 && more.data.totalNumPcs == 0) break;
     }
@@ -215,61 +341,11 @@ int run(const std::string& solution, const std::string& config, int steps, int p
   dis.ctx = ctx;
   PROBE_CUPTI(cuptiPCSamplingDisable(&dis));
 
-  // By reason over everything sampled, and per function.
-  std::map<uint32_t, uint64_t> by_reason;
-  std::map<std::string, std::map<uint32_t, uint64_t>> by_function;
-  uint64_t sampled = 0;
-  for (const auto& [key, row] : t.pcs)
-    for (const auto& [r, n] : row.by_reason) {
-      by_reason[r] += n;
-      by_function[row.function][r] += n;
-      sampled += n;
-    }
   std::printf("probe_pc_stalls: %s, config %s, %d steps at pos %d: %.1f us per step (CUDA events, sampled), sampling "
               "period 2^%d cycles\n",
               solution.c_str(), config.c_str(), steps, cfg.prefill, 1e3 * step_ms / std::max(steps, 1), period);
-  std::printf("samples: %llu in PC records, %llu in all (CUPTI's total), %llu dropped, %llu in non-user kernels%s\n\n",
-              (unsigned long long)sampled, (unsigned long long)t.total_samples, (unsigned long long)t.dropped,
-              (unsigned long long)t.non_user, t.hardware_buffer_full ? " (the hardware buffer filled: raise --period)" : "");
-  const auto print_reasons = [&](const std::map<uint32_t, uint64_t>& m) {
-    std::vector<std::pair<uint64_t, uint32_t>> v;
-    uint64_t all = 0;
-    for (const auto& [r, n] : m) v.push_back({n, r}), all += n;
-    std::sort(v.rbegin(), v.rend());
-    for (const auto& [n, r] : v)
-      if (n > 0) std::printf("  %-28s %12llu  %5.1f%%\n", reason_name[r].c_str(), (unsigned long long)n, 100.0 * n / std::max<uint64_t>(all, 1));
-  };
-  std::printf("stall reasons, all kernels:\n");
-  print_reasons(by_reason);
-  for (const auto& [fn, m] : by_function) {
-    uint64_t n = 0;
-    for (const auto& [r, k] : m) n += k;
-    std::printf("\n%s (%llu samples, %.1f%%):\n", fn.c_str(), (unsigned long long)n, 100.0 * n / std::max<uint64_t>(sampled, 1));
-    print_reasons(m);
-  }
-  std::vector<const PcRow*> rows;
-  for (const auto& [key, row] : t.pcs) rows.push_back(&row);
-  std::sort(rows.begin(), rows.end(), [](const PcRow* x, const PcRow* y) { return x->total() > y->total(); });
-  std::printf("\nthe %d PCs with the most samples (function, SASS offset, samples, top reasons):\n", top);
-  for (int i = 0; i < top && i < int(rows.size()); ++i) {
-    const PcRow& r = *rows[size_t(i)];
-    std::vector<std::pair<uint64_t, uint32_t>> v;
-    for (const auto& [k, n] : r.by_reason) v.push_back({n, k});
-    std::sort(v.rbegin(), v.rend());
-    std::string why;
-    for (size_t j = 0; j < v.size() && j < 3 && v[j].first > 0; ++j)
-      why += (j ? ", " : "") + reason_name[v[j].second] + " " + std::to_string(v[j].first);
-    std::printf("  %-40.40s 0x%06llx %9llu  %s\n", r.function.c_str(), (unsigned long long)r.offset, (unsigned long long)r.total(),
-                why.c_str());
-  }
-  if (!csv.empty()) {
-    std::ofstream o(csv);
-    o << "function,pc_offset,reason,samples\n";
-    for (const auto& [key, row] : t.pcs)
-      for (const auto& [r, n] : row.by_reason)
-        if (n > 0) o << row.function << "," << row.offset << "," << reason_name[r] << "," << n << "\n";
-    if (!o) throw std::runtime_error("cannot write " + csv);
-  }
+  print_tables(t, top);
+  if (!csv.empty()) write_csv(t, csv);
   return 0;
 }
 
@@ -277,7 +353,7 @@ int run(const std::string& solution, const std::string& config, int steps, int p
 
 int main(int argc, char** argv) {
   CLI::App app{"probe_pc_stalls: a decode solution's warp stall reasons by CUPTI PC sampling (no replay)"};
-  std::string solution = "megakernel_dataflow", config = "full", csv;
+  std::string solution = "megakernel_dataflow", config = "full", csv, from_csv;
   int steps = 20, period = 12, top = 25;
   app.add_option("--solution", solution, "a bundled decode library's name after libnibble_, or a path to one")->capture_default_str();
   app.add_option("--config", config, "decode config")->capture_default_str();
@@ -287,11 +363,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--top", top, "PCs listed")->check(CLI::Range(0, 100000))->capture_default_str();
   app.add_option("--csv", csv, "write every (function, PC offset, reason, samples) row here");
+  app.add_option("--from-csv", from_csv, "no GPU: the tables of a --csv file (its samples only)")->check(CLI::ExistingFile);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);  // prints --help, or the error and the hint
     return code == 0 ? 0 : 2;
+  }
+  if (!from_csv.empty()) {
+    try {
+      print_tables(read_csv(from_csv), top);
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "probe_pc_stalls: %s\n", e.what());
+      return 2;
+    }
   }
   try {
     (void)nibble::decode_config(config);
