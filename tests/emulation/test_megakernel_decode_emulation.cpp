@@ -269,16 +269,17 @@ TEST(MegakernelDecodeEmulation, ProducerLanesOutOfRangeAreRefused) {
     EXPECT_NE(m.find("producer lanes (this pool has "), std::string::npos) << m;
   }
   ASSERT_TRUE(test::set_or_unset_env("NIBBLE_DF_PRODUCERS", kept.c_str()));
-  // NIBBLE_DF_ORDER, the on/off A/B switch, takes 0 or 1 (an empty value is the default).
-  for (const char* v : {"2", "on", "yes", "-1", "01"}) {
-    SCOPED_TRACE(std::string("NIBBLE_DF_ORDER=") + v);
-    ASSERT_TRUE(test::set_or_unset_env("NIBBLE_DF_ORDER", v));
-    void* handle = nullptr;
-    nibble_error err{};
-    EXPECT_EQ(nibble_decode_build_model(model.abi(), nullptr, &handle, &err), NIBBLE_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(err.message).find(std::string("NIBBLE_DF_ORDER=") + v + ": 1 ("), std::string::npos) << err.message;
-    ASSERT_TRUE(test::set_or_unset_env("NIBBLE_DF_ORDER", ""));
-  }
+  // NIBBLE_DF_ORDER and NIBBLE_DF_SEGPF, the on/off A/B switches, take 0 or 1 (an empty value is the default).
+  for (const char* name : {"NIBBLE_DF_ORDER", "NIBBLE_DF_SEGPF"})
+    for (const char* v : {"2", "on", "yes", "-1", "01"}) {
+      SCOPED_TRACE(std::string(name) + "=" + v);
+      ASSERT_TRUE(test::set_or_unset_env(name, v));
+      void* handle = nullptr;
+      nibble_error err{};
+      EXPECT_EQ(nibble_decode_build_model(model.abi(), nullptr, &handle, &err), NIBBLE_ERR_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(err.message).find(std::string(name) + "=" + v + ": 1 ("), std::string::npos) << err.message;
+      ASSERT_TRUE(test::set_or_unset_env(name, ""));
+    }
 }
 #endif
 

@@ -37,6 +37,16 @@ using sol::AbiFailure;
 
 [[noreturn]] void fail(nibble_status s, const std::string& msg) { throw AbiFailure(s, msg); }
 
+/** An A/B switch from the environment: `dflt` when `name` is unset or empty; INVALID_ARGUMENT,
+ *  saying what 1 and 0 mean, for anything but 1 or 0. */
+bool env_switch(const char* name, bool dflt, const char* one, const char* zero) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return dflt;
+  if (std::string(e) != "0" && std::string(e) != "1")
+    fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string(name) + "=" + e + ": 1 (" + one + ") or 0 (" + zero + ")");
+  return std::string(e) == "1";
+}
+
 struct Model {
   nibble_decode_config cfg{};
   DeviceAlloc weights;  // every repacked matrix
@@ -231,12 +241,9 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
       fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_WARPS=") + e + ": the kernel is built for 8 or 15 consumer warps");
   }
   // NIBBLE_DF_ORDER=0: a tile's pages summed with atomics, in no fixed order (DataflowParams; A/B).
-  bool ordered = true;
-  if (const char* e = std::getenv("NIBBLE_DF_ORDER"); e && *e) {
-    if (std::string(e) != "0" && std::string(e) != "1")
-      fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_ORDER=") + e + ": 1 (the pages' order, the default) or 0 (none)");
-    ordered = std::string(e) == "1";
-  }
+  const bool ordered = env_switch("NIBBLE_DF_ORDER", true, "the pages' order, the default", "none");
+  // NIBBLE_DF_SEGPF=0: no L2 prefetch of the CTA's segment descriptors at the start (A/B).
+  const bool prefetch_segments = env_switch("NIBBLE_DF_SEGPF", true, "prefetched, the default", "each read where it starts");
   // NIBBLE_DF_MODE=gemv|consumer|...: a bench's launch, not a decode step (DataflowMode; bench_dataflow).
   int mode = kModeDecode;
   if (const char* e = std::getenv("NIBBLE_DF_MODE"); e && *e) {
@@ -375,6 +382,7 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   P.clusters = clusters;
   P.consumer_warps = warps;
   P.ordered_sums = ordered;
+  P.prefetch_segments = prefetch_segments;
   P.mode = mode;
   P.chunks = plan.attn_chunks;
   P.n_pages = pages;

@@ -196,6 +196,14 @@ __device__ __forceinline__ void consume(const DataflowParams& p, const DevCta& m
   }
 }
 
+/** Start pulling segments [s, s + n) into L2 (DataflowParams::prefetch_segments): the 16-byte aligned
+ *  whole lines inside them (cp.async.bulk.prefetch.L2 takes 16-byte multiples), no wait. */
+__device__ __forceinline__ void prefetch_segments_l2(const DevSegment* s, int n) {
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(s) + 15) & ~uintptr_t(15);
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(s + n) & ~uintptr_t(15);
+  if (hi > lo) sol::bulk_prefetch_l2(reinterpret_cast<const void*>(lo), uint32_t(hi - lo));
+}
+
 template <int HD, int W, int MODE, bool TRACE>
 __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const DataflowParams p) {
   NIBBLE_DYNAMIC_SMEM(smem, 16);
@@ -211,6 +219,7 @@ __global__ void __launch_bounds__(32 * (1 + W), 1) dataflow_kernel(const Dataflo
   const int cta = int(blockIdx.z);
   const DevCta me = p.ctas[cta];
   const int warp = int(threadIdx.x >> 5);
+  if (p.prefetch_segments && threadIdx.x == 0 && me.count > 0) prefetch_segments_l2(p.segs + me.first, me.count);
   if (warp == 0) {  // the producer warp, every lane (produce_segment)
     const uint64_t policy = sol::policy_evict_first();
     uint32_t k = 0;

@@ -108,6 +108,11 @@ struct DataflowParams {
   /** A tile's page sums added in page order after the segment (bitwise the same run to run), or with
    *  shared-memory fp32 atomics in the order the warps get there (NIBBLE_DF_ORDER=0: an A/B switch). */
   bool ordered_sums = true;
+  /** The CTA's segment descriptors pulled into L2 at the start (one bulk prefetch): each is read where
+   *  its segment starts, by the producer and the consumers, and the grader flushes L2 before a step
+   *  (PC sampling, H100 2026-12-07: 2.7% of the warps' samples waited on those loads). NIBBLE_DF_SEGPF=0
+   *  turns it off (A/B). */
+  bool prefetch_segments = true;
   int chunks = 0;              ///< attention chunks per KV head (dataflow::Plan::attn_chunks)
   uint32_t n_pages = 0;        ///< the page pool's pages (a multiple of kConsumerWarps)
   uint32_t max_tiles = 0;      ///< most tiles of one cluster's matrix segment (the cluster sum's peer buffers)
