@@ -32,13 +32,4 @@ __device__ __forceinline__ unsigned atom_release_gpu_inc(unsigned* p) {
   return old;
 }
 
-/** *p += v, an acquire-release atomic at gpu scope; returns the old value. As the block's one
- *  arrival after a CTA barrier it releases what every thread wrote before the barrier, and the block
- *  that reads the final count acquires all the arrivals' writes (cutlass/barrier.h arrive_inc). */
-__device__ __forceinline__ unsigned atom_acq_rel_gpu_add(unsigned* p, unsigned v) {
-  unsigned old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-
 }  // namespace nibble::sol

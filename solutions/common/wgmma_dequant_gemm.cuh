@@ -10,10 +10,7 @@
 // chunk's group runs while the next chunk decodes (wait_group 1). 128 x 256 tiles (NCONS = 2,
 // setmaxnreg 40 / 232) on persistent blocks for M > 256; 64 x 64 tiles up to M = 64 and 64 x 128 up
 // to 256 (128 x 128, NCONS = 2, on request: WgmmaPlan::rows128), K split over a cluster of blocks
-// summed through distributed shared memory when the tiles alone do not fill the SMs, or (on request:
-// WgmmaPlan::stream_k) every block of a persistent grid given an equal share of all tiles' K chunks,
-// a tile shared by several blocks summed by the last of them through a global scratch. Measurements
-// of every choice: solutions/gemm_fp4/sm90/NOTES.md.
+// summed through distributed shared memory when the tiles alone do not fill the SMs. Measurements of every choice: solutions/gemm_fp4/sm90/NOTES.md.
 //
 // The weight format is the template parameter F, a struct of static members:
 //   kRecordBytes        bytes of the scale record of one unit (a multiple of 8: lane group g reads
@@ -31,7 +28,6 @@
 #include <cuda.h>  // CUtensorMap (the encode function comes from the runtime's driver entry point)
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -39,7 +35,6 @@
 
 #include "solutions/common/abi_util.h"
 #include "solutions/common/frag_units.h"
-#include "solutions/common/gpu_sync.cuh"
 #include "solutions/common/sm90_async.cuh"
 #include "solutions/common/sm90_wgmma.cuh"
 
@@ -74,110 +69,25 @@ struct WgCfg {
   static constexpr int kRingBytes = kStages * kStageBytes;
   static constexpr int kRedBytes = BN / 2 * 128 * NCONS * 4;  // split-K partials (reuse the ring)
   static_assert(kRedBytes <= kRingBytes, "the split-K partials live in the ring");
-  static constexpr int kSmem = kRingBytes + 1024 /* alignment */ + 2 * kStages * 8 + 16 /* stream-K's word */;
+  static constexpr int kSmem = kRingBytes + 1024 /* alignment */ + 2 * kStages * 8;
 };
 
-/** The SPLIT of the stream-K schedule (wgmma_kernel, WgSegments). */
-constexpr int kStreamK = 0;
-
 /**
- * The K chunks a block of wgmma_kernel works on, tile by tile, in the order its producer and its
- * consumers both walk them: segments (tile, chunks [cb, ce)). SPLIT >= 1: tiles t0, t0 + stride, ...
- * (t0 the block's index in the x-y grid), each with the chunks of the K split blockIdx.z (empty when
- * the split has more parts than K chunks). kStreamK: the block's equal share [b U / G, (b + 1) U / G)
- * of the U = tiles x nch (tile, chunk) units in tile-major order, G = gridDim.x <= U: a first segment
- * that may end a tile another block began, whole tiles, and a last one that may begin a tile another
- * block ends (stream-K: Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense
- * Matrix-Matrix Multiplication on the GPU", PPoPP 2023).
- */
-template <int SPLIT>
-struct WgSegments {
-  int nch, tiles, tile, stride, cb, ce;  // SPLIT >= 1
-  int64_t u, ue;                          // kStreamK: the next unit and the end of the block's share
-  __device__ WgSegments(int tiles_, int nch_) : nch(nch_), tiles(tiles_) {
-    if constexpr (SPLIT == kStreamK) {
-      const int64_t U = int64_t(tiles) * nch, b = blockIdx.x, G = gridDim.x;
-      u = b * U / G;
-      ue = (b + 1) * U / G;
-    } else {
-      tile = int(blockIdx.y * gridDim.x + blockIdx.x);
-      stride = int(gridDim.x * gridDim.y);
-      const int per = (nch + SPLIT - 1) / SPLIT;
-      cb = int(blockIdx.z) * per;
-      ce = min(nch, cb + per);
-      cb = min(cb, ce);
-    }
-  }
-  /** The next segment into (t, c0, c1); false when there is none. */
-  __device__ bool next(int& t, int& c0, int& c1) {
-    if constexpr (SPLIT == kStreamK) {
-      if (u >= ue) return false;
-      t = int(u / nch);
-      c0 = int(u % nch);
-      c1 = ue - u < int64_t(nch - c0) ? c0 + int(ue - u) : nch;
-      u += c1 - c0;
-    } else {
-      if (tile >= tiles) return false;
-      t = tile;
-      c0 = cb;
-      c1 = ce;
-      tile += stride;
-    }
-    return true;
-  }
-};
-
-/** Stream-K: the first block of a G-block grid over U units whose share holds unit x (the largest b
- *  with b U / G <= x). */
-__device__ __forceinline__ int64_t stream_k_block_of(int64_t x, int64_t U, int64_t G) { return ((x + 1) * G + U - 1) / U - 1; }
-
-/** Stream-K: the scratch slot of block b's partial tile t: 2 b for the tile its share begins in, 2 b + 1
- *  for the one it ends in (the tiles between are whole: no partial). */
-__device__ __forceinline__ int64_t stream_k_slot(int64_t b, int t, int64_t U, int64_t G, int nch) {
-  return 2 * b + ((b * U / G) / nch == t ? 0 : 1);
-}
-
-/** C[m][n] = acc x colmul[n] for the tile's elements of this consumer thread (acc[4 q + e]: W row
- *  n_lo or n_hi = n_lo + 8 by e >> 1, A row m0 + 8 q + 2 t + (e & 1)), inside (M, N). */
-template <int BN, class F>
-__device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], float* __restrict__ C, const float* __restrict__ colmul,
-                                           int M, int N, int m0, int n_lo, int t) {
-  const int n_hi = n_lo + 8;
-  const float f_lo = F::kColmul ? (n_lo < N ? colmul[n_lo] : 0.0f) : 1.0f, f_hi = F::kColmul ? (n_hi < N ? colmul[n_hi] : 0.0f) : 1.0f;
-#pragma unroll
-  for (int q = 0; q < BN / 8; ++q) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int m = m0 + 8 * q + 2 * t + (e & 1);
-      const int n = (e >> 1) ? n_hi : n_lo;
-      if (m < M && n < N) C[size_t(m) * N + n] = acc[4 * q + e] * ((e >> 1) ? f_hi : f_lo);
-    }
-  }
-}
-
-/**
- * C^T tiles (64 NCONS W rows) x (BN A rows), each over the K chunks of the block's segments
- * (WgSegments); nblk = the tiles along N.
+ * C^T tiles (64 NCONS W rows) x (BN A rows) over chunks [z per, (z + 1) per) of K, z = blockIdx.z;
+ * nblk = the tiles along N.
  * SPLIT > 1: the SPLIT blocks of a (1, 1, SPLIT) cluster sum their partial tiles through
  * distributed shared memory (each block reduces and writes 1/SPLIT of the tile; deterministic).
- * kStreamK: a block whose segment is part of a tile writes its partial tile to scratch slot
- * stream_k_slot (sk_part: 2 gridDim.x slots of BN / 2 x 128 NCONS floats), then adds its chunk count to
- * tile_done[tile]; the block that brings it to nch sums the tile's partials in block order once its
- * share is done (the same sum whichever block is last: deterministic), writes C and sets the count
- * back to 0 for the next launch (tile_done: one zeroed counter per tile).
  */
 template <int BN, int NCONS, int SPLIT, class F, bool WTMA>
 __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN, NCONS, F, WTMA>::kMinBlocks)
     wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const uint4* __restrict__ wq, const uint8_t* __restrict__ sc,
-                 const float* __restrict__ colmul, float* __restrict__ C, int M, int N, int nch, int nblk,
-                 float* __restrict__ sk_part, unsigned* __restrict__ tile_done) {
+                 const float* __restrict__ colmul, float* __restrict__ C, int M, int N, int nch, int nblk) {
   using Cfg = WgCfg<BN, NCONS, F, WTMA>;
   constexpr int kSb = F::kRecordBytes, kG = Cfg::kGroup;
   NIBBLE_DYNAMIC_SMEM(smem_raw, 16);
   uint8_t* stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(stages + Cfg::kRingBytes);
   uint64_t* empty = full + Cfg::kStages;
-  unsigned* sk_last = reinterpret_cast<unsigned*>(empty + Cfg::kStages);  // stream-K: this block sums the tile
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
@@ -187,11 +97,13 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
     sol::mbar_init_fence();
   }
   __syncthreads();
-  // Tiles t = n block + nblk * m block. A block has several segments when the grid is capped at the
-  // SMs (persistent: the producer loads the next segment's first stages while the consumers finish
-  // the last one) or in stream-K; one with SPLIT > 1 (the grid covers the tiles).
+  const int per = (nch + SPLIT - 1) / SPLIT;
+  const int cb = int(blockIdx.z) * per, ce = min(nch, cb + per), nc = max(0, ce - cb);
+  // Tiles t = n block + nblk * m block, this block's t0, t0 + stride, ...: one per block when the grid
+  // covers them (always with SPLIT > 1), several when the grid is capped at the SMs (persistent:
+  // the producer loads the next tile's first stages while the consumers finish the last one).
   const int tiles = nblk * ((M + BN - 1) / BN);
-  const int t0 = int(blockIdx.y * gridDim.x + blockIdx.x);
+  const int t0 = int(blockIdx.y * gridDim.x + blockIdx.x), tstride = int(gridDim.x * gridDim.y);
 
   if (warp >= 4 * NCONS) {  // producer
     if constexpr (Cfg::kSetRegs) setmaxnreg_dec<40>();
@@ -200,8 +112,7 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
       uint64_t stream = 0;
       if constexpr (WTMA) stream = policy_evict_first();
       int it = 0;  // chunks loaded by this block: the ring position
-      WgSegments<SPLIT> segs(tiles, nch);
-      for (int tile, cb, ce; segs.next(tile, cb, ce);) {
+      for (int tile = t0; tile < tiles; tile += tstride) {
         const int m0 = (tile / nblk) * BN;
         // The tile's units: chunk c of its kG slabs is unit (n block nch + c) kG + warp.
         const int64_t ubase = int64_t(tile % nblk) * nch * kG;
@@ -223,11 +134,8 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
     if constexpr (Cfg::kSetRegs) setmaxnreg_inc<232>();
     const int g = lane >> 2, t = lane & 3;
     const uint32_t stage0 = smem_addr(stages);
-    int it0 = 0;  // the ring position of the segment's first chunk
-    int done[2], ndone = 0;  // stream-K: the shared tiles this block completes, summed after its share
-    WgSegments<SPLIT> segs(tiles, nch);
-    for (int tile, cb, ce; segs.next(tile, cb, ce);) {
-      const int nc = ce - cb;
+    int it0 = 0;  // the ring position of the tile's first chunk
+    for (int tile = t0; tile < tiles; tile += tstride) {
       const int m0 = (tile / nblk) * BN;
       const int64_t ubase = int64_t(tile % nblk) * nch * kG;
       const int slab = (tile % nblk) * kG + warp;
@@ -289,62 +197,31 @@ __global__ void __launch_bounds__(WgCfg<BN, NCONS, F, WTMA>::kThreads, WgCfg<BN,
       }
       wgmma_wait<0>();
       fence_acc(acc);
-      // The segment's last stage is free too: every stage is released exactly once, so the producer's
-      // ring positions stay in step across segments.
+      // The tile's last stage is free too: every stage is released exactly once, so the producer's
+      // ring positions stay in step across tiles.
       if (nc > 0 && lane == 0) mbar_arrive(&empty[(it0 + nc - 1) % Cfg::kStages]);
       it0 += nc;
 
       // acc[4 q + e]: W row 16 warp + g + 8 (e >> 1), A row 8 q + 2t + (e & 1) of the tile.
-      const int n_lo = slab * kSlabRows + g;
-      constexpr int kCons = 128 * NCONS;  // consumer threads
+      const int n_lo = slab * kSlabRows + g, n_hi = n_lo + 8;
       if constexpr (SPLIT == 1) {
-        store_tile<BN, F>(acc, C, colmul, M, N, m0, n_lo, t);
-      } else if constexpr (SPLIT == kStreamK) {
-        if (cb == 0 && ce == nch) {
-          store_tile<BN, F>(acc, C, colmul, M, N, m0, n_lo, t);
-          continue;
-        }
-        // Part of the tile: into the scratch, then the count. The barrier orders every thread's
-        // stores before thread 0's acq_rel add (cumulativity: it releases them), and the block whose
-        // add completes the count acquires every earlier add's release before its barrier lets the
-        // other threads read (cutlass/barrier.h: arrive_inc, wait_eq). Then that block sums.
-        const int64_t U = int64_t(tiles) * nch, G = gridDim.x, b = blockIdx.x;
-        float* mine = sk_part + stream_k_slot(b, tile, U, G, nch) * (BN / 2) * kCons;
+        const float f_lo = F::kColmul ? (n_lo < N ? colmul[n_lo] : 0.0f) : 1.0f, f_hi = F::kColmul ? (n_hi < N ? colmul[n_hi] : 0.0f) : 1.0f;
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) mine[i * kCons + threadIdx.x] = acc[i];
-        named_barrier_sync<1, kCons>();
-        if (threadIdx.x == 0) *sk_last = atom_acq_rel_gpu_add(&tile_done[tile], unsigned(nc)) + unsigned(nc) == unsigned(nch);
-        named_barrier_sync<1, kCons>();
-        if (*sk_last) done[ndone++] = tile;  // only a share's first and last segments are parts
+        for (int q = 0; q < BN / 8; ++q) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int m = m0 + 8 * q + 2 * t + (e & 1);
+            const int n = (e >> 1) ? n_hi : n_lo;
+            if (m < M && n < N) C[size_t(m) * N + n] = acc[4 * q + e] * ((e >> 1) ? f_hi : f_lo);
+          }
+        }
       } else {
         // One tile per block here. Partials into this block's ring, once every consumer
         // warpgroup's wgmma reads of it are done: red[i][thread], conflict-free.
-        named_barrier_sync<1, kCons>();
+        named_barrier_sync<1, 128 * NCONS>();
         float* red = reinterpret_cast<float*>(stages);
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) red[i * kCons + threadIdx.x] = acc[i];
-      }
-    }
-    if constexpr (SPLIT == kStreamK) {
-      // The tiles this block completed, summed once its share is done: the K loop's registers are
-      // free by then (summed inside it, the 64 x 128 kernel spilled).
-      constexpr int kCons = 128 * NCONS;
-      const int64_t U = int64_t(tiles) * nch, G = gridDim.x;
-#pragma unroll 1
-      for (int k = 0; k < ndone; ++k) {
-        const int tile = done[k];
-        const int64_t b0 = stream_k_block_of(int64_t(tile) * nch, U, G), b1 = stream_k_block_of(int64_t(tile + 1) * nch - 1, U, G);
-        float acc[BN / 2];
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-        // In block order, this block's own partial read back too: one sum whoever finishes last.
-        for (int64_t pb = b0; pb <= b1; ++pb) {
-          const float* other = sk_part + stream_k_slot(pb, tile, U, G, nch) * (BN / 2) * kCons + threadIdx.x;
-#pragma unroll
-          for (int i = 0; i < BN / 2; ++i) acc[i] += __ldcg(other + i * kCons);
-        }
-        store_tile<BN, F>(acc, C, colmul, M, N, (tile / nblk) * BN, ((tile % nblk) * kG + warp) * kSlabRows + g, t);
-        if (threadIdx.x == 0) tile_done[tile] = 0;  // every part has counted: the next launch starts at 0
+        for (int i = 0; i < BN / 2; ++i) red[i * (128 * NCONS) + threadIdx.x] = acc[i];
       }
     }
   }
@@ -428,10 +305,6 @@ struct WgmmaPlan {
   bool wtma = true;   // codes and records by bulk copy with the activation tile (else 16-byte loads per lane)
   int grid_cap = 0;   // split 1: at most this many (persistent) blocks; 0: one per tile
   bool rows128 = false;  // bn 128: 128 W rows per tile, two consumer warpgroups (bn 256 always has them)
-  // Stream-K (split 1, bulk-copied weights, grid_cap > 0): grid_cap blocks (at most the tiles' K
-  // chunks) each take an equal share of every tile's chunks (WgSegments), with the scratch of
-  // wgmma_stream_k_scratch_bytes; an override until measured (override_wgmma_plan).
-  bool stream_k = false;
   int ncons() const { return bn == 256 || rows128 ? 2 : 1; }
   int rows() const { return 64 * ncons(); }  // W rows per tile
   int group() const { return 4 * ncons(); }  // slabs per tile: the repacked layout's G
@@ -459,7 +332,6 @@ inline constexpr int kWgmmaOddSplits[] = {3, 5, 6};
  *  only; per-lane weight loads, !p.wtma, only where the solution builds them: kPerLaneLoads of
  *  launch_wgmma). */
 inline bool wgmma_split_built(const WgmmaPlan& p, bool per_lane_built = true) {
-  if (p.stream_k) return p.split == 1 && p.wtma;
   if (p.split < 1 || p.split > wgmma_max_split(p) || (!p.wtma && !per_lane_built)) return false;
   if (p.split == 1 || p.split == 2 || p.split == 4 || p.split == 8) return true;
   for (const int s : kWgmmaOddSplits)
@@ -513,9 +385,8 @@ inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms, 
 /**
  * For measuring alternatives: <prefix>SPLIT (1 to wgmma_max_split: 8 with one consumer warpgroup, 4 at
  * 128 x 128, 2 at 128 x 256; 3, 5 and 6 with bulk-copied weights only), <prefix>WTMA (0: weights by
- * 16-byte loads per lane, 1: by bulk copy), <prefix>GRID (split 1: at most this many persistent
- * blocks; 0: one block per tile) and <prefix>STREAMK (1: the stream-K schedule on the plan's
- * persistent grid, or GRID's; WgmmaPlan::stream_k) from the environment replace the plan's choices.
+ * 16-byte loads per lane, 1: by bulk copy) and <prefix>GRID (split 1: at most this many persistent
+ * blocks; 0: one block per tile) from the environment replace the plan's choices.
  * per_lane_built: the solution builds the per-lane weight path (launch_wgmma's kPerLaneLoads).
  * Throws AbiFailure INVALID_ARGUMENT, naming what is built, for a plan the kernels are not built for
  * (wgmma_split_built) or a value that is not a whole number.
@@ -533,12 +404,7 @@ inline void override_wgmma_plan(WgmmaPlan& p, const std::string& prefix, bool pe
   if (const auto v = whole("WTMA")) p.wtma = *v != 0;
   if (!p.wtma && !per_lane_built)
     throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, prefix + "WTMA=0: the per-lane weight path is not built here");
-  if (const auto v = whole("STREAMK")) p.stream_k = *v != 0;
   if (const auto v = whole("SPLIT")) p.split = *v;
-  else if (p.stream_k) p.split = 1;
-  if (p.stream_k && !wgmma_split_built(p, per_lane_built))
-    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, prefix + "STREAMK=1 takes the place of the split and is built for bulk-copied "
-                     "weights only: leave " + prefix + "SPLIT unset (or 1) and " + prefix + "WTMA unset (or 1)");
   if (!wgmma_split_built(p, per_lane_built)) {
     // The splits this tile width has on a weight path, by the same rule.
     const auto built = [&](bool wtma) {
@@ -557,8 +423,6 @@ inline void override_wgmma_plan(WgmmaPlan& p, const std::string& prefix, bool pe
                          (p.wtma || built(true) == built(false) ? "" : " (with " + prefix + "WTMA=1: " + built(true) + ")"));
   }
   if (const auto v = whole("GRID")) p.grid_cap = *v;
-  if (p.stream_k && p.grid_cap < 1)
-    throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, prefix + "STREAMK=1 runs on a persistent grid: " + prefix + "GRID=0 leaves it none");
 }
 
 /** The current device's properties; NOT_SUPPORTED unless it is sm_90 (the kernels are sm_90a). */
@@ -579,35 +443,7 @@ struct WgmmaWeights {
   const uint4* wq = nullptr;
   const uint8_t* sc = nullptr;
   const float* colmul = nullptr;  // n_pad factors, or null when the format has none
-  // A stream-K plan's scratch (alloc_wgmma_stream_k_scratch): 2 partial tiles per block, then one
-  // counter per tile, zero between launches; null for other plans.
-  float* sk_part = nullptr;
-  unsigned* tile_done = nullptr;
 };
-
-/** Tiles of plan p over w's problem (M by p.bn, the padded N by p.rows()), as the launch counts them. */
-inline int64_t wgmma_launch_tiles(const WgmmaPlan& p, const WgmmaWeights& w) {
-  return (w.n_pad / p.rows()) * ((w.M + p.bn - 1) / p.bn);
-}
-
-/** Stream-K's grid: p.grid_cap blocks, at most one per (tile, K chunk) unit (each block gets one at least). */
-inline int64_t wgmma_stream_k_grid(const WgmmaPlan& p, const WgmmaWeights& w) {
-  return std::max<int64_t>(1, std::min<int64_t>(p.grid_cap, wgmma_launch_tiles(p, w) * w.nch));
-}
-
-/**
- * Allocate a stream-K plan's scratch into w.sk_part and w.tile_done from `mem` (DeviceAllocs: alloc<T>(bytes)),
- * the counters zeroed on `stream`: 2 x the grid's blocks partial tiles of p.rows() x p.bn fp32 (17 MB
- * for 264 blocks of 64 x 128 tiles), then one counter per tile. Nothing for another plan.
- */
-template <class Allocs>
-void alloc_wgmma_stream_k_scratch(const WgmmaPlan& p, WgmmaWeights& w, Allocs& mem, cudaStream_t stream) {
-  if (!p.stream_k) return;
-  const int64_t tiles = wgmma_launch_tiles(p, w);
-  w.sk_part = mem.template alloc<float>(size_t(2 * wgmma_stream_k_grid(p, w)) * p.rows() * p.bn * sizeof(float));
-  w.tile_done = mem.template alloc<unsigned>(size_t(tiles) * sizeof(unsigned));
-  SOL_CUDA(cudaMemsetAsync(w.tile_done, 0, size_t(tiles) * sizeof(unsigned), stream));
-}
 
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -664,15 +500,10 @@ void launch_wgmma_split(const WgmmaPlan& p, const WgmmaWeights& w, const CUtenso
   const int nblk = int(w.n_pad / (64 * NCONS)), mblk = int((w.M + BN - 1) / BN);
   // SPLIT == 1 with more tiles than fit at once: persistent blocks (p.grid_cap per the plan).
   const int64_t tiles = int64_t(nblk) * mblk;
-  dim3 grid = (SPLIT == 1 && p.grid_cap > 0 && tiles > p.grid_cap) ? dim3(unsigned(p.grid_cap), 1, 1)
-                                                                   : dim3(unsigned(nblk), unsigned(mblk), SPLIT);
-  if constexpr (SPLIT == kStreamK) {
-    if (!w.sk_part || !w.tile_done)
-      throw AbiFailure(NIBBLE_ERR_INTERNAL, "a stream-K plan without its scratch (alloc_wgmma_stream_k_scratch)");
-    grid = dim3(unsigned(wgmma_stream_k_grid(p, w)), 1, 1);
-  }
-  launch_cluster(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmem, SPLIT == kStreamK ? 1 : SPLIT, stream, map, w.wq, w.sc,
-                 w.colmul, C, int(w.M), int(w.N), int(w.nch), nblk, w.sk_part, w.tile_done);
+  const dim3 grid = (SPLIT == 1 && p.grid_cap > 0 && tiles > p.grid_cap) ? dim3(unsigned(p.grid_cap), 1, 1)
+                                                                         : dim3(unsigned(nblk), unsigned(mblk), SPLIT);
+  launch_cluster(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmem, SPLIT, stream, map, w.wq, w.sc, w.colmul, C,
+                 int(w.M), int(w.N), int(w.nch), nblk);
 }
 
 template <int BN, int NCONS, int SPLIT, class F, bool kPerLaneLoads>
@@ -698,10 +529,6 @@ template <int BN, int NCONS, class F, bool kPerLaneLoads>
 void launch_wgmma_bn(const WgmmaPlan& p, const WgmmaWeights& w, ATensorMap& amap, const uint16_t* A, float* C,
                      cudaStream_t stream) {
   const CUtensorMap& map = amap.get(A, w.M, w.K, BN);
-  if (p.stream_k) {
-    if (!p.wtma || p.split != 1) throw AbiFailure(NIBBLE_ERR_INTERNAL, "stream-K is built for split 1 with bulk-copied weights");
-    return launch_wgmma_split<BN, NCONS, kStreamK, F, true>(p, w, map, C, stream);
-  }
   switch (p.split) {
     case 3: launch_wgmma_odd<BN, NCONS, 3, F>(p, w, map, C, stream); break;
     case 5: launch_wgmma_odd<BN, NCONS, 5, F>(p, w, map, C, stream); break;

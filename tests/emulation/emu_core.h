@@ -264,24 +264,19 @@ inline void run_blocks(std::vector<BlockState>& blocks, unsigned nthreads, size_
   cur_block = nullptr;
 }
 
-/** launch's block order: false, ascending; true, descending (a kernel whose blocks meet through
- *  global memory, e.g. the last one to finish a tile sums it, takes another path). */
-inline bool reverse_blocks = false;
-
 /** Run the grid one block after another (blocks that never wait for each other: any order is one
- *  the GPU could take), in the order reverse_blocks says. */
+ *  the GPU could take). */
 template <class... P, class... Args>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t dyn_smem_bytes, Args... args) {
   if (block.y != 1 || block.z != 1 || grid.z != 1) die("emu: 1-D blocks, 2-D grids only");
   g_gridDim = uint3{grid.x, grid.y, 1};
   g_blockDim = uint3{block.x, 1, 1};
   std::vector<BlockState> one(1);
-  const unsigned n = grid.x * grid.y;
-  for (unsigned i = 0; i < n; ++i) {
-    const unsigned j = reverse_blocks ? n - 1 - i : i;
-    one[0].idx = uint3{j % grid.x, j / grid.x, 0};
-    run_blocks(one, block.x, dyn_smem_bytes, [&] { kernel(P(args)...); });
-  }
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      one[0].idx = uint3{bx, by, 0};
+      run_blocks(one, block.x, dyn_smem_bytes, [&] { kernel(P(args)...); });
+    }
 }
 
 /** Run the grid with every block resident at once: cudaLaunchCooperativeKernel (blocks that wait for

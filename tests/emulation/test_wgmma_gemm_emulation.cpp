@@ -7,12 +7,9 @@
 // gemm_fp4_sm90, against fp64 references: int4 against W = bf16((q - z) x bf16(scale)) (the format's
 // definition, int4_wg_layout.h), FP4 against the exact oracle (its decode is exact). Plans: the three
 // tile widths (64 x 64, 64 x 128, 128 x 256 with two consumer warpgroups and setmaxnreg), one block
-// per tile, a persistent grid of 2 blocks (the ring's phases carried across tiles), K split over
-// clusters of 2 and 4 blocks summed through distributed shared memory, and stream-K on grids of 2, 3,
-// 7 and 40 blocks (shares that begin and end inside tiles, a tile shared by 3 blocks, more blocks
-// than (tile, chunk) units), its blocks run in both orders (another block sums each shared tile)
-// with bitwise the same C and every tile's counter back at 0. Shapes with partial tiles in M and N
-// and a partial last chunk of K.
+// per tile, a persistent grid of 2 blocks (the ring's phases carried across tiles), and K split over
+// clusters of 2 and 4 blocks summed through distributed shared memory. Shapes with partial tiles in
+// M and N and a partial last chunk of K.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,8 +33,7 @@ namespace {
 
 struct Plan {
   int bn, grid_cap, split;
-  bool rows128 = false;   // 128 x 128 tiles of two consumer warpgroups (bn 128)
-  bool stream_k = false;  // on grid_cap blocks
+  bool rows128 = false;  // 128 x 128 tiles of two consumer warpgroups (bn 128)
   int group() const { return bn == 256 || rows128 ? 8 : 4; }
 };
 
@@ -51,26 +47,7 @@ T* device_copy(const std::vector<T>& v, std::vector<void*>* owned) {
   return static_cast<T*>(p);
 }
 
-/** What alloc_wgmma_stream_k_scratch allocates from: emulated device memory, freed by the test. */
-struct TestAllocs {
-  std::vector<void*>* owned;
-  template <class T>
-  T* alloc(size_t bytes) {
-    void* p = nullptr;
-    cudaMalloc(&p, bytes);
-    owned->push_back(p);
-    return static_cast<T*>(p);
-  }
-};
-
-std::string plan_name(const Plan& pl) {
-  return "bn " + std::to_string(pl.bn) + (pl.rows128 ? " x2" : "") + " grid " + std::to_string(pl.grid_cap) + " split " +
-         std::to_string(pl.split) + (pl.stream_k ? " stream-K" : "");
-}
-
-/** C = A W^T by the kernel with format F and the repacked weights (words, records, colmul). A
- *  stream-K plan runs twice, its blocks in ascending then descending order: the same C bitwise,
- *  and every tile's counter back at 0 after each. */
+/** C = A W^T by the kernel with format F and the repacked weights (words, records, colmul). */
 template <class F, bool kPerLane>
 double run_gemm(const Plan& pl, int64_t M, int64_t N, int64_t K, int64_t n_pad, const std::vector<uint16_t>& a,
                 const std::vector<uint32_t>& words, const std::vector<uint8_t>& records, const std::vector<float>& colmul,
@@ -85,35 +62,14 @@ double run_gemm(const Plan& pl, int64_t M, int64_t N, int64_t K, int64_t n_pad, 
   const uint16_t* A = device_copy(a, &owned);
   sol::WgmmaPlan p;
   p.bn = pl.bn, p.split = pl.split, p.wtma = true, p.grid_cap = pl.grid_cap, p.rows128 = pl.rows128;
-  p.stream_k = pl.stream_k;
-  TestAllocs allocs{&owned};
-  sol::alloc_wgmma_stream_k_scratch(p, w, allocs, nullptr);
-  const int64_t tiles = sol::wgmma_launch_tiles(p, w);
   sol::ATensorMap amap;
   test::GuardedOutput out(size_t(M * N));
   sol::launch_wgmma<F, kPerLane>(p, w, amap, A, out.data(), nullptr);
   // The launch took the plan's split: a cluster of that many blocks along z (every split sums to the
   // same C, so only the launch can show a switch case that launched another split's kernel).
-  EXPECT_EQ(emu::g_last_ex_cluster, unsigned(pl.split)) << plan_name(pl);
+  EXPECT_EQ(emu::g_last_ex_cluster, unsigned(pl.split)) << "split " << pl.split;
   if (pl.split > 1) {
     EXPECT_EQ(emu::g_last_ex_grid.z, unsigned(pl.split));
-  }
-  if (pl.stream_k) {
-    // The grid: grid_cap blocks, at most one per (tile, chunk) unit.
-    EXPECT_EQ(emu::g_last_ex_grid.x, unsigned(std::min<int64_t>(pl.grid_cap, tiles * w.nch))) << plan_name(pl);
-    const auto counters_zero = [&] {
-      for (int64_t t = 0; t < tiles; ++t)
-        if (w.tile_done[t] != 0) return false;
-      return true;
-    };
-    EXPECT_TRUE(counters_zero()) << plan_name(pl);
-    test::GuardedOutput again(size_t(M * N));
-    emu::reverse_blocks = true;
-    sol::launch_wgmma<F, kPerLane>(p, w, amap, A, again.data(), nullptr);
-    emu::reverse_blocks = false;
-    EXPECT_TRUE(counters_zero()) << plan_name(pl) << ", blocks in descending order";
-    EXPECT_EQ(std::memcmp(out.data(), again.data(), size_t(M * N) * sizeof(float)), 0)
-        << plan_name(pl) << ": another block summed the shared tiles, and C differs";
   }
   for (void* q : owned) cudaFree(q);
   const test::GuardedOutput::Check c = out.check(ref);
@@ -124,14 +80,10 @@ double run_gemm(const Plan& pl, int64_t M, int64_t N, int64_t K, int64_t n_pad, 
 /** One block per tile, 2 persistent blocks, and split-K clusters of 2 (and 4 below 128 x 256, and
  *  the odd splits 3, 5 and 6 with one consumer warpgroup: at K = 256, 4 chunks, splits 5 and 6 leave
  *  blocks without a chunk); at 64 x 128 also the 128 x 128 tiles of two warpgroups, the same ways
- *  up to split 4; stream-K on 2, 3, 7 and 40 blocks at every tile width. */
+ *  up to split 4. */
 std::vector<Plan> plans_for(int64_t M) {
   const int bn = sol::wgmma_bn_for(M);
   std::vector<Plan> p{Plan{bn, 0, 1}, Plan{bn, 2, 1}, Plan{bn, 0, 2}};
-  for (const int g : {2, 3, 7, 40}) {
-    p.push_back(Plan{bn, g, 1, false, true});
-    if (bn == 128) p.push_back(Plan{bn, g, 1, true, true});
-  }
   if (bn <= 128)
     for (const int s : {4, 3, 5, 6}) p.push_back(Plan{bn, 0, s});
   if (bn == 128)
@@ -167,8 +119,8 @@ TEST_P(Int4WgmmaEmulation, MatchesTheFormatsDefinition) {
     int unwritten = 0;
     const double e = run_gemm<int4_sm90::Int4WgFormat, false>(pl, M, N, K, r.n_pad, d.A, r.words, r.records, {}, ref,
                                                              &unwritten);
-    EXPECT_LT(e, 1e-5) << plan_name(pl);
-    EXPECT_EQ(unwritten, 0) << plan_name(pl);
+    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << (pl.rows128 ? " x2" : "") << " grid " << pl.grid_cap << " split " << pl.split;
+    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << (pl.rows128 ? " x2" : "") << " grid " << pl.grid_cap << " split " << pl.split;
   }
 }
 
@@ -203,8 +155,8 @@ TEST_P(Fp4WgmmaEmulation, MatchesTheOracle) {
                                                                         records, r.colmul, ref, &unwritten)
                         : run_gemm<gemm_fp4_sm90::Fp4Format<false>, true>(pl, cfg.M, cfg.N, cfg.K, r.n_pad, d.A, r.w,
                                                                          records, r.colmul, ref, &unwritten);
-    EXPECT_LT(e, 1e-5) << plan_name(pl);
-    EXPECT_EQ(unwritten, 0) << plan_name(pl);
+    EXPECT_LT(e, 1e-5) << "bn " << pl.bn << (pl.rows128 ? " x2" : "") << " grid " << pl.grid_cap << " split " << pl.split;
+    EXPECT_EQ(unwritten, 0) << "bn " << pl.bn << (pl.rows128 ? " x2" : "") << " grid " << pl.grid_cap << " split " << pl.split;
   }
 }
 
@@ -299,38 +251,6 @@ TEST(WgmmaPlan, AnOverrideNamesOnlyABuiltSplit) {
   // A solution without the per-lane path (int4_gemm_sm90): WTMA=0 is refused whatever the split.
   EXPECT_NE(with(128, false, "2", "0", false).find("WTMA=0: the per-lane weight path is not built here"), std::string::npos);
   EXPECT_EQ(with(128, false, "5", "1", false), "5");
-}
-
-/** NIBBLE_..._STREAMK=1 takes the place of the plan's split on its persistent grid (the planner's, or
- *  GRID's); with a split other than 1, per-lane weights or no grid it is INVALID_ARGUMENT saying so. */
-TEST(WgmmaPlan, AStreamKOverrideReplacesTheSplit) {
-  const auto with = [](std::vector<std::pair<const char*, const char*>> env, sol::WgmmaPlan* out) {
-    sol::WgmmaPlan p = sol::plan_wgmma(128, 128, 3072, 48, 132);  // split 4 by the planner
-    for (const auto& [k, v] : env) setenv((std::string("NIBBLE_TEST_WG_") + k).c_str(), v, 1);
-    std::string err;
-    try {
-      sol::override_wgmma_plan(p, "NIBBLE_TEST_WG_");
-    } catch (const sol::AbiFailure& e) {
-      EXPECT_EQ(e.status, NIBBLE_ERR_INVALID_ARGUMENT);
-      err = e.what();
-    }
-    for (const auto& [k, v] : env) unsetenv((std::string("NIBBLE_TEST_WG_") + k).c_str());
-    *out = p;
-    return err;
-  };
-  sol::WgmmaPlan p;
-  EXPECT_EQ(with({{"STREAMK", "1"}}, &p), "");
-  EXPECT_TRUE(p.stream_k);
-  EXPECT_EQ(p.split, 1);
-  EXPECT_EQ(p.grid_cap, 264);  // the planner's wave: two blocks per SM at 64 x 128
-  EXPECT_EQ(with({{"STREAMK", "1"}, {"GRID", "132"}}, &p), "");
-  EXPECT_EQ(p.grid_cap, 132);
-  EXPECT_EQ(with({{"STREAMK", "0"}}, &p), "");
-  EXPECT_FALSE(p.stream_k);
-  EXPECT_EQ(p.split, 4);
-  EXPECT_NE(with({{"STREAMK", "1"}, {"SPLIT", "2"}}, &p).find("STREAMK=1 takes the place of the split"), std::string::npos);
-  EXPECT_NE(with({{"STREAMK", "1"}, {"WTMA", "0"}}, &p).find("bulk-copied weights only"), std::string::npos);
-  EXPECT_NE(with({{"STREAMK", "1"}, {"GRID", "0"}}, &p).find("GRID=0 leaves it none"), std::string::npos);
 }
 
 }  // namespace

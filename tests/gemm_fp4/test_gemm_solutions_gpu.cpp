@@ -435,9 +435,7 @@ INSTANTIATE_TEST_SUITE_P(Configs, GemmFp4Sm90, ::testing::ValuesIn(sm90_cases())
 // weight loads on 3 persistent blocks (8 tiles each), the odd K splits with bulk-copied weights (64 x
 // 128 split 3 and 6, 64 x 64 split 5, 128 x 128 split 3: 49 chunks in uneven ranges), 128 x 256 unsplit with bulk-copied weights and a partial tile in M, one block per
 // tile and on 2 or 4 persistent blocks (3 and 2 tiles each: the ring's phases carry across tiles);
-// mma.sync's kStd order at M = 128; stream-K (NIBBLE_FP4SM90_STREAMK) at 64 x 128 on the planner's
-// grid, 128 x 128 on 7 blocks and 128 x 256 on the planner's (shares that begin and end inside tiles,
-// each tile summed by the last block to finish its part). The stream kernel (the experiment libnibble_gemm_fp4_stream.so,
+// mma.sync's kStd order at M = 128. The stream kernel (the experiment libnibble_gemm_fp4_stream.so,
 // M <= 16; "Stream" below, kind "stream") at
 // M in {1, 3, 16} x N in {3000, 3072} x K in {3072, 3080} with its own split and grid, then forced
 // to split 1 (no cluster), 2 and 8, and to 3 clusters with 2 ring slots per warp (each warp's
@@ -449,7 +447,6 @@ struct Forced {
   const char* wtma;
   const char* grid;        // persistent blocks (0: one per tile); stream: clusters (0: prepare's choice)
   const char* stages = "0";  // stream: ring slots per warp at most (0: prepare's choice)
-  const char* streamk = "";  // wgmma: NIBBLE_FP4SM90_STREAMK
 };
 
 /** Set NIBBLE_FP4SM90_<name> to v, or unset it when v is empty. */
@@ -474,14 +471,13 @@ TEST_P(GemmFp4Sm90Forced, MatchesTheOracle) {
   set_or_unset("WTMA", f.wtma);
   set_or_unset("GRID", f.grid);
   set_or_unset("STAGES", f.stages);
-  set_or_unset("STREAMK", f.streamk);
-  std::printf("forced kind %s split %s wtma %s grid %s stages %s stream-K %s\n", f.kind, *f.split ? f.split : "(auto)", f.wtma,
-              f.grid, f.stages, f.streamk);
+  std::printf("forced kind %s split %s wtma %s grid %s stages %s\n", f.kind, *f.split ? f.split : "(auto)", f.wtma,
+              f.grid, f.stages);
   if (stream)
     check_solution(lib_path("nibble_gemm_fp4_stream"), "gemm-fp4-stream", fx, fx.oracle_c(), kFp4Sm90Tol, true);
   else
     check_solution(solution_so("nibble_gemm_fp4_sm90"), "gemm-fp4-sm90", fx, fx.oracle_c(), kFp4Sm90Tol, true);
-  for (const char* v : {"KIND", "SPLIT", "WTMA", "GRID", "STAGES", "STREAMK"}) set_or_unset(v, "");
+  for (const char* v : {"KIND", "SPLIT", "WTMA", "GRID", "STAGES"}) set_or_unset(v, "");
 }
 
 std::string forced_name(const ::testing::TestParamInfo<std::tuple<const char*, Forced>>& i) {
@@ -489,7 +485,6 @@ std::string forced_name(const ::testing::TestParamInfo<std::tuple<const char*, F
   std::string s = std::string(std::get<0>(i.param)) + "_" + f.config + "_" + f.kind + "_split" +
                   (*f.split ? f.split : "auto") + "_wtma" + f.wtma + "_grid" + f.grid;
   if (std::string(f.stages) != "0") s += std::string("_stages") + f.stages;
-  if (*f.streamk) s += std::string("_streamk") + f.streamk;
   for (char& ch : s)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -529,10 +524,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          Forced{"m300-n300-k3080", "wg256", "1", "1", "0"},
                                          Forced{"m300-n300-k3080", "wg256", "1", "0", "2"},
                                          Forced{"m300-n300-k3080", "wg256", "1", "1", "4"},
-                                         Forced{"m128-n3000-k3080", "mma", "1", "1", "0"},
-                                         Forced{"m128-n3000-k3080", "wg128", "", "1", "", "0", "1"},
-                                         Forced{"m128-n3000-k3080", "wg128x2", "", "1", "7", "0", "1"},
-                                         Forced{"m300-n300-k3080", "wg256", "", "1", "", "0", "1"})),
+                                         Forced{"m128-n3000-k3080", "mma", "1", "1", "0"})),
     forced_name);
 
 INSTANTIATE_TEST_SUITE_P(Stream, GemmFp4Sm90Forced,

@@ -88,22 +88,19 @@ INSTANTIATE_TEST_SUITE_P(Configs, Int4GemmGpu, ::testing::Values("tiny-sym", "m1
 // persistent blocks (several tiles each: the ring's phases carry across tiles), 128 x 128 of two
 // consumer warpgroups (NIBBLE_INT4SM90_ROWS=128) split 2 and on 3 persistent blocks, 128 x 256 on 2
 // persistent blocks (24 tiles each), the odd K splits (clusters of 3, 5 and 6 over 50 chunks: 17,
-// 17, 16 and 9 x 5, 5 at 3 and 6; 64 x 128 split 3 and 6, 64 x 64 split 5, 128 x 128 split 3),
-// K = 256 (4 chunks: too few to split), and stream-K (NIBBLE_INT4SM90_STREAMK: 64 x 128 on the
-// planner's grid, 128 x 128 on it and 128 x 256 on 7 blocks).
+// 17, 16 and 9 x 5, 5 at 3 and 6; 64 x 128 split 3 and 6, 64 x 64 split 5, 128 x 128 split 3), and
+// K = 256 (4 chunks: too few to split).
 struct Sm90Case {
   const char* config;
   const char* bn;     // "": prepare's choice
   const char* split;  // "": prepare's choice
   const char* grid;   // "": prepare's choice
   const char* rows = "";  // NIBBLE_INT4SM90_ROWS ("": prepare's choice, 64 W rows below BN 256)
-  const char* streamk = "";  // NIBBLE_INT4SM90_STREAMK
 };
 
 void PrintTo(const Sm90Case& c, std::ostream* os) {
   *os << c.config << " bn " << (*c.bn ? c.bn : "auto") << " split " << (*c.split ? c.split : "auto") << " grid "
-      << (*c.grid ? c.grid : "auto") << (*c.rows ? std::string(" rows ") + c.rows : std::string())
-      << (*c.streamk ? std::string(" stream-K ") + c.streamk : std::string());
+      << (*c.grid ? c.grid : "auto") << (*c.rows ? std::string(" rows ") + c.rows : std::string());
 }
 
 class Int4GemmSm90 : public ::testing::TestWithParam<Sm90Case> {};
@@ -124,12 +121,11 @@ TEST_P(Int4GemmSm90, PassesOnEveryPath) {
   set_or_unset("SPLIT", c.split);
   set_or_unset("GRID", c.grid);
   set_or_unset("ROWS", c.rows);
-  set_or_unset("STREAMK", c.streamk);
   const std::vector<std::string> args = {bindir() + "/bin/nibble", "grade", "--task", "gemm-w4a16-int4", "--config",
                                          c.config, "--seeds", "0", "--no-timing", "--out", t.path() + "/r.json", "-q",
                                          "--solution", sol.path};
   const ChildExit e = run_child(args, t.path() + "/log", 600);
-  for (const char* v : {"BN", "SPLIT", "GRID", "ROWS", "STREAMK"}) set_or_unset(v, "");
+  for (const char* v : {"BN", "SPLIT", "GRID", "ROWS"}) set_or_unset(v, "");
   const std::string log = file_tail(t.path() + "/log", 1 << 14);
   std::cout << log;
   ASSERT_EQ(e.kind, ChildExit::Exited) << e.describe();
@@ -151,13 +147,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Sm90Case{"m300-n3000-k3200", "256", "1", "2"},
                       Sm90Case{"m128-n3000-k3200", "128", "3", ""}, Sm90Case{"m128-n3000-k3200", "64", "5", ""},
                       Sm90Case{"m128-n3000-k3200", "128", "6", ""}, Sm90Case{"m128-n3000-k3200", "128", "3", "", "128"},
-                      Sm90Case{"m40-n256-k256", "", "", ""}, Sm90Case{"m128-n3000-k3200", "", "", "", "", "1"},
-                      Sm90Case{"m200-n3000-k3200", "128", "", "", "128", "1"}, Sm90Case{"m300-n3000-k3200", "256", "", "7", "", "1"}),
+                      Sm90Case{"m40-n256-k256", "", "", ""}),
     [](const ::testing::TestParamInfo<Sm90Case>& i) {
       std::string s = std::string(i.param.config) + "_bn" + (*i.param.bn ? i.param.bn : "auto") + "_split" +
                       (*i.param.split ? i.param.split : "auto") + "_grid" + (*i.param.grid ? i.param.grid : "auto") +
-                      (*i.param.rows ? std::string("_rows") + i.param.rows : std::string()) +
-                      (*i.param.streamk ? std::string("_streamk") + i.param.streamk : std::string());
+                      (*i.param.rows ? std::string("_rows") + i.param.rows : std::string());
       for (char& ch : s)
         if (ch == '-') ch = '_';
       return s;

@@ -91,8 +91,6 @@ struct Handle {
   uint4* wq = nullptr;
   uint8_t* sc = nullptr;
   float* colmul = nullptr;
-  float* sk_part = nullptr;        // wgmma with stream-K: its scratch (sol::alloc_wgmma_stream_k_scratch)
-  unsigned* tile_done = nullptr;
   std::string trace_path;  // NIBBLE_FP4SM90_TRACE: the mma kernel's timeline, written at teardown
   unsigned long long* mma_trace = nullptr;  // the mma kernel's marks (kMmaMarks per block), when traced
   sol::DeviceAllocs mem;
@@ -144,8 +142,6 @@ sol::WgmmaWeights wgmma_weights(const Handle& h) {
   w.wq = h.wq;
   w.sc = h.sc;
   w.colmul = h.colmul;
-  w.sk_part = h.sk_part;
-  w.tile_done = h.tile_done;
   return w;
 }
 
@@ -171,7 +167,7 @@ void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
  *  warpgroups, wg256), NIBBLE_FP4SM90_SPLIT (mma: 1, 2, 4, 8; wgmma: 1 to 8 but 7, 3, 5 and 6
  *  with bulk-copied weights only, at most 4 with wg128x2 and 2 with wg256: sol::wgmma_split_built), NIBBLE_FP4SM90_WTMA (0: wgmma's weights by 16-byte loads per lane, 1: by bulk copy) and
  *  NIBBLE_FP4SM90_GRID (wgmma without split: at most this many persistent blocks; 0: one
- *  block per tile), NIBBLE_FP4SM90_STREAMK (1: wgmma's stream-K schedule on that persistent grid). The stream kernel is libnibble_gemm_fp4_stream.so (experiments/gemm_fp4_stream). */
+ *  block per tile). The stream kernel is libnibble_gemm_fp4_stream.so (experiments/gemm_fp4_stream). */
 void choose_kernel(Handle& h, int sms) {
   const sol::GemmProblem& g = h.g;
   const bool k8 = g.K % 8 == 0;
@@ -287,12 +283,6 @@ std::unique_ptr<Handle> prepare_rows(const sol::GemmProblem& g, const cudaDevice
   SOL_CUDA(cudaMemcpyAsync(h->wq, r.w.data(), r.w.size() * 4, cudaMemcpyHostToDevice, stream));
   SOL_CUDA(cudaMemcpyAsync(h->sc, r.s.data(), r.s.size(), cudaMemcpyHostToDevice, stream));
   SOL_CUDA(cudaMemcpyAsync(h->colmul, r.colmul.data(), r.colmul.size() * 4, cudaMemcpyHostToDevice, stream));
-  if (h->kind == Kind::kWgmma) {
-    sol::WgmmaWeights w = wgmma_weights(*h);
-    sol::alloc_wgmma_stream_k_scratch(h->wg, w, h->mem, stream);
-    h->sk_part = w.sk_part;
-    h->tile_done = w.tile_done;
-  }
   if (const char* tp = std::getenv("NIBBLE_FP4SM90_TRACE"); trace && tp && *tp && h->kind == Kind::kMma) {
     h->trace_path = tp;
     const size_t n = size_t(mma_blocks(*h, g.M <= 8 ? 1 : 2)) * kMmaMarks;

@@ -16,9 +16,8 @@
 //            W = bf16((q - z) x bf16(scale)) (its error bound is in int4_wg_layout.h).
 // For measuring alternatives (the GPU test forces each): NIBBLE_INT4SM90_BN (64, 128, 256: the tile
 // width), NIBBLE_INT4SM90_ROWS (128 at BN 128: 128 x 128 tiles of two consumer warpgroups),
-// NIBBLE_INT4SM90_SPLIT, NIBBLE_INT4SM90_GRID and NIBBLE_INT4SM90_STREAMK (sol::override_wgmma_plan);
-// the weights always travel by bulk copy (the per-lane path is not built here: it lost on the FP4
-// tasks, NOTES.md there).
+// NIBBLE_INT4SM90_SPLIT and NIBBLE_INT4SM90_GRID (sol::override_wgmma_plan); the weights always
+// travel by bulk copy (the per-lane path is not built here: it lost on the FP4 tasks, NOTES.md there).
 // Not supported: a device other than sm_90; A not 16-byte aligned at M > 16 (cudaMalloc'd A always is).
 #include <cuda_runtime.h>
 
@@ -84,8 +83,6 @@ void prepare_wgmma(Handle& h, int sms, cudaStream_t stream) {
   h.w.nch = r.nch;
   h.w.wq = wq;
   h.w.sc = sc;
-  sol::alloc_wgmma_stream_k_scratch(h.plan, h.w, h.mem, stream);
-  SOL_CUDA(cudaStreamSynchronize(stream));
 }
 
 /** NOT_SUPPORTED: not an sm_90 device, or M beyond the grid. */

@@ -15,10 +15,5 @@ inline unsigned ld_acquire_gpu(const unsigned* p) {
 inline void st_release_gpu(unsigned* p, unsigned v) { *p = v; }
 inline void red_release_gpu_inc(unsigned* p) { *p += 1; }
 inline unsigned atom_release_gpu_inc(unsigned* p) { return (*p)++; }
-inline unsigned atom_acq_rel_gpu_add(unsigned* p, unsigned v) {
-  const unsigned old = *p;
-  *p = old + v;
-  return old;
-}
 
 }  // namespace nibble::sol
