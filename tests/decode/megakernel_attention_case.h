@@ -21,22 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "fixtures/bf16.h"
+
 #include "test_rng.h"
 
 namespace nibble::test {
 
-inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-inline double bf16_value(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 struct AttnCase {
   int hd, n_q, n_kv, max_seq, pos, blocks;  // blocks 0: one per SM (GPU only)
@@ -63,8 +53,8 @@ inline AttnInputs attention_inputs(const AttnCase& t) {
   AttnInputs in;
   in.kc.resize(cache_n);
   in.vc.resize(cache_n);
-  for (auto& v : in.kc) v = to_bf16(2.f * rng.uniform() - 1.f);
-  for (auto& v : in.vc) v = to_bf16(2.f * rng.uniform() - 1.f);
+  for (auto& v : in.kc) v = f32_to_bf16(2.f * rng.uniform() - 1.f);
+  for (auto& v : in.vc) v = f32_to_bf16(2.f * rng.uniform() - 1.f);
   in.qkv.resize(size_t(t.n_q + 2 * t.n_kv) * hd);
   for (auto& v : in.qkv) v = 2.f * rng.uniform() - 1.f;
   in.rope.resize(size_t(t.max_seq) * half);
@@ -98,10 +88,10 @@ inline void check_attention(const AttnCase& t, const AttnInputs& in, const std::
         const float2 cs = in.rope[size_t(t.pos) * half + i];
         const double r1 = double(kh[i]) * cs.x - double(kh[i + half]) * cs.y;
         const double r2 = double(kh[i + half]) * cs.x + double(kh[i]) * cs.y;
-        wrong += std::fabs(bf16_value(kc2[row + i]) - r1) > std::fabs(r1) * 4e-3 + 1e-6;
-        wrong += std::fabs(bf16_value(kc2[row + i + half]) - r2) > std::fabs(r2) * 4e-3 + 1e-6;
-        wrong += vc2[row + i] != to_bf16(vh[i]);
-        wrong += vc2[row + i + half] != to_bf16(vh[i + half]);
+        wrong += std::fabs(bf16_to_f32(kc2[row + i]) - r1) > std::fabs(r1) * 4e-3 + 1e-6;
+        wrong += std::fabs(bf16_to_f32(kc2[row + i + half]) - r2) > std::fabs(r2) * 4e-3 + 1e-6;
+        wrong += vc2[row + i] != f32_to_bf16(vh[i]);
+        wrong += vc2[row + i + half] != f32_to_bf16(vh[i + half]);
       }
     }
   }
@@ -125,7 +115,7 @@ inline void check_attention(const AttnCase& t, const AttnInputs& in, const std::
     double mx = -1e300;
     for (int s = 0; s <= t.pos; ++s) {
       double d = 0;
-      for (int e = 0; e < hd; ++e) d += q[size_t(e)] * bf16_value(kc2[(size_t(h) * t.max_seq + s) * hd + e]);
+      for (int e = 0; e < hd; ++e) d += q[size_t(e)] * bf16_to_f32(kc2[(size_t(h) * t.max_seq + s) * hd + e]);
       sc[size_t(s)] = d * scale;
       mx = std::max(mx, sc[size_t(s)]);
     }
@@ -133,7 +123,7 @@ inline void check_attention(const AttnCase& t, const AttnInputs& in, const std::
     for (auto& v : sc) l += (v = std::exp(v - mx));
     for (int e = 0; e < hd; ++e) {
       double o = 0;
-      for (int s = 0; s <= t.pos; ++s) o += sc[size_t(s)] * bf16_value(vc2[(size_t(h) * t.max_seq + s) * hd + e]);
+      for (int s = 0; s <= t.pos; ++s) o += sc[size_t(s)] * bf16_to_f32(vc2[(size_t(h) * t.max_seq + s) * hd + e]);
       o /= l;
       const float got = out[size_t(j) * hd + e];
       if (!std::isfinite(got)) ++nonfinite;

@@ -24,75 +24,35 @@
 #include <vector>
 
 #include "decode/megakernel_attention_case.h"
+#include "fixtures/bf16.h"
+#include "decode/int4_test_matrix.h"
 #include "gpu_test_util.h"
 #include "megakernel.h"
 
 namespace {
 
+using nibble::bf16_to_f32;  // fixtures/bf16.h
+using nibble::f32_to_bf16;
+
 namespace mk = nibble::megakernel;
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
 
-using nibble::test::bf16_value;  // tests/decode/megakernel_attention_case.h
 using nibble::test::Rng;
-using nibble::test::to_bf16;
 
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) {
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) p = nullptr;
-  }
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
+using nibble::test::DeviceMatrix;  // tests/decode/int4_test_matrix.h
+using nibble::test::DevBuf;
+using nibble::test::HostMatrix;
 
-struct HostMatrix {
-  int rows, in;
-  std::vector<uint8_t> packed, zero;
-  std::vector<uint16_t> scale;
-  HostMatrix(int rows_, int in_, Rng& rng) : rows(rows_), in(in_) {
-    const int groups = in / 128;
-    packed.resize(size_t(rows) * in / 2);
-    zero.resize(size_t(rows) * groups);
-    scale.resize(size_t(rows) * groups);
-    for (auto& b : packed) b = uint8_t(rng.below(256));
-    for (auto& z : zero) z = uint8_t(rng.below(16));
-    for (auto& s : scale) {
-      const float mag = (0.5f + rng.uniform()) * std::ldexp(1.0f, -4 - rng.below(4));
-      s = to_bf16(rng.below(8) == 0 ? -mag : mag);
-    }
-  }
-  double at(int o, int i) const {
-    const uint8_t byte = packed[size_t(o) * in / 2 + i / 2];
-    const int code = (i % 2 == 0) ? (byte & 0xF) : (byte >> 4);  // LOW nibble = even index
-    const size_t g = size_t(o) * (in / 128) + i / 128;
-    return double(code - int(zero[g])) * bf16_value(scale[g]);
-  }
-};
-
-struct DeviceMatrix {
-  DevBuf packed, scale, zero;
-  explicit DeviceMatrix(const HostMatrix& h) : packed(h.packed.size()), scale(h.scale.size() * 2), zero(h.zero.size()) {
-    cudaMemcpy(packed.p, h.packed.data(), h.packed.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(scale.p, h.scale.data(), h.scale.size() * 2, cudaMemcpyHostToDevice);
-    cudaMemcpy(zero.p, h.zero.data(), h.zero.size(), cudaMemcpyHostToDevice);
-  }
-  mk::SourceTriple source(int rows) const {
-    mk::SourceTriple s;
-    s.packed = packed.as<uint8_t>();
-    s.scale = scale.as<uint16_t>();
-    s.zero = zero.as<uint8_t>();
-    s.rows = rows;
-    return s;
-  }
-};
+/** The megakernel's source triple of a DeviceMatrix of `rows` rows. */
+mk::SourceTriple source(const DeviceMatrix& d, int rows) {
+  mk::SourceTriple s;
+  s.packed = d.packed.as<uint8_t>();
+  s.scale = d.scale.as<uint16_t>();
+  s.zero = d.zero.as<uint8_t>();
+  s.rows = rows;
+  return s;
+}
 
 /** A repacked virtual matrix in device memory. */
 struct Packed {
@@ -202,7 +162,7 @@ TEST(MegakernelGemv, OddShapesAndGrids) {
       if (chunk > 0 && !mk::valid_chunk(chunk, k / 128)) continue;
       HostMatrix h(rows, k, rng);
       DeviceMatrix d(h);
-      const mk::SourceTriple s = d.source(rows);
+      const mk::SourceTriple s = source(d, rows);
       Packed p({s}, k, chunk);
       CUDA_OK(mk::launch_repack(&s, 1, mk::RowMap::Concat, k, p.w.as<uint4>(), nullptr, chunk));
       const std::vector<float> x = random_x(k, rng);
@@ -225,7 +185,7 @@ TEST(MegakernelGemv, StackedInterleavedAndSeveralMatrices) {
   // q | k | v with row counts that are not multiples of 16.
   HostMatrix a(5, k, rng), b(16, k, rng), c(7, k, rng);
   DeviceMatrix da(a), db(b), dc(c);
-  const std::vector<mk::SourceTriple> qkv = {da.source(5), db.source(16), dc.source(7)};
+  const std::vector<mk::SourceTriple> qkv = {source(da, 5), source(db, 16), source(dc, 7)};
   Packed pq(qkv, k);
   CUDA_OK(mk::launch_repack(qkv.data(), 3, mk::RowMap::Concat, k, pq.w.as<uint4>(), nullptr));
   std::vector<const HostMatrix*> of;
@@ -237,7 +197,7 @@ TEST(MegakernelGemv, StackedInterleavedAndSeveralMatrices) {
   // up 8t + i - 8 otherwise.
   HostMatrix g(24, k, rng), u(24, k, rng);
   DeviceMatrix dg(g), du(u);
-  const std::vector<mk::SourceTriple> gu = {dg.source(24), du.source(24)};
+  const std::vector<mk::SourceTriple> gu = {source(dg, 24), source(du, 24)};
   Packed pg(gu, k);
   CUDA_OK(mk::launch_repack(gu.data(), 2, mk::RowMap::Interleave8, k, pg.w.as<uint4>(), nullptr));
   std::vector<const HostMatrix*> of_g;
@@ -250,7 +210,7 @@ TEST(MegakernelGemv, StackedInterleavedAndSeveralMatrices) {
   // A third matrix with a shorter K (it uses the prefix of x).
   HostMatrix s(40, 128, rng);
   DeviceMatrix ds(s);
-  const mk::SourceTriple ss = ds.source(40);
+  const mk::SourceTriple ss = source(ds, 40);
   Packed ps({ss}, 128, 1);  // group-major between two tile-major matrices
   CUDA_OK(mk::launch_repack(&ss, 1, mk::RowMap::Concat, 128, ps.w.as<uint4>(), nullptr, 1));
   std::vector<const HostMatrix*> of_s(40, &s);
@@ -275,7 +235,7 @@ TEST(MegakernelGemv, InputDynamicRangePerGroup) {
   const int k = 896, rows = 37;
   HostMatrix h(rows, k, rng);
   DeviceMatrix d(h);
-  const mk::SourceTriple s = d.source(rows);
+  const mk::SourceTriple s = source(d, rows);
   Packed p({s}, k);
   CUDA_OK(mk::launch_repack(&s, 1, mk::RowMap::Concat, k, p.w.as<uint4>(), nullptr));
   std::vector<float> x = random_x(k, rng);

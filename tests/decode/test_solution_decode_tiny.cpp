@@ -28,6 +28,7 @@
 #include "fixtures/fixture.h"
 #include "fixtures/safetensors.h"
 #include "fixtures/decode/decode_config.h"
+#include "fixtures/bf16.h"
 #include "gpu_test_util.h"
 #include "harness/decode/decode_session.h"
 #include "harness/decode/device_model.h"
@@ -37,12 +38,9 @@
 
 namespace {
 
-double bf16_value(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using nibble::bf16_to_f32;  // fixtures/bf16.h
+using nibble::f32_to_bf16;
+
 
 /** ||a - b|| / ||b|| over bf16 values; counts elements that differ and non-finite ones in a. */
 double bf16_relerr(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int* differ, int* nonfinite) {
@@ -50,7 +48,7 @@ double bf16_relerr(const std::vector<uint16_t>& a, const std::vector<uint16_t>& 
   *differ = 0;
   *nonfinite = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    const double x = bf16_value(a[i]), y = bf16_value(b[i]);
+    const double x = bf16_to_f32(a[i]), y = bf16_to_f32(b[i]);
     if (!std::isfinite(x)) {
       ++*nonfinite;
       continue;

@@ -19,11 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "fixtures/bf16.h"
+#include "decode/int4_test_matrix.h"
 #include "gpu_test_util.h"
 #include "kernels.h"
 #include "test_rng.h"
 
 namespace {
+
+using nibble::bf16_to_f32;  // fixtures/bf16.h
+using nibble::f32_to_bf16;
 
 using nibble::unfused::Int4Matrix;
 
@@ -31,80 +36,20 @@ using nibble::unfused::Int4Matrix;
 
 using nibble::test::Rng;  // tests/test_rng.h
 
-uint16_t to_bf16(float f) {  // round to nearest even (values here are finite)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
+
+using nibble::test::DeviceMatrix;  // tests/decode/int4_test_matrix.h
+using nibble::test::DevBuf;
+using nibble::test::HostMatrix;
+
+/** The unfused kernels' view of a DeviceMatrix of `rows` rows. */
+Int4Matrix view(const DeviceMatrix& d, int rows) {
+  Int4Matrix m;
+  m.packed = d.packed.as<uint8_t>();
+  m.scale = d.scale.as<uint16_t>();
+  m.zero = d.zero.as<uint8_t>();
+  m.rows = rows;
+  return m;
 }
-double bf16_value(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-/** A device allocation freed once. */
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) {
-    if (cudaMalloc(&p, bytes) != cudaSuccess) p = nullptr;
-  }
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
-
-/** A random int4 matrix on the host, its fp64 dequantised values, and a device copy. */
-struct HostMatrix {
-  int rows, in;
-  std::vector<uint8_t> packed, zero;
-  std::vector<uint16_t> scale;
-  HostMatrix(int rows_, int in_, Rng& rng) : rows(rows_), in(in_) {
-    const int groups = in / 128;
-    packed.resize(size_t(rows) * in / 2);
-    zero.resize(size_t(rows) * groups);
-    scale.resize(size_t(rows) * groups);
-    for (auto& b : packed) b = uint8_t(rng.below(256));
-    for (auto& z : zero) z = uint8_t(rng.below(16));
-    // Scales over a few binades and both signs (the kernel must not assume positive scales).
-    for (auto& s : scale) {
-      const float mag = (0.5f + rng.uniform()) * std::ldexp(1.0f, -4 - rng.below(4));
-      s = to_bf16(rng.below(8) == 0 ? -mag : mag);
-    }
-  }
-  /** W[o, i] = (code - zero) * scale, LOW nibble = even index. */
-  double at(int o, int i) const {
-    const uint8_t byte = packed[size_t(o) * in / 2 + i / 2];
-    const int code = (i % 2 == 0) ? (byte & 0xF) : (byte >> 4);
-    const size_t g = size_t(o) * (in / 128) + i / 128;
-    return double(code - int(zero[g])) * bf16_value(scale[g]);
-  }
-};
-
-struct DeviceMatrix {
-  DevBuf packed, scale, zero;
-  explicit DeviceMatrix(const HostMatrix& h)
-      : packed(h.packed.size()), scale(h.scale.size() * 2), zero(h.zero.size()) {
-    cudaMemcpy(packed.p, h.packed.data(), h.packed.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(scale.p, h.scale.data(), h.scale.size() * 2, cudaMemcpyHostToDevice);
-    cudaMemcpy(zero.p, h.zero.data(), h.zero.size(), cudaMemcpyHostToDevice);
-  }
-  Int4Matrix view(int rows) const {
-    Int4Matrix m;
-    m.packed = packed.as<uint8_t>();
-    m.scale = scale.as<uint16_t>();
-    m.zero = zero.as<uint8_t>();
-    m.rows = rows;
-    return m;
-  }
-};
 
 enum class Residual { None, Separate, InPlace };
 enum class XType { F32, BF16 };
@@ -162,8 +107,8 @@ TEST_P(UnfusedGemv, MatchesFp64) {
   std::vector<uint16_t> xb(size_t(sh.in));
   for (int i = 0; i < sh.in; ++i) {
     x[i] = 2.f * rng.uniform() - 1.f;
-    xb[i] = to_bf16(x[i]);
-    if (sh.xt == XType::BF16) x[i] = float(bf16_value(xb[i]));  // the value the kernel sees
+    xb[i] = f32_to_bf16(x[i]);
+    if (sh.xt == XType::BF16) x[i] = float(bf16_to_f32(xb[i]));  // the value the kernel sees
   }
   for (auto& r : res) r = 2.f * rng.uniform() - 1.f;
 
@@ -189,7 +134,7 @@ TEST_P(UnfusedGemv, MatchesFp64) {
   if (sh.res == Residual::InPlace) CUDA_OK(cudaMemcpy(dy.p, res.data(), res.size() * 4, cudaMemcpyHostToDevice));
   else CUDA_OK(cudaMemset(dy.p, 0xFF, size_t(sh.out) * 4));  // NaN: an unwritten element fails
 
-  Int4Matrix m = dm.view(sh.out);
+  Int4Matrix m = view(dm, sh.out);
   m.y = dy.as<float>();
   m.residual = sh.res == Residual::None ? nullptr : sh.res == Residual::Separate ? dres.as<float>() : dy.as<float>();
   const cudaError_t launched =
@@ -235,7 +180,7 @@ TEST(UnfusedGemvMulti, ThreeMatricesOneLaunch) {
     dm.push_back(std::make_unique<DeviceMatrix>(hm[k]));
     dy.push_back(std::make_unique<DevBuf>(size_t(rows[k]) * 4));
     CUDA_OK(cudaMemset(dy[k]->p, 0xFF, size_t(rows[k]) * 4));
-    mats[k] = dm[k]->view(rows[k]);
+    mats[k] = view(*dm[k], rows[k]);
     mats[k].y = dy[k]->as<float>();
   }
   ASSERT_EQ(nibble::unfused::launch_int4_gemv(mats, 3, dx.as<float>(), in, nullptr), cudaSuccess);

@@ -17,11 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "fixtures/bf16.h"
+#include "decode/int4_test_matrix.h"
 #include "gpu_test_util.h"
 #include "kernels.h"
 #include "test_rng.h"
 
 namespace {
+
+using nibble::bf16_to_f32;  // fixtures/bf16.h
+using nibble::f32_to_bf16;
 
 namespace uf = nibble::unfused;
 
@@ -29,34 +34,8 @@ namespace uf = nibble::unfused;
 
 using nibble::test::Rng;  // tests/test_rng.h
 
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-double bf16_value(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) {
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) p = nullptr;
-  }
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
+using nibble::test::DevBuf;  // tests/decode/int4_test_matrix.h
 
 template <class T>
 void upload(DevBuf& d, const std::vector<T>& h) {
@@ -96,8 +75,8 @@ TEST_P(UnfusedAttention, MatchesFp64) {
     for (int s = 0; s <= c.pos; ++s)
       for (int e = 0; e < c.hd; ++e) {
         const size_t i = (size_t(h) * c.max_seq + s) * c.hd + e;
-        kc[i] = to_bf16(rng.symmetric());
-        vc[i] = to_bf16(rng.symmetric());
+        kc[i] = f32_to_bf16(rng.symmetric());
+        vc[i] = f32_to_bf16(rng.symmetric());
       }
   std::vector<float> q(size_t(c.n_q) * c.hd);
   for (auto& v : q) v = 3.f * rng.symmetric();  // peaky softmax: the max subtraction matters
@@ -111,7 +90,7 @@ TEST_P(UnfusedAttention, MatchesFp64) {
     double m = -INFINITY;
     for (int s = 0; s <= c.pos; ++s) {
       double d = 0;
-      for (int e = 0; e < c.hd; ++e) d += double(q[size_t(j) * c.hd + e]) * bf16_value(kc[(size_t(h) * c.max_seq + s) * c.hd + e]);
+      for (int e = 0; e < c.hd; ++e) d += double(q[size_t(j) * c.hd + e]) * bf16_to_f32(kc[(size_t(h) * c.max_seq + s) * c.hd + e]);
       sc[s] = d / std::sqrt(double(c.hd));
       m = std::max(m, sc[s]);
     }
@@ -119,7 +98,7 @@ TEST_P(UnfusedAttention, MatchesFp64) {
     for (auto& v : sc) l += (v = std::exp(v - m));
     for (int e = 0; e < c.hd; ++e) {
       double o = 0;
-      for (int s = 0; s <= c.pos; ++s) o += sc[s] * bf16_value(vc[(size_t(h) * c.max_seq + s) * c.hd + e]);
+      for (int s = 0; s <= c.pos; ++s) o += sc[s] * bf16_to_f32(vc[(size_t(h) * c.max_seq + s) * c.hd + e]);
       ref[size_t(j) * c.hd + e] = o / l;
     }
   }
@@ -214,7 +193,7 @@ TEST_P(UnfusedRope, RotatesAndAppends) {
   // A correct bf16 rounding of r is within half an ulp, |b - r| <= 2^-8 |r|, plus the fp32 error of
   // the rotation itself (a near-tie may round either way).
   auto bf16_ok = [](uint16_t b, double r) {
-    return std::fabs(bf16_value(b) - r) <= std::ldexp(std::fabs(r), -8) + 1e-5 * std::max(1.0, std::fabs(r));
+    return std::fabs(bf16_to_f32(b) - r) <= std::ldexp(std::fabs(r), -8) + 1e-5 * std::max(1.0, std::fabs(r));
   };
   for (int h = 0; h < c.n_q; ++h)
     for (int i = 0; i < c.hd; ++i) {
@@ -227,9 +206,9 @@ TEST_P(UnfusedRope, RotatesAndAppends) {
       const size_t slot = (size_t(h) * c.max_seq + c.pos) * c.hd + i;
       const float* k = qkv.data() + size_t(c.n_q + h) * c.hd;
       const float* v = qkv.data() + size_t(c.n_q + c.n_kv + h) * c.hd;
-      EXPECT_TRUE(bf16_ok(kc[slot], rotated(k, i))) << "k head " << h << " element " << i << ": " << bf16_value(kc[slot])
+      EXPECT_TRUE(bf16_ok(kc[slot], rotated(k, i))) << "k head " << h << " element " << i << ": " << bf16_to_f32(kc[slot])
                                                     << " vs " << rotated(k, i);
-      EXPECT_EQ(vc[slot], to_bf16(v[i])) << "v head " << h << " element " << i;
+      EXPECT_EQ(vc[slot], f32_to_bf16(v[i])) << "v head " << h << " element " << i;
     }
   int stray = 0;
   for (size_t i = 0; i < cache_n; ++i) {
@@ -254,7 +233,7 @@ TEST(UnfusedRmsnorm, MatchesFp64) {
     std::vector<float> x(static_cast<size_t>(d));
     std::vector<uint16_t> g(static_cast<size_t>(d));
     for (auto& v : x) v = 10.f * rng.symmetric();
-    for (auto& v : g) v = to_bf16(0.9f + 0.2f * rng.uniform());
+    for (auto& v : g) v = f32_to_bf16(0.9f + 0.2f * rng.uniform());
     const double eps = 1e-5;
     double ss = 0;
     for (float v : x) ss += double(v) * v;
@@ -267,7 +246,7 @@ TEST(UnfusedRmsnorm, MatchesFp64) {
     CUDA_OK(cudaDeviceSynchronize());
     const auto y = download<float>(dy, size_t(d));
     for (int i = 0; i < d; ++i) {
-      const double r = x[i] * inv * bf16_value(g[i]);
+      const double r = x[i] * inv * bf16_to_f32(g[i]);
       ASSERT_TRUE(std::isfinite(y[i])) << "d " << d << " element " << i;
       EXPECT_LE(std::fabs(y[i] - r), 1e-5 * std::fabs(r) + 1e-30) << "d " << d << " element " << i;
     }
@@ -282,7 +261,7 @@ TEST(UnfusedEmbed, DequantisesTheTokenRow) {
   std::vector<uint16_t> scale(size_t(vocab) * groups);
   for (auto& b : packed) b = uint8_t(rng.below(256));
   for (auto& z : zero) z = uint8_t(rng.below(16));
-  for (auto& s : scale) s = to_bf16((0.5f + rng.uniform()) * 0.01f);
+  for (auto& s : scale) s = f32_to_bf16((0.5f + rng.uniform()) * 0.01f);
   DevBuf dp(packed.size()), ds(scale.size() * 2), dz(zero.size()), dtok(8), dh(size_t(d) * 4);
   upload(dp, packed);
   upload(ds, scale);
@@ -306,7 +285,7 @@ TEST(UnfusedEmbed, DequantisesTheTokenRow) {
       const uint8_t byte = packed[size_t(tok) * d / 2 + i / 2];
       const int code = i % 2 ? byte >> 4 : byte & 0xF;
       const size_t g = size_t(tok) * groups + i / 128;
-      EXPECT_EQ(double(h[i]), (code - int(zero[g])) * bf16_value(scale[g])) << "token " << tok << " element " << i;
+      EXPECT_EQ(double(h[i]), (code - int(zero[g])) * bf16_to_f32(scale[g])) << "token " << tok << " element " << i;
     }
   }
 }
