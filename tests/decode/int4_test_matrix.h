@@ -47,7 +47,8 @@ struct HostMatrix {
     for (auto& z : zero) z = uint8_t(rng.below(16));
     // Scales over a few binades and both signs (the kernel must not assume positive scales).
     for (auto& s : scale) {
-      const float mag = (0.5f + rng.uniform()) * std::ldexp(1.0f, -4 - rng.below(4));
+      const float u = rng.uniform();  // the draws in a fixed order (a product's operands have none)
+      const float mag = (0.5f + u) * std::ldexp(1.0f, -4 - rng.below(4));
       s = f32_to_bf16(rng.below(8) == 0 ? -mag : mag);
     }
   }

@@ -27,7 +27,6 @@
 
 namespace nibble::test {
 
-
 struct AttnCase {
   int hd, n_q, n_kv, max_seq, pos, blocks;  // blocks 0: one per SM (GPU only)
 };

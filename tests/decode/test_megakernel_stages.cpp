@@ -24,15 +24,11 @@
 #include <vector>
 
 #include "decode/megakernel_attention_case.h"
-#include "fixtures/bf16.h"
 #include "decode/int4_test_matrix.h"
 #include "gpu_test_util.h"
 #include "megakernel.h"
 
 namespace {
-
-using nibble::bf16_to_f32;  // fixtures/bf16.h
-using nibble::f32_to_bf16;
 
 namespace mk = nibble::megakernel;
 

@@ -39,8 +39,6 @@
 namespace {
 
 using nibble::bf16_to_f32;  // fixtures/bf16.h
-using nibble::f32_to_bf16;
-
 
 /** ||a - b|| / ||b|| over bf16 values; counts elements that differ and non-finite ones in a. */
 double bf16_relerr(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int* differ, int* nonfinite) {

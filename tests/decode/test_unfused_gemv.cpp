@@ -36,7 +36,6 @@ using nibble::unfused::Int4Matrix;
 
 using nibble::test::Rng;  // tests/test_rng.h
 
-
 using nibble::test::DeviceMatrix;  // tests/decode/int4_test_matrix.h
 using nibble::test::DevBuf;
 using nibble::test::HostMatrix;

@@ -34,7 +34,6 @@ namespace uf = nibble::unfused;
 
 using nibble::test::Rng;  // tests/test_rng.h
 
-
 using nibble::test::DevBuf;  // tests/decode/int4_test_matrix.h
 
 template <class T>
