@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -22,15 +21,14 @@
 
 namespace nibble {
 
-/** The grader's cached fixture of cfg, seed 0 (default_fixture_dir, $NIBBLE_CACHE_DIR), built there
+/** The grader's cached fixture of cfg, seed 0 (made_cache_fixture_dir, $NIBBLE_CACHE_DIR), built there
  *  when missing (~6 s on 16 cores for full, 2 GB), opened once per process (one config per process:
  *  a second config is std::logic_error). */
 inline const SafetensorsFile& cached_decode_fixture(const DecodeConfig& cfg) {
   static std::string name = cfg.name;
   if (cfg.name != name) throw std::logic_error("cached_decode_fixture: one config per process (" + name + " opened)");
   static std::unique_ptr<SafetensorsFile> file = [&] {
-    const std::string dir = default_fixture_dir(kDecodeTask, cfg.name, 0);
-    std::filesystem::create_directories(dir);
+    const std::string dir = made_cache_fixture_dir(kDecodeTask, cfg.name, 0);
     {
       const FolderLock lock(dir);
       if (!fixture_present(dir, kDecodeTask, cfg.name, 0, /*given=*/false)) build_decode_fixture(cfg, 0, dir, 0, {});
