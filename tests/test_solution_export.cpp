@@ -14,6 +14,7 @@
 
 #include "nibble/nibble.h"
 #include "solutions/common/export.h"
+#include "test_env.h"
 
 namespace {
 
@@ -152,6 +153,42 @@ TEST(SolutionExport, GemmEntries) {
   EXPECT_EQ(static_cast<Gemm*>(handle)->runs, 1);
   delete static_cast<Gemm*>(handle);
   EXPECT_EQ(kGemm.teardown_entry(nullptr, nullptr, &err), NIBBLE_OK);
+}
+
+// ---- the solutions' measurement switches from the environment (abi_util.h) ----------------------
+
+TEST(SolutionEnv, WholeNumbersOnlyInRange) {
+  using nibble::sol::parse_whole;
+  EXPECT_EQ(parse_whole("0", 0, 8), 0);
+  EXPECT_EQ(parse_whole("8", 0, 8), 8);
+  EXPECT_EQ(parse_whole("-3", -5, 5), -3);
+  EXPECT_EQ(parse_whole("+4", 0, 8), 4);
+  // What atoi read as a number (or as 0) is refused.
+  for (const char* bad : {"", "9", "-1", "4x", "x4", " 4", "4 ", "4.0", "0x4", "99999999999999999999"})
+    EXPECT_FALSE(parse_whole(bad, 0, 8).has_value()) << "'" << bad << "'";
+}
+
+TEST(SolutionEnv, AMistypedSwitchIsRefusedThroughTheAbi) {
+  const char* name = "NIBBLE_TEST_SOLUTION_SWITCH";
+  ASSERT_TRUE(nibble::test::set_or_unset_env(name, nullptr));
+  EXPECT_FALSE(nibble::sol::env_whole(name, 1, 8, "1 to 8").has_value());
+  EXPECT_TRUE(nibble::sol::env_switch(name, true, "on", "off"));
+  ASSERT_TRUE(nibble::test::set_or_unset_env(name, "4"));
+  EXPECT_EQ(nibble::sol::env_whole(name, 1, 8, "1 to 8"), 4);
+  ASSERT_TRUE(nibble::test::set_or_unset_env(name, "0"));
+  EXPECT_FALSE(nibble::sol::env_switch(name, true, "on", "off"));
+  // A prepare that reads it: the typo comes back as INVALID_ARGUMENT naming the switch, its value
+  // and what it takes, and no handle.
+  ASSERT_TRUE(nibble::test::set_or_unset_env(name, "yes"));
+  nibble_error err{};
+  const nibble_status s = nibble::sol::abi_guard(&err, [&] { nibble::sol::env_switch(name, false, "on", "off"); });
+  EXPECT_EQ(s, NIBBLE_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(err.message, "NIBBLE_TEST_SOLUTION_SWITCH=yes: 1 (on) or 0 (off)");
+  ASSERT_TRUE(nibble::test::set_or_unset_env(name, "01"));  // a switch is exactly 1 or 0
+  EXPECT_THROW(nibble::sol::env_switch(name, false, "on", "off"), nibble::sol::AbiFailure);
+  ASSERT_TRUE(nibble::test::set_or_unset_env(name, "12"));
+  EXPECT_THROW(nibble::sol::env_whole(name, 1, 8, "1 to 8"), nibble::sol::AbiFailure);
+  ASSERT_TRUE(nibble::test::set_or_unset_env(name, nullptr));
 }
 
 }  // namespace

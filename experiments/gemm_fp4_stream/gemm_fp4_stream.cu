@@ -165,16 +165,14 @@ void plan_stream(Handle& h, int sms) {
     throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "the stream kernel needs K % 8 == 0 (16-byte rows of A)");
   for (const auto& kernel : {stream_kernel<1, NV>, stream_kernel<2, NV>})
     SOL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, h.smem_optin));
-  const char* e_grid = std::getenv("NIBBLE_FP4SM90_GRID");
-  const char* e_stages = std::getenv("NIBBLE_FP4SM90_STAGES");
-  const char* e_split = std::getenv("NIBBLE_FP4SM90_SPLIT");
-  const int clusters_cap = e_grid ? std::atoi(e_grid) : 0, stages_cap = e_stages ? std::atoi(e_stages) : 0;
+  const int clusters_cap = int(sol::env_whole("NIBBLE_FP4SM90_GRID", 0, 1 << 20, "at most this many clusters, 0 for no cap").value_or(0));
+  const int stages_cap = int(sol::env_whole("NIBBLE_FP4SM90_STAGES", 0, 1 << 20, "at most this many ring slots per warp, 0 for no cap").value_or(0));
   StreamPlan best, p;
   bool found = false;
-  if (e_split) {
-    const int v = std::atoi(e_split);
+  if (const auto e = sol::env_whole("NIBBLE_FP4SM90_SPLIT", 1, 8, "1, 2, 4 or 8")) {
+    const int v = int(*e);
     if (v != 1 && v != 2 && v != 4 && v != 8)
-      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_SPLIT: 1, 2, 4 or 8");
+      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_SPLIT=" + std::to_string(v) + ": 1, 2, 4 or 8");
     found = plan_stream_split<NV>(h, v, sms, clusters_cap, stages_cap, &best);
   } else {
     for (const int split : {1, 2, 4, 8})
@@ -185,8 +183,7 @@ void plan_stream(Handle& h, int sms) {
   }
   if (!found) throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "the stream kernel does not fit this shape");
   h.sa = best.a;
-  const char* e_pf = std::getenv("NIBBLE_FP4SM90_PREFETCH");
-  h.sa.prefetch = e_pf && std::atoi(e_pf) == 0 ? 0 : 1;
+  h.sa.prefetch = sol::env_switch("NIBBLE_FP4SM90_PREFETCH", true, "colmul prefetched into L2, the default", "none") ? 1 : 0;
   h.stream_smem = best.smem;
   h.split = best.a.split;
 }

@@ -393,13 +393,8 @@ inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms, 
  */
 inline void override_wgmma_plan(WgmmaPlan& p, const std::string& prefix, bool per_lane_built = true) {
   const auto whole = [&](const char* name) -> std::optional<int> {
-    const char* e = std::getenv((prefix + name).c_str());
-    if (!e) return std::nullopt;
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (end == e || *end != '\0' || v < 0 || v > 1 << 20)
-      throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, prefix + name + "=" + e + ": not a whole number");
-    return int(v);
+    const auto v = env_whole((prefix + name).c_str(), 0, 1 << 20, "not a whole number from 0 to 1048576");
+    return v ? std::optional<int>(int(*v)) : std::nullopt;
   };
   if (const auto v = whole("WTMA")) p.wtma = *v != 0;
   if (!p.wtma && !per_lane_built)

@@ -34,18 +34,9 @@ namespace {
 namespace df = dataflow;
 using host::DeviceAlloc;
 using sol::AbiFailure;
+using sol::env_switch;
 
 [[noreturn]] void fail(nibble_status s, const std::string& msg) { throw AbiFailure(s, msg); }
-
-/** An A/B switch from the environment: `dflt` when `name` is unset or empty; INVALID_ARGUMENT,
- *  saying what 1 and 0 mean, for anything but 1 or 0. */
-bool env_switch(const char* name, bool dflt, const char* one, const char* zero) {
-  const char* e = std::getenv(name);
-  if (!e || !*e) return dflt;
-  if (std::string(e) != "0" && std::string(e) != "1")
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string(name) + "=" + e + ": 1 (" + one + ") or 0 (" + zero + ")");
-  return std::string(e) == "1";
-}
 
 struct Model {
   nibble_decode_config cfg{};
@@ -79,9 +70,9 @@ std::string parse_producer_lanes(const std::string& value, uint32_t pages, uint3
     const size_t eq = item.find('=');
     const std::string kind = eq == std::string::npos ? "" : item.substr(0, eq);
     const std::string num = eq == std::string::npos ? item : item.substr(eq + 1);
-    char* rest = nullptr;
-    const long v = num.empty() ? 0 : std::strtol(num.c_str(), &rest, 10);
-    if (num.empty() || *rest != '\0' || !producer_lanes_fit(uint32_t(std::clamp(v, 0L, 33L)), pages)) return range;
+    const auto n = sol::parse_whole(num, 1, 32);
+    if (!n || !producer_lanes_fit(uint32_t(*n), pages)) return range;
+    const long v = *n;
     int k = -1;
     for (int i = 0; i < df::kSegKinds && eq != std::string::npos; ++i)
       if (kind == df::seg_kind_name(df::SegKind(i))) k = i;
@@ -235,10 +226,10 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   // have (the pool takes what the rest leaves, so the kernel never asks for more).
   // NIBBLE_DF_WARPS=8|15: the consumer warps per CTA (dataflow_kernel.h; an A/B switch).
   int warps = kConsumerWarps;
-  if (const char* e = std::getenv("NIBBLE_DF_WARPS"); e && *e) {
-    warps = std::atoi(e);
+  if (const auto e = sol::env_whole("NIBBLE_DF_WARPS", 1, 32, "the kernel is built for 8 or 15 consumer warps")) {
+    warps = int(*e);
     if (!dataflow_warps_supported(warps))
-      fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string("NIBBLE_DF_WARPS=") + e + ": the kernel is built for 8 or 15 consumer warps");
+      fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_DF_WARPS=" + std::to_string(warps) + ": the kernel is built for 8 or 15 consumer warps");
   }
   // NIBBLE_DF_ORDER=0: a tile's pages summed with atomics, in no fixed order (DataflowParams; A/B).
   const bool ordered = env_switch("NIBBLE_DF_ORDER", true, "the pages' order, the default", "none");

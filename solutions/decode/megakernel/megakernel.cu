@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "megakernel.h"
@@ -30,6 +32,20 @@ namespace {
 using sol::AbiFailure;
 
 [[noreturn]] void fail(nibble_status s, const std::string& msg) { throw AbiFailure(s, msg); }
+
+/** A two-number switch `name`=a:b from the environment (a in [alo, ahi], b in [blo, bhi]): nullopt
+ *  when unset or empty; INVALID_ARGUMENT naming `meaning` for anything else. */
+std::optional<std::pair<long, long>> env_pair(const char* name, long alo, long ahi, long blo, long bhi,
+                                              const std::string& meaning) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return std::nullopt;
+  const std::string v = e;
+  const size_t colon = v.find(':');
+  if (colon != std::string::npos)
+    if (const auto a = sol::parse_whole(v.substr(0, colon), alo, ahi))
+      if (const auto b = sol::parse_whole(v.substr(colon + 1), blo, bhi)) return std::make_pair(*a, *b);
+  fail(NIBBLE_ERR_INVALID_ARGUMENT, std::string(name) + "=" + v + ": " + meaning);
+}
 
 using host::DeviceAlloc;
 
@@ -214,13 +230,10 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   };
   // NIBBLE_MK_CHUNK=o:down (powers of two; an A/B switch, NOTES.md) overrides 2:4.
   int want_o = 2, want_down = 4;
-  if (const char* ch = std::getenv("NIBBLE_MK_CHUNK"); ch && *ch) {
-    int a = 0, b = 0;
-    if (std::sscanf(ch, "%d:%d", &a, &b) == 2 && a >= 1 && b >= 1) want_o = a, want_down = b;
-  }
+  if (const auto ch = env_pair("NIBBLE_MK_CHUNK", 1, 1024, 1, 1024, "o:down, groups per chunk from 1 to 1024 (powers of two)"))
+    want_o = int(ch->first), want_down = int(ch->second);
   const int o_chunk = chunk_of(qdim, want_o), down_chunk = chunk_of(c.ffn, want_down);
-  const char* fl_env = std::getenv("NIBBLE_MK_FLUSH");
-  const int vec_flush = (fl_env && *fl_env && std::atoi(fl_env) == 0) ? 0 : 1;
+  const int vec_flush = sol::env_switch("NIBBLE_MK_FLUSH", true, "vector flushes, the default", "one atomic per row") ? 1 : 0;
   for (int i = 0; i < c.layers; ++i) {
     const host::LayerSources& s = srcs.layers[size_t(i)];
     LayerDev& L = mdl->layers[size_t(i)];
@@ -235,16 +248,14 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   for (host::RepackJob& job : jobs) job.dst->vec_flush = vec_flush;
 
   // Every warp's share of each GEMV kind (the layers' shapes are equal; the device never divides).
-  const char* sw = std::getenv("NIBBLE_MK_SYNCWARP");
-  const bool sync_warp = sw && *sw == '1';
+  const bool sync_warp = sol::env_switch("NIBBLE_MK_SYNCWARP", false, "the last warp arrives and polls, with no GEMV units",
+                                         "thread 0 does, the default");
   // NIBBLE_MK_PFSM=n (an experiment, DecodeParams::pf_blocks): the last n blocks only prefetch, so
   // the step's work is planned over the others.
-  int pf_blocks = 0;
-  if (const char* pf = std::getenv("NIBBLE_MK_PFSM"); pf && *pf) pf_blocks = std::atoi(pf);
-  if (pf_blocks < 0 || pf_blocks > 16 || pf_blocks >= mdl->blocks)
-    fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_MK_PFSM=" + std::string(std::getenv("NIBBLE_MK_PFSM")) +
-                                          ": give 0 to 16 prefetch blocks, fewer than the grid's " +
-                                          std::to_string(mdl->blocks));
+  const std::string pf_range = "give 0 to 16 prefetch blocks, fewer than the grid's " + std::to_string(mdl->blocks);
+  const int pf_blocks = int(sol::env_whole("NIBBLE_MK_PFSM", 0, 16, pf_range).value_or(0));
+  if (pf_blocks >= mdl->blocks)
+    fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_MK_PFSM=" + std::to_string(pf_blocks) + ": " + pf_range);
   const int compute_blocks = mdl->blocks - pf_blocks;
   const int nw = compute_blocks * kWarps;
   const PackedMatrix* kinds[kPlanKinds] = {&mdl->layers[0].qkv, &mdl->layers[0].o, &mdl->layers[0].gu,
@@ -330,13 +341,18 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   P.final_norm = final_norm;
   P.rope = rope_dev;
   P.max_chunks = max_chunks;
-  if (const char* bm = std::getenv("NIBBLE_MK_BARRIER"); bm && *bm) P.barrier_mode = std::atoi(bm) == 0 ? 0 : 1;
-  if (const char* pf = std::getenv("NIBBLE_MK_PFENCE"); pf && *pf) P.proxy_fence = std::atoi(pf) == 0 ? 0 : 1;
-  if (const char* l2 = std::getenv("NIBBLE_MK_L2PF"); l2 && *l2) P.l2_prefetch = std::atoi(l2) & 7;
-  if (const char* kp = std::getenv("NIBBLE_MK_KVPF"); kp && *kp) P.kv_prefetch = *kp == '1' ? 1 : 0;
-  if (const char* sp = std::getenv("NIBBLE_MK_SPLIT"); sp && *sp) P.split_barrier = std::min(std::max(std::atoi(sp), 0), 2);
+  // The A/B switches (DecodeParams says what each value means).
+  P.barrier_mode = sol::env_switch("NIBBLE_MK_BARRIER", P.barrier_mode == 1, "the release/acquire counter barrier",
+                                   "the generation barrier") ? 1 : 0;
+  P.proxy_fence = sol::env_switch("NIBBLE_MK_PFENCE", P.proxy_fence == 1, "a proxy fence before each ring refill", "none") ? 1 : 0;
+  P.l2_prefetch = int(sol::env_whole("NIBBLE_MK_L2PF", 0, 7, "a mask from 0 to 7 (o 1, gate|up 2, down 4)").value_or(P.l2_prefetch));
+  P.kv_prefetch = sol::env_switch("NIBBLE_MK_KVPF", P.kv_prefetch == 1, "K/V rows copied in the qkv barrier's split phase",
+                                  "by the attention") ? 1 : 0;
+  P.split_barrier = int(sol::env_whole("NIBBLE_MK_SPLIT", 0, 2, "0, 1 or 2 (where the next GEMV's first stages are issued)")
+                            .value_or(P.split_barrier));
   P.sync_warp = sync_warp ? 1 : 0;
-  if (const char* oc = std::getenv("NIBBLE_MK_OCOMB"); oc && *oc) P.o_combine = *oc == '1' ? 1 : 0;
+  P.o_combine = sol::env_switch("NIBBLE_MK_OCOMB", P.o_combine == 1, "o-proj merges the attention's chunks",
+                                "one block per KV head combines them") ? 1 : 0;
   P.pf_blocks = pf_blocks;
   // The generation barrier counts every block (the prefetch blocks never arrive: a hang), and
   // without split 2's block barrier the split-phase copies go out while the arrival's fence runs,
@@ -344,12 +360,9 @@ std::unique_ptr<Model> build(const nibble_decode_model* model, cudaStream_t stre
   if (pf_blocks > 0 && (P.barrier_mode != 1 || P.split_barrier != 2))
     fail(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_MK_PFSM needs the counter barrier and split 2 (unset "
                                       "NIBBLE_MK_BARRIER=0 and NIBBLE_MK_SPLIT)");
-  if (const char* dl = std::getenv("NIBBLE_MK_DELAY"); dl && *dl) {
-    int where = 0, ns = 0;
-    if (std::sscanf(dl, "%d:%d", &where, &ns) == 2 && where >= 1 && where <= 4 && ns > 0 && ns <= 1000000) {
-      P.delay_where = where;
-      P.delay_ns = ns;
-    }
+  if (const auto dl = env_pair("NIBBLE_MK_DELAY", 1, 4, 1, 1000000, "where:ns, where 1 to 4 and ns 1 to 1000000")) {
+    P.delay_where = int(dl->first);
+    P.delay_ns = int(dl->second);
   }
   if (const char* tp = std::getenv("NIBBLE_MK_TRACE"); tp && *tp) {
     mdl->trace_path = tp;

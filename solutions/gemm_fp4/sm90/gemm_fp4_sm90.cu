@@ -192,7 +192,6 @@ void choose_kernel(Handle& h, int sms) {
   }
   h.order = (h.kind == Kind::kMmaTma || (h.kind == Kind::kMma && g.M <= 16 && k8)) ? KOrder::kPerm : KOrder::kStd;
   const int64_t nch = (g.K + kChunkK - 1) / kChunkK;
-  const char* env_split = std::getenv("NIBBLE_FP4SM90_SPLIT");
   h.split = 1;
   if (h.kind == Kind::kMma) {
     h.group = 1;
@@ -207,9 +206,11 @@ void choose_kernel(Handle& h, int sms) {
     const auto smem = [&](int s) { return mma_tma_smem(int((nch + s - 1) / s), int(g.M), g.nvfp4); };
     while (h.split < 8 && (groups * h.split < 2 * sms || smem(h.split) > 72 * 1024) && nch / (2 * h.split) >= 2)
       h.split *= 2;
-    if (env_split) h.split = std::atoi(env_split);
-    if (h.split != 1 && h.split != 2 && h.split != 4 && h.split != 8)
-      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_SPLIT: 1, 2, 4 or 8");
+    if (const auto e = sol::env_whole("NIBBLE_FP4SM90_SPLIT", 1, 8, "1, 2, 4 or 8")) {
+      h.split = int(*e);
+      if (h.split != 1 && h.split != 2 && h.split != 4 && h.split != 8)
+        throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_FP4SM90_SPLIT=" + std::to_string(h.split) + ": 1, 2, 4 or 8");
+    }
     if (smem(h.split) > h.smem_optin)
       throw sol::AbiFailure(NIBBLE_ERR_NOT_SUPPORTED, "K too large for the shared memory of one block");
     return;
@@ -235,7 +236,7 @@ int64_t wgmma_rounds(const Handle& h, int sms) {
  *  NIBBLE_FP4SM90_TAIL=0 or a forced NIBBLE_FP4SM90_KIND (measuring one kernel alone). */
 int64_t tail_rows(const sol::GemmProblem& g, const cudaDeviceProp& prop) {
   const int sms = prop.multiProcessorCount;
-  if (const char* e = std::getenv("NIBBLE_FP4SM90_TAIL"); e && std::strcmp(e, "0") == 0) return 0;
+  if (!sol::env_switch("NIBBLE_FP4SM90_TAIL", true, "the tail rows on the small-M kernel, the default", "none")) return 0;
   if (std::getenv("NIBBLE_FP4SM90_KIND")) return 0;
   Handle whole, bulk;
   whole.g = bulk.g = g;

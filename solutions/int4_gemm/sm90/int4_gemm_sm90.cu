@@ -52,16 +52,16 @@ struct Handle {
 void prepare_wgmma(Handle& h, int sms, cudaStream_t stream) {
   const sol::Int4Problem& g = h.g;
   int bn = sol::wgmma_bn_for(g.M);
-  if (const char* e = std::getenv("NIBBLE_INT4SM90_BN")) {
-    bn = std::atoi(e);
+  if (const auto e = sol::env_whole("NIBBLE_INT4SM90_BN", 64, 256, "64, 128 or 256")) {
+    bn = int(*e);
     if (bn != 64 && bn != 128 && bn != 256)
-      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_INT4SM90_BN: 64, 128 or 256");
+      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_INT4SM90_BN=" + std::to_string(bn) + ": 64, 128 or 256");
   }
   bool rows128 = false;  // NIBBLE_INT4SM90_ROWS=128 at BN 128: 128 x 128 tiles, two consumer warpgroups
-  if (const char* e = std::getenv("NIBBLE_INT4SM90_ROWS")) {
-    rows128 = std::atoi(e) == 128;
-    if (!rows128 && std::atoi(e) != 64)
-      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_INT4SM90_ROWS: 64 or 128 (128 only at BN 128)");
+  if (const auto e = sol::env_whole("NIBBLE_INT4SM90_ROWS", 64, 128, "64 or 128 (128 only at BN 128)")) {
+    rows128 = *e == 128;
+    if (!rows128 && *e != 64)
+      throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_INT4SM90_ROWS=" + std::to_string(*e) + ": 64 or 128 (128 only at BN 128)");
     if (rows128 && bn != 128)
       throw sol::AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, "NIBBLE_INT4SM90_ROWS=128 needs BN 128");
   }
