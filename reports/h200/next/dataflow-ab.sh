@@ -14,12 +14,11 @@
 #   4. bench_dataflow's consumer rows (the consumers from shared memory: all, no math, no flush) when
 #      BENCH=1;
 #   5. v2's stress test (full, seeds 0 and 1, 2048 steps twice, bitwise equal) with the time left.
-#   bash reports/h200/next/dataflow-ab.sh <commit> <name>=<base .so> [<name>=<base .so> ...]
+#   bash reports/h200/next/dataflow-ab.sh <commit> [<name>=<base .so> ...]
 set -uo pipefail
 export NIBBLE_SOURCE_COMMIT=${1:?commit}
 shift
-[ $# -ge 1 ] || { echo "usage: dataflow-ab.sh <commit> <name>=<base .so> ..."; exit 2; }
-BASES=("$@")
+BASES=("$@")  # none: this build against its VARIANTS only (e.g. an on/off switch's A/B)
 t0=$(date +%s)
 left() { echo $(( ${BUDGET:-580} - ($(date +%s) - t0) )); }  # BUDGET: seconds this script may take
 targets="nibble nibble_reference nibble_megakernel_dataflow test_megakernel_dataflow_decode_tiny test_megakernel_dataflow_decode_stress"
@@ -48,7 +47,7 @@ grade() {  # name, .so, env...: full, seed 0
 NEW=$B/lib/libnibble_megakernel_dataflow.so
 if [ $tiny -eq 0 ]; then
   for round in $(seq 1 "${ROUNDS:-2}"); do
-    for b in "${BASES[@]}"; do grade "${b%%=*}-r$round" "${b#*=}"; done
+    for b in "${BASES[@]+"${BASES[@]}"}"; do grade "${b%%=*}-r$round" "${b#*=}"; done
     grade "new-r$round" "$NEW"
     if [ $round = 1 ]; then
       for v in ${VARIANTS-NIBBLE_DF_PRODUCERS=1}; do grade "new-$(printf %s "$v" | tr -c 'A-Za-z0-9_.=-' '_')-r$round" "$NEW" "$v"; done
