@@ -392,14 +392,15 @@ inline WgmmaPlan plan_wgmma(int bn, int64_t M, int64_t N, int64_t nch, int sms, 
  * (wgmma_split_built) or a value that is not a whole number.
  */
 inline void override_wgmma_plan(WgmmaPlan& p, const std::string& prefix, bool per_lane_built = true) {
-  const auto whole = [&](const char* name) -> std::optional<int> {
-    const auto v = env_whole((prefix + name).c_str(), 0, 1 << 20, "not a whole number from 0 to 1048576");
+  const auto whole = [&](const char* name, long lo, long hi, const std::string& meaning) -> std::optional<int> {
+    const auto v = env_whole((prefix + name).c_str(), lo, hi, meaning);
     return v ? std::optional<int>(int(*v)) : std::nullopt;
   };
-  if (const auto v = whole("WTMA")) p.wtma = *v != 0;
+  if (const auto v = whole("WTMA", 0, 1, "1 (weights by bulk copy) or 0 (by 16-byte loads per lane)")) p.wtma = *v != 0;
   if (!p.wtma && !per_lane_built)
     throw AbiFailure(NIBBLE_ERR_INVALID_ARGUMENT, prefix + "WTMA=0: the per-lane weight path is not built here");
-  if (const auto v = whole("SPLIT")) p.split = *v;
+  // 0 and 7 pass the syntax so that the refusal below lists the splits that are built.
+  if (const auto v = whole("SPLIT", 0, 1 << 20, "a split from 1 to 8, one the kernels are built for")) p.split = *v;
   if (!wgmma_split_built(p, per_lane_built)) {
     // The splits this tile width has on a weight path, by the same rule.
     const auto built = [&](bool wtma) {
@@ -417,7 +418,7 @@ inline void override_wgmma_plan(WgmmaPlan& p, const std::string& prefix, bool pe
                          " weights: " + built(p.wtma) +
                          (p.wtma || built(true) == built(false) ? "" : " (with " + prefix + "WTMA=1: " + built(true) + ")"));
   }
-  if (const auto v = whole("GRID")) p.grid_cap = *v;
+  if (const auto v = whole("GRID", 0, 1 << 20, "at most this many persistent blocks, 0 for one per tile")) p.grid_cap = *v;
 }
 
 /** The current device's properties; NOT_SUPPORTED unless it is sm_90 (the kernels are sm_90a). */

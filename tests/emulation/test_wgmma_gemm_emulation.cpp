@@ -247,7 +247,10 @@ TEST(WgmmaPlan, AnOverrideNamesOnlyABuiltSplit) {
   for (const char* s : {"3", "4"})
     EXPECT_NE(with(256, false, s, nullptr).find("128 x 256 tiles with bulk-copied weights: 1, 2"), std::string::npos) << s;
   for (const char* s : {"0", "7", "9"}) EXPECT_NE(with(64, false, s, nullptr).find("SPLIT=" + std::string(s) + " is not built"), std::string::npos) << s;
-  for (const char* s : {"x", "3abc", "-1", ""}) EXPECT_NE(with(64, false, s, nullptr).find("not a whole number"), std::string::npos) << s;
+  for (const char* s : {"x", "3abc", "-1", " 2", "2.0"})
+    EXPECT_NE(with(64, false, s, nullptr).find("SPLIT=" + std::string(s) + ": a split from 1 to 8"), std::string::npos) << s;
+  // Empty is unset, as for every switch (abi_util.h's env_whole): the plan's own split.
+  EXPECT_EQ(with(64, false, "", nullptr), std::to_string(sol::plan_wgmma(64, 128, 3072, 48, 132).split));
   // A solution without the per-lane path (int4_gemm_sm90): WTMA=0 is refused whatever the split.
   EXPECT_NE(with(128, false, "2", "0", false).find("WTMA=0: the per-lane weight path is not built here"), std::string::npos);
   EXPECT_EQ(with(128, false, "5", "1", false), "5");

@@ -164,7 +164,8 @@ void launch(Handle& h, const uint16_t* A, float* C, cudaStream_t stream) {
 
 /** Kernel, split-K and weight path for (M, N, K): see the file header. For measuring alternatives:
  *  NIBBLE_FP4SM90_KIND (mmatma, mma, wg64, wg128, wg128x2: 128 x 128 tiles of two consumer
- *  warpgroups, wg256), NIBBLE_FP4SM90_SPLIT (mma: 1, 2, 4, 8; wgmma: 1 to 8 but 7, 3, 5 and 6
+ *  warpgroups, wg256), NIBBLE_FP4SM90_SPLIT (mmatma: 1, 2, 4, 8; mma: no K split, so a value
+ *  from 1 to 8 is ignored there and anything else refused, as everywhere; wgmma: 1 to 8 but 7, 3, 5 and 6
  *  with bulk-copied weights only, at most 4 with wg128x2 and 2 with wg256: sol::wgmma_split_built), NIBBLE_FP4SM90_WTMA (0: wgmma's weights by 16-byte loads per lane, 1: by bulk copy) and
  *  NIBBLE_FP4SM90_GRID (wgmma without split: at most this many persistent blocks; 0: one
  *  block per tile). The stream kernel is libnibble_gemm_fp4_stream.so (experiments/gemm_fp4_stream). */
@@ -194,6 +195,7 @@ void choose_kernel(Handle& h, int sms) {
   const int64_t nch = (g.K + kChunkK - 1) / kChunkK;
   h.split = 1;
   if (h.kind == Kind::kMma) {
+    sol::env_whole("NIBBLE_FP4SM90_SPLIT", 1, 8, "1 to 8 (the M <= 16 mma kernel has no K split: ignored there)");
     h.group = 1;
     return;
   }
