@@ -308,6 +308,45 @@ void check_report(const json& r, const std::string& what) {
         v.is_number() && a.is_number() && us > 0 && differs(num(v), num(a) / us * scale, 1e-6))
       throw BadReport(what + ": malformed nibble report: timing." + key + " " + shown(v) + " does not follow from timing." + amount +
                       " " + shown(a) + " over timing.us_per_call " + shown(per_call) + ": an edited report");
+  // The checks above hold only where their figures are numbers: a graded report without its headline,
+  // or one with a throughput, amount or fraction that is not a number (or a throughput without its
+  // amount), was shown, compared and ranked as read (a newcomer's report with us_per_call deleted
+  // and TFLOP/s set to 99). grade.cpp writes each as a number or not at all.
+  const bool graded_figure = field(field(t, "gpu_span_us"), "samples").is_array();
+  if (graded_figure && !per_call.is_number())
+    throw BadReport(what + ": malformed nibble report: timing.us_per_call is " + shown(per_call) +
+                    ", but the report has graded samples (timing.gpu_span_us): nibble writes their median there");
+  for (const char* key : {"us_per_call", "us_per_token", "tflops", "achieved_bandwidth_Bps", "flops_per_call", "bytes_per_call",
+                          "bytes_per_step", "fraction_of_theoretical_bw", "fraction_of_measured_bw", "fraction_of_weight_read_floor"})
+    if (t.contains(key) && !(t[key].is_number() && std::isfinite(num(t[key]))))
+      throw BadReport(what + ": malformed nibble report: timing." + key + " is " + shown(t[key]) + ", not a number");
+  for (const auto& [key, amount, v1_amount] : {std::tuple<const char*, const char*, const char*>{"tflops", "flops_per_call", "flops_per_call"},
+                                               {"achieved_bandwidth_Bps", "bytes_per_call", "bytes_per_step"}})
+    if (t.contains(key) && (!first_of(t, {amount, v1_amount}).is_number() || !per_call.is_number()))
+      throw BadReport(what + ": malformed nibble report: timing." + key + " without timing." + amount +
+                      " and timing.us_per_call, which it follows from: an edited report");
+  // Each fraction of a floor is that floor over the headline time, and the bandwidth floors are the
+  // bytes over the device's bandwidth (grade.cpp): a fraction edited alone, or with its floor, was
+  // printed as read (`report show`'s "-> 99% of it" beside the leaderboard's 39%).
+  const json& bytes = first_of(t, {"bytes_per_call", "bytes_per_step"});
+  const json& device = field(r, "device");
+  for (const auto& [fraction, floor_key, bandwidth] :
+       {std::tuple<const char*, const char*, double>{"fraction_of_theoretical_bw", "theoretical_bw_us",
+                                                     num(field(device, "theoretical_bandwidth_Bps"))},
+        {"fraction_of_measured_bw", "measured_copy_bw_us", num(field(field(device, "copy_bandwidth"), "median_Bps"))},
+        {"fraction_of_weight_read_floor", "weight_read_us", NAN}}) {
+    const json& floor = field(field(t, "floors"), floor_key);
+    // The floor from the bytes where the device's bandwidth is given (a version 1 report has no floors).
+    const double from_bytes = bytes.is_number() && bandwidth > 0 ? num(bytes) / bandwidth * 1e6 : NAN;
+    if (floor.is_number() && !std::isnan(from_bytes) && differs(num(floor), from_bytes, 1e-6))
+      throw BadReport(what + ": malformed nibble report: timing.floors." + floor_key + " " + shown(floor) + " is not timing." +
+                      (t.contains("bytes_per_call") ? "bytes_per_call " : "bytes_per_step ") + shown(bytes) +
+                      " over the device's bandwidth: an edited report");
+    const double floor_us = floor.is_number() ? num(floor) : from_bytes;
+    if (t.contains(fraction) && !std::isnan(floor_us) && us > 0 && differs(num(t[fraction]), floor_us / us, 1e-6))
+      throw BadReport(what + ": malformed nibble report: timing." + fraction + " " + shown(t[fraction]) + " is not its floor " +
+                      fmt_g(floor_us, 6) + " us over timing.us_per_call " + shown(per_call) + ": an edited report");
+  }
 }
 
 FigureView figure_of(const json& s) {

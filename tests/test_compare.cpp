@@ -724,6 +724,37 @@ TEST(CompareReports, TheHeadlineTimeAndThroughputFollowFromTheSamples) {
   json bandwidth = g;
   bandwidth["timing"]["achieved_bandwidth_Bps"] = 1e15;
   refused(bandwidth, "timing.achieved_bandwidth_Bps 1e+15 does not follow from timing.bytes_per_call");
+  // The same edits with the figure they follow from deleted or not a number (a newcomer's report
+  // without us_per_call showed "99 TFLOP/s"): refused, not skipped.
+  json no_headline = tflops;
+  no_headline["timing"].erase("us_per_call");
+  refused(no_headline, "timing.us_per_call is null, but the report has graded samples");
+  for (const json& odd : {json("fast"), json(nullptr), json("7.488")}) {
+    json h = g;
+    h["timing"]["us_per_call"] = odd;
+    refused(h, "timing.us_per_call is " + odd.dump());
+  }
+  json text = g;
+  text["timing"]["tflops"] = "99";
+  refused(text, "timing.tflops is \"99\", not a number");
+  json no_amount = g;
+  no_amount["timing"].erase("flops_per_call");
+  refused(no_amount, "timing.tflops without timing.flops_per_call");
+  // Each fraction of a floor is the floor over the headline (by hand from the report's figures: the
+  // measured-copy floor 1.3331 us over 7.488 us is 0.17804), and each bandwidth floor the bytes over
+  // the device's bandwidth.
+  EXPECT_NEAR(g["timing"]["fraction_of_measured_bw"].get<double>(), 1.333141312831416 / 7.488, 1e-9);
+  json fraction = g;
+  fraction["timing"]["fraction_of_measured_bw"] = 0.99;
+  refused(fraction, "timing.fraction_of_measured_bw 0.99 is not its floor 1.33314 us over timing.us_per_call 7.488");
+  json floor = fraction;
+  floor["timing"]["floors"]["measured_copy_bw_us"] = 0.99 * 7.488;
+  refused(floor, "timing.floors.measured_copy_bw_us 7.41312 is not timing.bytes_per_call");
+  json read_floor = g;
+  read_floor["timing"]["fraction_of_weight_read_floor"] = 0.9;
+  refused(read_floor, "timing.fraction_of_weight_read_floor 0.9 is not its floor 3.56 us");
+  read_floor["timing"]["fraction_of_weight_read_floor"] = 3.56 / 7.488;
+  EXPECT_NO_THROW(validate_report(read_floor, "g.json"));
 }
 
 TEST(CompareReports, LaterMajorSchemaVersionIsBadInput) {
@@ -819,6 +850,10 @@ TEST(CompareFiles, AReportWhoseSamplesAreNotItsFigureIsBadInput) {
     t["us_per_call"] = us;
     if (t["tflops"].is_number()) t["tflops"] = t["flops_per_call"].get<double>() / us * 1e-6;
     if (t["achieved_bandwidth_Bps"].is_number()) t["achieved_bandwidth_Bps"] = t["bytes_per_call"].get<double>() / us * 1e6;
+    for (const auto& [fraction, floor] : {std::pair{"fraction_of_theoretical_bw", "theoretical_bw_us"},
+                                          {"fraction_of_measured_bw", "measured_copy_bw_us"},
+                                          {"fraction_of_weight_read_floor", "weight_read_us"}})
+      if (t.contains(fraction)) t[fraction] = t["floors"][floor].get<double>() / us;
   };
   const std::string base = data("reports/h200-unfused-full.json");
   EXPECT_EQ(compare_files(base, base, CompareOptions{}, false), kCompareOk);
