@@ -2,8 +2,11 @@
 #include "harness/solution_library.h"
 
 #include <dlfcn.h>
-#include <cstring>
+#include <elf.h>
 #include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
 
 namespace nibble {
 
@@ -18,12 +21,49 @@ std::string printable(const char* s) {
   }
   return out;
 }
+
+/** What is missing where `path` (`size` bytes) is an ELF64 file cut short: its header, its program or
+ *  section header table, or a loadable segment's bytes past the end; "" otherwise, or where it is
+ *  not ELF64 (dlopen then says why). The loader maps such a file and dies of SIGBUS touching the
+ *  missing pages, which read as the solution's own code crashing (a newcomer's truncated copy was
+ *  predicted Crashed). Layout: the System V ABI's ELF-64 object file format (elf.h). */
+std::string elf_cut_short(const std::string& path, uint64_t size) {
+  std::ifstream f(path, std::ios::binary);
+  char ident[EI_NIDENT] = {};
+  if (!f.read(ident, EI_NIDENT) || std::memcmp(ident, ELFMAG, SELFMAG) != 0 || ident[EI_CLASS] != ELFCLASS64) {
+    if (size >= SELFMAG && size < EI_NIDENT && std::memcmp(ident, ELFMAG, SELFMAG) == 0)
+      return "the file ends inside its ELF header (" + std::to_string(size) + " bytes)";
+    return "";
+  }
+  const auto need = [&](uint64_t end, const std::string& what) -> std::string {
+    return end > size ? what + " ends at byte " + std::to_string(end) + ", the file has " + std::to_string(size) : "";
+  };
+  if (size < sizeof(Elf64_Ehdr)) return need(sizeof(Elf64_Ehdr), "its ELF header");
+  Elf64_Ehdr eh{};
+  f.seekg(0);
+  if (!f.read(reinterpret_cast<char*>(&eh), sizeof eh)) return "";
+  if (std::string w = need(eh.e_phoff + uint64_t(eh.e_phnum) * eh.e_phentsize, "its program header table"); !w.empty()) return w;
+  if (eh.e_shnum > 0)
+    if (std::string w = need(eh.e_shoff + uint64_t(eh.e_shnum) * eh.e_shentsize, "its section header table"); !w.empty()) return w;
+  if (eh.e_phentsize < sizeof(Elf64_Phdr)) return "";
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    f.seekg(std::streamoff(eh.e_phoff + uint64_t(i) * eh.e_phentsize));
+    if (!f.read(reinterpret_cast<char*>(&ph), sizeof ph)) return "";
+    if (ph.p_type == PT_LOAD)
+      if (std::string w = need(ph.p_offset + ph.p_filesz, "its loadable segment " + std::to_string(i)); !w.empty()) return w;
+  }
+  return "";
+}
 }  // namespace
 
 SolutionLibrary::SolutionLibrary(const std::string& path, Abi abi) : path_(path), abi_(abi) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0)
     throw LoadError(LoadError::NotFound, "solution '" + path + "' does not exist; pass the path of a built .so");
+  if (const std::string cut = elf_cut_short(path, uint64_t(st.st_size)); !cut.empty())
+    throw LoadError(LoadError::NotLoadable, "solution '" + path + "' is cut short: " + cut +
+                                                " (a partial copy or an interrupted build); build it again or copy it whole");
   // A path without a slash would make dlopen search the library path instead of this file.
   const std::string open_path = path.find('/') == std::string::npos ? "./" + path : path;
   handle_ = dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);

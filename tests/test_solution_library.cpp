@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 #include "test_binary_dir.h"
 #include "harness/atomic_file.h"
@@ -58,6 +61,27 @@ TEST(SolutionLibrary, NotASharedObject) {
   write_file_atomic(t.path() + "/libtext.so", "this is not an ELF file\n");
   std::string msg;
   EXPECT_EQ(load_kind(t.path() + "/libtext.so", &msg), LoadError::NotLoadable);
+}
+
+TEST(SolutionLibrary, ACutShortLibraryIsNotLoadableNotACrash) {
+  // A truncated copy of a good library: the loader would map it and die of SIGBUS on the missing
+  // pages (a newcomer's `head -c 20000` copy was predicted Crashed). Refused before dlopen, saying so.
+  std::ifstream in(bad("nothing"), std::ios::binary);
+  const std::string whole((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(whole.size(), 4096u);
+  TempDir t;
+  for (const size_t keep : {size_t(40), size_t(64), whole.size() / 2, whole.size() - 1}) {
+    SCOPED_TRACE(keep);
+    write_file_atomic(t.path() + "/libcut.so", whole.substr(0, keep));
+    std::string msg;
+    EXPECT_EQ(load_kind(t.path() + "/libcut.so", &msg), LoadError::NotLoadable);
+    EXPECT_NE(msg.find("is cut short: "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the file has " + std::to_string(keep)), std::string::npos) << msg;
+  }
+  // The whole copy loads.
+  write_file_atomic(t.path() + "/libwhole.so", whole);
+  SolutionLibrary lib(t.path() + "/libwhole.so");
+  EXPECT_EQ(lib.name(), "bad-nothing");
 }
 
 // gemm-w4a16-int4's layout query: a known layout is read; anything else makes the library
