@@ -650,8 +650,10 @@ std::string format_summary(const ReportView& r, const std::string& report_path) 
     label.resize(std::max<size_t>(label.size() + 1, 13), ' ');
     o << "  " << label << fmt_g(s.median, 5) << " us " << graded_time_label(r) << " (q1 " << fmt_g(s.q1, 5) << ", q3 "
       << fmt_g(s.q3, 5) << ", n " << count_or_unknown(s.n) << "), "
-      << (r.clock == "wall" ? "GPU span " + fmt_g(r.gpu_span_us.median, 5) + " us, " : std::string()) << "host wall "
-      << fmt_g(r.host_wall_us.median, 5) << " us, " << fmt_g(r.kernels_per_call.median, 4) << " kernels/" << noun
+      << (r.clock == "wall" ? "GPU span " + fmt_g(r.gpu_span_us.median, 5) + " us, " : std::string())
+      // A figure the report lacks is said so, not printed as nan (a newcomer's report without host_wall_us).
+      << (std::isnan(r.host_wall_us.median) ? std::string("no host wall time") : "host wall " + fmt_g(r.host_wall_us.median, 5) + " us")
+      << ", " << (std::isnan(r.kernels_per_call.median) ? std::string("no kernel count") : fmt_g(r.kernels_per_call.median, 4) + " kernels/" + noun)
       << (r.graph_records != "graphs"              ? std::string()
           : r.graph_launches_per_call.present ? " + " + fmt_g(r.graph_launches_per_call.median, 4) + " graph launches/" + noun +
                                                     " recorded whole (--graph-records graphs)"

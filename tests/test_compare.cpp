@@ -902,6 +902,13 @@ TEST(CompareFiles, AReportWhoseSamplesAreNotItsFigureIsBadInput) {
   EXPECT_NE(figure_problem(load_report_view(t.path() + "/wall.json")).find("timing.host_wall_us: its median (1 us)"),
             std::string::npos)
       << figure_problem(load_report_view(t.path() + "/wall.json"));
+  // A figure the report lacks is said to be missing in the summary, never printed as nan.
+  r = unfused();
+  r["timing"].erase("host_wall_us");
+  const std::string summary = format_summary(view(r), "r.json");
+  EXPECT_NE(summary.find("no host wall time, "), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("nan"), std::string::npos) << summary;
+  EXPECT_NE(format_summary(view(unfused()), "r.json").find("host wall 2"), std::string::npos);
 }
 
 TEST(CompareFiles, TooManySamplesForTheBootstrapIsBadInputNamingTheResamplesThatFit) {
