@@ -325,24 +325,28 @@ void check_report(const json& r, const std::string& what) {
     if (t.contains(key) && (!first_of(t, {amount, v1_amount}).is_number() || !per_call.is_number()))
       throw BadReport(what + ": malformed nibble report: timing." + key + " without timing." + amount +
                       " and timing.us_per_call, which it follows from: an edited report");
-  // Each fraction of a floor is that floor over the headline time, and the bandwidth floors are the
-  // bytes over the device's bandwidth (grade.cpp): a fraction edited alone, or with its floor, was
-  // printed as read (`report show`'s "-> 99% of it" beside the leaderboard's 39%).
+  // Each fraction of a floor is that floor over the headline time, and each floor the device's own
+  // figure: the bytes over its bandwidth, or the weight-read kernel's median (grade.cpp). A fraction
+  // edited alone, or with its floor, was printed as read (`report show`'s "-> 99% of it" beside the
+  // leaderboard's 39%).
   const json& bytes = first_of(t, {"bytes_per_call", "bytes_per_step"});
+  const std::string bytes_key = t.contains("bytes_per_call") ? "timing.bytes_per_call " : "timing.bytes_per_step ";
   const json& device = field(r, "device");
-  for (const auto& [fraction, floor_key, bandwidth] :
-       {std::tuple<const char*, const char*, double>{"fraction_of_theoretical_bw", "theoretical_bw_us",
-                                                     num(field(device, "theoretical_bandwidth_Bps"))},
-        {"fraction_of_measured_bw", "measured_copy_bw_us", num(field(field(device, "copy_bandwidth"), "median_Bps"))},
-        {"fraction_of_weight_read_floor", "weight_read_us", NAN}}) {
+  const auto over = [&](double bandwidth) { return bytes.is_number() && bandwidth > 0 ? num(bytes) / bandwidth * 1e6 : NAN; };
+  for (const auto& [fraction, floor_key, expected, source] :
+       {std::tuple<const char*, const char*, double, std::string>{
+            "fraction_of_theoretical_bw", "theoretical_bw_us", over(num(field(device, "theoretical_bandwidth_Bps"))),
+            bytes_key + shown(bytes) + " over device.theoretical_bandwidth_Bps"},
+        {"fraction_of_measured_bw", "measured_copy_bw_us", over(num(field(field(device, "copy_bandwidth"), "median_Bps"))),
+         bytes_key + shown(bytes) + " over device.copy_bandwidth.median_Bps"},
+        {"fraction_of_weight_read_floor", "weight_read_us", num(field(field(device, "read_floor"), "median_us")),
+         "device.read_floor.median_us"}}) {
     const json& floor = field(field(t, "floors"), floor_key);
-    // The floor from the bytes where the device's bandwidth is given (a version 1 report has no floors).
-    const double from_bytes = bytes.is_number() && bandwidth > 0 ? num(bytes) / bandwidth * 1e6 : NAN;
-    if (floor.is_number() && !std::isnan(from_bytes) && differs(num(floor), from_bytes, 1e-6))
-      throw BadReport(what + ": malformed nibble report: timing.floors." + floor_key + " " + shown(floor) + " is not timing." +
-                      (t.contains("bytes_per_call") ? "bytes_per_call " : "bytes_per_step ") + shown(bytes) +
-                      " over the device's bandwidth: an edited report");
-    const double floor_us = floor.is_number() ? num(floor) : from_bytes;
+    if (floor.is_number() && !std::isnan(expected) && differs(num(floor), expected, 1e-6))
+      throw BadReport(what + ": malformed nibble report: timing.floors." + floor_key + " " + shown(floor) + " is not " + source +
+                      " (" + fmt_g(expected, 6) + " us): an edited report");
+    // A version 1 report has no floors: its fractions follow from the device's figures alone.
+    const double floor_us = floor.is_number() ? num(floor) : expected;
     if (t.contains(fraction) && !std::isnan(floor_us) && us > 0 && differs(num(t[fraction]), floor_us / us, 1e-6))
       throw BadReport(what + ": malformed nibble report: timing." + fraction + " " + shown(t[fraction]) + " is not its floor " +
                       fmt_g(floor_us, 6) + " us over timing.us_per_call " + shown(per_call) + ": an edited report");
