@@ -329,10 +329,19 @@ int report_command(std::vector<std::string> args) {
     std::fprintf(stderr, "nibble report html: %s\n", p.c_str());
     return kCompareBadInput;
   }
+  // The page draws the stored medians: a report whose figures are not its samples' is bad input here
+  // too, as for `report show` (with a BASE, comparison_input_problem above has said so already).
+  if (const std::string p = figure_problem(report); !p.empty()) {
+    std::fprintf(stderr, "nibble report html: %s: %s; its figures are not a grade's (grade it again)\n", one_line(html_path).c_str(),
+                 one_line(p).c_str());
+    return kCompareBadInput;
+  }
   HtmlAnchors anchors{task_error_anchors(report.task, report.config), {}, {}};
   for (const std::string& b : html_beside) {
     try {
       anchors.beside.push_back(load_report_view(b));
+      if (const std::string p = figure_problem(anchors.beside.back()); !p.empty())
+        throw BadReport(b + ": " + p);
       anchors.beside_labels.push_back(b);
     } catch (const BadReport& e) {
       std::fprintf(stderr, "nibble report html: --beside %s\n", e.what());

@@ -63,7 +63,9 @@ std::string one_figure_problem(const ReportView& r, const FigureView& f, bool gr
   if (graded && r.disposition == "Passed" && r.floor_theoretical_bw_us > 0 && *lo < r.floor_theoretical_bw_us * (1 - 1e-6))
     return "its fastest sample (" + fmt_g(*lo, 5) + " us) is below the theoretical bandwidth floor (" +
            fmt_g(r.floor_theoretical_bw_us, 5) + " us), which the grader calls no measurement: an edited report";
-  const double tol = 1e-9 * std::fabs(*hi), own = summarize(f.samples).median;
+  // The tolerance is the medians' own scale: one of the largest sample's let a single huge sample
+  // carry any median (a red-team's 1e11 us sample under a median of 3 us).
+  const double own = summarize(f.samples).median, tol = 1e-9 * std::max(std::fabs(own), std::fabs(f.median));
   const bool in_range = f.median >= *lo - tol && f.median <= *hi + tol && !(f.q1 > f.median + tol) && !(f.median > f.q3 + tol);
   if (in_range && (r.throttled_rounds_excluded || std::fabs(f.median - own) <= tol)) return "";
   // Said as what is wrong: a median equal to the samples' but outside its own q1..q3 (a newcomer's
@@ -153,6 +155,19 @@ int schema_major_of(const json& r) {
   return v.is_string() && v.get<std::string>().rfind("2.", 0) == 0 ? 2 : 1;
 }
 
+/** The minor of a version 2 report's schema_version ("2.4.0" -> 4); -1 for version 1 or unreadable
+ *  (check_report refuses a malformed version). */
+int schema_minor_of(const json& r) {
+  if (schema_major_of(r) != 2) return -1;
+  const std::string v = field(r, "schema_version").get<std::string>();
+  const size_t dot = v.find('.', 2);
+  try {
+    return std::stoi(v.substr(2, dot == std::string::npos ? std::string::npos : dot - 2));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 void check_report(const json& r, const std::string& what) {
   if (!r.is_object()) throw BadReport(what + ": not a nibble report (the top level is not a JSON object)");
   if (!r.contains("schema") || !r["schema"].is_string())
@@ -215,7 +230,13 @@ void check_report(const json& r, const std::string& what) {
     if (task_gate && std::abs(gate - *task_gate) > 1e-9 * *task_gate)
       throw BadReport(what + ": malformed nibble report: correctness.gate " + fmt_g(gate) + " is not " + task->name() + "'s gate " +
                       fmt_g(*task_gate) + " for config " + r["config"].get<std::string>() + "; grade it again");
-    // The per-element guard, where the report states one, is the task's.
+    // The per-element guard is the task's, and a report of schema 2.2 or later states it (every one
+    // committed does; 2.0 and 2.1 wrote null where a task had none yet): one deleted, nulled or a
+    // string left any element error unchecked (a red-team's finding).
+    if (task_guard && std::isfinite(*task_guard) && schema_minor_of(r) >= 2 && !field(c, "element_guard").is_number())
+      throw BadReport(what + ": malformed nibble report: disposition Passed with correctness.element_guard " +
+                      shown(field(c, "element_guard")) + ", but " + task->name() + " guards each element at " +
+                      fmt_g(*task_guard) + "; grade it again");
     if (task_guard && std::isfinite(guard) && std::abs(guard - *task_guard) > 1e-9 * *task_guard)
       throw BadReport(what + ": malformed nibble report: correctness.element_guard " + fmt_g(guard) + " is not " + task->name() +
                       "'s " + fmt_g(*task_guard) + "; grade it again");
@@ -253,6 +274,13 @@ void check_report(const json& r, const std::string& what) {
   if (d == "Passed" && std::isfinite(guard) && std::isfinite(worst_elem) && worst_elem > guard)
     throw BadReport(what + ": malformed nibble report: disposition Passed with correctness.worst_elem_err " + fmt_g(worst_elem) +
                     " past its element guard " + fmt_g(guard) + " (judge() calls that Incorrect)");
+  // The solution graded is the binary the sandbox pinned (both hashes are of one file): another
+  // solution's name and hash put over them ranked that solution by this one's time.
+  const json &sol_hash = field(field(r, "solution"), "sha256"),
+             &pinned = field(field(field(field(r, "sandbox"), "binaries"), "solution"), "sha256");
+  if (sol_hash.is_string() && pinned.is_string() && sol_hash != pinned)
+    throw BadReport(what + ": malformed nibble report: solution.sha256 " + shown(sol_hash) +
+                    " is not the graded binary's, sandbox.binaries.solution.sha256 " + shown(pinned) + ": an edited report");
   if (!r.contains("timing")) return;
   const json& t = r["timing"];
   if (!t.is_object()) throw BadReport(what + ": malformed nibble report: \"timing\" is not an object");
@@ -264,6 +292,17 @@ void check_report(const json& r, const std::string& what) {
   if (task && t.contains("unit") && t["unit"] != task->unit())
     throw BadReport(what + ": malformed nibble report: timing.unit is " + shown(t["unit"]) + ", but a sample of " +
                     task->name() + " is one " + task->unit() + " (nibble writes that unit for it); grade it again");
+  // The grader's clock is recorded only when it is the graded figure (--clock wall): with it beside a
+  // "span" clock, a wall grade was relabelled to rank by its shorter span (a red-team's finding).
+  if (t.contains("grader_clock_us") && field(t, "clock") != "wall")
+    throw BadReport(what + ": malformed nibble report: timing.grader_clock_us is there but timing.clock is " +
+                    shown(field(t, "clock")) + ": nibble records that clock only as the graded one (\"wall\"); an edited report");
+  // Whether the host wall time is noise is the task's (a regression in it then compares as none).
+  if (task && schema_major_of(r) == 2 && t.contains("host_wall_informational") &&
+      t["host_wall_informational"] != task->host_wall_informational())
+    throw BadReport(what + ": malformed nibble report: timing.host_wall_informational is " + shown(t["host_wall_informational"]) +
+                    ", but " + task->name() + "'s is " + (task->host_wall_informational() ? "true" : "false") +
+                    ": an edited report");
   // The modes a figure was taken in: either of the values nibble writes, or absent (an older report:
   // "span", "nodes"); anything else would be ranked, compared and printed as a third mode.
   for (const auto& [key, a, b] : {std::tuple<const char*, const char*, const char*>{"clock", "span", "wall"},
@@ -333,6 +372,7 @@ void check_report(const json& r, const std::string& what) {
   const std::string bytes_key = t.contains("bytes_per_call") ? "timing.bytes_per_call " : "timing.bytes_per_step ";
   const json& device = field(r, "device");
   const auto over = [&](double bandwidth) { return bytes.is_number() && bandwidth > 0 ? num(bytes) / bandwidth * 1e6 : NAN; };
+  const bool v2_floors = schema_major_of(r) == 2;
   for (const auto& [fraction, floor_key, expected, source] :
        {std::tuple<const char*, const char*, double, std::string>{
             "fraction_of_theoretical_bw", "theoretical_bw_us", over(num(field(device, "theoretical_bandwidth_Bps"))),
@@ -341,9 +381,15 @@ void check_report(const json& r, const std::string& what) {
          bytes_key + shown(bytes) + " over device.copy_bandwidth.median_Bps"},
         {"fraction_of_weight_read_floor", "weight_read_us", num(field(field(device, "read_floor"), "median_us")),
          "device.read_floor.median_us"}}) {
-    const json& floor = field(field(t, "floors"), floor_key);
+    // Version 1 kept them as timing.floor_us_<kind>.
+    const std::string v1_key = std::string("floor_us_") +
+                               (std::string(floor_key) == "theoretical_bw_us"     ? "theoretical_bw"
+                                : std::string(floor_key) == "measured_copy_bw_us" ? "measured_copy_bw"
+                                                                                  : "weight_read");
+    const json& floor = v2_floors ? field(field(t, "floors"), floor_key) : field(t, v1_key.c_str());
+    const std::string floor_name = v2_floors ? std::string("floors.") + floor_key : v1_key;
     if (floor.is_number() && !std::isnan(expected) && differs(num(floor), expected, 1e-6))
-      throw BadReport(what + ": malformed nibble report: timing.floors." + floor_key + " " + shown(floor) + " is not " + source +
+      throw BadReport(what + ": malformed nibble report: timing." + floor_name + " " + shown(floor) + " is not " + source +
                       " (" + fmt_g(expected, 6) + " us): an edited report");
     // A version 1 report has no floors: its fractions follow from the device's figures alone.
     const double floor_us = floor.is_number() ? num(floor) : expected;
@@ -514,6 +560,15 @@ void read_timing(const json& r, ReportView& v) {
   const json& fl = field(t, "floors");
   v.floor_theoretical_bw_us = num(v2 ? field(fl, "theoretical_bw_us") : field(t, "floor_us_theoretical_bw"));
   v.floor_measured_copy_bw_us = num(v2 ? field(fl, "measured_copy_bw_us") : field(t, "floor_us_measured_copy_bw"));
+  // A report without its floors still has its bytes and its device's bandwidths, which are what the
+  // floors are (grade.cpp): the floor check of a Passed grade's samples then holds without them (a
+  // red-team's report with floors and fractions deleted, or relabelled version 1, ranked at 0.1x).
+  const json& dev = field(r, "device");
+  const double bytes = num(first_of(t, {"bytes_per_call", "bytes_per_step"}));
+  const auto over = [&](double bandwidth) { return bytes > 0 && bandwidth > 0 ? bytes / bandwidth * 1e6 : NAN; };
+  if (std::isnan(v.floor_theoretical_bw_us)) v.floor_theoretical_bw_us = over(num(field(dev, "theoretical_bandwidth_Bps")));
+  if (std::isnan(v.floor_measured_copy_bw_us))
+    v.floor_measured_copy_bw_us = over(num(field(field(dev, "copy_bandwidth"), "median_Bps")));
   const double wr = num(v2 ? field(fl, "weight_read_us") : field(t, "floor_us_weight_read"));
   v.floor_weight_read_us = std::isfinite(wr) && wr > 0 ? wr : NAN;
   // Version 1's GEMM reports kept no fractions: the floor over the median is what they mean.

@@ -1320,6 +1320,15 @@ TEST(Cli, OutputsAreCheckedWhereTheWriteLands) {
   r = run_nibble({"report", "html", t.path() + "/rep.json", "-o", t.path() + "/rep.json"}, t);
   EXPECT_EQ(r.code, 4) << r.output;
   EXPECT_EQ(read_file(t.path() + "/rep.json"), read_file(source_report())) << "the report was replaced";
+  // A report whose median is not its samples' draws no page, as `report show` says it (a red-team's
+  // edited median was drawn with no mark when no BASE was given).
+  nlohmann::json edited = nlohmann::json::parse(read_file(source_report()));
+  for (auto& v : edited["timing"]["gpu_span_us"]["samples"]) v = v.get<double>() * 2;
+  write_file_atomic(t.path() + "/edited.json", edited.dump());
+  r = run_nibble({"report", "html", t.path() + "/edited.json", "-o", t.path() + "/edited.html"}, t);
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("an edited report"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(t.path() + "/edited.html"));
 }
 
 // -o /dev/stdout behaves as the shell's own redirection: `>> log` appends after what is there, the

@@ -764,6 +764,62 @@ TEST(CompareReports, TheHeadlineTimeAndThroughputFollowFromTheSamples) {
   refused(read_floor, "timing.floors.weight_read_us 7.0 is not device.read_floor.median_us (3.56 us)");
 }
 
+TEST(CompareReports, ARedTeamsConsistentEditsAreRefused) {
+  // Edits made whole enough to pass the checks of single figures (a red-team's list, 2026-12-08).
+  const json g = gemm_v2();
+  // The headline and what follows from it set to `us`, as grade.cpp writes them.
+  const auto headline = [](json& r, double us) {
+    json& t = r["timing"];
+    t["us_per_call"] = us;
+    t["tflops"] = t["flops_per_call"].get<double>() / us * 1e-6;
+    t["achieved_bandwidth_Bps"] = t["bytes_per_call"].get<double>() / us * 1e6;
+    t["fraction_of_theoretical_bw"] = t["floors"]["theoretical_bw_us"].get<double>() / us;
+    t["fraction_of_measured_bw"] = t["floors"]["measured_copy_bw_us"].get<double>() / us;
+  };
+  // One huge sample with the median, quartiles and min at 3 us: the median check's tolerance was
+  // the largest sample's, so any median passed; the samples' own median is ~7.5 us.
+  json huge = g;
+  json& f = huge["timing"]["gpu_span_us"];
+  f["samples"].push_back(1e11);
+  f["n"] = f["samples"].size();
+  f["median"] = f["q1"] = f["min"] = 3.0;
+  f["max"] = 1e11;
+  headline(huge, 3.0);
+  EXPECT_NE(figure_problem(view(huge)).find("is not its"), std::string::npos) << figure_problem(view(huge));
+  // Floors and fractions deleted, every time scaled to a tenth: the Passed grade's samples are then
+  // below the floor its bytes and device bandwidth give (7.67 MB at 4.81 TB/s: 1.16 us, by hand).
+  json no_floors = g;
+  json& t = no_floors["timing"];
+  for (const char* k : {"floors", "fraction_of_measured_bw", "fraction_of_theoretical_bw"}) t.erase(k);
+  for (const char* k : {"median", "q1", "q3", "min", "max", "mean", "stdev"}) t["gpu_span_us"][k] = t["gpu_span_us"][k].get<double>() / 10;
+  for (json& v : t["gpu_span_us"]["samples"]) v = v.get<double>() / 10;
+  t["us_per_call"] = t["gpu_span_us"]["median"];
+  t["tflops"] = t["flops_per_call"].get<double>() / t["us_per_call"].get<double>() * 1e-6;
+  t["achieved_bandwidth_Bps"] = t["bytes_per_call"].get<double>() / t["us_per_call"].get<double>() * 1e6;
+  EXPECT_NO_THROW(validate_report(no_floors, "g.json"));
+  EXPECT_NEAR(view(no_floors).floor_theoretical_bw_us, 1.16389, 1e-4);
+  EXPECT_NE(figure_problem(view(no_floors)).find("below the theoretical bandwidth floor"), std::string::npos)
+      << figure_problem(view(no_floors));
+  // The grader's clock beside a span clock: a wall grade relabelled to rank by its span.
+  json relabelled = g;
+  relabelled["timing"]["grader_clock_us"] = relabelled["timing"]["gpu_span_us"];
+  refused(relabelled, "timing.grader_clock_us is there but timing.clock is null");
+  relabelled["timing"]["clock"] = "span";
+  refused(relabelled, "timing.grader_clock_us is there but timing.clock is \"span\"");
+  // Another solution's name and hash over the graded binary's (the sandbox's pin, as schema 2.1 writes it).
+  json other = g;
+  other["sandbox"]["binaries"]["solution"]["sha256"] = g["solution"]["sha256"];
+  EXPECT_NO_THROW(validate_report(other, "g.json"));
+  other["solution"]["sha256"] = std::string(64, 'a');
+  refused(other, "is not the graded binary's, sandbox.binaries.solution.sha256");
+  // The element guard deleted from a report of a schema that always states it.
+  json guard = g;
+  guard["schema_version"] = "2.2.0";
+  EXPECT_NO_THROW(validate_report(guard, "g.json"));
+  guard["correctness"].erase("element_guard");
+  refused(guard, "disposition Passed with correctness.element_guard null, but gemm-w4a16-nvfp4 guards each element at 0.05");
+}
+
 TEST(CompareReports, LaterMajorSchemaVersionIsBadInput) {
   json neu = unfused();
   neu["schema_version"] = "9.0.0";
@@ -1207,14 +1263,19 @@ TEST(CompareReports, Version2AgainstVersion2ComparesAsBefore) {
   EXPECT_EQ(c.exit_code, kCompareSlower) << c.result;
   EXPECT_EQ(figure(c, "gpu_span_us").verdict, "SLOWER");
   EXPECT_EQ(comparison_json(c)["new"]["schema_version"], "2.0.0");
-  // The GEMM's host wall time: informational because the report says so (timing.host_wall_informational).
+  // The GEMM's host wall time: informational, as the report says (timing.host_wall_informational)
+  // and as its task has it; a report that says otherwise was edited (a red-team's flag set on a
+  // decode report hid its host wall regression), so the flag cannot turn a verdict.
   json g = gemm_v2(), gw = gemm_v2();
   for (auto& x : gw["timing"]["host_wall_us"]["samples"]) x = x.get<double>() * 1.3;
   c = compare_json(g, gw, CompareOptions{});
   EXPECT_TRUE(figure(c, "host_wall_us").informational);
   EXPECT_EQ(c.exit_code, kCompareOk) << c.result;
   gw["timing"]["host_wall_informational"] = false;
-  EXPECT_EQ(compare_json(g, gw, CompareOptions{}).exit_code, kCompareSlower);
+  refused(gw, "timing.host_wall_informational is false, but gemm-w4a16-nvfp4's is true: an edited report");
+  json bw = base;
+  bw["timing"]["host_wall_informational"] = true;
+  refused(bw, "timing.host_wall_informational is true, but megakernel-int4-weight-decode's is false");
   // Correctness regressions read the same way.
   json bad = base;
   bad["disposition"] = "Incorrect";
