@@ -281,6 +281,24 @@ void check_report(const json& r, const std::string& what) {
   if (sol_hash.is_string() && pinned.is_string() && sol_hash != pinned)
     throw BadReport(what + ": malformed nibble report: solution.sha256 " + shown(sol_hash) +
                     " is not the graded binary's, sandbox.binaries.solution.sha256 " + shown(pinned) + ": an edited report");
+  // The device's figures the floors come from are its own: the theoretical bandwidth is its memory
+  // clock x 2 (double data rate) x its bus width (child.cpp's probe_device), and the weight-read floor
+  // the fastest of the probe's grids (a red-team's floors made 4x easier with the device's figures).
+  const json& dev = field(r, "device");
+  if (const json &khz = field(dev, "memory_clock_khz"), &bits = field(dev, "memory_bus_width_bits"),
+      &peak = field(dev, "theoretical_bandwidth_Bps");
+      khz.is_number() && bits.is_number() && peak.is_number() &&
+      std::fabs(num(peak) - 2.0 * num(khz) * 1e3 * num(bits) / 8.0) > 1e-9 * num(peak))
+    throw BadReport(what + ": malformed nibble report: device.theoretical_bandwidth_Bps " + shown(peak) +
+                    " is not 2 x device.memory_clock_khz " + shown(khz) + " x device.memory_bus_width_bits " + shown(bits) +
+                    " / 8: an edited report");
+  if (const json& rf = field(dev, "read_floor"); field(rf, "median_us").is_number() && field(rf, "grids").is_array()) {
+    double fastest = INFINITY;
+    for (const json& g : rf["grids"]) fastest = std::min(fastest, num(field(g, "median_us")));
+    if (std::isfinite(fastest) && std::fabs(num(rf["median_us"]) - fastest) > 1e-9 * fastest)
+      throw BadReport(what + ": malformed nibble report: device.read_floor.median_us " + shown(rf["median_us"]) +
+                      " is not the fastest of its grids' medians (" + fmt_g(fastest, 6) + " us): an edited report");
+  }
   if (!r.contains("timing")) return;
   const json& t = r["timing"];
   if (!t.is_object()) throw BadReport(what + ": malformed nibble report: \"timing\" is not an object");

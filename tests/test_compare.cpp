@@ -818,6 +818,20 @@ TEST(CompareReports, ARedTeamsConsistentEditsAreRefused) {
   EXPECT_NO_THROW(validate_report(guard, "g.json"));
   guard["correctness"].erase("element_guard");
   refused(guard, "disposition Passed with correctness.element_guard null, but gemm-w4a16-nvfp4 guards each element at 0.05");
+  // The device's figures behind the floors: the theoretical bandwidth is the memory clock's (this
+  // H200: 2 x 3,201,000 kHz x 6016 bits / 8 = 4.8143e12 B/s by hand),
+  // the weight-read floor the fastest of the probe's grids.
+  json device = g;
+  const double khz = g["device"]["memory_clock_khz"].get<double>(), bits = g["device"]["memory_bus_width_bits"].get<double>();
+  EXPECT_DOUBLE_EQ(g["device"]["theoretical_bandwidth_Bps"].get<double>(), 2 * khz * 1e3 * bits / 8);
+  EXPECT_DOUBLE_EQ(2 * 3201000.0 * 1e3 * 6016 / 8, 4814304000000.0);
+  device["device"]["theoretical_bandwidth_Bps"] = g["device"]["theoretical_bandwidth_Bps"].get<double>() / 4;
+  refused(device, "device.theoretical_bandwidth_Bps 1203576000000.0 is not 2 x device.memory_clock_khz");
+  json read = g;
+  read["device"]["read_floor"] = {{"median_us", 9.0}, {"grids", {{{"blocks_per_sm", 1}, {"median_us", 3.56}}, {{"blocks_per_sm", 2}, {"median_us", 3.7}}}}};
+  refused(read, "device.read_floor.median_us 9.0 is not the fastest of its grids' medians (3.56 us)");
+  read["device"]["read_floor"]["median_us"] = 3.56;
+  EXPECT_NO_THROW(validate_report(read, "g.json"));
 }
 
 TEST(CompareReports, LaterMajorSchemaVersionIsBadInput) {
