@@ -168,6 +168,20 @@ int schema_minor_of(const json& r) {
   }
 }
 
+/** The floors a report's own figures give, as grade.cpp takes them (us; NaN where a figure is
+ *  missing): its bytes over the device's theoretical and measured copy bandwidth, and the device's
+ *  weight-read kernel's median. */
+struct DeviceFloors {
+  double theoretical_bw_us, measured_copy_bw_us, weight_read_us;
+};
+DeviceFloors device_floors(const json& r) {
+  const json &t = field(r, "timing"), &dev = field(r, "device");
+  const json& bytes = first_of(t, {"bytes_per_call", "bytes_per_step"});
+  const auto over = [&](double bandwidth) { return bytes.is_number() && bandwidth > 0 ? num(bytes) / bandwidth * 1e6 : NAN; };
+  return {over(num(field(dev, "theoretical_bandwidth_Bps"))), over(num(field(field(dev, "copy_bandwidth"), "median_Bps"))),
+          num(field(field(dev, "read_floor"), "median_us"))};
+}
+
 void check_report(const json& r, const std::string& what) {
   if (!r.is_object()) throw BadReport(what + ": not a nibble report (the top level is not a JSON object)");
   if (!r.contains("schema") || !r["schema"].is_string())
@@ -386,25 +400,21 @@ void check_report(const json& r, const std::string& what) {
   // figure: the bytes over its bandwidth, or the weight-read kernel's median (grade.cpp). A fraction
   // edited alone, or with its floor, was printed as read (`report show`'s "-> 99% of it" beside the
   // leaderboard's 39%).
-  const json& bytes = first_of(t, {"bytes_per_call", "bytes_per_step"});
-  const std::string bytes_key = t.contains("bytes_per_call") ? "timing.bytes_per_call " : "timing.bytes_per_step ";
-  const json& device = field(r, "device");
-  const auto over = [&](double bandwidth) { return bytes.is_number() && bandwidth > 0 ? num(bytes) / bandwidth * 1e6 : NAN; };
+  const std::string bytes = (t.contains("bytes_per_call") ? "timing.bytes_per_call " : "timing.bytes_per_step ") +
+                            shown(first_of(t, {"bytes_per_call", "bytes_per_step"}));
+  const DeviceFloors expect = device_floors(r);
   const bool v2_floors = schema_major_of(r) == 2;
-  for (const auto& [fraction, floor_key, expected, source] :
-       {std::tuple<const char*, const char*, double, std::string>{
-            "fraction_of_theoretical_bw", "theoretical_bw_us", over(num(field(device, "theoretical_bandwidth_Bps"))),
-            bytes_key + shown(bytes) + " over device.theoretical_bandwidth_Bps"},
-        {"fraction_of_measured_bw", "measured_copy_bw_us", over(num(field(field(device, "copy_bandwidth"), "median_Bps"))),
-         bytes_key + shown(bytes) + " over device.copy_bandwidth.median_Bps"},
-        {"fraction_of_weight_read_floor", "weight_read_us", num(field(field(device, "read_floor"), "median_us")),
+  // Each fraction, its floor (version 2: timing.floors.<key>; version 1: timing.<key>), what that
+  // floor should be and where it comes from.
+  for (const auto& [fraction, floor_key, v1_key, expected, source] :
+       {std::tuple<const char*, const char*, const char*, double, std::string>{
+            "fraction_of_theoretical_bw", "theoretical_bw_us", "floor_us_theoretical_bw", expect.theoretical_bw_us,
+            bytes + " over device.theoretical_bandwidth_Bps"},
+        {"fraction_of_measured_bw", "measured_copy_bw_us", "floor_us_measured_copy_bw", expect.measured_copy_bw_us,
+         bytes + " over device.copy_bandwidth.median_Bps"},
+        {"fraction_of_weight_read_floor", "weight_read_us", "floor_us_weight_read", expect.weight_read_us,
          "device.read_floor.median_us"}}) {
-    // Version 1 kept them as timing.floor_us_<kind>.
-    const std::string v1_key = std::string("floor_us_") +
-                               (std::string(floor_key) == "theoretical_bw_us"     ? "theoretical_bw"
-                                : std::string(floor_key) == "measured_copy_bw_us" ? "measured_copy_bw"
-                                                                                  : "weight_read");
-    const json& floor = v2_floors ? field(field(t, "floors"), floor_key) : field(t, v1_key.c_str());
+    const json& floor = v2_floors ? field(field(t, "floors"), floor_key) : field(t, v1_key);
     const std::string floor_name = v2_floors ? std::string("floors.") + floor_key : v1_key;
     if (floor.is_number() && !std::isnan(expected) && differs(num(floor), expected, 1e-6))
       throw BadReport(what + ": malformed nibble report: timing." + floor_name + " " + shown(floor) + " is not " + source +
@@ -581,12 +591,11 @@ void read_timing(const json& r, ReportView& v) {
   // A report without its floors still has its bytes and its device's bandwidths, which are what the
   // floors are (grade.cpp): the floor check of a Passed grade's samples then holds without them (a
   // red-team's report with floors and fractions deleted, or relabelled version 1, ranked at 0.1x).
-  const json& dev = field(r, "device");
-  const double bytes = num(first_of(t, {"bytes_per_call", "bytes_per_step"}));
-  const auto over = [&](double bandwidth) { return bytes > 0 && bandwidth > 0 ? bytes / bandwidth * 1e6 : NAN; };
-  if (std::isnan(v.floor_theoretical_bw_us)) v.floor_theoretical_bw_us = over(num(field(dev, "theoretical_bandwidth_Bps")));
-  if (std::isnan(v.floor_measured_copy_bw_us))
-    v.floor_measured_copy_bw_us = over(num(field(field(dev, "copy_bandwidth"), "median_Bps")));
+  if (v.bytes_per_call > 0) {
+    const DeviceFloors from_device = device_floors(r);
+    if (std::isnan(v.floor_theoretical_bw_us)) v.floor_theoretical_bw_us = from_device.theoretical_bw_us;
+    if (std::isnan(v.floor_measured_copy_bw_us)) v.floor_measured_copy_bw_us = from_device.measured_copy_bw_us;
+  }
   const double wr = num(v2 ? field(fl, "weight_read_us") : field(t, "floor_us_weight_read"));
   v.floor_weight_read_us = std::isfinite(wr) && wr > 0 ? wr : NAN;
   // Version 1's GEMM reports kept no fractions: the floor over the median is what they mean.
